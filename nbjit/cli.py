@@ -1,0 +1,143 @@
+"""The ``nbjit`` command: inspect and strip PTX (and, as they land, cubins, fatbins, caches)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .errors import NbjitError
+from .ptx import PtxInfo, inspect_ptx, strip_debug
+
+__all__ = ["main"]
+
+
+class _Usage(Exception):
+    pass
+
+
+def _read(path: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as e:
+        raise _Usage(f"cannot read {path}: {e.strerror}") from None
+
+
+def _table(rows: list[list[str]], header: list[str]) -> list[str]:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    return [fmt.format(*header).rstrip(), fmt.format(*("-" * w for w in widths))] + \
+        [fmt.format(*map(str, r)).rstrip() for r in rows]
+
+
+def format_entries(entries, out: list[str]) -> None:
+    """Append a person-readable description of kernel entries to ``out``."""
+    for e in entries:
+        head = f"entry {e.name}"
+        if e.linkage:
+            head += f"  ({e.linkage})"
+        out.append("")
+        out.append(head)
+        res = [f"{k} {getattr(e, k)}" for k in ("registers", "shared", "const", "local") if getattr(e, k) is not None]
+        if res:
+            out.append("  resources: " + ", ".join(res))
+        if e.params:
+            rows = [[i, p.name, p.type + (f"[{p.count}]" if p.count is not None else "")
+                     + (" .ptr" + (f" .{p.space}" if p.space else "") if p.pointer else ""),
+                     p.size, p.align, p.offset] for i, p in enumerate(e.params)]
+            out += ["  " + line for line in _table(rows, ["#", "name", "type", "size", "align", "offset"])]
+        out.append(f"  parameter buffer: {e.param_size} bytes")
+        d = e.directives.to_json()
+        if d:
+            out.append("  directives: " + ", ".join(
+                k if v is True else f"{k} {','.join(map(str, v)) if isinstance(v, list) else v}"
+                for k, v in d.items()))
+
+
+def format_ptx(info: PtxInfo, path: str) -> str:
+    out = [f"{path}: PTX {info.version[0]}.{info.version[1]}, target {', '.join(info.targets)}"
+           + (" (debug)" if info.debug.target_debug else "")
+           + (f", address size {info.address_size}" if info.address_size else "")]
+    format_entries(info.entries, out)
+    if info.functions:
+        out.append("")
+        out.append("device functions: " + ", ".join(
+            f.name + ("" if f.defined else " (extern)") for f in info.functions))
+    if info.globals:
+        out.append("")
+        rows = [[g.name, g.space, g.type, "dynamic" if g.size is None else g.size, g.align,
+                 g.linkage or ""] for g in info.globals]
+        out += _table(rows, ["global", "space", "type", "size", "align", "linkage"])
+    if info.metadata:
+        out.append("")
+        out.append("metadata: " + ", ".join(f"{k}={v}" + ("" if k in info.metadata_keys else " (fallback)")
+                                            for k, v in info.metadata.items()))
+    d = info.debug
+    out.append("")
+    desc = {"none": "none", "lineinfo": "line info (.file/.loc)", "dwarf": "DWARF"}[d.kind]
+    extra = []
+    if d.sections:
+        extra.append("sections " + " ".join(d.sections))
+    if d.lineinfo:
+        extra.append(".loc lines")
+    if d.files:
+        extra.append(f"{len(d.files)} .file")
+    if d.target_debug:
+        extra.append(".target debug")
+    if d.dwarf_legacy:
+        extra.append("@@DWARF lines")
+    out.append(f"debug info: {desc}" + (f" ({'; '.join(extra)})" if extra else ""))
+    return "\n".join(out)
+
+
+def _inspect(args) -> int:
+    data = _read(args.file)
+    info = inspect_ptx(data, source=args.file)
+    if args.json:
+        print(json.dumps(info.to_json(), indent=2))
+    else:
+        print(format_ptx(info, args.file))
+    return 0
+
+
+def _strip(args) -> int:
+    data = _read(args.file)
+    info = inspect_ptx(data, source=args.file)  # refuse what is not PTX
+    out = strip_debug(data, keep_lineinfo=args.keep_lineinfo)
+    try:
+        Path(args.output).write_text(out)
+    except OSError as e:
+        raise _Usage(f"cannot write {args.output}: {e.strerror}") from None
+    print(f"{args.file}: debug info {info.debug.kind} -> {args.output} ({len(data)} -> {len(out)} bytes)",
+          file=sys.stderr)
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="nbjit", description="Inspect and prepare externally compiled GPU kernels.")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    i = sub.add_parser("inspect", help="show the kernels, parameters and metadata of an image")
+    i.add_argument("file")
+    i.add_argument("--json", action="store_true", help="machine-readable output (see docs/cli.md)")
+    i.set_defaults(func=_inspect)
+    s = sub.add_parser("strip", help="remove debug information from PTX")
+    s.add_argument("file")
+    s.add_argument("-o", "--output", required=True)
+    s.add_argument("--keep-lineinfo", action="store_true", help="keep .file/.loc line information")
+    s.set_defaults(func=_strip)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``nbjit`` console script; returns the exit status."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except (NbjitError, _Usage) as e:
+        print(f"nbjit {args.cmd}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,36 @@
+"""Shared fixtures: paths to the committed compiler outputs, and the `gpu` marker's skip."""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+@functools.lru_cache(maxsize=None)
+def gpu_available() -> tuple[bool, str]:
+    try:
+        from numba import cuda
+        if cuda.is_available():
+            return True, ""
+        return False, "no CUDA GPU: numba.cuda.is_available() is false"
+    except Exception as e:  # numba-cuda missing or its driver lookup failed
+        return False, f"no CUDA GPU: {type(e).__name__}: {e}"
+
+
+def pytest_collection_modifyitems(config, items):
+    gpu_items = [it for it in items if "gpu" in it.keywords]
+    if not gpu_items:
+        return
+    ok, why = gpu_available()
+    if not ok:
+        skip = pytest.mark.skip(reason=why)
+        for it in gpu_items:
+            it.add_marker(skip)
+
+
+@pytest.fixture
+def data() -> Path:
+    return DATA

@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""Regenerate nbjit's compiler-produced test fixtures under tests/data/.
+
+Needs: nvcc (CUDA 13.0) on PATH; the project installed with its cu13 extra (NVRTC
+through cuda-bindings, numba-cuda); Triton (``pip install triton``, only for the
+``triton/`` fixtures; point TRITON_PATH at a separate install dir if you keep it apart).
+No GPU is needed. Run from anywhere:
+
+    python tests/data/make_fixtures.py [nvcc] [nvrtc] [numba] [triton]
+
+Hand-written fixtures (``hand/``) are not generated; edit them directly.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SRC = HERE / "src"
+
+
+def run(*cmd: str) -> None:
+    print("+", " ".join(cmd))
+    subprocess.run(cmd, check=True)
+
+
+def nvcc() -> None:
+    out = HERE / "nvcc"
+    out.mkdir(exist_ok=True)
+    k, c = str(SRC / "kernels.cu"), str(SRC / "cluster.cu")
+    run("nvcc", "-ptx", "-arch=sm_90", k, "-o", str(out / "kernels_sm90.ptx"))
+    run("nvcc", "-ptx", "-arch=sm_80", k, "-o", str(out / "kernels_sm80.ptx"))
+    run("nvcc", "-ptx", "-arch=sm_90", "-G", k, "-o", str(out / "kernels_G_sm90.ptx"))
+    run("nvcc", "-ptx", "-arch=sm_90", "-lineinfo", k, "-o", str(out / "kernels_lineinfo_sm90.ptx"))
+    run("nvcc", "-ptx", "-arch=sm_90", c, "-o", str(out / "cluster_sm90.ptx"))
+    for arch in ("sm_80", "sm_90", "sm_90a", "sm_100"):
+        run("nvcc", "-cubin", f"-arch={arch}", k, "-o", str(out / f"kernels_{arch}.cubin"))
+    run("nvcc", "-cubin", "-arch=sm_90", c, "-o", str(out / "cluster_sm90.cubin"))
+    gencode = ["-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90",
+               "-gencode", "arch=compute_90,code=compute_90"]
+    run("nvcc", "-fatbin", *gencode, k, "-o", str(out / "kernels_multi.fatbin"))
+    run("nvcc", "-fatbin", *gencode, "--compress-mode=none", k, "-o", str(out / "kernels_multi_none.fatbin"))
+    run("nvcc", "-fatbin", *gencode, "--compress-mode=speed", k, "-o", str(out / "kernels_multi_lz4.fatbin"))
+    run("nvcc", "-fatbin", "-gencode", "arch=compute_90a,code=sm_90a", "-gencode",
+        "arch=compute_90,code=compute_90", "--compress-mode=none", k, "-o", str(out / "kernels_90a.fatbin"))
+
+
+def nvrtc() -> None:
+    from cuda.bindings import nvrtc as N
+
+    out = HERE / "nvrtc"
+    out.mkdir(exist_ok=True)
+    src = (SRC / "nvrtc_tmpl.cu").read_bytes()
+    hdr = (SRC / "scale.cuh").read_bytes()
+    exprs = ["fill<float>", "fill<int>", "ns::op<float, 4>", "&plain"]
+
+    def check(res):
+        err, *rest = res
+        if err != N.nvrtcResult.NVRTC_SUCCESS:
+            raise RuntimeError(f"NVRTC: {err}")
+        return rest[0] if len(rest) == 1 else rest
+
+    def compile_one(tag: str, opts: list[str], cubin: bool) -> None:
+        prog = check(N.nvrtcCreateProgram(src, b"nvrtc_tmpl.cu", 1, [hdr], [b"scale.cuh"]))
+        for e in exprs:
+            check(N.nvrtcAddNameExpression(prog, e.encode()))
+        res = N.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
+        size = check(N.nvrtcGetProgramLogSize(prog))
+        log = b" " * size
+        check(N.nvrtcGetProgramLog(prog, log))
+        if res[0] != N.nvrtcResult.NVRTC_SUCCESS:
+            raise RuntimeError(log.decode())
+        names = {e: check(N.nvrtcGetLoweredName(prog, e.encode())).decode() for e in exprs}
+        size = check(N.nvrtcGetPTXSize(prog))
+        ptx = b" " * size
+        check(N.nvrtcGetPTX(prog, ptx))
+        (out / f"tmpl_{tag}.ptx").write_bytes(ptx.rstrip(b"\0"))
+        if cubin:
+            size = check(N.nvrtcGetCUBINSize(prog))
+            cub = b" " * size
+            check(N.nvrtcGetCUBIN(prog, cub))
+            (out / f"tmpl_{tag}.cubin").write_bytes(cub)
+        (out / f"tmpl_{tag}.names.json").write_text(json.dumps(names, indent=1) + "\n")
+        check(N.nvrtcDestroyProgram(prog))
+
+    compile_one("sm90", ["-arch=sm_90"], cubin=True)
+    compile_one("compute90", ["-arch=compute_90"], cubin=False)
+    compile_one("G_sm90", ["-arch=sm_90", "-G"], cubin=False)
+    compile_one("lineinfo_sm90", ["-arch=sm_90", "-lineinfo"], cubin=False)
+
+
+def numba() -> None:
+    from numba import cuda
+
+    out = HERE / "numba"
+    out.mkdir(exist_ok=True)
+    sys.path.insert(0, str(SRC))
+    from numba_kernels import axpy  # noqa: E402
+
+    sig = "float32[::1], float32[::1], float32, int32"
+    for tag, kw in (("plain", {}), ("debug", {"debug": True, "opt": False}), ("lineinfo", {"lineinfo": True})):
+        ptx, _ = cuda.compile_ptx(axpy, sig, cc=(9, 0), **kw)
+        (out / f"axpy_{tag}.ptx").write_text(ptx)
+
+
+TRITON_KERNELS = {
+    # name: (function, signature, constexprs, options, grid note)
+    "add_kernel": ("add_kernel",
+                   {"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32", "n_elements": "i32",
+                    "alpha": "fp32", "BLOCK": "constexpr"},
+                   {"BLOCK": 1024}, {"num_warps": 4}),
+    "softmax_kernel": ("softmax_kernel",
+                       {"out_ptr": "*fp32", "in_ptr": "*fp32", "in_row_stride": "i32",
+                        "out_row_stride": "i32", "n_cols": "i32", "BLOCK": "constexpr"},
+                       {"BLOCK": 1024}, {"num_warps": 8}),
+    "matmul_kernel": ("matmul_kernel",
+                      {**{n: "*fp16" for n in ("a_ptr", "b_ptr", "c_ptr")},
+                       **{n: "i32" for n in "M N K stride_am stride_ak stride_bk stride_bn stride_cm stride_cn".split()},
+                       "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_K": "constexpr"},
+                      {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128}, {"num_warps": 8, "num_stages": 3}),
+    "matmul_ctas2": ("matmul_kernel",
+                     {**{n: "*fp16" for n in ("a_ptr", "b_ptr", "c_ptr")},
+                      **{n: "i32" for n in "M N K stride_am stride_ak stride_bk stride_bn stride_cm stride_cn".split()},
+                      "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_K": "constexpr"},
+                     {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64}, {"num_warps": 4, "num_stages": 2, "num_ctas": 2}),
+}
+
+
+def triton() -> None:
+    tp = os.environ.get("TRITON_PATH")
+    if tp:
+        sys.path.insert(0, tp)
+    sys.path.insert(0, str(SRC))
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    with tempfile.TemporaryDirectory() as cache:
+        os.environ["TRITON_CACHE_DIR"] = cache
+        import triton as T
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler import ASTSource
+
+        import triton_kernels
+
+        out = HERE / "triton"
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir()
+        target = GPUTarget("cuda", 90, 32)
+        for tag, (fn, sig, consts, opts) in TRITON_KERNELS.items():
+            src = ASTSource(fn=getattr(triton_kernels, fn), signature=sig, constexprs=consts)
+            k = T.compile(src, target=target, options=opts)
+            name = k.metadata.name
+            # Copy the cache entry as Triton wrote it: <name>.json beside .ptx/.cubin.
+            entry = next(j.parent for j in Path(cache).glob(f"*/{name}.json")
+                         if json.loads(j.read_text())["hash"] == k.metadata.hash)
+            dest = out / tag
+            dest.mkdir()
+            for suffix in (".json", ".ptx", ".cubin"):
+                shutil.copy(entry / f"{name}{suffix}", dest / f"{name}{suffix}")
+            print(tag, "shared", k.metadata.shared, "warps", k.metadata.num_warps, "ctas", k.metadata.num_ctas)
+
+
+def main(argv: list[str]) -> None:
+    steps = {"nvcc": nvcc, "nvrtc": nvrtc, "numba": numba, "triton": triton}
+    for name in argv or list(steps):
+        steps[name]()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,384 @@
+"""nbjit.ptx on real compiler output (nvcc, NVRTC, Numba, Triton) and hand-written edge cases."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from assembler import assemble
+from nbjit import PtxParseError, inspect_ptx, strip_debug
+from nbjit.ptx import set_version
+
+DATA = Path(__file__).resolve().parent / "data"
+ALL_PTX = sorted(p.relative_to(DATA).as_posix() for p in DATA.rglob("*.ptx"))
+DEBUG_PTX = [
+    "nvcc/kernels_G_sm90.ptx", "nvcc/kernels_lineinfo_sm90.ptx", "nvrtc/tmpl_G_sm90.ptx",
+    "nvrtc/tmpl_lineinfo_sm90.ptx", "numba/axpy_debug.ptx", "numba/axpy_lineinfo.ptx",
+    "triton/add_kernel/add_kernel.ptx", "triton/softmax_kernel/softmax_kernel.ptx",
+    "triton/matmul_kernel/matmul_kernel.ptx",
+]
+
+
+def read(rel: str) -> str:
+    return (DATA / rel).read_text()
+
+
+def info(rel: str):
+    return inspect_ptx(read(rel), source=rel)
+
+
+# ---------------------------------------------------------------- header
+
+
+@pytest.mark.parametrize("rel,version,targets", [
+    ("nvcc/kernels_sm90.ptx", (9, 0), ("sm_90",)),
+    ("nvcc/kernels_sm80.ptx", (9, 0), ("sm_80",)),
+    ("nvrtc/tmpl_sm90.ptx", (9, 5), ("sm_90",)),
+    ("numba/axpy_plain.ptx", (9, 5), ("sm_90",)),
+    ("triton/add_kernel/add_kernel.ptx", (9, 4), ("sm_90a",)),
+    ("hand/traps.ptx", (8, 3), ("sm_90", "texmode_independent")),
+])
+def test_header(rel, version, targets):
+    i = info(rel)
+    assert i.version == version
+    assert i.targets == targets
+    assert i.arch == targets[0]
+    assert i.address_size == 64
+
+
+def test_target_debug_flag():
+    assert info("nvcc/kernels_G_sm90.ptx").debug.target_debug
+    assert not info("nvcc/kernels_lineinfo_sm90.ptx").debug.target_debug
+    assert info("nvcc/kernels_G_sm90.ptx").targets == ("sm_90",)
+
+
+# ---------------------------------------------------------------- nvcc entries and params
+
+
+def test_nvcc_entries_in_file_order():
+    names = [e.name for e in info("nvcc/kernels_sm90.ptx").entries]
+    assert names == ["k_basic", "k_struct", "k_arr", "k_lb", "k_dyn", "k_small", "k_widths", "k_globals",
+                     "_Z6k_tmplIfEvPT_S0_i", "_Z6k_tmplIiEvPT_S0_i", "_Z9k_mangledPi"]
+
+
+def layout_of(entry):
+    return [(p.type, p.count, p.size, p.align, p.offset) for p in entry.params]
+
+
+def test_nvcc_param_layouts():
+    i = info("nvcc/kernels_sm90.ptx")
+    basic = i.entry("k_basic")
+    assert layout_of(basic) == [("u64", None, 8, 8, 0), ("u64", None, 8, 8, 8),
+                                ("f32", None, 4, 4, 16), ("u32", None, 4, 4, 20)]
+    assert basic.param_size == 24
+    assert [p.name for p in basic.params] == [f"k_basic_param_{n}" for n in range(4)]
+    struct = i.entry("k_struct")  # 24-byte struct by value
+    assert layout_of(struct) == [("b8", 24, 24, 8, 0), ("u64", None, 8, 8, 24)]
+    assert struct.params[0].kind == "struct" and struct.params[1].kind == "scalar"
+    assert struct.param_size == 32
+    small = i.entry("k_small")  # __half, bf16, bool, char, short, float*
+    assert [(p.type, p.count, p.offset) for p in small.params] == [
+        ("b8", 2, 0), ("b8", 2, 2), ("u8", None, 4), ("u8", None, 5), ("u16", None, 6), ("u64", None, 8)]
+    assert small.param_size == 16
+    widths = i.entry("k_widths")
+    assert [p.type for p in widths.params] == ["u8", "u8", "u16", "u16", "u32", "u32", "u64", "u64",
+                                               "f32", "f64", "u64"]
+    assert [p.offset for p in widths.params] == [0, 1, 2, 4, 8, 12, 16, 24, 32, 40, 48]
+    assert widths.param_size == 56
+
+
+def test_nvcc_directives():
+    i = info("nvcc/kernels_sm90.ptx")
+    lb = i.entry("k_lb").directives
+    assert lb.maxntid == (256, 1, 1) and lb.minnctapersm == 2 and lb.reqntid is None
+    assert i.entry("k_basic").directives.to_json() == {}
+    c = info("nvcc/cluster_sm90.ptx")
+    k = c.entry("k_cluster").directives
+    assert k.explicitcluster and k.reqnctapercluster == (2, 1, 1) and k.cluster == (2, 1, 1)
+    assert c.entry("k_rank").directives.maxclusterrank == 4
+    assert c.entry("k_maxnreg").directives.maxnreg == 32
+
+
+def test_nvcc_globals_functions_dynamic_shared():
+    i = info("nvcc/kernels_sm90.ptx")
+    g = {v.name: v for v in i.globals}
+    assert (g["g_arr"].space, g["g_arr"].size, g["g_arr"].align, g["g_arr"].initialized) == ("global", 64, 4, True)
+    assert (g["g_counter"].type, g["g_counter"].size, g["g_counter"].initialized) == ("u32", 4, False)
+    assert (g["c_tab"].space, g["c_tab"].size) == ("const", 32)
+    assert [d.name for d in i.dynamic_shared] == ["dsm"] and g["dsm"].align == 16
+    # the demoted __shared__ tile lives in k_lb's body, not at module scope
+    assert "_ZZ4k_lbE4tile" not in g
+    assert [(f.name, f.defined) for f in i.functions] == [("_Z6helperf", True)]
+
+
+def test_nvcc_sm80_same_entries_as_sm90():
+    a, b = info("nvcc/kernels_sm80.ptx"), info("nvcc/kernels_sm90.ptx")
+    assert [e.to_json() for e in a.entries] == [e.to_json() for e in b.entries]
+
+
+# ---------------------------------------------------------------- other producers
+
+
+def test_nvrtc_weak_template_entries():
+    i = info("nvrtc/tmpl_sm90.ptx")
+    names = json.loads(read("nvrtc/tmpl_sm90.names.json"))
+    linkage = {e.name: e.linkage for e in i.entries}
+    for expr, mangled in names.items():
+        assert mangled in linkage, expr
+    assert linkage["plain"] == "visible"
+    assert linkage[names["fill<float>"]] == "weak"
+    op = i.entry(names["ns::op<float, 4>"])
+    assert [(p.type, p.offset) for p in op.params] == [("u64", 0), ("u64", 8), ("u32", 16)]
+
+
+def test_numba_kernel_params():
+    i = info("numba/axpy_plain.ptx")
+    (k,) = i.entries
+    # two 1-D arrays (7 words each), a float32 and an int32
+    assert len(k.params) == 16
+    assert [p.type for p in k.params[-2:]] == ["f32", "u32"]
+    assert k.param_size == 14 * 8 + 4 + 4
+    assert any(g.linkage == "common" for g in i.globals)
+
+
+def test_triton_kernel():
+    i = info("triton/add_kernel/add_kernel.ptx")
+    (k,) = i.entries
+    assert k.name == "add_kernel" and k.linkage == "visible"
+    assert [p.kind for p in k.params] == ["pointer"] * 3 + ["scalar"] * 2 + ["pointer"] * 2
+    assert all(p.space == "global" and p.pointee_align == 1 for p in k.params if p.pointer)
+    assert k.directives.reqntid == (128,)
+    assert i.metadata == {}  # Triton keeps its metadata in the JSON beside the PTX
+    mm = info("triton/matmul_kernel/matmul_kernel.ptx")
+    assert [g.name for g in mm.dynamic_shared] == ["global_smem"]
+    assert mm.entries[0].directives.reqntid == (256,)
+    c2 = info("triton/matmul_ctas2/matmul_kernel.ptx")
+    assert c2.entries[0].directives.reqnctapercluster == (2,)
+
+
+# ---------------------------------------------------------------- metadata comments
+
+
+def with_comments(rel: str, *lines: str) -> str:
+    return "\n".join(lines) + "\n" + read(rel)
+
+
+def test_meta_comments_parsed():
+    text = with_comments("triton/matmul_kernel/matmul_kernel.ptx",
+                         "// meta:name=matmul_kernel", "// meta:num_warps=8", "// meta:num_ctas=1",
+                         "// meta:shared=65536", "// meta:tmem_size=0", "// meta:global_scratch_size=128",
+                         "// meta:global_scratch_align=16", "// meta:profile_scratch_size=0",
+                         "// meta:profile_scratch_align=1")
+    i = inspect_ptx(text)
+    assert i.metadata == {"name": "matmul_kernel", "num_warps": 8, "num_ctas": 1, "shared": 65536,
+                          "tmem_size": 0, "global_scratch_size": 128, "global_scratch_align": 16,
+                          "profile_scratch_size": 0, "profile_scratch_align": 1}
+    assert set(i.metadata_keys) == set(i.metadata)
+
+
+def test_meta_wins_over_legacy_and_fallbacks():
+    text = with_comments("triton/softmax_kernel/softmax_kernel.ptx",
+                         "// TRITON_SHARED_MEM_BYTES: 1024", "// TRITON_GLOBAL_SCRATCH_BYTES_PER_CTA: 64",
+                         "// TRITON_GLOBAL_SCRATCH_ALIGN: 8", "// meta:shared=32")
+    i = inspect_ptx(text)
+    assert i.metadata["shared"] == 32  # // meta: wins
+    assert i.metadata["global_scratch_size"] == 64 and i.metadata["global_scratch_align"] == 8
+    assert i.metadata["name"] == "softmax_kernel"  # first visible entry
+    assert i.metadata["num_warps"] == 8  # .reqntid 256 -> 8 warps
+    assert i.metadata["num_ctas"] == 1 and i.metadata["profile_scratch_size"] == 0
+    assert "name" not in i.metadata_keys and "shared" in i.metadata_keys
+
+
+def test_meta_warps_round_up():
+    text = "// meta:shared=0\n" + read("hand/traps.ptx").replace("// meta:name=ignored_because_last_wins_no", "")
+    i = inspect_ptx(text)
+    assert i.metadata["num_warps"] == 2  # k_weak .reqntid 8,4,2 = 64 threads
+    assert i.metadata["name"] == "k_all"
+
+
+def test_meta_inside_string_or_block_comment_is_not_metadata():
+    text = read("nvcc/kernels_sm90.ptx") + '\n/*\n// meta:shared=99\n*/\n'
+    assert inspect_ptx(text).metadata == {}
+
+
+# ---------------------------------------------------------------- comments and strings
+
+
+def test_traps_comments_and_strings_do_not_confuse():
+    i = info("hand/traps.ptx")
+    assert [(e.name, e.linkage) for e in i.entries] == [
+        ("k_all", "visible"), ("k_weak", "weak"), ("k_nolink", None), ("k_rank", "visible")]
+    assert "fake_var" not in {g.name for g in i.globals}
+    assert i.debug.files == ((1, "we{ir}d (x);dir/k;{(.cu"),)
+    assert [(f.name, f.noreturn) for f in i.functions] == [("helper_ret", False), ("helper_void", True)]
+    k = i.entry("k_all")
+    assert len(k.params) == 22 and k.param_size == 192
+    p = {q.name: q for q in k.params}
+    assert (p["p_gptr"].pointer, p["p_gptr"].space, p["p_gptr"].pointee_align) == (True, "global", 16)
+    assert (p["p_sptr"].space, p["p_generic"].space, p["p_generic"].pointee_align) == ("shared", None, 8)
+    assert (p["p_arr"].count, p["p_arr"].size, p["p_arr"].offset) == (3, 12, 96)
+    assert (p["p_big"].align, p["p_big"].offset, p["p_struct"].offset, p["p_b128"].offset) == (16, 112, 152, 176)
+    assert p["p_f16"].type == "f16" and p["p_ptr"].kind == "scalar"
+    assert i.entry("k_weak").directives.reqntid == (8, 4, 2)
+    assert i.entry("k_nolink").params == ()
+
+
+def test_legacy_directives():
+    d = info("hand/legacy_directives.ptx").entries[0].directives
+    assert d.maxnctapersm == 2 and d.noreturn and d.maxntid == (64,)
+
+
+def test_bytes_input_and_trailing_nul():
+    raw = (DATA / "nvrtc/tmpl_sm90.ptx").read_bytes() + b"\0"
+    assert [e.name for e in inspect_ptx(raw).entries] == [e.name for e in info("nvrtc/tmpl_sm90.ptx").entries]
+
+
+# ---------------------------------------------------------------- debug info
+
+
+@pytest.mark.parametrize("rel,kind", [
+    ("nvcc/kernels_sm90.ptx", "none"), ("nvcc/kernels_G_sm90.ptx", "dwarf"),
+    ("nvrtc/tmpl_lineinfo_sm90.ptx", "dwarf"),  # line info plus a .debug_str for inlined code
+    ("numba/axpy_lineinfo.ptx", "lineinfo"), ("numba/axpy_debug.ptx", "dwarf"),
+    ("triton/add_kernel/add_kernel.ptx", "dwarf"), ("hand/traps.ptx", "lineinfo"),
+])
+def test_debug_kind(rel, kind):
+    assert info(rel).debug.kind == kind
+
+
+def test_debug_details():
+    d = info("nvcc/kernels_G_sm90.ptx").debug
+    assert d.sections == (".debug_abbrev", ".debug_info", ".debug_macinfo")
+    assert d.lineinfo and d.files and d.target_debug
+    assert info("numba/axpy_debug.ptx").debug.sections == (".debug_loc", ".debug_abbrev", ".debug_info")
+
+
+# ---------------------------------------------------------------- strip_debug
+
+
+def is_subsequence(small: list[str], big: list[str]) -> bool:
+    it = iter(big)
+    return all(any(line == b for b in it) for line in small)
+
+
+@pytest.mark.parametrize("rel", DEBUG_PTX)
+@pytest.mark.parametrize("keep_lineinfo", [False, True])
+def test_strip_debug_assembles(rel, keep_lineinfo):
+    text = read(rel)
+    before = inspect_ptx(text)
+    out = strip_debug(text, keep_lineinfo=keep_lineinfo)
+    after = inspect_ptx(out)
+    assert after.debug.sections == () and not after.debug.target_debug
+    assert after.debug.kind == ("lineinfo" if keep_lineinfo else "none")
+    assert [e.to_json() for e in after.entries] == [e.to_json() for e in before.entries]
+    # every other byte is left alone: what remains are the original lines, in order,
+    # apart from the edited .target and .loc lines
+    changed = re.compile(r"^\s*\.(target|loc)\b")
+    kept = [ln for ln in out.splitlines() if not changed.match(ln)]
+    assert is_subsequence(kept, text.splitlines())
+    assert strip_debug(out, keep_lineinfo=keep_lineinfo) == out  # idempotent
+    assemble(out, before.targets[0], before.version)
+
+
+@pytest.mark.parametrize("rel", ["nvcc/kernels_sm90.ptx", "nvrtc/tmpl_sm90.ptx", "numba/axpy_plain.ptx"])
+def test_strip_debug_leaves_plain_ptx_alone(rel):
+    assert strip_debug(read(rel)) == read(rel)
+
+
+def test_strip_keeps_loc_without_inlined_tails():
+    out = strip_debug(read("nvcc/kernels_lineinfo_sm90.ptx"), keep_lineinfo=True)
+    assert "function_name" not in out and "inlined_at" not in out
+    assert re.search(r"^\s*\.loc\s+\d+\s+\d+\s+\d+\s*$", out, re.M)
+
+
+def test_strip_block_comments_are_respected():
+    text = read("nvcc/kernels_G_sm90.ptx") + "\n/* .section .debug_fake { .b8 1 }\n.loc 1 2 3 */\n"
+    out = strip_debug(text)
+    assert out.endswith("/* .section .debug_fake { .b8 1 }\n.loc 1 2 3 */\n")
+    assert inspect_ptx(out).debug.kind == "none"
+    assemble(out, "sm_90", (9, 0))
+
+
+def test_strip_legacy_dwarf_lines():
+    text = read("nvcc/kernels_sm90.ptx") + '@@DWARF .section .debug_info, "",@progbits\n@@DWARF .byte 0x95, 0x02\n'
+    assert inspect_ptx(text).debug.dwarf_legacy
+    out = strip_debug(text)
+    assert out == read("nvcc/kernels_sm90.ptx")
+
+
+def test_set_version():
+    out = set_version(read("numba/axpy_plain.ptx"), (9, 0))
+    assert inspect_ptx(out).version == (9, 0)
+    assemble(out, "sm_90", (9, 0))
+
+
+# ---------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize("text,msg,line", [
+    ("", "no '.version", None),
+    (".version 9.0\n.address_size 64\n", "no '.target'", 1),
+    (".version 9.0\n.target sm_90\n.visible .entry k(\n.param .u64 a\n{\nret;\n", "unclosed '('", 3),
+    (".version 9.0\n.target sm_90\n.visible .entry k(.param .u64 a)\n{\nret;\n", "unterminated body", 4),
+    (".version 9.0\n.target sm_90\n.visible .entry k(.param .q32 a)\n{\nret;\n}\n", "unknown type", 3),
+    (".version 9.0\n.target sm_90\n.visible .entry k(.param .u32 (a))\n{\nret;\n}\n", "unbalanced", 3),
+    (".version 9.0\n.target sm_90\n.visible .entry k(.param .u32)\n{\nret;\n}\n", "no name", 3),
+    (".version 9.0\n.target sm_90\n.visible .entry k()\n.maxntid 1,2,3,4\n{\nret;\n}\n", "1 to 3", 3),
+    (".version 9.0\n.target sm_90\n.visible .entry k()\n.frobnicate 3\n{\nret;\n}\n", "unknown directive", 3),
+    (".version 9.0\n.target sm_90\n\x00\x01\x02junk", "binary", 3),
+    (".version 9.0\n.target sm_90\n/* never closed\n", "unterminated /*", 3),
+    (".version 9.0\n.target sm_90\n.file 1 \"open\n", "unterminated string", 3),
+])
+def test_malformed_ptx(text, msg, line):
+    with pytest.raises(PtxParseError, match=re.escape(msg)) as e:
+        inspect_ptx(text, source="bad.ptx")
+    assert e.value.line == line
+    assert str(e.value).startswith("bad.ptx")
+
+
+def test_not_utf8():
+    with pytest.raises(PtxParseError, match="UTF-8"):
+        inspect_ptx(b".version 9.0\n\xff\xfe")
+
+
+def test_truncated_real_file_names_line():
+    text = read("nvcc/kernels_sm90.ptx")
+    cut = text[: text.index("k_lb(") + 400]
+    with pytest.raises(PtxParseError, match="k_lb") as e:
+        inspect_ptx(cut)
+    brace = cut.index("{", cut.index("k_lb("))
+    assert e.value.line == cut[:brace].count("\n") + 1
+
+
+FUZZ_SOURCES = ["nvcc/kernels_sm90.ptx", "hand/traps.ptx", "triton/add_kernel/add_kernel.ptx",
+                "nvcc/kernels_G_sm90.ptx"]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(src=st.sampled_from(FUZZ_SOURCES), data=st.data())
+def test_fuzz_mutated_fixtures(src, data):
+    text = read(src)
+    n = len(text)
+    op = data.draw(st.sampled_from(["cut", "delete", "insert", "replace"]))
+    a = data.draw(st.integers(0, n))
+    if op == "cut":
+        text = text[:a]
+    elif op == "delete":
+        b = data.draw(st.integers(a, min(n, a + 200)))
+        text = text[:a] + text[b:]
+    elif op == "insert":
+        junk = data.draw(st.text(alphabet=st.sampled_from(list("{}();,.[]\"/*\n \x00abc0123") + ["\u00e9"]),
+                                 min_size=1, max_size=8))
+        text = text[:a] + junk + text[a:]
+    else:
+        ch = data.draw(st.sampled_from(list("{}();,.[]\"/*\n x9")))
+        text = text[:a] + ch + text[a + 1:]
+    try:
+        inspect_ptx(text)
+    except PtxParseError:
+        pass
+    strip_debug(text)  # never raises on str input; must not hang

@@ -9,6 +9,7 @@ whole-text regular expressions; Python-level work is per declaration, not per li
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass, field
 
 from .errors import PtxParseError
@@ -159,34 +160,56 @@ class PtxInfo:
 # --------------------------------------------------------------------------- lexing
 
 # A string, a line comment or a block comment, whichever starts first (so "//" inside a
-# string and "/*" inside a line comment are what they are).
-_LEX = re.compile(r'"[^"\n]*"|//[^\n]*|/\*.*?\*/', re.S)
+# string and "/*" inside a line comment are what they are); a lone '"' or '/*' is an
+# unterminated string or comment.
+_LEX = re.compile(r'"[^"\n]*"|//[^\n]*|/\*.*?\*/|/\*|"', re.S)
 _META = re.compile(r"//[ \t]*meta:[ \t]*(\w+)[ \t]*=[ \t]*(\S*)")
 _LEGACY = re.compile(r"//[ \t]*(TRITON_\w+)[ \t]*:[ \t]*(\d+)")
-_BAD_CHAR = re.compile(r"[^\t\n\r\x20-\x7e]")
-_BLANK = re.compile(r"[^\n]")
+_NON_NEWLINE = re.compile(r"[^\n]")
+_NOT_ALLOWED = re.compile(r"[^\t\n\r\x20-\x7e]")
+_ALLOWED = bytes(range(0x20, 0x7F)) + b"\t\n\r"
+# A '//' comment or a string holding a brace. Possessive '*+' (Python >= 3.11) stops the
+# engine from backtracking through every comment: twice as fast on compiler output.
+_PLUS = "+" if sys.version_info >= (3, 11) else ""
+_COMMENT_BRACE = re.compile(r"//[^\n{}]*" + _PLUS + r"[{}]")
+_STRING_BRACE = re.compile(r'"[^"\n{}]*' + _PLUS + r"[{}]")
+# str.find is slow for two-character needles whose first character is common; the
+# regex engine's literal search is not.
+_BLOCK_OPEN = re.compile(r"/\*")
+_CLOSE_LINE = re.compile(r"\n\}")
 
 
-def _mask(text: str, meta: list[tuple[str, str, int]]) -> str:
-    """Blank comments and hide string contents; collect Triton metadata comments."""
+class _Unterminated(Exception):
+    def __init__(self, what: str, pos: int):
+        self.what, self.pos = what, pos
+
+
+def _blank(seg: str, meta: list | None = None) -> str:
+    """``seg`` with comments turned to spaces (line breaks kept) and string contents to
+    'x': same length and offsets, and nothing in a comment or string looks like code.
+    Triton metadata comments are appended to ``meta``."""
 
     def repl(m: re.Match) -> str:
         s = m.group()
+        if s == '"' or s == "/*":
+            raise _Unterminated("string" if s == '"' else "/* comment", m.start())
         if s[0] == '"':
             return '"' + "x" * (len(s) - 2) + '"'
-        if s[1] == "/":
-            if "meta:" in s or "TRITON_" in s:
-                mm = _META.match(s)
-                if mm:
-                    meta.append((mm.group(1), mm.group(2), 0))
-                else:
-                    mm = _LEGACY.match(s)
-                    if mm and mm.group(1) in _LEGACY_META:
-                        meta.append((_LEGACY_META[mm.group(1)], mm.group(2), 1))
-            return " " * len(s)
-        return _BLANK.sub(" ", s)
+        if meta is not None and s[1] == "/":
+            _note_meta(s, meta)
+        return _NON_NEWLINE.sub(" ", s)
 
-    return _LEX.sub(repl, text)
+    return _LEX.sub(repl, seg)
+
+
+def _note_meta(comment: str, meta: list) -> None:
+    mm = _META.match(comment)
+    if mm:
+        meta.append((mm.group(1), mm.group(2), 0))
+        return
+    mm = _LEGACY.match(comment)
+    if mm and mm.group(1) in _LEGACY_META:
+        meta.append((_LEGACY_META[mm.group(1)], mm.group(2), 1))
 
 
 def _line(text: str, pos: int) -> int:
@@ -198,14 +221,15 @@ def _line(text: str, pos: int) -> int:
 _VERSION = re.compile(r"\.version\s+(\d+)\.(\d+)\b")
 _TARGET = re.compile(r"\.target\s+([^\n;]*)")
 _ADDR = re.compile(r"\.address_size\s+(\d+)")
-_DECL = re.compile(r"((?:\.(?:visible|weak|extern|common)\s+)*)\.(entry|func)\b")
+_DECL = re.compile(r"\.entry\b|\.func\b")
+_LINKAGE = re.compile(r"((?:\.(?:visible|weak|extern|common)\s+)*)\Z")
 _NAME = re.compile(r"\s*([A-Za-z_$%][\w$%]*)")
 _PTOKEN = re.compile(r"\.\w+|\d+|[A-Za-z_$%][\w$%]*|\S")
 _DIRECTIVE = re.compile(r"\.(\w+)((?:\s*\d+\s*,)*\s*\d+)?|\S+")
-_VAR = re.compile(r"((?:\.(?:visible|weak|extern|common)\s+)*)\.(global|const|shared)\b([^;]*);")
+_VAR = re.compile(r"\.(global|const|shared)\b([^;]*);")
 _VARTOK = re.compile(r"\.\w+|\d+|[A-Za-z_$%][\w$%]*|\[|\]|=")
 _LOC = re.compile(r"\.loc\b")
-_FILE = re.compile(r"\.file\s+(\d+)\s+\"")
+_FILE = re.compile(r'\.file\s+(\d+)\s+"')
 _PRAGMA = re.compile(r'\.pragma\s*"x*"\s*;')
 _SECTION = re.compile(r"\.section\s+(\.[\w.$]+)")
 
@@ -213,6 +237,7 @@ _SPACES = ("global", "shared", "const", "local", "param")
 _DIRECTIVES_N = {"maxntid", "reqntid", "reqnctapercluster"}
 _DIRECTIVES_1 = {"minnctapersm", "maxnctapersm", "maxnreg", "maxclusterrank"}
 _DIRECTIVES_0 = {"noreturn", "explicitcluster", "blocksareclusters"}
+_CHUNK = 1 << 16
 
 
 def inspect_ptx(text: str | bytes, *, source: str | None = None) -> PtxInfo:
@@ -228,11 +253,7 @@ def inspect_ptx(text: str | bytes, *, source: str | None = None) -> PtxInfo:
     ------
     PtxParseError: the text is not well-formed PTX; the message names the line.
     """
-    text = _as_text(text, source)
-    meta: list[tuple[str, str, int]] = []
-    parser = _Parser(text, _mask(text, meta), source)
-    parser.check_chars()
-    return parser.parse(meta)
+    return _Parser(_as_text(text, source), source).parse()
 
 
 def _as_text(text: str | bytes, source: str | None) -> str:
@@ -247,34 +268,67 @@ def _as_text(text: str | bytes, source: str | None) -> str:
 
 
 class _Parser:
-    def __init__(self, text: str, masked: str, source: str | None):
+    """Scans the text as it is and blanks comments and strings (``_blank``) only in the
+    regions it reads closely: declarations, the module scope between bodies, and any body
+    whose braces a comment or string could fake. Function bodies, the bulk of the text,
+    are only scanned for their closing brace."""
+
+    def __init__(self, text: str, source: str | None):
         self.t = text
-        self.m = masked
         self.source = source
+        self.meta: list[tuple[str, str, int]] = []
+        # Block comments can span anything: then blank the whole text once up front.
+        self.v = self.blank(0, len(text), self.meta, text) if _BLOCK_OPEN.search(text) else text
 
     def error(self, msg: str, pos: int | None = None) -> PtxParseError:
-        return PtxParseError(msg, source=self.source, line=None if pos is None else _line(self.m, pos))
+        return PtxParseError(msg, source=self.source, line=None if pos is None else _line(self.t, pos))
+
+    def blank(self, a: int, b: int, meta: list | None = None, text: str | None = None) -> str:
+        try:
+            return _blank((self.v if text is None else text)[a:b], meta)
+        except _Unterminated as e:
+            raise self.error(f"unterminated {e.what}", a + e.pos) from None
+
+    def line_span(self, i: int) -> tuple[int, int]:
+        b = self.v.find("\n", i)
+        return self.v.rfind("\n", 0, i) + 1, len(self.v) if b == -1 else b
+
+    def in_code(self, i: int) -> bool:
+        """Whether position ``i`` is code, not inside a comment or string."""
+        a, b = self.line_span(i)
+        return self.blank(a, b)[i - a] == self.v[i]
+
+    def find_code(self, rx: re.Pattern, pos: int, end: int | None = None) -> re.Match | None:
+        end = len(self.v) if end is None else end
+        while True:
+            m = rx.search(self.v, pos, end)
+            if m is None or self.in_code(m.start()):
+                return m
+            pos = m.start() + 1
 
     def check_chars(self) -> None:
-        bad = _BAD_CHAR.search(self.m)
-        if bad:
-            raise self.error(f"unexpected character {bad.group()!r} (binary data in PTX text?)", bad.start())
-        if "/*" in self.m:
-            raise self.error("unterminated /* comment", self.m.index("/*"))
-        q = self.m.find('"')
-        while q != -1:  # every quote left in the mask belongs to a string "xxx"
-            end = self.m.find('"', q + 1)
-            if end == -1 or "\n" in self.m[q:end]:
-                raise self.error("unterminated string", q)
-            q = self.m.find('"', end + 1)
+        v = self.v
+        if v.isascii() and not v.encode("ascii").translate(None, _ALLOWED):
+            return
+        pos = 0
+        while True:  # non-ASCII text may sit in comments and strings
+            bad = _NOT_ALLOWED.search(v, pos)
+            if bad is None:
+                return
+            a, b = self.line_span(bad.start())
+            bl = self.blank(a, b)
+            for k in range(bad.start() - a, b - a):
+                ch = bl[k]
+                if ch not in " x" and not ("\x20" <= ch <= "\x7e" or ch in "\t\r"):
+                    raise self.error(f"unexpected character {ch!r} (binary data in PTX text?)", a + k)
+            pos = b + 1
 
     # -- header
-    def header(self) -> tuple[tuple[int, int], tuple[str, ...], bool, int | None]:
-        m = self.m
-        v = _VERSION.search(m)
+    def header(self, g: str) -> tuple[tuple[int, int], tuple[str, ...], bool, int | None]:
+        v = _VERSION.search(g)
         if not v:
             raise self.error("no '.version MAJOR.MINOR' directive: is this PTX?")
-        t = _TARGET.search(m)
+        t = _TARGET.search(g)
         if not t:
             raise self.error("no '.target' directive", v.end())
         items = [x.strip() for x in t.group(1).split(",")]
@@ -284,90 +338,113 @@ class _Parser:
         targets = tuple(x for x in items if x != "debug")
         if not targets:
             raise self.error("'.target' names no architecture", t.start())
-        a = _ADDR.search(m)
+        a = _ADDR.search(g)
         return (int(v.group(1)), int(v.group(2))), targets, debug, int(a.group(1)) if a else None
 
     # -- declarations
-    def parse(self, meta: list[tuple[str, str, int]]) -> PtxInfo:
-        version, targets, target_debug, addr = self.header()
-        m = self.m
+    def parse(self) -> PtxInfo:
+        self.check_chars()
+        v = self.v
         entries: list[KernelInfo] = []
         funcs: list[FuncInfo] = []
-        gaps: list[tuple[int, int]] = []
+        gaps: list[tuple[int, str]] = []  # (offset, blanked module-scope text)
         pos = 0
-        for d in _DECL.finditer(m):
-            if d.start() < pos:
-                raise self.error(f"'.{d.group(2)}' inside another function's body", d.start())
-            gaps.append((pos, d.start()))
-            linkage = d.group(1).split()[-1][1:] if d.group(1).strip() else None
-            if d.group(2) == "entry":
+        header = None
+        while True:
+            d = self.find_code(_DECL, pos)
+            gap_end = len(v) if d is None else d.start()
+            g = self.blank(pos, gap_end, self.meta)
+            lk = _LINKAGE.search(g).group(1)
+            gaps.append((pos, g[: len(g) - len(lk)]))
+            if header is None:
+                header = self.header(g)
+            if d is None:
+                break
+            linkage = lk.split()[-1][1:] if lk.strip() else None
+            if d.group() == ".entry":
                 info, pos = self.entry(d.end(), linkage)
                 entries.append(info)
             else:
                 fn, pos = self.func(d.end(), linkage)
                 funcs.append(fn)
-        gaps.append((pos, len(m)))
-        globals_ = [g for a, b in gaps for g in self.variables(a, b)]
+        version, targets, target_debug, addr = header
+        # .file, .section and variables live at module scope: look only between bodies.
+        globals_ = [x for off, g in gaps for x in self.variables(g, off)]
         debug = DebugInfo(
-            lineinfo=_LOC.search(m) is not None,
-            files=tuple(self.files()),
-            sections=tuple(s.group(1) for s in _SECTION.finditer(m) if s.group(1).startswith(".debug")),
-            dwarf_legacy="@@DWARF" in m,
+            lineinfo=self.find_code(_LOC, 0) is not None,
+            files=tuple(self.files(gaps)),
+            sections=tuple(x.group(1) for _, g in gaps for x in _SECTION.finditer(g)
+                           if x.group(1).startswith(".debug")),
+            dwarf_legacy=any("@@DWARF" in g for _, g in gaps),
             target_debug=target_debug,
         )
-        metadata, keys = _metadata(meta, entries)
+        metadata, keys = _metadata(self.meta, entries)
         return PtxInfo(version, targets, addr, tuple(entries), tuple(funcs), tuple(globals_), debug,
                        metadata, keys, self.source)
 
-    def name_at(self, pos: int, what: str) -> tuple[str, int]:
-        n = _NAME.match(self.m, pos)
+    def files(self, gaps):
+        for off, g in gaps:
+            for f in _FILE.finditer(g):
+                q = f.end()
+                yield int(f.group(1)), self.t[off + q: off + g.index('"', q)]
+
+    def declaration(self, pos: int, what: str) -> tuple[str, int, int]:
+        """The blanked text from ``pos`` to the '{' or ';' that ends a declaration's head,
+        and where that head ends."""
+        end = self.find_code(re.compile(r"[{;]"), pos)
+        if end is None:
+            raise self.error(f"{what} has no body (truncated text?)", pos)
+        return self.blank(pos, end.start()), end.start(), end.group() == "{"
+
+    def name_at(self, h: str, p: int, pos: int, what: str) -> tuple[str, int]:
+        n = _NAME.match(h, p)
         if not n:
-            raise self.error(f"expected a name after {what}", pos)
+            raise self.error(f"expected a name after {what}", pos + p)
         return n.group(1), n.end()
 
-    def paren_list(self, pos: int, what: str) -> tuple[str | None, int]:
-        """If a '(' follows (after blanks), return its contents and the position after ')'."""
-        m = self.m
-        p = pos
-        while p < len(m) and m[p] in " \t\r\n":
-            p += 1
-        if p >= len(m) or m[p] != "(":
-            return None, pos
-        close = m.find(")", p + 1)
+    def paren_list(self, h: str, p: int, pos: int, what: str) -> tuple[str | None, int]:
+        """If a '(' follows (after blanks), return its contents and the index after ')'."""
+        q = p
+        while q < len(h) and h[q] in " \t\r\n":
+            q += 1
+        if q >= len(h) or h[q] != "(":
+            return None, p
+        close = h.find(")", q + 1)
         if close == -1:
-            raise self.error(f"unclosed '(' in {what}", p)
-        inner = m[p + 1 : close]
+            raise self.error(f"unclosed '(' in {what}", pos + q)
+        inner = h[q + 1: close]
         if "(" in inner:
-            raise self.error(f"unbalanced parentheses in {what}", p)
+            raise self.error(f"unbalanced parentheses in {what}", pos + q)
         return inner, close + 1
 
-    def body(self, pos: int, what: str) -> tuple[bool, str, int]:
-        """Find '{' (definition) or ';' (declaration) after the directives; return
-        (defined, directive text, end position)."""
-        m = self.m
-        brace, semi = m.find("{", pos), m.find(";", pos)
-        if brace == -1 and semi == -1:
-            raise self.error(f"{what} has no body (truncated text?)", pos)
-        if semi != -1 and (brace == -1 or semi < brace):
-            return False, m[pos:semi], semi + 1
-        return True, m[pos:brace], self.match_brace(brace, what)
-
     def match_brace(self, start: int, what: str) -> int:
-        m = self.m
-        # Fast path: compilers close a function with '}' in column 0.
-        cand = m.find("\n}", start)
+        """The end of the body whose '{' is at ``start``."""
+        v = self.v
+        # Fast path: compilers close a function with '}' in column 0, and their comments
+        # hold no braces; then the raw counts are exact.
+        cand = _CLOSE_LINE.search(v, start)
         tries = 0
-        while cand != -1 and tries < 4:
-            end = cand + 2
-            if m.count("{", start, end) == m.count("}", start, end):
-                return end
-            cand = m.find("\n}", end)
+        while cand is not None and tries < 8:
+            end = cand.end()
+            if v.count("{", start, end) == v.count("}", start, end):
+                if _COMMENT_BRACE.search(v, start, end) is None and (
+                        v.find('"', start, end) == -1 or _STRING_BRACE.search(v, start, end) is None):
+                    return end
+                break
+            cand = _CLOSE_LINE.search(v, end)
             tries += 1
+        # Exact path: count code braces chunk by chunk (each chunk ends at a line break).
         depth = 0
-        for b in re.finditer(r"[{}]", m[start:]):
-            depth += 1 if b.group() == "{" else -1
-            if depth == 0:
-                return start + b.end()
+        p = start
+        while p < len(v):
+            q = v.find("\n", min(p + _CHUNK, len(v)))
+            q = len(v) if q == -1 else q + 1
+            chunk = self.blank(p, q)
+            for b in re.finditer(r"[{}]", chunk):
+                depth += 1 if b.group() == "{" else -1
+                if depth == 0:
+                    return p + b.end()
+            p = q
         raise self.error(f"unterminated body of {what} (missing '}}'; truncated text?)", start)
 
     def params(self, inner: str, pos: int, what: str) -> KernelSignature:
@@ -454,29 +531,31 @@ class _Parser:
         return Directives(**kw)
 
     def entry(self, pos: int, linkage: str | None) -> tuple[KernelInfo, int]:
-        name, p = self.name_at(pos, ".entry")
+        h, hend, defined = self.declaration(pos, "'.entry'")
+        name, p = self.name_at(h, 0, pos, ".entry")
         what = f"kernel {name!r}"
-        inner, p = self.paren_list(p, what)
-        sig = self.params(inner or "", p, what)
-        defined, dtext, end = self.body(p, what)
-        dtext = _PRAGMA.sub("", dtext)
-        return KernelInfo(name, sig, self.directives(dtext, p, what), linkage), end
+        inner, p = self.paren_list(h, p, pos, what)
+        sig = self.params(inner or "", pos + p, what)
+        d = self.directives(_PRAGMA.sub("", h[p:]), pos + p, what)
+        end = self.match_brace(hend, what) if defined else hend + 1
+        return KernelInfo(name, sig, d, linkage), end
 
     def func(self, pos: int, linkage: str | None) -> tuple[FuncInfo, int]:
-        _, p = self.paren_list(pos, ".func return list")
-        name, p = self.name_at(p, ".func")
+        h, hend, defined = self.declaration(pos, "'.func'")
+        _, p = self.paren_list(h, 0, pos, ".func return list")
+        name, p = self.name_at(h, p, pos, ".func")
         what = f"function {name!r}"
-        inner, p = self.paren_list(p, what)
-        self.params(inner or "", p, what)
-        defined, dtext, end = self.body(p, what)
-        dtext = _PRAGMA.sub("", dtext)
-        d = self.directives(dtext, p, what)
+        inner, p = self.paren_list(h, p, pos, what)
+        self.params(inner or "", pos + p, what)
+        d = self.directives(_PRAGMA.sub("", h[p:]), pos + p, what)
+        end = self.match_brace(hend, what) if defined else hend + 1
         return FuncInfo(name, linkage, defined, d.noreturn), end
 
-    def variables(self, a: int, b: int):
-        for v in _VAR.finditer(self.m, a, b):
-            toks = _VARTOK.findall(v.group(3))
-            linkage = v.group(1).split()[-1][1:] if v.group(1).strip() else None
+    def variables(self, g: str, off: int):
+        for v in _VAR.finditer(g):
+            toks = _VARTOK.findall(v.group(2))
+            lk = _LINKAGE.search(g, max(0, v.start() - 64), v.start()).group(1)
+            linkage = lk.split()[-1][1:] if lk.strip() else None
             typ = name = None
             align = None
             dims: list[int | None] = []
@@ -506,18 +585,12 @@ class _Parser:
                     name = tk
                 i += 1
             if typ is None or name is None:
-                raise self.error(f"malformed .{v.group(2)} variable declaration", v.start())
+                raise self.error(f"malformed .{v.group(1)} variable declaration", off + v.start())
             elem = SCALAR_TYPES[typ]
             size: int | None = elem
             for n in dims:
                 size = None if (n is None or size is None) else size * n
-            yield GlobalVar(name, v.group(2), typ, size, align or elem, linkage, init)
-
-    def files(self):
-        for f in _FILE.finditer(self.m):
-            q = f.end() - 1
-            end = self.m.find('"', q + 1)
-            yield int(f.group(1)), self.t[q + 1 : end]
+            yield GlobalVar(name, v.group(1), typ, size, align or elem, linkage, init)
 
 
 def _metadata(meta: list[tuple[str, str, int]], entries: list[KernelInfo]) -> tuple[dict, tuple[str, ...]]:
@@ -548,16 +621,15 @@ def _metadata(meta: list[tuple[str, str, int]], entries: list[KernelInfo]) -> tu
 
 # --------------------------------------------------------------------------- rewriting
 
-# A .section .debug_* header, its '{' (maybe on the next line) and its body up to the
-# closing '}'; the body never holds braces, but '//' comments in it may, so skip those.
-_DBG_SECTION = re.compile(
-    r"^[ \t]*\.section[ \t]+\.debug\w*[^\n{/]*(?://[^\n]*)?\s*\{(?:[^}/]|/(?!/)|//[^\n]*)*\}[ \t]*(?://[^\n]*)?\n?",
-    re.M)
-_DWARF_LINE = re.compile(r"^[ \t]*@@DWARF\b[^\n]*\n?", re.M)
-_LOC_FILE_LINE = re.compile(r"^[ \t]*\.(?:loc|file)\b[^\n]*\n?", re.M)
+# One pass over the text removes whole debug lines: each alternative starts right after a
+# line break. A .section .debug_* block runs from its header through '{' (maybe on the next
+# line) to the closing '}'; its body never holds braces, but its '//' comments may.
+_SECTION_BLOCK = r"\.section[ \t]+\.debug\w*[^\n{/]*(?://[^\n]*)?\s*\{(?:[^}/]|/(?!/)|//[^\n]*)*\}[ \t]*(?://[^\n]*)?"
+_DEBUG_LINES = re.compile(r"\n[ \t]*(?:\.(?:loc|file)\b[^\n]*|@@DWARF[^\n]*|" + _SECTION_BLOCK + ")")
+_DWARF_ONLY = re.compile(r"\n[ \t]*(?:@@DWARF[^\n]*|" + _SECTION_BLOCK + ")")
 _LOC_TAIL = re.compile(r"(\.loc[ \t]+\d+[ \t]+\d+[ \t]+\d+)[ \t]*,[ \t]*function_name[^\n/]*?"
                        r"(?=[ \t]*(?://|\n|$))")
-_TARGET_DEBUG = re.compile(r"^([ \t]*\.target[ \t]+[^\n]*?)(?:[ \t]*,[ \t]*debug\b|\bdebug[ \t]*,[ \t]*)", re.M)
+_TARGET_DEBUG = re.compile(r"([ \t]*\.target[ \t]+[^\n]*?)(?:[ \t]*,[ \t]*debug\b|\bdebug[ \t]*,[ \t]*)")
 
 
 def strip_debug(text: str | bytes, keep_lineinfo: bool = False) -> str:
@@ -569,55 +641,61 @@ def strip_debug(text: str | bytes, keep_lineinfo: bool = False) -> str:
     which point into the removed ``.debug_str``). Every other byte is left alone.
     """
     text = _as_text(text, None)
-    if ".section" not in text and "@@DWARF" not in text and ".loc" not in text \
-            and ".file" not in text and "debug" not in text:
-        return text
-    if "/*" in text:
-        # Block comments could hide or fake any of the patterns: decide on the masked
-        # text, cut the original.
-        return _strip_masked(text, keep_lineinfo)
-    return _strip_plain(text, keep_lineinfo)
+    if _BLOCK_OPEN.search(text):
+        return _strip_view(text, _blank_text(text), keep_lineinfo)
+    out = (_DWARF_ONLY if keep_lineinfo else _DEBUG_LINES).sub("", text)
+    if keep_lineinfo and "function_name" in out:
+        out = _LOC_TAIL.sub(r"\1", out)
+    t = _target_line(out)
+    if t is not None:
+        x = _TARGET_DEBUG.match(out, *t)
+        if x:
+            out = out[:x.end(1)] + out[x.end():]
+    return out
 
 
-def _strip_plain(text: str, keep_lineinfo: bool) -> str:
-    if ".section" in text:
-        text = _DBG_SECTION.sub("", text)
-    if "@@DWARF" in text:
-        text = _DWARF_LINE.sub("", text)
-    if keep_lineinfo:
-        if "function_name" in text:
-            text = _LOC_TAIL.sub(r"\1", text)
-    elif ".loc" in text or ".file" in text:
-        text = _LOC_FILE_LINE.sub("", text)
-    return _TARGET_DEBUG.sub(r"\1", text, count=1)
-
-
-def _strip_masked(text: str, keep_lineinfo: bool) -> str:
-    masked = _mask(text, [])
-    cuts: list[tuple[int, int, str]] = []
-    for rx in (_DBG_SECTION, _DWARF_LINE) + (() if keep_lineinfo else (_LOC_FILE_LINE,)):
-        cuts += [(x.start(), x.end(), "") for x in rx.finditer(masked)]
-    if keep_lineinfo:
-        cuts += [(x.end(1), x.end(), "") for x in _LOC_TAIL.finditer(masked)]
-    t = _TARGET_DEBUG.search(masked)
-    if t:
-        cuts.append((t.end(1), t.end(), ""))
+def _strip_view(text: str, view: str, keep_lineinfo: bool) -> str:
+    """strip_debug deciding on ``view`` (comments blanked, same offsets), cutting ``text``:
+    block comments could hide or fake any of the patterns."""
+    cuts = [(x.start(), x.end()) for x in (_DWARF_ONLY if keep_lineinfo else _DEBUG_LINES).finditer(view)]
+    if keep_lineinfo and "function_name" in view:
+        cuts += [(x.end(1), x.end()) for x in _LOC_TAIL.finditer(view)]
+    t = _target_line(view)
+    if t is not None:
+        x = _TARGET_DEBUG.match(view, *t)
+        if x:
+            cuts.append((x.end(1), x.end()))
     out = []
     pos = 0
-    for a, b, rep in sorted(cuts):
-        if a < pos:
-            continue
+    for a, b in sorted(cuts):
         out.append(text[pos:a])
-        out.append(rep)
         pos = b
     out.append(text[pos:])
     return "".join(out)
 
 
+def _target_line(view: str) -> tuple[int, int] | None:
+    """Start and end of the line holding the .target directive (not one in a comment)."""
+    i = view.find(".target")
+    while i != -1:
+        a = view.rfind("\n", 0, i) + 1
+        if not view[a:i].strip():
+            b = view.find("\n", i)
+            return a, len(view) if b == -1 else b
+        i = view.find(".target", i + 1)
+    return None
+
+
+def _blank_text(text: str) -> str:
+    try:
+        return _blank(text)
+    except _Unterminated as e:
+        raise PtxParseError(f"unterminated {e.what}", line=_line(text, e.pos)) from None
+
+
 def set_version(text: str, version: tuple[int, int]) -> str:
     """Rewrite the ``.version`` directive (for a driver older than the PTX's producer)."""
-    masked = _mask(text, [])
-    v = _VERSION.search(masked)
+    v = _VERSION.search(_blank_text(text))
     if not v:
         raise PtxParseError("no '.version' directive")
     return f"{text[:v.start()]}.version {version[0]}.{version[1]}{text[v.end():]}"

@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""Speed of nbjit.inspect_ptx and strip_debug on ~20 MB of PTX built from Triton output,
+beside a plain line-by-line scan of the same text (what a straightforward port of a
+line-loop PTX parser does: per line, drop the comment, count braces, match the
+directives). Prints MB/s and the ratios; writes JSON with --json FILE.
+
+    python benchmarks/bench_ptx.py [--mb 20] [--repeat 5] [--json out.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import time
+from pathlib import Path
+
+from nbjit import inspect_ptx, strip_debug
+
+DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
+
+
+def build_text(mb: float) -> str:
+    """Triton's matmul PTX (with line info and DWARF sections), its kernel repeated
+    under new names until the text reaches ``mb`` megabytes."""
+    src = (DATA / "triton/matmul_kernel/matmul_kernel.ptx").read_text()
+    start = src.index(".visible .entry")
+    end = src.index("\t.file")
+    head, body, tail = src[:start], src[start:end], src[end:]
+    n = max(1, int(mb * 1e6 / len(body)))
+    return head + "".join(body.replace("matmul_kernel", f"matmul_kernel_{i}") for i in range(n)) + tail
+
+
+# ----------------------------------------------------------------- the line-scan baseline
+
+_ENTRY = re.compile(r"^\s*(?:\.(visible|weak|extern)\s+)?\.entry\s+([\w$]+)")
+_PARAM = re.compile(r"\.param\s+(?:\.align\s+(\d+)\s+)?\.(\w+)(?:\s+\.ptr(?:\s+\.\w+)?(?:\s+\.align\s+\d+)?)?\s+([\w$]+)(?:\[(\d+)\])?")
+_DIRECTIVE = re.compile(r"^\s*\.(maxntid|reqntid|minnctapersm|maxnreg|reqnctapercluster|maxclusterrank|explicitcluster)\b\s*([\d,\s]*)")
+_GLOBAL = re.compile(r"^\s*(?:\.(?:visible|extern|weak|common)\s+)?\.(global|const|shared)\s")
+_SIZES = {"u8": 1, "s8": 1, "b8": 1, "u16": 2, "s16": 2, "b16": 2, "f16": 2, "u32": 4, "s32": 4,
+          "b32": 4, "f32": 4, "u64": 8, "s64": 8, "b64": 8, "f64": 8}
+
+
+def linescan_inspect(text: str) -> dict:
+    entries, globals_, files, sections = [], [], [], []
+    depth, in_block, cur, in_params, loc = 0, False, None, False, False
+    version = target = None
+    for line in text.splitlines():
+        if in_block:
+            if "*/" not in line:
+                continue
+            line = line.split("*/", 1)[1]
+            in_block = False
+        if "/*" in line:
+            before, after = line.split("/*", 1)
+            if "*/" in after:
+                line = before + after.split("*/", 1)[1]
+            else:
+                line, in_block = before, True
+        if "//" in line:
+            line = line.split("//", 1)[0]
+        s = line.strip()
+        if not s:
+            continue
+        if depth == 0:
+            if s.startswith(".version"):
+                version = s.split()[1]
+            elif s.startswith(".target"):
+                target = s[7:].strip()
+            elif s.startswith(".file"):
+                files.append(s)
+            elif s.startswith(".section"):
+                sections.append(s.split()[1])
+            m = _ENTRY.match(s)
+            if m:
+                cur = {"name": m.group(2), "params": [], "directives": {}}
+                entries.append(cur)
+                in_params = "(" in s and ")" not in s
+            elif in_params:
+                for p in _PARAM.finditer(s):
+                    cur["params"].append((p.group(2), int(p.group(4) or 1) * _SIZES.get(p.group(2), 0)))
+                if ")" in s:
+                    in_params = False
+            elif cur is not None and _DIRECTIVE.match(s):
+                d = _DIRECTIVE.match(s)
+                cur["directives"][d.group(1)] = d.group(2).strip()
+            elif _GLOBAL.match(s):
+                globals_.append(s)
+        elif s.startswith(".loc"):
+            loc = True
+        depth += s.count("{") - s.count("}")
+    return {"version": version, "target": target, "entries": entries, "globals": globals_,
+            "files": files, "sections": sections, "loc": loc}
+
+
+def linescan_strip(text: str) -> str:
+    out = []
+    in_section = False
+    for line in text.splitlines(keepends=True):
+        s = line.strip()
+        if in_section:
+            if "}" in s.split("//", 1)[0]:
+                in_section = False
+            continue
+        if s.startswith(".section") and ".debug" in s:
+            in_section = "}" not in s
+            continue
+        if s.startswith((".loc", ".file", "@@DWARF")):
+            continue
+        if s.startswith(".target") and "debug" in s:
+            line = re.sub(r"\s*,\s*debug\b", "", line)
+        out.append(line)
+    return "".join(out)
+
+
+# ----------------------------------------------------------------- timing
+
+
+def best(fn, arg, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn(arg)
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mb", type=float, default=20.0)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    text = build_text(a.mb)
+    mb = len(text.encode()) / 1e6
+
+    # both sides must agree on what they found / produced
+    ours, base = inspect_ptx(text), linescan_inspect(text)
+    assert [e.name for e in ours.entries] == [e["name"] for e in base["entries"]]
+    assert [len(e.params) for e in ours.entries] == [len(e["params"]) for e in base["entries"]]
+    assert strip_debug(text) == linescan_strip(text)
+
+    rows = {}
+    for label, fn in (("inspect_ptx", inspect_ptx), ("line-scan inspect", linescan_inspect),
+                      ("strip_debug", strip_debug), ("line-scan strip", linescan_strip)):
+        t = best(fn, text, a.repeat)
+        rows[label] = {"seconds": t, "mb_per_s": mb / t}
+    print(f"PTX: {mb:.1f} MB, {len(ours.entries)} kernels, best of {a.repeat}")
+    print(f"{'':22}{'s':>8}{'MB/s':>9}")
+    for k, v in rows.items():
+        print(f"{k:22}{v['seconds']:8.3f}{v['mb_per_s']:9.1f}")
+    r_inspect = rows["line-scan inspect"]["seconds"] / rows["inspect_ptx"]["seconds"]
+    r_strip = rows["line-scan strip"]["seconds"] / rows["strip_debug"]["seconds"]
+    print(f"inspect_ptx is {r_inspect:.1f}x the line scan (goal >= 2x); "
+          f"strip_debug is {r_strip:.1f}x (goal >= 3x)")
+    if a.json:
+        Path(a.json).write_text(json.dumps({"mb": mb, "rows": rows, "inspect_speedup": r_inspect,
+                                            "strip_speedup": r_strip}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -7,8 +7,15 @@ Inspection (pure data, no GPU):
                                         Triton metadata comments, debug information
     strip_debug(text, keep_lineinfo=False) -> str
                                         remove DWARF / line info so the driver JIT takes the PTX
+    inspect_cubin(data) -> CubinInfo    arch, kernels with parameter offsets/sizes, .nv.info
+                                        attributes, registers/shared/const/local, globals
+    inspect_fatbin(data) -> FatbinInfo  entries (PTX or cubin, arch, compression);
+                                        FatbinInfo.select(arch) picks the one a device uses
+    Image, as_image(obj), inspect_image(obj)
+                                        device code as bytes + kind, sniffed by content
 
-Data types: PtxInfo, KernelInfo, KernelSignature, Param, Directives.
+Data types: PtxInfo, CubinInfo, FatbinInfo, FatbinEntry, KernelInfo, KernelSignature,
+Param, Directives.
 
 Errors: every error nbjit raises on bad input derives from NbjitError
 (PtxParseError, ImageFormatError, NbjitCompileError, NbjitLoadError, NbjitLaunchError,
@@ -25,6 +32,9 @@ from .errors import (
     NbjitLoadError,
     PtxParseError,
 )
+from .cubin import CubinInfo, inspect_cubin
+from .fatbin import FatbinEntry, FatbinInfo, inspect_fatbin
+from .image import Image, as_image, inspect_image
 from .ptx import PtxInfo, inspect_ptx, strip_debug
 from .signature import Directives, KernelInfo, KernelSignature, Param
 
@@ -33,7 +43,15 @@ __version__ = "0.1.0"
 __all__ = [
     "inspect_ptx",
     "strip_debug",
+    "inspect_cubin",
+    "inspect_fatbin",
+    "inspect_image",
+    "as_image",
+    "Image",
     "PtxInfo",
+    "CubinInfo",
+    "FatbinInfo",
+    "FatbinEntry",
     "KernelInfo",
     "KernelSignature",
     "Param",

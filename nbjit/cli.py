@@ -6,7 +6,10 @@ import json
 import sys
 from pathlib import Path
 
+from .cubin import CubinInfo, inspect_cubin
 from .errors import NbjitError
+from .fatbin import FatbinInfo, parse_arch
+from .image import Image, inspect_image
 from .ptx import PtxInfo, inspect_ptx, strip_debug
 
 __all__ = ["main"]
@@ -42,7 +45,8 @@ def format_entries(entries, out: list[str]) -> None:
         if res:
             out.append("  resources: " + ", ".join(res))
         if e.params:
-            rows = [[i, p.name, p.type + (f"[{p.count}]" if p.count is not None else "")
+            rows = [[i, p.name, ("?" if p.type == "unknown" else p.type)
+                     + (f"[{p.count}]" if p.count is not None else "")
                      + (" .ptr" + (f" .{p.space}" if p.space else "") if p.pointer else ""),
                      p.size, p.align, p.offset] for i, p in enumerate(e.params)]
             out += ["  " + line for line in _table(rows, ["#", "name", "type", "size", "align", "offset"])]
@@ -90,13 +94,75 @@ def format_ptx(info: PtxInfo, path: str) -> str:
     return "\n".join(out)
 
 
+def format_cubin(info: CubinInfo, path: str) -> str:
+    tk = f", CUDA {info.toolkit // 10}.{info.toolkit % 10}" if info.toolkit else ""
+    vt = f", from PTX for compute_{info.virtual_arch}" if info.virtual_arch else ""
+    out = [f"{path}: cubin for {info.arch}{vt}{tk} (ELF ABI v{info.abi_version - 6}"
+           f"{', relocatable' if info.relocatable else ''})"]
+    if any(p.type == "unknown" for e in info.entries for p in e.params):
+        out.append("(a cubin records parameter sizes and offsets, not types: '?' = type unknown)")
+    format_entries(info.entries, out)
+    if info.shared_reserved:
+        out.append("")
+        out.append(f"(shared memory excludes the {info.shared_reserved} bytes the system reserves per block "
+                   f"on {info.arch})")
+    if info.functions:
+        out.append("")
+        out.append("device functions: " + ", ".join(info.functions))
+    if info.globals:
+        out.append("")
+        out += _table([[g.name, g.space, g.size, g.section] for g in info.globals],
+                      ["global", "space", "size", "section"])
+    return "\n".join(out)
+
+
+def format_fatbin(info: FatbinInfo, path: str, arch: str | None) -> str:
+    out = [f"{path}: fatbin with {len(info.entries)} images"]
+    rows = [[e.index, e.kind, e.arch, e.compression or "-", e.size,
+             "yes" if e.payload is not None else "no (needs zstandard)"] for e in info.entries]
+    out += _table(rows, ["#", "kind", "arch", "compressed", "bytes", "readable"])
+    if arch:
+        chosen = info.select(arch)
+        out.append("")
+        if chosen is None:
+            out.append(f"no image runs on {arch}")
+        else:
+            out.append(f"{arch} uses image {chosen.index} ({chosen.kind} {chosen.arch}):")
+            if chosen.payload is None:
+                out.append("  compressed with zstd and 'zstandard' is not installed: the driver will "
+                           "read the whole fatbin")
+            else:
+                out.append(_describe(Image(chosen.payload, chosen.kind, f"{path}[{chosen.index}]"), None))
+    return "\n".join(out)
+
+
+def _describe(img: Image, arch: str | None) -> str:
+    info = inspect_image(img)
+    if isinstance(info, PtxInfo):
+        return format_ptx(info, img.name)
+    if isinstance(info, CubinInfo):
+        return format_cubin(info, img.name)
+    return format_fatbin(info, img.name, arch)
+
+
 def _inspect(args) -> int:
-    data = _read(args.file)
-    info = inspect_ptx(data, source=args.file)
+    if args.arch:
+        try:
+            parse_arch(args.arch)
+        except ValueError as e:
+            raise _Usage(str(e)) from None
+    img = Image.from_bytes(_read(args.file), args.file)
     if args.json:
-        print(json.dumps(info.to_json(), indent=2))
+        info = inspect_image(img)
+        j = info.to_json()
+        if isinstance(info, FatbinInfo) and args.arch:
+            chosen = info.select(args.arch)
+            j["selected"] = None if chosen is None else chosen.index
+            if chosen is not None and chosen.payload is not None:
+                j["selected_image"] = inspect_image(Image(chosen.payload, chosen.kind)).to_json()
+        print(json.dumps(j, indent=2))
     else:
-        print(format_ptx(info, args.file))
+        print(_describe(img, args.arch))
     return 0
 
 
@@ -119,6 +185,7 @@ def _parser() -> argparse.ArgumentParser:
     i = sub.add_parser("inspect", help="show the kernels, parameters and metadata of an image")
     i.add_argument("file")
     i.add_argument("--json", action="store_true", help="machine-readable output (see docs/cli.md)")
+    i.add_argument("--arch", help="for a fatbin: show the image this architecture (e.g. sm_90) would use")
     i.set_defaults(func=_inspect)
     s = sub.add_parser("strip", help="remove debug information from PTX")
     s.add_argument("file")

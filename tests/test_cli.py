@@ -73,3 +73,45 @@ def test_bad_input_one_line_exit_2(tmp_path, content):
 def test_missing_file_exit_2(tmp_path):
     r = nbjit("inspect", str(tmp_path / "nope.ptx"))
     assert r.returncode == 2 and "cannot read" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_inspect_cubin_json_same_keys_as_ptx():
+    r = nbjit("inspect", "--json", str(DATA / "nvcc/kernels_sm_90.cubin"))
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert j["kind"] == "cubin" and j["arch"] == "sm_90"
+    e = {x["name"]: x for x in j["entries"]}["k_basic"]
+    assert {"name", "params", "param_size", "directives", "registers", "shared", "const", "local"} <= set(e)
+    assert e["params"][2] == {"name": "param_2", "type": "unknown", "size": 4, "align": 4, "offset": 16}
+    assert e["param_size"] == 24
+    lb = {x["name"]: x for x in j["entries"]}["k_lb"]
+    assert lb["directives"] == {"maxntid": [256, 1, 1], "maxnreg": 128} and lb["shared"] == 1024
+
+
+def test_inspect_cubin_text():
+    r = nbjit("inspect", str(DATA / "nvcc/cluster_sm90.cubin"))
+    assert r.returncode == 0, r.stderr
+    assert "cubin for sm_90" in r.stdout and "entry k_cluster" in r.stdout
+    assert "explicitcluster, reqnctapercluster 2,1,1" in r.stdout
+    assert "type unknown" in r.stdout
+
+
+def test_inspect_fatbin_with_arch():
+    r = nbjit("inspect", str(DATA / "nvcc/kernels_multi_lz4.fatbin"), "--arch", "sm_86")
+    assert r.returncode == 0, r.stderr
+    assert "fatbin with 3 images" in r.stdout and "lz4" in r.stdout
+    assert "sm_86 uses image 0 (cubin sm_80)" in r.stdout and "entry k_basic" in r.stdout
+    j = json.loads(nbjit("inspect", "--json", str(DATA / "nvcc/kernels_multi.fatbin"), "--arch", "sm_100").stdout)
+    assert j["kind"] == "fatbin"
+    assert [(i["kind"], i["arch"], i["compressed"]) for i in j["images"]] == [
+        ("cubin", "sm_80", False), ("ptx", "compute_90", True), ("cubin", "sm_90", False)]
+    assert j["selected"] == 1 and j["selected_image"]["kind"] == "ptx"
+
+
+def test_inspect_bad_arch_and_ltoir(tmp_path):
+    r = nbjit("inspect", str(DATA / "nvcc/kernels_multi.fatbin"), "--arch", "volta")
+    assert r.returncode == 2 and "not an architecture" in r.stderr
+    f = tmp_path / "k.bc"
+    f.write_bytes(b"BC\xc0\xde" + b"\0" * 64)
+    r = nbjit("inspect", str(f))
+    assert r.returncode == 2 and "LLVM bitcode" in r.stderr and "Traceback" not in r.stderr

@@ -6,7 +6,10 @@ through cuda-bindings, numba-cuda); Triton (``pip install triton``, only for the
 ``triton/`` fixtures; point TRITON_PATH at a separate install dir if you keep it apart).
 No GPU is needed. Run from anywhere:
 
-    python tests/data/make_fixtures.py [nvcc] [nvrtc] [numba] [triton]
+    python tests/data/make_fixtures.py [nvcc] [cuda12] [nvrtc] [numba] [triton] [expected]
+
+``cuda12`` needs Triton's bundled ptxas 12.9; ``expected`` needs cuobjdump (pip
+nvidia-cuda-cuobjdump) and records what it says about every cubin.
 
 Hand-written fixtures (``hand/``) are not generated; edit them directly.
 """
@@ -48,6 +51,38 @@ def nvcc() -> None:
     run("nvcc", "-fatbin", *gencode, "--compress-mode=speed", k, "-o", str(out / "kernels_multi_lz4.fatbin"))
     run("nvcc", "-fatbin", "-gencode", "arch=compute_90a,code=sm_90a", "-gencode",
         "arch=compute_90,code=compute_90", "--compress-mode=none", k, "-o", str(out / "kernels_90a.fatbin"))
+
+
+def cuda12() -> None:
+    """CUDA 12.9 ("V1" ELF ABI) cubins, assembled by the ptxas 12.9 that Triton bundles from
+    nvcc's sm_80 PTX with its .version lowered to 8.7 (it uses nothing newer)."""
+    tp = os.environ.get("TRITON_PATH")
+    ptxas = next((str(Path(p) / "triton/backends/nvidia/bin/ptxas") for p in ([tp] if tp else []) + sys.path
+                  if (Path(p) / "triton/backends/nvidia/bin/ptxas").exists()), None)
+    if ptxas is None:
+        raise SystemExit("cuda12: Triton's bundled ptxas 12.9 not found (set TRITON_PATH)")
+    out = HERE / "nvcc"
+    text = (out / "kernels_sm80.ptx").read_text().replace(".version 9.0", ".version 8.7", 1)
+    with tempfile.TemporaryDirectory() as d:
+        src = Path(d) / "k87.ptx"
+        src.write_text(text)
+        for arch in ("sm_80", "sm_90a"):
+            run(ptxas, f"-arch={arch}", str(src), "-o", str(out / f"kernels129_{arch}.cubin"))
+
+
+def expected() -> None:
+    """What cuobjdump says about every cubin fixture, for tests on machines without it."""
+    sys.path.insert(0, str(HERE.parent))
+    from cuobjdump_oracle import describe, find_cuobjdump
+
+    exe = find_cuobjdump()
+    if exe is None:
+        raise SystemExit("expected: cuobjdump not found (pip install nvidia-cuda-cuobjdump)")
+    out = HERE / "expected"
+    out.mkdir(exist_ok=True)
+    for cubin in sorted(HERE.rglob("*.cubin")):
+        rel = cubin.relative_to(HERE).as_posix()
+        (out / (rel.replace("/", "__") + ".json")).write_text(json.dumps(describe(str(cubin), exe), indent=1) + "\n")
 
 
 def nvrtc() -> None:
@@ -164,7 +199,8 @@ def triton() -> None:
 
 
 def main(argv: list[str]) -> None:
-    steps = {"nvcc": nvcc, "nvrtc": nvrtc, "numba": numba, "triton": triton}
+    steps = {"nvcc": nvcc, "cuda12": cuda12, "nvrtc": nvrtc, "numba": numba, "triton": triton,
+             "expected": expected}
     for name in argv or list(steps):
         steps[name]()
 

@@ -1,0 +1,139 @@
+"""Image: compiled device code (PTX, cubin or fatbin) as immutable bytes, and the one
+function that tells the kinds apart by content."""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Union
+
+from .errors import ImageFormatError
+
+__all__ = ["Image", "ImageLike", "sniff", "as_image", "inspect_image"]
+
+IMAGE_KINDS = ("ptx", "cubin", "fatbin")
+
+_ELF = b"\x7fELF"
+_FATBIN = b"\x50\xed\x55\xba"
+_FATBIN_WRAPPER = b"\xb1\x43\x62\x46"  # __fatBinC_Wrapper_t magic 0x466243B1
+_LTOIR = b"\xed\x43\x4e\x7f"  # NVVM LTO-IR (nvcc/NVRTC -dlto)
+_BITCODE = (b"BC\xc0\xde", b"\xde\xc0\x17\x0b")  # LLVM bitcode, raw and wrapped
+_PTX_VERSION = re.compile(rb"^[ \t]*\.version[ \t]+\d+\.\d+", re.M)
+
+
+@dataclass(frozen=True)
+class Image:
+    """Device code ready to load: ``data`` (bytes), ``kind`` ("ptx", "cubin", "fatbin"),
+    ``name`` (for messages), the ``arch`` it was built for where known, the
+    ``lowered_names`` of NVRTC name expressions and the producer's ``log``."""
+
+    data: bytes
+    kind: str
+    name: str = "<image>"
+    arch: str | None = None
+    lowered_names: Mapping[str, str] = field(default_factory=dict)
+    log: str = ""
+
+    def __post_init__(self):
+        if self.kind not in IMAGE_KINDS:
+            raise ValueError(f"image kind must be one of {IMAGE_KINDS}, not {self.kind!r}")
+
+    @classmethod
+    def from_bytes(cls, data: bytes | str, name: str = "<image>") -> "Image":
+        """An image of whatever kind ``data`` holds (sniffed by content)."""
+        raw = data.encode() if isinstance(data, str) else bytes(data)
+        return cls(raw, sniff(raw, name), name)
+
+    @classmethod
+    def from_path(cls, path: str | os.PathLike) -> "Image":
+        p = Path(path)
+        try:
+            raw = p.read_bytes()
+        except OSError as e:
+            raise ImageFormatError(f"{p}: cannot read: {e.strerror}") from None
+        return cls(raw, sniff(raw, str(p)), str(p))
+
+    @property
+    def sha256(self) -> str:
+        return _sha256(self.data)
+
+    def __repr__(self) -> str:
+        return f"Image(kind={self.kind!r}, name={self.name!r}, {len(self.data)} bytes)"
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+ImageLike = Union[Image, bytes, bytearray, memoryview, str, os.PathLike]
+
+
+def sniff(data: bytes, name: str = "<image>") -> str:
+    """Say what ``data`` is: "ptx", "cubin" or "fatbin".
+
+    Raises
+    ------
+    ImageFormatError: none of these; the message names what it is where nbjit can tell
+    (LTO-IR, LLVM bitcode or IR, CUDA C++ source, a host object) and what to do instead.
+    """
+    head = bytes(data[:64])
+    if not head:
+        raise ImageFormatError(f"{name}: empty image")
+    if head.startswith(_ELF):
+        if len(head) >= 20 and int.from_bytes(head[18:20], "little") == 190:
+            return "cubin"
+        raise ImageFormatError(f"{name}: an ELF file for the host, not a cubin: nbjit does not read host objects "
+                               "or libraries; extract their device code with 'cuobjdump -xelf all' or '-xptx all'")
+    if head.startswith(_FATBIN):
+        return "fatbin"
+    if head.startswith(_FATBIN_WRAPPER):
+        raise ImageFormatError(f"{name}: a host-side fatbin wrapper (.nvFatBinSegment), not the fatbin itself")
+    if head.startswith(_LTOIR):
+        raise ImageFormatError(f"{name}: NVVM LTO-IR (from -dlto), which the driver cannot load: link it to a cubin "
+                               "with nvJitLink ('-lto'), or compile without -dlto to get PTX or a cubin")
+    if head.startswith(_BITCODE):
+        raise ImageFormatError(f"{name}: LLVM bitcode (NVVM IR), which the driver cannot load: compile it to PTX "
+                               "with libNVVM or llc first")
+    sample = bytes(data[: 1 << 16])
+    if b"\0" in sample.rstrip(b"\0"):
+        raise ImageFormatError(f"{name}: binary data that is neither PTX, a cubin (ELF) nor a fatbin "
+                               f"(starts with {head[:8].hex(' ')})")
+    if _PTX_VERSION.search(sample):
+        return "ptx"
+    if re.search(rb"__global__|#include", sample):
+        raise ImageFormatError(f"{name}: CUDA C++ source, not compiled code: compile it with nbjit.compile()")
+    if re.search(rb"^(?:target (?:triple|datalayout)|define |; ModuleID)", sample, re.M):
+        raise ImageFormatError(f"{name}: LLVM IR text, which the driver cannot load: compile it to PTX first")
+    raise ImageFormatError(f"{name}: not PTX (no '.version' directive), a cubin or a fatbin")
+
+
+def as_image(obj: ImageLike, name: str | None = None) -> Image:
+    """An ``Image`` from an Image, a path, PTX text (``str``) or raw bytes."""
+    if isinstance(obj, Image):
+        return obj
+    if isinstance(obj, os.PathLike):
+        return Image.from_path(obj)
+    if isinstance(obj, str):
+        if "\n" in obj or ".version" in obj:
+            return Image.from_bytes(obj, name or "<ptx>")
+        if os.path.exists(obj):
+            return Image.from_path(obj)
+        raise ImageFormatError(f"{obj!r}: no such file, and not PTX text either")
+    if isinstance(obj, (bytes, bytearray, memoryview)):
+        return Image.from_bytes(bytes(obj), name or "<image>")
+    raise TypeError(f"an image is a path, bytes, PTX text or nbjit.Image, not {type(obj).__name__}")
+
+
+def inspect_image(obj: ImageLike, name: str | None = None):
+    """Inspect any image: a ``PtxInfo``, ``CubinInfo`` or ``FatbinInfo`` by its kind."""
+    img = as_image(obj, name)
+    if img.kind == "ptx":
+        from .ptx import inspect_ptx
+        return inspect_ptx(img.data, source=img.name)
+    if img.kind == "cubin":
+        from .cubin import inspect_cubin
+        return inspect_cubin(img.data, source=img.name)
+    from .fatbin import inspect_fatbin
+    return inspect_fatbin(img.data, source=img.name)

@@ -1,0 +1,193 @@
+"""nbjit.cubin on nvcc, NVRTC, Triton and CUDA 12.9 cubins, checked against cuobjdump."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cuobjdump_oracle import describe, find_cuobjdump
+from nbjit import ImageFormatError, inspect_ptx
+from nbjit.cubin import inspect_cubin
+
+DATA = Path(__file__).resolve().parent / "data"
+CUBINS = sorted(p.relative_to(DATA).as_posix() for p in DATA.rglob("*.cubin"))
+
+
+def cubin(rel: str):
+    return inspect_cubin((DATA / rel).read_bytes(), source=rel)
+
+
+def expected(rel: str) -> dict:
+    return json.loads((DATA / "expected" / (rel.replace("/", "__") + ".json")).read_text())
+
+
+@pytest.mark.parametrize("rel,arch,specific,abi", [
+    ("nvcc/kernels_sm_80.cubin", "sm_80", False, 8),
+    ("nvcc/kernels_sm_90.cubin", "sm_90", False, 8),
+    ("nvcc/kernels_sm_90a.cubin", "sm_90a", True, 8),  # CUDA 13: the "a" is in .nv.compat only
+    ("nvcc/kernels_sm_100.cubin", "sm_100", False, 8),
+    ("nvcc/kernels129_sm_80.cubin", "sm_80", False, 7),  # CUDA 12.9: SM in the low e_flags byte
+    ("nvcc/kernels129_sm_90a.cubin", "sm_90a", True, 7),
+    ("nvrtc/tmpl_sm90.cubin", "sm_90", False, 8),
+    ("triton/add_kernel/add_kernel.cubin", "sm_90a", True, 8),
+])
+def test_arch(rel, arch, specific, abi):
+    c = cubin(rel)
+    assert (c.arch, c.arch_specific, c.abi_version, c.address_size) == (arch, specific, abi, 64)
+
+
+def test_virtual_arch_and_toolkit():
+    assert (cubin("nvcc/kernels_sm_90.cubin").virtual_arch, cubin("nvcc/kernels_sm_90.cubin").toolkit) == (90, 130)
+    assert cubin("nvcc/kernels129_sm_90a.cubin").virtual_arch == 80  # assembled from sm_80 PTX
+    assert cubin("nvrtc/tmpl_sm90.cubin").toolkit == 135
+
+
+def test_kernels_not_device_functions():
+    c = cubin("nvcc/kernels_sm_90.cubin")
+    assert sorted(e.name for e in c.entries) == sorted(e.name for e in inspect_ptx(
+        (DATA / "nvcc/kernels_sm90.ptx").read_text()).entries)
+    assert "_Z6helperf" not in {e.name for e in c.entries}
+
+
+@pytest.mark.parametrize("cub,ptx", [
+    ("nvcc/kernels_sm_80.cubin", "nvcc/kernels_sm80.ptx"),
+    ("nvcc/kernels_sm_90.cubin", "nvcc/kernels_sm90.ptx"),
+    ("nvcc/kernels_sm_100.cubin", "nvcc/kernels_sm90.ptx"),
+    ("nvcc/kernels129_sm_90a.cubin", "nvcc/kernels_sm80.ptx"),
+    ("nvcc/cluster_sm90.cubin", "nvcc/cluster_sm90.ptx"),
+    ("nvrtc/tmpl_sm90.cubin", "nvrtc/tmpl_sm90.ptx"),
+    ("triton/add_kernel/add_kernel.cubin", "triton/add_kernel/add_kernel.ptx"),
+    ("triton/softmax_kernel/softmax_kernel.cubin", "triton/softmax_kernel/softmax_kernel.ptx"),
+    ("triton/matmul_kernel/matmul_kernel.cubin", "triton/matmul_kernel/matmul_kernel.ptx"),
+])
+def test_params_agree_with_ptx(cub, ptx):
+    """The PTX inspector's layout and the cubin's KPARAM_INFO must agree byte for byte."""
+    c, p = cubin(cub), inspect_ptx((DATA / ptx).read_text())
+    for ke in p.entries:
+        kc = c.entry(ke.name)
+        assert [(q.offset, q.size) for q in kc.params] == [(q.offset, q.size) for q in ke.params], ke.name
+        assert kc.param_size == ke.param_size
+        assert kc.linkage == ke.linkage
+        assert all(q.type == "unknown" for q in kc.params)  # a cubin does not record types
+        if "100" not in cub:  # pointer-ness is recorded for .ptr parameters (LLVM/Triton, sm_100)
+            assert [q.pointer for q in kc.params] == [q.pointer for q in ke.params]
+
+
+def test_pointer_spaces():
+    t = cubin("triton/add_kernel/add_kernel.cubin").entries[0]
+    assert [q.kind for q in t.params] == ["pointer"] * 3 + ["unknown"] * 2 + ["pointer"] * 2
+    assert t.params[0].space == "global"
+    k = cubin("nvcc/kernels_sm_100.cubin").entry("k_basic")  # nvcc writes .ptr for sm_100
+    assert [q.pointer for q in k.params] == [True, True, False, False] and k.params[0].space is None
+
+
+def test_directives_and_resources():
+    c = cubin("nvcc/kernels_sm_90.cubin")
+    lb = c.entry("k_lb")
+    assert lb.directives.maxntid == (256, 1, 1)
+    assert lb.directives.maxnreg == 128  # __launch_bounds__(256, 2) caps registers at 128
+    assert lb.shared == 1024 and c.shared_reserved == 1024  # the 1 KiB tile, reserve excluded
+    assert c.entry("k_basic").shared == 0
+    cl = cubin("nvcc/cluster_sm90.cubin")
+    assert cl.entry("k_cluster").directives.reqnctapercluster == (2, 1, 1)
+    assert cl.entry("k_cluster").directives.explicitcluster
+    assert cl.entry("k_rank").directives.maxclusterrank == 4
+    assert cl.entry("k_maxnreg").directives.maxnreg == 32
+    assert cubin("triton/matmul_ctas2/matmul_kernel.cubin").entries[0].directives.cluster == (2, 1, 1)
+    assert cubin("triton/add_kernel/add_kernel.cubin").entries[0].directives.reqntid == (128, 1, 1)
+
+
+def test_globals():
+    g = {x.name: x for x in cubin("nvcc/kernels_sm_90.cubin").globals}
+    assert (g["g_arr"].space, g["g_arr"].size) == ("global", 64)
+    assert (g["g_counter"].space, g["g_counter"].size) == ("global", 4)
+    assert (g["c_tab"].space, g["c_tab"].size) == ("const", 32)
+
+
+def compare(info, oracle: dict, rel: str) -> None:
+    assert sorted(e.name for e in info.entries) == sorted(oracle), rel
+    for e in info.entries:
+        o = oracle[e.name]
+        assert [[i, q.offset, q.size] for i, q in enumerate(e.params)] == [p[:3] for p in o["params"]], e.name
+        assert e.param_size == o["param_size"]
+        assert e.registers == o["reg"] and e.const == o["const0"] and e.local == o["stack"]
+        assert e.shared + (info.shared_reserved if o["shared"] else 0) == o["shared"]
+        d = e.directives
+        assert list(d.maxntid or []) == o.get("maxntid", []) and list(d.reqntid or []) == o.get("reqntid", [])
+        assert list(d.reqnctapercluster or []) == o.get("cluster", [])
+        assert d.explicitcluster == o.get("explicit_cluster", False)
+        assert d.maxclusterrank == o.get("max_cluster_rank")
+        assert info.max_registers[e.name] == o["maxreg"]
+
+
+@pytest.mark.parametrize("rel", CUBINS)
+def test_against_recorded_cuobjdump(rel):
+    compare(cubin(rel), expected(rel), rel)
+
+
+@pytest.mark.skipif(find_cuobjdump() is None, reason="cuobjdump not installed (pip install nvidia-cuda-cuobjdump)")
+@pytest.mark.parametrize("rel", CUBINS)
+def test_against_live_cuobjdump(rel):
+    compare(cubin(rel), describe(str(DATA / rel)), rel)
+
+
+# ---------------------------------------------------------------- bad input
+
+GOOD = (DATA / "nvcc/kernels_sm_90.cubin").read_bytes()
+
+
+def patched(data: bytes, off: int, new: bytes) -> bytes:
+    return data[:off] + new + data[off + len(new):]
+
+
+@pytest.mark.parametrize("data,msg", [
+    (b"", "not an ELF"),
+    (b"\x7fELF" + b"\0" * 10, "truncated ELF header"),
+    (b"GARBAGE" * 20, "not an ELF"),
+    (GOOD[:3000], "truncated"),
+    (patched(GOOD, 4, b"\x01"), "32-bit"),
+    (patched(GOOD, 18, (62).to_bytes(2, "little")), "not CUDA"),
+    (patched(GOOD, 0x3C, (0xFFFF).to_bytes(2, "little")), "section header table"),
+    (patched(GOOD, 0x28, (len(GOOD) * 4).to_bytes(8, "little")), "section header table"),
+    (patched(GOOD, 0x3E, (0xFFF).to_bytes(2, "little")), "section name table index"),
+])
+def test_bad_cubins(data, msg):
+    with pytest.raises(ImageFormatError, match=msg) as e:
+        inspect_cubin(data, source="bad.cubin")
+    assert "bad.cubin" in str(e.value)
+
+
+def test_section_offset_beyond_end():
+    shoff = int.from_bytes(GOOD[0x28:0x30], "little")
+    bad = patched(GOOD, shoff + 64 * 2 + 24, (len(GOOD) + 100).to_bytes(8, "little"))  # section 2's offset
+    with pytest.raises(ImageFormatError, match="runs past the end"):
+        inspect_cubin(bad)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(src=st.sampled_from(["nvcc/kernels_sm_90.cubin", "triton/add_kernel/add_kernel.cubin",
+                            "nvcc/kernels129_sm_80.cubin"]), data=st.data())
+def test_fuzz_mutated_cubins(src, data):
+    raw = bytearray((DATA / src).read_bytes())
+    shoff = int.from_bytes(raw[0x28:0x30], "little")
+    regions = [(0, 64), (shoff, len(raw)), (0, len(raw))]  # ELF header, section headers, anywhere
+    for _ in range(data.draw(st.integers(1, 8))):
+        op = data.draw(st.sampled_from(["byte", "word", "cut"]))
+        a, b = data.draw(st.sampled_from(regions))
+        b = min(b, len(raw))
+        i = data.draw(st.integers(min(a, b - 1), b - 1))
+        if op == "byte":
+            raw[i] = data.draw(st.integers(0, 255))
+        elif op == "word":
+            raw[i: i + 4] = data.draw(st.sampled_from([b"\xff\xff\xff\xff", b"\0\0\0\0", b"\xff\xff\0\0"]))
+        else:
+            del raw[i:]
+            if not raw:
+                break
+    try:
+        inspect_cubin(bytes(raw))
+    except ImageFormatError:
+        pass

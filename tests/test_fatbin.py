@@ -1,0 +1,141 @@
+"""nbjit.fatbin on nvcc -fatbin containers (uncompressed, LZ4, zstd, arch-specific)."""
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from nbjit import ImageFormatError, inspect_ptx
+from nbjit.cubin import inspect_cubin
+from nbjit.fatbin import FatbinEntry, inspect_fatbin, lz4_block_decompress, parse_arch, select_entry
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def fatbin(name: str):
+    return inspect_fatbin((DATA / "nvcc" / name).read_bytes(), source=name)
+
+
+@pytest.mark.parametrize("name,compression", [
+    ("kernels_multi_none.fatbin", None), ("kernels_multi_lz4.fatbin", "lz4"), ("kernels_multi.fatbin", "zstd")])
+def test_entries(name, compression):
+    fb = fatbin(name)
+    assert [(e.kind, e.arch) for e in fb.entries] == [("cubin", "sm_80"), ("ptx", "compute_90"), ("cubin", "sm_90")]
+    ptx = fb.entries[1]
+    assert ptx.compression == compression and ptx.compressed == (compression is not None)
+    assert ptx.ptx_version == (9, 0)
+    # the cubins are byte-identical to nvcc -cubin output for the same arch
+    for e in (fb.entries[0], fb.entries[2]):
+        assert e.compression is None
+        assert e.payload == (DATA / f"nvcc/kernels_{e.arch}.cubin").read_bytes()
+        assert inspect_cubin(e.payload).arch == e.arch
+    # the PTX (decompressed where needed) is the same module nvcc wrote
+    assert [k.name for k in inspect_ptx(ptx.payload).entries] == \
+        [k.name for k in inspect_ptx((DATA / "nvcc/kernels_sm90.ptx").read_text()).entries]
+
+
+def test_arch_specific_entry():
+    fb = fatbin("kernels_90a.fatbin")
+    assert [(e.kind, e.arch, e.arch_specific) for e in fb.entries] == [
+        ("cubin", "sm_90a", True), ("ptx", "compute_90", False)]
+
+
+@pytest.mark.parametrize("device,expect", [
+    ("sm_90", "sm_90"), ("sm_80", "sm_80"), ("sm_86", "sm_80"), ("sm_89", "sm_80"),
+    ((10, 0), "compute_90"), (120, "compute_90"), ("sm_75", None)])
+def test_select_multi(device, expect):
+    chosen = fatbin("kernels_multi_none.fatbin").select(device)
+    assert (chosen.arch if chosen else None) == expect
+
+
+@pytest.mark.parametrize("device,expect", [("sm_90", "sm_90a"), ("sm_100", "compute_90"), ("sm_80", None)])
+def test_select_never_a_on_another_chip(device, expect):
+    chosen = fatbin("kernels_90a.fatbin").select(device)
+    assert (chosen.arch if chosen else None) == expect
+
+
+def entry(index, kind, sm, a=False, f=False):
+    return FatbinEntry(index, kind, sm, a, f, None, 0, 0, 0, False, None, b"")
+
+
+def test_select_rules_synthetic():
+    es = [entry(0, "cubin", 86), entry(1, "cubin", 80), entry(2, "cubin", 89, a=True), entry(3, "ptx", 80),
+          entry(4, "ptx", 90, a=True), entry(5, "ptx", 100, f=True), entry(6, "cubin", 100, f=True)]
+    assert select_entry(es, "sm_89").index == 2  # exact (arch-specific build of this chip)
+    assert select_entry(es, "sm_87").index == 0  # newest older minor of the same major
+    assert select_entry(es, "sm_90").index == 4  # PTX: compute_90a only on exactly 9.0
+    assert select_entry(es, "sm_103").index == 6  # family SASS within its family
+    assert select_entry(es, "sm_120").index == 3  # compute_100f is not for 12.x; compute_80 is
+
+
+def test_parse_arch():
+    assert parse_arch("sm_90a") == parse_arch("compute_90") == parse_arch((9, 0)) == parse_arch(90) == 90
+    with pytest.raises(ValueError):
+        parse_arch("volta")
+
+
+def test_zstd_without_zstandard(monkeypatch):
+    import builtins
+    real = builtins.__import__
+
+    def no_zstd(name, *a, **k):
+        if name in ("zstandard", "compression"):
+            raise ImportError(name)
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", no_zstd)
+    fb = fatbin("kernels_multi.fatbin")
+    ptx = fb.entries[1]
+    assert ptx.compression == "zstd" and ptx.payload is None
+    assert ptx.to_json()["decompressed"] is False
+    assert fb.select("sm_100") is ptx  # the loader then hands the whole fatbin to the driver
+
+
+def test_lz4_roundtrip_literals_and_overlap():
+    # hand-made block: 4 literals "abcd", then a match of length 8 at distance 4 (overlapping),
+    # then a final literal-only sequence "Z"
+    block = bytes([0x44]) + b"abcd" + struct.pack("<H", 4) + bytes([0x10]) + b"Z"
+    assert lz4_block_decompress(block, 13) == b"abcdabcdabcdZ"
+    with pytest.raises(ValueError):
+        lz4_block_decompress(block, 12)
+    with pytest.raises(ValueError):
+        lz4_block_decompress(bytes([0x44]) + b"abcd" + struct.pack("<H", 9) + bytes([0x10]) + b"Z", 13)
+
+
+GOOD = (DATA / "nvcc/kernels_multi_lz4.fatbin").read_bytes()
+
+
+@pytest.mark.parametrize("data,msg", [
+    (b"", "no entries"),
+    (b"\x50\xed\x55\xba\x01\x00", "truncated fatbin header"),
+    (b"\x00" * 3 + GOOD, "bad fatbin magic"),
+    (GOOD[:-100], "truncated"),
+    (GOOD[:16] + (60000).to_bytes(2, "little") + GOOD[18:], "unknown kind"),
+    (GOOD[:16 + 8] + (10**9).to_bytes(8, "little") + GOOD[32:], "overrun"),
+    (GOOD[:8] + (16).to_bytes(8, "little") + GOOD[16:32], "header truncated"),
+])
+def test_bad_fatbins(data, msg):
+    with pytest.raises(ImageFormatError, match=msg):
+        inspect_fatbin(data, source="bad.fatbin")
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(src=st.sampled_from(["kernels_multi_lz4.fatbin", "kernels_multi.fatbin", "kernels_90a.fatbin"]),
+       data=st.data())
+def test_fuzz_mutated_fatbins(src, data):
+    raw = bytearray((DATA / "nvcc" / src).read_bytes())
+    fb = inspect_fatbin(bytes(raw))
+    heads = [16] + [e.offset - 64 for e in fb.entries] + [e.offset for e in fb.entries]
+    for _ in range(data.draw(st.integers(1, 6))):
+        base = data.draw(st.sampled_from(heads))
+        i = min(len(raw) - 1, base + data.draw(st.integers(0, 72)))
+        raw[i] = data.draw(st.integers(0, 255))
+    if data.draw(st.booleans()):
+        del raw[data.draw(st.integers(0, len(raw))):]
+    try:
+        inspect_fatbin(bytes(raw))
+    except ImageFormatError:
+        pass

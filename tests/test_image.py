@@ -1,0 +1,73 @@
+"""Telling images apart by content: nbjit.image.sniff / as_image / inspect_image."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nbjit import ImageFormatError
+from nbjit.cubin import CubinInfo
+from nbjit.fatbin import FatbinInfo
+from nbjit.image import Image, as_image, inspect_image, sniff
+from nbjit.ptx import PtxInfo
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+@pytest.mark.parametrize("rel,kind", [
+    ("nvcc/kernels_sm90.ptx", "ptx"), ("numba/axpy_debug.ptx", "ptx"), ("triton/add_kernel/add_kernel.ptx", "ptx"),
+    ("nvcc/kernels_sm_90.cubin", "cubin"), ("nvcc/kernels129_sm_80.cubin", "cubin"),
+    ("nvcc/kernels_multi.fatbin", "fatbin"), ("hand/traps.ptx", "ptx")])
+def test_sniff_real_files(rel, kind, tmp_path):
+    raw = (DATA / rel).read_bytes()
+    assert sniff(raw) == kind
+    # by content, never by name
+    p = tmp_path / "misnamed.bin"
+    p.write_bytes(raw)
+    assert Image.from_path(p).kind == kind
+    info = inspect_image(p)
+    assert isinstance(info, {"ptx": PtxInfo, "cubin": CubinInfo, "fatbin": FatbinInfo}[kind])
+
+
+def test_nvrtc_ptx_with_trailing_nul():
+    assert sniff((DATA / "nvrtc/tmpl_sm90.ptx").read_bytes() + b"\0") == "ptx"
+
+
+def lto_ir() -> bytes:
+    from cuda.bindings import nvrtc as N
+    err, prog = N.nvrtcCreateProgram(b'extern "C" __global__ void k(float* x) { x[0] = 1; }', b"k.cu", 0, [], [])
+    N.nvrtcCompileProgram(prog, 2, [b"-arch=sm_90", b"-dlto"])
+    err, n = N.nvrtcGetLTOIRSize(prog)
+    buf = b" " * n
+    N.nvrtcGetLTOIR(prog, buf)
+    N.nvrtcDestroyProgram(prog)
+    return buf
+
+
+@pytest.mark.parametrize("make,msg", [
+    (lto_ir, "LTO-IR"),
+    (lambda: b"BC\xc0\xde" + b"\0" * 60, "LLVM bitcode"),
+    (lambda: (DATA / "src/kernels.cu").read_bytes(), "CUDA C\\+\\+ source"),
+    (lambda: b"; ModuleID = 'k'\ntarget triple = \"nvptx64-nvidia-cuda\"\n", "LLVM IR text"),
+    (lambda: Path("/bin/sh").resolve().read_bytes()[:4096], "host"),
+    (lambda: b"", "empty"),
+    (lambda: b"\x01\x02\x03\x00\x00\x05garbage", "neither PTX"),
+    (lambda: b"just some words\n", "not PTX"),
+])
+def test_sniff_rejects_with_advice(make, msg):
+    with pytest.raises(ImageFormatError, match=msg):
+        sniff(make(), "thing")
+
+
+def test_as_image_forms(tmp_path):
+    text = (DATA / "nvcc/kernels_sm90.ptx").read_text()
+    assert as_image(text).kind == "ptx"
+    assert as_image(str(DATA / "nvcc/kernels_sm_90.cubin")).kind == "cubin"
+    assert as_image(DATA / "nvcc/kernels_multi.fatbin").kind == "fatbin"
+    img = as_image(text.encode(), name="k.ptx")
+    assert img.name == "k.ptx" and as_image(img) is img
+    assert len(img.sha256) == 64
+    with pytest.raises(ImageFormatError, match="no such file"):
+        as_image(str(tmp_path / "missing.ptx"))
+    with pytest.raises(TypeError):
+        as_image(42)

@@ -14,6 +14,15 @@ Inspection (pure data, no GPU):
     Image, as_image(obj), inspect_image(obj)
                                         device code as bytes + kind, sniffed by content
 
+Loading and launching (needs a GPU):
+    load(image, name=None, keep_debug=False) -> Module
+                                        into the current Numba context; PTX newer than the
+                                        driver is assembled with nvJitLink (or lowered)
+    Module["kernel"], Module.kernel, Module.kernels, Module.get_kernel(name, signature=...),
+    Module.get_global(name) -> DeviceGlobal (.ptr, .size, .as_array(dtype, shape))
+    Kernel[grid, block, stream, shared](*args), Kernel.launch(...), Kernel.bind(...),
+    Kernel.params, Kernel.attributes, Kernel.max_active_blocks_per_sm, suggested_block_size
+
 Data types: PtxInfo, CubinInfo, FatbinInfo, FatbinEntry, KernelInfo, KernelSignature,
 Param, Directives.
 
@@ -35,12 +44,21 @@ from .errors import (
 from .cubin import CubinInfo, inspect_cubin
 from .fatbin import FatbinEntry, FatbinInfo, inspect_fatbin
 from .image import Image, as_image, inspect_image
+from .kernel import BoundLaunch, Kernel, KernelAttributes
+from .module import DeviceGlobal, Module, NbjitWarning, load
 from .ptx import PtxInfo, inspect_ptx, strip_debug
 from .signature import Directives, KernelInfo, KernelSignature, Param
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "load",
+    "Module",
+    "Kernel",
+    "KernelAttributes",
+    "BoundLaunch",
+    "DeviceGlobal",
+    "NbjitWarning",
     "inspect_ptx",
     "strip_debug",
     "inspect_cubin",

@@ -24,6 +24,8 @@ __all__ = [
     "strip_debug",
     "set_version",
     "TRITON_META_DEFAULTS",
+    "cuda_for_ptx",
+    "max_ptx_for_cuda",
 ]
 
 # --------------------------------------------------------------------------- data
@@ -699,3 +701,32 @@ def set_version(text: str, version: tuple[int, int]) -> str:
     if not v:
         raise PtxParseError("no '.version' directive")
     return f"{text[:v.start()]}.version {version[0]}.{version[1]}{text[v.end():]}"
+
+
+# PTX ISA version -> the CUDA release that introduced it (FORMATS.md §5.4; cuda-bindings'
+# ptx utilities carry the same table).
+_ISA_TO_CUDA = {
+    (7, 0): (11, 0), (7, 1): (11, 1), (7, 2): (11, 2), (7, 3): (11, 3), (7, 4): (11, 4), (7, 5): (11, 5),
+    (7, 6): (11, 6), (7, 7): (11, 7), (7, 8): (11, 8), (8, 0): (12, 0), (8, 1): (12, 1), (8, 2): (12, 2),
+    (8, 3): (12, 3), (8, 4): (12, 4), (8, 5): (12, 5), (8, 6): (12, 7), (8, 7): (12, 8), (8, 8): (12, 9),
+}
+
+
+def cuda_for_ptx(version: tuple[int, int]) -> tuple[int, int]:
+    """The oldest CUDA release (major, minor) whose tools accept this PTX ISA version."""
+    if version in _ISA_TO_CUDA:
+        return _ISA_TO_CUDA[version]
+    if version[0] >= 9:  # 9.x came with 13.x, one for one
+        return (version[0] + 4, version[1])
+    return (version[0] + 4, 0) if version < (7, 0) else (12, 9)
+
+
+def max_ptx_for_cuda(cuda: tuple[int, int]) -> tuple[int, int]:
+    """The newest PTX ISA version a CUDA release (driver or assembler) accepts."""
+    if cuda[0] >= 13:
+        return (cuda[0] - 4, cuda[1])
+    best = (6, 0)
+    for isa, rel in _ISA_TO_CUDA.items():
+        if rel <= cuda and isa > best:
+            best = isa
+    return best

@@ -1,0 +1,244 @@
+"""The one place that talks to the CUDA driver (through cuda.bindings, the bindings
+numba-cuda itself uses) and to numba-cuda's context. Everything else in nbjit is data.
+
+Version differences are absorbed here, once: which optional entry points the bindings
+have (cuFuncGetParamInfo, cuLaunchKernelEx) is probed on first use.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+from dataclasses import dataclass
+
+from .errors import NbjitError, NbjitLaunchError, NbjitLoadError
+
+__all__: list[str] = []
+
+_LOG_BYTES = 1 << 16
+
+
+def _cu():
+    from cuda.bindings import driver
+    return driver
+
+
+def error_text(err) -> str:
+    """``"CUDA_ERROR_INVALID_VALUE (1): invalid argument"``."""
+    cu = _cu()
+    try:
+        _, name = cu.cuGetErrorName(err)
+        _, text = cu.cuGetErrorString(err)
+        return f"{name.decode()} ({int(err)}): {text.decode()}"
+    except Exception:  # an unknown code must not hide the failure being reported
+        return f"CUDA error {int(err)}"
+
+
+def check(res, what: str, exc: type[NbjitError] = NbjitError):
+    """Unpack a cuda.bindings result tuple; raise ``exc`` naming the call on failure."""
+    err = res[0]
+    if err != 0:
+        raise exc(f"{what} failed: {error_text(err)}")
+    if len(res) == 1:
+        return None
+    return res[1] if len(res) == 2 else res[1:]
+
+
+# ------------------------------------------------------------------ contexts and devices
+
+
+def current_context():
+    """numba-cuda's current context (created and made current on first use)."""
+    from numba import cuda
+    return cuda.current_context()
+
+
+def context_key(ctx) -> int:
+    return int(ctx.handle)
+
+
+def current_context_key() -> int:
+    """The handle of the context current on this thread (0 if none): cheap, no Numba call."""
+    return int(check(_cu().cuCtxGetCurrent(), "cuCtxGetCurrent"))
+
+
+@functools.lru_cache(maxsize=None)
+def device_count() -> int:
+    return int(check(_cu().cuDeviceGetCount(), "cuDeviceGetCount"))
+
+
+@functools.lru_cache(maxsize=None)
+def driver_version() -> int:
+    """The installed driver's CUDA version, e.g. 13000 for 13.0."""
+    return int(check(_cu().cuDriverGetVersion(), "cuDriverGetVersion"))
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    ordinal: int
+    cc: tuple[int, int]
+    max_shared_optin: int  # bytes of shared memory per block a kernel can opt in to
+    max_shared_default: int  # per block without opting in (48 KiB)
+    sm_count: int
+    cooperative: bool
+
+
+@functools.lru_cache(maxsize=None)
+def device_info(ordinal: int) -> DeviceInfo:
+    cu = _cu()
+    dev = check(cu.cuDeviceGet(ordinal), "cuDeviceGet")
+    A = cu.CUdevice_attribute
+
+    def attr(a):
+        return int(check(cu.cuDeviceGetAttribute(a, dev), "cuDeviceGetAttribute"))
+
+    return DeviceInfo(
+        ordinal,
+        (attr(A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR), attr(A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)),
+        attr(A.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
+        attr(A.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK),
+        attr(A.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT),
+        bool(attr(A.CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH)),
+    )
+
+
+def pointer_device(ptr: int) -> int | None:
+    """The device ordinal a device address belongs to (None if the driver cannot tell)."""
+    cu = _cu()
+    res = cu.cuPointerGetAttribute(cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr)
+    return int(res[1]) if res[0] == 0 else None
+
+
+# ------------------------------------------------------------------ modules
+
+
+@dataclass
+class Loaded:
+    handle: object  # CUmodule
+    info_log: str
+
+
+def load_module(data: bytes, what: str) -> Loaded:
+    """Load an image (PTX must be NUL-terminated) into the current context, keeping the
+    JIT's info and error logs. Raises ``NbjitLoadError`` with the error log."""
+    cu = _cu()
+    info = ctypes.create_string_buffer(_LOG_BYTES)
+    errlog = ctypes.create_string_buffer(_LOG_BYTES)
+    J = cu.CUjit_option
+    opts = [J.CU_JIT_INFO_LOG_BUFFER, J.CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
+            J.CU_JIT_ERROR_LOG_BUFFER, J.CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, J.CU_JIT_LOG_VERBOSE]
+    vals = [ctypes.addressof(info), _LOG_BYTES, ctypes.addressof(errlog), _LOG_BYTES, 1]
+    res = cu.cuModuleLoadDataEx(data, len(opts), opts, vals)
+    if res[0] != 0:
+        log = errlog.value.decode(errors="replace").strip()
+        raise NbjitLoadError(f"{what}: the driver could not load it: {error_text(res[0])}"
+                             + (f"\n{log}" if log else ""), )
+    return Loaded(res[1], info.value.decode(errors="replace").strip())
+
+
+def unload_module(handle) -> None:
+    try:
+        _cu().cuModuleUnload(handle)
+    except Exception:  # the driver may be gone at interpreter exit: nothing to report
+        pass
+
+
+def get_function(module_handle, name: str):
+    cu = _cu()
+    res = cu.cuModuleGetFunction(module_handle, name.encode())
+    if res[0] != 0:
+        return None
+    return res[1]
+
+
+def get_global(module_handle, name: str) -> tuple[int, int] | None:
+    res = _cu().cuModuleGetGlobal(module_handle, name.encode())
+    if res[0] != 0:
+        return None
+    return int(res[1]), int(res[2])
+
+
+def function_attributes(func) -> dict:
+    cu = _cu()
+    A = cu.CUfunction_attribute
+    names = {
+        "registers": A.CU_FUNC_ATTRIBUTE_NUM_REGS,
+        "shared": A.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
+        "const": A.CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES,
+        "local": A.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES,
+        "max_threads_per_block": A.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+        "ptx_version": A.CU_FUNC_ATTRIBUTE_PTX_VERSION,
+        "binary_version": A.CU_FUNC_ATTRIBUTE_BINARY_VERSION,
+        "max_dynamic_shared": A.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+    }
+    return {k: int(check(cu.cuFuncGetAttribute(a, func), "cuFuncGetAttribute")) for k, a in names.items()}
+
+
+def set_max_dynamic_shared(func, nbytes: int) -> None:
+    cu = _cu()
+    check(cu.cuFuncSetAttribute(func, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                nbytes), "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", NbjitLaunchError)
+
+
+def param_info(func) -> list[tuple[int, int]] | None:
+    """(offset, size) of every parameter from cuFuncGetParamInfo (CUDA >= 12.4), or None
+    where the driver or bindings lack it."""
+    cu = _cu()
+    if not hasattr(cu, "cuFuncGetParamInfo") or driver_version() < 12040:
+        return None
+    out = []
+    while len(out) < 4096:
+        res = cu.cuFuncGetParamInfo(func, len(out))
+        if res[0] != 0:
+            if not out and res[0] != cu.CUresult.CUDA_ERROR_INVALID_VALUE:
+                return None  # not supported for this function
+            break
+        out.append((int(res[1]), int(res[2])))
+    return out
+
+
+def max_active_blocks(func, block: int, dynamic_shared: int) -> int:
+    return int(check(_cu().cuOccupancyMaxActiveBlocksPerMultiprocessor(func, block, dynamic_shared),
+                     "cuOccupancyMaxActiveBlocksPerMultiprocessor"))
+
+
+def potential_block_size(func, dynamic_shared: int, limit: int = 0) -> tuple[int, int]:
+    res = check(_cu().cuOccupancyMaxPotentialBlockSize(func, None, dynamic_shared, limit),
+                "cuOccupancyMaxPotentialBlockSize")
+    return int(res[0]), int(res[1])
+
+
+# ------------------------------------------------------------------ launching
+
+
+def launch_function():
+    """cuLaunchKernel itself, for the hot path to hold on to."""
+    return _cu().cuLaunchKernel
+
+
+def stream_object(handle: int):
+    """A CUstream for an integer handle (what cuLaunchKernel takes fastest)."""
+    return _cu().CUstream(handle)
+
+
+def launch_ex(func, grid, block, shared: int, stream, params: int, *, cooperative: bool, cluster) -> int:
+    """cuLaunchKernelEx with cooperative / cluster attributes; returns the CUresult."""
+    cu = _cu()
+    cfg = cu.CUlaunchConfig()
+    cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
+    cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block
+    cfg.sharedMemBytes = shared
+    cfg.hStream = stream
+    attrs = []
+    if cooperative:
+        a = cu.CUlaunchAttribute()
+        a.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
+        a.value.cooperative = 1
+        attrs.append(a)
+    if cluster is not None:
+        a = cu.CUlaunchAttribute()
+        a.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        a.value.clusterDim.x, a.value.clusterDim.y, a.value.clusterDim.z = cluster
+        attrs.append(a)
+    cfg.attrs = attrs
+    cfg.numAttrs = len(attrs)
+    return cu.cuLaunchKernelEx(cfg, func, params, 0)[0]

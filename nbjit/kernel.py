@@ -1,0 +1,368 @@
+"""Kernel: a loaded function plus its signature; ``kernel[grid, block, stream, shared](*args)``.
+
+The launch hot path: one cached dictionary look-up for the launch configuration, the
+argument converters that are needed (pointers), one ``struct.pack_into`` into this
+thread's parameter buffer, and ``cuLaunchKernel``.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from . import _driver
+from .args import ArgPacker, device_pointer
+from .errors import NbjitArgumentError, NbjitLaunchError
+from .signature import KernelInfo, KernelSignature, Param
+
+__all__ = ["Kernel", "KernelAttributes", "BoundLaunch"]
+
+_MAX_CONFIGS = 256
+
+
+@dataclass(frozen=True)
+class KernelAttributes:
+    """What the driver says about a loaded kernel."""
+
+    registers: int
+    shared: int  # static shared memory, bytes
+    const: int
+    local: int
+    max_threads_per_block: int
+    ptx_version: int  # e.g. 90 for PTX ISA 9.0 (the virtual arch for cubins)
+    binary_version: int  # e.g. 90 for SASS sm_90
+    max_dynamic_shared: int
+
+
+class _Buffer:
+    """A parameter buffer and the void*[] array pointing into it, at fixed addresses."""
+
+    __slots__ = ("data", "ptrs", "address")
+
+    def __init__(self, sig: KernelSignature):
+        self.data = (ctypes.c_char * max(1, sig.size))()
+        base = ctypes.addressof(self.data)
+        n = len(sig.params)
+        self.ptrs = (ctypes.c_void_p * max(1, n))(*[base + p.offset for p in sig.params])
+        self.address = ctypes.addressof(self.ptrs) if n else 0
+
+
+class _State:
+    """Per (module, kernel name): the function handle and everything derived from the
+    signature. Holds no reference back to the module (no cycles: unloading stays prompt)."""
+
+    def __init__(self, name: str, func, info: KernelInfo, ctx_key: int, device: int):
+        self.name = name
+        self.func = func
+        self.info = info
+        self.sig = info.signature
+        self.packer = ArgPacker(info.signature, name)
+        self.ctx_key = ctx_key
+        self.device = device
+        self.tls = threading.local()
+        self.configs: dict = {}
+        self.optin = 0  # dynamic shared bytes this function has been opted in to
+        self.attrs: KernelAttributes | None = None
+        self.pointer_params = tuple(i for i, p in enumerate(info.params) if p.pointer or p.size == 8)
+        self.lock = threading.Lock()
+
+    def buffer(self) -> _Buffer:
+        try:
+            return self.tls.buf
+        except AttributeError:
+            self.tls.buf = _Buffer(self.sig)
+            return self.tls.buf
+
+
+def _dims(v, what: str, kernel: str) -> tuple[int, int, int]:
+    if isinstance(v, int) and not isinstance(v, bool):
+        t = (v,)
+    elif isinstance(v, (tuple, list)) and 1 <= len(v) <= 3:
+        t = tuple(v)
+    else:
+        raise NbjitLaunchError(f"kernel {kernel!r}: {what} must be an int or a tuple of 1 to 3 ints, got {v!r}")
+    try:
+        t = tuple(int(x) for x in t)
+    except (TypeError, ValueError):
+        raise NbjitLaunchError(f"kernel {kernel!r}: {what} must hold ints, got {v!r}") from None
+    if any(x < 1 for x in t):
+        raise NbjitLaunchError(f"kernel {kernel!r}: {what} values must be >= 1 (got {v!r})")
+    return (t + (1, 1))[:3]  # type: ignore[return-value]
+
+
+def stream_handle(stream: Any):
+    """A CUstream for a Numba stream, an int handle, an object with ``__cuda_stream__`` or
+    ``cuda_stream`` (PyTorch), or None/0 (the default stream)."""
+    if stream is None or (isinstance(stream, int) and stream == 0):
+        return _driver.stream_object(0)
+    h = getattr(stream, "handle", None)
+    if h is not None and type(h).__name__ == "CUstream":
+        return h
+    if isinstance(stream, int):
+        return _driver.stream_object(stream)
+    proto = getattr(stream, "__cuda_stream__", None)
+    if proto is not None:
+        v = proto() if callable(proto) else proto
+        return _driver.stream_object(int(v[1]))
+    cs = getattr(stream, "cuda_stream", None)
+    if isinstance(cs, int):
+        return _driver.stream_object(cs)
+    raise NbjitLaunchError(f"{type(stream).__name__} is not a stream (pass a Numba stream, an int handle, an object "
+                           "with __cuda_stream__, or None)")
+
+
+class Kernel:
+    """A kernel of a loaded module.
+
+    Launch it as Numba does: ``kernel[grid, block](*args)``, ``kernel[grid, block,
+    stream](*args)``, ``kernel[grid, block, stream, dynamic_shared_bytes](*args)``; or with
+    ``kernel.launch(...)`` for cooperative launches and clusters; or ``kernel.bind(...)``
+    to pack the arguments once and relaunch.
+    """
+
+    __slots__ = ("module", "_s", "__weakref__")
+
+    def __init__(self, module, state: _State):
+        self.module = module  # keeps the module (and so the function) loaded
+        self._s = state
+
+    # ------------------------------------------------------------ description
+    @property
+    def name(self) -> str:
+        return self._s.name
+
+    @property
+    def info(self) -> KernelInfo:
+        return self._s.info
+
+    @property
+    def params(self) -> tuple[Param, ...]:
+        return self._s.info.params
+
+    @property
+    def signature(self) -> KernelSignature:
+        return self._s.sig
+
+    @property
+    def handle(self):
+        """The CUfunction."""
+        return self._s.func
+
+    @property
+    def attributes(self) -> KernelAttributes:
+        s = self._s
+        if s.attrs is None:
+            s.attrs = KernelAttributes(**_driver.function_attributes(s.func))
+        return s.attrs
+
+    def max_active_blocks_per_sm(self, block: int | tuple, dynamic_shared: int = 0) -> int:
+        """How many blocks of this size can be resident on one SM at once."""
+        b = _dims(block, "block", self.name)
+        return _driver.max_active_blocks(self._s.func, b[0] * b[1] * b[2], dynamic_shared)
+
+    def suggested_block_size(self, dynamic_shared: int = 0) -> tuple[int, int]:
+        """(minimum grid size for full occupancy, block size) from the occupancy calculator."""
+        return _driver.potential_block_size(self._s.func, dynamic_shared)
+
+    def __repr__(self) -> str:
+        return f"<nbjit.Kernel {self.name}{self._s.sig}>"
+
+    # ------------------------------------------------------------ launching
+    def __getitem__(self, config) -> "_Launcher":
+        s = self._s
+        try:
+            return s.configs[config]
+        except (KeyError, TypeError):  # TypeError: an unhashable config (lists)
+            pass
+        launcher = self._configure(config)
+        try:
+            if len(s.configs) >= _MAX_CONFIGS:
+                s.configs.clear()
+            s.configs[config] = launcher
+        except TypeError:
+            pass
+        return launcher
+
+    def _configure(self, config) -> "_Launcher":
+        if not isinstance(config, tuple) or not 2 <= len(config) <= 4:
+            raise NbjitLaunchError(f"kernel {self.name!r}: launch as kernel[grid, block], kernel[grid, block, stream] "
+                                   f"or kernel[grid, block, stream, shared_bytes], got [{config!r}]")
+        grid, block = config[0], config[1]
+        stream = config[2] if len(config) > 2 else None
+        shared = config[3] if len(config) > 3 else 0
+        return _Launcher(self, _dims(grid, "grid", self.name), _dims(block, "block", self.name),
+                         stream, self._shared(shared))
+
+    def _shared(self, nbytes) -> int:
+        """Validate dynamic shared memory and opt the function in above the default limit."""
+        s = self._s
+        if not isinstance(nbytes, int) or isinstance(nbytes, bool) or nbytes < 0:
+            raise NbjitLaunchError(f"kernel {self.name!r}: dynamic shared memory must be a byte count >= 0, "
+                                   f"got {nbytes!r}")
+        if nbytes <= s.optin:
+            return nbytes
+        dev = _driver.device_info(s.device)
+        static = self.attributes.shared
+        if static + nbytes > dev.max_shared_optin:
+            raise NbjitLaunchError(
+                f"kernel {self.name!r}: {nbytes} bytes of dynamic shared memory plus {static} static exceed the "
+                f"{dev.max_shared_optin} bytes a block can have on this device")
+        if static + nbytes > dev.max_shared_default:
+            with s.lock:
+                if nbytes > s.optin:
+                    _driver.set_max_dynamic_shared(s.func, nbytes)
+                    s.optin = nbytes
+        return nbytes
+
+    def launch(self, grid, block, *args, stream=None, shared_mem: int = 0, cooperative: bool = False,
+               cluster: tuple | None = None) -> None:
+        """Launch with keywords; ``cooperative=True`` for grid-wide synchronisation,
+        ``cluster=(x, y, z)`` for thread-block clusters (by default the kernel's own
+        ``.reqnctapercluster`` / ``__cluster_dims__``, which needs nothing at launch)."""
+        launcher = _Launcher(self, _dims(grid, "grid", self.name), _dims(block, "block", self.name),
+                             stream, self._shared(shared_mem))
+        if not cooperative and cluster is None:
+            launcher(*args)
+            return
+        s = self._s
+        if cluster is not None:
+            cluster = _dims(cluster, "cluster", self.name)
+        launcher.check_cluster(cluster)
+        if len(args) != s.packer.n:
+            raise s.packer.count_error(len(args))
+        buf = s.buffer()
+        s.packer.pack_into(buf.data, args)
+        if cooperative:
+            blocks = launcher.grid[0] * launcher.grid[1] * launcher.grid[2]
+            per_sm = self.max_active_blocks_per_sm(launcher.block, launcher.shared)
+            most = per_sm * _driver.device_info(s.device).sm_count
+            if blocks > most:
+                raise NbjitLaunchError(f"kernel {self.name!r}: a cooperative launch of {blocks} blocks exceeds the "
+                                       f"{most} that can be resident at once ({per_sm} per SM)")
+        err = _driver.launch_ex(s.func, launcher.grid, launcher.block, launcher.shared, launcher.stream,
+                                buf.address, cooperative=cooperative, cluster=cluster)
+        if err:
+            raise launcher.error(err)
+
+    def bind(self, grid, block, *args, stream=None, shared_mem: int = 0) -> "BoundLaunch":
+        """Pack ``args`` once; the returned object relaunches with them at the lowest cost."""
+        launcher = _Launcher(self, _dims(grid, "grid", self.name), _dims(block, "block", self.name),
+                             stream, self._shared(shared_mem))
+        return BoundLaunch(launcher, args)
+
+
+class _Launcher:
+    """A kernel with its launch configuration; calling it launches."""
+
+    __slots__ = ("kernel", "grid", "block", "shared", "stream", "_stream_obj", "_launch", "_s", "_cfg")
+
+    def __init__(self, kernel: Kernel, grid, block, stream, shared: int):
+        self.kernel = kernel
+        self._s = kernel._s
+        self.grid, self.block, self.shared = grid, block, shared
+        self._stream_obj = stream  # kept alive while the configuration is cached
+        self.stream = stream_handle(stream)
+        self._launch = _driver.launch_function()
+        self._cfg = (kernel._s.func, *grid, *block, shared, self.stream)
+        self.check_cluster(None)
+
+    def check_cluster(self, cluster) -> None:
+        shape = cluster or self._s.info.directives.cluster
+        if shape and any(g % c for g, c in zip(self.grid, shape)):
+            raise NbjitLaunchError(f"kernel {self._s.name!r}: grid {self.grid} is not a multiple of its cluster "
+                                   f"shape {tuple(shape)}")
+
+    def error(self, err) -> NbjitLaunchError:
+        return NbjitLaunchError(
+            f"launch of kernel {self._s.name!r} failed (grid {self.grid}, block {self.block}, "
+            f"{self.shared} bytes dynamic shared memory): {_driver.error_text(err)}")
+
+    def __call__(self, *args) -> None:
+        s = self._s
+        packer = s.packer
+        if len(args) != packer.n:
+            raise packer.count_error(len(args))
+        if _multi_gpu():
+            other = _on_current_device(self)
+            if other is not None:
+                return other(*args)
+            _check_devices(self, args)
+        try:
+            buf = s.tls.buf
+        except AttributeError:
+            buf = s.buffer()
+        # the packer's fast path, inlined: convert what needs converting, pack once
+        vals = list(args)
+        try:
+            for i, f in packer.fast:
+                vals[i] = f(vals[i])
+            packer.struct.pack_into(buf.data, 0, *vals)
+        except Exception:
+            packer.pack_into(buf.data, args)  # precise rules: accept, or raise naming the parameter
+        err = self._launch(*self._cfg, buf.address, 0)[0]
+        if err:
+            raise self.error(err)
+
+
+class BoundLaunch:
+    """A launch with its arguments packed once (see ``Kernel.bind``); call it to launch.
+    Holds the arguments, so the memory they point to stays alive."""
+
+    __slots__ = ("launcher", "args", "_data", "_ptrs", "_address", "_cfg", "_launch")
+
+    def __init__(self, launcher: _Launcher, args: tuple):
+        s = launcher._s
+        if len(args) != s.packer.n:
+            raise s.packer.count_error(len(args))
+        if _multi_gpu():
+            _check_devices(launcher, args)
+        self.launcher = launcher
+        self.args = args
+        buf = _Buffer(s.sig)
+        s.packer.pack_into(buf.data, args)
+        self._data, self._ptrs, self._address = buf.data, buf.ptrs, buf.address
+        self._cfg = launcher._cfg
+        self._launch = launcher._launch
+
+    def __call__(self) -> None:
+        err = self._launch(*self._cfg, self._address, 0)[0]
+        if err:
+            raise self.launcher.error(err)
+
+    launch = __call__
+
+
+_MULTI: list[bool] = []
+
+
+def _multi_gpu() -> bool:
+    if not _MULTI:
+        _MULTI.append(_driver.device_count() > 1)
+    return _MULTI[0]
+
+
+def _on_current_device(launcher: _Launcher):
+    """With several GPUs, launching under another device than the kernel's: the same
+    kernel of the module's copy in the current context (loaded on first use)."""
+    s = launcher._s
+    if _driver.current_context_key() == s.ctx_key:
+        return None
+    twin = launcher.kernel.module.on_current_device()[s.name]
+    return twin[launcher.grid, launcher.block, launcher._stream_obj, launcher.shared]
+
+
+def _check_devices(launcher: _Launcher, args: tuple) -> None:
+    """With several GPUs: every array must live on the kernel's device."""
+    s = launcher._s
+    for i in s.pointer_params:
+        a = args[i]
+        if a is None or isinstance(a, int):
+            continue
+        try:
+            dev = _driver.pointer_device(device_pointer(a))
+        except NbjitArgumentError:
+            continue  # the packer reports it with the parameter's name
+        if dev is not None and dev != s.device:
+            raise NbjitArgumentError(f"kernel {s.name!r}, parameter {i}: the array lives on device {dev}, the "
+                                     f"kernel on device {s.device}")

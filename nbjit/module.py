@@ -1,0 +1,267 @@
+"""Module: an image loaded into one Numba context; kernels by name; device globals."""
+from __future__ import annotations
+
+import difflib
+import threading
+import warnings
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+from . import _driver
+from .args import declare
+from .errors import KernelNotFoundError, NbjitLoadError
+from .image import Image, ImageLike, as_image
+from .kernel import Kernel, _State
+from .loader import Prepared, prepare
+from .signature import KernelInfo, KernelSignature, Param
+
+__all__ = ["Module", "DeviceGlobal", "load", "NbjitWarning"]
+
+
+class NbjitWarning(UserWarning):
+    """Something nbjit did on the user's behalf that they may want to know about."""
+
+
+@dataclass(frozen=True)
+class DeviceGlobal:
+    """A module-scope ``__device__`` / ``__constant__`` variable: its device address and size."""
+
+    name: str
+    ptr: int
+    size: int
+    module: "Module"
+
+    def as_array(self, dtype, shape=None):
+        """A Numba device array over the variable's memory (reads and writes go to it)."""
+        import numpy as np
+        from numba import cuda
+
+        dt = np.dtype(dtype)
+        if shape is None:
+            if self.size % dt.itemsize:
+                raise ValueError(f"global {self.name!r} has {self.size} bytes, not a whole number of {dt}")
+            shape = (self.size // dt.itemsize,)
+        elif isinstance(shape, int):
+            shape = (shape,)
+        need = int(np.prod(shape)) * dt.itemsize
+        if need > self.size:
+            raise ValueError(f"global {self.name!r} has {self.size} bytes; shape {tuple(shape)} of {dt} needs {need}")
+        desc = {"shape": tuple(shape), "typestr": dt.str, "data": (self.ptr, False), "strides": None,
+                "version": 2}
+        return cuda.from_cuda_array_interface(desc, owner=self.module, sync=False)
+
+
+def _registry(ctx) -> "weakref.WeakValueDictionary":
+    reg = getattr(ctx, "_nbjit_modules", None)
+    if reg is None:
+        reg = weakref.WeakValueDictionary()
+        ctx._nbjit_modules = reg
+    return reg
+
+
+_LOAD_LOCK = threading.Lock()
+
+
+def load(image: ImageLike, *, name: str | None = None, keep_debug: bool = False) -> "Module":
+    """Load PTX, a cubin or a fatbin into the current Numba context.
+
+    Parameters
+    ----------
+    image: a path, ``bytes``, PTX text or ``nbjit.Image`` (the kind is sniffed by content).
+    name: a name for messages (default: the file name).
+    keep_debug: keep PTX debug information (for debugger sessions; the driver then
+        compiles unoptimised). By default it is stripped.
+
+    Loading the same bytes twice in one context returns the same ``Module``.
+
+    Raises
+    ------
+    ImageFormatError: not PTX, a cubin or a fatbin. NbjitLoadError: the driver refused it
+    (the message holds its JIT log).
+    """
+    img = as_image(image, name)
+    if name is not None and img.name != name:
+        img = Image(img.data, img.kind, name, img.arch, img.lowered_names, img.log)
+    ctx = _driver.current_context()
+    reg = _registry(ctx)
+    key = (img.sha256, keep_debug)
+    with _LOAD_LOCK:
+        mod = reg.get(key)
+        if mod is None:
+            mod = Module._load(img, ctx, keep_debug)
+            reg[key] = mod
+        elif img.lowered_names and not mod.image.lowered_names:
+            mod._names.update(img.lowered_names)
+    return mod
+
+
+def _unload(handle, ctx_handle) -> None:
+    _driver.unload_module(handle)
+
+
+class Module:
+    """An image loaded into one context. ``module["name"]`` / ``module.name`` give kernels,
+    ``module.kernels`` lists their names; ``get_global`` finds device variables."""
+
+    def __init__(self, image: Image, ctx, prepared: Prepared, loaded: _driver.Loaded):
+        self.image = image
+        self.context = ctx
+        self.device = ctx.device.id
+        self._ctx_key = _driver.context_key(ctx)
+        self._handle = loaded.handle
+        self.jit_log = loaded.info_log
+        self.route = prepared.route
+        self.note = prepared.note
+        self.prepared_kind = prepared.kind
+        self._info = prepared.info
+        self._ptx = prepared.ptx
+        self._names = dict(image.lowered_names)
+        self._states: dict[str, _State] = {}
+        self._lock = threading.Lock()
+        self._finalizer = weakref.finalize(self, _unload, loaded.handle, self._ctx_key)
+        self._finalizer.atexit = False  # at interpreter exit the driver may already be gone
+
+    @classmethod
+    def _load(cls, img: Image, ctx, keep_debug: bool) -> "Module":
+        cc = tuple(ctx.device.compute_capability)
+        prepared = prepare(img, cc, _driver.driver_version(), keep_debug=keep_debug)
+        what = f"{img.name} ({_describe(prepared)})"
+        loaded = _driver.load_module(prepared.data, what)
+        mod = cls(img, ctx, prepared, loaded)
+        if prepared.note:
+            warnings.warn(prepared.note, NbjitWarning, stacklevel=3)
+        return mod
+
+    # ------------------------------------------------------------ kernels
+    @property
+    def name(self) -> str:
+        return self.image.name
+
+    @property
+    def kernels(self) -> tuple[str, ...]:
+        """Names of the kernels in the module (mangled, as the driver knows them)."""
+        src = self._ptx or self._info
+        if src is not None:
+            return tuple(e.name for e in src.entries)
+        return ()
+
+    def _entry(self, name: str) -> KernelInfo | None:
+        for src in (self._ptx, self._info):
+            if src is not None:
+                for e in src.entries:
+                    if e.name == name:
+                        return e
+        return None
+
+    def _resolve(self, name: str) -> str:
+        if name in self._names:
+            return self._names[name]
+        return name
+
+    def get_kernel(self, name: str, signature: str | None = None) -> Kernel:
+        """The kernel ``name`` (a mangled name, or an NVRTC name expression such as
+        ``"fill<float>"``). ``signature`` declares parameter types where the image does not
+        record them (cubins): e.g. ``"ptr, ptr, f32, i32"``; it must match the sizes."""
+        real = self._resolve(name)
+        if signature is not None:
+            return Kernel(self, self._make_state(real, name, signature))
+        with self._lock:
+            st = self._states.get(real)
+            if st is None:
+                st = self._make_state(real, name, None)
+                self._states[real] = st
+        return Kernel(self, st)
+
+    def _make_state(self, real: str, asked: str, signature: str | None) -> _State:
+        func = _driver.get_function(self._handle, real)
+        entry = self._entry(real)
+        if func is None or (entry is None and self.kernels):
+            raise self._missing(asked)
+        driver_params = _driver.param_info(func)
+        if entry is None:
+            entry = _from_driver(real, driver_params)
+        elif driver_params is not None:
+            _verify(entry, driver_params, self.name)
+        if signature is not None:
+            entry = KernelInfo(entry.name, declare(entry.signature, signature, real), entry.directives,
+                               entry.linkage, entry.registers, entry.shared, entry.const, entry.local)
+        return _State(real, func, entry, self._ctx_key, self.device)
+
+    def _missing(self, name: str) -> KernelNotFoundError:
+        names = list(self.kernels) + [k for k in self._names if k not in self.kernels]
+        close = difflib.get_close_matches(name, names, n=len(names), cutoff=0.0)
+        return KernelNotFoundError(f"no kernel {name!r} in {self.name}; it has: {', '.join(close) or '(none)'}")
+
+    def __getitem__(self, name: str) -> Kernel:
+        return self.get_kernel(name)
+
+    def __getattr__(self, name: str) -> Kernel:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        try:
+            return self.get_kernel(name)
+        except KernelNotFoundError as e:
+            raise AttributeError(str(e)) from None
+
+    def __contains__(self, name: str) -> bool:
+        return self._resolve(name) in self.kernels
+
+    def __dir__(self):
+        return list(super().__dir__()) + [k for k in self.kernels if k.isidentifier()]
+
+    # ------------------------------------------------------------ globals
+    def get_global(self, name: str) -> DeviceGlobal:
+        """A ``__device__`` / ``__constant__`` variable: address and size, and ``as_array``."""
+        g = _driver.get_global(self._handle, self._resolve(name))
+        if g is None:
+            names = self._global_names()
+            raise KernelNotFoundError(f"no global {name!r} in {self.name}; it has: {', '.join(names) or '(none)'}")
+        return DeviceGlobal(name, g[0], g[1], self)
+
+    def _global_names(self) -> list[str]:
+        src = self._ptx or self._info
+        return [g.name for g in getattr(src, "globals", ()) if getattr(g, "size", None)]
+
+    # ------------------------------------------------------------ other devices, lifetime
+    def on_current_device(self) -> "Module":
+        """This image loaded in the current context (the same module if that is its own)."""
+        if _driver.current_context_key() == self._ctx_key:
+            return self
+        return load(self.image)
+
+    def close(self) -> None:
+        """Unload now (kernels of this module must not be launched afterwards)."""
+        self._finalizer()
+
+    def __repr__(self) -> str:
+        route = f", {self.route}" if self.route else ""
+        return f"<nbjit.Module {self.name} ({self.prepared_kind}{route}) on device {self.device}: " \
+               f"{len(self.kernels)} kernels>"
+
+
+def _describe(p: Prepared) -> str:
+    d = p.details
+    if p.ptx is not None:
+        v = p.ptx.version
+        return f"PTX {v[0]}.{v[1]} for {p.ptx.arch}" + (f", via {p.route}" if p.route != "driver" else "")
+    if p.kind == "cubin" and p.info is not None:
+        return f"cubin for {p.info.arch}"
+    return p.kind + (f" ({d})" if d else "")
+
+
+def _from_driver(name: str, params: list[tuple[int, int]] | None) -> KernelInfo:
+    if params is None:
+        raise NbjitLoadError(f"kernel {name!r}: its parameter list is unknown (no readable image and no "
+                             "cuFuncGetParamInfo in this driver)")
+    ps = [Param(f"param_{i}", "unknown", size, 1, off) for i, (off, size) in enumerate(params) if off >= 0]
+    end = max((p.offset + p.size for p in ps), default=0)
+    return KernelInfo(name, KernelSignature(tuple(ps), end))
+
+
+def _verify(entry: KernelInfo, driver_params: list[tuple[int, int]], source: str) -> None:
+    ours = [(p.offset, p.size) for p in entry.params]
+    if driver_params != ours:
+        raise NbjitLoadError(
+            f"{source}: kernel {entry.name!r}: the driver lays out its parameters as (offset, size) "
+            f"{driver_params}, the inspected image as {ours}: refusing to launch with a wrong layout")

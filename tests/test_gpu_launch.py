@@ -1,0 +1,409 @@
+"""Loading and launching on a real GPU (marker `gpu`; skipped where there is none)."""
+from __future__ import annotations
+
+import ctypes
+import gc
+import subprocess
+import sys
+import warnings
+import weakref
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import nbjit
+from nbjit import (KernelNotFoundError, NbjitArgumentError, NbjitLaunchError, NbjitLoadError, NbjitWarning)
+
+pytestmark = pytest.mark.gpu
+DATA = Path(__file__).resolve().parent / "data"
+
+
+@pytest.fixture(scope="module")
+def cuda():
+    from numba import cuda
+    return cuda
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    return nbjit.load(DATA / "nvcc/kernels_sm90.ptx")
+
+
+def axpy_check(cuda, k, n=10_000, stream=None, **launch):
+    rng = np.random.default_rng(0)
+    x = rng.random(n, dtype=np.float32)
+    y = rng.random(n, dtype=np.float32)
+    dx, dy = cuda.to_device(x), cuda.to_device(y)
+    grid = (n + 255) // 256
+    if stream is None:
+        k[grid, 256](dy, dx, np.float32(2.5), n)
+    else:
+        k[grid, 256, stream](dy, dx, 2.5, n)
+        stream.synchronize()
+    np.testing.assert_allclose(dy.copy_to_host(), 2.5 * x + y, rtol=1e-6)
+
+
+# ------------------------------------------------------------------ loading
+
+
+def test_load_ptx_and_launch(cuda, kernels):
+    assert "k_basic" in kernels.kernels and kernels.route == "driver"
+    axpy_check(cuda, kernels["k_basic"])
+    axpy_check(cuda, kernels.k_basic)  # attribute access
+
+
+@pytest.mark.parametrize("rel", ["nvcc/kernels_sm_90.cubin", "nvcc/kernels_sm_90a.cubin",
+                                 "nvcc/kernels_multi.fatbin", "nvcc/kernels_90a.fatbin",
+                                 "nvcc/kernels_multi_lz4.fatbin", "nvcc/kernels_G_sm90.ptx",
+                                 "nvcc/kernels_lineinfo_sm90.ptx"])
+def test_load_other_images(cuda, rel):
+    m = nbjit.load(DATA / rel)
+    k = m.get_kernel("k_basic", signature="ptr, ptr, f32, i32") if rel.endswith(("cubin", "fatbin")) \
+        else m["k_basic"]
+    axpy_check(cuda, k)
+
+
+def test_cubin_unknown_types_take_numpy_scalars(cuda):
+    m = nbjit.load(DATA / "nvcc/kernels_sm_90.cubin")
+    k = m["k_basic"]
+    assert [p.type for p in k.params] == ["unknown"] * 4
+    axpy_check(cuda, k)  # np.float32 for the 4-byte float, a Python int for the 4-byte int
+
+
+def test_whole_fatbin_when_zstd_unreadable(cuda, monkeypatch):
+    import builtins
+    real = builtins.__import__
+
+    def no_zstd(name, *a, **k):
+        if name in ("zstandard", "compression"):
+            raise ImportError(name)
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", no_zstd)
+    from nbjit.fatbin import inspect_fatbin
+    raw = (DATA / "nvcc/kernels_multi.fatbin").read_bytes()
+    fb = inspect_fatbin(raw)
+    ptx = fb.entries[1]
+    assert ptx.payload is None
+    # keep the sm_80 cubin and the zstd PTX, drop the sm_90 cubin: this device must JIT the PTX
+    end = ptx.offset + ptx.stored_size
+    small = raw[:8] + (end - 16).to_bytes(8, "little") + raw[16:end]
+    with pytest.warns(NbjitWarning, match="whole fatbin"):
+        m = nbjit.load(small, name="multi-no-sm90.fatbin")
+    assert m.prepared_kind == "fatbin"
+    axpy_check(cuda, m.get_kernel("k_basic", signature="ptr, ptr, f32, i32"))
+
+
+def test_same_bytes_same_module_and_unload(cuda):
+    raw = (DATA / "nvcc/cluster_sm90.ptx").read_bytes()
+    a = nbjit.load(raw)
+    b = nbjit.load(raw.decode())
+    assert a is b
+    ref = weakref.ref(a)
+    fin = a._finalizer
+    k = a["k_cluster"]
+    del a, b
+    gc.collect()
+    assert ref() is not None  # the kernel keeps its module loaded
+    del k
+    gc.collect()
+    assert ref() is None and not fin.alive
+
+
+def test_interpreter_exit_is_quiet():
+    code = ("import nbjit, numpy as np; from numba import cuda; "
+            f"m = nbjit.load({str(DATA / 'nvcc/kernels_sm90.ptx')!r}); k = m['k_basic']; "
+            "y = cuda.to_device(np.zeros(4, np.float32)); k[1, 4](y, y, 1.0, 4); cuda.synchronize()")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stderr.strip() == "", r.stderr
+
+
+def test_debug_ptx_is_stripped_by_default(cuda):
+    stripped = nbjit.load(DATA / "nvcc/kernels_G_sm90.ptx")
+    kept = nbjit.load(DATA / "nvcc/kernels_G_sm90.ptx", keep_debug=True)
+    assert stripped is not kept
+    r1, r2 = stripped["k_lb"].attributes.registers, kept["k_lb"].attributes.registers
+    assert r1 < r2, (r1, r2)  # a debug target compiles unoptimised
+    axpy_check(cuda, kept["k_basic"])
+
+
+def test_jit_log_and_load_error(cuda):
+    m = nbjit.load(DATA / "nvcc/kernels_sm90.ptx")
+    assert isinstance(m.jit_log, str)
+    bad = (DATA / "nvcc/kernels_sm90.ptx").read_text().replace("fma.rn.f32", "fma.bogus.f32", 1)
+    with pytest.raises(NbjitLoadError) as e:
+        nbjit.load(bad, name="bad.ptx")
+    msg = str(e.value)
+    assert "bad.ptx" in msg and "PTX 9.0 for sm_90" in msg and "fma.bogus" in msg.replace("'", "")
+
+
+def test_newer_ptx_nvjitlink_or_lowered(cuda):
+    from nbjit.compiler import nvjitlink_version
+    with pytest.warns(NbjitWarning) as w:
+        m = nbjit.load(DATA / "nvrtc/tmpl_compute90.ptx")  # PTX 9.5 from NVRTC 13.5
+    nv = nvjitlink_version()
+    assert m.route == ("nvjitlink" if nv and nv >= (13, 5) else "lowered")
+    assert len([x for x in w if issubclass(x.category, NbjitWarning)]) == 1
+    k = m["_Z4fillIfEvPT_S0_i"]
+    out = cuda.device_array(100, np.float32)
+    k[1, 128](out, np.float32(3.0), 100)
+    np.testing.assert_allclose(out.copy_to_host(), 3.0 * np.arange(100, dtype=np.float32))
+
+
+def test_lowered_route(cuda, monkeypatch):
+    import nbjit.loader as L
+    monkeypatch.setattr(L, "nvjitlink_version", lambda: None)
+    text = (DATA / "nvrtc/tmpl_sm90.ptx").read_text() + "\n// lowered-route copy\n"
+    with pytest.warns(NbjitWarning, match="lowered"):
+        m = nbjit.load(text, name="tmpl_lowered.ptx")
+    assert m.route == "lowered"
+    out = cuda.device_array(64, np.int32)
+    m["_Z4fillIiEvPT_S0_i"][1, 64](out, 7, 64)
+    np.testing.assert_array_equal(out.copy_to_host(), 7 * np.arange(64))
+
+
+def test_triton_ptx_and_cubin(cuda):
+    n = 5000
+    x = np.arange(n, dtype=np.float32)
+    y = np.ones(n, dtype=np.float32)
+    for rel in ("triton/add_kernel/add_kernel.ptx", "triton/add_kernel/add_kernel.cubin"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", NbjitWarning)
+            m = nbjit.load(DATA / rel)
+        k = m["add_kernel"]
+        dx, dy, out = cuda.to_device(x), cuda.to_device(y), cuda.device_array(n, np.float32)
+        args = (dx, dy, out, n, np.float32(0.5), None, None)
+        if rel.endswith("cubin"):
+            args = (dx, dy, out, n, np.float32(0.5), 0, 0)
+        k[(n + 1023) // 1024, 128](*args)
+        np.testing.assert_allclose(out.copy_to_host(), 0.5 * x + y)
+
+
+# ------------------------------------------------------------------ arguments
+
+
+class S24(ctypes.Structure):
+    _fields_ = [("d", ctypes.c_double), ("i", ctypes.c_int), ("f", ctypes.c_float), ("l", ctypes.c_longlong)]
+
+
+def test_struct_by_value(cuda, kernels):
+    k = kernels["k_struct"]
+    out = cuda.device_array(1, np.float64)
+    dt = np.dtype([("d", "<f8"), ("i", "<i4"), ("f", "<f4"), ("l", "<i8")])
+    for value in (S24(1.5, 2, 0.25, 10), np.array((1.5, 2, 0.25, 10), dtype=dt)[()], bytes(S24(1.5, 2, 0.25, 10))):
+        out.copy_to_device(np.zeros(1))
+        k[1, 1](value, out)
+        assert out.copy_to_host()[0] == 1.5 + 2 + 0.25 + 10
+    with pytest.raises(NbjitArgumentError, match="parameter 0.*24"):
+        k[1, 1](b"\0" * 16, out)
+
+
+def test_small_types(cuda, kernels):
+    out = cuda.device_array(1, np.float32)
+    bf16 = np.float32(2.0).view(np.uint32) >> 16
+    kernels["k_small"][1, 1](np.float16(1.5), int(bf16).to_bytes(2, "little"), True, 3, -4, out)
+    assert out.copy_to_host()[0] == 1.5 + 2.0 + 1 + 3 - 4
+
+
+def test_widths(cuda, kernels):
+    out = cuda.device_array(10, np.float64)
+    kernels["k_widths"][1, 1](np.int8(-5), 250, np.int16(-300), 60000, np.int32(-70000), 4_000_000_000,
+                              np.int64(-(2 ** 40)), 2 ** 63, np.float32(0.5), 0.125, out)
+    np.testing.assert_array_equal(out.copy_to_host(),
+                                  [-5, 250, -300, 60000, -70000, 4e9, -(2 ** 40), 2.0 ** 63, 0.5, 0.125])
+
+
+def test_every_ptx_param_type_packs(cuda):
+    m = nbjit.load(DATA / "hand/traps.ptx")
+    k = m["k_all"]  # pointers, every scalar width, .f16, arrays, .b128: verified against the driver at load
+    k[1, 32](0, 0, 0, None, 1, -1, 2, -2, 3, -3, 4, -4, 1.0, 1.0, 1.0, 5, 6, 7, b"\0" * 12, b"\0" * 40,
+             b"\0" * 24, b"\0" * 16)
+    cuda.synchronize()
+
+
+def test_argument_errors(cuda, kernels):
+    k = kernels["k_basic"]
+    dy = cuda.device_array(4, np.float32)
+    with pytest.raises(NbjitArgumentError, match=r"takes 4 arguments, got 3.*k_basic\(ptr|takes 4 arguments"):
+        k[1, 4](dy, dy, 1.0)
+    with pytest.raises(NbjitArgumentError, match="copy it to the device"):
+        k[1, 4](dy, np.zeros(4, np.float32), 1.0, 4)
+    with pytest.raises(NbjitArgumentError, match="parameter 3.*negative"):
+        k[1, 4](dy, dy, 1.0, -1)
+    with pytest.raises(NbjitArgumentError, match="parameter 2.*not a number"):
+        k[1, 4](dy, dy, "a", 4)
+    with pytest.raises(NbjitArgumentError, match="parameter 3.*float"):
+        k[1, 4](dy, dy, 1.0, 4.0)
+    with pytest.raises(NbjitArgumentError, match="parameter 3.*does not fit"):
+        k[1, 4](dy, dy, 1.0, 2 ** 40)
+    k[1, 4](dy, dy, 1.0, np.int32(-1))  # a typed signed value is sent as its bits
+
+
+def test_missing_kernel_lists_names(kernels):
+    with pytest.raises(KernelNotFoundError) as e:
+        kernels["k_basik"]
+    assert isinstance(e.value, KeyError)
+    assert str(e.value).index("k_basic") < str(e.value).index("k_widths")
+    with pytest.raises(AttributeError):
+        kernels.nothing_like_this
+
+
+# ------------------------------------------------------------------ launching
+
+
+def test_streams(cuda, kernels):
+    k = kernels["k_basic"]
+    s = cuda.stream()
+    axpy_check(cuda, k, stream=s)
+
+    class Proto:
+        def __cuda_stream__(self):
+            return (0, int(s.handle))
+
+    axpy_check(cuda, k, stream=Proto())
+    axpy_check(cuda, k, stream=int(s.handle))
+    axpy_check(cuda, k, stream=cuda.default_stream())
+
+
+def test_dynamic_shared_memory_and_optin(cuda, kernels):
+    k = kernels["k_dyn"]
+    n = 256
+    out = cuda.device_array(n, np.float32)
+    static = k.attributes.shared
+    k[1, n, 0, 48 * 1024 - static](out, n)  # exactly the default limit: no opt-in
+    assert k._s.optin == 0
+    k[1, n, 0, 48 * 1024 - static + 1](out, n)  # one byte more: opted in
+    assert k._s.optin == 48 * 1024 - static + 1
+    np.testing.assert_array_equal(out.copy_to_host(), np.arange(n, dtype=np.float32)[::-1])
+    from nbjit import _driver
+    top = _driver.device_info(0).max_shared_optin - static
+    k[1, n, 0, top](out, n)
+    cuda.synchronize()
+    with pytest.raises(NbjitLaunchError, match="exceed"):
+        k[1, n, 0, top + 1](out, n)
+
+
+def test_globals(cuda):
+    m = nbjit.load(DATA / "nvcc/kernels_sm90.ptx")
+    g = m.get_global("g_arr")
+    assert g.size == 64 and g.ptr
+    arr = g.as_array(np.float32)
+    arr.copy_to_device(np.arange(16, dtype=np.float32))
+    counter = m.get_global("g_counter").as_array(np.uint32)
+    counter.copy_to_device(np.zeros(1, np.uint32))
+    out = cuda.device_array(16, np.float32)
+    m["k_globals"][1, 32](out)
+    tab = np.zeros(8, np.float32)
+    tab[:2] = [0.5, 1.5]
+    np.testing.assert_array_equal(out.copy_to_host(), np.arange(16) + tab[np.arange(16) % 8])
+    assert counter.copy_to_host()[0] == 1
+    with pytest.raises(KernelNotFoundError, match="g_arr"):
+        m.get_global("g_ar")
+
+
+def test_launch_failure_names_config(cuda, kernels):
+    dy = cuda.device_array(4, np.float32)
+    with pytest.raises(NbjitLaunchError) as e:
+        kernels["k_basic"][1, 2048](dy, dy, 1.0, 4)
+    msg = str(e.value)
+    assert "k_basic" in msg and "(2048, 1, 1)" in msg and "CUDA_ERROR_INVALID_VALUE" in msg
+    with pytest.raises(NbjitLaunchError, match="grid"):
+        kernels["k_basic"][0, 32]
+    with pytest.raises(NbjitLaunchError, match="kernel\\[grid, block\\]"):
+        kernels["k_basic"][1]
+
+
+def test_cluster_and_cooperative(cuda):
+    m = nbjit.load(DATA / "nvcc/cluster_sm90.ptx")
+    out = cuda.device_array(4 * 32, np.float32)
+    m["k_cluster"][4, 32](out)
+    np.testing.assert_array_equal(out.copy_to_host(), np.repeat(np.arange(4, dtype=np.float32), 32))
+    with pytest.raises(NbjitLaunchError, match="multiple of its cluster"):
+        m["k_cluster"][3, 32](out)
+    k = nbjit.load(DATA / "nvcc/kernels_sm90.ptx")["k_basic"]
+    n = 1024
+    x = np.arange(n, dtype=np.float32)
+    dx, dy = cuda.to_device(x), cuda.to_device(np.zeros(n, np.float32))
+    k.launch(8, 128, dy, dx, 2.0, n, cluster=(2, 1, 1))
+    np.testing.assert_array_equal(dy.copy_to_host(), 2 * x)
+    k.launch(8, 128, dy, dx, 1.0, n, cooperative=True)
+    np.testing.assert_array_equal(dy.copy_to_host(), 3 * x)
+
+
+def test_attributes_and_occupancy(kernels):
+    from nbjit.cubin import inspect_cubin
+    k = kernels["k_lb"]
+    a = k.attributes
+    cub = inspect_cubin((DATA / "nvcc/kernels_sm_90.cubin").read_bytes()).entry("k_lb")
+    assert a.registers == cub.registers and a.max_threads_per_block == 256
+    assert a.shared == cub.shared  # the driver does not count the 1 KiB reserve
+    assert a.ptx_version == 90 and a.binary_version == 90
+    assert 1 <= k.max_active_blocks_per_sm(256) <= 8
+    grid, block = k.suggested_block_size()
+    assert grid >= 1 and 32 <= block <= 256
+
+
+def test_bind_relaunch(cuda, kernels):
+    n = 1000
+    x = np.arange(n, dtype=np.float32)
+    dx, dy = cuda.to_device(x), cuda.to_device(np.zeros(n, np.float32))
+    b = kernels["k_basic"].bind(4, 256, dy, dx, 1.0, n)
+    for _ in range(3):
+        b()
+    np.testing.assert_array_equal(dy.copy_to_host(), 3 * x)
+
+
+# ------------------------------------------------------------------ working with @cuda.jit
+
+
+def test_pipeline_with_cuda_jit_on_one_stream(cuda, kernels):
+    @cuda.jit
+    def fill(a):
+        i = cuda.grid(1)
+        if i < a.size:
+            a[i] = i
+
+    @cuda.jit
+    def square(a):
+        i = cuda.grid(1)
+        if i < a.size:
+            a[i] = a[i] * a[i]
+
+    n = 1 << 16
+    s = cuda.stream()
+    x = cuda.device_array(n, np.float32, stream=s)
+    y = cuda.device_array(n, np.float32, stream=s)
+    g = (n + 255) // 256
+    fill[g, 256, s](x)
+    fill[g, 256, s](y)
+    kernels["k_basic"][g, 256, s](y, x, 3.0, n)  # y = 3x + y = 4i
+    square[g, 256, s](y)
+    s.synchronize()
+    i = np.arange(n, dtype=np.float32)
+    np.testing.assert_array_equal(y.copy_to_host(), (4 * i) ** 2)
+
+
+def test_cupy_arrays(cuda, kernels):
+    cp = pytest.importorskip("cupy")
+    n = 4096
+    x = cp.arange(n, dtype=cp.float32)
+    y = cp.ones(n, dtype=cp.float32)
+    s = cp.cuda.Stream()
+    kernels["k_basic"][(n + 255) // 256, 256, s.ptr](y, x, 2.0, n)
+    s.synchronize()
+    np.testing.assert_array_equal(cp.asnumpy(y), 2 * np.arange(n, dtype=np.float32) + 1)
+
+
+def test_torch_tensors(cuda, kernels):
+    torch = pytest.importorskip("torch")
+    n = 4096
+    x = torch.arange(n, dtype=torch.float32, device="cuda")
+    y = torch.ones(n, dtype=torch.float32, device="cuda")
+    stream = torch.cuda.current_stream()
+    kernels["k_basic"][(n + 255) // 256, 256, stream.cuda_stream](y, x, 2.0, n)
+    kernels["k_basic"][(n + 255) // 256, 256, stream](y, x, 1.0, n)
+    torch.cuda.synchronize()
+    np.testing.assert_array_equal(y.cpu().numpy(), 3 * np.arange(n, dtype=np.float32) + 1)
+    with pytest.raises(NbjitArgumentError, match="CPU"):
+        kernels["k_basic"][1, 32](torch.zeros(4), x, 1.0, 4)

@@ -88,6 +88,15 @@ def main() -> None:
 
     rows["floor: cuLaunchKernel, pre-packed"] = timeit(floor, sync, a.batch, a.repeat)
 
+    from nbjit import _driver
+    fast, handle = _driver.launcher()
+    if handle is int:  # nbjit's C launch primitive is built: its own floor
+        fh, sh = int(func), int(hstream)
+        rows["nbjit C primitive, pre-packed"] = timeit(lambda: fast(fh, GRID, 1, 1, BLOCK, 1, 1, 0, sh, arr_addr),
+                                                      sync, a.batch, a.repeat)
+    else:
+        print("nbjit's C launch extension is not built: nbjit rows use cuda.bindings")
+
     cfg = k[GRID, BLOCK]
     rows["nbjit, Numba arrays"] = timeit(lambda: cfg(y, x, 2.0, N), sync, a.batch, a.repeat)
     rows["nbjit, Numba arrays, k[g, b](...)"] = timeit(lambda: k[GRID, BLOCK](y, x, 2.0, N), sync, a.batch, a.repeat)

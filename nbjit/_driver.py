@@ -6,7 +6,6 @@ have (cuFuncGetParamInfo, cuLaunchKernelEx) is probed on first use.
 """
 from __future__ import annotations
 
-import ctypes
 import functools
 from dataclasses import dataclass
 
@@ -26,6 +25,7 @@ def error_text(err) -> str:
     """``"CUDA_ERROR_INVALID_VALUE (1): invalid argument"``."""
     cu = _cu()
     try:
+        err = cu.CUresult(int(err))
         _, name = cu.cuGetErrorName(err)
         _, text = cu.cuGetErrorString(err)
         return f"{name.decode()} ({int(err)}): {text.decode()}"
@@ -121,18 +121,23 @@ def load_module(data: bytes, what: str) -> Loaded:
     """Load an image (PTX must be NUL-terminated) into the current context, keeping the
     JIT's info and error logs. Raises ``NbjitLoadError`` with the error log."""
     cu = _cu()
-    info = ctypes.create_string_buffer(_LOG_BYTES)
-    errlog = ctypes.create_string_buffer(_LOG_BYTES)
+    # cuda.bindings takes the log buffers as bytes objects and has the driver write into them
+    info = bytes(_LOG_BYTES)
+    errlog = bytes(_LOG_BYTES)
     J = cu.CUjit_option
     opts = [J.CU_JIT_INFO_LOG_BUFFER, J.CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
             J.CU_JIT_ERROR_LOG_BUFFER, J.CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, J.CU_JIT_LOG_VERBOSE]
-    vals = [ctypes.addressof(info), _LOG_BYTES, ctypes.addressof(errlog), _LOG_BYTES, 1]
+    vals = [info, _LOG_BYTES, errlog, _LOG_BYTES, 1]
     res = cu.cuModuleLoadDataEx(data, len(opts), opts, vals)
     if res[0] != 0:
-        log = errlog.value.decode(errors="replace").strip()
+        log = _text(errlog)
         raise NbjitLoadError(f"{what}: the driver could not load it: {error_text(res[0])}"
                              + (f"\n{log}" if log else ""), )
-    return Loaded(res[1], info.value.decode(errors="replace").strip())
+    return Loaded(res[1], _text(info))
+
+
+def _text(buf: bytes) -> str:
+    return buf.split(b"\0", 1)[0].decode(errors="replace").strip()
 
 
 def unload_module(handle) -> None:
@@ -210,9 +215,32 @@ def potential_block_size(func, dynamic_shared: int, limit: int = 0) -> tuple[int
 # ------------------------------------------------------------------ launching
 
 
-def launch_function():
-    """cuLaunchKernel itself, for the hot path to hold on to."""
-    return _cu().cuLaunchKernel
+@functools.lru_cache(maxsize=None)
+def launcher():
+    """``(launch, handle)`` for the hot path: ``launch(func, gx, gy, gz, bx, by, bz, shared,
+    stream, params) -> CUresult`` (an int, 0 on success), taking ``func`` and ``stream``
+    converted by ``handle``. It is nbjit's small C extension calling the driver's
+    cuLaunchKernel where that was built, else cuda.bindings' cuLaunchKernel."""
+    cu = _cu()
+    try:
+        from . import _launch
+        res = cu.cuGetProcAddress(b"cuLaunchKernel", driver_version(),
+                                  cu.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_DEFAULT)
+        if res[0] != 0 or not int(res[1]):
+            raise RuntimeError("cuGetProcAddress(cuLaunchKernel) failed")
+        _launch.set_entry_point(int(res[1]))
+        return _launch.launch, int
+    except Exception:  # no C extension (or an unexpected driver): the portable path
+        bound = cu.cuLaunchKernel
+
+        def launch(f, gx, gy, gz, bx, by, bz, shared, stream, params):
+            return bound(f, gx, gy, gz, bx, by, bz, shared, stream, params, 0)[0]
+
+        return launch, _same
+
+
+def _same(x):
+    return x
 
 
 def stream_object(handle: int):

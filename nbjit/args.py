@@ -110,6 +110,18 @@ def device_pointer(obj: Any) -> int:
         raise NbjitArgumentError(str(e)) from None
 
 
+def to_u64(v, _get=_EXTRACTORS.get):
+    """Fast path for a 64-bit parameter: ints pass (struct range-checks them), device
+    arrays become addresses; anything else goes to the precise rules."""
+    t = type(v)
+    if t is int:
+        return v
+    f = _get(t)
+    if f is not None:
+        return f(v)
+    return device_pointer(v)
+
+
 def _address(v: int) -> int:
     if not 0 <= v < 1 << 64:
         raise NbjitArgumentError(f"address {v} is not a 64-bit unsigned value")
@@ -157,7 +169,7 @@ class _Rule:
         t, size = p.type, p.size
         self.fast: Callable | None = None  # None: struct takes the value as it is
         if p.pointer:
-            self.fmt, self.fast, self.slow = "Q", device_pointer, self.pointer
+            self.fmt, self.fast, self.slow = "Q", to_u64, self.pointer
         elif p.count is not None or t == "b128":
             self.fmt, self.slow = f"{size}s", self.blob
             self.fast = self.blob
@@ -174,7 +186,7 @@ class _Rule:
             self.fmt = _INT_FORMAT[(kind, size)]
             self.slow = self.integer
             if size == 8:  # a 64-bit integer may just as well be a pointer (nvcc writes T* as .u64)
-                self.fast = self.wide
+                self.fast = to_u64 if kind == "u" else self.wide
             elif t[0] == "b":
                 self.fast = self.integer
 

@@ -19,6 +19,9 @@ from .signature import KernelInfo, KernelSignature, Param
 __all__ = ["Kernel", "KernelAttributes", "BoundLaunch"]
 
 _MAX_CONFIGS = 256
+# Several GPUs visible? Decided when the first kernel is made; with one GPU the launch
+# path skips every device check.
+_MULTI: list = [None]
 
 
 @dataclass(frozen=True)
@@ -38,11 +41,12 @@ class KernelAttributes:
 class _Buffer:
     """A parameter buffer and the void*[] array pointing into it, at fixed addresses."""
 
-    __slots__ = ("data", "ptrs", "address")
+    __slots__ = ("data", "view", "ptrs", "address")
 
     def __init__(self, sig: KernelSignature):
-        self.data = (ctypes.c_char * max(1, sig.size))()
-        base = ctypes.addressof(self.data)
+        self.data = bytearray(max(1, sig.size))  # struct.pack_into is fastest into a bytearray
+        self.view = (ctypes.c_char * len(self.data)).from_buffer(self.data)  # pins it in place
+        base = ctypes.addressof(self.view)
         n = len(sig.params)
         self.ptrs = (ctypes.c_void_p * max(1, n))(*[base + p.offset for p in sig.params])
         self.address = ctypes.addressof(self.ptrs) if n else 0
@@ -58,6 +62,9 @@ class _State:
         self.info = info
         self.sig = info.signature
         self.packer = ArgPacker(info.signature, name)
+        self.n = self.packer.n
+        self.fast = self.packer.fast
+        self.pack = self.packer.struct.pack_into
         self.ctx_key = ctx_key
         self.device = device
         self.tls = threading.local()
@@ -66,6 +73,8 @@ class _State:
         self.attrs: KernelAttributes | None = None
         self.pointer_params = tuple(i for i, p in enumerate(info.params) if p.pointer or p.size == 8)
         self.lock = threading.Lock()
+        if _MULTI[0] is None:
+            _MULTI[0] = _driver.device_count() > 1
 
     def buffer(self) -> _Buffer:
         try:
@@ -263,8 +272,8 @@ class _Launcher:
         self.grid, self.block, self.shared = grid, block, shared
         self._stream_obj = stream  # kept alive while the configuration is cached
         self.stream = stream_handle(stream)
-        self._launch = _driver.launch_function()
-        self._cfg = (kernel._s.func, *grid, *block, shared, self.stream)
+        self._launch, handle = _driver.launcher()
+        self._cfg = (handle(kernel._s.func), *grid, *block, shared, handle(self.stream))
         self.check_cluster(None)
 
     def check_cluster(self, cluster) -> None:
@@ -280,10 +289,9 @@ class _Launcher:
 
     def __call__(self, *args) -> None:
         s = self._s
-        packer = s.packer
-        if len(args) != packer.n:
-            raise packer.count_error(len(args))
-        if _multi_gpu():
+        if len(args) != s.n:
+            raise s.packer.count_error(len(args))
+        if _MULTI[0]:
             other = _on_current_device(self)
             if other is not None:
                 return other(*args)
@@ -295,12 +303,12 @@ class _Launcher:
         # the packer's fast path, inlined: convert what needs converting, pack once
         vals = list(args)
         try:
-            for i, f in packer.fast:
+            for i, f in s.fast:
                 vals[i] = f(vals[i])
-            packer.struct.pack_into(buf.data, 0, *vals)
+            s.pack(buf.data, 0, *vals)
         except Exception:
-            packer.pack_into(buf.data, args)  # precise rules: accept, or raise naming the parameter
-        err = self._launch(*self._cfg, buf.address, 0)[0]
+            s.packer.pack_into(buf.data, args)  # precise rules: accept, or raise naming the parameter
+        err = self._launch(*self._cfg, buf.address)
         if err:
             raise self.error(err)
 
@@ -315,7 +323,7 @@ class BoundLaunch:
         s = launcher._s
         if len(args) != s.packer.n:
             raise s.packer.count_error(len(args))
-        if _multi_gpu():
+        if _MULTI[0]:
             _check_devices(launcher, args)
         self.launcher = launcher
         self.args = args
@@ -326,20 +334,11 @@ class BoundLaunch:
         self._launch = launcher._launch
 
     def __call__(self) -> None:
-        err = self._launch(*self._cfg, self._address, 0)[0]
+        err = self._launch(*self._cfg, self._address)
         if err:
             raise self.launcher.error(err)
 
     launch = __call__
-
-
-_MULTI: list[bool] = []
-
-
-def _multi_gpu() -> bool:
-    if not _MULTI:
-        _MULTI.append(_driver.device_count() > 1)
-    return _MULTI[0]
 
 
 def _on_current_device(launcher: _Launcher):

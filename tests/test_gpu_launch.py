@@ -30,7 +30,7 @@ def kernels():
     return nbjit.load(DATA / "nvcc/kernels_sm90.ptx")
 
 
-def axpy_check(cuda, k, n=10_000, stream=None, **launch):
+def axpy_check(cuda, k, n=10_000, stream=None, sync=None):
     rng = np.random.default_rng(0)
     x = rng.random(n, dtype=np.float32)
     y = rng.random(n, dtype=np.float32)
@@ -40,7 +40,7 @@ def axpy_check(cuda, k, n=10_000, stream=None, **launch):
         k[grid, 256](dy, dx, np.float32(2.5), n)
     else:
         k[grid, 256, stream](dy, dx, 2.5, n)
-        stream.synchronize()
+        (sync or stream.synchronize)()
     np.testing.assert_allclose(dy.copy_to_host(), 2.5 * x + y, rtol=1e-6)
 
 
@@ -148,7 +148,7 @@ def test_newer_ptx_nvjitlink_or_lowered(cuda):
     k = m["_Z4fillIfEvPT_S0_i"]
     out = cuda.device_array(100, np.float32)
     k[1, 128](out, np.float32(3.0), 100)
-    np.testing.assert_allclose(out.copy_to_host(), 3.0 * np.arange(100, dtype=np.float32))
+    np.testing.assert_array_equal(out.copy_to_host(), np.full(100, 3.0, np.float32))
 
 
 def test_lowered_route(cuda, monkeypatch):
@@ -160,7 +160,7 @@ def test_lowered_route(cuda, monkeypatch):
     assert m.route == "lowered"
     out = cuda.device_array(64, np.int32)
     m["_Z4fillIiEvPT_S0_i"][1, 64](out, 7, 64)
-    np.testing.assert_array_equal(out.copy_to_host(), 7 * np.arange(64))
+    np.testing.assert_array_equal(out.copy_to_host(), np.full(64, 7))
 
 
 def test_triton_ptx_and_cubin(cuda):
@@ -202,8 +202,11 @@ def test_struct_by_value(cuda, kernels):
 def test_small_types(cuda, kernels):
     out = cuda.device_array(1, np.float32)
     bf16 = np.float32(2.0).view(np.uint32) >> 16
-    kernels["k_small"][1, 1](np.float16(1.5), int(bf16).to_bytes(2, "little"), True, 3, -4, out)
+    k = kernels["k_small"]
+    k[1, 1](np.float16(1.5), int(bf16).to_bytes(2, "little"), True, 3, np.int16(-4), out)
     assert out.copy_to_host()[0] == 1.5 + 2.0 + 1 + 3 - 4
+    with pytest.raises(NbjitArgumentError, match="parameter 4.*np.int16"):  # nvcc writes short as .u16
+        k[1, 1](np.float16(1.5), b"\0\0", True, 3, -4, out)
 
 
 def test_widths(cuda, kernels):
@@ -261,8 +264,8 @@ def test_streams(cuda, kernels):
         def __cuda_stream__(self):
             return (0, int(s.handle))
 
-    axpy_check(cuda, k, stream=Proto())
-    axpy_check(cuda, k, stream=int(s.handle))
+    axpy_check(cuda, k, stream=Proto(), sync=s.synchronize)
+    axpy_check(cuda, k, stream=int(s.handle), sync=s.synchronize)
     axpy_check(cuda, k, stream=cuda.default_stream())
 
 

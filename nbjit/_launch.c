@@ -1,12 +1,30 @@
-/* nbjit._launch: cuLaunchKernel for the launch hot path, without the per-call argument
- * objects that a general binding builds. Optional: nbjit falls back to cuda.bindings when
- * this extension is not built. It never loads libcuda itself: Python hands it the entry
- * point that cuda.bindings' cuGetProcAddress found. Limited API (abi3), Python >= 3.10. */
+/* nbjit._launch: the launch hot path in C (optional; nbjit runs the same rules in Python
+ * when this extension is not built).
+ *
+ * Launcher(func, gx, gy, gz, bx, by, bz, shared, stream, layout, size, extractors, numbers,
+ *          fallback, on_error) is a configured kernel: calling it with the kernel's arguments
+ * packs them into a parameter buffer on the C stack and calls cuLaunchKernel.
+ *   layout     tuple of (offset, code) per parameter; codes: 'P' 64-bit pointer or unsigned
+ *              integer, 'q' s64, 'I' 'H' 'B' unsigned, 'i' 'h' 'b' signed, 'f' f32, 'd' f64,
+ *              'X' anything that only the Python rules handle (structs, f16, bf16, ...)
+ *   extractors dict {type: callable -> int address, or a tuple of attribute names whose
+ *              chain ends in an int-like object} for device arrays (Numba, CuPy, torch, ...)
+ *   numbers    dict {type: 'f' | 'i'} for numpy scalar types
+ *   fallback   fallback(args) -> bytes of the whole buffer, or raises (the precise rules)
+ *   on_error   on_error(CUresult) raises the launch error
+ * Anything the fast rules do not take exactly goes to `fallback`, so both paths always agree.
+ * It never loads libcuda itself: Python hands it the cuLaunchKernel that cuda.bindings'
+ * cuGetProcAddress found. Limited API (abi3), Python >= 3.10. */
 #ifndef Py_LIMITED_API
 #define Py_LIMITED_API 0x030A0000
 #endif
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
 
 typedef int (*launch_fn)(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                          unsigned bz, unsigned shmem, void *stream, void **params, void **extra);
@@ -31,8 +49,7 @@ static int as_uint(PyObject *o, unsigned *out) {
     return 0;
 }
 
-/* launch(func, gx, gy, gz, bx, by, bz, shared, stream, params) -> CUresult as int.
- * func, stream and params are addresses (ints); params points to a void*[]. */
+/* launch(func, gx, gy, gz, bx, by, bz, shared, stream, params) -> CUresult as int. */
 static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     unsigned d[7];
     void *f, *stream, *params;
@@ -59,6 +76,384 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromLong(r);
 }
 
+/* ------------------------------------------------------------------ Launcher */
+
+#define STACK_BYTES 4096
+#define STACK_PARAMS 512
+
+typedef struct {
+    PyObject_HEAD
+    void *func, *stream;
+    unsigned dims[7];
+    Py_ssize_t n, size;
+    Py_ssize_t *offsets;
+    char *codes;
+    PyObject *extractors, *numbers, *fallback, *on_error, *dict;
+} Launcher;
+
+static void launcher_dealloc(PyObject *op) {
+    Launcher *self = (Launcher *)op;
+    PyTypeObject *tp = Py_TYPE(op);
+    PyObject_GC_UnTrack(op);
+    PyMem_Free(self->offsets);
+    PyMem_Free(self->codes);
+    Py_CLEAR(self->extractors);
+    Py_CLEAR(self->numbers);
+    Py_CLEAR(self->fallback);
+    Py_CLEAR(self->on_error);
+    Py_CLEAR(self->dict);
+    freefunc tp_free = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+    tp_free(op);
+    Py_DECREF(tp);
+}
+
+static int launcher_traverse(PyObject *op, visitproc visit, void *arg) {
+    Launcher *self = (Launcher *)op;
+    Py_VISIT(self->extractors);
+    Py_VISIT(self->numbers);
+    Py_VISIT(self->fallback);
+    Py_VISIT(self->on_error);
+    Py_VISIT(self->dict);
+    Py_VISIT(Py_TYPE(op));
+    return 0;
+}
+
+static int launcher_clear(PyObject *op) {
+    Launcher *self = (Launcher *)op;
+    Py_CLEAR(self->extractors);
+    Py_CLEAR(self->numbers);
+    Py_CLEAR(self->fallback);
+    Py_CLEAR(self->on_error);
+    Py_CLEAR(self->dict);
+    return 0;
+}
+
+static int launcher_init(PyObject *op, PyObject *args, PyObject *kwds) {
+    Launcher *self = (Launcher *)op;
+    PyObject *func, *stream, *layout, *extractors, *numbers, *fallback, *on_error;
+    unsigned long long dd[7];
+    Py_ssize_t size, i;
+    if (!PyArg_ParseTuple(args, "OKKKKKKKOOnOOOO", &func, &dd[0], &dd[1], &dd[2], &dd[3], &dd[4], &dd[5],
+                          &dd[6], &stream, &layout, &size, &extractors, &numbers, &fallback, &on_error))
+        return -1;
+    for (i = 0; i < 7; i++) {
+        if (dd[i] > 0xFFFFFFFFULL) {
+            PyErr_SetString(PyExc_OverflowError, "launch dimension does not fit in 32 bits");
+            return -1;
+        }
+        self->dims[i] = (unsigned)dd[i];
+    }
+    self->func = PyLong_AsVoidPtr(func);
+    if (self->func == NULL && PyErr_Occurred()) return -1;
+    self->stream = PyLong_AsVoidPtr(stream);
+    if (self->stream == NULL && PyErr_Occurred()) return -1;
+    if (!PyTuple_Check(layout) || !PyDict_Check(extractors) || !PyDict_Check(numbers)) {
+        PyErr_SetString(PyExc_TypeError, "layout must be a tuple, extractors and numbers dicts");
+        return -1;
+    }
+    self->n = PyTuple_Size(layout);
+    self->size = size;
+    if (size < 0 || size > 65536) {
+        PyErr_SetString(PyExc_ValueError, "parameter buffer size out of range");
+        return -1;
+    }
+    PyMem_Free(self->offsets);
+    PyMem_Free(self->codes);
+    self->offsets = PyMem_Malloc(sizeof(Py_ssize_t) * (self->n + 1));
+    self->codes = PyMem_Malloc(self->n + 1);
+    if (!self->offsets || !self->codes) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (i = 0; i < self->n; i++) {
+        PyObject *item = PyTuple_GetItem(layout, i);
+        const char *code;
+        Py_ssize_t len;
+        if (!item || !PyArg_ParseTuple(item, "ns#", &self->offsets[i], &code, &len)) return -1;
+        if (len != 1 || self->offsets[i] < 0 || self->offsets[i] >= size) {
+            PyErr_SetString(PyExc_ValueError, "bad layout entry");
+            return -1;
+        }
+        self->codes[i] = code[0];
+    }
+    Py_INCREF(extractors);
+    Py_XDECREF(self->extractors);
+    self->extractors = extractors;
+    Py_INCREF(numbers);
+    Py_XDECREF(self->numbers);
+    self->numbers = numbers;
+    Py_INCREF(fallback);
+    Py_XDECREF(self->fallback);
+    self->fallback = fallback;
+    Py_INCREF(on_error);
+    Py_XDECREF(self->on_error);
+    self->on_error = on_error;
+    return 0;
+}
+
+/* The device address an object stands for, via the extractor registered for its type.
+ * Returns 0 and sets *ok = 0 where no fast rule applies (no Python error left set). */
+static unsigned long long extract(Launcher *self, PyObject *o, int *ok) {
+    PyObject *how = PyDict_GetItem(self->extractors, (PyObject *)Py_TYPE(o)); /* borrowed */
+    PyObject *v = NULL;
+    unsigned long long r;
+    *ok = 0;
+    if (how == NULL) return 0;
+    if (PyTuple_Check(how)) {
+        Py_ssize_t i, k = PyTuple_Size(how);
+        Py_INCREF(o);
+        v = o;
+        for (i = 0; i < k && v; i++) {
+            PyObject *next = PyObject_GetAttr(v, PyTuple_GetItem(how, i));
+            Py_DECREF(v);
+            v = next;
+        }
+    } else {
+        v = PyObject_CallFunctionObjArgs(how, o, NULL);
+    }
+    if (v == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (!PyLong_Check(v)) {
+        PyObject *idx = PyNumber_Index(v);
+        Py_DECREF(v);
+        if (idx == NULL) {
+            PyErr_Clear();
+            return 0;
+        }
+        v = idx;
+    }
+    r = PyLong_AsUnsignedLongLong(v);
+    Py_DECREF(v);
+    if (r == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    *ok = 1;
+    return r;
+}
+
+/* An int-like object as a Python int (new reference), or NULL (no error set). */
+static PyObject *as_pyint(Launcher *self, PyObject *o) {
+    PyObject *kind;
+    if (PyLong_CheckExact(o)) {
+        Py_INCREF(o);
+        return o;
+    }
+    kind = PyDict_GetItem(self->numbers, (PyObject *)Py_TYPE(o));
+    if (kind == NULL || PyUnicode_CompareWithASCIIString(kind, "i") != 0) return NULL;
+    o = PyNumber_Index(o);
+    if (o == NULL) PyErr_Clear();
+    return o;
+}
+
+static int pack_one(Launcher *self, char code, PyObject *o, unsigned char *dst) {
+    switch (code) {
+    case 'P': {
+        unsigned long long v;
+        int ok = 1;
+        if (PyLong_CheckExact(o)) {
+            v = PyLong_AsUnsignedLongLong(o);
+            if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+                PyErr_Clear();
+                return 0;
+            }
+        } else if (o == Py_None) {
+            v = 0;
+        } else {
+            v = extract(self, o, &ok);
+            if (!ok) {
+                PyObject *i = as_pyint(self, o);
+                if (i == NULL) return 0;
+                v = PyLong_AsUnsignedLongLong(i);
+                Py_DECREF(i);
+                if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+                    PyErr_Clear();
+                    return 0;
+                }
+            }
+        }
+        memcpy(dst, &v, 8);
+        return 1;
+    }
+    case 'q': case 'i': case 'h': case 'b':
+    case 'I': case 'H': case 'B': {
+        PyObject *i = as_pyint(self, o);
+        int overflow = 0;
+        long long v;
+        if (i == NULL) return 0;
+        v = PyLong_AsLongLongAndOverflow(i, &overflow);
+        Py_DECREF(i);
+        if (overflow || (v == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            return 0;
+        }
+        switch (code) {
+        case 'q': memcpy(dst, &v, 8); return 1;
+        case 'i': if (v < INT32_MIN || v > INT32_MAX) return 0; { int32_t x = (int32_t)v; memcpy(dst, &x, 4); } return 1;
+        case 'h': if (v < INT16_MIN || v > INT16_MAX) return 0; { int16_t x = (int16_t)v; memcpy(dst, &x, 2); } return 1;
+        case 'b': if (v < INT8_MIN || v > INT8_MAX) return 0; { int8_t x = (int8_t)v; memcpy(dst, &x, 1); } return 1;
+        case 'I': if (v < 0 || v > UINT32_MAX) return 0; { uint32_t x = (uint32_t)v; memcpy(dst, &x, 4); } return 1;
+        case 'H': if (v < 0 || v > UINT16_MAX) return 0; { uint16_t x = (uint16_t)v; memcpy(dst, &x, 2); } return 1;
+        case 'B': if (v < 0 || v > UINT8_MAX) return 0; { uint8_t x = (uint8_t)v; memcpy(dst, &x, 1); } return 1;
+        }
+        return 0;
+    }
+    case 'f': case 'd': {
+        double v;
+        if (PyFloat_CheckExact(o)) {
+            v = PyFloat_AsDouble(o);
+        } else if (PyLong_CheckExact(o)) {
+            v = PyLong_AsDouble(o);
+            if (v == -1.0 && PyErr_Occurred()) {
+                PyErr_Clear();
+                return 0;
+            }
+        } else {
+            PyObject *kind = PyDict_GetItem(self->numbers, (PyObject *)Py_TYPE(o));
+            if (kind == NULL) return 0;
+            v = PyFloat_AsDouble(o);
+            if (v == -1.0 && PyErr_Occurred()) {
+                PyErr_Clear();
+                return 0;
+            }
+        }
+        if (code == 'f') {
+            float x;
+            if (isfinite(v) && fabs(v) > FLT_MAX) return 0; /* overflow: let the precise rules say so */
+            x = (float)v;
+            memcpy(dst, &x, 4);
+        } else {
+            memcpy(dst, &v, 8);
+        }
+        return 1;
+    }
+    default:
+        return 0;
+    }
+}
+
+static PyObject *launcher_call(PyObject *op, PyObject *args, PyObject *kwds) {
+    Launcher *self = (Launcher *)op;
+    unsigned char stack_buf[STACK_BYTES];
+    void *stack_ptrs[STACK_PARAMS];
+    unsigned char *buf = stack_buf;
+    void **ptrs = stack_ptrs;
+    Py_ssize_t i, nargs;
+    int fast = 1, r;
+    PyObject *result = NULL, *packed = NULL;
+
+    if (kwds != NULL && PyDict_Size(kwds) != 0) {
+        PyErr_SetString(PyExc_TypeError, "a kernel launch takes no keyword arguments");
+        return NULL;
+    }
+    if (p_launch == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "nbjit._launch: no entry point set");
+        return NULL;
+    }
+    nargs = PyTuple_Size(args);
+    if (self->size > STACK_BYTES) buf = PyMem_Malloc(self->size);
+    if (self->n > STACK_PARAMS) ptrs = PyMem_Malloc(sizeof(void *) * self->n);
+    if (buf == NULL || ptrs == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (nargs != self->n) {
+        fast = 0;
+    } else {
+        if (self->size) memset(buf, 0, self->size);
+        for (i = 0; i < self->n; i++) {
+            if (!pack_one(self, self->codes[i], PyTuple_GetItem(args, i), buf + self->offsets[i])) {
+                fast = 0;
+                break;
+            }
+        }
+    }
+    if (!fast) {
+        /* the precise rules: they pack what the fast rules could not, or raise */
+        char *bytes;
+        Py_ssize_t len;
+        packed = PyObject_CallFunctionObjArgs(self->fallback, args, NULL);
+        if (packed == NULL) goto done;
+        if (PyBytes_AsStringAndSize(packed, &bytes, &len) < 0) goto done;
+        if (len != self->size) {
+            PyErr_SetString(PyExc_ValueError, "fallback packed a buffer of the wrong size");
+            goto done;
+        }
+        if (len) memcpy(buf, bytes, len);
+    }
+    for (i = 0; i < self->n; i++) ptrs[i] = buf + self->offsets[i];
+    Py_BEGIN_ALLOW_THREADS
+    r = p_launch(self->func, self->dims[0], self->dims[1], self->dims[2], self->dims[3], self->dims[4],
+                 self->dims[5], self->dims[6], self->stream, self->n ? ptrs : NULL, NULL);
+    Py_END_ALLOW_THREADS
+    if (r != 0) {
+        PyObject *code = PyLong_FromLong(r);
+        if (code) {
+            PyObject *x = PyObject_CallFunctionObjArgs(self->on_error, code, NULL); /* raises */
+            Py_DECREF(code);
+            Py_XDECREF(x);
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "kernel launch failed");
+        }
+        goto done;
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    Py_XDECREF(packed);
+    if (buf != stack_buf) PyMem_Free(buf);
+    if (ptrs != stack_ptrs) PyMem_Free(ptrs);
+    return result;
+}
+
+/* pack(args) -> bytes: the fast rules alone (None where they do not apply); for tests. */
+static PyObject *launcher_pack(PyObject *op, PyObject *args) {
+    Launcher *self = (Launcher *)op;
+    PyObject *out;
+    Py_ssize_t i;
+    unsigned char *buf;
+    if (!PyTuple_Check(args) || PyTuple_Size(args) != self->n) Py_RETURN_NONE;
+    buf = PyMem_Calloc(self->size ? self->size : 1, 1);
+    if (!buf) return PyErr_NoMemory();
+    for (i = 0; i < self->n; i++) {
+        if (!pack_one(self, self->codes[i], PyTuple_GetItem(args, i), buf + self->offsets[i])) {
+            PyMem_Free(buf);
+            Py_RETURN_NONE;
+        }
+    }
+    out = PyBytes_FromStringAndSize((char *)buf, self->size);
+    PyMem_Free(buf);
+    return out;
+}
+
+static PyMethodDef launcher_methods[] = {
+    {"pack_fast", launcher_pack, METH_O, "pack_fast(args) -> bytes or None (the C rules alone)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef launcher_members[] = {
+    {"__dictoffset__", T_PYSSIZET, offsetof(Launcher, dict), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot launcher_slots[] = {
+    {Py_tp_dealloc, launcher_dealloc},
+    {Py_tp_traverse, launcher_traverse},
+    {Py_tp_clear, launcher_clear},
+    {Py_tp_init, launcher_init},
+    {Py_tp_call, launcher_call},
+    {Py_tp_methods, launcher_methods},
+    {Py_tp_members, launcher_members},
+    {Py_tp_doc, "A kernel with its launch configuration; call it with the kernel's arguments."},
+    {0, NULL},
+};
+
+static PyType_Spec launcher_spec = {
+    "nbjit._launch.Launcher", sizeof(Launcher), 0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC, launcher_slots,
+};
+
 static PyMethodDef methods[] = {
     {"set_entry_point", set_entry_point, METH_O, "Set the address of cuLaunchKernel."},
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL,
@@ -68,4 +463,14 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_launch", NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__launch(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__launch(void) {
+    PyObject *m = PyModule_Create(&module), *t;
+    if (m == NULL) return NULL;
+    t = PyType_FromSpec(&launcher_spec);
+    if (t == NULL || PyModule_AddObject(m, "Launcher", t) < 0) {
+        Py_XDECREF(t);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -30,7 +30,7 @@ _FLOAT_FORMAT = {"f16": "e", "f32": "f", "f64": "d"}
 _EXTRACTORS: dict[type, Callable[[Any], int]] = {}
 
 
-class _NotAPointer(Exception):
+class _NotAPointer(ValueError):
     pass
 
 

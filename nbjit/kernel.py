@@ -7,12 +7,15 @@ thread's parameter buffer, and ``cuLaunchKernel``.
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from . import _driver
-from .args import ArgPacker, device_pointer
+from .args import _EXTRACTORS, ArgPacker, device_pointer
 from .errors import NbjitArgumentError, NbjitLaunchError
 from .signature import KernelInfo, KernelSignature, Param
 
@@ -65,6 +68,7 @@ class _State:
         self.n = self.packer.n
         self.fast = self.packer.fast
         self.pack = self.packer.struct.pack_into
+        self.layout = tuple((p.offset, _code(p)) for p in info.params)
         self.ctx_key = ctx_key
         self.device = device
         self.tls = threading.local()
@@ -82,6 +86,19 @@ class _State:
         except AttributeError:
             self.tls.buf = _Buffer(self.sig)
             return self.tls.buf
+
+
+_CODES = {"s64": "q", "u32": "I", "b32": "I", "s32": "i", "u16": "H", "b16": "H", "s16": "h", "u8": "B",
+          "b8": "B", "s8": "b", "f32": "f", "f64": "d"}
+
+
+def _code(p: Param) -> str:
+    """How the C launch path packs a parameter ('X': only the Python rules)."""
+    if p.count is not None:
+        return "X"
+    if p.pointer or (p.size == 8 and p.type in ("u64", "b64", "unknown")):
+        return "P"
+    return _CODES.get(p.type, "X")
 
 
 def _dims(v, what: str, kernel: str) -> tuple[int, int, int]:
@@ -178,7 +195,7 @@ class Kernel:
         return f"<nbjit.Kernel {self.name}{self._s.sig}>"
 
     # ------------------------------------------------------------ launching
-    def __getitem__(self, config) -> "_Launcher":
+    def __getitem__(self, config) -> "_Config":
         s = self._s
         try:
             return s.configs[config]
@@ -193,7 +210,7 @@ class Kernel:
             pass
         return launcher
 
-    def _configure(self, config) -> "_Launcher":
+    def _configure(self, config) -> "_Config":
         if not isinstance(config, tuple) or not 2 <= len(config) <= 4:
             raise NbjitLaunchError(f"kernel {self.name!r}: launch as kernel[grid, block], kernel[grid, block, stream] "
                                    f"or kernel[grid, block, stream, shared_bytes], got [{config!r}]")
@@ -261,12 +278,11 @@ class Kernel:
         return BoundLaunch(launcher, args)
 
 
-class _Launcher:
-    """A kernel with its launch configuration; calling it launches."""
+class _Config:
+    """A kernel with its launch configuration (what ``kernel[grid, block, ...]`` returns);
+    calling it launches."""
 
-    __slots__ = ("kernel", "grid", "block", "shared", "stream", "_stream_obj", "_launch", "_s", "_cfg")
-
-    def __init__(self, kernel: Kernel, grid, block, stream, shared: int):
+    def _setup(self, kernel: Kernel, grid, block, stream, shared: int) -> None:
         self.kernel = kernel
         self._s = kernel._s
         self.grid, self.block, self.shared = grid, block, shared
@@ -286,6 +302,16 @@ class _Launcher:
         return NbjitLaunchError(
             f"launch of kernel {self._s.name!r} failed (grid {self.grid}, block {self.block}, "
             f"{self.shared} bytes dynamic shared memory): {_driver.error_text(err)}")
+
+    def _raise(self, err) -> None:
+        raise self.error(err)
+
+
+class _PyLauncher(_Config):
+    """The launch path in Python (no C extension, or several GPUs to check)."""
+
+    def __init__(self, kernel: Kernel, grid, block, stream, shared: int):
+        self._setup(kernel, grid, block, stream, shared)
 
     def __call__(self, *args) -> None:
         s = self._s
@@ -313,13 +339,52 @@ class _Launcher:
             raise self.error(err)
 
 
+_LAUNCHER_TYPES: list = []
+
+
+def _launcher_type():
+    """The C launcher where nbjit's extension is built and one GPU is visible, else Python."""
+    if not _LAUNCHER_TYPES:
+        kind = _PyLauncher
+        _launch_mod = None
+        if _driver.launcher()[1] is int:
+            from . import _launch as _launch_mod
+        if _launch_mod is not None:
+            class _CLauncher(_launch_mod.Launcher, _Config):
+                """The launch path in C: packs on the C stack with the same rules as the
+                Python path, handing anything unusual to the precise Python rules."""
+
+                def __init__(self, kernel: Kernel, grid, block, stream, shared: int):
+                    self._setup(kernel, grid, block, stream, shared)
+                    s = self._s
+                    super().__init__(*self._cfg, s.layout, s.sig.size, _EXTRACTORS, _numbers(), s.packer.pack,
+                                     self._raise)
+
+            kind = _CLauncher
+        _LAUNCHER_TYPES.append(kind)
+    return _PyLauncher if _MULTI[0] else _LAUNCHER_TYPES[0]
+
+
+def _Launcher(kernel: Kernel, grid, block, stream, shared: int):
+    return _launcher_type()(kernel, grid, block, stream, shared)
+
+
+@functools.lru_cache(maxsize=None)
+def _numbers() -> dict:
+    """numpy scalar types the C path converts itself: 'f' floats, 'i' integers."""
+    out = {t: "f" for t in (np.float16, np.float32, np.float64)}
+    out.update({t: "i" for t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
+                                 np.uint64)})
+    return out
+
+
 class BoundLaunch:
     """A launch with its arguments packed once (see ``Kernel.bind``); call it to launch.
     Holds the arguments, so the memory they point to stays alive."""
 
     __slots__ = ("launcher", "args", "_data", "_ptrs", "_address", "_cfg", "_launch")
 
-    def __init__(self, launcher: _Launcher, args: tuple):
+    def __init__(self, launcher: _Config, args: tuple):
         s = launcher._s
         if len(args) != s.packer.n:
             raise s.packer.count_error(len(args))

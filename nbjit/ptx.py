@@ -626,7 +626,10 @@ def _metadata(meta: list[tuple[str, str, int]], entries: list[KernelInfo]) -> tu
 # One pass over the text removes whole debug lines: each alternative starts right after a
 # line break. A .section .debug_* block runs from its header through '{' (maybe on the next
 # line) to the closing '}'; its body never holds braces, but its '//' comments may.
-_SECTION_BLOCK = r"\.section[ \t]+\.debug\w*[^\n{/]*(?://[^\n]*)?\s*\{(?:[^}/]|/(?!/)|//[^\n]*)*\}[ \t]*(?://[^\n]*)?"
+# Each '//' comment runs to its line break ((?=\n) forbids stopping early), which keeps the
+# pattern unambiguous: linear even on a truncated section with no closing brace.
+_SECTION_BLOCK = (r"\.section[ \t]+\.debug\w*[^\n{/]*(?://[^\n]*(?=\n))?\s*\{"
+                  r"(?:[^}/]|/(?!/)|//[^\n]*(?=\n))*\}[ \t]*(?://[^\n]*)?")
 _DEBUG_LINES = re.compile(r"\n[ \t]*(?:\.(?:loc|file)\b[^\n]*|@@DWARF[^\n]*|" + _SECTION_BLOCK + ")")
 _DWARF_ONLY = re.compile(r"\n[ \t]*(?:@@DWARF[^\n]*|" + _SECTION_BLOCK + ")")
 _LOC_TAIL = re.compile(r"(\.loc[ \t]+\d+[ \t]+\d+[ \t]+\d+)[ \t]*,[ \t]*function_name[^\n/]*?"

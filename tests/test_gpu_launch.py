@@ -135,7 +135,8 @@ def test_jit_log_and_load_error(cuda):
     with pytest.raises(NbjitLoadError) as e:
         nbjit.load(bad, name="bad.ptx")
     msg = str(e.value)
-    assert "bad.ptx" in msg and "PTX 9.0 for sm_90" in msg and "fma.bogus" in msg.replace("'", "")
+    assert "bad.ptx" in msg and "PTX 9.0 for sm_90" in msg and "CUDA_ERROR_INVALID_PTX" in msg
+    assert "Unknown modifier '.bogus'" in msg  # the JIT's own error log
 
 
 def test_newer_ptx_nvjitlink_or_lowered(cuda):
@@ -218,9 +219,12 @@ def test_widths(cuda, kernels):
 
 
 def test_every_ptx_param_type_packs(cuda):
-    m = nbjit.load(DATA / "hand/traps.ptx")
+    # ptxas accepts a `.ptr .shared` kernel parameter, the driver refuses the module
+    # (CUDA_ERROR_INVALID_IMAGE, seen on the H200): drop that one parameter here
+    text = (DATA / "hand/traps.ptx").read_text().replace("\t.param .u64 .ptr .shared p_sptr,\n", "")
+    m = nbjit.load(text, name="traps-no-shared-ptr.ptx")
     k = m["k_all"]  # pointers, every scalar width, .f16, arrays, .b128: verified against the driver at load
-    k[1, 32](0, 0, 0, None, 1, -1, 2, -2, 3, -3, 4, -4, 1.0, 1.0, 1.0, 5, 6, 7, b"\0" * 12, b"\0" * 40,
+    k[1, 32](0, 0, None, 1, -1, 2, -2, 3, -3, 4, -4, 1.0, 1.0, 1.0, 5, 6, 7, b"\0" * 12, b"\0" * 40,
              b"\0" * 24, b"\0" * 16)
     cuda.synchronize()
 

@@ -1,0 +1,215 @@
+"""Argument packing (nbjit.args): every conversion rule and its error, on a CPU; and the C
+launch path's fast rules agreeing byte for byte with the Python ones."""
+from __future__ import annotations
+
+import ctypes
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nbjit import NbjitArgumentError, inspect_ptx
+from nbjit.args import ArgPacker, declare, device_pointer, parse_signature
+from nbjit.cubin import inspect_cubin
+
+DATA = Path(__file__).resolve().parent / "data"
+KERNELS = inspect_ptx((DATA / "nvcc/kernels_sm90.ptx").read_text())
+TRAPS = inspect_ptx((DATA / "hand/traps.ptx").read_text())
+
+
+def packer(info, name):
+    k = info.entry(name)
+    return ArgPacker(k.signature, name)
+
+
+class FakeCAI:
+    """Anything with __cuda_array_interface__ (what CuPy and PyTorch offer)."""
+
+    def __init__(self, ptr):
+        self.ptr = ptr
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"data": (self.ptr, False), "shape": (4,), "typestr": "<f4", "version": 3}
+
+
+def test_pointers_ints_none_and_cai():
+    p = packer(KERNELS, "k_basic")
+    raw = p.pack((FakeCAI(0x1000), 0x2000, 2.5, 7))
+    assert struct.unpack("<QQfI", raw) == (0x1000, 0x2000, 2.5, 7)
+    assert struct.unpack("<QQfI", p.pack((None, np.uint64(5), np.float32(1.5), np.int32(3)))) == (0, 5, 1.5, 3)
+    assert device_pointer(None) == 0 and device_pointer(123) == 123
+
+
+@pytest.mark.parametrize("args,msg", [
+    ((np.zeros(4, np.float32), 0, 1.0, 1), "parameter 0 .*copy it to the device"),
+    (("nope", 0, 1.0, 1), "parameter 0 .*not a device array"),
+    ((0, -1, 1.0, 1), "parameter 1 .*"),
+    ((0, 0, "x", 1), "parameter 2 .*not a number"),
+    ((0, 0, 1e300, 1), "parameter 2 .*overflows"),
+    ((0, 0, 1.0, -1), "parameter 3 .*negative.*np.int32"),
+    ((0, 0, 1.0, 2 ** 32), "parameter 3 .*does not fit"),
+    ((0, 0, 1.0, 1.5), "parameter 3 .*float.*integer"),
+    ((0, 0, 1.0, np.float32(3)), "parameter 3 .*float"),
+])
+def test_errors_name_the_parameter(args, msg):
+    with pytest.raises(NbjitArgumentError, match=msg) as e:
+        packer(KERNELS, "k_basic").pack(args)
+    assert "k_basic" in str(e.value)
+
+
+def test_count_error_shows_signature():
+    with pytest.raises(NbjitArgumentError, match=r"takes 4 arguments, got 2: k_basic\(u64 k_basic_param_0"):
+        packer(KERNELS, "k_basic").pack((0, 0))
+
+
+def test_numpy_signed_into_unsigned_sends_bits():
+    raw = packer(KERNELS, "k_basic").pack((0, 0, 1.0, np.int32(-1)))
+    assert raw[-4:] == b"\xff\xff\xff\xff"
+
+
+class S24(ctypes.Structure):
+    _fields_ = [("d", ctypes.c_double), ("i", ctypes.c_int), ("f", ctypes.c_float), ("l", ctypes.c_longlong)]
+
+
+def test_struct_parameter_forms():
+    p = packer(KERNELS, "k_struct")
+    want = bytes(S24(1.5, 2, 0.25, 10))
+    dt = np.dtype([("d", "<f8"), ("i", "<i4"), ("f", "<f4"), ("l", "<i8")])
+    for v in (S24(1.5, 2, 0.25, 10), np.array((1.5, 2, 0.25, 10), dt)[()], want, bytearray(want)):
+        assert p.pack((v, 0))[:24] == want
+    with pytest.raises(NbjitArgumentError, match="parameter 0 .*exactly 24"):
+        p.pack((b"\0" * 20, 0))
+    with pytest.raises(NbjitArgumentError, match="parameter 0 .*cannot fill a 24-byte"):
+        p.pack((1.0, 0))
+
+
+def test_half_and_bf16_as_b8_pairs():
+    p = packer(KERNELS, "k_small")
+    raw = p.pack((np.float16(1.5), b"\x00\x40", True, 3, np.int16(-4), 0))
+    assert raw[:2] == np.float16(1.5).tobytes() and raw[2:4] == b"\x00\x40"
+    assert raw[4] == 1 and raw[5] == 3 and raw[6:8] == b"\xfc\xff"
+    with pytest.raises(NbjitArgumentError, match="np.float16"):
+        p.pack((1.5, b"\0\0", True, 3, 4, 0))
+
+
+def test_every_ptx_type():
+    p = packer(TRAPS, "k_all")
+    args = (0, 0, 0, None, 255, -128, 65535, -32768, 2 ** 32 - 1, -(2 ** 31), 2 ** 64 - 1, -(2 ** 63), 1.5,
+            2.5, 3.5, -1, -1, -1, b"\1" * 12, b"\2" * 40, b"\3" * 24, b"\4" * 16)
+    raw = p.pack(args)
+    sig = TRAPS.entry("k_all").signature
+    off = {q.name: q.offset for q in sig}
+    assert raw[off["p_u8"]] == 255 and raw[off["p_s8"]] == 0x80
+    assert struct.unpack_from("<e", raw, off["p_f16"])[0] == 1.5
+    assert struct.unpack_from("<d", raw, off["p_f64"])[0] == 3.5
+    assert raw[off["p_b32"]: off["p_b32"] + 4] == b"\xff" * 4  # untyped bits take either sign
+    assert raw[off["p_big"]: off["p_big"] + 40] == b"\2" * 40 and len(raw) == sig.size == 192
+    with pytest.raises(NbjitArgumentError, match="p_s8.*does not fit"):
+        p.pack(args[:5] + (128,) + args[6:])
+
+
+def test_bf16_and_pred_rules():
+    from nbjit.args import _float_to_bf16
+    assert _float_to_bf16(1.0) == 0x3F80 and _float_to_bf16(-2.0) == 0xC000
+    assert _float_to_bf16(1.00390625) == 0x3F80  # ties to even
+
+
+def test_cubin_unknown_types():
+    info = inspect_cubin((DATA / "nvcc/kernels_sm_90.cubin").read_bytes())
+    p = packer(info, "k_basic")
+    raw = p.pack((FakeCAI(0x10), 0x20, np.float32(2.0), 5))
+    assert struct.unpack("<QQfI", raw) == (0x10, 0x20, 2.0, 5)
+    assert struct.unpack("<QQfi", p.pack((0, 0, 2.0, -5)))[2:] == (2.0, -5)  # a Python float is f32 at 4 bytes
+    with pytest.raises(NbjitArgumentError, match="4 bytes, type unknown"):
+        p.pack((0, 0, "x", 1))
+
+
+def test_declared_signature():
+    info = inspect_cubin((DATA / "nvcc/kernels_sm_90.cubin").read_bytes())
+    k = info.entry("k_basic")
+    sig = declare(k.signature, "ptr, ptr, f32, i32", "k_basic")
+    assert [q.type for q in sig] == ["u64", "f32", "s32"][:0] + ["u64", "u64", "f32", "s32"]
+    assert [q.pointer for q in sig] == [True, True, False, False]
+    assert ArgPacker(sig, "k_basic").pack((0, 0, 1.0, -3))[-4:] == struct.pack("<i", -3)
+    with pytest.raises(NbjitArgumentError, match="parameter 2 declared f64"):
+        declare(k.signature, "ptr, ptr, f64, i32", "k_basic")
+    with pytest.raises(NbjitArgumentError, match="declares 3 parameters"):
+        declare(k.signature, "ptr, ptr, f32", "k_basic")
+    with pytest.raises(NbjitArgumentError, match="'flt' is not a type"):
+        parse_signature("ptr, flt")
+    assert parse_signature("bytes24, float32") == [("b8", 24), ("float32", None)]
+
+
+def test_torch_cpu_tensor_is_refused():
+    torch = pytest.importorskip("torch")
+    with pytest.raises(NbjitArgumentError, match="CPU"):
+        device_pointer(torch.zeros(3))
+
+
+# ---------------------------------------------------------------- the C fast rules
+
+try:
+    from nbjit import _launch
+except ImportError:  # the optional extension is not built here
+    _launch = None
+
+needs_c = pytest.mark.skipif(_launch is None, reason="nbjit's C launch extension is not built")
+
+
+def c_launcher(info, name):
+    from nbjit.args import _EXTRACTORS
+    from nbjit.kernel import _code, _numbers
+    k = info.entry(name)
+    p = ArgPacker(k.signature, name)
+    layout = tuple((q.offset, _code(q)) for q in k.params)
+    return _launch.Launcher(0, 1, 1, 1, 1, 1, 1, 0, 0, layout, k.signature.size, _EXTRACTORS, _numbers(),
+                            p.pack, lambda e: None), p
+
+
+scalar = st.one_of(st.integers(-(2 ** 65), 2 ** 65), st.floats(allow_nan=False), st.booleans(),
+                   st.sampled_from([np.int32(-1), np.uint32(7), np.int8(-3), np.float32(1.5), np.float64(2.5),
+                                    np.int64(2 ** 40), np.float16(0.5), None, "s"]))
+
+
+@needs_c
+@settings(max_examples=500, deadline=None)
+@given(args=st.tuples(scalar, scalar, scalar, scalar))
+def test_c_rules_agree_with_python(args):
+    """Whatever the C rules pack, the Python rules pack identically; what C declines,
+    the Python rules decide (and C then calls them)."""
+    c, p = c_launcher(KERNELS, "k_basic")
+    fast = c.pack_fast(args)
+    try:
+        want = p.pack(args)
+    except NbjitArgumentError:
+        want = None
+    if fast is not None:
+        assert fast == want, (args, fast, want)
+
+
+@needs_c
+@settings(max_examples=300, deadline=None)
+@given(args=st.tuples(*([scalar] * 12)))
+def test_c_rules_agree_on_every_width(args):
+    c, p = c_launcher(KERNELS, "k_widths")
+    fast = c.pack_fast(args[:11])
+    try:
+        want = p.pack(args[:11])
+    except NbjitArgumentError:
+        want = None
+    if fast is not None:
+        assert fast == want
+
+
+@needs_c
+def test_c_rules_extract_device_arrays():
+    from nbjit.args import _EXTRACTORS
+    c, p = c_launcher(KERNELS, "k_basic")
+    a = FakeCAI(0x1234)
+    assert c.pack_fast((a, 0, 1.0, 1)) is None or type(a) in _EXTRACTORS  # first sight: Python decides
+    device_pointer(a)  # registers the type's extractor
+    assert c.pack_fast((a, a, 1.0, 1)) == p.pack((a, a, 1.0, 1))

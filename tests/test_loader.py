@@ -1,0 +1,114 @@
+"""nbjit.loader: what is handed to the driver, per image, device and driver version (CPU)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nbjit import NbjitLoadError, inspect_cubin, inspect_ptx
+from nbjit.compiler import nvjitlink_version
+from nbjit.image import Image
+from nbjit.loader import CubinCache, prepare
+
+DATA = Path(__file__).resolve().parent / "data"
+H200 = (9, 0)
+DRIVER_13_0 = 13000
+needs_nvjitlink_135 = pytest.mark.skipif((nvjitlink_version() or (0, 0)) < (13, 5),
+                                         reason="needs nvJitLink >= 13.5 (pip nvidia-nvjitlink)")
+
+
+def img(rel: str) -> Image:
+    return Image.from_path(DATA / rel)
+
+
+def test_plain_ptx_goes_to_the_driver():
+    p = prepare(img("nvcc/kernels_sm90.ptx"), H200, DRIVER_13_0)
+    assert (p.kind, p.route, p.note) == ("ptx", "driver", None)
+    assert p.data.endswith(b"\0") and p.data[:-1] == (DATA / "nvcc/kernels_sm90.ptx").read_bytes()
+
+
+def test_debug_is_stripped_unless_kept():
+    p = prepare(img("nvcc/kernels_G_sm90.ptx"), H200, DRIVER_13_0)
+    assert inspect_ptx(p.data).debug.kind == "none"
+    k = prepare(img("nvcc/kernels_G_sm90.ptx"), H200, DRIVER_13_0, keep_debug=True)
+    assert inspect_ptx(k.data).debug.kind == "dwarf"
+
+
+@needs_nvjitlink_135
+@pytest.mark.parametrize("rel,arch", [("nvrtc/tmpl_compute90.ptx", "sm_90"),
+                                      ("triton/add_kernel/add_kernel.ptx", "sm_90a"),
+                                      ("numba/axpy_debug.ptx", "sm_90")])
+def test_newer_ptx_is_assembled_with_nvjitlink(rel, arch):
+    cache = CubinCache()
+    p = prepare(img(rel), H200, DRIVER_13_0, cache=cache)
+    assert (p.kind, p.route) == ("cubin", "nvjitlink")
+    assert inspect_cubin(p.data).arch == arch
+    assert "nvJitLink" in p.note and "newer than the driver" in p.note
+    assert sorted(e.name for e in p.ptx.entries) == sorted(e.name for e in p.info.entries)
+    again = prepare(img(rel), H200, DRIVER_13_0, cache=cache)
+    assert again.data is p.data  # assembled once
+
+
+@pytest.mark.parametrize("have", [None, (13, 0)])
+def test_no_new_enough_nvjitlink_lowers_the_version(have):
+    p = prepare(img("nvrtc/tmpl_compute90.ptx"), H200, DRIVER_13_0, nvjitlink=have)
+    assert (p.kind, p.route) == ("ptx", "lowered")
+    assert inspect_ptx(p.data).version == (9, 0)
+    assert "lowered to 9.0" in p.note and "nvidia-nvjitlink" in p.note
+
+
+@needs_nvjitlink_135
+def test_older_driver_gets_a_cubin_too():
+    p = prepare(img("nvcc/kernels_sm90.ptx"), H200, 12040)  # CUDA 12.4 driver: PTX up to 8.4
+    assert p.route == "nvjitlink" and p.details["driver_accepts"] == (8, 4)
+
+
+@needs_nvjitlink_135
+def test_nvjitlink_failure_names_versions():
+    bad = (DATA / "nvrtc/tmpl_compute90.ptx").read_text().replace("st.global.f32", "st.bogus.f32", 1)
+    with pytest.raises(NbjitLoadError, match=r"PTX 9.5 is newer than this driver takes .*9.0.*nvJitLink 13.5"):
+        prepare(Image(bad.encode(), "ptx", "bad.ptx"), H200, DRIVER_13_0)
+
+
+@pytest.mark.parametrize("rel,cc,ok", [
+    ("nvcc/kernels_sm_80.cubin", (8, 0), True), ("nvcc/kernels_sm_80.cubin", (8, 6), True),
+    ("nvcc/kernels_sm_80.cubin", (9, 0), False), ("nvcc/kernels_sm_90a.cubin", (9, 0), True),
+    ("nvcc/kernels_sm_90.cubin", (8, 9), False), ("nvcc/kernels_sm_100.cubin", (9, 0), False)])
+def test_cubin_arch_checks(rel, cc, ok):
+    if ok:
+        assert prepare(img(rel), cc, DRIVER_13_0).kind == "cubin"
+    else:
+        with pytest.raises(NbjitLoadError, match="cannot run on this sm_"):
+            prepare(img(rel), cc, DRIVER_13_0)
+
+
+def test_ptx_arch_checks():
+    with pytest.raises(NbjitLoadError, match="PTX for sm_90 cannot run on this sm_80"):
+        prepare(img("nvcc/kernels_sm90.ptx"), (8, 0), DRIVER_13_0)
+    with pytest.raises(NbjitLoadError, match="sm_90a cannot run on this sm_100"):
+        prepare(img("triton/add_kernel/add_kernel.ptx"), (10, 0), DRIVER_13_0)
+
+
+def test_fatbin_entry_choice():
+    p = prepare(img("nvcc/kernels_multi_lz4.fatbin"), H200, DRIVER_13_0)
+    assert (p.kind, p.entry) == ("cubin", 2)
+    p = prepare(img("nvcc/kernels_multi_lz4.fatbin"), (10, 0), DRIVER_13_0)
+    assert (p.kind, p.entry, p.route) == ("ptx", 1, "driver")
+    with pytest.raises(NbjitLoadError, match="no image in this fatbin runs on sm_75"):
+        prepare(img("nvcc/kernels_multi.fatbin"), (7, 5), DRIVER_13_0)
+
+
+def test_fatbin_whole_when_entry_unreadable(monkeypatch):
+    import builtins
+    real = builtins.__import__
+
+    def no_zstd(name, *a, **k):
+        if name in ("zstandard", "compression"):
+            raise ImportError(name)
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", no_zstd)
+    p = prepare(img("nvcc/kernels_multi.fatbin"), (10, 0), DRIVER_13_0)
+    assert p.kind == "fatbin" and p.entry == 1 and "whole fatbin" in p.note
+    assert p.data == (DATA / "nvcc/kernels_multi.fatbin").read_bytes()
+    assert {e.name for e in p.info.entries} >= {"k_basic"}  # signatures from the readable sm_80 cubin

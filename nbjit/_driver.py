@@ -7,6 +7,7 @@ have (cuFuncGetParamInfo, cuLaunchKernelEx) is probed on first use.
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 
 from .errors import NbjitError, NbjitLaunchError, NbjitLoadError
@@ -223,6 +224,8 @@ def launcher():
     cuLaunchKernel where that was built, else cuda.bindings' cuLaunchKernel."""
     cu = _cu()
     try:
+        if os.environ.get("NBJIT_PURE_PYTHON", "") not in ("", "0"):
+            raise ImportError("NBJIT_PURE_PYTHON is set")
         from . import _launch
         res = cu.cuGetProcAddress(b"cuLaunchKernel", driver_version(),
                                   cu.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_DEFAULT)

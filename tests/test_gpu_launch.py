@@ -414,3 +414,30 @@ def test_torch_tensors(cuda, kernels):
     np.testing.assert_array_equal(y.cpu().numpy(), 3 * np.arange(n, dtype=np.float32) + 1)
     with pytest.raises(NbjitArgumentError, match="CPU"):
         kernels["k_basic"][1, 32](torch.zeros(4), x, 1.0, 4)
+
+
+def test_pure_python_launch_path(cuda, monkeypatch):
+    """The same launches without the C extension (what a build without a compiler runs)."""
+    from nbjit import _driver
+    from nbjit import kernel as K
+    monkeypatch.setenv("NBJIT_PURE_PYTHON", "1")
+    _driver.launcher.cache_clear()
+    monkeypatch.setattr(K, "_LAUNCHER_TYPES", [])
+    try:
+        m = nbjit.load(DATA / "nvcc/kernels_sm90.ptx")
+        k = m.get_kernel("k_basic")
+        k._s.configs.clear()
+        assert type(k[1, 32]).__name__ == "_PyLauncher"
+        axpy_check(cuda, k)
+        out = cuda.device_array(10, np.float64)
+        m["k_widths"][1, 1](np.int8(-5), 250, np.int16(-300), 60000, np.int32(-70000), 4_000_000_000,
+                            np.int64(-(2 ** 40)), 2 ** 63, np.float32(0.5), 0.125, out)
+        assert out.copy_to_host()[0] == -5
+        with pytest.raises(NbjitArgumentError, match="negative"):
+            k[1, 4](out, out, 1.0, -1)
+        b = k.bind(1, 4, out, out, 1.0, 4)
+        b()
+        cuda.synchronize()
+    finally:
+        _driver.launcher.cache_clear()
+        m["k_basic"]._s.configs.clear()

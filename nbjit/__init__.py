@@ -23,6 +23,12 @@ Loading and launching (needs a GPU):
     Kernel[grid, block, stream, shared](*args), Kernel.launch(...), Kernel.bind(...),
     Kernel.params, Kernel.attributes, Kernel.max_active_blocks_per_sm, suggested_block_size
 
+Compiling (NVRTC; no GPU needed with an explicit arch) and the cache:
+    compile(source, name=..., name_expressions=(), headers=None, include_paths=(), options=(),
+            arch=None, output="auto") -> Module
+    compile_image(...same...) -> Image (.data, .kind, .arch, .lowered_names, .log)
+    Cache(path), default_cache(), set_default_cache(cache)
+
 Data types: PtxInfo, CubinInfo, FatbinInfo, FatbinEntry, KernelInfo, KernelSignature,
 Param, Directives.
 
@@ -41,11 +47,13 @@ from .errors import (
     NbjitLoadError,
     PtxParseError,
 )
+from .cache import Cache, default_cache, set_default_cache
+from .compiler import compile_image
 from .cubin import CubinInfo, inspect_cubin
 from .fatbin import FatbinEntry, FatbinInfo, inspect_fatbin
 from .image import Image, as_image, inspect_image
 from .kernel import BoundLaunch, Kernel, KernelAttributes
-from .module import DeviceGlobal, Module, NbjitWarning, load
+from .module import DeviceGlobal, Module, NbjitWarning, compile, load
 from .ptx import PtxInfo, inspect_ptx, strip_debug
 from .signature import Directives, KernelInfo, KernelSignature, Param
 
@@ -53,6 +61,11 @@ __version__ = "0.1.0"
 
 __all__ = [
     "load",
+    "compile",
+    "compile_image",
+    "Cache",
+    "default_cache",
+    "set_default_cache",
     "Module",
     "Kernel",
     "KernelAttributes",

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 from .cubin import CubinInfo, inspect_cubin
@@ -179,6 +180,54 @@ def _strip(args) -> int:
     return 0
 
 
+def _cache(args) -> int:
+    from .cache import default_cache
+
+    c = default_cache()
+    if args.action == "info":
+        i = c.info()
+        print(f"location: {i['location'] or '(disk cache off: NBJIT_CACHE=0)'}")
+        print(f"entries:  {i['entries']}")
+        print(f"bytes:    {i['bytes']} (limit {i['max_bytes']})")
+    elif args.action == "list":
+        from .cache import _decode
+        for f, size, used in c.entries():
+            entry, why = _decode(f.read_bytes(), f.stem)
+            what = f"{entry.kind} {entry.arch} {entry.producer}" if entry else f"corrupt: {why}"
+            print(f"{f.stem[:16]}  {size:>9}  {time.strftime('%Y-%m-%d %H:%M', time.localtime(used))}  {what}")
+    elif args.action == "clear":
+        print(f"removed {c.clear()} entries from {c.path}")
+    else:
+        if args.max_bytes is None:
+            raise _Usage("prune needs --max-bytes N")
+        print(f"removed {c.prune(args.max_bytes)} entries; {c.info()['bytes']} bytes left")
+    return 0
+
+
+def _compile(args) -> int:
+    from .compiler import compile_image
+
+    path = Path(args.file)
+    try:
+        source = path.read_text()
+    except OSError as e:
+        raise _Usage(f"cannot read {args.file}: {e.strerror}") from None
+    opts = [o for d in args.include for o in ("-I", d)] + [f"-D{d}" for d in args.define] + list(args.option)
+    img = compile_image(source, name=path.name, options=opts, arch=args.arch,
+                        output="ptx" if args.ptx else "auto", name_expressions=args.expr)
+    out = Path(args.output or path.with_suffix("." + img.kind).name)
+    try:
+        out.write_bytes(img.data)
+    except OSError as e:
+        raise _Usage(f"cannot write {out}: {e.strerror}") from None
+    if img.log:
+        print(img.log, file=sys.stderr)
+    for e, m in img.lowered_names.items():
+        print(f"{e} -> {m}", file=sys.stderr)
+    print(f"{args.file}: {img.kind} for {img.arch} -> {out} ({len(img.data)} bytes)", file=sys.stderr)
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="nbjit", description="Inspect and prepare externally compiled GPU kernels.")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -192,6 +241,20 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("-o", "--output", required=True)
     s.add_argument("--keep-lineinfo", action="store_true", help="keep .file/.loc line information")
     s.set_defaults(func=_strip)
+    c = sub.add_parser("cache", help="show, list, clear or prune nbjit's compile cache")
+    c.add_argument("action", choices=["info", "list", "clear", "prune"])
+    c.add_argument("--max-bytes", type=int)
+    c.set_defaults(func=_cache)
+    k = sub.add_parser("compile", help="compile CUDA C++ with NVRTC (through the cache)")
+    k.add_argument("file")
+    k.add_argument("--arch", required=True, help="sm_90, sm_90a, compute_90, ...")
+    k.add_argument("--ptx", action="store_true", help="write PTX instead of a cubin")
+    k.add_argument("-o", "--output")
+    k.add_argument("-I", dest="include", action="append", default=[], metavar="DIR")
+    k.add_argument("-D", dest="define", action="append", default=[], metavar="NAME=VALUE")
+    k.add_argument("--expr", action="append", default=[], help="a name expression to instantiate")
+    k.add_argument("--option", action="append", default=[], help="another NVRTC option")
+    k.set_defaults(func=_compile)
     return p
 
 

@@ -1,13 +1,20 @@
-"""Host-side compilers: nvJitLink (PTX -> cubin for the device, e.g. when the driver is older
-than the PTX's producer). No GPU needed."""
+"""Host-side compilers: NVRTC (CUDA C++ -> cubin or PTX) and nvJitLink (PTX -> cubin for the
+device, e.g. when the driver is older than the PTX's producer). No GPU needed."""
 from __future__ import annotations
 
 import functools
+import glob
+import hashlib
+import os
+import re
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from .errors import NbjitCompileError
 
-__all__ = ["AssembledCubin", "assemble_ptx", "nvjitlink_version"]
+__all__ = ["AssembledCubin", "assemble_ptx", "nvjitlink_version", "compile_image", "nvrtc_version",
+           "normalize_options", "CompileFailure"]
 
 
 @dataclass(frozen=True)
@@ -70,3 +77,252 @@ def _log(J, handle, *, error: bool) -> str:
         return bytes(buf).rstrip(b"\0").decode(errors="replace").strip()
     except Exception:  # a log that cannot be read must not hide the real error
         return ""
+
+
+# ------------------------------------------------------------------ NVRTC
+
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"\n]+)[>"]', re.M)
+_NVRTC_FINGERPRINT: list = []
+
+
+def nvrtc_version() -> tuple[int, int]:
+    """(major, minor) of the NVRTC that cuda-bindings loads (as numba-cuda does)."""
+    from cuda.bindings import nvrtc as N
+    err, major, minor = N.nvrtcVersion()
+    if err != N.nvrtcResult.NVRTC_SUCCESS:
+        raise NbjitCompileError(f"NVRTC is not usable: {err}")
+    return major, minor
+
+
+@functools.lru_cache(maxsize=None)
+def supported_archs() -> tuple[int, ...]:
+    from cuda.bindings import nvrtc as N
+    err, archs = N.nvrtcGetSupportedArchs()
+    return tuple(archs) if err == N.nvrtcResult.NVRTC_SUCCESS else ()
+
+
+def _toolchain_fingerprint() -> list:
+    """What identifies the NVRTC (and nvJitLink) a compile would use, without loading them:
+    path, size and modification time of every copy the library search could find (pip
+    wheels on sys.path, CUDA_HOME/CUDA_PATH, LD_LIBRARY_PATH), plus those variables. A new
+    or changed install changes it; importing and loading NVRTC costs ~80 ms, this ~1 ms."""
+    if not _NVRTC_FINGERPRINT:
+        dirs = [os.path.join(p, "nvidia", "*", "lib") for p in sys.path if p]
+        for var in ("CUDA_HOME", "CUDA_PATH"):
+            if os.environ.get(var):
+                dirs += [os.path.join(os.environ[var], d) for d in ("lib64", "lib")]
+        dirs += [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if d]
+        seen = []
+        for d in dirs:
+            for f in sorted(glob.glob(os.path.join(d, "libnvrtc*.so*")) + glob.glob(os.path.join(d, "libnvJitLink*.so*"))):
+                try:
+                    st = os.stat(f)
+                except OSError:
+                    continue
+                seen.append([os.path.realpath(f), st.st_size, st.st_mtime_ns])
+        _NVRTC_FINGERPRINT.append({"libs": seen, "env": [os.environ.get(v, "") for v in
+                                                          ("CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH")]})
+    return _NVRTC_FINGERPRINT[0]
+
+
+@functools.lru_cache(maxsize=None)
+def cuda_include_dir() -> str | None:
+    """The CUDA headers (cuda_fp16.h, ...) that numba-cuda's NVRTC use finds, if any."""
+    try:
+        from cuda.pathfinder import find_nvidia_header_directory
+        return find_nvidia_header_directory("cudart")
+    except Exception:  # no headers installed: sources that include none still compile
+        return None
+
+
+_ALIASES = {"--std": "-std", "--device-debug": "-G", "--generate-line-info": "-lineinfo",
+            "-use_fast_math": "--use_fast_math", "-fmad": "--fmad", "--gpu-architecture": "-arch",
+            "--define-macro": "-D", "--include-path": "-I", "-default-device": "--device-as-default-execution-space",
+            "-dopt": "--dopt", "-rdc": "--relocatable-device-code"}
+
+
+def normalize_options(options) -> list[str]:
+    """Compiler options in one spelling each (``-I DIR``, ``-IDIR``, ``--include-path=DIR`` ->
+    ``--include-path=<absolute DIR>``; ``-D X``/``--define-macro=X`` -> ``-DX``; long and short
+    aliases unified), order kept: what the cache key and NVRTC both see."""
+    out: list[str] = []
+    it = iter(str(o).strip() for o in options if str(o).strip())
+    for o in it:
+        if o in ("-I", "-D", "--include-path", "--define-macro"):
+            try:
+                o = o + ("=" if o.startswith("--") else "") + next(it)
+            except StopIteration:
+                raise NbjitCompileError(f"option {o} needs a value") from None
+        name, eq, val = o.partition("=")
+        if not eq and o[:2] in ("-I", "-D") and len(o) > 2:
+            name, eq, val = o[:2], "=", o[2:]
+        name = _ALIASES.get(name, name)
+        if name == "-I":
+            out.append(f"--include-path={os.path.abspath(val)}")
+        elif name == "-D":
+            out.append(f"-D{val}")
+        elif name == "-arch":
+            raise NbjitCompileError("give the architecture as arch=..., not in options")
+        else:
+            out.append(name + (eq + val if eq else ""))
+    return out
+
+
+def _include_digest(texts, include_paths: list[str]) -> list:
+    """Contents of the files a source may #include from the user's include directories,
+    followed recursively: the cache key then changes when a header on disk does."""
+    seen: dict[str, str] = {}
+    todo = [t for t in texts]
+    while todo:
+        text = todo.pop()
+        for name in _INCLUDE.findall(text):
+            for d in include_paths:
+                f = os.path.join(d, name)
+                if f in seen or not os.path.isfile(f):
+                    continue
+                try:
+                    data = Path(f).read_text(errors="replace")
+                except OSError:
+                    continue
+                seen[f] = hashlib.sha256(data.encode()).hexdigest()
+                todo.append(data)
+                break
+    return sorted(seen.items())
+
+
+def _arch_for(arch: str | None) -> str:
+    if arch is None:
+        from . import _driver
+        cc = _driver.current_context().device.compute_capability
+        return f"sm_{cc[0]}{cc[1]}"
+    a = str(arch).strip()
+    if not re.fullmatch(r"(sm|compute)_\d+[af]?", a):
+        raise NbjitCompileError(f"arch {arch!r} is not an architecture (expected e.g. 'sm_90', 'sm_90a', "
+                                "'compute_90')")
+    return a
+
+
+def compile_image(source: str, *, name: str | None = None, name_expressions=(), headers=None,
+                  include_paths=(), options=(), arch: str | None = None, output: str = "auto", cache=None):
+    """Compile CUDA C++ with NVRTC to an ``Image`` (cubin or PTX), loading nothing: no GPU is
+    needed when ``arch`` is given.
+
+    Parameters
+    ----------
+    source: CUDA C++ text.
+    name: the source's name in messages and line info (default ``"kernel.cu"``).
+    name_expressions: kernels to instantiate and find by the expression written
+        (``"fill<float>"``); their mangled names are in ``image.lowered_names``.
+    headers: {include name: text} for ``#include "name"`` without files on disk.
+    include_paths: real directories to search.
+    options: further NVRTC options (``-std=c++17``, ``-DN=4``, ``--use_fast_math`` ...).
+    arch: ``"sm_90"``, ``"sm_90a"``, ``"compute_90"``; default: the current device's.
+    output: ``"auto"`` (a cubin where this NVRTC can target the arch, else PTX), ``"cubin"``
+        or ``"ptx"``.
+    cache: a ``nbjit.Cache`` (default: ``nbjit.default_cache()``).
+
+    Raises
+    ------
+    NbjitCompileError: NVRTC rejected the source (with its log, options and source name).
+    """
+    from .cache import CacheEntry, cache_key, default_cache
+    from .image import Image
+
+    if not isinstance(source, str):
+        raise TypeError(f"source must be str, not {type(source).__name__}")
+    name = name or "kernel.cu"
+    a = _arch_for(arch)
+    if output not in ("auto", "cubin", "ptx"):
+        raise NbjitCompileError(f"output must be 'auto', 'cubin' or 'ptx', not {output!r}")
+    if output == "cubin" and a.startswith("compute_"):
+        raise NbjitCompileError(f"a cubin needs a real architecture (sm_XX), not {a}")
+    kind = "ptx" if output == "ptx" or a.startswith("compute_") else "cubin"
+    headers = dict(headers or {})
+    opts = normalize_options([*(f"--include-path={p}" for p in include_paths), *options])
+    inc = cuda_include_dir()
+    if inc and f"--include-path={inc}" not in opts:
+        opts.append(f"--include-path={inc}")
+    exprs = tuple(str(e) for e in name_expressions)
+    user_dirs = [o.split("=", 1)[1] for o in opts if o.startswith("--include-path=") and o != f"--include-path={inc}"]
+    key = cache_key({
+        "producer": "nvrtc", "toolchain": _toolchain_fingerprint(), "source": source, "name": name,
+        "headers": sorted(headers.items()), "options": opts, "arch": a, "output": output,
+        "expressions": list(exprs), "includes": _include_digest([source, *headers.values()], user_dirs),
+    })
+
+    def make() -> CacheEntry:
+        return _nvrtc(source, name, exprs, headers, opts, a, output)
+
+    entry = (cache or default_cache()).get_or_create(key, make)
+    return Image(entry.payload, entry.kind, name, entry.arch, dict(entry.lowered_names), entry.log)
+
+
+def _nvrtc(source: str, name: str, exprs, headers: dict, opts: list[str], arch: str, output: str):
+    from cuda.bindings import nvrtc as N
+
+    from .cache import CacheEntry
+
+    ok = N.nvrtcResult.NVRTC_SUCCESS
+    major, minor = nvrtc_version()
+    if output == "auto" and arch.startswith("sm_"):
+        sm = int(re.sub(r"\D", "", arch))
+        if sm not in supported_archs():
+            arch = "compute_" + arch[3:]  # this NVRTC cannot make SASS for it: PTX for the driver to JIT
+    full = [f"-arch={arch}", *opts]
+    err, prog = N.nvrtcCreateProgram(source.encode(), name.encode(), len(headers),
+                                     [t.encode() for t in headers.values()], [k.encode() for k in headers])
+    if err != ok:
+        raise NbjitCompileError(f"{name}: nvrtcCreateProgram failed: {err}")
+    try:
+        for e in exprs:
+            N.nvrtcAddNameExpression(prog, e.encode())
+        res = N.nvrtcCompileProgram(prog, len(full), [o.encode() for o in full])[0]
+        log = _nvrtc_log(N, prog)
+        if res != ok:
+            raise CompileFailure(name, source, full, log, f"NVRTC {major}.{minor}")
+        names = {}
+        for e in exprs:
+            err, lowered = N.nvrtcGetLoweredName(prog, e.encode())
+            if err != ok:
+                raise NbjitCompileError(f"{name}: no kernel for name expression {e!r} ({err})")
+            names[e] = lowered.decode()
+        if arch.startswith("sm_") and output != "ptx":
+            err, size = N.nvrtcGetCUBINSize(prog)
+            buf = b" " * size
+            N.nvrtcGetCUBIN(prog, buf)
+            kind, payload = "cubin", buf
+        else:
+            err, size = N.nvrtcGetPTXSize(prog)
+            buf = b" " * size
+            N.nvrtcGetPTX(prog, buf)
+            kind, payload = "ptx", buf.rstrip(b"\0")
+        return CacheEntry(kind, arch, bytes(payload), names, log, f"NVRTC {major}.{minor}")
+    finally:
+        N.nvrtcDestroyProgram(prog)
+
+
+def _nvrtc_log(N, prog) -> str:
+    err, size = N.nvrtcGetProgramLogSize(prog)
+    buf = b" " * size
+    N.nvrtcGetProgramLog(prog, buf)
+    return buf.rstrip(b"\0").decode(errors="replace").strip()
+
+
+class CompileFailure(NbjitCompileError):
+    """NVRTC rejected a source: ``log``, ``options``, ``name`` and ``source`` are kept, and
+    the message shows the log and the source lines it points at, numbered."""
+
+    def __init__(self, name: str, source: str, options: list[str], log: str, producer: str):
+        self.name, self.source, self.options, self.log = name, source, list(options), log
+        lines = source.splitlines()
+        marks = sorted({int(m) for m in re.findall(re.escape(name) + r"\((\d+)\)", log)})
+        shown = []
+        for n in marks[:5]:
+            for i in range(max(1, n - 2), min(len(lines), n + 2) + 1):
+                shown.append(f"{'>' if i == n else ' '}{i:5d} | {lines[i - 1]}")
+            shown.append("")
+        super().__init__(f"{name}: {producer} could not compile it (options: {' '.join(options)})\n{log}"
+                         + ("\n\n" + "\n".join(shown).rstrip() if shown else ""))
+
+    def source_with_line_numbers(self) -> str:
+        return "\n".join(f"{i:5d} | {line}" for i, line in enumerate(self.source.splitlines(), 1))

@@ -13,17 +13,17 @@ PTX, and a ``debug`` target compiles unoptimised):
 from __future__ import annotations
 
 import hashlib
-import threading
 from dataclasses import dataclass, field
 
-from .compiler import assemble_ptx, nvjitlink_version
+from .cache import Cache, CacheEntry, cache_key, default_cache
+from .compiler import _toolchain_fingerprint, assemble_ptx, nvjitlink_version
 from .cubin import CubinInfo, inspect_cubin
 from .errors import NbjitCompileError, NbjitLoadError
 from .fatbin import FatbinInfo, inspect_fatbin, select_entry
 from .image import Image
 from .ptx import PtxInfo, cuda_for_ptx, inspect_ptx, max_ptx_for_cuda, set_version, strip_debug
 
-__all__ = ["Prepared", "prepare", "CubinCache"]
+__all__ = ["Prepared", "prepare"]
 
 
 @dataclass
@@ -42,28 +42,6 @@ class Prepared:
     details: dict = field(default_factory=dict)
 
 
-class CubinCache:
-    """Cubins assembled by nvJitLink, kept in memory per process (keyed by PTX, arch and
-    nvJitLink version); ``nbjit.cache`` adds the disk layer."""
-
-    def __init__(self):
-        self._d: dict[tuple, bytes] = {}
-        self._lock = threading.Lock()
-
-    def get_or_make(self, key: tuple, make):
-        with self._lock:
-            hit = self._d.get(key)
-        if hit is not None:
-            return hit
-        out = make()
-        with self._lock:
-            self._d[key] = out
-        return out
-
-
-_ASSEMBLED = CubinCache()
-
-
 def _device_arch(cc: tuple[int, int], ptx_arch: str | None = None) -> str:
     sm = cc[0] * 10 + cc[1]
     # keep an arch-specific target (sm_90a PTX, as Triton writes) when it is this very chip
@@ -72,18 +50,20 @@ def _device_arch(cc: tuple[int, int], ptx_arch: str | None = None) -> str:
 
 
 def prepare(img: Image, cc: tuple[int, int], driver: int, *, keep_debug: bool = False,
-            cache: CubinCache | None = None, nvjitlink: tuple[int, int] | None | bool = True) -> Prepared:
+            cache: Cache | None = None, nvjitlink: tuple[int, int] | None | bool = True) -> Prepared:
     """Plan the load of ``img`` on a device of compute capability ``cc`` under a driver of
     CUDA version ``driver`` (e.g. 13000). ``nvjitlink``: True to use the installed one,
-    None to act as if there were none, or a version to pretend."""
+    None to act as if there were none, or a version to pretend. Cubins nvJitLink makes go
+    to ``cache`` (default: ``nbjit.default_cache()``)."""
+    cache = cache or default_cache()
     if img.kind == "ptx":
-        return _prepare_ptx(img.data, img.name, cc, driver, keep_debug, cache or _ASSEMBLED, nvjitlink)
+        return _prepare_ptx(img.data, img.name, cc, driver, keep_debug, cache, nvjitlink)
     if img.kind == "cubin":
         info = inspect_cubin(img.data, source=img.name)
         _check_cubin_arch(info, cc, img.name)
         return Prepared(img.data, "cubin", info)
     fb = inspect_fatbin(img.data, source=img.name)
-    return _prepare_fatbin(img, fb, cc, driver, keep_debug, cache or _ASSEMBLED, nvjitlink)
+    return _prepare_fatbin(img, fb, cc, driver, keep_debug, cache, nvjitlink)
 
 
 def _check_cubin_arch(info: CubinInfo, cc: tuple[int, int], name: str) -> None:
@@ -95,7 +75,7 @@ def _check_cubin_arch(info: CubinInfo, cc: tuple[int, int], name: str) -> None:
                              "chip): build it for sm_{0} or load PTX instead".format(dev))
 
 
-def _prepare_ptx(raw: bytes, name: str, cc, driver: int, keep_debug: bool, cache: CubinCache,
+def _prepare_ptx(raw: bytes, name: str, cc, driver: int, keep_debug: bool, cache: Cache,
                  nvjitlink) -> Prepared:
     text = raw.decode("utf-8", errors="strict").rstrip("\0") if isinstance(raw, bytes) else raw
     info = inspect_ptx(text, source=name)
@@ -116,9 +96,15 @@ def _prepare_ptx(raw: bytes, name: str, cc, driver: int, keep_debug: bool, cache
     details["nvjitlink"] = have
     if have is not None and tuple(have) >= need:
         arch = _device_arch(cc, info.arch)
-        key = (hashlib.sha256(text.encode()).hexdigest(), arch, tuple(have))
+        key = cache_key({"producer": "nvjitlink", "toolchain": _toolchain_fingerprint(), "nvjitlink": list(have),
+                         "ptx": hashlib.sha256(text.encode()).hexdigest(), "arch": arch})
+
+        def make() -> CacheEntry:
+            out = assemble_ptx(text, arch, name=name)
+            return CacheEntry("cubin", arch, out.data, {}, out.log, f"nvJitLink {have[0]}.{have[1]}")
+
         try:
-            cubin = cache.get_or_make(key, lambda: assemble_ptx(text, arch, name=name).data)
+            cubin = cache.get_or_create(key, make).payload
         except NbjitCompileError as e:
             raise NbjitLoadError(f"{name}: PTX {info.version[0]}.{info.version[1]} is newer than this driver takes "
                                  f"(CUDA {driver_cuda[0]}.{driver_cuda[1]}: PTX up to {limit[0]}.{limit[1]}), and "

@@ -16,7 +16,7 @@ from .kernel import Kernel, _State
 from .loader import Prepared, prepare
 from .signature import KernelInfo, KernelSignature, Param
 
-__all__ = ["Module", "DeviceGlobal", "load", "NbjitWarning"]
+__all__ = ["Module", "DeviceGlobal", "load", "compile", "NbjitWarning"]
 
 
 class NbjitWarning(UserWarning):
@@ -265,3 +265,16 @@ def _verify(entry: KernelInfo, driver_params: list[tuple[int, int]], source: str
         raise NbjitLoadError(
             f"{source}: kernel {entry.name!r}: the driver lays out its parameters as (offset, size) "
             f"{driver_params}, the inspected image as {ours}: refusing to launch with a wrong layout")
+
+
+def compile(source: str, *, name: str | None = None, name_expressions=(), headers=None, include_paths=(),
+            options=(), arch: str | None = None, output: str = "auto", keep_debug: bool = False,
+            cache=None) -> "Module":
+    """Compile CUDA C++ with NVRTC (through the disk cache) and load it into the current
+    Numba context. Arguments as for ``nbjit.compile_image``; ``module["fill<float>"]``
+    then finds a kernel by the name expression written."""
+    from .compiler import compile_image
+
+    img = compile_image(source, name=name, name_expressions=name_expressions, headers=headers,
+                        include_paths=include_paths, options=options, arch=arch, output=output, cache=cache)
+    return load(img, keep_debug=keep_debug)

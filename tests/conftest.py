@@ -34,3 +34,13 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture
 def data() -> Path:
     return DATA
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path_factory, monkeypatch):
+    """Every test gets its own default cache directory: tests never share or pollute one."""
+    from nbjit.cache import set_default_cache
+    monkeypatch.setenv("NBJIT_CACHE_DIR", str(tmp_path_factory.mktemp("nbjit-cache")))
+    set_default_cache(None)
+    yield
+    set_default_cache(None)

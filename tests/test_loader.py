@@ -8,7 +8,8 @@ import pytest
 from nbjit import NbjitLoadError, inspect_cubin, inspect_ptx
 from nbjit.compiler import nvjitlink_version
 from nbjit.image import Image
-from nbjit.loader import CubinCache, prepare
+from nbjit.cache import Cache
+from nbjit.loader import prepare
 
 DATA = Path(__file__).resolve().parent / "data"
 H200 = (9, 0)
@@ -38,15 +39,17 @@ def test_debug_is_stripped_unless_kept():
 @pytest.mark.parametrize("rel,arch", [("nvrtc/tmpl_compute90.ptx", "sm_90"),
                                       ("triton/add_kernel/add_kernel.ptx", "sm_90a"),
                                       ("numba/axpy_debug.ptx", "sm_90")])
-def test_newer_ptx_is_assembled_with_nvjitlink(rel, arch):
-    cache = CubinCache()
+def test_newer_ptx_is_assembled_with_nvjitlink(rel, arch, tmp_path):
+    cache = Cache(tmp_path)
     p = prepare(img(rel), H200, DRIVER_13_0, cache=cache)
     assert (p.kind, p.route) == ("cubin", "nvjitlink")
     assert inspect_cubin(p.data).arch == arch
     assert "nvJitLink" in p.note and "newer than the driver" in p.note
     assert sorted(e.name for e in p.ptx.entries) == sorted(e.name for e in p.info.entries)
     again = prepare(img(rel), H200, DRIVER_13_0, cache=cache)
-    assert again.data is p.data  # assembled once
+    assert again.data is p.data  # assembled once, then from the in-process layer
+    fresh = prepare(img(rel), H200, DRIVER_13_0, cache=Cache(tmp_path))
+    assert fresh.data == p.data and len(Cache(tmp_path).entries()) == 1  # and from disk
 
 
 @pytest.mark.parametrize("have", [None, (13, 0)])

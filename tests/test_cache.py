@@ -1,0 +1,284 @@
+"""The compile cache (nbjit.cache) with real NVRTC compiles: keys, corruption, concurrency."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+
+import nbjit.compiler as C
+from nbjit import NbjitWarning, compile_image
+from nbjit.cache import FORMAT_VERSION, Cache, CacheEntry, cache_key, default_cache
+
+DATA = Path(__file__).resolve().parent / "data"
+SRC = 'extern "C" __global__ void k(float* x, int n) { int i = threadIdx.x; if (i < n) x[i] = SCALE * i; }\n'
+TMPL = (DATA / "src/nvrtc_tmpl.cu").read_text()
+HDR = {"scale.cuh": (DATA / "src/scale.cuh").read_text()}
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """Counts real NVRTC compiles."""
+    calls = []
+    real = C._nvrtc
+
+    def spy(*a, **k):
+        calls.append(a)
+        return real(*a, **k)
+
+    monkeypatch.setattr(C, "_nvrtc", spy)
+    return calls
+
+
+def build(cache, **kw):
+    args = dict(name="k.cu", options=["-DSCALE=2"], arch="sm_90")
+    args.update(kw)
+    return compile_image(args.pop("source", SRC), cache=cache, **args)
+
+
+def test_hit_in_process_and_on_disk(tmp_path, counted):
+    c = Cache(tmp_path)
+    a = build(c)
+    b = build(c)
+    assert len(counted) == 1 and a.data == b.data
+    d = build(Cache(tmp_path))  # a fresh object: from disk
+    assert len(counted) == 1 and d.data == a.data and d.lowered_names == a.lowered_names
+    assert len(Cache(tmp_path).entries()) == 1
+
+
+@pytest.mark.parametrize("change", [
+    {"source": SRC.replace("SCALE * i", "SCALE * i + 1")},
+    {"name": "other.cu"},
+    {"options": ["-DSCALE=3"]},
+    {"options": ["-DSCALE=2", "--use_fast_math"]},
+    {"arch": "sm_90a"},
+    {"arch": "compute_90"},
+    {"output": "ptx"},
+    {"headers": {"unused.cuh": "// a"}},
+])
+def test_every_key_component_is_a_miss(tmp_path, counted, change):
+    c = Cache(tmp_path)
+    build(c)
+    build(c, **change)
+    assert len(counted) == 2
+
+
+def test_header_text_and_name_are_keyed(tmp_path, counted):
+    c = Cache(tmp_path)
+    kw = dict(source=TMPL, headers=HDR, name_expressions=["fill<float>"])
+    build(c, **kw)
+    build(c, **{**kw, "headers": {"scale.cuh": HDR["scale.cuh"] + "\n// changed\n"}})
+    build(c, **{**kw, "name_expressions": ["fill<int>"]})
+    assert len(counted) == 3
+
+
+def test_include_file_contents_are_keyed(tmp_path, counted):
+    inc = tmp_path / "inc"
+    inc.mkdir()
+    (inc / "s.cuh").write_text("#define SCALE 2\n")
+    src = '#include "s.cuh"\n' + SRC
+    c = Cache(tmp_path / "c")
+    build(c, source=src, options=[], include_paths=[str(inc)])
+    build(c, source=src, options=[], include_paths=[str(inc)])
+    (inc / "s.cuh").write_text("#define SCALE 5\n")  # the same path, new contents
+    build(Cache(tmp_path / "c"), source=src, options=[], include_paths=[str(inc)])
+    assert len(counted) == 2
+
+
+def test_toolchain_and_format_are_keyed(tmp_path, counted, monkeypatch):
+    c = Cache(tmp_path)
+    build(c)
+    monkeypatch.setattr(C, "_NVRTC_FINGERPRINT", [{"libs": [["/other/libnvrtc.so.13", 1, 2]], "env": []}])
+    build(c)
+    assert len(counted) == 2
+    monkeypatch.setattr("nbjit.cache.FORMAT_VERSION", FORMAT_VERSION + 1)
+    build(Cache(tmp_path))
+    assert len(counted) == 3
+
+
+def test_equivalent_spellings_are_hits(tmp_path, counted):
+    c = Cache(tmp_path)
+    build(c, options=["-D", "SCALE=2", " -lineinfo "])
+    build(c, options=["--define-macro=SCALE=2", "--generate-line-info"])
+    assert len(counted) == 1
+
+
+def entry_file(cache: Cache) -> Path:
+    (f,) = [e[0] for e in cache.entries()]
+    return f
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "magic", "version", "empty", "other_key"])
+def test_corrupt_entries_are_rebuilt_with_one_warning(tmp_path, counted, damage):
+    good = build(Cache(tmp_path))
+    f = entry_file(Cache(tmp_path))
+    raw = bytearray(f.read_bytes())
+    if damage == "flip":
+        raw[len(raw) // 2] ^= 0x40
+    elif damage == "truncate":
+        raw = raw[: len(raw) - 100]
+    elif damage == "magic":
+        raw[:6] = b"XXXXXX"
+    elif damage == "version":
+        raw[8:12] = (FORMAT_VERSION + 7).to_bytes(4, "little")
+    elif damage == "empty":
+        raw = bytearray()
+    else:  # a valid entry of another key copied over this one
+        other = build(Cache(tmp_path / "o"), options=["-DSCALE=9"])
+        raw = bytearray(entry_file(Cache(tmp_path / "o")).read_bytes())
+        assert other.data != good.data
+    f.write_bytes(bytes(raw))
+    with pytest.warns(NbjitWarning, match="corrupt") as w:
+        again = build(Cache(tmp_path))
+    assert len([x for x in w if issubclass(x.category, NbjitWarning)]) == 1
+    assert again.data == good.data and counted[-1] is not None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert build(Cache(tmp_path)).data == good.data  # replaced by a good entry
+
+
+def test_read_only_directory_works_without_disk(tmp_path, counted):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    if os.access(ro / "x", os.W_OK) or os.geteuid() == 0:
+        # root ignores permission bits: use a path under a regular file instead
+        (tmp_path / "file").write_text("")
+        ro = tmp_path / "file" / "cache"
+    c = Cache(ro)
+    with pytest.warns(NbjitWarning, match="cannot write") as w:
+        a = build(c)
+        b = build(c, options=["-DSCALE=4"])
+    assert len([x for x in w if issubclass(x.category, NbjitWarning)]) == 1
+    assert a.kind == b.kind == "cubin" and c.path is None
+
+
+def test_environment_selects_location(tmp_path, monkeypatch):
+    from nbjit.cache import set_default_cache
+    monkeypatch.setenv("NBJIT_CACHE_DIR", str(tmp_path / "here"))
+    set_default_cache(None)
+    assert default_cache().path == tmp_path / "here"
+    monkeypatch.delenv("NBJIT_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    set_default_cache(None)
+    assert default_cache().path == tmp_path / "xdg" / "nbjit"
+    monkeypatch.setenv("NBJIT_CACHE", "0")
+    set_default_cache(None)
+    assert default_cache().path is None
+    build(default_cache())
+    assert not (tmp_path / "xdg" / "nbjit").exists()
+    monkeypatch.setenv("NBJIT_CACHE", "1")
+    monkeypatch.setenv("NBJIT_CACHE_MAX_BYTES", "12345")
+    set_default_cache(None)
+    assert default_cache().max_bytes == 12345
+
+
+def test_size_limit_prunes_least_recently_used(tmp_path):
+    c = Cache(tmp_path, max_bytes=None)
+    keys = [cache_key({"n": i}) for i in range(5)]
+    for i, k in enumerate(keys):
+        c.write(k, CacheEntry("cubin", "sm_90", bytes([i]) * 1000))
+        os.utime(c.file(k), (1000 + i, 1000 + i))
+    c.read(keys[0])  # used now: the newest
+    size = c.entries()[0][1]
+    assert c.prune(3 * size) == 2
+    left = {e[0].stem for e in c.entries()}
+    assert left == {keys[0], keys[3], keys[4]}
+
+
+WORKER = textwrap.dedent('''
+    import json, sys
+    sys.path.insert(0, sys.argv[2])
+    from nbjit.cache import Cache
+    from nbjit import compile_image
+    out = {}
+    for i in range(20):
+        img = compile_image('extern "C" __global__ void k%d(float* x) { x[0] = %d.0f; }' % (i, i),
+                            name="k%d.cu" % i, arch="sm_90", cache=Cache(sys.argv[1]))
+        out[i] = img.data.hex()
+    print(json.dumps(out))
+''')
+
+
+def test_many_processes_one_fresh_cache(tmp_path):
+    cache = tmp_path / "shared"
+    root = str(Path(__file__).resolve().parent.parent)
+    procs = [subprocess.Popen([sys.executable, "-c", WORKER, str(cache), root], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(8)]
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err
+        results.append(json.loads(out))
+    assert all(r == results[0] for r in results)  # byte-identical outputs everywhere
+    c = Cache(cache)
+    assert len(c.entries()) == 20
+    from nbjit.cache import _decode
+    for f, _, _ in c.entries():
+        entry, why = _decode(f.read_bytes(), f.stem)
+        assert entry is not None, why
+    assert not list(cache.glob("??/.tmp-*"))
+
+
+KILLED = textwrap.dedent('''
+    import os, sys, time
+    sys.path.insert(0, sys.argv[2])
+    import nbjit.cache as cache_mod
+    real_replace = os.replace
+    def slow_replace(a, b):
+        print("WRITTEN", flush=True)
+        time.sleep(60)
+        real_replace(a, b)
+    os.replace = slow_replace
+    from nbjit import compile_image
+    compile_image('extern "C" __global__ void k(float* x) { x[0] = 1.0f; }', arch="sm_90",
+                  cache=cache_mod.Cache(sys.argv[1]))
+''')
+
+
+def test_writer_killed_mid_write_leaves_nothing_read(tmp_path, counted):
+    cache = tmp_path / "c"
+    root = str(Path(__file__).resolve().parent.parent)
+    p = subprocess.Popen([sys.executable, "-c", KILLED, str(cache), root], stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "WRITTEN"  # the temporary file is complete, not yet renamed
+    p.send_signal(signal.SIGKILL)
+    p.wait(timeout=60)
+    assert list(cache.glob("??/.tmp-*")) and not Cache(cache).entries()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        img = compile_image('extern "C" __global__ void k(float* x) { x[0] = 1.0f; }', arch="sm_90",
+                            cache=Cache(cache))
+    assert img.kind == "cubin" and len(counted) == 1 and len(Cache(cache).entries()) == 1
+    tmp = next(cache.glob("??/.tmp-*"))
+    os.utime(tmp, (time.time() - 7200, time.time() - 7200))
+    Cache(cache).prune(1 << 30)
+    assert not list(cache.glob("??/.tmp-*"))  # stale temporary files are pruned
+
+
+def test_cli_cache_commands(tmp_path):
+    env = {**os.environ, "NBJIT_CACHE_DIR": str(tmp_path)}
+    root = str(Path(__file__).resolve().parent.parent)
+    src = tmp_path / "k.cu"
+    src.write_text(SRC)
+    run = lambda *a: subprocess.run([sys.executable, "-m", "nbjit", *a], capture_output=True, text=True, env=env,
+                                    cwd=root, timeout=300)
+    r = run("compile", str(src), "--arch", "sm_90", "-D", "SCALE=2", "-o", str(tmp_path / "k.cubin"))
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "k.cubin").read_bytes()[:4] == b"\x7fELF"
+    r = run("compile", str(src), "--arch", "compute_90", "--ptx", "-D", "SCALE=2", "-o", str(tmp_path / "k.ptx"))
+    assert r.returncode == 0 and b".version" in (tmp_path / "k.ptx").read_bytes()
+    info = run("cache", "info").stdout
+    assert "entries:  2" in info and str(tmp_path) in info
+    assert len(run("cache", "list").stdout.strip().splitlines()) == 2
+    assert "removed 1 entries" in run("cache", "prune", "--max-bytes", "4000").stdout
+    assert "removed 1 entries" in run("cache", "clear").stdout
+    assert "entries:  0" in run("cache", "info").stdout
+    r = run("compile", str(src), "--arch", "sm_90", "-o", str(tmp_path / "x.cubin"))
+    assert r.returncode == 2 and 'k.cu(1): error: identifier "SCALE" is undefined' in r.stderr

@@ -1,0 +1,92 @@
+"""NVRTC through nbjit.compile_image (no GPU: the arch is always given)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nbjit import NbjitCompileError, compile_image, inspect_cubin, inspect_ptx
+from nbjit.cache import Cache
+from nbjit.compiler import CompileFailure, normalize_options
+
+DATA = Path(__file__).resolve().parent / "data"
+SRC = (DATA / "src/nvrtc_tmpl.cu").read_text()
+HDR = {"scale.cuh": (DATA / "src/scale.cuh").read_text()}
+EXPRS = ["fill<float>", "fill<int>", "ns::op<float, 4>", "&plain"]
+
+
+def test_templates_name_expressions_and_headers(tmp_path):
+    img = compile_image(SRC, name="nvrtc_tmpl.cu", name_expressions=EXPRS, headers=HDR, arch="sm_90",
+                        cache=Cache(tmp_path))
+    assert (img.kind, img.arch, img.name) == ("cubin", "sm_90", "nvrtc_tmpl.cu")
+    assert img.lowered_names == {"fill<float>": "_Z4fillIfEvPT_S0_i", "fill<int>": "_Z4fillIiEvPT_S0_i",
+                                 "ns::op<float, 4>": "_ZN2ns2opIfLi4EEEvPT_PKS1_i", "&plain": "plain"}
+    info = inspect_cubin(img.data)
+    assert info.arch == "sm_90"
+    assert set(img.lowered_names.values()) <= {e.name for e in info.entries}
+
+
+@pytest.mark.parametrize("arch,output,kind,target", [
+    ("compute_90", "auto", "ptx", "sm_90"), ("sm_90", "ptx", "ptx", "sm_90"), ("sm_90a", "auto", "cubin", None),
+    ("sm_80", "cubin", "cubin", None)])
+def test_arch_and_output(arch, output, kind, target, tmp_path):
+    img = compile_image(SRC, name_expressions=["fill<float>"], headers=HDR, arch=arch, output=output,
+                        cache=Cache(tmp_path))
+    assert img.kind == kind
+    if kind == "ptx":
+        assert inspect_ptx(img.data).arch == target
+    else:
+        c = inspect_cubin(img.data)
+        assert c.arch == arch
+
+
+def test_include_paths_and_defines(tmp_path):
+    inc = tmp_path / "inc"
+    inc.mkdir()
+    (inc / "scale.cuh").write_text(HDR["scale.cuh"])
+    src = '#include "scale.cuh"\nextern "C" __global__ void k(float* x) { x[0] = scale<float>(x[0], WIDTH); }\n'
+    img = compile_image(src, include_paths=[str(inc)], options=["-DWIDTH=4"], arch="sm_90", cache=Cache(tmp_path))
+    assert "k" in {e.name for e in inspect_cubin(img.data).entries}
+    with pytest.raises(NbjitCompileError, match="WIDTH"):
+        compile_image(src, include_paths=[str(inc)], arch="sm_90", cache=Cache(tmp_path))
+
+
+def test_compile_error_shows_numbered_lines(tmp_path):
+    src = "extern \"C\" __global__ void k(float* x) {\n  int i = threadIdx.x;\n\n  x[i] = undefined_thing;\n}\n"
+    with pytest.raises(CompileFailure) as e:
+        compile_image(src, name="my_kernel.cu", options=["-std=c++17"], arch="sm_90", cache=Cache(tmp_path))
+    err = e.value
+    assert isinstance(err, NbjitCompileError)
+    assert "my_kernel.cu(4): error" in err.log and "undefined_thing" in err.log
+    assert err.options == ["-arch=sm_90", "-std=c++17"] + err.options[2:] and err.name == "my_kernel.cu"
+    msg = str(err)
+    assert ">    4 |   x[i] = undefined_thing;" in msg and "my_kernel.cu(4): error" in msg
+    assert err.source_with_line_numbers().splitlines()[3] == "    4 |   x[i] = undefined_thing;"
+
+
+def test_warnings_stay_on_the_image(tmp_path):
+    src = 'extern "C" __global__ void k(float* x) { int unused = 3; x[0] = 1.0f; }\n'
+    img = compile_image(src, name="w.cu", arch="sm_90", cache=Cache(tmp_path))
+    assert "unused" in img.log and "warning" in img.log
+
+
+def test_bad_arguments(tmp_path):
+    with pytest.raises(NbjitCompileError, match="not an architecture"):
+        compile_image(SRC, arch="volta")
+    with pytest.raises(NbjitCompileError, match="needs a real architecture"):
+        compile_image(SRC, arch="compute_90", output="cubin")
+    with pytest.raises(NbjitCompileError, match="output must be"):
+        compile_image(SRC, arch="sm_90", output="fatbin")
+    with pytest.raises(NbjitCompileError, match="arch=..."):
+        compile_image(SRC, arch="sm_90", options=["-arch=sm_80"])
+    with pytest.raises(NbjitCompileError, match="nothere"):
+        compile_image(SRC, headers=HDR, name_expressions=["nothere<int>"], arch="sm_90", cache=Cache(tmp_path))
+
+
+def test_option_normalisation(tmp_path):
+    assert normalize_options(["-I", "inc", "-Dx=1", "--define-macro=y", "--std=c++17", "-use_fast_math",
+                              "--generate-line-info", "  -G "]) == [
+        f"--include-path={(Path.cwd() / 'inc')}", "-Dx=1", "-Dy", "-std=c++17", "--use_fast_math", "-lineinfo", "-G"]
+    assert normalize_options(["-Iinc"]) == normalize_options(["--include-path=inc"]) == normalize_options(["-I", "inc"])
+    with pytest.raises(NbjitCompileError, match="needs a value"):
+        normalize_options(["-I"])

@@ -1,0 +1,72 @@
+"""nbjit.compile on a real GPU: NVRTC output, loaded and launched (marker `gpu`)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import nbjit
+
+pytestmark = pytest.mark.gpu
+DATA = Path(__file__).resolve().parent / "data"
+SRC = (DATA / "src/nvrtc_tmpl.cu").read_text()
+HDR = {"scale.cuh": (DATA / "src/scale.cuh").read_text()}
+
+
+@pytest.fixture(scope="module")
+def cuda():
+    from numba import cuda
+    return cuda
+
+
+def test_compile_templates_and_launch_by_expression(cuda):
+    m = nbjit.compile(SRC, name="nvrtc_tmpl.cu", headers=HDR,
+                      name_expressions=["fill<float>", "fill<int>", "ns::op<float, 4>"])
+    assert m.prepared_kind == "cubin"  # NVRTC targets this device: SASS, no JIT
+    n = 1000
+    f = cuda.device_array(n, np.float32)
+    m["fill<float>"][(n + 127) // 128, 128](f, np.float32(1.25), n)
+    i = cuda.device_array(n, np.int32)
+    m["fill<int>"][(n + 127) // 128, 128](i, 7, n)
+    x = cuda.to_device(np.arange(n, dtype=np.float32))
+    out = cuda.device_array(n, np.float32)
+    m["ns::op<float, 4>"][(n + 127) // 128, 128](out, x, n)
+    np.testing.assert_array_equal(f.copy_to_host(), np.full(n, 1.25, np.float32))
+    np.testing.assert_array_equal(i.copy_to_host(), np.full(n, 7))
+    np.testing.assert_array_equal(out.copy_to_host(), 4 * np.arange(n, dtype=np.float32))
+    assert m["_Z4fillIfEvPT_S0_i"].name == m["fill<float>"].name  # the mangled name works too
+    with pytest.raises(nbjit.KernelNotFoundError, match="fill<float>"):
+        m["fill<double>"]
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "compute_90"])
+def test_sm90_cubin_and_compute90_ptx_both_run(cuda, arch):
+    src = 'extern "C" __global__ void k(float* x, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; ' \
+          'if (i < n) x[i] = 3.0f * i; }'
+    img = nbjit.compile_image(src, name=f"k_{arch}.cu", arch=arch)
+    assert img.kind == ("cubin" if arch == "sm_90" else "ptx")
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", nbjit.NbjitWarning)  # newer NVRTC than driver: a route note
+        m = nbjit.load(img)
+    x = cuda.device_array(300, np.float32)
+    m["k"][3, 128](x, 300)
+    np.testing.assert_array_equal(x.copy_to_host(), 3.0 * np.arange(300, dtype=np.float32))
+
+
+def test_warm_cache_in_a_fresh_process(tmp_path):
+    import os
+    import subprocess
+    import sys
+    code = ("import nbjit, numpy as np; from numba import cuda; "
+            "m = nbjit.compile('extern \"C\" __global__ void k(int* x) { x[threadIdx.x] = threadIdx.x; }'); "
+            "x = cuda.device_array(32, np.int32); m['k'][1, 32](x); "
+            "assert (x.copy_to_host() == np.arange(32)).all(); print(len(nbjit.default_cache().entries()))")
+    env = {**os.environ, "NBJIT_CACHE_DIR": str(tmp_path)}
+    root = str(Path(__file__).resolve().parent.parent)
+    for _ in range(2):
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=root,
+                           timeout=300)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.strip() == "1"

@@ -23,6 +23,7 @@ __global__ void axpby(T* out, const T* x, const T* y, T a, T b, int n) {
 '''
 HEADERS = {"ops.cuh": "template <typename T> __device__ T lerp_like(T x, T y, T a, T b) { return a * x + b * y; }\n"}
 
+cuda.current_context()  # create the CUDA context first: it is not part of compiling
 t0 = time.perf_counter()
 module = nbjit.compile(SOURCE, name="axpby.cu", headers=HEADERS,
                        name_expressions=["axpby<float>", "axpby<double>"], options=["-std=c++17"])

@@ -391,31 +391,6 @@ def test_pipeline_with_cuda_jit_on_one_stream(cuda, kernels):
     np.testing.assert_array_equal(y.copy_to_host(), (4 * i) ** 2)
 
 
-def test_cupy_arrays(cuda, kernels):
-    cp = pytest.importorskip("cupy")
-    n = 4096
-    x = cp.arange(n, dtype=cp.float32)
-    y = cp.ones(n, dtype=cp.float32)
-    s = cp.cuda.Stream()
-    kernels["k_basic"][(n + 255) // 256, 256, s.ptr](y, x, 2.0, n)
-    s.synchronize()
-    np.testing.assert_array_equal(cp.asnumpy(y), 2 * np.arange(n, dtype=np.float32) + 1)
-
-
-def test_torch_tensors(cuda, kernels):
-    torch = pytest.importorskip("torch")
-    n = 4096
-    x = torch.arange(n, dtype=torch.float32, device="cuda")
-    y = torch.ones(n, dtype=torch.float32, device="cuda")
-    stream = torch.cuda.current_stream()
-    kernels["k_basic"][(n + 255) // 256, 256, stream.cuda_stream](y, x, 2.0, n)
-    kernels["k_basic"][(n + 255) // 256, 256, stream](y, x, 1.0, n)
-    torch.cuda.synchronize()
-    np.testing.assert_array_equal(y.cpu().numpy(), 3 * np.arange(n, dtype=np.float32) + 1)
-    with pytest.raises(NbjitArgumentError, match="CPU"):
-        kernels["k_basic"][1, 32](torch.zeros(4), x, 1.0, 4)
-
-
 def test_pure_python_launch_path(cuda, monkeypatch):
     """The same launches without the C extension (what a build without a compiler runs)."""
     from nbjit import _driver

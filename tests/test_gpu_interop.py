@@ -1,0 +1,55 @@
+"""nbjit kernels on CuPy arrays and PyTorch tensors, with their streams (marker `gpu`)."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+# Import PyTorch before Numba creates its context: importing it afterwards in the same
+# process has been seen to fail inside torch (schema parsing) on the GPU machine.
+torch = pytest.importorskip("torch") if importlib.util.find_spec("torch") else None
+
+import nbjit  # noqa: E402
+from nbjit import NbjitArgumentError  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+DATA = Path(__file__).resolve().parent / "data"
+
+
+@pytest.fixture(scope="module")
+def cuda():
+    from numba import cuda
+    return cuda
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    return nbjit.load(DATA / "nvcc/kernels_sm90.ptx")
+
+
+def test_cupy_arrays(cuda, kernels):
+    cp = pytest.importorskip("cupy")
+    n = 4096
+    x = cp.arange(n, dtype=cp.float32)
+    y = cp.ones(n, dtype=cp.float32)
+    s = cp.cuda.Stream()
+    kernels["k_basic"][(n + 255) // 256, 256, s.ptr](y, x, 2.0, n)
+    s.synchronize()
+    np.testing.assert_array_equal(cp.asnumpy(y), 2 * np.arange(n, dtype=np.float32) + 1)
+
+
+def test_torch_tensors(cuda, kernels):
+    if torch is None:
+        pytest.skip("PyTorch is not installed")
+    n = 4096
+    x = torch.arange(n, dtype=torch.float32, device="cuda")
+    y = torch.ones(n, dtype=torch.float32, device="cuda")
+    stream = torch.cuda.current_stream()
+    kernels["k_basic"][(n + 255) // 256, 256, stream.cuda_stream](y, x, 2.0, n)
+    kernels["k_basic"][(n + 255) // 256, 256, stream](y, x, 1.0, n)
+    torch.cuda.synchronize()
+    np.testing.assert_array_equal(y.cpu().numpy(), 3 * np.arange(n, dtype=np.float32) + 1)
+    with pytest.raises(NbjitArgumentError, match="CPU"):
+        kernels["k_basic"][1, 32](torch.zeros(4), x, 1.0, 4)

@@ -29,6 +29,10 @@ Compiling (NVRTC; no GPU needed with an explicit arch) and the cache:
     compile_image(...same...) -> Image (.data, .kind, .arch, .lowered_names, .log)
     Cache(path), default_cache(), set_default_cache(cache)
 
+Triton kernels compiled ahead of time (no Triton import at run time):
+    load_triton(path) -> TritonKernel   a cache entry dir, its <name>.json, or PTX with
+                                        // meta: comments; kernel[grid](*args, stream=...)
+
 Data types: PtxInfo, CubinInfo, FatbinInfo, FatbinEntry, KernelInfo, KernelSignature,
 Param, Directives.
 
@@ -55,12 +59,16 @@ from .image import Image, as_image, inspect_image
 from .kernel import BoundLaunch, Kernel, KernelAttributes
 from .module import DeviceGlobal, Module, NbjitWarning, compile, load
 from .ptx import PtxInfo, inspect_ptx, strip_debug
+from .triton import TritonKernel, TritonMeta, load_triton
 from .signature import Directives, KernelInfo, KernelSignature, Param
 
 __version__ = "0.1.0"
 
 __all__ = [
     "load",
+    "load_triton",
+    "TritonKernel",
+    "TritonMeta",
     "compile",
     "compile_image",
     "Cache",

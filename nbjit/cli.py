@@ -137,6 +137,23 @@ def format_fatbin(info: FatbinInfo, path: str, arch: str | None) -> str:
     return "\n".join(out)
 
 
+def format_triton(d: dict, path: str) -> str:
+    r = d["launch"]
+    out = [f"{path}: Triton kernel {d['name']} (Triton {d['triton_version'] or '?'}, sm_{d['arch']}; metadata "
+           f"from {d['metadata_from']})",
+           f"  images: {', '.join(x for x in (d['cubin'], d['ptx']) if x)}",
+           f"  launch: kernel[grid](*args): block ({r['block'][0]}, 1, 1) = {d['num_warps']} warps, "
+           f"{r['dynamic_shared']} bytes dynamic shared memory, grid x times {r['num_ctas']} CTA(s)"
+           + (", cooperative" if r["cooperative"] else ""),
+           f"  arguments: the first {r['user_params']} parameters; nbjit passes {r['scratch_params']} scratch "
+           f"pointer(s): global {r['global_scratch']['bytes_per_program']} B/program (align "
+           f"{r['global_scratch']['align']}), profile {r['profile_scratch']['bytes_per_program']} B/program"]
+    rows = [[i, p["name"], p["type"], p["size"], p["offset"],
+             "scratch" if i >= r["user_params"] else "argument"] for i, p in enumerate(d["params"])]
+    out += ["  " + line for line in _table(rows, ["#", "name", "type", "size", "offset", "role"])]
+    return "\n".join(out)
+
+
 def _describe(img: Image, arch: str | None) -> str:
     info = inspect_image(img)
     if isinstance(info, PtxInfo):
@@ -152,6 +169,11 @@ def _inspect(args) -> int:
             parse_arch(args.arch)
         except ValueError as e:
             raise _Usage(str(e)) from None
+    if Path(args.file).is_dir() or args.file.endswith(".json"):
+        from .triton import describe
+        d = describe(args.file)
+        print(json.dumps(d, indent=2) if args.json else format_triton(d, args.file))
+        return 0
     img = Image.from_bytes(_read(args.file), args.file)
     if args.json:
         info = inspect_image(img)

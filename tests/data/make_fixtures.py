@@ -163,6 +163,10 @@ TRITON_KERNELS = {
                       **{n: "i32" for n in "M N K stride_am stride_ak stride_bk stride_bn stride_cm stride_cn".split()},
                       "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_K": "constexpr"},
                      {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64}, {"num_warps": 4, "num_stages": 2, "num_ctas": 2}),
+    "copy_desc_kernel": ("copy_desc_kernel",
+                         {"in_ptr": "*fp32", "out_ptr": "*fp32", "M": "i32", "N": "i32",
+                          "BLOCK_M": "constexpr", "BLOCK_N": "constexpr"},
+                         {"BLOCK_M": 32, "BLOCK_N": 32}, {"num_warps": 4}),
 }
 
 
@@ -195,7 +199,8 @@ def triton() -> None:
             dest.mkdir()
             for suffix in (".json", ".ptx", ".cubin"):
                 shutil.copy(entry / f"{name}{suffix}", dest / f"{name}{suffix}")
-            print(tag, "shared", k.metadata.shared, "warps", k.metadata.num_warps, "ctas", k.metadata.num_ctas)
+            print(tag, "shared", k.metadata.shared, "warps", k.metadata.num_warps, "ctas", k.metadata.num_ctas,
+                  "global scratch", k.metadata.global_scratch_size, k.metadata.global_scratch_align)
 
 
 def main(argv: list[str]) -> None:

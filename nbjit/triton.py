@@ -1,0 +1,318 @@
+"""Triton kernels compiled ahead of time, launched from Numba without importing Triton.
+
+Reads the metadata Triton writes beside its PTX / cubin (``<name>.json`` in a cache entry
+directory) or the ``// meta:`` comments of a PTX, and applies Triton's launch rules:
+block = num_warps x warp size, dynamic shared memory = ``shared``, a grid of programs
+(times num_ctas in x for clusters), and the scratch pointers Triton appends after the
+user's parameters (none up to 3.2; global scratch from 3.3; profile scratch from 3.5).
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import NbjitArgumentError, NbjitLaunchError, NbjitLoadError
+from .ptx import TRITON_META_DEFAULTS, inspect_ptx
+
+__all__ = ["TritonMeta", "TritonKernel", "read_triton", "load_triton", "launch_rules"]
+
+
+@dataclass(frozen=True)
+class TritonMeta:
+    """Triton's launch metadata for one compiled kernel."""
+
+    name: str
+    num_warps: int = 4
+    num_ctas: int = 1
+    warp_size: int = 32
+    shared: int = 0
+    tmem_size: int = 0
+    global_scratch_size: int = 0
+    global_scratch_align: int = 1
+    profile_scratch_size: int = 0
+    profile_scratch_align: int = 1
+    scratch_params: int = 2  # trailing pointer parameters Triton appended
+    arch: int | None = None  # target compute capability, e.g. 90
+    ptx_version: int | None = None
+    triton_version: str | None = None
+    cluster_dims: tuple[int, ...] | None = None
+    cooperative: bool = False
+    pdl: bool = False
+    source: str = "json"  # "json" or "ptx comments"
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def block(self) -> tuple[int, int, int]:
+        return (self.num_warps * self.warp_size, 1, 1)
+
+    def scratch_bytes(self, grid: tuple[int, int, int]) -> tuple[int, int]:
+        """(global, profile) scratch bytes a launch of ``grid`` programs needs."""
+        programs = grid[0] * grid[1] * grid[2] * self.num_ctas
+        return self.global_scratch_size * programs, self.profile_scratch_size * programs
+
+
+def _scratch_params(meta: dict) -> int:
+    """How many scratch pointers this Triton version appends (its metadata keys say)."""
+    if "profile_scratch_size" in meta:
+        return 2
+    if "global_scratch_size" in meta:
+        return 1
+    return 0
+
+
+def _from_json(d: dict, source: str) -> TritonMeta:
+    target = d.get("target") or {}
+    if isinstance(target, (list, tuple)):  # older Triton: ["cuda", 90, 32]
+        target = {"backend": target[0], "arch": target[1], "warp_size": target[2] if len(target) > 2 else 32}
+    if target.get("backend", "cuda") != "cuda":
+        raise NbjitLoadError(f"{source}: a Triton kernel for {target.get('backend')!r}, not CUDA")
+    try:
+        cluster = d.get("cluster_dims")
+        return TritonMeta(
+            name=str(d["name"]),
+            num_warps=int(d.get("num_warps", 4)),
+            num_ctas=int(d.get("num_ctas", 1)),
+            warp_size=int(d.get("warp_size") or target.get("warp_size") or 32),
+            shared=int(d.get("shared") or 0),
+            tmem_size=int(d.get("tmem_size") or 0),
+            global_scratch_size=int(d.get("global_scratch_size") or 0),
+            global_scratch_align=int(d.get("global_scratch_align") or 1),
+            profile_scratch_size=int(d.get("profile_scratch_size") or 0),
+            profile_scratch_align=int(d.get("profile_scratch_align") or 1),
+            scratch_params=_scratch_params(d),
+            arch=int(target["arch"]) if str(target.get("arch", "")).isdigit() else None,
+            ptx_version=d.get("ptx_version"),
+            triton_version=d.get("triton_version"),
+            cluster_dims=tuple(cluster) if cluster else None,
+            cooperative=bool(d.get("launch_cooperative_grid", False)),
+            pdl=bool(d.get("launch_pdl", False)),
+            source="json",
+        )
+    except KeyError as e:
+        raise NbjitLoadError(f"{source}: Triton metadata without {e.args[0]!r}") from None
+    except (TypeError, ValueError) as e:
+        raise NbjitLoadError(f"{source}: malformed Triton metadata: {e}") from None
+
+
+def _from_ptx_comments(meta: dict, source: str) -> TritonMeta:
+    full = {**TRITON_META_DEFAULTS, **meta}
+    d = {k: full[k] for k in ("name", "num_warps", "num_ctas", "shared", "tmem_size", "global_scratch_size",
+                              "global_scratch_align", "profile_scratch_size", "profile_scratch_align")}
+    m = _from_json(d, source)
+    return TritonMeta(**{**m.__dict__, "source": "ptx comments"})
+
+
+@dataclass(frozen=True)
+class TritonArtifacts:
+    """Where a Triton kernel's files are: metadata and the images beside it."""
+
+    meta: TritonMeta
+    cubin: Path | None
+    ptx: Path | None
+    ptx_text: bytes | None = None
+
+
+def read_triton(path: str | os.PathLike) -> TritonArtifacts:
+    """Find a Triton kernel's metadata and images: a cache entry directory, its
+    ``<name>.json``, or a PTX file carrying ``// meta:`` comments."""
+    p = Path(path)
+    if p.is_dir():
+        jsons = [j for j in sorted(p.glob("*.json")) if not j.name.startswith("__grp__")]
+        if not jsons:
+            ptxs = sorted(p.glob("*.ptx"))
+            if len(ptxs) == 1:
+                return read_triton(ptxs[0])
+            raise NbjitLoadError(f"{p}: no Triton metadata (<name>.json) in this directory")
+        if len(jsons) > 1:
+            raise NbjitLoadError(f"{p}: several kernels' metadata here ({', '.join(j.name for j in jsons)}): "
+                                 "pass the .json of the one to load")
+        p = jsons[0]
+    if not p.exists():
+        raise NbjitLoadError(f"{p}: no such file or directory")
+    if p.suffix == ".json":
+        try:
+            d = json.loads(p.read_text())
+        except (OSError, ValueError) as e:
+            raise NbjitLoadError(f"{p}: unreadable Triton metadata: {e}") from None
+        meta = _from_json(d, str(p))
+        stem = p.parent / meta.name
+        cubin = stem.with_suffix(".cubin") if stem.with_suffix(".cubin").exists() else None
+        ptx = stem.with_suffix(".ptx") if stem.with_suffix(".ptx").exists() else None
+        if cubin is None and ptx is None:
+            raise NbjitLoadError(f"{p}: neither {meta.name}.cubin nor {meta.name}.ptx is beside it")
+        return TritonArtifacts(meta, cubin, ptx)
+    data = p.read_bytes()
+    info = inspect_ptx(data, source=str(p))
+    if not info.metadata:
+        raise NbjitLoadError(f"{p}: PTX without '// meta:' comments and no Triton JSON beside it: load it with "
+                             "nbjit.load() and launch it with explicit grid and block instead")
+    return TritonArtifacts(_from_ptx_comments(info.metadata, str(p)), None, p, data)
+
+
+def launch_rules(meta: TritonMeta, params) -> dict:
+    """Triton's launch rules for a kernel with these parameters (a plain dict, for
+    ``nbjit inspect`` and the tests)."""
+    n = len(params)
+    k = meta.scratch_params
+    if n < k or any(not (p.pointer or p.size == 8) for p in params[n - k:]):
+        raise NbjitLoadError(
+            f"Triton kernel {meta.name!r}: its metadata ({meta.triton_version or 'version unknown'}) means "
+            f"{k} trailing scratch pointer parameter(s), but its parameter list ends in "
+            f"{[f'{p.size} bytes' for p in params[max(0, n - k):]]}")
+    return {"block": list(meta.block), "dynamic_shared": meta.shared, "num_ctas": meta.num_ctas,
+            "user_params": n - k, "scratch_params": k,
+            "global_scratch": {"bytes_per_program": meta.global_scratch_size, "align": meta.global_scratch_align},
+            "profile_scratch": {"bytes_per_program": meta.profile_scratch_size, "align": meta.profile_scratch_align},
+            "cooperative": meta.cooperative}
+
+
+class TritonKernel:
+    """A Triton kernel loaded into the current Numba context: ``kernel[grid](*args)`` with
+    Triton's grid of programs; the user passes the runtime arguments only (constexprs are
+    compiled in, scratch buffers nbjit supplies)."""
+
+    def __init__(self, kernel, meta: TritonMeta, route: str):
+        self.kernel = kernel
+        self.meta = meta
+        self.route = route  # "cubin", or the PTX route ("driver", "nvjitlink", "lowered")
+        self.rules = launch_rules(meta, kernel.params)
+        self._n = self.rules["user_params"]
+        self._scratch: dict[Any, Any] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def name(self) -> str:
+        return self.meta.name
+
+    def __repr__(self) -> str:
+        return (f"<nbjit.TritonKernel {self.name}: {self._n} arguments, block {self.meta.block[0]}, "
+                f"{self.meta.shared} B shared, via {self.route}>")
+
+    def __getitem__(self, grid) -> "_TritonLaunch":
+        return _TritonLaunch(self, grid)
+
+    def launch(self, grid, *args, stream=None) -> None:
+        self[grid](*args, stream=stream)
+
+    def _buffer(self, kind: str, nbytes: int, align: int, stream) -> int:
+        """A scratch buffer of at least ``nbytes`` for launches on ``stream`` (kept, grown)."""
+        if nbytes == 0:
+            return 0
+        from numba import cuda
+        key = (kind, id(stream) if stream is not None and not isinstance(stream, int) else stream)
+        with self._lock:
+            have = self._scratch.get(key)
+            if have is None or have[1] < nbytes:
+                arr = cuda.device_array(nbytes + align, dtype="u1")
+                self._scratch[key] = (arr, nbytes, stream)
+                have = self._scratch[key]
+        ptr = int(have[0].gpu_data.device_pointer)
+        return (ptr + align - 1) // align * align
+
+
+class _TritonLaunch:
+    __slots__ = ("k", "grid")
+
+    def __init__(self, k: TritonKernel, grid):
+        if isinstance(grid, int) and not isinstance(grid, bool):
+            grid = (grid,)
+        if not isinstance(grid, (tuple, list)) or not 1 <= len(grid) <= 3 or \
+                not all(isinstance(g, int) and g >= 1 for g in grid):
+            raise NbjitLaunchError(f"Triton kernel {k.name!r}: grid must be an int or 1 to 3 ints >= 1, "
+                                   f"got {grid!r}")
+        self.k = k
+        self.grid = tuple(grid) + (1,) * (3 - len(grid))
+
+    def __call__(self, *args, stream=None) -> None:
+        k = self.k
+        m = k.meta
+        if len(args) != k._n:
+            names = ", ".join(p.name for p in k.kernel.params[: k._n])
+            raise NbjitArgumentError(f"Triton kernel {k.name!r} takes {k._n} runtime arguments ({names}), got "
+                                     f"{len(args)} (constexpr arguments are compiled in; scratch buffers are "
+                                     "nbjit's to pass)")
+        extra = []
+        if m.scratch_params >= 1:
+            g, p = m.scratch_bytes(self.grid)
+            extra.append(k._buffer("global", g, max(1, m.global_scratch_align), stream))
+            if m.scratch_params >= 2:
+                extra.append(k._buffer("profile", p, max(1, m.profile_scratch_align), stream))
+        grid = (self.grid[0] * m.num_ctas, self.grid[1], self.grid[2])
+        compiled_cluster = k.kernel.info.directives.cluster
+        cluster = None if (m.num_ctas == 1 or compiled_cluster) else (m.num_ctas, 1, 1)
+        if m.cooperative or cluster:
+            k.kernel.launch(grid, m.block, *args, *extra, stream=stream, shared_mem=m.shared,
+                            cooperative=m.cooperative, cluster=cluster)
+        else:
+            k.kernel[grid, m.block, stream, m.shared](*args, *extra)
+
+
+def load_triton(path: str | os.PathLike) -> TritonKernel:
+    """Load a Triton kernel compiled ahead of time into the current Numba context.
+
+    ``path``: a Triton cache entry directory (``<name>.json`` beside ``<name>.cubin`` /
+    ``<name>.ptx``), the ``.json`` itself, or a PTX file with ``// meta:`` comments. The
+    cubin is used when it runs on this device, else the PTX (assembled by nvJitLink when it
+    is newer than the driver). Raises ``NbjitLoadError`` for unusable metadata.
+    """
+    from . import _driver
+    from .module import NbjitWarning, load
+
+    art = read_triton(path)
+    meta = art.meta
+    ctx = _driver.current_context()
+    cc = tuple(ctx.device.compute_capability)
+    dev = cc[0] * 10 + cc[1]
+    errors = []
+    if art.cubin is not None and (meta.arch is None or meta.arch == dev):
+        try:
+            mod = load(art.cubin)
+            return TritonKernel(_kernel(mod, meta, art.ptx), meta, "cubin")
+        except NbjitLoadError as e:  # e.g. a cubin for another chip: try the PTX
+            errors.append(str(e))
+    if art.ptx is not None:
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always", NbjitWarning)
+            mod = load(art.ptx_text or art.ptx, name=str(art.ptx))
+        for x in w:
+            warnings.warn_explicit(x.message, x.category, x.filename, x.lineno)
+        return TritonKernel(_kernel(mod, meta, art.ptx), meta, mod.route or "ptx")
+    raise NbjitLoadError(f"{path}: Triton kernel {meta.name!r} was built for sm_{meta.arch}; this device is "
+                         f"sm_{dev} and there is no PTX to fall back on" + (f" ({errors[0]})" if errors else ""))
+
+
+def _kernel(mod, meta: TritonMeta, ptx_path):
+    if meta.name not in mod.kernels:
+        raise NbjitLoadError(f"{mod.name}: no kernel {meta.name!r} (the metadata's name); it has "
+                             f"{', '.join(mod.kernels)}")
+    k = mod[meta.name]
+    if ptx_path is not None and all(p.type == "unknown" for p in k.params) and k.params:
+        # a cubin: take the parameter types from Triton's PTX beside it
+        info = inspect_ptx(Path(ptx_path).read_bytes(), source=str(ptx_path))
+        sig = info.entry(meta.name).signature
+        if [(p.offset, p.size) for p in sig] == [(p.offset, p.size) for p in k.params]:
+            from .kernel import Kernel, _State
+            s = k._s
+            k = Kernel(mod, _State(s.name, s.func, info.entry(meta.name), s.ctx_key, s.device))
+    return k
+
+
+def describe(path: str | os.PathLike) -> dict:
+    """The metadata and launch rules of a Triton kernel on disk (no GPU): for ``nbjit inspect``."""
+    art = read_triton(path)
+    image = art.ptx_text or (art.ptx.read_bytes() if art.ptx else None)
+    if image is not None:
+        params = inspect_ptx(image, source=str(art.ptx)).entry(art.meta.name).params
+    else:
+        from .cubin import inspect_cubin
+        params = inspect_cubin(art.cubin.read_bytes(), source=str(art.cubin)).entry(art.meta.name).params
+    m = art.meta
+    return {"kind": "triton", "name": m.name, "triton_version": m.triton_version, "arch": m.arch,
+            "metadata_from": m.source, "num_warps": m.num_warps, "num_ctas": m.num_ctas, "shared": m.shared,
+            "cubin": str(art.cubin) if art.cubin else None, "ptx": str(art.ptx) if art.ptx else None,
+            "params": [p.to_json() for p in params], "launch": launch_rules(m, params)}

@@ -1,0 +1,136 @@
+"""Triton kernels (compiled ahead of time by Triton 3.9) launched through nbjit on Numba
+arrays, checked against numpy and, where this machine has Triton and PyTorch, against Triton
+itself on the same inputs (marker `gpu`)."""
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+# PyTorch first (see test_gpu_interop.py)
+torch = pytest.importorskip("torch") if importlib.util.find_spec("torch") else None
+
+import nbjit  # noqa: E402
+from nbjit import NbjitArgumentError, NbjitWarning  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+DATA = Path(__file__).resolve().parent / "data"
+T = DATA / "triton"
+
+
+@pytest.fixture(scope="module")
+def cuda():
+    from numba import cuda
+    return cuda
+
+
+def triton_jit():
+    """The fixture kernels under this machine's own Triton (if any), for a second opinion."""
+    if torch is None or importlib.util.find_spec("triton") is None or not torch.cuda.is_available():
+        return None
+    sys.path.insert(0, str(DATA / "src"))
+    try:
+        import triton_kernels
+        return triton_kernels
+    except Exception:  # an older Triton without an API the fixtures use
+        return None
+    finally:
+        sys.path.pop(0)
+
+
+def test_vector_add(cuda):
+    k = nbjit.load_triton(T / "add_kernel")
+    assert k.route == "cubin" and k.kernel[1, k.meta.block].block == (128, 1, 1)
+    n = 100_003
+    x = np.random.default_rng(0).random(n, dtype=np.float32)
+    y = np.random.default_rng(1).random(n, dtype=np.float32)
+    out = cuda.device_array(n, np.float32)
+    k[(n + 1023) // 1024](cuda.to_device(x), cuda.to_device(y), out, n, np.float32(0.5))
+    np.testing.assert_allclose(out.copy_to_host(), 0.5 * x + y, rtol=1e-6)
+    with pytest.raises(NbjitArgumentError, match="takes 5 runtime arguments"):
+        k[1](out, out, out, n)
+    tk = triton_jit()
+    if tk is not None:
+        tx, ty = torch.from_numpy(x).cuda(), torch.from_numpy(y).cuda()
+        tout = torch.empty_like(tx)
+        tk.add_kernel[((n + 1023) // 1024,)](tx, ty, tout, n, 0.5, BLOCK=1024)
+        np.testing.assert_allclose(out.copy_to_host(), tout.cpu().numpy(), rtol=1e-6)
+
+
+def test_softmax_rows(cuda):
+    k = nbjit.load_triton(T / "softmax_kernel")
+    rows, cols = 300, 781
+    x = np.random.default_rng(2).standard_normal((rows, cols)).astype(np.float32)
+    dx = cuda.to_device(x)
+    out = cuda.device_array((rows, cols), np.float32)
+    s = cuda.stream()
+    k[rows](out, dx, cols, cols, cols, stream=s)
+    s.synchronize()
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(out.copy_to_host(), e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-7)
+    tk = triton_jit()
+    if tk is not None:
+        tx = torch.from_numpy(x).cuda()
+        tout = torch.empty_like(tx)
+        tk.softmax_kernel[(rows,)](tout, tx, cols, cols, cols, BLOCK=1024, num_warps=8)
+        np.testing.assert_allclose(out.copy_to_host(), tout.cpu().numpy(), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("entry,bm,bn", [("matmul_kernel", 128, 128), ("matmul_ctas2", 128, 128)])
+def test_matmul(cuda, entry, bm, bn):
+    k = nbjit.load_triton(T / entry)
+    M, N, K = 512, 384, 320
+    a = np.random.default_rng(3).standard_normal((M, K)).astype(np.float16)
+    b = np.random.default_rng(4).standard_normal((K, N)).astype(np.float16)
+    c = cuda.device_array((M, N), np.float16)
+    grid = ((M + bm - 1) // bm, (N + bn - 1) // bn)
+    k[grid](cuda.to_device(a), cuda.to_device(b), c, M, N, K, K, 1, N, 1, N, 1)
+    ref = a.astype(np.float32) @ b.astype(np.float32)
+    np.testing.assert_allclose(c.copy_to_host().astype(np.float32), ref, rtol=2e-2, atol=2e-1)
+    if entry == "matmul_kernel":
+        assert k.meta.shared > 48 * 1024 and k.kernel._s.optin >= k.meta.shared  # opted in above 48 KiB
+
+
+def test_global_scratch(cuda):
+    k = nbjit.load_triton(T / "copy_desc_kernel")
+    assert k.meta.global_scratch_size == 256
+    M, N = 96, 64
+    x = np.arange(M * N, dtype=np.float32).reshape(M, N)
+    out = cuda.device_array((M, N), np.float32)
+    k[(M // 32, N // 32)](cuda.to_device(x), out, M, N)
+    np.testing.assert_array_equal(out.copy_to_host(), 2 * x)
+
+
+def test_ptx_fallback_route(cuda, tmp_path):
+    """Without a usable cubin, the PTX (ISA 9.4, newer than the 13.0 driver) still loads."""
+    d = tmp_path / "add_kernel"
+    shutil.copytree(T / "add_kernel", d)
+    (d / "add_kernel.cubin").unlink()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NbjitWarning)
+        k = nbjit.load_triton(d)
+    assert k.route in ("nvjitlink", "lowered", "driver")
+    n = 4096
+    x = np.arange(n, dtype=np.float32)
+    out = cuda.device_array(n, np.float32)
+    k[n // 1024](cuda.to_device(x), cuda.to_device(x), out, n, np.float32(2.0))
+    np.testing.assert_array_equal(out.copy_to_host(), 3 * x)
+
+
+def test_ptx_with_meta_comments(cuda, tmp_path):
+    p = tmp_path / "softmax.ptx"
+    p.write_text("// meta:name=softmax_kernel\n// meta:num_warps=8\n// meta:shared=32\n"
+                 + (T / "softmax_kernel/softmax_kernel.ptx").read_text())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NbjitWarning)
+        k = nbjit.load_triton(p)
+    x = np.random.default_rng(5).standard_normal((4, 100)).astype(np.float32)
+    out = cuda.device_array((4, 100), np.float32)
+    k[4](out, cuda.to_device(x), 100, 100, 100)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(out.copy_to_host(), e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-7)

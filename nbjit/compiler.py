@@ -101,6 +101,12 @@ def supported_archs() -> tuple[int, ...]:
 
 
 _LIB_PREFIXES = ("libnvrtc", "libnvJitLink")
+
+
+@functools.lru_cache(maxsize=None)
+def _nvidia_dirs() -> tuple[str, ...]:
+    """The ``nvidia`` package directories of the pip wheels on sys.path."""
+    return tuple(d for d in (os.path.join(p, "nvidia") for p in sys.path if p) if os.path.isdir(d))
 _WHEEL_LIB_DIRS = ("cu13", "cu12", "cuda_nvrtc", "nvjitlink")
 
 
@@ -111,7 +117,7 @@ def _toolchain_fingerprint() -> dict:
     or changed install changes it; importing and loading NVRTC costs ~80 ms, this well
     under one."""
     if not _NVRTC_FINGERPRINT:
-        dirs = [os.path.join(p, "nvidia", sub, "lib") for p in sys.path if p for sub in _WHEEL_LIB_DIRS]
+        dirs = [os.path.join(n, sub, "lib") for n in _nvidia_dirs() for sub in _WHEEL_LIB_DIRS]
         for var in ("CUDA_HOME", "CUDA_PATH"):
             if os.environ.get(var):
                 dirs += [os.path.join(os.environ[var], d) for d in ("lib64", "lib")]
@@ -136,8 +142,7 @@ def cuda_include_dir() -> str | None:
     """The CUDA headers (cuda_fp16.h, ...) that NVRTC compiles should see: the pip wheels'
     (nvidia/cu13/include, nvidia/cuda_runtime/include), else CUDA_HOME / CUDA_PATH, else
     what cuda-pathfinder finds (importing it costs ~30 ms, so it comes last)."""
-    cands = [os.path.join(p, "nvidia", sub, "include") for p in sys.path if p
-             for sub in ("cu13", "cuda_runtime", "cu12")]
+    cands = [os.path.join(n, sub, "include") for n in _nvidia_dirs() for sub in ("cu13", "cuda_runtime", "cu12")]
     cands += [os.path.join(os.environ[v], "include") for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)]
     for d in cands:
         if os.path.isfile(os.path.join(d, "cuda_runtime_api.h")):

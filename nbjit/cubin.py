@@ -10,7 +10,7 @@ import struct
 from dataclasses import dataclass, field
 
 from .errors import ImageFormatError
-from .signature import Directives, KernelInfo, KernelSignature, Param
+from .signature import Directives, KernelInfo, KernelSignature, Param, find_entry
 
 __all__ = ["CubinInfo", "GlobalSymbol", "inspect_cubin", "EM_CUDA", "arch_name"]
 
@@ -83,10 +83,7 @@ class CubinInfo:
     source: str | None = None
 
     def entry(self, name: str) -> KernelInfo:
-        for e in self.entries:
-            if e.name == name:
-                return e
-        raise KeyError(name)
+        return find_entry(self.entries, name)
 
     def to_json(self) -> dict:
         return {

@@ -195,6 +195,20 @@ def _decompress(kind: str, blob: bytes, size: int, fail) -> bytes | None:
     return out
 
 
+def _lz4_length(src: bytes, i: int, n: int, what: str, fail) -> tuple[int, int]:
+    """A length from a token nibble: 15 means more bytes follow, each added, until one < 255."""
+    if n != 15:
+        return n, i
+    while True:
+        if i >= len(src):
+            raise fail(f"LZ4 {what} length runs past the end")
+        b = src[i]
+        i += 1
+        n += b
+        if b != 255:
+            return n, i
+
+
 def lz4_block_decompress(src: bytes, size: int, fail=ValueError) -> bytes:
     """Decode one raw LZ4 block (no frame) of known decompressed ``size``."""
     dst = bytearray()
@@ -202,16 +216,7 @@ def lz4_block_decompress(src: bytes, size: int, fail=ValueError) -> bytes:
     while i < n:
         token = src[i]
         i += 1
-        lit = token >> 4
-        if lit == 15:
-            while True:
-                if i >= n:
-                    raise fail("LZ4 literal length runs past the end")
-                b = src[i]
-                i += 1
-                lit += b
-                if b != 255:
-                    break
+        lit, i = _lz4_length(src, i, token >> 4, "literal", fail)
         if i + lit > n or len(dst) + lit > size:
             raise fail("LZ4 literals run past the end")
         dst += src[i: i + lit]
@@ -224,16 +229,7 @@ def lz4_block_decompress(src: bytes, size: int, fail=ValueError) -> bytes:
         i += 2
         if dist == 0 or dist > len(dst):
             raise fail(f"LZ4 match offset {dist} outside the output")
-        ml = token & 15
-        if ml == 15:
-            while True:
-                if i >= n:
-                    raise fail("LZ4 match length runs past the end")
-                b = src[i]
-                i += 1
-                ml += b
-                if b != 255:
-                    break
+        ml, i = _lz4_length(src, i, token & 15, "match", fail)
         ml += 4
         if len(dst) + ml > size:
             raise fail("LZ4 output exceeds the declared size")

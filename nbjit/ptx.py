@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass, field
 
 from .errors import PtxParseError
-from .signature import SCALAR_TYPES, Directives, KernelInfo, KernelSignature, layout
+from .signature import SCALAR_TYPES, Directives, KernelInfo, KernelSignature, find_entry, layout
 
 __all__ = [
     "PtxInfo",
@@ -139,10 +139,7 @@ class PtxInfo:
         return tuple(g for g in self.globals if g.dynamic_shared)
 
     def entry(self, name: str) -> KernelInfo:
-        for e in self.entries:
-            if e.name == name:
-                return e
-        raise KeyError(name)
+        return find_entry(self.entries, name)
 
     def to_json(self) -> dict:
         return {

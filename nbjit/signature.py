@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Param", "KernelSignature", "Directives", "KernelInfo", "SCALAR_TYPES", "layout"]
+__all__ = ["Param", "KernelSignature", "Directives", "KernelInfo", "SCALAR_TYPES", "layout", "find_entry"]
 
 # PTX parameter types -> size in bytes. `.pred` cannot be a kernel parameter for ptxas
 # (FORMATS.md §1.3) but is a PTX type, so it is listed for completeness.
@@ -178,3 +178,11 @@ class KernelInfo:
             if v is not None:
                 d[k] = v
         return d
+
+
+def find_entry(entries, name: str) -> KernelInfo:
+    """The entry called ``name`` (KeyError if none): for PtxInfo and CubinInfo."""
+    for e in entries:
+        if e.name == name:
+            return e
+    raise KeyError(name)

@@ -44,3 +44,30 @@ def _private_cache(tmp_path_factory, monkeypatch):
     set_default_cache(None)
     yield
     set_default_cache(None)
+
+
+@pytest.fixture
+def no_zstd(monkeypatch):
+    """As if neither zstandard nor compression.zstd were installed."""
+    import builtins
+    real = builtins.__import__
+
+    def fake(name, *a, **k):
+        if name in ("zstandard", "compression"):
+            raise ImportError(name)
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", fake)
+
+
+@pytest.fixture(scope="module")
+def cuda():
+    from numba import cuda
+    return cuda
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    """nvcc's test kernels loaded (GPU tests only)."""
+    import nbjit
+    return nbjit.load(DATA / "nvcc/kernels_sm90.ptx")

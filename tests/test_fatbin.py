@@ -77,16 +77,7 @@ def test_parse_arch():
         parse_arch("volta")
 
 
-def test_zstd_without_zstandard(monkeypatch):
-    import builtins
-    real = builtins.__import__
-
-    def no_zstd(name, *a, **k):
-        if name in ("zstandard", "compression"):
-            raise ImportError(name)
-        return real(name, *a, **k)
-
-    monkeypatch.setattr(builtins, "__import__", no_zstd)
+def test_zstd_without_zstandard(no_zstd):
     fb = fatbin("kernels_multi.fatbin")
     ptx = fb.entries[1]
     assert ptx.compression == "zstd" and ptx.payload is None

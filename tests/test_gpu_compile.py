@@ -14,12 +14,6 @@ SRC = (DATA / "src/nvrtc_tmpl.cu").read_text()
 HDR = {"scale.cuh": (DATA / "src/scale.cuh").read_text()}
 
 
-@pytest.fixture(scope="module")
-def cuda():
-    from numba import cuda
-    return cuda
-
-
 def test_compile_templates_and_launch_by_expression(cuda):
     m = nbjit.compile(SRC, name="nvrtc_tmpl.cu", headers=HDR,
                       name_expressions=["fill<float>", "fill<int>", "ns::op<float, 4>"])

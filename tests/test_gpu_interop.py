@@ -18,17 +18,6 @@ pytestmark = pytest.mark.gpu
 DATA = Path(__file__).resolve().parent / "data"
 
 
-@pytest.fixture(scope="module")
-def cuda():
-    from numba import cuda
-    return cuda
-
-
-@pytest.fixture(scope="module")
-def kernels():
-    return nbjit.load(DATA / "nvcc/kernels_sm90.ptx")
-
-
 def test_cupy_arrays(cuda, kernels):
     cp = pytest.importorskip("cupy")
     n = 4096

@@ -19,17 +19,6 @@ pytestmark = pytest.mark.gpu
 DATA = Path(__file__).resolve().parent / "data"
 
 
-@pytest.fixture(scope="module")
-def cuda():
-    from numba import cuda
-    return cuda
-
-
-@pytest.fixture(scope="module")
-def kernels():
-    return nbjit.load(DATA / "nvcc/kernels_sm90.ptx")
-
-
 def axpy_check(cuda, k, n=10_000, stream=None, sync=None):
     rng = np.random.default_rng(0)
     x = rng.random(n, dtype=np.float32)
@@ -71,16 +60,7 @@ def test_cubin_unknown_types_take_numpy_scalars(cuda):
     axpy_check(cuda, k)  # np.float32 for the 4-byte float, a Python int for the 4-byte int
 
 
-def test_whole_fatbin_when_zstd_unreadable(cuda, monkeypatch):
-    import builtins
-    real = builtins.__import__
-
-    def no_zstd(name, *a, **k):
-        if name in ("zstandard", "compression"):
-            raise ImportError(name)
-        return real(name, *a, **k)
-
-    monkeypatch.setattr(builtins, "__import__", no_zstd)
+def test_whole_fatbin_when_zstd_unreadable(cuda, no_zstd):
     from nbjit.fatbin import inspect_fatbin
     raw = (DATA / "nvcc/kernels_multi.fatbin").read_bytes()
     fb = inspect_fatbin(raw)

@@ -23,12 +23,6 @@ DATA = Path(__file__).resolve().parent / "data"
 T = DATA / "triton"
 
 
-@pytest.fixture(scope="module")
-def cuda():
-    from numba import cuda
-    return cuda
-
-
 def triton_jit():
     """The fixture kernels under this machine's own Triton (if any), for a second opinion."""
     if torch is None or importlib.util.find_spec("triton") is None or not torch.cuda.is_available():

@@ -101,16 +101,7 @@ def test_fatbin_entry_choice():
         prepare(img("nvcc/kernels_multi.fatbin"), (7, 5), DRIVER_13_0)
 
 
-def test_fatbin_whole_when_entry_unreadable(monkeypatch):
-    import builtins
-    real = builtins.__import__
-
-    def no_zstd(name, *a, **k):
-        if name in ("zstandard", "compression"):
-            raise ImportError(name)
-        return real(name, *a, **k)
-
-    monkeypatch.setattr(builtins, "__import__", no_zstd)
+def test_fatbin_whole_when_entry_unreadable(no_zstd):
     p = prepare(img("nvcc/kernels_multi.fatbin"), (10, 0), DRIVER_13_0)
     assert p.kind == "fatbin" and p.entry == 1 and "whole fatbin" in p.note
     assert p.data == (DATA / "nvcc/kernels_multi.fatbin").read_bytes()

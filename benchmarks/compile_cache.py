@@ -81,7 +81,7 @@ def main() -> None:
     a = ap.parse_args()
     rows = {"nbjit.compile": measure(NBJIT, "NBJIT_CACHE_DIR", a.runs)}
     try:
-        import cupy  # noqa: F401
+        import cupy  # noqa: F401  (only to know whether CuPy's rows can run)
         rows["cupy.RawModule"] = measure(CUPY, "CUPY_CACHE_DIR", a.runs)
     except ImportError:
         print("CuPy not installed: its rows are skipped")

@@ -68,7 +68,6 @@ def main() -> None:
     x = cuda.to_device(np.arange(N, dtype=np.float32))
     y = cuda.to_device(np.zeros(N, dtype=np.float32))
     xp, yp = int(x.gpu_data.device_pointer), int(y.gpu_data.device_pointer)
-    stream = cuda.default_stream()
     sync = cuda.synchronize
 
     mod = nbjit.load(DATA / "nvcc/kernels_sm90.ptx")

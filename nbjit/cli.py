@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from .cubin import CubinInfo, inspect_cubin
+from .cubin import CubinInfo
 from .errors import NbjitError
 from .fatbin import FatbinInfo, parse_arch
 from .image import Image, inspect_image

@@ -100,22 +100,23 @@ def supported_archs() -> tuple[int, ...]:
     return tuple(archs) if err == N.nvrtcResult.NVRTC_SUCCESS else ()
 
 
-_LIB_PREFIXES = ("libnvrtc", "libnvJitLink")
+# The library files a search for NVRTC / nvJitLink can load (their sonames and plain names).
+_LIB_NAMES = tuple(f"lib{lib}.so{v}" for lib in ("nvrtc", "nvJitLink") for v in (".13", ".12", ""))
+_WHEEL_LIB_DIRS = ("cu13", "cu12", "cuda_nvrtc", "nvjitlink")
 
 
 @functools.lru_cache(maxsize=None)
 def _nvidia_dirs() -> tuple[str, ...]:
     """The ``nvidia`` package directories of the pip wheels on sys.path."""
     return tuple(d for d in (os.path.join(p, "nvidia") for p in sys.path if p) if os.path.isdir(d))
-_WHEEL_LIB_DIRS = ("cu13", "cu12", "cuda_nvrtc", "nvjitlink")
 
 
 def _toolchain_fingerprint() -> dict:
     """What identifies the NVRTC (and nvJitLink) a compile would use, without loading them:
     path, size and modification time of every copy the library search could find (pip
     wheels on sys.path, CUDA_HOME/CUDA_PATH, LD_LIBRARY_PATH), plus those variables. A new
-    or changed install changes it; importing and loading NVRTC costs ~80 ms, this well
-    under one."""
+    or changed install changes it; importing and loading NVRTC costs tens of milliseconds,
+    these few stat() calls a fraction of one."""
     if not _NVRTC_FINGERPRINT:
         dirs = [os.path.join(n, sub, "lib") for n in _nvidia_dirs() for sub in _WHEEL_LIB_DIRS]
         for var in ("CUDA_HOME", "CUDA_PATH"):
@@ -124,16 +125,17 @@ def _toolchain_fingerprint() -> dict:
         dirs += [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if d]
         seen = []
         for d in dirs:
-            try:
-                with os.scandir(d) as it:
-                    for e in it:
-                        if e.name.startswith(_LIB_PREFIXES) and ".so" in e.name:
-                            st = e.stat()
-                            seen.append([e.path, st.st_size, st.st_mtime_ns])
-            except OSError:
+            if not os.path.isdir(d):
                 continue
-        _NVRTC_FINGERPRINT.append({"libs": sorted(seen), "env": [os.environ.get(v, "") for v in
-                                                                  ("CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH")]})
+            for name in _LIB_NAMES:
+                f = os.path.join(d, name)
+                try:
+                    st = os.stat(f)
+                except OSError:
+                    continue
+                seen.append([f, st.st_size, st.st_mtime_ns])
+        _NVRTC_FINGERPRINT.append({"libs": seen, "env": [os.environ.get(v, "") for v in
+                                                         ("CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH")]})
     return _NVRTC_FINGERPRINT[0]
 
 
@@ -255,7 +257,6 @@ def compile_image(source: str, *, name: str | None = None, name_expressions=(), 
         raise NbjitCompileError(f"output must be 'auto', 'cubin' or 'ptx', not {output!r}")
     if output == "cubin" and a.startswith("compute_"):
         raise NbjitCompileError(f"a cubin needs a real architecture (sm_XX), not {a}")
-    kind = "ptx" if output == "ptx" or a.startswith("compute_") else "cubin"
     headers = dict(headers or {})
     opts = normalize_options([*(f"--include-path={p}" for p in include_paths), *options])
     inc = cuda_include_dir()

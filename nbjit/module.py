@@ -6,7 +6,6 @@ import threading
 import warnings
 import weakref
 from dataclasses import dataclass
-from typing import Any
 
 from . import _driver
 from .args import declare

@@ -11,7 +11,6 @@ import pytest
 # process has been seen to fail inside torch (schema parsing) on the GPU machine.
 torch = pytest.importorskip("torch") if importlib.util.find_spec("torch") else None
 
-import nbjit  # noqa: E402
 from nbjit import NbjitArgumentError  # noqa: E402
 
 pytestmark = pytest.mark.gpu

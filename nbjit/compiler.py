@@ -82,6 +82,7 @@ def _log(J, handle, *, error: bool) -> str:
 
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"\n]+)[>"]', re.M)
 _NVRTC_FINGERPRINT: list = []
+_MEMO: dict = {}
 
 
 def nvrtc_version() -> tuple[int, int]:
@@ -253,6 +254,19 @@ def compile_image(source: str, *, name: str | None = None, name_expressions=(), 
         raise TypeError(f"source must be str, not {type(source).__name__}")
     name = name or "kernel.cu"
     a = _arch_for(arch)
+    cache = cache or default_cache()
+    # The in-process layer: the same call again is one dictionary look-up. Not with
+    # include_paths, whose files may change on disk between calls (the disk key sees that).
+    memo = None
+    if not include_paths:
+        try:
+            memo = (source, name, tuple(name_expressions), tuple(sorted((headers or {}).items())),
+                    tuple(options), a, output, id(cache), id(_toolchain_fingerprint()))
+            hit = _MEMO.get(memo)
+        except TypeError:  # something unhashable: take the long way
+            memo = hit = None
+        if hit is not None and hit[0] is cache:
+            return hit[1]
     if output not in ("auto", "cubin", "ptx"):
         raise NbjitCompileError(f"output must be 'auto', 'cubin' or 'ptx', not {output!r}")
     if output == "cubin" and a.startswith("compute_"):
@@ -273,8 +287,13 @@ def compile_image(source: str, *, name: str | None = None, name_expressions=(), 
     def make() -> CacheEntry:
         return _nvrtc(source, name, exprs, headers, opts, a, output)
 
-    entry = (cache or default_cache()).get_or_create(key, make)
-    return Image(entry.payload, entry.kind, name, entry.arch, dict(entry.lowered_names), entry.log)
+    entry = cache.get_or_create(key, make)
+    img = Image(entry.payload, entry.kind, name, entry.arch, dict(entry.lowered_names), entry.log)
+    if memo is not None:
+        if len(_MEMO) >= 512:
+            _MEMO.clear()
+        _MEMO[memo] = (cache, img)
+    return img
 
 
 def _nvrtc(source: str, name: str, exprs, headers: dict, opts: list[str], arch: str, output: str):

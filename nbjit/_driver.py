@@ -102,11 +102,26 @@ def device_info(ordinal: int) -> DeviceInfo:
     )
 
 
-def pointer_device(ptr: int) -> int | None:
-    """The device ordinal a device address belongs to (None if the driver cannot tell)."""
+def pointer_context(ptr: int) -> int | None:
+    """The handle of the context a device address was allocated in (None if unknown).
+    (CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL read 0 for memory of device 1 through
+    cuda.bindings 13.3 on a 2-GPU H200 machine; the context is reliable.)"""
     cu = _cu()
-    res = cu.cuPointerGetAttribute(cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr)
+    res = cu.cuPointerGetAttribute(cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_CONTEXT, ptr)
     return int(res[1]) if res[0] == 0 else None
+
+
+def context_device(ctx_handle: int) -> int | None:
+    """The device ordinal of a context."""
+    cu = _cu()
+    ctx = cu.CUcontext(ctx_handle)
+    if cu.cuCtxPushCurrent(ctx)[0] != 0:
+        return None
+    try:
+        res = cu.cuCtxGetDevice()
+        return int(res[1]) if res[0] == 0 else None
+    finally:
+        cu.cuCtxPopCurrent()
 
 
 # ------------------------------------------------------------------ modules

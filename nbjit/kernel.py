@@ -424,9 +424,12 @@ def _check_devices(launcher: _Launcher, args: tuple) -> None:
         if a is None or isinstance(a, int):
             continue
         try:
-            dev = _driver.pointer_device(device_pointer(a))
+            ctx = _driver.pointer_context(device_pointer(a))
         except NbjitArgumentError:
             continue  # the packer reports it with the parameter's name
+        if ctx is None or ctx == s.ctx_key:
+            continue
+        dev = _driver.context_device(ctx)
         if dev is not None and dev != s.device:
             raise NbjitArgumentError(f"kernel {s.name!r}, parameter {i}: the array lives on device {dev}, the "
                                      f"kernel on device {s.device}")

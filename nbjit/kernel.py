@@ -66,8 +66,6 @@ class _State:
         self.sig = info.signature
         self.packer = ArgPacker(info.signature, name)
         self.n = self.packer.n
-        self.fast = self.packer.fast
-        self.pack = self.packer.struct.pack_into
         self.layout = tuple((p.offset, _code(p)) for p in info.params)
         self.ctx_key = ctx_key
         self.device = device
@@ -214,11 +212,14 @@ class Kernel:
         if not isinstance(config, tuple) or not 2 <= len(config) <= 4:
             raise NbjitLaunchError(f"kernel {self.name!r}: launch as kernel[grid, block], kernel[grid, block, stream] "
                                    f"or kernel[grid, block, stream, shared_bytes], got [{config!r}]")
-        grid, block = config[0], config[1]
         stream = config[2] if len(config) > 2 else None
         shared = config[3] if len(config) > 3 else 0
-        return _Launcher(self, _dims(grid, "grid", self.name), _dims(block, "block", self.name),
-                         stream, self._shared(shared))
+        return self._config(config[0], config[1], stream, shared)
+
+    def _config(self, grid, block, stream, shared) -> "_Config":
+        """A launch configuration, validated (and the function opted in to its shared memory)."""
+        return _launcher_type()(self, _dims(grid, "grid", self.name), _dims(block, "block", self.name),
+                                stream, self._shared(shared))
 
     def _shared(self, nbytes) -> int:
         """Validate dynamic shared memory and opt the function in above the default limit."""
@@ -246,8 +247,7 @@ class Kernel:
         """Launch with keywords; ``cooperative=True`` for grid-wide synchronisation,
         ``cluster=(x, y, z)`` for thread-block clusters (by default the kernel's own
         ``.reqnctapercluster`` / ``__cluster_dims__``, which needs nothing at launch)."""
-        launcher = _Launcher(self, _dims(grid, "grid", self.name), _dims(block, "block", self.name),
-                             stream, self._shared(shared_mem))
+        launcher = self._config(grid, block, stream, shared_mem)
         if not cooperative and cluster is None:
             launcher(*args)
             return
@@ -273,9 +273,7 @@ class Kernel:
 
     def bind(self, grid, block, *args, stream=None, shared_mem: int = 0) -> "BoundLaunch":
         """Pack ``args`` once; the returned object relaunches with them at the lowest cost."""
-        launcher = _Launcher(self, _dims(grid, "grid", self.name), _dims(block, "block", self.name),
-                             stream, self._shared(shared_mem))
-        return BoundLaunch(launcher, args)
+        return BoundLaunch(self._config(grid, block, stream, shared_mem), args)
 
 
 class _Config:
@@ -322,18 +320,8 @@ class _PyLauncher(_Config):
             if other is not None:
                 return other(*args)
             _check_devices(self, args)
-        try:
-            buf = s.tls.buf
-        except AttributeError:
-            buf = s.buffer()
-        # the packer's fast path, inlined: convert what needs converting, pack once
-        vals = list(args)
-        try:
-            for i, f in s.fast:
-                vals[i] = f(vals[i])
-            s.pack(buf.data, 0, *vals)
-        except Exception:
-            s.packer.pack_into(buf.data, args)  # precise rules: accept, or raise naming the parameter
+        buf = s.buffer()
+        s.packer.pack_into(buf.data, args)
         err = self._launch(*self._cfg, buf.address)
         if err:
             raise self.error(err)
@@ -346,11 +334,10 @@ def _launcher_type():
     """The C launcher where nbjit's extension is built and one GPU is visible, else Python."""
     if not _LAUNCHER_TYPES:
         kind = _PyLauncher
-        _launch_mod = None
-        if _driver.launcher()[1] is int:
-            from . import _launch as _launch_mod
-        if _launch_mod is not None:
-            class _CLauncher(_launch_mod.Launcher, _Config):
+        if _driver.launcher()[1] is int:  # the C extension is built and set up
+            from . import _launch
+
+            class _CLauncher(_launch.Launcher, _Config):
                 """The launch path in C: packs on the C stack with the same rules as the
                 Python path, handing anything unusual to the precise Python rules."""
 
@@ -363,10 +350,6 @@ def _launcher_type():
             kind = _CLauncher
         _LAUNCHER_TYPES.append(kind)
     return _PyLauncher if _MULTI[0] else _LAUNCHER_TYPES[0]
-
-
-def _Launcher(kernel: Kernel, grid, block, stream, shared: int):
-    return _launcher_type()(kernel, grid, block, stream, shared)
 
 
 @functools.lru_cache(maxsize=None)
@@ -406,7 +389,7 @@ class BoundLaunch:
     launch = __call__
 
 
-def _on_current_device(launcher: _Launcher):
+def _on_current_device(launcher: _Config):
     """With several GPUs, launching under another device than the kernel's: the same
     kernel of the module's copy in the current context (loaded on first use)."""
     s = launcher._s
@@ -416,7 +399,7 @@ def _on_current_device(launcher: _Launcher):
     return twin[launcher.grid, launcher.block, launcher._stream_obj, launcher.shared]
 
 
-def _check_devices(launcher: _Launcher, args: tuple) -> None:
+def _check_devices(launcher: _Config, args: tuple) -> None:
     """With several GPUs: every array must live on the kernel's device."""
     s = launcher._s
     for i in s.pointer_params:

@@ -95,10 +95,6 @@ def load(image: ImageLike, *, name: str | None = None, keep_debug: bool = False)
     return mod
 
 
-def _unload(handle, ctx_handle) -> None:
-    _driver.unload_module(handle)
-
-
 class Module:
     """An image loaded into one context. ``module["name"]`` / ``module.name`` give kernels,
     ``module.kernels`` lists their names; ``get_global`` finds device variables."""
@@ -118,7 +114,7 @@ class Module:
         self._names = dict(image.lowered_names)
         self._states: dict[str, _State] = {}
         self._lock = threading.Lock()
-        self._finalizer = weakref.finalize(self, _unload, loaded.handle, self._ctx_key)
+        self._finalizer = weakref.finalize(self, _driver.unload_module, loaded.handle)
         self._finalizer.atexit = False  # at interpreter exit the driver may already be gone
 
     @classmethod

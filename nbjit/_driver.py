@@ -53,6 +53,17 @@ def current_context():
     return cuda.current_context()
 
 
+def context_cc(ctx) -> tuple[int, int]:
+    """The compute capability of a Numba context's device, e.g. (9, 0)."""
+    return tuple(ctx.device.compute_capability)  # type: ignore[return-value]
+
+
+def device_arch() -> int:
+    """The current device's architecture number, e.g. 90 for sm_90."""
+    cc = context_cc(current_context())
+    return cc[0] * 10 + cc[1]
+
+
 def context_key(ctx) -> int:
     return int(ctx.handle)
 

@@ -4,12 +4,15 @@
  * Launcher(func, gx, gy, gz, bx, by, bz, shared, stream, layout, size, extractors, numbers,
  *          fallback, on_error) is a configured kernel: calling it with the kernel's arguments
  * packs them into a parameter buffer on the C stack and calls cuLaunchKernel.
- *   layout     tuple of (offset, code) per parameter; codes: 'P' 64-bit pointer or unsigned
- *              integer, 'q' s64, 'I' 'H' 'B' unsigned, 'i' 'h' 'b' signed, 'f' f32, 'd' f64,
+ *   layout     tuple of (offset, code[, accepted]) per parameter; codes: 'P' 64-bit pointer or
+ *              unsigned integer, 'A' a typed pointer (an array's dtype must be in the list
+ *              `accepted`, compared by identity; the Python rules append what they find to
+ *              fit), 'q' s64, 'I' 'H' 'B' unsigned, 'i' 'h' 'b' signed, 'f' f32, 'd' f64,
+ *              '4' '2' '1' a parameter of that many bytes whose type is unknown (cubins),
  *              'X' anything that only the Python rules handle (structs, f16, bf16, ...)
  *   extractors dict {type: callable -> int address, or a tuple of attribute names whose
  *              chain ends in an int-like object} for device arrays (Numba, CuPy, torch, ...)
- *   numbers    dict {type: 'f' | 'i'} for numpy scalar types
+ *   numbers    dict {type: kind + size} for numpy scalar types: "f4", "i8", "u2", ...
  *   fallback   fallback(args) -> bytes of the whole buffer, or raises (the precise rules)
  *   on_error   on_error(CUresult) raises the launch error
  * Anything the fast rules do not take exactly goes to `fallback`, so both paths always agree.
@@ -88,13 +91,26 @@ typedef struct {
     Py_ssize_t n, size;
     Py_ssize_t *offsets;
     char *codes;
+    PyObject **accepted; /* per parameter: a list (code 'A') or NULL */
+    Py_ssize_t fallbacks; /* calls the fast rules handed to `fallback` */
     PyObject *extractors, *numbers, *fallback, *on_error, *dict;
 } Launcher;
+
+static PyObject *str_dtype = NULL;
+
+static void free_accepted(Launcher *self) {
+    Py_ssize_t i;
+    if (self->accepted == NULL) return;
+    for (i = 0; i < self->n; i++) Py_CLEAR(self->accepted[i]);
+    PyMem_Free(self->accepted);
+    self->accepted = NULL;
+}
 
 static void launcher_dealloc(PyObject *op) {
     Launcher *self = (Launcher *)op;
     PyTypeObject *tp = Py_TYPE(op);
     PyObject_GC_UnTrack(op);
+    free_accepted(self);
     PyMem_Free(self->offsets);
     PyMem_Free(self->codes);
     Py_CLEAR(self->extractors);
@@ -109,6 +125,9 @@ static void launcher_dealloc(PyObject *op) {
 
 static int launcher_traverse(PyObject *op, visitproc visit, void *arg) {
     Launcher *self = (Launcher *)op;
+    Py_ssize_t i;
+    if (self->accepted)
+        for (i = 0; i < self->n; i++) Py_VISIT(self->accepted[i]);
     Py_VISIT(self->extractors);
     Py_VISIT(self->numbers);
     Py_VISIT(self->fallback);
@@ -120,6 +139,9 @@ static int launcher_traverse(PyObject *op, visitproc visit, void *arg) {
 
 static int launcher_clear(PyObject *op) {
     Launcher *self = (Launcher *)op;
+    Py_ssize_t i;
+    if (self->accepted)
+        for (i = 0; i < self->n; i++) Py_CLEAR(self->accepted[i]);
     Py_CLEAR(self->extractors);
     Py_CLEAR(self->numbers);
     Py_CLEAR(self->fallback);
@@ -151,6 +173,7 @@ static int launcher_init(PyObject *op, PyObject *args, PyObject *kwds) {
         PyErr_SetString(PyExc_TypeError, "layout must be a tuple, extractors and numbers dicts");
         return -1;
     }
+    free_accepted(self);
     self->n = PyTuple_Size(layout);
     self->size = size;
     if (size < 0 || size > 65536) {
@@ -161,20 +184,30 @@ static int launcher_init(PyObject *op, PyObject *args, PyObject *kwds) {
     PyMem_Free(self->codes);
     self->offsets = PyMem_Malloc(sizeof(Py_ssize_t) * (self->n + 1));
     self->codes = PyMem_Malloc(self->n + 1);
-    if (!self->offsets || !self->codes) {
+    self->accepted = PyMem_Calloc(self->n + 1, sizeof(PyObject *));
+    if (!self->offsets || !self->codes || !self->accepted) {
         PyErr_NoMemory();
         return -1;
     }
     for (i = 0; i < self->n; i++) {
         PyObject *item = PyTuple_GetItem(layout, i);
+        PyObject *acc = NULL;
         const char *code;
         Py_ssize_t len;
-        if (!item || !PyArg_ParseTuple(item, "ns#", &self->offsets[i], &code, &len)) return -1;
+        if (!item || !PyArg_ParseTuple(item, "ns#|O", &self->offsets[i], &code, &len, &acc)) return -1;
         if (len != 1 || self->offsets[i] < 0 || self->offsets[i] >= size) {
             PyErr_SetString(PyExc_ValueError, "bad layout entry");
             return -1;
         }
         self->codes[i] = code[0];
+        if (code[0] == 'A') {
+            if (acc == NULL || !PyList_Check(acc)) {
+                PyErr_SetString(PyExc_TypeError, "a typed pointer ('A') needs its list of accepted dtypes");
+                return -1;
+            }
+            Py_INCREF(acc);
+            self->accepted[i] = acc;
+        }
     }
     Py_INCREF(extractors);
     Py_XDECREF(self->extractors);
@@ -234,6 +267,42 @@ static unsigned long long extract(Launcher *self, PyObject *o, int *ok) {
     return r;
 }
 
+/* The kind letter ('f', 'i', 'u') and byte size of a numpy scalar type's entry. */
+static Py_UCS4 number_kind(PyObject *kind) {
+    Py_UCS4 c = PyUnicode_ReadChar(kind, 0);
+    if (c == (Py_UCS4)-1) PyErr_Clear();
+    return c;
+}
+
+static int number_size(PyObject *kind) {
+    Py_UCS4 c = PyUnicode_ReadChar(kind, 1);
+    if (c == (Py_UCS4)-1) {
+        PyErr_Clear();
+        return 0;
+    }
+    return (int)(c - '0');
+}
+
+/* Whether an array's dtype (or, for objects without one, its type) is in `accepted`. */
+static int dtype_accepted(PyObject *o, PyObject *accepted) {
+    PyObject *d = PyObject_GetAttr(o, str_dtype);
+    Py_ssize_t i, n = PyList_Size(accepted);
+    int found = 0;
+    if (d == NULL) {
+        PyErr_Clear();
+        d = (PyObject *)Py_TYPE(o);
+        Py_INCREF(d);
+    }
+    for (i = 0; i < n; i++) {
+        if (PyList_GetItem(accepted, i) == d) {
+            found = 1;
+            break;
+        }
+    }
+    Py_DECREF(d);
+    return found;
+}
+
 /* An int-like object as a Python int (new reference), or NULL (no error set). */
 static PyObject *as_pyint(Launcher *self, PyObject *o) {
     PyObject *kind;
@@ -242,14 +311,99 @@ static PyObject *as_pyint(Launcher *self, PyObject *o) {
         return o;
     }
     kind = PyDict_GetItem(self->numbers, (PyObject *)Py_TYPE(o));
-    if (kind == NULL || PyUnicode_CompareWithASCIIString(kind, "i") != 0) return NULL;
+    if (kind == NULL || number_kind(kind) == 'f') return NULL;
     o = PyNumber_Index(o);
     if (o == NULL) PyErr_Clear();
     return o;
 }
 
-static int pack_one(Launcher *self, char code, PyObject *o, unsigned char *dst) {
+/* Bits of an int that fit `size` bytes as either signed or unsigned (the Python rule for a
+ * parameter of unknown type), or -1 (no error set). */
+static int pack_unknown_int(PyObject *i, int size, unsigned char *dst) {
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(i, &overflow);
+    unsigned long long u;
+    if (overflow > 0) {
+        PyErr_Clear();
+        if (size < 8) return -1;
+        u = PyLong_AsUnsignedLongLong(i);
+        if (u == (unsigned long long)-1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return -1;
+        }
+    } else {
+        if (overflow < 0 || (v == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            return -1;
+        }
+        if (size < 8) {
+            long long lo = -(1LL << (size * 8 - 1)), hi = (1LL << (size * 8)) - 1;
+            if (v < lo || v > hi) return -1;
+        }
+        u = (unsigned long long)v;
+    }
+    memcpy(dst, &u, size); /* little-endian: the low bytes */
+    return 0;
+}
+
+static int pack_one(Launcher *self, Py_ssize_t idx, char code, PyObject *o, unsigned char *dst) {
     switch (code) {
+    case '4': case '2': case '1': {
+        int size = code - '0';
+        PyObject *kind;
+        if (PyLong_CheckExact(o)) return pack_unknown_int(o, size, dst) == 0;
+        if (PyFloat_CheckExact(o)) {
+            double v = PyFloat_AsDouble(o);
+            float x;
+            if (size != 4 || (isfinite(v) && fabs(v) > FLT_MAX)) return 0;
+            x = (float)v;
+            memcpy(dst, &x, 4);
+            return 1;
+        }
+        kind = PyDict_GetItem(self->numbers, (PyObject *)Py_TYPE(o));
+        if (kind == NULL || number_size(kind) != size) return 0;
+        if (number_kind(kind) == 'f') {
+            double v;
+            float x;
+            if (size != 4) return 0;
+            v = PyFloat_AsDouble(o);
+            if (v == -1.0 && PyErr_Occurred()) {
+                PyErr_Clear();
+                return 0;
+            }
+            x = (float)v;
+            memcpy(dst, &x, 4);
+            return 1;
+        } else {
+            PyObject *i = PyNumber_Index(o);
+            int r;
+            if (i == NULL) {
+                PyErr_Clear();
+                return 0;
+            }
+            r = pack_unknown_int(i, size, dst);
+            Py_DECREF(i);
+            return r == 0;
+        }
+    }
+    case 'A': {
+        unsigned long long v;
+        int ok = 1;
+        if (PyLong_CheckExact(o)) {
+            v = PyLong_AsUnsignedLongLong(o);
+            if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+                PyErr_Clear();
+                return 0;
+            }
+        } else if (o == Py_None) {
+            v = 0;
+        } else {
+            v = extract(self, o, &ok);
+            if (!ok || !dtype_accepted(o, self->accepted[idx])) return 0;
+        }
+        memcpy(dst, &v, 8);
+        return 1;
+    }
     case 'P': {
         unsigned long long v;
         int ok = 1;
@@ -364,13 +518,14 @@ static PyObject *launcher_call(PyObject *op, PyObject *args, PyObject *kwds) {
     } else {
         if (self->size) memset(buf, 0, self->size);
         for (i = 0; i < self->n; i++) {
-            if (!pack_one(self, self->codes[i], PyTuple_GetItem(args, i), buf + self->offsets[i])) {
+            if (!pack_one(self, i, self->codes[i], PyTuple_GetItem(args, i), buf + self->offsets[i])) {
                 fast = 0;
                 break;
             }
         }
     }
     if (!fast) {
+        self->fallbacks++;
         /* the precise rules: they pack what the fast rules could not, or raise */
         char *bytes;
         Py_ssize_t len;
@@ -417,7 +572,7 @@ static PyObject *launcher_pack(PyObject *op, PyObject *args) {
     buf = PyMem_Calloc(self->size ? self->size : 1, 1);
     if (!buf) return PyErr_NoMemory();
     for (i = 0; i < self->n; i++) {
-        if (!pack_one(self, self->codes[i], PyTuple_GetItem(args, i), buf + self->offsets[i])) {
+        if (!pack_one(self, i, self->codes[i], PyTuple_GetItem(args, i), buf + self->offsets[i])) {
             PyMem_Free(buf);
             Py_RETURN_NONE;
         }
@@ -434,6 +589,8 @@ static PyMethodDef launcher_methods[] = {
 
 static PyMemberDef launcher_members[] = {
     {"__dictoffset__", T_PYSSIZET, offsetof(Launcher, dict), READONLY, NULL},
+    {"fallbacks", T_PYSSIZET, offsetof(Launcher, fallbacks), 0,
+     "how many calls the C rules handed to the Python rules (writable, e.g. to reset it)"},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -466,6 +623,10 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_launch", NULL, -1, 
 PyMODINIT_FUNC PyInit__launch(void) {
     PyObject *m = PyModule_Create(&module), *t;
     if (m == NULL) return NULL;
+    if (str_dtype == NULL && (str_dtype = PyUnicode_InternFromString("dtype")) == NULL) {
+        Py_DECREF(m);
+        return NULL;
+    }
     t = PyType_FromSpec(&launcher_spec);
     if (t == NULL || PyModule_AddObject(m, "Launcher", t) < 0) {
         Py_XDECREF(t);

@@ -122,6 +122,65 @@ def to_u64(v, _get=_EXTRACTORS.get):
     return device_pointer(v)
 
 
+# ------------------------------------------------------------------ array element types
+
+_NP_KIND = {"f": "f", "i": "i", "u": "i", "b": "b", "c": "c"}
+_KIND_NAMES = {"f": "float", "i": "int", "b": "bool", "bf": "bfloat16", "c": "complex"}
+
+
+def array_element(v) -> tuple[str, int, str] | None:
+    """``(kind, item size, dtype name)`` of the elements of a device array (``kind`` as in
+    ``cdecl.element_of``: "f", "i", "b", "bf", "c", or "V" for structured and other
+    items), or None for what has no element type (integer addresses, ``MemoryPointer``)."""
+    d = getattr(v, "dtype", None)
+    if d is not None and type(d).__module__.split(".")[0] == "torch":
+        name = str(d).rpartition(".")[2]
+        if name == "bfloat16":
+            return "bf", 2, name
+        try:
+            d = np.dtype(name)
+        except TypeError:
+            return "V", int(getattr(d, "itemsize", 0) or 0), name
+    if not isinstance(d, np.dtype):
+        try:
+            d = np.dtype(v.__cuda_array_interface__["typestr"])
+        except Exception:  # no array interface: nothing to check
+            return None
+    if d.name == "bfloat16":  # ml_dtypes
+        return "bf", 2, d.name
+    return _NP_KIND.get(d.kind, "V"), d.itemsize, str(d)
+
+
+def element_matches(want: tuple[str, int | None], got: tuple[str, int, str]) -> bool:
+    """Whether an array of element ``got`` may be passed for a pointer to ``want``: kind and
+    size agree; integers of either signedness match; bool and 1-byte integers match;
+    vector and ``complex<T>`` pointees (kind "any") take any item of their size."""
+    wk, ws = want
+    gk, gs, _ = got
+    if wk == "void":
+        return True
+    if wk == "any":
+        return gs == ws
+    if wk == "i":
+        return gs == ws and (gk == "i" or (gk == "b" and ws == 1))
+    if wk == "b":
+        return gs == 1 and gk in ("b", "i")
+    return gk == wk and gs == ws
+
+
+def describe_element(want: tuple[str, int | None]) -> str:
+    wk, ws = want
+    if wk == "any":
+        return f"items of {ws} bytes"
+    if wk == "i":
+        return f"int{ws * 8} or uint{ws * 8}" + (" (or bool)" if ws == 1 else "")
+    if wk == "b":
+        return "bool (or a 1-byte integer)"
+    if wk == "bf":
+        return "bfloat16"
+    return f"{_KIND_NAMES[wk]}{ws * 8 if wk != 'c' else ws * 8}"
+
+
 def _address(v: int) -> int:
     if not 0 <= v < 1 << 64:
         raise NbjitArgumentError(f"address {v} is not a 64-bit unsigned value")
@@ -168,7 +227,13 @@ class _Rule:
         self.p = p
         t, size = p.type, p.size
         self.fast: Callable | None = None  # None: struct takes the value as it is
-        if p.pointer:
+        self.want = p.element
+        # dtypes (and dtype-less array types) already found to fit: shared with the C path,
+        # which compares by identity; only ever appended to, and capped
+        self.accepted: list = []
+        if p.pointer and self.want[0] != "void":
+            self.fmt, self.fast, self.slow = "Q", self.typed_fast, self.typed
+        elif p.pointer:
             self.fmt, self.fast, self.slow = "Q", to_u64, self.pointer
         elif p.count is not None or t == "b128":
             self.fmt, self.slow = f"{size}s", self.blob
@@ -196,6 +261,40 @@ class _Rule:
             return device_pointer(v)
         except NbjitArgumentError as e:
             raise ValueError(str(e)) from None
+
+    def typed_fast(self, v):
+        """A typed pointer, fast: an int address, or an array whose dtype was seen to fit."""
+        t = type(v)
+        if t is int:
+            return v
+        f = _EXTRACTORS.get(t)
+        if f is not None:
+            d = getattr(v, "dtype", t)
+            for a in self.accepted:
+                if a is d:
+                    return f(v)
+        raise ValueError("not seen yet")  # the precise rule decides
+
+    def typed(self, v):
+        """A typed pointer: the address, once the array's element type fits the pointee."""
+        addr = self.pointer(v)
+        if v is None or isinstance(v, (int, np.integer)):
+            return addr  # a plain address carries no type: the caller's responsibility
+        got = array_element(v)
+        if got is not None and not element_matches(self.want, got):
+            p = self.p
+            raise ValueError(
+                f"a {got[2]} array was passed; the parameter is {p.ctype} and takes "
+                f"{describe_element(self.want)} arrays (to reinterpret the memory on purpose, pass "
+                f"arr.view(<dtype>))")
+        key = getattr(v, "dtype", type(v)) if got is not None else type(v)
+        if len(self.accepted) < 8 and not any(a is key for a in self.accepted):
+            try:
+                hash(key)
+                self.accepted.append(key)
+            except TypeError:
+                pass
+        return addr
 
     def wide(self, v):
         if type(v) is int:
@@ -288,7 +387,10 @@ class _Rule:
                 raise ValueError(f"{v} does not fit in {size} bytes")
             return (v & ((1 << bits) - 1)).to_bytes(size, "little")
         if isinstance(v, float) and size == 4:
-            return struct.pack("<f", v)
+            try:
+                return struct.pack("<f", v)
+            except OverflowError:
+                raise ValueError(f"{v!r} overflows a 4-byte float") from None
         if isinstance(v, float):
             raise ValueError(f"a Python float is ambiguous for a {size}-byte parameter of unknown type: pass a "
                              "numpy scalar (np.float16, ...) or declare the signature with get_kernel(name, "
@@ -375,55 +477,64 @@ def _kind(p: Param) -> str:
 
 # ------------------------------------------------------------------ declared signatures
 
+# short names -> C types
 _DECLARED = {
-    "ptr": ("u64", True), "pointer": ("u64", True), "void*": ("u64", True),
-    "i8": ("s8", False), "u8": ("u8", False), "i16": ("s16", False), "u16": ("u16", False),
-    "i32": ("s32", False), "u32": ("u32", False), "i64": ("s64", False), "u64": ("u64", False),
-    "int8": ("s8", False), "uint8": ("u8", False), "int16": ("s16", False), "uint16": ("u16", False),
-    "int32": ("s32", False), "uint32": ("u32", False), "int64": ("s64", False), "uint64": ("u64", False),
-    "f16": ("f16", False), "bf16": ("bf16", False), "f32": ("f32", False), "f64": ("f64", False),
-    "float16": ("f16", False), "bfloat16": ("bf16", False), "float32": ("f32", False),
-    "float64": ("f64", False), "half": ("f16", False), "float": ("f32", False), "double": ("f64", False),
-    "int": ("s32", False), "bool": ("u8", False),
+    "ptr": "void*", "pointer": "void*",
+    "i8": "signed char", "u8": "unsigned char", "i16": "short", "u16": "unsigned short",
+    "i32": "int", "u32": "unsigned int", "i64": "long", "u64": "unsigned long",
+    "int8": "signed char", "uint8": "unsigned char", "int16": "short", "uint16": "unsigned short",
+    "int32": "int", "uint32": "unsigned int", "int64": "long", "uint64": "unsigned long",
+    "f16": "__half", "bf16": "__nv_bfloat16", "f32": "float", "f64": "double",
+    "float16": "__half", "bfloat16": "__nv_bfloat16", "float32": "float", "float64": "double",
 }
 
 
-def parse_signature(text: str, kernel: str = "<kernel>") -> list[tuple[str, int | None]]:
-    """``"ptr, ptr, f32, i32, bytes24"`` -> [(ptx type, byte count for ``bytesN``)].
+def _vector_types() -> frozenset:
+    from .cdecl import _VECTORS
+    return frozenset(_VECTORS)
 
-    Names: ptr, i8..i64, u8..u64, f16, bf16, f32, f64 (and int32, float32, ... aliases),
-    ``bytesN`` for an N-byte aggregate (a struct passed by value).
+
+_VECTOR_TYPES = _vector_types()
+
+
+def parse_signature(text: str, kernel: str = "<kernel>") -> list:
+    """``"float*, const float*, float, int"`` or ``"ptr, ptr, f32, i32, bytes24"`` -> a
+    ``cdecl.CParam`` per parameter.
+
+    Each item is a C type (``float*``, ``const double*``, ``unsigned long long``,
+    ``__half``, ``float2*``, a struct name), a short name (``ptr``, ``i8``..``i64``,
+    ``u8``..``u64``, ``f16``, ``bf16``, ``f32``, ``f64`` and the ``int32``, ``float32``
+    aliases; a short name with ``*`` is a typed pointer, ``f32*``) or ``bytesN`` for an
+    N-byte aggregate passed by value.
     """
+    from .cdecl import CParam, parse_ctype, scalar_facts
+
     out = []
-    for i, tok in enumerate(t.strip().lower() for t in text.split(",")):
-        if tok.startswith("bytes") and tok[5:].isdigit() and int(tok[5:]) > 0:
-            out.append(("b8", int(tok[5:])))
-        elif tok in _DECLARED:
-            out.append((tok, None))
-        else:
-            raise NbjitArgumentError(f"signature for {kernel!r}: parameter {i} {tok!r} is not a type (use ptr, "
-                                     "i8..i64, u8..u64, f16, bf16, f32, f64 or bytesN)")
+    for i, raw in enumerate(t.strip() for t in text.split(",")):
+        tok = raw.lower()
+        stars = len(tok) - len(tok.rstrip("*"))
+        short = tok.rstrip("*").strip()
+        if short.startswith("bytes") and short[5:].isdigit() and int(short[5:]) > 0 and not stars:
+            out.append(CParam(f"bytes{int(short[5:])}"))
+            continue
+        if short in _DECLARED and (stars == 0 or short not in ("ptr", "pointer")):
+            base = _DECLARED[short]
+            out.append(CParam("void", True) if base == "void*" else CParam(base, stars > 0))
+            continue
+        c = parse_ctype(raw, named=True) if raw and not raw[0].isdigit() else None
+        if c is None or not (c.pointer or scalar_facts(c.base) or c.base in _VECTOR_TYPES):
+            raise NbjitArgumentError(f"signature for {kernel!r}: parameter {i} {raw!r} is not a type (use C types "
+                                     "such as float*, const double*, int, or ptr, i8..i64, u8..u64, f16, bf16, "
+                                     "f32, f64, bytesN)")
+        out.append(c)
     return out
 
 
 def declare(sig: KernelSignature, text: str, kernel: str) -> KernelSignature:
-    """``sig`` (from a cubin: sizes and offsets only) with the types a user declared."""
-    from .signature import SCALAR_TYPES
+    """``sig`` with the types a user declared (checked against its sizes)."""
+    from .signature import KernelInfo, SignatureConflict, merge
 
-    decl = parse_signature(text, kernel)
-    if len(decl) != len(sig.params):
-        raise NbjitArgumentError(f"signature for {kernel!r} declares {len(decl)} parameters, the kernel has "
-                                 f"{len(sig.params)}: {kernel}{sig}")
-    params = []
-    for i, ((tok, count), p) in enumerate(zip(decl, sig.params)):
-        if count is not None:
-            typ, pointer, size = "b8", False, count
-        else:
-            typ, pointer = _DECLARED[tok]
-            size = SCALAR_TYPES[typ]
-        if size != p.size:
-            raise NbjitArgumentError(f"signature for {kernel!r}: parameter {i} declared {tok} ({size} bytes), "
-                                     f"but the kernel's parameter {i} takes {p.size} bytes")
-        params.append(Param(p.name, typ, size, p.align, p.offset, count, pointer or p.pointer, p.space,
-                            p.pointee_align))
-    return KernelSignature(tuple(params), sig.size)
+    try:
+        return merge(kernel, [("image", KernelInfo(kernel, sig))], [("declared", parse_signature(text, kernel))]).signature
+    except SignatureConflict as e:
+        raise NbjitArgumentError(f"signature {text!r}: {e}") from None

@@ -288,7 +288,9 @@ def compile_image(source: str, *, name: str | None = None, name_expressions=(), 
         return _nvrtc(source, name, exprs, headers, opts, a, output)
 
     entry = cache.get_or_create(key, make)
-    img = Image(entry.payload, entry.kind, name, entry.arch, dict(entry.lowered_names), entry.log)
+    from .cdecl import source_declarations
+    decls = {k: ("source", v) for k, v in source_declarations(source).items()}
+    img = Image(entry.payload, entry.kind, name, entry.arch, dict(entry.lowered_names), entry.log, decls)
     if memo is not None:
         if len(_MEMO) >= 512:
             _MEMO.clear()

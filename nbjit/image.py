@@ -27,7 +27,9 @@ _PTX_VERSION = re.compile(rb"^[ \t]*\.version[ \t]+\d+\.\d+", re.M)
 class Image:
     """Device code ready to load: ``data`` (bytes), ``kind`` ("ptx", "cubin", "fatbin"),
     ``name`` (for messages), the ``arch`` it was built for where known, the
-    ``lowered_names`` of NVRTC name expressions and the producer's ``log``."""
+    ``lowered_names`` of NVRTC name expressions, the producer's ``log`` and the C parameter
+    types its producer's input ``declarations`` give, ``{kernel: (source label, (CParam,
+    ...))}`` (the CUDA source of ``nbjit.compile``, a Triton kernel's IR)."""
 
     data: bytes
     kind: str
@@ -35,6 +37,7 @@ class Image:
     arch: str | None = None
     lowered_names: Mapping[str, str] = field(default_factory=dict)
     log: str = ""
+    declarations: Mapping[str, tuple] = field(default_factory=dict)
 
     def __post_init__(self):
         if self.kind not in IMAGE_KINDS:

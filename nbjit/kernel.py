@@ -66,7 +66,7 @@ class _State:
         self.sig = info.signature
         self.packer = ArgPacker(info.signature, name)
         self.n = self.packer.n
-        self.layout = tuple((p.offset, _code(p)) for p in info.params)
+        self.layout = tuple((p.offset, *_code(p, r)) for p, r in zip(info.params, self.packer.rules))
         self.ctx_key = ctx_key
         self.device = device
         self.tls = threading.local()
@@ -90,13 +90,18 @@ _CODES = {"s64": "q", "u32": "I", "b32": "I", "s32": "i", "u16": "H", "b16": "H"
           "b8": "B", "s8": "b", "f32": "f", "f64": "d"}
 
 
-def _code(p: Param) -> str:
-    """How the C launch path packs a parameter ('X': only the Python rules)."""
+def _code(p: Param, rule) -> tuple:
+    """How the C launch path packs a parameter: ``(code,)``, or ``("A", accepted dtypes)``
+    for a typed pointer ('X': only the Python rules)."""
     if p.count is not None:
-        return "X"
+        return ("X",)
+    if p.pointer and rule.want[0] != "void":
+        return ("A", rule.accepted)
     if p.pointer or (p.size == 8 and p.type in ("u64", "b64", "unknown")):
-        return "P"
-    return _CODES.get(p.type, "X")
+        return ("P",)
+    if p.type == "unknown" and p.size in (1, 2, 4):
+        return (str(p.size),)
+    return (_CODES.get(p.type, "X"),)
 
 
 def _dims(v, what: str, kernel: str) -> tuple[int, int, int]:
@@ -308,6 +313,9 @@ class _Config:
 class _PyLauncher(_Config):
     """The launch path in Python (no C extension, or several GPUs to check)."""
 
+    path = "python"
+    fallbacks = 0
+
     def __init__(self, kernel: Kernel, grid, block, stream, shared: int):
         self._setup(kernel, grid, block, stream, shared)
 
@@ -339,7 +347,10 @@ def _launcher_type():
 
             class _CLauncher(_launch.Launcher, _Config):
                 """The launch path in C: packs on the C stack with the same rules as the
-                Python path, handing anything unusual to the precise Python rules."""
+                Python path, handing anything unusual to the precise Python rules (``fallbacks``
+                counts those calls)."""
+
+                path = "c"
 
                 def __init__(self, kernel: Kernel, grid, block, stream, shared: int):
                     self._setup(kernel, grid, block, stream, shared)
@@ -354,11 +365,10 @@ def _launcher_type():
 
 @functools.lru_cache(maxsize=None)
 def _numbers() -> dict:
-    """numpy scalar types the C path converts itself: 'f' floats, 'i' integers."""
-    out = {t: "f" for t in (np.float16, np.float32, np.float64)}
-    out.update({t: "i" for t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
-                                 np.uint64)})
-    return out
+    """numpy scalar types the C path converts itself, as kind and size: "f4", "i8", "u2"."""
+    types = (np.float16, np.float32, np.float64, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
+             np.uint32, np.uint64)
+    return {t: f"{np.dtype(t).kind}{np.dtype(t).itemsize}" for t in types}
 
 
 class BoundLaunch:

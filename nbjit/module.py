@@ -8,12 +8,14 @@ import weakref
 from dataclasses import dataclass
 
 from . import _driver
-from .args import declare
-from .errors import KernelNotFoundError, NbjitLoadError
+from .args import parse_signature
+from .cdecl import demangle
+from .errors import KernelNotFoundError, NbjitArgumentError, NbjitLoadError
+from .cubin import CubinInfo
 from .image import Image, ImageLike, as_image
 from .kernel import Kernel, _State
 from .loader import Prepared, prepare
-from .signature import KernelInfo, KernelSignature, Param
+from .signature import KernelInfo, KernelSignature, Param, SignatureConflict, merge
 
 __all__ = ["Module", "DeviceGlobal", "load", "compile", "NbjitWarning"]
 
@@ -81,7 +83,7 @@ def load(image: ImageLike, *, name: str | None = None, keep_debug: bool = False)
     """
     img = as_image(image, name)
     if name is not None and img.name != name:
-        img = Image(img.data, img.kind, name, img.arch, img.lowered_names, img.log)
+        img = Image(img.data, img.kind, name, img.arch, img.lowered_names, img.log, img.declarations)
     ctx = _driver.current_context()
     reg = _registry(ctx)
     key = (img.sha256, keep_debug)
@@ -90,8 +92,8 @@ def load(image: ImageLike, *, name: str | None = None, keep_debug: bool = False)
         if mod is None:
             mod = Module._load(img, ctx, keep_debug)
             reg[key] = mod
-        elif img.lowered_names and not mod.image.lowered_names:
-            mod._names.update(img.lowered_names)
+        else:
+            mod._learn(img)
     return mod
 
 
@@ -112,6 +114,7 @@ class Module:
         self._info = prepared.info
         self._ptx = prepared.ptx
         self._names = dict(image.lowered_names)
+        self._decls = dict(image.declarations)
         self._states: dict[str, _State] = {}
         self._lock = threading.Lock()
         self._finalizer = weakref.finalize(self, _driver.unload_module, loaded.handle)
@@ -119,14 +122,24 @@ class Module:
 
     @classmethod
     def _load(cls, img: Image, ctx, keep_debug: bool) -> "Module":
-        cc = tuple(ctx.device.compute_capability)
-        prepared = prepare(img, cc, _driver.driver_version(), keep_debug=keep_debug)
+        prepared = prepare(img, _driver.context_cc(ctx), _driver.driver_version(), keep_debug=keep_debug)
         what = f"{img.name} ({_describe(prepared)})"
         loaded = _driver.load_module(prepared.data, what)
         mod = cls(img, ctx, prepared, loaded)
         if prepared.note:
             warnings.warn(prepared.note, NbjitWarning, stacklevel=3)
         return mod
+
+    def _learn(self, img: Image) -> None:
+        """The same bytes again, maybe with more facts (name expressions, C declarations)."""
+        with self._lock:
+            for k, v in img.lowered_names.items():
+                self._names.setdefault(k, v)
+            new = {k: v for k, v in img.declarations.items() if k not in self._decls}
+            if new:
+                self._decls.update(new)
+                for k in new:
+                    self._states.pop(k, None)  # typed afresh on next use
 
     # ------------------------------------------------------------ kernels
     @property
@@ -141,13 +154,18 @@ class Module:
             return tuple(e.name for e in src.entries)
         return ()
 
-    def _entry(self, name: str) -> KernelInfo | None:
-        for src in (self._ptx, self._info):
-            if src is not None:
-                for e in src.entries:
-                    if e.name == name:
-                        return e
-        return None
+    def _layouts(self, name: str) -> list[tuple[str, KernelInfo]]:
+        """The parameter layouts the inspected images give for kernel ``name``: the PTX first
+        (it has types), then the cubin actually loaded (resources, pointer attributes)."""
+        srcs = [s for s in (self._ptx, self._info) if s is not None]
+        if len(srcs) == 2 and srcs[0] is srcs[1]:
+            srcs.pop()
+        out = []
+        for src in srcs:
+            e = next((e for e in src.entries if e.name == name), None)
+            if e is not None:
+                out.append(("cubin" if isinstance(src, CubinInfo) else "ptx", e))
+        return out
 
     def _resolve(self, name: str) -> str:
         if name in self._names:
@@ -156,11 +174,19 @@ class Module:
 
     def get_kernel(self, name: str, signature: str | None = None) -> Kernel:
         """The kernel ``name`` (a mangled name, or an NVRTC name expression such as
-        ``"fill<float>"``). ``signature`` declares parameter types where the image does not
-        record them (cubins): e.g. ``"ptr, ptr, f32, i32"``; it must match the sizes."""
+        ``"fill<float>"``). Its parameter types come from every source nbjit has (PTX types,
+        the mangled name, the CUDA source given to ``nbjit.compile``, Triton IR);
+        ``signature`` declares them where none says (an ``extern "C"`` kernel in a cubin):
+        C types such as ``"float*, const float*, float, int"`` or short names
+        ``"ptr, ptr, f32, i32"``. A declaration must fit the image's sizes and agree with what
+        the image says; arrays passed for a typed pointer must hold its element type."""
+        return self._kernel(name, signature)
+
+    def _kernel(self, name: str, signature: str | None = None, extra_layouts=()) -> Kernel:
+        """The one way a Kernel is made: shared per name unless it carries extra facts."""
         real = self._resolve(name)
-        if signature is not None:
-            return Kernel(self, self._make_state(real, name, signature))
+        if signature is not None or extra_layouts:
+            return Kernel(self, self._make_state(real, name, signature, extra_layouts))
         with self._lock:
             st = self._states.get(real)
             if st is None:
@@ -168,20 +194,33 @@ class Module:
                 self._states[real] = st
         return Kernel(self, st)
 
-    def _make_state(self, real: str, asked: str, signature: str | None) -> _State:
+    def _make_state(self, real: str, asked: str, signature: str | None, extra_layouts=()) -> _State:
+        """Kernel ``real``'s function and its one signature, merged from every source: the
+        inspected images, the driver's parameter list, C declarations (the source given to
+        ``nbjit.compile``, Triton IR), the mangled name and the user's ``signature``."""
         func = _driver.get_function(self._handle, real)
-        entry = self._entry(real)
-        if func is None or (entry is None and self.kernels):
+        layouts = self._layouts(real) + list(extra_layouts)
+        if func is None or (not layouts and self.kernels):
             raise self._missing(asked)
         driver_params = _driver.param_info(func)
-        if entry is None:
-            entry = _from_driver(real, driver_params)
-        elif driver_params is not None:
-            _verify(entry, driver_params, self.name)
+        if not layouts:
+            layouts = [("driver", _from_driver(real, driver_params))]
+            driver_params = None
+        types = []
         if signature is not None:
-            entry = KernelInfo(entry.name, declare(entry.signature, signature, real), entry.directives,
-                               entry.linkage, entry.registers, entry.shared, entry.const, entry.local)
-        return _State(real, func, entry, self._ctx_key, self.device)
+            types.append(("declared", parse_signature(signature, real)))
+        if real in self._decls:
+            types.append(self._decls[real])
+        types.append(("mangled name", demangle(real)))
+        try:
+            info = merge(real, layouts, types)
+        except SignatureConflict as e:
+            if e.source == "declared":
+                raise NbjitArgumentError(f"signature {signature!r}: {e}") from None
+            raise NbjitLoadError(f"{self.name}: {e}") from None
+        if driver_params is not None:
+            _verify(info, driver_params, self.name)
+        return _State(real, func, info, self._ctx_key, self.device)
 
     def _missing(self, name: str) -> KernelNotFoundError:
         names = list(self.kernels) + [k for k in self._names if k not in self.kernels]

@@ -1,9 +1,11 @@
 """Kernel parameter lists: one shape for PTX, cubin and user-declared signatures."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 
-__all__ = ["Param", "KernelSignature", "Directives", "KernelInfo", "SCALAR_TYPES", "layout", "find_entry"]
+__all__ = ["Param", "KernelSignature", "Directives", "KernelInfo", "SCALAR_TYPES", "layout", "find_entry", "merge",
+           "build_table"]
 
 # PTX parameter types -> size in bytes. `.pred` cannot be a kernel parameter for ptxas
 # (FORMATS.md §1.3) but is a PTX type, so it is listed for completeness.
@@ -23,8 +25,15 @@ class Param:
     ``type`` is a PTX type name without the dot (``"u64"``, ``"f32"``, ``"b8"``) or
     ``"unknown"`` where only the size is known (cubins). ``count`` is the array length of
     an array parameter (``.b8 p[24]``: a struct passed by value), else ``None``.
-    ``pointer`` is true where the parameter is declared a pointer (``.ptr``, or a user
-    signature's ``ptr``); ``space`` is the ``.ptr`` state space, if any.
+    ``pointer`` is true where the parameter is declared a pointer (``.ptr``, a cubin's
+    parameter attributes, a C type ``T*``, or a user signature's ``ptr``); ``space`` is the
+    ``.ptr`` state space, if any.
+
+    Where a C type is known (a demangled name, the CUDA source, Triton IR, a declaration):
+    ``ctype`` is its text (``"const float*"``), ``pointee`` the element type of a pointer
+    (``"float"``, ``"void"``, a struct name) and ``const`` whether that is const.
+    ``origin`` says where each fact came from: ``(("layout", "ptx"), ("type", "mangled
+    name"), ...)``.
     """
 
     name: str
@@ -36,6 +45,19 @@ class Param:
     pointer: bool = False
     space: str | None = None
     pointee_align: int | None = None
+    ctype: str | None = None
+    pointee: str | None = None
+    const: bool = False
+    origin: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def element(self) -> tuple[str, int | None]:
+        """What an array passed here must hold, as ``cdecl.element_of`` says: ``("void",
+        None)`` for non-pointers, ``void*`` and pointers whose element type is unknown."""
+        if not self.pointer or self.pointee is None:
+            return ("void", None)
+        from .cdecl import element_of
+        return element_of(self.pointee)
 
     @property
     def kind(self) -> str:
@@ -56,6 +78,13 @@ class Param:
         if self.pointer:
             d["pointer"] = True
             d["space"] = self.space
+        if self.ctype is not None:
+            d["ctype"] = self.ctype
+        if self.pointee is not None:
+            d["pointee"] = self.pointee
+            d["const"] = self.const
+        if self.origin:
+            d["origin"] = dict(self.origin)
         return d
 
 
@@ -80,6 +109,8 @@ class KernelSignature:
 
 
 def _describe(p: Param) -> str:
+    if p.ctype is not None:
+        return f"{p.ctype} {p.name}"
     if p.pointer:
         return f"ptr {p.name}"
     if p.count is not None:
@@ -186,3 +217,132 @@ def find_entry(entries, name: str) -> KernelInfo:
         if e.name == name:
             return e
     raise KeyError(name)
+
+
+# ------------------------------------------------------------------ merging what each source knows
+
+
+class SignatureConflict(ValueError):
+    """Two sources disagree about a kernel's parameters (the caller picks the nbjit error)."""
+
+    def __init__(self, message: str, source: str):
+        super().__init__(message)
+        self.source = source
+
+
+def merge(name: str, layouts, ctypes=()) -> KernelInfo:
+    """One ``KernelInfo`` for kernel ``name`` from every source that knows something of it.
+
+    ``layouts``: ``[(label, KernelInfo), ...]`` from PTX and cubins (label ``"ptx"``,
+    ``"cubin"``, ``"driver"``): offsets and sizes must agree; the first gives names and PTX
+    types. ``ctypes``: ``[(label, [CParam, ...] or None), ...]`` from the mangled name, the
+    CUDA source, Triton IR or a user declaration; a list whose length is not the kernel's
+    parameter count says nothing of this ABI (Numba expands arrays into fields) and is left
+    out, except a ``"declared"`` one, which must fit. Facts are never guessed; a
+    contradiction raises ``SignatureConflict`` naming kernel, parameter and sources.
+    """
+    layouts = [(lbl, k) for lbl, k in layouts if k is not None]
+    if not layouts:
+        raise SignatureConflict(f"kernel {name!r}: no source gives its parameter layout", "layout")
+    label0, base = layouts[0]
+    params = [_with_origin(p, (("layout", label0),) + ((("type", label0),) if p.type != "unknown" else ()))
+              for p in base.params]
+    info = base
+    for lbl, other in layouts[1:]:
+        ours = [(p.offset, p.size) for p in base.params]
+        theirs = [(p.offset, p.size) for p in other.params]
+        if ours != theirs:
+            raise SignatureConflict(
+                f"kernel {name!r}: {label0} lays out its parameters as (offset, size) {ours}, {lbl} as {theirs}", lbl)
+        params = [_layout_facts(p, q, lbl) for p, q in zip(params, other.params)]
+        info = _resources(info, other)
+    for lbl, cps in ctypes:
+        if cps is None:
+            continue
+        if len(cps) != len(params):
+            if lbl == "declared":
+                raise SignatureConflict(f"kernel {name!r}: the declaration has {len(cps)} parameters, the kernel "
+                                        f"{len(params)}: {name}{KernelSignature(tuple(params), base.param_size)}", lbl)
+            continue
+        params = [_typed(name, i, p, c, lbl) for i, (p, c) in enumerate(zip(params, cps))]
+    return KernelInfo(name, KernelSignature(tuple(params), base.param_size), info.directives, info.linkage,
+                      info.registers, info.shared, info.const, info.local)
+
+
+def build_table(names, layouts_of, ctypes_of) -> dict[str, KernelInfo]:
+    """``{kernel name: KernelInfo}`` for ``names``, merging ``layouts_of(name)`` and
+    ``ctypes_of(name)`` (see ``merge``)."""
+    return {n: merge(n, layouts_of(n), ctypes_of(n)) for n in names}
+
+
+def _with_origin(p: Param, facts) -> Param:
+    return replace(p, origin=tuple(dict((*p.origin, *facts)).items()))
+
+
+def _layout_facts(p: Param, q: Param, label: str) -> Param:
+    """``p`` with what layout source ``q`` adds: pointer-ness and pointee alignment (cubins)."""
+    if q.pointer and not p.pointer:
+        p = replace(p, pointer=True, space=p.space or q.space, pointee_align=p.pointee_align or q.pointee_align)
+        p = _with_origin(p, (("pointer", label),))
+    if p.type == "unknown" and q.type != "unknown":
+        p = _with_origin(replace(p, type=q.type, count=q.count), (("type", label),))
+    return p
+
+
+def _resources(a: KernelInfo, b: KernelInfo) -> KernelInfo:
+    kw = {k: getattr(a, k) if getattr(a, k) is not None else getattr(b, k)
+          for k in ("registers", "shared", "const", "local")}
+    directives = a.directives if a.directives != Directives() else b.directives
+    return replace(a, directives=directives, **kw)
+
+
+def _typed(kernel: str, i: int, p: Param, c, label: str) -> Param:
+    """``p`` with the facts of C type ``c`` from ``label``, or SignatureConflict."""
+    from .cdecl import element_of, scalar_facts
+
+    def conflict(why: str) -> SignatureConflict:
+        return SignatureConflict(f"kernel {kernel!r}, parameter {i} ({p.name}): the {label} type is {c.text}, {why}", label)
+
+    name = c.name or p.name
+    known = dict(p.origin)
+    if c.pointer:
+        if p.size != 8:
+            raise conflict(f"a pointer (8 bytes), but the parameter takes {p.size} bytes")
+        if p.ctype is not None:  # an earlier C source typed it: they must agree
+            if not p.pointer or (p.pointee not in (None, "void") and c.base != "void"
+                                 and element_of(p.pointee) != element_of(c.base)):
+                raise conflict(f"but the {known.get('ctype', 'other')} type is {p.ctype}")
+            return p
+        typ = p.type if p.type not in ("unknown", "b64") else "u64"
+        return _with_origin(replace(p, name=name, type=typ, count=None, pointer=True, ctype=c.text,
+                                    pointee=c.base, const=c.const),
+                            (("pointer", label), ("pointee", label), ("ctype", label)))
+    facts = scalar_facts(c.base)
+    if p.ctype is not None:
+        if p.pointer or (facts and scalar_facts(p.ctype) and scalar_facts(p.ctype)[0] != facts[0]):
+            raise conflict(f"but the {known.get('ctype', 'other')} type is {p.ctype}")
+        return p
+    if facts is None:  # a struct, enum or vector by value: the layout's bytes stay
+        m = re.fullmatch(r"bytes(\d+)", c.base)
+        if m and int(m.group(1)) != p.size:
+            raise conflict(f"{m.group(1)} bytes, but the parameter takes {p.size}")
+        if p.pointer and label != "declared":
+            raise conflict("but the image marks it a pointer")
+        return _with_origin(replace(p, name=name, ctype=c.text, pointer=False if label == "declared" else p.pointer),
+                            (("ctype", label),))
+    ptx, size, _ = facts
+    if size != p.size:
+        raise conflict(f"{size} bytes, but the parameter takes {p.size}")
+    if p.pointer and label != "declared":
+        raise conflict("but the image marks it a pointer")
+    if p.type not in ("unknown", ptx) and p.count is None and not _same_bits(p.type, ptx):
+        raise conflict(f"but the {dict(p.origin).get('type', 'image')} type is .{p.type}")
+    return _with_origin(replace(p, name=name, type=ptx, count=None, pointer=False, space=None, ctype=c.text),
+                        (("type", label), ("ctype", label)))
+
+
+def _same_bits(a: str, b: str) -> bool:
+    """PTX types that C types may refine: nvcc writes ``int`` as ``.u32``, ``long`` as
+    ``.u64``, ``bool`` as ``.u8``, untyped ``.b32``."""
+    ints = "usb"
+    return a[0] in ints and b[0] in ints and a[1:] == b[1:]

@@ -115,6 +115,22 @@ class TritonArtifacts:
     cubin: Path | None
     ptx: Path | None
     ptx_text: bytes | None = None
+    ttir: Path | None = None
+
+    def declarations(self) -> dict:
+        """C parameter types from the Triton IR beside the images (``!tt.ptr<f32>`` ->
+        ``float*``), with Triton's trailing scratch pointers: ``{name: ("triton ir",
+        params)}``, or {} without IR."""
+        if self.ttir is None:
+            return {}
+        from .cdecl import CParam, triton_ir_signatures
+        try:
+            sigs = triton_ir_signatures(self.ttir.read_text(errors="replace"))
+        except OSError:
+            return {}
+        names = ("global_scratch", "profile_scratch")[: self.meta.scratch_params]
+        return {k: ("triton ir", v + tuple(CParam("void", True, False, n) for n in names))
+                for k, v in sigs.items() if k == self.meta.name}
 
 
 def read_triton(path: str | os.PathLike) -> TritonArtifacts:
@@ -141,17 +157,19 @@ def read_triton(path: str | os.PathLike) -> TritonArtifacts:
             raise NbjitLoadError(f"{p}: unreadable Triton metadata: {e}") from None
         meta = _from_json(d, str(p))
         stem = p.parent / meta.name
-        cubin = stem.with_suffix(".cubin") if stem.with_suffix(".cubin").exists() else None
-        ptx = stem.with_suffix(".ptx") if stem.with_suffix(".ptx").exists() else None
+        cubin, ptx, ttir = (stem.with_suffix(x) if stem.with_suffix(x).exists() else None
+                            for x in (".cubin", ".ptx", ".ttir"))
         if cubin is None and ptx is None:
             raise NbjitLoadError(f"{p}: neither {meta.name}.cubin nor {meta.name}.ptx is beside it")
-        return TritonArtifacts(meta, cubin, ptx)
+        return TritonArtifacts(meta, cubin, ptx, ttir=ttir)
     data = p.read_bytes()
     info = inspect_ptx(data, source=str(p))
     if not info.metadata:
         raise NbjitLoadError(f"{p}: PTX without '// meta:' comments and no Triton JSON beside it: load it with "
                              "nbjit.load() and launch it with explicit grid and block instead")
-    return TritonArtifacts(_from_ptx_comments(info.metadata, str(p)), None, p, data)
+    ttir = p.with_suffix(".ttir")
+    return TritonArtifacts(_from_ptx_comments(info.metadata, str(p)), None, p, data,
+                           ttir=ttir if ttir.exists() else None)
 
 
 def launch_rules(meta: TritonMeta, params) -> dict:
@@ -261,45 +279,43 @@ def load_triton(path: str | os.PathLike) -> TritonKernel:
     is newer than the driver). Raises ``NbjitLoadError`` for unusable metadata.
     """
     from . import _driver
+    from .image import Image
     from .module import NbjitWarning, load
 
     art = read_triton(path)
     meta = art.meta
-    ctx = _driver.current_context()
-    cc = tuple(ctx.device.compute_capability)
-    dev = cc[0] * 10 + cc[1]
+    decls = art.declarations()
+    dev = _driver.device_arch()
     errors = []
     if art.cubin is not None and (meta.arch is None or meta.arch == dev):
         try:
-            mod = load(art.cubin)
-            return TritonKernel(_kernel(mod, meta, art.ptx), meta, "cubin")
+            img = Image.from_path(art.cubin)
+            mod = load(Image(img.data, img.kind, img.name, declarations=decls))
+            return TritonKernel(_kernel(mod, meta, art), meta, "cubin")
         except NbjitLoadError as e:  # e.g. a cubin for another chip: try the PTX
             errors.append(str(e))
     if art.ptx is not None:
+        data = art.ptx_text or art.ptx.read_bytes()
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always", NbjitWarning)
-            mod = load(art.ptx_text or art.ptx, name=str(art.ptx))
+            mod = load(Image(data, "ptx", str(art.ptx), declarations=decls))
         for x in w:
             warnings.warn_explicit(x.message, x.category, x.filename, x.lineno)
-        return TritonKernel(_kernel(mod, meta, art.ptx), meta, mod.route or "ptx")
+        return TritonKernel(_kernel(mod, meta, None), meta, mod.route or "ptx")
     raise NbjitLoadError(f"{path}: Triton kernel {meta.name!r} was built for sm_{meta.arch}; this device is "
                          f"sm_{dev} and there is no PTX to fall back on" + (f" ({errors[0]})" if errors else ""))
 
 
-def _kernel(mod, meta: TritonMeta, ptx_path):
+def _kernel(mod, meta: TritonMeta, art: TritonArtifacts | None):
+    """The module's kernel, typed also from the PTX beside a cubin (where there is one)."""
     if meta.name not in mod.kernels:
         raise NbjitLoadError(f"{mod.name}: no kernel {meta.name!r} (the metadata's name); it has "
                              f"{', '.join(mod.kernels)}")
-    k = mod[meta.name]
-    if ptx_path is not None and all(p.type == "unknown" for p in k.params) and k.params:
-        # a cubin: take the parameter types from Triton's PTX beside it
-        info = inspect_ptx(Path(ptx_path).read_bytes(), source=str(ptx_path))
-        sig = info.entry(meta.name).signature
-        if [(p.offset, p.size) for p in sig] == [(p.offset, p.size) for p in k.params]:
-            from .kernel import Kernel, _State
-            s = k._s
-            k = Kernel(mod, _State(s.name, s.func, info.entry(meta.name), s.ctx_key, s.device))
-    return k
+    extra = []
+    if art is not None and art.ptx is not None:
+        data = art.ptx_text or art.ptx.read_bytes()
+        extra.append(("triton ptx", inspect_ptx(data, source=str(art.ptx)).entry(meta.name)))
+    return mod._kernel(meta.name, extra_layouts=extra)
 
 
 def describe(path: str | os.PathLike) -> dict:

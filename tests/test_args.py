@@ -132,16 +132,21 @@ def test_declared_signature():
     info = inspect_cubin((DATA / "nvcc/kernels_sm_90.cubin").read_bytes())
     k = info.entry("k_basic")
     sig = declare(k.signature, "ptr, ptr, f32, i32", "k_basic")
-    assert [q.type for q in sig] == ["u64", "f32", "s32"][:0] + ["u64", "u64", "f32", "s32"]
+    assert [q.type for q in sig] == ["u64", "u64", "f32", "s32"]
     assert [q.pointer for q in sig] == [True, True, False, False]
     assert ArgPacker(sig, "k_basic").pack((0, 0, 1.0, -3))[-4:] == struct.pack("<i", -3)
-    with pytest.raises(NbjitArgumentError, match="parameter 2 declared f64"):
+    with pytest.raises(NbjitArgumentError, match=r"parameter 2 .*declared type is double, 8 bytes, but the "
+                                                 r"parameter takes 4"):
         declare(k.signature, "ptr, ptr, f64, i32", "k_basic")
-    with pytest.raises(NbjitArgumentError, match="declares 3 parameters"):
+    with pytest.raises(NbjitArgumentError, match="declaration has 3 parameters, the kernel 4"):
         declare(k.signature, "ptr, ptr, f32", "k_basic")
     with pytest.raises(NbjitArgumentError, match="'flt' is not a type"):
         parse_signature("ptr, flt")
-    assert parse_signature("bytes24, float32") == [("b8", 24), ("float32", None)]
+    assert [c.text for c in parse_signature("bytes24, float32, f32*, const double* x, unsigned")] == \
+        ["bytes24", "float", "float*", "const double*", "unsigned int"]
+    typed = declare(k.signature, "float* y, const float* x, float a, int n", "k_basic")
+    assert str(typed) == "(float* y, const float* x, float a, int n)"
+    assert [q.pointee for q in typed] == ["float", "float", None, None]
 
 
 def test_torch_cpu_tensor_is_refused():
@@ -165,7 +170,7 @@ def c_launcher(info, name):
     from nbjit.kernel import _code, _numbers
     k = info.entry(name)
     p = ArgPacker(k.signature, name)
-    layout = tuple((q.offset, _code(q)) for q in k.params)
+    layout = tuple((q.offset, *_code(q, r)) for q, r in zip(k.params, p.rules))
     return _launch.Launcher(0, 1, 1, 1, 1, 1, 1, 0, 0, layout, k.signature.size, _EXTRACTORS, _numbers(),
                             p.pack, lambda e: None), p
 

@@ -192,12 +192,13 @@ def triton() -> None:
             src = ASTSource(fn=getattr(triton_kernels, fn), signature=sig, constexprs=consts)
             k = T.compile(src, target=target, options=opts)
             name = k.metadata.name
-            # Copy the cache entry as Triton wrote it: <name>.json beside .ptx/.cubin.
+            # Copy the cache entry as Triton wrote it: <name>.json beside .ptx/.cubin, and the
+            # Triton IR (.ttir) whose signature names pointer element types.
             entry = next(j.parent for j in Path(cache).glob(f"*/{name}.json")
                          if json.loads(j.read_text())["hash"] == k.metadata.hash)
             dest = out / tag
             dest.mkdir()
-            for suffix in (".json", ".ptx", ".cubin"):
+            for suffix in (".json", ".ptx", ".cubin", ".ttir"):
                 shutil.copy(entry / f"{name}{suffix}", dest / f"{name}{suffix}")
             print(tag, "shared", k.metadata.shared, "warps", k.metadata.num_warps, "ctas", k.metadata.num_ctas,
                   "global scratch", k.metadata.global_scratch_size, k.metadata.global_scratch_align)

@@ -12,7 +12,7 @@ import functools
 import re
 from dataclasses import dataclass
 
-__all__ = ["CParam", "scalar_facts", "demangle", "source_declarations", "triton_ir_signatures",
+__all__ = ["CParam", "scalar_facts", "demangle", "demangled_text", "source_declarations", "triton_ir_signatures",
            "parse_ctype", "element_of"]
 
 # C scalar type -> (PTX type, size, element kind for array dtype checks)
@@ -127,6 +127,19 @@ def demangle(name: str) -> tuple[CParam, ...] | None:
     if len(out) == 1 and out[0].base == "void" and not out[0].pointer:
         return ()  # f(void)
     return tuple(out)
+
+
+@functools.lru_cache(maxsize=4096)
+def demangled_text(name: str) -> str | None:
+    """The demangled form of a mangled name (``fill<float>(float*, float, int)``), or None."""
+    if not name.startswith("_Z"):
+        return None
+    try:
+        from itanium_demangler import parse
+        tree = parse(name)
+        return None if tree is None else str(tree)
+    except Exception:  # unreadable: say nothing
+        return None
 
 
 def _from_node(node) -> CParam | None:

@@ -12,6 +12,8 @@ from .errors import NbjitError
 from .fatbin import FatbinInfo, parse_arch
 from .image import Image, inspect_image
 from .ptx import PtxInfo, inspect_ptx, strip_debug
+from .cdecl import demangled_text
+from .signature import typed_entries
 
 __all__ = ["main"]
 
@@ -40,17 +42,21 @@ def format_entries(entries, out: list[str]) -> None:
         head = f"entry {e.name}"
         if e.linkage:
             head += f"  ({e.linkage})"
+        readable = demangled_text(e.name)
+        if readable:
+            head += f"\n  = {readable}"
         out.append("")
         out.append(head)
         res = [f"{k} {getattr(e, k)}" for k in ("registers", "shared", "const", "local") if getattr(e, k) is not None]
         if res:
             out.append("  resources: " + ", ".join(res))
         if e.params:
-            rows = [[i, p.name, ("?" if p.type == "unknown" else p.type)
+            rows = [[i, p.name, p.ctype or "?", ("?" if p.type == "unknown" else p.type)
                      + (f"[{p.count}]" if p.count is not None else "")
                      + (" .ptr" + (f" .{p.space}" if p.space else "") if p.pointer else ""),
                      p.size, p.align, p.offset] for i, p in enumerate(e.params)]
-            out += ["  " + line for line in _table(rows, ["#", "name", "type", "size", "align", "offset"])]
+            out += ["  " + line for line in _table(rows, ["#", "name", "C type", "PTX type", "size", "align",
+                                                          "offset"])]
         out.append(f"  parameter buffer: {e.param_size} bytes")
         d = e.directives.to_json()
         if d:
@@ -63,7 +69,7 @@ def format_ptx(info: PtxInfo, path: str) -> str:
     out = [f"{path}: PTX {info.version[0]}.{info.version[1]}, target {', '.join(info.targets)}"
            + (" (debug)" if info.debug.target_debug else "")
            + (f", address size {info.address_size}" if info.address_size else "")]
-    format_entries(info.entries, out)
+    format_entries(typed_entries(info.entries, "ptx"), out)
     if info.functions:
         out.append("")
         out.append("device functions: " + ", ".join(
@@ -100,9 +106,11 @@ def format_cubin(info: CubinInfo, path: str) -> str:
     vt = f", from PTX for compute_{info.virtual_arch}" if info.virtual_arch else ""
     out = [f"{path}: cubin for {info.arch}{vt}{tk} (ELF ABI v{info.abi_version - 6}"
            f"{', relocatable' if info.relocatable else ''})"]
-    if any(p.type == "unknown" for e in info.entries for p in e.params):
-        out.append("(a cubin records parameter sizes and offsets, not types: '?' = type unknown)")
-    format_entries(info.entries, out)
+    entries = typed_entries(info.entries, "cubin")
+    if any(p.ctype is None and p.type == "unknown" for e in entries for p in e.params):
+        out.append("(a cubin records parameter sizes and offsets, not types; C types come from mangled names: "
+                   "'?' = type unknown)")
+    format_entries(entries, out)
     if info.shared_reserved:
         out.append("")
         out.append(f"(shared memory excludes the {info.shared_reserved} bytes the system reserves per block "
@@ -148,9 +156,9 @@ def format_triton(d: dict, path: str) -> str:
            f"  arguments: the first {r['user_params']} parameters; nbjit passes {r['scratch_params']} scratch "
            f"pointer(s): global {r['global_scratch']['bytes_per_program']} B/program (align "
            f"{r['global_scratch']['align']}), profile {r['profile_scratch']['bytes_per_program']} B/program"]
-    rows = [[i, p["name"], p["type"], p["size"], p["offset"],
+    rows = [[i, p["name"], p.get("ctype", "?"), p["type"], p["size"], p["offset"],
              "scratch" if i >= r["user_params"] else "argument"] for i, p in enumerate(d["params"])]
-    out += ["  " + line for line in _table(rows, ["#", "name", "type", "size", "offset", "role"])]
+    out += ["  " + line for line in _table(rows, ["#", "name", "C type", "PTX type", "size", "offset", "role"])]
     return "\n".join(out)
 
 
@@ -161,6 +169,14 @@ def _describe(img: Image, arch: str | None) -> str:
     if isinstance(info, CubinInfo):
         return format_cubin(info, img.name)
     return format_fatbin(info, img.name, arch)
+
+
+def _typed_json(info) -> dict:
+    """``info.to_json()``, with each kernel's parameters typed as nbjit launches them."""
+    j = info.to_json()
+    if isinstance(info, (PtxInfo, CubinInfo)):
+        j["entries"] = [e.to_json() for e in typed_entries(info.entries, j["kind"])]
+    return j
 
 
 def _inspect(args) -> int:
@@ -177,12 +193,12 @@ def _inspect(args) -> int:
     img = Image.from_bytes(_read(args.file), args.file)
     if args.json:
         info = inspect_image(img)
-        j = info.to_json()
+        j = _typed_json(info)
         if isinstance(info, FatbinInfo) and args.arch:
             chosen = info.select(args.arch)
             j["selected"] = None if chosen is None else chosen.index
             if chosen is not None and chosen.payload is not None:
-                j["selected_image"] = inspect_image(Image(chosen.payload, chosen.kind)).to_json()
+                j["selected_image"] = _typed_json(inspect_image(Image(chosen.payload, chosen.kind)))
         print(json.dumps(j, indent=2))
     else:
         print(_describe(img, args.arch))

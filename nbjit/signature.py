@@ -5,7 +5,7 @@ import re
 from dataclasses import dataclass, replace
 
 __all__ = ["Param", "KernelSignature", "Directives", "KernelInfo", "SCALAR_TYPES", "layout", "find_entry", "merge",
-           "build_table"]
+           "build_table", "typed_entries", "SignatureConflict"]
 
 # PTX parameter types -> size in bytes. `.pred` cannot be a kernel parameter for ptxas
 # (FORMATS.md §1.3) but is a PTX type, so it is listed for completeness.
@@ -256,9 +256,10 @@ def merge(name: str, layouts, ctypes=()) -> KernelInfo:
                 f"kernel {name!r}: {label0} lays out its parameters as (offset, size) {ours}, {lbl} as {theirs}", lbl)
         params = [_layout_facts(p, q, lbl) for p, q in zip(params, other.params)]
         info = _resources(info, other)
-    for lbl, cps in ctypes:
-        if cps is None:
+    for item in ctypes:
+        if item is None or item[1] is None:
             continue
+        lbl, cps = item
         if len(cps) != len(params):
             if lbl == "declared":
                 raise SignatureConflict(f"kernel {name!r}: the declaration has {len(cps)} parameters, the kernel "
@@ -273,6 +274,22 @@ def build_table(names, layouts_of, ctypes_of) -> dict[str, KernelInfo]:
     """``{kernel name: KernelInfo}`` for ``names``, merging ``layouts_of(name)`` and
     ``ctypes_of(name)`` (see ``merge``)."""
     return {n: merge(n, layouts_of(n), ctypes_of(n)) for n in names}
+
+
+def typed_entries(entries, label: str, declarations=None) -> tuple[KernelInfo, ...]:
+    """``entries`` of one image (``label`` "ptx" or "cubin") with the C types their mangled
+    names and ``declarations`` (``{name: (label, params)}``) give; an entry whose sources
+    contradict each other is left as the image says."""
+    from .cdecl import demangle
+
+    out = []
+    for e in entries:
+        try:
+            out.append(merge(e.name, [(label, e)], [(declarations or {}).get(e.name),
+                                                    ("mangled name", demangle(e.name))]))
+        except SignatureConflict:
+            out.append(e)
+    return tuple(out)
 
 
 def _with_origin(p: Param, facts) -> Param:

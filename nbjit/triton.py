@@ -320,15 +320,19 @@ def _kernel(mod, meta: TritonMeta, art: TritonArtifacts | None):
 
 def describe(path: str | os.PathLike) -> dict:
     """The metadata and launch rules of a Triton kernel on disk (no GPU): for ``nbjit inspect``."""
+    from .signature import typed_entries
+
     art = read_triton(path)
     image = art.ptx_text or (art.ptx.read_bytes() if art.ptx else None)
     if image is not None:
-        params = inspect_ptx(image, source=str(art.ptx)).entry(art.meta.name).params
+        entry, label = inspect_ptx(image, source=str(art.ptx)).entry(art.meta.name), "ptx"
     else:
         from .cubin import inspect_cubin
-        params = inspect_cubin(art.cubin.read_bytes(), source=str(art.cubin)).entry(art.meta.name).params
+        entry, label = inspect_cubin(art.cubin.read_bytes(), source=str(art.cubin)).entry(art.meta.name), "cubin"
+    params = typed_entries([entry], label, art.declarations())[0].params
     m = art.meta
     return {"kind": "triton", "name": m.name, "triton_version": m.triton_version, "arch": m.arch,
             "metadata_from": m.source, "num_warps": m.num_warps, "num_ctas": m.num_ctas, "shared": m.shared,
             "cubin": str(art.cubin) if art.cubin else None, "ptx": str(art.ptx) if art.ptx else None,
+            "ttir": str(art.ttir) if art.ttir else None,
             "params": [p.to_json() for p in params], "launch": launch_rules(m, params)}

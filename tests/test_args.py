@@ -218,3 +218,156 @@ def test_c_rules_extract_device_arrays():
     assert c.pack_fast((a, 0, 1.0, 1)) is None or type(a) in _EXTRACTORS  # first sight: Python decides
     device_pointer(a)  # registers the type's extractor
     assert c.pack_fast((a, a, 1.0, 1)) == p.pack((a, a, 1.0, 1))
+
+
+# ---------------------------------------------------------------- typed pointers: dtype checks
+
+from nbjit.cdecl import source_declarations  # noqa: E402
+from nbjit.signature import merge  # noqa: E402
+
+SOURCE = source_declarations((DATA / "src/kernels.cu").read_text())
+CUBIN = inspect_cubin((DATA / "nvcc/kernels_sm_90.cubin").read_bytes())
+
+
+def typed(name, ctypes=None, info=KERNELS):
+    return merge(name, [("ptx", info.entry(name))], [("source", ctypes or SOURCE[name])])
+
+
+class FakeArray:
+    """A device array with a dtype, like Numba's and CuPy's (an address, no memory)."""
+
+    def __init__(self, ptr, dtype):
+        self.ptr, self.dtype = ptr, np.dtype(dtype)
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"data": (self.ptr, False), "shape": (4,), "typestr": self.dtype.str, "version": 3}
+
+
+def typed_packer(name="k_basic", ctypes=None):
+    k = typed(name, ctypes)
+    return ArgPacker(k.signature, name)
+
+
+def test_wrong_dtype_is_refused_naming_kernel_parameter_and_types():
+    p = typed_packer()
+    with pytest.raises(NbjitArgumentError, match=r"kernel 'k_basic', parameter 0 \(y, pointer\): a float64 array "
+                                                 r"was passed; the parameter is float\* and takes float32 arrays "
+                                                 r"\(to reinterpret .*arr.view"):
+        p.pack((FakeArray(0x100, "f8"), FakeArray(0x200, "f4"), 1.0, 4))
+    with pytest.raises(NbjitArgumentError, match=r"parameter 1 \(x, pointer\): a int32 array .*const float\*"):
+        p.pack((FakeArray(0x100, "f4"), FakeArray(0x200, "i4"), 1.0, 4))
+    raw = p.pack((FakeArray(0x100, "f4"), FakeArray(0x200, "f4"), 1.0, -4))
+    assert struct.unpack("<QQfi", raw) == (0x100, 0x200, 1.0, -4)  # int n: a signed int, from the source
+
+
+@pytest.mark.parametrize("pointee,ok,bad", [
+    ("float", ["f4"], ["f8", "f2", "i4", "c8"]),
+    ("unsigned int", ["u4", "i4"], ["f4", "u8", "i2"]),  # either signedness
+    ("char", ["i1", "u1", "?"], ["i2"]),
+    ("bool", ["?", "u1", "i1"], ["i4", "f4"]),
+    ("float2", ["c8", "i8", [("x", "f4"), ("y", "f4")]], ["f4", "c16"]),  # vectors: item size
+    ("thrust::complex<double>", ["c16"], ["f8", "c8", "V16"]),
+    ("void", ["f8", "i1", "c16"], []),
+    ("Pair", ["f8", "u1"], []),  # a struct nbjit cannot size: anything
+])
+def test_element_rules(pointee, ok, bad):
+    from nbjit.cdecl import CParam
+    p = typed_packer("k_globals", [CParam(pointee, True)])
+    for dt in ok:
+        assert p.pack((FakeArray(0x40, dt),)) == struct.pack("<Q", 0x40), dt
+    for dt in bad:
+        with pytest.raises(NbjitArgumentError, match="array was passed"):
+            p.pack((FakeArray(0x40, dt),))
+
+
+def test_plain_addresses_and_views_are_the_way_around_the_check():
+    p = typed_packer()
+    assert p.pack((0x100, None, 1.0, 1))[:16] == struct.pack("<QQ", 0x100, 0)
+    a = FakeArray(0x100, "f8")
+    a.dtype = np.dtype("f4")  # what arr.view(np.float32) gives
+    assert p.pack((a, a, 1.0, 1))[:8] == struct.pack("<Q", 0x100)
+
+
+def test_a_cubin_typed_by_its_mangled_name_checks_dtypes():
+    from nbjit.cdecl import demangle
+    name = "_Z6k_tmplIfEvPT_S0_i"
+    k = merge(name, [("cubin", CUBIN.entry(name))], [("mangled name", demangle(name))])
+    p = ArgPacker(k.signature, name)
+    assert p.pack((FakeArray(0x10, "f4"), 1.5, 3)) == struct.pack("<Qfi", 0x10, 1.5, 3)
+    with pytest.raises(NbjitArgumentError, match="float64 array"):
+        p.pack((FakeArray(0x10, "f8"), 1.5, 3))
+
+
+def test_torch_dtypes():
+    torch = pytest.importorskip("torch")
+    from nbjit.args import array_element
+    assert array_element(torch.zeros(2, dtype=torch.bfloat16)) == ("bf", 2, "bfloat16")
+    assert array_element(torch.zeros(2, dtype=torch.int16))[:2] == ("i", 2)
+
+
+@needs_c
+def test_c_path_checks_dtypes_like_python():
+    from nbjit.args import _EXTRACTORS
+    k = typed("k_basic")
+    c, p = c_launcher_for(k)
+    good, bad = FakeArray(0x100, "f4"), FakeArray(0x200, "f8")
+    device_pointer(good)  # registers FakeArray's extractor
+    assert type(good) in _EXTRACTORS
+    assert c.pack_fast((good, good, 1.0, 3)) is None  # float32 not seen yet: the Python rule decides...
+    want = p.pack((good, good, 1.0, 3))  # ...and remembers it fits
+    assert c.pack_fast((good, good, 1.0, 3)) == want
+    assert c.pack_fast((bad, good, 1.0, 3)) is None  # declined: Python raises
+    with pytest.raises(NbjitArgumentError, match="float64"):
+        p.pack((bad, good, 1.0, 3))
+    assert c.pack_fast((0x10, None, 1.0, -3)) == struct.pack("<QQfi", 0x10, 0, 1.0, -3)
+
+
+def c_launcher_for(k):
+    from nbjit.args import _EXTRACTORS
+    from nbjit.kernel import _code, _numbers
+    p = ArgPacker(k.signature, k.name)
+    layout = tuple((q.offset, *_code(q, r)) for q, r in zip(k.params, p.rules))
+    return _launch.Launcher(0, 1, 1, 1, 1, 1, 1, 0, 0, layout, k.signature.size, _EXTRACTORS, _numbers(),
+                            p.pack, lambda e: None), p
+
+
+arrays = st.sampled_from([FakeArray(0x1000, d) for d in ("f4", "f8", "i4", "u4", "f2", "c8", "?")])
+
+
+@needs_c
+@settings(max_examples=400, deadline=None)
+@given(args=st.tuples(st.one_of(arrays, scalar), st.one_of(arrays, scalar), scalar, scalar))
+def test_c_and_python_agree_on_typed_pointers(args):
+    c, p = c_launcher_for(typed("k_basic"))
+    for _ in range(2):  # before and after the Python rules have accepted a dtype
+        fast = c.pack_fast(args)
+        try:
+            want = p.pack(args)
+        except NbjitArgumentError:
+            want = None
+        if fast is not None:
+            assert fast == want, (args, fast, want)
+
+
+@needs_c
+@settings(max_examples=400, deadline=None)
+@given(args=st.tuples(*([scalar] * 11)))
+def test_c_and_python_agree_on_unknown_types(args):
+    """Cubin parameters of unknown type (sizes 1, 2, 4, 8): same bytes or a decline."""
+    k = CUBIN.entry("k_widths")
+    c, p = c_launcher_for(k)
+    fast = c.pack_fast(args)
+    try:
+        want = p.pack(args)
+    except NbjitArgumentError:
+        want = None
+    if fast is not None:
+        assert fast == want, (args, fast, want)
+
+
+@needs_c
+def test_unknown_types_take_the_c_path():
+    c, p = c_launcher_for(CUBIN.entry("k_basic"))
+    for args in [(0x10, 0x20, 2.0, 5), (0x10, 0x20, np.float32(2.0), np.int32(-5)), (0x10, 0x20, 1.5, 2 ** 32 - 1)]:
+        assert c.pack_fast(args) == p.pack(args), args

@@ -1,0 +1,123 @@
+"""One signature per kernel (nbjit.signature.merge): every source's facts, where each came
+from, and contradictions."""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from nbjit import inspect_cubin, inspect_ptx
+from nbjit.cdecl import CParam, demangle, source_declarations, triton_ir_signatures
+from nbjit.signature import KernelInfo, KernelSignature, SignatureConflict, merge, typed_entries
+
+DATA = Path(__file__).resolve().parent / "data"
+PTX = inspect_ptx((DATA / "nvcc/kernels_sm90.ptx").read_text())
+CUBIN = inspect_cubin((DATA / "nvcc/kernels_sm_90.cubin").read_bytes())
+SOURCE = source_declarations((DATA / "src/kernels.cu").read_text())
+
+
+def test_cubin_alone_is_untyped_and_says_so():
+    k = merge("k_basic", [("cubin", CUBIN.entry("k_basic"))])
+    assert [p.type for p in k.params] == ["unknown"] * 4
+    assert all(p.ctype is None for p in k.params)
+    assert str(k.signature) == "(<8 bytes> param_0, <8 bytes> param_1, <4 bytes> param_2, <4 bytes> param_3)"
+
+
+def test_cubin_and_source():
+    k = merge("k_basic", [("cubin", CUBIN.entry("k_basic"))], [("source", SOURCE["k_basic"])])
+    assert str(k.signature) == "(float* y, const float* x, float a, int n)"
+    assert [p.type for p in k.params] == ["u64", "u64", "f32", "s32"]
+    assert [(p.pointer, p.pointee, p.const) for p in k.params] == [
+        (True, "float", False), (True, "float", True), (False, None, False), (False, None, False)]
+    assert dict(k.params[0].origin) == {"layout": "cubin", "pointer": "source", "pointee": "source",
+                                        "ctype": "source"}
+    assert k.registers is not None  # the cubin's resources stay
+
+
+def test_ptx_types_refined_by_c_types():
+    """nvcc writes int as .u32 and __half as .b8[2]: the C type says what they are."""
+    k = merge("k_small", [("ptx", PTX.entry("k_small"))], [("source", SOURCE["k_small"])])
+    assert [p.type for p in k.params] == ["f16", "bf16", "u8", "s8", "s16", "u64"]
+    assert [p.count for p in k.params] == [None] * 6
+    assert dict(k.params[0].origin) == {"layout": "ptx", "type": "source", "ctype": "source"}
+    n = merge("k_basic", [("ptx", PTX.entry("k_basic"))], [("source", SOURCE["k_basic"])]).params[3]
+    assert (n.type, dict(n.origin)["type"]) == ("s32", "source")
+
+
+def test_structs_by_value_keep_their_bytes():
+    k = merge("k_struct", [("ptx", PTX.entry("k_struct"))], [("source", SOURCE["k_struct"])])
+    s = k.params[0]
+    assert (s.ctype, s.type, s.count, s.size) == ("S24", "b8", 24, 24)
+
+
+def test_ptx_and_cubin_together():
+    """The nvJitLink route: PTX names and types, the cubin's resources."""
+    k = merge("_Z6k_tmplIfEvPT_S0_i", [("ptx", PTX.entry("_Z6k_tmplIfEvPT_S0_i")),
+                                       ("cubin", CUBIN.entry("_Z6k_tmplIfEvPT_S0_i"))],
+              [("mangled name", demangle("_Z6k_tmplIfEvPT_S0_i"))])
+    assert str(k.signature).startswith("(float* _Z6k_tmplIfEvPT_S0_i_param_0, float ")
+    assert k.registers == CUBIN.entry("_Z6k_tmplIfEvPT_S0_i").registers
+
+
+def test_layouts_that_disagree():
+    e = PTX.entry("k_basic")
+    shifted = replace(e, signature=KernelSignature(tuple(replace(p, offset=p.offset + 4 * (i == 3))
+                                                         for i, p in enumerate(e.params)), 28))
+    with pytest.raises(SignatureConflict, match=r"k_basic.*ptx lays out.*\(20, 4\)\].*cubin as.*\(24, 4\)\]"):
+        merge("k_basic", [("ptx", e), ("cubin", shifted)])
+
+
+@pytest.mark.parametrize("ctype,msg", [
+    (CParam("double"), r"parameter 2 \(k_basic_param_2\): the source type is double, 8 bytes, but the parameter "
+                       r"takes 4"),
+    (CParam("int"), r"the source type is int, but the ptx type is .f32"),
+    (CParam("float", True), r"a pointer \(8 bytes\), but the parameter takes 4 bytes"),
+])
+def test_c_type_that_contradicts_the_image(ctype, msg):
+    cps = list(SOURCE["k_basic"])
+    cps[2] = ctype
+    with pytest.raises(SignatureConflict, match=msg):
+        merge("k_basic", [("ptx", PTX.entry("k_basic"))], [("source", cps)])
+
+
+def test_two_c_sources_that_disagree():
+    cps = list(SOURCE["k_basic"])
+    cps[0] = CParam("double", True)
+    with pytest.raises(SignatureConflict, match=r"the mangled name type is double\*, but the source type is float\*"):
+        merge("k_basic", [("ptx", PTX.entry("k_basic"))], [("source", SOURCE["k_basic"]), ("mangled name", cps)])
+
+
+def test_a_list_of_another_length_says_nothing_but_a_declaration_must_fit():
+    e = PTX.entry("k_basic")
+    assert merge("k_basic", [("ptx", e)], [("mangled name", SOURCE["k_basic"][:2])]).params[0].ctype is None
+    with pytest.raises(SignatureConflict, match="declaration has 2 parameters, the kernel 4"):
+        merge("k_basic", [("ptx", e)], [("declared", SOURCE["k_basic"][:2])])
+
+
+def test_triton_ir_types_a_triton_cubin():
+    d = DATA / "triton/add_kernel"
+    cub = inspect_cubin((d / "add_kernel.cubin").read_bytes()).entry("add_kernel")
+    ir = triton_ir_signatures((d / "add_kernel.ttir").read_text())["add_kernel"]
+    scratch = (CParam("void", True, name="global_scratch"), CParam("void", True, name="profile_scratch"))
+    k = merge("add_kernel", [("cubin", cub)], [("triton ir", ir + scratch)])
+    assert str(k.signature) == ("(float* x_ptr, float* y_ptr, float* out_ptr, int n_elements, float alpha, "
+                                "void* global_scratch, void* profile_scratch)")
+
+
+def test_no_layout_at_all():
+    with pytest.raises(SignatureConflict, match="no source gives its parameter layout"):
+        merge("k", [])
+
+
+def test_typed_entries_for_inspection():
+    entries = {e.name: e for e in typed_entries(CUBIN.entries, "cubin")}
+    assert str(entries["_Z6k_tmplIiEvPT_S0_i"].signature) == "(int* param_0, int param_1, int param_2)"
+    assert entries["k_basic"].params[0].ctype is None  # extern "C" in a cubin: nothing to say
+    j = entries["_Z6k_tmplIiEvPT_S0_i"].to_json()["params"][0]
+    assert j["ctype"] == "int*" and j["pointee"] == "int" and j["origin"]["pointee"] == "mangled name"
+
+
+def test_a_kernel_without_parameters():
+    k = merge("k", [("ptx", KernelInfo("k", KernelSignature((), 0)))], [("mangled name", ())])
+    assert k.params == ()

@@ -1,28 +1,34 @@
 #!/usr/bin/env python3
-"""Host microseconds per asynchronous launch of one tiny kernel
-``(float* y, const float* x, float a, int n)``, side by side in one process:
+"""Host microseconds per asynchronous launch of one tiny kernel ``y = a*x + y`` (``float* y,
+const float* x, float a, int n``), every route and argument form users take, beside the raw
+floor and the peers, in one process and one table:
 
-* floor: ``cuda.bindings.driver.cuLaunchKernel`` with a pre-packed parameter array
-* nbjit with Numba device arrays: ``k[grid, block](y, x, a, n)``
-* nbjit with plain integer pointers (what cuda.core needs)
-* nbjit bound once (``k.bind(...)``) and relaunched
-* Numba ``@cuda.jit`` dispatch of the same computation
-* cuda.core ``launch``
-* CuPy ``RawKernel`` (where installed)
+* floor: ``cuda.bindings`` ``cuLaunchKernel`` with a parameter array packed once (default
+  stream and a Numba stream; the ratios divide by the lower of the two)
+* per route (PTX file, nvcc cubin file, ``nbjit.compile`` default output, Triton ``add``):
+  Numba arrays + numpy scalars + a Numba stream
+* on the ``nbjit.compile`` route: Python scalars; CuPy arrays; torch tensors on a torch
+  stream; int pointers; ``k[g, b, s](...)`` re-indexed per call; bound once
+* peers on the same kernel and inputs: cuda.core ``launch``, CuPy ``RawKernel``, Numba
+  ``@cuda.jit`` dispatch, Triton's own launcher (where Triton and torch are installed)
 
 Each row: the best of ``--repeat`` rounds of ``--batch`` launches (synchronising between
-rounds, never inside one, so the queue never fills). Prints a table with each row's
-ratio to the floor and writes JSON (``--json``).
+rounds, never inside one). The ``path`` column says which launch path an nbjit row took
+(``c``: nbjit's C launcher, with how many calls it handed to the Python rules). Writes JSON
+(``--json``) and a bar chart (``--plot FILE.png``, where matplotlib is installed).
 
-    python benchmarks/launch_overhead.py [--batch 500] [--repeat 30] [--json out.json]
+    python benchmarks/launch_overhead.py [--batch 500] [--repeat 30] [--json out.json] [--plot out.png]
 """
 from __future__ import annotations
 
 import argparse
 import ctypes
+import importlib.util
 import json
 import platform
+import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -53,55 +59,130 @@ def timeit(fn, sync, batch: int, repeat: int) -> float:
     return best * 1e6
 
 
+class Table:
+    def __init__(self, batch: int, repeat: int):
+        self.rows: dict[str, dict] = {}
+        self.batch, self.repeat = batch, repeat
+
+    def add(self, name: str, fn, sync, *, group: str, launcher=None) -> None:
+        if launcher is not None:
+            fn()  # first sight of each dtype: the Python rules learn it
+            sync()
+            launcher.fallbacks = 0
+        us = timeit(fn, sync, self.batch, self.repeat)
+        path = "-"
+        if launcher is not None:
+            path = launcher.path + (f", {launcher.fallbacks} fallbacks" if launcher.path == "c" else "")
+        self.rows[name] = {"us": us, "group": group, "path": path}
+
+    def skip(self, name: str, why: str) -> None:
+        print(f"{name}: skipped ({why})", file=sys.stderr)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description="launch overhead, us per launch")
     ap.add_argument("--batch", type=int, default=500)
     ap.add_argument("--repeat", type=int, default=30)
     ap.add_argument("--json")
+    ap.add_argument("--plot", help="write a bar chart (PNG) of the table")
     a = ap.parse_args()
 
+    torch = None
+    if importlib.util.find_spec("torch"):
+        import torch  # before Numba makes its context (see tests/test_gpu_interop.py)
     from cuda.bindings import driver as cu
     from numba import cuda
 
     import nbjit
 
+    t = Table(a.batch, a.repeat)
     x = cuda.to_device(np.arange(N, dtype=np.float32))
     y = cuda.to_device(np.zeros(N, dtype=np.float32))
     xp, yp = int(x.gpu_data.device_pointer), int(y.gpu_data.device_pointer)
+    s = cuda.stream()
+    a32, n32 = np.float32(2.0), np.int32(N)
     sync = cuda.synchronize
 
-    mod = nbjit.load(DATA / "nvcc/kernels_sm90.ptx")
-    k = mod["k_basic"]
-    rows: dict[str, float] = {}
+    comp = nbjit.compile(SRC)["axpy"]
 
     # the floor: cuLaunchKernel with a parameter array packed once
     vals = [ctypes.c_uint64(yp), ctypes.c_uint64(xp), ctypes.c_float(2.0), ctypes.c_int32(N)]
     arr = (ctypes.c_void_p * 4)(*[ctypes.addressof(v) for v in vals])
     arr_addr = ctypes.addressof(arr)
-    func = k.handle
-    hstream = cu.CUstream(0)
+    func = comp.handle
     launch = cu.cuLaunchKernel
+    for label, h in (("default stream", cu.CUstream(0)), ("Numba stream", s.handle)):
+        t.add(f"floor: cuLaunchKernel, pre-packed, {label}",
+              lambda h=h: launch(func, GRID, 1, 1, BLOCK, 1, 1, 0, h, arr_addr, 0), sync, group="floor")
 
-    def floor():
-        launch(func, GRID, 1, 1, BLOCK, 1, 1, 0, hstream, arr_addr, 0)
+    # every route: Numba arrays + numpy scalars + a Numba stream
+    routes = {
+        "PTX file (nvcc)": nbjit.load(DATA / "nvcc/kernels_sm90.ptx")["k_basic"],
+        "cubin file (nvcc)": nbjit.load(DATA / "nvcc/kernels_sm_90.cubin")["k_basic"],
+        "nbjit.compile (cubin)": comp,
+    }
+    for route, k in routes.items():
+        cfg = k[GRID, BLOCK, s]
+        t.add(f"nbjit {route}: Numba arrays, numpy scalars, Numba stream", lambda cfg=cfg: cfg(y, x, a32, n32),
+              sync, group="route", launcher=cfg)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", nbjit.NbjitWarning)
+        tadd = nbjit.load_triton(DATA / "triton/add_kernel")
+    out = cuda.device_array(N, np.float32)
+    tl = tadd[(N + 1023) // 1024]
+    t.add("nbjit Triton add (cubin): Numba arrays, numpy scalars, Numba stream",
+          lambda: tl(x, y, out, n32, a32, stream=s), sync, group="route",
+          launcher=tadd.kernel[((N + 1023) // 1024, 1, 1), tadd.meta.block, s, tadd.meta.shared])
 
-    rows["floor: cuLaunchKernel, pre-packed"] = timeit(floor, sync, a.batch, a.repeat)
-
-    from nbjit import _driver
-    fast, handle = _driver.launcher()
-    if handle is int:  # nbjit's C launch primitive is built: its own floor
-        fh, sh = int(func), int(hstream)
-        rows["nbjit C primitive, pre-packed"] = timeit(lambda: fast(fh, GRID, 1, 1, BLOCK, 1, 1, 0, sh, arr_addr),
-                                                      sync, a.batch, a.repeat)
+    # the nbjit.compile route, every argument form
+    cfg0 = comp[GRID, BLOCK]
+    t.add("nbjit.compile: Numba arrays, Python scalars", lambda: cfg0(y, x, 2.0, N), sync, group="form",
+          launcher=cfg0)
+    t.add("nbjit.compile: int pointers", lambda: cfg0(yp, xp, 2.0, N), sync, group="form", launcher=cfg0)
+    t.add("nbjit.compile: k[g, b, s](...) re-indexed per call", lambda: comp[GRID, BLOCK, s](y, x, a32, n32), sync,
+          group="form", launcher=comp[GRID, BLOCK, s])
+    bound = comp.bind(GRID, BLOCK, y, x, 2.0, N, stream=s)
+    t.add("nbjit.compile: bound once", bound, sync, group="form")
+    cp = None
+    if importlib.util.find_spec("cupy"):
+        import cupy as cp
+        cx, cy = cp.arange(N, dtype=cp.float32), cp.zeros(N, dtype=cp.float32)
+        cs = cp.cuda.Stream(non_blocking=True)
+        ccfg = comp[GRID, BLOCK, cs.ptr]
+        t.add("nbjit.compile: CuPy arrays, CuPy stream", lambda: ccfg(cy, cx, a32, n32), cs.synchronize,
+              group="form", launcher=ccfg)
     else:
-        print("nbjit's C launch extension is not built: nbjit rows use cuda.bindings")
+        t.skip("CuPy rows", "CuPy is not installed")
+    if torch is not None:
+        tx = torch.arange(N, dtype=torch.float32, device="cuda")
+        ty = torch.zeros(N, dtype=torch.float32, device="cuda")
+        ts = torch.cuda.Stream()
+        tcfg = comp[GRID, BLOCK, ts]
+        t.add("nbjit.compile: torch tensors, torch stream", lambda: tcfg(ty, tx, a32, n32), ts.synchronize,
+              group="form", launcher=tcfg)
+    else:
+        t.skip("torch rows", "PyTorch is not installed")
 
-    cfg = k[GRID, BLOCK]
-    rows["nbjit, Numba arrays"] = timeit(lambda: cfg(y, x, 2.0, N), sync, a.batch, a.repeat)
-    rows["nbjit, Numba arrays, k[g, b](...)"] = timeit(lambda: k[GRID, BLOCK](y, x, 2.0, N), sync, a.batch, a.repeat)
-    rows["nbjit, int pointers"] = timeit(lambda: cfg(yp, xp, 2.0, N), sync, a.batch, a.repeat)
-    bound = k.bind(GRID, BLOCK, y, x, 2.0, N)
-    rows["nbjit, bound once"] = timeit(bound, sync, a.batch, a.repeat)
+    # peers, same kernel and inputs
+    try:
+        from cuda.core import Device, LaunchConfig, ObjectCode
+        from cuda.core import launch as core_launch
+        dev = Device()
+        dev.set_current()
+        img = nbjit.compile_image(SRC)
+        obj = ObjectCode.from_cubin(img.data) if img.kind == "cubin" else ObjectCode.from_ptx(img.data)
+        ck = obj.get_kernel("axpy")
+        cstream = dev.create_stream()
+        conf = LaunchConfig(grid=GRID, block=BLOCK)
+        t.add("cuda.core launch: int pointers, numpy scalars", lambda: core_launch(cstream, conf, ck, yp, xp, a32, n32),
+              cstream.sync, group="peer")
+    except Exception as e:  # report, do not hide, a missing or changed cuda.core
+        t.skip("cuda.core", f"{type(e).__name__}: {e}")
+    if cp is not None:
+        rk = cp.RawKernel(SRC, "axpy")
+        with cs:
+            t.add("CuPy RawKernel: CuPy arrays, numpy scalars", lambda: rk((GRID,), (BLOCK,), (cy, cx, a32, n32)),
+                  cs.synchronize, group="peer")
 
     @cuda.jit
     def axpy_numba(yy, xx, aa, n):
@@ -109,44 +190,62 @@ def main() -> None:
         if i < n:
             yy[i] = aa * xx[i] + yy[i]
 
-    nk = axpy_numba[GRID, BLOCK]
-    rows["Numba @cuda.jit dispatch"] = timeit(lambda: nk(y, x, np.float32(2.0), np.int32(N)), sync, a.batch,
-                                              a.repeat)
+    nk = axpy_numba[GRID, BLOCK, s]
+    t.add("Numba @cuda.jit dispatch: Numba arrays, numpy scalars", lambda: nk(y, x, a32, n32), sync, group="peer")
+    if torch is not None and importlib.util.find_spec("triton"):
+        try:
+            sys.path.insert(0, str(DATA / "src"))
+            import triton_kernels
+            o = torch.empty_like(tx)
+            tgrid = ((N + 1023) // 1024,)
+            ak = triton_kernels.add_kernel[tgrid]
+            with torch.cuda.stream(ts):
+                t.add("Triton's own launcher (add): torch tensors", lambda: ak(tx, ty, o, N, 0.5, BLOCK=1024),
+                      ts.synchronize, group="peer")
+        except Exception as e:  # a Triton without what the fixture kernels use
+            t.skip("Triton launcher", f"{type(e).__name__}: {e}")
+    else:
+        t.skip("Triton launcher", "Triton or PyTorch is not installed")
 
-    try:
-        from cuda.core import Device, LaunchConfig, ObjectCode, launch as core_launch
-        dev = Device()
-        dev.set_current()
-        obj = ObjectCode.from_ptx((DATA / "nvcc/kernels_sm90.ptx").read_bytes())
-        ck = obj.get_kernel("k_basic")
-        cs = dev.create_stream()
-        conf = LaunchConfig(grid=GRID, block=BLOCK)
-        a32, n32 = np.float32(2.0), np.int32(N)
-        rows["cuda.core launch, int pointers"] = timeit(lambda: core_launch(cs, conf, ck, yp, xp, a32, n32),
-                                                        cs.sync, a.batch, a.repeat)
-    except Exception as e:  # report, do not hide, a missing or changed cuda.core
-        print(f"cuda.core: skipped ({type(e).__name__}: {e})")
-
-    try:
-        import cupy as cp
-        rk = cp.RawKernel(SRC, "axpy")
-        cx, cy = cp.arange(N, dtype=cp.float32), cp.zeros(N, dtype=cp.float32)
-        a32, n32 = np.float32(2.0), np.int32(N)
-        rows["CuPy RawKernel"] = timeit(lambda: rk((GRID,), (BLOCK,), (cy, cx, a32, n32)),
-                                        cp.cuda.Device().synchronize, a.batch, a.repeat)
-    except ImportError:
-        print("CuPy: not installed, skipped")
-
-    base = rows["floor: cuLaunchKernel, pre-packed"]
-    print(f"{'':40}{'us/launch':>10}{'x floor':>9}")
-    for name, us in rows.items():
-        print(f"{name:40}{us:10.2f}{us / base:9.2f}")
+    base = min(r["us"] for r in t.rows.values() if r["group"] == "floor")
+    width = max(len(k) for k in t.rows) + 2
+    print(f"{'':{width}}{'us/launch':>10}{'x floor':>9}  path")
+    for name, r in t.rows.items():
+        r["ratio"] = r["us"] / base
+        print(f"{name:{width}}{r['us']:10.2f}{r['ratio']:9.2f}  {r['path']}")
+    gpu = cuda.get_current_device().name
+    gpu = gpu.decode() if isinstance(gpu, bytes) else str(gpu)
     if a.json:
-        Path(a.json).write_text(json.dumps({
-            "rows": {k2: {"us": v, "ratio": v / base} for k2, v in rows.items()},
-            "batch": a.batch, "repeat": a.repeat, "python": platform.python_version(),
-            "gpu": cuda.get_current_device().name.decode() if isinstance(cuda.get_current_device().name, bytes)
-            else str(cuda.get_current_device().name)}, indent=2))
+        Path(a.json).write_text(json.dumps({"rows": t.rows, "floor_us": base, "batch": a.batch, "repeat": a.repeat,
+                                            "python": platform.python_version(), "gpu": gpu}, indent=2))
+    if a.plot:
+        plot(t.rows, base, gpu, a.plot)
+
+
+def plot(rows: dict, base: float, gpu: str, path: str) -> None:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("--plot: matplotlib is not installed", file=sys.stderr)
+        return
+    colors = {"floor": "#888888", "route": "#1f77b4", "form": "#4fa3e0", "peer": "#d62728"}
+    names = list(rows)
+    fig, ax = plt.subplots(figsize=(10, 0.38 * len(names) + 1.2))
+    ax.barh(range(len(names)), [rows[n]["us"] for n in names], color=[colors[rows[n]["group"]] for n in names])
+    for i, n in enumerate(names):
+        ax.text(rows[n]["us"], i, f" {rows[n]['us']:.2f} ({rows[n]['ratio']:.2f}x)", va="center", fontsize=8)
+    ax.axvline(base, color="black", linestyle="--", linewidth=1, label=f"floor {base:.2f} us")
+    ax.axvline(1.3 * base, color="black", linestyle=":", linewidth=1, label="1.3x floor")
+    ax.set_yticks(range(len(names)), names, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel("host microseconds per launch (log scale; lower is better)")
+    ax.set_title(f"Launch overhead on {gpu}: nbjit (blue) vs peers (red)", fontsize=10)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 if __name__ == "__main__":

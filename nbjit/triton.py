@@ -201,6 +201,7 @@ class TritonKernel:
         self.rules = launch_rules(meta, kernel.params)
         self._n = self.rules["user_params"]
         self._scratch: dict[Any, Any] = {}
+        self._grids: dict[Any, _TritonLaunch] = {}
         self._lock = threading.Lock()
 
     @property
@@ -212,7 +213,18 @@ class TritonKernel:
                 f"{self.meta.shared} B shared, via {self.route}>")
 
     def __getitem__(self, grid) -> "_TritonLaunch":
-        return _TritonLaunch(self, grid)
+        try:
+            return self._grids[grid]
+        except (KeyError, TypeError):  # TypeError: an unhashable grid (a list)
+            pass
+        launch = _TritonLaunch(self, grid)
+        try:
+            if len(self._grids) >= 256:
+                self._grids.clear()
+            self._grids[grid] = launch
+        except TypeError:
+            pass
+        return launch
 
     def launch(self, grid, *args, stream=None) -> None:
         self[grid](*args, stream=stream)
@@ -234,40 +246,60 @@ class TritonKernel:
 
 
 class _TritonLaunch:
-    __slots__ = ("k", "grid")
+    """A Triton kernel with its grid of programs; call it with the runtime arguments."""
+
+    __slots__ = ("k", "grid", "launch_grid", "cluster", "fixed_tail", "by_stream")
 
     def __init__(self, k: TritonKernel, grid):
         if isinstance(grid, int) and not isinstance(grid, bool):
             grid = (grid,)
         if not isinstance(grid, (tuple, list)) or not 1 <= len(grid) <= 3 or \
-                not all(isinstance(g, int) and g >= 1 for g in grid):
+                not all(isinstance(g, int) and not isinstance(g, bool) and g >= 1 for g in grid):
             raise NbjitLaunchError(f"Triton kernel {k.name!r}: grid must be an int or 1 to 3 ints >= 1, "
                                    f"got {grid!r}")
+        m = k.meta
         self.k = k
         self.grid = tuple(grid) + (1,) * (3 - len(grid))
+        self.launch_grid = (self.grid[0] * m.num_ctas, self.grid[1], self.grid[2])
+        compiled_cluster = k.kernel.info.directives.cluster
+        self.cluster = None if (m.num_ctas == 1 or compiled_cluster) else (m.num_ctas, 1, 1)
+        # without scratch memory the trailing scratch pointers are NULL whatever the stream
+        g, p = m.scratch_bytes(self.grid)
+        self.fixed_tail = (0,) * m.scratch_params if not (g or p) else None
+        self.by_stream: dict = {}  # stream -> configured launcher (plain launches only)
+
+    def _tail(self, stream) -> tuple:
+        if self.fixed_tail is not None:
+            return self.fixed_tail
+        k, m = self.k, self.k.meta
+        g, p = m.scratch_bytes(self.grid)
+        extra = [k._buffer("global", g, max(1, m.global_scratch_align), stream)]
+        if m.scratch_params >= 2:
+            extra.append(k._buffer("profile", p, max(1, m.profile_scratch_align), stream))
+        return tuple(extra)
 
     def __call__(self, *args, stream=None) -> None:
         k = self.k
-        m = k.meta
         if len(args) != k._n:
             names = ", ".join(p.name for p in k.kernel.params[: k._n])
             raise NbjitArgumentError(f"Triton kernel {k.name!r} takes {k._n} runtime arguments ({names}), got "
                                      f"{len(args)} (constexpr arguments are compiled in; scratch buffers are "
                                      "nbjit's to pass)")
-        extra = []
-        if m.scratch_params >= 1:
-            g, p = m.scratch_bytes(self.grid)
-            extra.append(k._buffer("global", g, max(1, m.global_scratch_align), stream))
-            if m.scratch_params >= 2:
-                extra.append(k._buffer("profile", p, max(1, m.profile_scratch_align), stream))
-        grid = (self.grid[0] * m.num_ctas, self.grid[1], self.grid[2])
-        compiled_cluster = k.kernel.info.directives.cluster
-        cluster = None if (m.num_ctas == 1 or compiled_cluster) else (m.num_ctas, 1, 1)
-        if m.cooperative or cluster:
-            k.kernel.launch(grid, m.block, *args, *extra, stream=stream, shared_mem=m.shared,
-                            cooperative=m.cooperative, cluster=cluster)
-        else:
-            k.kernel[grid, m.block, stream, m.shared](*args, *extra)
+        m = k.meta
+        if m.cooperative or self.cluster:
+            k.kernel.launch(self.launch_grid, m.block, *args, *self._tail(stream), stream=stream,
+                            shared_mem=m.shared, cooperative=m.cooperative, cluster=self.cluster)
+            return
+        try:
+            launcher = self.by_stream[stream]
+        except (KeyError, TypeError):
+            launcher = k.kernel[self.launch_grid, m.block, stream, m.shared]
+            if len(self.by_stream) < 64:
+                try:
+                    self.by_stream[stream] = launcher
+                except TypeError:
+                    pass
+        launcher(*args, *self._tail(stream))
 
 
 def load_triton(path: str | os.PathLike) -> TritonKernel:

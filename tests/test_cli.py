@@ -45,7 +45,8 @@ def test_inspect_json_keys():
     assert e["param_size"] == 48
     for p in e["params"]:
         assert {"name", "type", "size", "align", "offset"} <= set(p)
-    assert e["params"][3] == {"name": "add_kernel_param_3", "type": "u32", "size": 4, "align": 4, "offset": 24}
+    assert e["params"][3] == {"name": "add_kernel_param_3", "type": "u32", "size": 4, "align": 4, "offset": 24,
+                              "origin": {"layout": "ptx", "type": "ptx"}}
     assert j["debug"]["kind"] == "dwarf" and ".debug_info" in j["debug"]["sections"]
 
 
@@ -82,8 +83,13 @@ def test_inspect_cubin_json_same_keys_as_ptx():
     assert j["kind"] == "cubin" and j["arch"] == "sm_90"
     e = {x["name"]: x for x in j["entries"]}["k_basic"]
     assert {"name", "params", "param_size", "directives", "registers", "shared", "const", "local"} <= set(e)
-    assert e["params"][2] == {"name": "param_2", "type": "unknown", "size": 4, "align": 4, "offset": 16}
+    assert e["params"][2] == {"name": "param_2", "type": "unknown", "size": 4, "align": 4, "offset": 16,
+                              "origin": {"layout": "cubin"}}
     assert e["param_size"] == 24
+    t = {x["name"]: x for x in j["entries"]}["_Z6k_tmplIfEvPT_S0_i"]  # C++: typed by its mangled name
+    assert [p.get("ctype") for p in t["params"]] == ["float*", "float", "int"]
+    assert t["params"][0]["origin"] == {"layout": "cubin", "pointer": "mangled name", "pointee": "mangled name",
+                                        "ctype": "mangled name"}
     lb = {x["name"]: x for x in j["entries"]}["k_lb"]
     assert lb["directives"] == {"maxntid": [256, 1, 1], "maxnreg": 128} and lb["shared"] == 1024
 

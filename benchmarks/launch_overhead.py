@@ -18,6 +18,7 @@ rounds, never inside one). The ``path`` column says which launch path an nbjit r
 (``--json``) and a bar chart (``--plot FILE.png``, where matplotlib is installed).
 
     python benchmarks/launch_overhead.py [--batch 500] [--repeat 30] [--json out.json] [--plot out.png]
+    python benchmarks/launch_overhead.py --replot out.json --plot out.png   # chart an earlier run
 """
 from __future__ import annotations
 
@@ -85,7 +86,12 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=30)
     ap.add_argument("--json")
     ap.add_argument("--plot", help="write a bar chart (PNG) of the table")
+    ap.add_argument("--replot", metavar="JSON", help="draw --plot from an earlier run's --json (no GPU needed)")
     a = ap.parse_args()
+    if a.replot:
+        d = json.loads(Path(a.replot).read_text())
+        plot(d["rows"], d["floor_us"], d["gpu"], a.plot or "launch_overhead.png")
+        return
 
     torch = None
     if importlib.util.find_spec("torch"):

@@ -13,7 +13,8 @@ floor and the peers, in one process and one table:
   ``@cuda.jit`` dispatch, Triton's own launcher (where Triton and torch are installed)
 
 Each row: the best of ``--repeat`` rounds of ``--batch`` launches (synchronising between
-rounds, never inside one). The ``path`` column says which launch path an nbjit row took
+rounds, never inside one); the rounds go over all rows in turn, so a drift of the machine
+touches every row alike. The ``path`` column says which launch path an nbjit row took
 (``c``: nbjit's C launcher, with how many calls it handed to the Python rules). Writes JSON
 (``--json``) and a bar chart (``--plot FILE.png``, where matplotlib is installed).
 
@@ -45,39 +46,42 @@ extern "C" __global__ void axpy(float* y, const float* __restrict__ x, float a, 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
 
 
-def timeit(fn, sync, batch: int, repeat: int) -> float:
-    for _ in range(batch):  # warm up
-        fn()
-    sync()
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for _ in range(batch):
-            fn()
-        t1 = time.perf_counter()
-        sync()
-        best = min(best, (t1 - t0) / batch)
-    return best * 1e6
-
-
 class Table:
+    """Rows are timed interleaved: each round times every row once, so drifts of the machine
+    (clocks, other tenants) fall on all rows alike; a row's figure is its best round."""
+
     def __init__(self, batch: int, repeat: int):
         self.rows: dict[str, dict] = {}
+        self.todo: list = []
         self.batch, self.repeat = batch, repeat
 
     def add(self, name: str, fn, sync, *, group: str, launcher=None) -> None:
-        if launcher is not None:
-            fn()  # first sight of each dtype: the Python rules learn it
-            sync()
-            launcher.fallbacks = 0
-        us = timeit(fn, sync, self.batch, self.repeat)
-        path = "-"
-        if launcher is not None:
-            path = launcher.path + (f", {launcher.fallbacks} fallbacks" if launcher.path == "c" else "")
-        self.rows[name] = {"us": us, "group": group, "path": path}
+        self.todo.append((name, fn, sync, group, launcher))
 
     def skip(self, name: str, why: str) -> None:
         print(f"{name}: skipped ({why})", file=sys.stderr)
+
+    def run(self) -> None:
+        best = {name: float("inf") for name, *_ in self.todo}
+        for name, fn, sync, group, launcher in self.todo:
+            for _ in range(self.batch):  # warm up; the first sight of a dtype teaches the C path
+                fn()
+            sync()
+            if launcher is not None:
+                launcher.fallbacks = 0
+        for _ in range(self.repeat):
+            for name, fn, sync, group, launcher in self.todo:
+                t0 = time.perf_counter()
+                for _ in range(self.batch):
+                    fn()
+                t1 = time.perf_counter()
+                sync()
+                best[name] = min(best[name], (t1 - t0) / self.batch * 1e6)
+        for name, fn, sync, group, launcher in self.todo:
+            path = "-"
+            if launcher is not None:
+                path = launcher.path + (f", {launcher.fallbacks} fallbacks" if launcher.path == "c" else "")
+            self.rows[name] = {"us": best[name], "group": group, "path": path}
 
 
 def main() -> None:
@@ -136,9 +140,9 @@ def main() -> None:
         tadd = nbjit.load_triton(DATA / "triton/add_kernel")
     out = cuda.device_array(N, np.float32)
     tl = tadd[(N + 1023) // 1024]
+    tl(x, y, out, n32, a32, stream=s)
     t.add("nbjit Triton add (cubin): Numba arrays, numpy scalars, Numba stream",
-          lambda: tl(x, y, out, n32, a32, stream=s), sync, group="route",
-          launcher=tadd.kernel[((N + 1023) // 1024, 1, 1), tadd.meta.block, s, tadd.meta.shared])
+          lambda: tl(x, y, out, n32, a32, stream=s), sync, group="route", launcher=tl.by_stream[s])
 
     # the nbjit.compile route, every argument form
     cfg0 = comp[GRID, BLOCK]
@@ -186,9 +190,8 @@ def main() -> None:
         t.skip("cuda.core", f"{type(e).__name__}: {e}")
     if cp is not None:
         rk = cp.RawKernel(SRC, "axpy")
-        with cs:
-            t.add("CuPy RawKernel: CuPy arrays, numpy scalars", lambda: rk((GRID,), (BLOCK,), (cy, cx, a32, n32)),
-                  cs.synchronize, group="peer")
+        t.add("CuPy RawKernel: CuPy arrays, numpy scalars, CuPy stream",
+              lambda: rk((GRID,), (BLOCK,), (cy, cx, a32, n32), stream=cs), cs.synchronize, group="peer")
 
     @cuda.jit
     def axpy_numba(yy, xx, aa, n):
@@ -205,14 +208,14 @@ def main() -> None:
             o = torch.empty_like(tx)
             tgrid = ((N + 1023) // 1024,)
             ak = triton_kernels.add_kernel[tgrid]
-            with torch.cuda.stream(ts):
-                t.add("Triton's own launcher (add): torch tensors", lambda: ak(tx, ty, o, N, 0.5, BLOCK=1024),
-                      ts.synchronize, group="peer")
+            t.add("Triton's own launcher (add): torch tensors, torch's current stream",
+                  lambda: ak(tx, ty, o, N, 0.5, BLOCK=1024), torch.cuda.synchronize, group="peer")
         except Exception as e:  # a Triton without what the fixture kernels use
             t.skip("Triton launcher", f"{type(e).__name__}: {e}")
     else:
         t.skip("Triton launcher", "Triton or PyTorch is not installed")
 
+    t.run()
     base = min(r["us"] for r in t.rows.values() if r["group"] == "floor")
     width = max(len(k) for k in t.rows) + 2
     print(f"{'':{width}}{'us/launch':>10}{'x floor':>9}  path")

@@ -9,6 +9,8 @@
  *              `accepted`, compared by identity; the Python rules append what they find to
  *              fit), 'q' s64, 'I' 'H' 'B' unsigned, 'i' 'h' 'b' signed, 'f' f32, 'd' f64,
  *              '4' '2' '1' a parameter of that many bytes whose type is unknown (cubins),
+ *              'Z' a trailing parameter the caller does not pass, left zero (Triton's NULL
+ *              scratch pointers),
  *              'X' anything that only the Python rules handle (structs, f16, bf16, ...)
  *   extractors dict {type: callable -> int address, or a tuple of attribute names whose
  *              chain ends in an int-like object} for device arrays (Numba, CuPy, torch, ...)
@@ -88,7 +90,7 @@ typedef struct {
     PyObject_HEAD
     void *func, *stream;
     unsigned dims[7];
-    Py_ssize_t n, size;
+    Py_ssize_t n, nargs, size; /* parameters; arguments expected (n less the 'Z' ones) */
     Py_ssize_t *offsets;
     char *codes;
     PyObject **accepted; /* per parameter: a list (code 'A') or NULL */
@@ -175,6 +177,7 @@ static int launcher_init(PyObject *op, PyObject *args, PyObject *kwds) {
     }
     free_accepted(self);
     self->n = PyTuple_Size(layout);
+    self->nargs = 0;
     self->size = size;
     if (size < 0 || size > 65536) {
         PyErr_SetString(PyExc_ValueError, "parameter buffer size out of range");
@@ -200,6 +203,11 @@ static int launcher_init(PyObject *op, PyObject *args, PyObject *kwds) {
             return -1;
         }
         self->codes[i] = code[0];
+        if (code[0] != 'Z' && i > 0 && self->codes[i - 1] == 'Z') {
+            PyErr_SetString(PyExc_ValueError, "'Z' parameters must come last");
+            return -1;
+        }
+        if (code[0] != 'Z') self->nargs = i + 1;
         if (code[0] == 'A') {
             if (acc == NULL || !PyList_Check(acc)) {
                 PyErr_SetString(PyExc_TypeError, "a typed pointer ('A') needs its list of accepted dtypes");
@@ -513,11 +521,11 @@ static PyObject *launcher_call(PyObject *op, PyObject *args, PyObject *kwds) {
         PyErr_NoMemory();
         goto done;
     }
-    if (nargs != self->n) {
+    if (nargs != self->nargs) {
         fast = 0;
     } else {
         if (self->size) memset(buf, 0, self->size);
-        for (i = 0; i < self->n; i++) {
+        for (i = 0; i < self->nargs; i++) {
             if (!pack_one(self, i, self->codes[i], PyTuple_GetItem(args, i), buf + self->offsets[i])) {
                 fast = 0;
                 break;
@@ -568,10 +576,10 @@ static PyObject *launcher_pack(PyObject *op, PyObject *args) {
     PyObject *out;
     Py_ssize_t i;
     unsigned char *buf;
-    if (!PyTuple_Check(args) || PyTuple_Size(args) != self->n) Py_RETURN_NONE;
+    if (!PyTuple_Check(args) || PyTuple_Size(args) != self->nargs) Py_RETURN_NONE;
     buf = PyMem_Calloc(self->size ? self->size : 1, 1);
     if (!buf) return PyErr_NoMemory();
-    for (i = 0; i < self->n; i++) {
+    for (i = 0; i < self->nargs; i++) {
         if (!pack_one(self, i, self->codes[i], PyTuple_GetItem(args, i), buf + self->offsets[i])) {
             PyMem_Free(buf);
             Py_RETURN_NONE;
@@ -611,6 +619,72 @@ static PyType_Spec launcher_spec = {
     Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC, launcher_slots,
 };
 
+/* ------------------------------------------------------------------ KernelBase
+ * kernel[config] in C: a look-up in the dict `_configs` (set by the subclass), and on a miss
+ * (or an unhashable config) a call of the subclass's `_configure_cached(config)`. */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *configs;
+} KernelBase;
+
+static PyObject *str_configure = NULL;
+
+static PyObject *kernelbase_subscript(PyObject *op, PyObject *key) {
+    KernelBase *self = (KernelBase *)op;
+    if (self->configs != NULL && PyDict_Check(self->configs)) {
+        PyObject *hit = PyDict_GetItemWithError(self->configs, key); /* borrowed */
+        if (hit != NULL) {
+            Py_INCREF(hit);
+            return hit;
+        }
+        if (PyErr_Occurred()) {
+            if (!PyErr_ExceptionMatches(PyExc_TypeError)) return NULL;
+            PyErr_Clear(); /* unhashable: configure without caching */
+        }
+    }
+    return PyObject_CallMethodObjArgs(op, str_configure, key, NULL);
+}
+
+static int kernelbase_traverse(PyObject *op, visitproc visit, void *arg) {
+    Py_VISIT(((KernelBase *)op)->configs);
+    Py_VISIT(Py_TYPE(op));
+    return 0;
+}
+
+static int kernelbase_clear(PyObject *op) {
+    Py_CLEAR(((KernelBase *)op)->configs);
+    return 0;
+}
+
+static void kernelbase_dealloc(PyObject *op) {
+    PyTypeObject *tp = Py_TYPE(op);
+    PyObject_GC_UnTrack(op);
+    kernelbase_clear(op);
+    ((freefunc)PyType_GetSlot(tp, Py_tp_free))(op);
+    Py_DECREF(tp);
+}
+
+static PyMemberDef kernelbase_members[] = {
+    {"_configs", T_OBJECT, offsetof(KernelBase, configs), 0, "configured launchers by [grid, block, ...]"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot kernelbase_slots[] = {
+    {Py_tp_dealloc, kernelbase_dealloc},
+    {Py_tp_traverse, kernelbase_traverse},
+    {Py_tp_clear, kernelbase_clear},
+    {Py_mp_subscript, kernelbase_subscript},
+    {Py_tp_members, kernelbase_members},
+    {Py_tp_doc, "kernel[grid, block, stream, shared] looked up in C."},
+    {0, NULL},
+};
+
+static PyType_Spec kernelbase_spec = {
+    "nbjit._launch.KernelBase", sizeof(KernelBase), 0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC, kernelbase_slots,
+};
+
 static PyMethodDef methods[] = {
     {"set_entry_point", set_entry_point, METH_O, "Set the address of cuLaunchKernel."},
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL,
@@ -623,7 +697,14 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_launch", NULL, -1, 
 PyMODINIT_FUNC PyInit__launch(void) {
     PyObject *m = PyModule_Create(&module), *t;
     if (m == NULL) return NULL;
-    if (str_dtype == NULL && (str_dtype = PyUnicode_InternFromString("dtype")) == NULL) {
+    if ((str_dtype == NULL && (str_dtype = PyUnicode_InternFromString("dtype")) == NULL) ||
+        (str_configure == NULL && (str_configure = PyUnicode_InternFromString("_configure_cached")) == NULL)) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    t = PyType_FromSpec(&kernelbase_spec);
+    if (t == NULL || PyModule_AddObject(m, "KernelBase", t) < 0) {
+        Py_XDECREF(t);
         Py_DECREF(m);
         return NULL;
     }

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -141,7 +142,30 @@ def stream_handle(stream: Any):
                            "with __cuda_stream__, or None)")
 
 
-class Kernel:
+class _PyIndexing:
+    """``kernel[config]`` in Python (where nbjit's C extension is not built)."""
+
+    __slots__ = ("_configs",)
+
+    def __getitem__(self, config):
+        try:
+            return self._configs[config]
+        except (KeyError, TypeError):  # TypeError: an unhashable config (lists)
+            return self._configure_cached(config)
+
+
+def _indexing_base() -> type:
+    """The C look-up of ``kernel[config]`` (``_launch.KernelBase``) where it is built."""
+    if os.environ.get("NBJIT_PURE_PYTHON", "") not in ("", "0"):
+        return _PyIndexing
+    try:
+        from ._launch import KernelBase
+        return KernelBase
+    except ImportError:
+        return _PyIndexing
+
+
+class Kernel(_indexing_base()):  # type: ignore[misc]
     """A kernel of a loaded module.
 
     Launch it as Numba does: ``kernel[grid, block](*args)``, ``kernel[grid, block,
@@ -155,6 +179,7 @@ class Kernel:
     def __init__(self, module, state: _State):
         self.module = module  # keeps the module (and so the function) loaded
         self._s = state
+        self._configs = state.configs
 
     # ------------------------------------------------------------ description
     @property
@@ -198,12 +223,9 @@ class Kernel:
         return f"<nbjit.Kernel {self.name}{self._s.sig}>"
 
     # ------------------------------------------------------------ launching
-    def __getitem__(self, config) -> "_Config":
+    def _configure_cached(self, config) -> "_Config":
+        """``kernel[config]`` where it is not configured yet (the look-up is the base class's)."""
         s = self._s
-        try:
-            return s.configs[config]
-        except (KeyError, TypeError):  # TypeError: an unhashable config (lists)
-            pass
         launcher = self._configure(config)
         try:
             if len(s.configs) >= _MAX_CONFIGS:
@@ -221,10 +243,12 @@ class Kernel:
         shared = config[3] if len(config) > 3 else 0
         return self._config(config[0], config[1], stream, shared)
 
-    def _config(self, grid, block, stream, shared) -> "_Config":
-        """A launch configuration, validated (and the function opted in to its shared memory)."""
+    def _config(self, grid, block, stream, shared, tail: int = 0, count_error=None) -> "_Config":
+        """A launch configuration, validated (and the function opted in to its shared memory).
+        ``tail``: that many trailing parameters are not passed and stay zero (Triton's NULL
+        scratch pointers); ``count_error(got)`` then makes the wrong-count error."""
         return _launcher_type()(self, _dims(grid, "grid", self.name), _dims(block, "block", self.name),
-                                stream, self._shared(shared))
+                                stream, self._shared(shared), tail, count_error)
 
     def _shared(self, nbytes) -> int:
         """Validate dynamic shared memory and opt the function in above the default limit."""
@@ -285,9 +309,12 @@ class _Config:
     """A kernel with its launch configuration (what ``kernel[grid, block, ...]`` returns);
     calling it launches."""
 
-    def _setup(self, kernel: Kernel, grid, block, stream, shared: int) -> None:
+    def _setup(self, kernel: Kernel, grid, block, stream, shared: int, tail: int, count_error) -> None:
         self.kernel = kernel
         self._s = kernel._s
+        self.tail = tail
+        self.nargs = kernel._s.n - tail
+        self.count_error = count_error or kernel._s.packer.count_error
         self.grid, self.block, self.shared = grid, block, shared
         self._stream_obj = stream  # kept alive while the configuration is cached
         self.stream = stream_handle(stream)
@@ -300,6 +327,12 @@ class _Config:
         if shape and any(g % c for g, c in zip(self.grid, shape)):
             raise NbjitLaunchError(f"kernel {self._s.name!r}: grid {self.grid} is not a multiple of its cluster "
                                    f"shape {tuple(shape)}")
+
+    def _pack(self, args: tuple) -> bytes:
+        """The precise rules for the whole buffer (what the C path hands over)."""
+        if len(args) != self.nargs:
+            raise self.count_error(len(args))
+        return self._s.packer.pack(args + (0,) * self.tail if self.tail else args)
 
     def error(self, err) -> NbjitLaunchError:
         return NbjitLaunchError(
@@ -316,13 +349,15 @@ class _PyLauncher(_Config):
     path = "python"
     fallbacks = 0
 
-    def __init__(self, kernel: Kernel, grid, block, stream, shared: int):
-        self._setup(kernel, grid, block, stream, shared)
+    def __init__(self, kernel: Kernel, grid, block, stream, shared: int, tail: int = 0, count_error=None):
+        self._setup(kernel, grid, block, stream, shared, tail, count_error)
 
     def __call__(self, *args) -> None:
         s = self._s
-        if len(args) != s.n:
-            raise s.packer.count_error(len(args))
+        if len(args) != self.nargs:
+            raise self.count_error(len(args))
+        if self.tail:
+            args = args + (0,) * self.tail
         if _MULTI[0]:
             other = _on_current_device(self)
             if other is not None:
@@ -352,11 +387,13 @@ def _launcher_type():
 
                 path = "c"
 
-                def __init__(self, kernel: Kernel, grid, block, stream, shared: int):
-                    self._setup(kernel, grid, block, stream, shared)
+                def __init__(self, kernel: Kernel, grid, block, stream, shared: int, tail: int = 0,
+                             count_error=None):
+                    self._setup(kernel, grid, block, stream, shared, tail, count_error)
                     s = self._s
-                    super().__init__(*self._cfg, s.layout, s.sig.size, _EXTRACTORS, _numbers(), s.packer.pack,
-                                     self._raise)
+                    layout = s.layout[:self.nargs] + tuple((off, "Z") for off, *_ in s.layout[self.nargs:])
+                    super().__init__(*self._cfg, layout, s.sig.size, _EXTRACTORS, _numbers(),
+                                     self._pack if tail else s.packer.pack, self._raise)
 
             kind = _CLauncher
         _LAUNCHER_TYPES.append(kind)

@@ -278,28 +278,47 @@ class _TritonLaunch:
             extra.append(k._buffer("profile", p, max(1, m.profile_scratch_align), stream))
         return tuple(extra)
 
-    def __call__(self, *args, stream=None) -> None:
+    def count_error(self, got: int) -> NbjitArgumentError:
         k = self.k
-        if len(args) != k._n:
-            names = ", ".join(p.name for p in k.kernel.params[: k._n])
-            raise NbjitArgumentError(f"Triton kernel {k.name!r} takes {k._n} runtime arguments ({names}), got "
-                                     f"{len(args)} (constexpr arguments are compiled in; scratch buffers are "
-                                     "nbjit's to pass)")
-        m = k.meta
-        if m.cooperative or self.cluster:
-            k.kernel.launch(self.launch_grid, m.block, *args, *self._tail(stream), stream=stream,
-                            shared_mem=m.shared, cooperative=m.cooperative, cluster=self.cluster)
-            return
+        names = ", ".join(p.name for p in k.kernel.params[: k._n])
+        return NbjitArgumentError(f"Triton kernel {k.name!r} takes {k._n} runtime arguments ({names}), got {got} "
+                                  "(constexpr arguments are compiled in; scratch buffers are nbjit's to pass)")
+
+    def __call__(self, *args, stream=None) -> None:
         try:
-            launcher = self.by_stream[stream]
-        except (KeyError, TypeError):
-            launcher = k.kernel[self.launch_grid, m.block, stream, m.shared]
-            if len(self.by_stream) < 64:
-                try:
-                    self.by_stream[stream] = launcher
-                except TypeError:
-                    pass
-        launcher(*args, *self._tail(stream))
+            launch = self.by_stream[stream]
+        except (KeyError, TypeError):  # TypeError: an unhashable stream object
+            launch = self._configure(stream)
+        launch(*args)
+
+    def _configure(self, stream):
+        """What launches on ``stream``: where the scratch pointers are NULL, the kernel's own
+        configured launcher, told to leave them zero (no Python in the way); else a launch
+        that supplies the stream's scratch buffers."""
+        k, m = self.k, self.k.meta
+        if self.fixed_tail is not None and not (m.cooperative or self.cluster):
+            launch = k.kernel._config(self.launch_grid, m.block, stream, m.shared, len(self.fixed_tail),
+                                      self.count_error)
+        else:
+            def launch(*args):
+                self._launch_with_scratch(args, stream)
+        if len(self.by_stream) < 64:
+            try:
+                self.by_stream[stream] = launch
+            except TypeError:
+                pass
+        return launch
+
+    def _launch_with_scratch(self, args: tuple, stream) -> None:
+        k, m = self.k, self.k.meta
+        if len(args) != k._n:
+            raise self.count_error(len(args))
+        tail = self._tail(stream)
+        if m.cooperative or self.cluster:
+            k.kernel.launch(self.launch_grid, m.block, *args, *tail, stream=stream, shared_mem=m.shared,
+                            cooperative=m.cooperative, cluster=self.cluster)
+        else:
+            k.kernel[self.launch_grid, m.block, stream, m.shared](*args, *tail)
 
 
 def load_triton(path: str | os.PathLike) -> TritonKernel:

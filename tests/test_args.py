@@ -371,3 +371,56 @@ def test_unknown_types_take_the_c_path():
     c, p = c_launcher_for(CUBIN.entry("k_basic"))
     for args in [(0x10, 0x20, 2.0, 5), (0x10, 0x20, np.float32(2.0), np.int32(-5)), (0x10, 0x20, 1.5, 2 ** 32 - 1)]:
         assert c.pack_fast(args) == p.pack(args), args
+
+
+@needs_c
+def test_c_launcher_leaves_trailing_z_parameters_zero():
+    """Triton's NULL scratch pointers: not passed, packed as zeros."""
+    k = typed("k_basic")
+    c, p = c_launcher_for(k)
+    from nbjit.args import _EXTRACTORS
+    from nbjit.kernel import _numbers
+    layout = tuple((q.offset, *_code_of(q, r)) for q, r in zip(k.params[:2], p.rules)) + \
+        tuple((q.offset, "Z") for q in k.params[2:])
+    z = _launch.Launcher(0, 1, 1, 1, 1, 1, 1, 0, 0, layout, k.signature.size, _EXTRACTORS, _numbers(), p.pack,
+                         lambda e: None)
+    assert z.pack_fast((0x10, 0x20)) == struct.pack("<QQfi", 0x10, 0x20, 0.0, 0)
+    assert z.pack_fast((0x10, 0x20, 1.0, 1)) is None  # the count is the passed parameters'
+    with pytest.raises(ValueError, match="'Z' parameters must come last"):
+        _launch.Launcher(0, 1, 1, 1, 1, 1, 1, 0, 0, ((0, "Z"), (8, "P")), 16, _EXTRACTORS, _numbers(), p.pack,
+                         lambda e: None)
+
+
+def _code_of(q, r):
+    from nbjit.kernel import _code
+    return _code(q, r)
+
+
+@pytest.mark.parametrize("base", ["c", "python"])
+def test_kernel_indexing_bases(base):
+    """kernel[config] looks in _configs, and calls _configure_cached on a miss or an
+    unhashable config, in C and in Python alike."""
+    from nbjit.kernel import _PyIndexing
+    if base == "c" and _launch is None:
+        pytest.skip("nbjit's C launch extension is not built")
+    Base = _launch.KernelBase if base == "c" else _PyIndexing
+
+    class K(Base):
+        __slots__ = ("made",)
+
+        def __init__(self):
+            self._configs = {}
+            self.made = []
+
+        def _configure_cached(self, config):
+            self.made.append(config)
+            try:
+                self._configs[config] = ("launcher", config)
+            except TypeError:
+                pass
+            return ("launcher", config)
+
+    k = K()
+    assert k[4, 256] == ("launcher", (4, 256)) and k[4, 256] == ("launcher", (4, 256))
+    assert k.made == [(4, 256)]
+    assert k[[4], 256] == ("launcher", ([4], 256)) and len(k.made) == 2  # unhashable: configured each time

@@ -145,7 +145,7 @@ def test_triton_routes_are_typed_and_fast(cuda, tmp_path):
         s = cuda.stream()
         grid = ((n + 1023) // 1024,)
         tk[grid](dx, dy, out, n, np.float32(0.5), stream=s)
-        launcher = tk.kernel[(grid[0], 1, 1), tk.meta.block, s, tk.meta.shared]
+        launcher = tk[grid].by_stream[s]  # the kernel's launcher, leaving the NULL scratch pointers zero
         launcher.fallbacks = 0
         tk[grid](dx, dy, out, n, np.float32(0.5), stream=s)
         s.synchronize()
@@ -153,6 +153,8 @@ def test_triton_routes_are_typed_and_fast(cuda, tmp_path):
         assert launcher.path == PATH and launcher.fallbacks == 0
         with pytest.raises(NbjitArgumentError, match="x_ptr.*float64"):
             tk[grid](cuda.device_array(n, np.float64), dy, out, n, 0.5)
+        with pytest.raises(NbjitArgumentError, match="Triton kernel 'add_kernel' takes 5 runtime arguments"):
+            tk[grid](dx, dy, out, n, 0.5, 0, 0)
 
 
 def test_untyped_cubin_kernels_still_take_the_fast_path(cuda):

@@ -394,7 +394,7 @@ static int pack_one(Launcher *self, Py_ssize_t idx, char code, PyObject *o, unsi
             return r == 0;
         }
     }
-    case 'A': {
+    case 'A': case 'P': { /* a pointer: an int address, None, an array ('A': of an accepted dtype) */
         unsigned long long v;
         int ok = 1;
         if (PyLong_CheckExact(o)) {
@@ -407,24 +407,7 @@ static int pack_one(Launcher *self, Py_ssize_t idx, char code, PyObject *o, unsi
             v = 0;
         } else {
             v = extract(self, o, &ok);
-            if (!ok || !dtype_accepted(o, self->accepted[idx])) return 0;
-        }
-        memcpy(dst, &v, 8);
-        return 1;
-    }
-    case 'P': {
-        unsigned long long v;
-        int ok = 1;
-        if (PyLong_CheckExact(o)) {
-            v = PyLong_AsUnsignedLongLong(o);
-            if (v == (unsigned long long)-1 && PyErr_Occurred()) {
-                PyErr_Clear();
-                return 0;
-            }
-        } else if (o == Py_None) {
-            v = 0;
-        } else {
-            v = extract(self, o, &ok);
+            if (ok && code == 'A' && !dtype_accepted(o, self->accepted[idx])) return 0;
             if (!ok) {
                 PyObject *i = as_pyint(self, o);
                 if (i == NULL) return 0;

@@ -166,13 +166,31 @@ needs_c = pytest.mark.skipif(_launch is None, reason="nbjit's C launch extension
 
 
 def c_launcher(info, name):
+    return c_launcher_for(info.entry(name))
+
+
+def c_launcher_for(k, tail=0):
+    """A C launcher for KernelInfo ``k`` (never launched: no entry point) and its packer; the
+    last ``tail`` parameters are not passed (left zero)."""
     from nbjit.args import _EXTRACTORS
     from nbjit.kernel import _code, _numbers
-    k = info.entry(name)
-    p = ArgPacker(k.signature, name)
-    layout = tuple((q.offset, *_code(q, r)) for q, r in zip(k.params, p.rules))
+    p = ArgPacker(k.signature, k.name)
+    n = len(k.params) - tail
+    layout = tuple((q.offset, *_code(q, r)) for q, r in zip(k.params[:n], p.rules)) + \
+        tuple((q.offset, "Z") for q in k.params[n:])
     return _launch.Launcher(0, 1, 1, 1, 1, 1, 1, 0, 0, layout, k.signature.size, _EXTRACTORS, _numbers(),
                             p.pack, lambda e: None), p
+
+
+def assert_agree(c, p, args) -> None:
+    """Whatever the C rules pack, the Python rules pack identically (or C declines)."""
+    fast = c.pack_fast(args)
+    try:
+        want = p.pack(args)
+    except NbjitArgumentError:
+        want = None
+    if fast is not None:
+        assert fast == want, (args, fast, want)
 
 
 scalar = st.one_of(st.integers(-(2 ** 65), 2 ** 65), st.floats(allow_nan=False), st.booleans(),
@@ -186,28 +204,14 @@ scalar = st.one_of(st.integers(-(2 ** 65), 2 ** 65), st.floats(allow_nan=False),
 def test_c_rules_agree_with_python(args):
     """Whatever the C rules pack, the Python rules pack identically; what C declines,
     the Python rules decide (and C then calls them)."""
-    c, p = c_launcher(KERNELS, "k_basic")
-    fast = c.pack_fast(args)
-    try:
-        want = p.pack(args)
-    except NbjitArgumentError:
-        want = None
-    if fast is not None:
-        assert fast == want, (args, fast, want)
+    assert_agree(*c_launcher(KERNELS, "k_basic"), args)
 
 
 @needs_c
 @settings(max_examples=300, deadline=None)
 @given(args=st.tuples(*([scalar] * 12)))
 def test_c_rules_agree_on_every_width(args):
-    c, p = c_launcher(KERNELS, "k_widths")
-    fast = c.pack_fast(args[:11])
-    try:
-        want = p.pack(args[:11])
-    except NbjitArgumentError:
-        want = None
-    if fast is not None:
-        assert fast == want
+    assert_agree(*c_launcher(KERNELS, "k_widths"), args[:11])
 
 
 @needs_c
@@ -323,15 +327,6 @@ def test_c_path_checks_dtypes_like_python():
     assert c.pack_fast((0x10, None, 1.0, -3)) == struct.pack("<QQfi", 0x10, 0, 1.0, -3)
 
 
-def c_launcher_for(k):
-    from nbjit.args import _EXTRACTORS
-    from nbjit.kernel import _code, _numbers
-    p = ArgPacker(k.signature, k.name)
-    layout = tuple((q.offset, *_code(q, r)) for q, r in zip(k.params, p.rules))
-    return _launch.Launcher(0, 1, 1, 1, 1, 1, 1, 0, 0, layout, k.signature.size, _EXTRACTORS, _numbers(),
-                            p.pack, lambda e: None), p
-
-
 arrays = st.sampled_from([FakeArray(0x1000, d) for d in ("f4", "f8", "i4", "u4", "f2", "c8", "?")])
 
 
@@ -341,13 +336,7 @@ arrays = st.sampled_from([FakeArray(0x1000, d) for d in ("f4", "f8", "i4", "u4",
 def test_c_and_python_agree_on_typed_pointers(args):
     c, p = c_launcher_for(typed("k_basic"))
     for _ in range(2):  # before and after the Python rules have accepted a dtype
-        fast = c.pack_fast(args)
-        try:
-            want = p.pack(args)
-        except NbjitArgumentError:
-            want = None
-        if fast is not None:
-            assert fast == want, (args, fast, want)
+        assert_agree(c, p, args)
 
 
 @needs_c
@@ -355,15 +344,7 @@ def test_c_and_python_agree_on_typed_pointers(args):
 @given(args=st.tuples(*([scalar] * 11)))
 def test_c_and_python_agree_on_unknown_types(args):
     """Cubin parameters of unknown type (sizes 1, 2, 4, 8): same bytes or a decline."""
-    k = CUBIN.entry("k_widths")
-    c, p = c_launcher_for(k)
-    fast = c.pack_fast(args)
-    try:
-        want = p.pack(args)
-    except NbjitArgumentError:
-        want = None
-    if fast is not None:
-        assert fast == want, (args, fast, want)
+    assert_agree(*c_launcher_for(CUBIN.entry("k_widths")), args)
 
 
 @needs_c
@@ -376,24 +357,14 @@ def test_unknown_types_take_the_c_path():
 @needs_c
 def test_c_launcher_leaves_trailing_z_parameters_zero():
     """Triton's NULL scratch pointers: not passed, packed as zeros."""
-    k = typed("k_basic")
-    c, p = c_launcher_for(k)
     from nbjit.args import _EXTRACTORS
     from nbjit.kernel import _numbers
-    layout = tuple((q.offset, *_code_of(q, r)) for q, r in zip(k.params[:2], p.rules)) + \
-        tuple((q.offset, "Z") for q in k.params[2:])
-    z = _launch.Launcher(0, 1, 1, 1, 1, 1, 1, 0, 0, layout, k.signature.size, _EXTRACTORS, _numbers(), p.pack,
-                         lambda e: None)
+    z, p = c_launcher_for(typed("k_basic"), tail=2)
     assert z.pack_fast((0x10, 0x20)) == struct.pack("<QQfi", 0x10, 0x20, 0.0, 0)
     assert z.pack_fast((0x10, 0x20, 1.0, 1)) is None  # the count is the passed parameters'
     with pytest.raises(ValueError, match="'Z' parameters must come last"):
         _launch.Launcher(0, 1, 1, 1, 1, 1, 1, 0, 0, ((0, "Z"), (8, "P")), 16, _EXTRACTORS, _numbers(), p.pack,
                          lambda e: None)
-
-
-def _code_of(q, r):
-    from nbjit.kernel import _code
-    return _code(q, r)
 
 
 @pytest.mark.parametrize("base", ["c", "python"])

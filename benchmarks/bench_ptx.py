@@ -5,6 +5,7 @@ line-loop PTX parser does: per line, drop the comment, count braces, match the
 directives). Prints MB/s and the ratios; writes JSON with --json FILE.
 
     python benchmarks/bench_ptx.py [--mb 20] [--repeat 5] [--json out.json]
+    python benchmarks/bench_ptx.py --hostile     # MB/s on the hostile families of tests/test_ptx.py
 """
 from __future__ import annotations
 
@@ -129,7 +130,10 @@ def main() -> None:
     ap.add_argument("--mb", type=float, default=20.0)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--json")
+    ap.add_argument("--hostile", action="store_true", help="MB/s on hostile texts (goal: >= 5 MB/s each)")
     a = ap.parse_args()
+    if a.hostile:
+        return hostile(a.repeat)
     text = build_text(a.mb)
     mb = len(text.encode()) / 1e6
 
@@ -155,6 +159,30 @@ def main() -> None:
     if a.json:
         Path(a.json).write_text(json.dumps({"mb": mb, "rows": rows, "inspect_speedup": r_inspect,
                                             "strip_speedup": r_strip}, indent=2))
+
+
+def hostile(repeat: int) -> None:
+    """Each family of text that once made a reader super-linear, at about 1 MB."""
+    import sys
+    sys.path.insert(0, str(DATA.parent))
+    from test_ptx import FAMILIES, STRIP_FAMILIES
+
+    from nbjit import NbjitError
+
+    def quiet(fn):
+        def run(t):
+            try:
+                fn(t)
+            except NbjitError:
+                pass
+        return run
+
+    print(f"{'family':32}{'MB':>6}{'MB/s':>9}")
+    for name, make in [*FAMILIES.items(), *STRIP_FAMILIES.items()]:
+        text = make(1_000_000)
+        fn = quiet(inspect_ptx if name in FAMILIES else strip_debug)
+        t = best(fn, text, repeat)
+        print(f"{name:32}{len(text) / 1e6:6.2f}{len(text) / 1e6 / t:9.1f}")
 
 
 if __name__ == "__main__":

@@ -8,12 +8,16 @@ whole-text regular expressions; Python-level work is per declaration, not per li
 """
 from __future__ import annotations
 
+import difflib
 import re
 import sys
 from dataclasses import dataclass, field
 
 from .errors import PtxParseError
 from .signature import SCALAR_TYPES, Directives, KernelInfo, KernelSignature, find_entry, layout
+
+_NO_DIRECTIVES = Directives()
+_NO_PARAMS = KernelSignature((), 0)
 
 __all__ = [
     "PtxInfo",
@@ -175,7 +179,9 @@ _STRING_BRACE = re.compile(r'"[^"\n{}]*' + _PLUS + r"[{}]")
 # str.find is slow for two-character needles whose first character is common; the
 # regex engine's literal search is not.
 _BLOCK_OPEN = re.compile(r"/\*")
-_CLOSE_LINE = re.compile(r"\n\}")
+_LONG_LINE = 4096
+_HEAD_END = re.compile(r"[{;]")
+_LINKAGE_TAIL = re.compile(r"(?:\.(?:visible|weak|extern|common)\s+)+\Z")
 
 
 class _Unterminated(Exception):
@@ -183,7 +189,7 @@ class _Unterminated(Exception):
         self.what, self.pos = what, pos
 
 
-def _blank(seg: str, meta: list | None = None) -> str:
+def _blank(seg: str, meta: list | None = None, base: int = 0) -> str:
     """``seg`` with comments turned to spaces (line breaks kept) and string contents to
     'x': same length and offsets, and nothing in a comment or string looks like code.
     Triton metadata comments are appended to ``meta``."""
@@ -195,20 +201,20 @@ def _blank(seg: str, meta: list | None = None) -> str:
         if s[0] == '"':
             return '"' + "x" * (len(s) - 2) + '"'
         if meta is not None and s[1] == "/":
-            _note_meta(s, meta)
+            _note_meta(s, meta, base + m.start())
         return _NON_NEWLINE.sub(" ", s)
 
     return _LEX.sub(repl, seg)
 
 
-def _note_meta(comment: str, meta: list) -> None:
+def _note_meta(comment: str, meta: list, pos: int) -> None:
     mm = _META.match(comment)
     if mm:
-        meta.append((mm.group(1), mm.group(2), 0))
+        meta.append((mm.group(1), mm.group(2), 0, pos))
         return
     mm = _LEGACY.match(comment)
     if mm and mm.group(1) in _LEGACY_META:
-        meta.append((_LEGACY_META[mm.group(1)], mm.group(2), 1))
+        meta.append((_LEGACY_META[mm.group(1)], mm.group(2), 1, pos))
 
 
 def _line(text: str, pos: int) -> int:
@@ -221,11 +227,14 @@ _VERSION = re.compile(r"\.version\s+(\d+)\.(\d+)\b")
 _TARGET = re.compile(r"\.target\s+([^\n;]*)")
 _ADDR = re.compile(r"\.address_size\s+(\d+)")
 _DECL = re.compile(r"\.entry\b|\.func\b")
-_LINKAGE = re.compile(r"((?:\.(?:visible|weak|extern|common)\s+)*)\Z")
+_LINKAGE_WORDS = (".visible", ".weak", ".extern", ".common")
 _NAME = re.compile(r"\s*([A-Za-z_$%][\w$%]*)")
 _PTOKEN = re.compile(r"\.\w+|\d+|[A-Za-z_$%][\w$%]*|\S")
 _DIRECTIVE = re.compile(r"\.(\w+)((?:\s*\d+\s*,)*\s*\d+)?|\S+")
-_VAR = re.compile(r"\.(global|const|shared)\b([^;]*);")
+_VAR = re.compile(r"\.(global|const|shared)\b((?:[^;.]|\.(?!(?:global|const|shared)\b))*);")
+_VAR_START = re.compile(r"\.(?:global|const|shared)\b")
+_IDENT = re.compile(r"[A-Za-z_$][\w$]*")
+_MAX_DIGITS = 19
 _VARTOK = re.compile(r"\.\w+|\d+|[A-Za-z_$%][\w$%]*|\[|\]|=")
 _LOC = re.compile(r"\.loc\b")
 _FILE = re.compile(r'\.file\s+(\d+)\s+"')
@@ -233,10 +242,22 @@ _PRAGMA = re.compile(r'\.pragma\s*"x*"\s*;')
 _SECTION = re.compile(r"\.section\s+(\.[\w.$]+)")
 
 _SPACES = ("global", "shared", "const", "local", "param")
+# What may start a line at module scope (directives, and the data directives of DWARF
+# sections); anything else beginning with '.' is a misspelling or not PTX.
+_MODULE_DIRECTIVES = (
+    "version", "target", "address_size", "file", "section", "global", "const", "shared", "local", "extern",
+    "visible", "weak", "common", "entry", "func", "pragma", "align", "alias", "callprototype", "loc",
+    "b8", "b16", "b32", "b64", "u8", "u16", "u32", "u64", "s8", "s16", "s32", "s64", "f16", "f32", "f64",
+    "attribute", "tex", "surf", "sampler", "texref", "surfref", "samplerref")
+# Any directive word at module scope: the above, types, vector and DWARF section names.
+_SCOPE_UNKNOWN = re.compile(r"\.(?!(?:" + "|".join(_MODULE_DIRECTIVES) + r"|v2|v4|v8|ptr|managed|unified|"
+                            r"[bsuf](?:8|16|32|64)|f16x2|bf16|bf16x2|b128|pred|debug_\w+|nv_debug\w*)\b)"
+                            r"([A-Za-z_]\w*)")
+_DWARF_LINE = re.compile(r"@@DWARF[^\n]*")
+_SCOPE_INSTRUCTION = re.compile(r"^[ \t]*([a-z][a-z0-9]*(?:\.[\w]+)*)[ \t]+[%\[][^\n]*;", re.M)
 _DIRECTIVES_N = {"maxntid", "reqntid", "reqnctapercluster"}
 _DIRECTIVES_1 = {"minnctapersm", "maxnctapersm", "maxnreg", "maxclusterrank"}
 _DIRECTIVES_0 = {"noreturn", "explicitcluster", "blocksareclusters"}
-_CHUNK = 1 << 16
 
 
 def inspect_ptx(text: str | bytes, *, source: str | None = None) -> PtxInfo:
@@ -275,16 +296,32 @@ class _Parser:
     def __init__(self, text: str, source: str | None):
         self.t = text
         self.source = source
-        self.meta: list[tuple[str, str, int]] = []
-        # Block comments can span anything: then blank the whole text once up front.
-        self.v = self.blank(0, len(text), self.meta, text) if _BLOCK_OPEN.search(text) else text
+        self.meta: list[tuple[str, str, int, int]] = []
+        self.full = False  # whether self.v is the whole text with comments and strings blanked
+        self._braces: dict[int, int] | None = None
+        self._unclosed: list[int] = []
+        self.v = text
+        if "//" not in text and '"' not in text and "/*" not in text:
+            self.full = True  # nothing to blank: the text is its own code view
+        elif _BLOCK_OPEN.search(text):
+            self.to_full()  # block comments can span anything: blank the whole text once
+
+    def to_full(self) -> None:
+        """Blank every comment and string of the text, once (linear time), collecting the
+        Triton metadata comments afresh; from then on every search reads this view."""
+        if not self.full:
+            self.meta.clear()
+            self.v = self.blank(0, len(self.t), self.meta, self.t)
+            self.full = True
 
     def error(self, msg: str, pos: int | None = None) -> PtxParseError:
         return PtxParseError(msg, source=self.source, line=None if pos is None else _line(self.t, pos))
 
     def blank(self, a: int, b: int, meta: list | None = None, text: str | None = None) -> str:
+        if self.full and text is None:
+            return self.v[a:b]
         try:
-            return _blank((self.v if text is None else text)[a:b], meta)
+            return _blank((self.v if text is None else text)[a:b], meta, a)
         except _Unterminated as e:
             raise self.error(f"unterminated {e.what}", a + e.pos) from None
 
@@ -292,18 +329,44 @@ class _Parser:
         b = self.v.find("\n", i)
         return self.v.rfind("\n", 0, i) + 1, len(self.v) if b == -1 else b
 
-    def in_code(self, i: int) -> bool:
-        """Whether position ``i`` is code, not inside a comment or string."""
-        a, b = self.line_span(i)
-        return self.blank(a, b)[i - a] == self.v[i]
-
     def find_code(self, rx: re.Pattern, pos: int, end: int | None = None) -> re.Match | None:
+        """The first match of ``rx`` in code (not in a comment or string) from ``pos``. A
+        match is checked by blanking its line; the first one that is not code (or sits on a
+        very long line) switches to the fully blanked view, so the cost stays linear."""
+        if self.full:
+            return rx.search(self.v, pos) if end is None else rx.search(self.v, pos, end)
         end = len(self.v) if end is None else end
-        while True:
-            m = rx.search(self.v, pos, end)
-            if m is None or self.in_code(m.start()):
-                return m
-            pos = m.start() + 1
+        m = rx.search(self.v, pos, end)
+        if m is None or self.full:
+            return m
+        a, b = self.line_span(m.start())
+        if b - a <= _LONG_LINE and self.blank(a, b)[m.start() - a] == self.v[m.start()]:
+            return m
+        self.to_full()
+        return rx.search(self.v, pos, end)
+
+    def braces(self) -> dict[int, int]:
+        """Where each code '{' closes: one pass over the text's braces, checking balance."""
+        if self._braces is None:
+            if not self.full and (_COMMENT_BRACE.search(self.v) or
+                                  ('"' in self.v and _STRING_BRACE.search(self.v))):
+                self.to_full()  # a comment or string holds a brace: count code braces only
+            v = self.v
+            opens, closes = _positions(v, "{"), _positions(v, "}")
+            table: dict[int, int] = {}
+            stack: list[int] = []
+            i = 0
+            for c in closes:  # merge the two sorted lists, matching each '}' to its '{'
+                while i < len(opens) and opens[i] < c:
+                    stack.append(opens[i])
+                    i += 1
+                if not stack:
+                    raise self.error("unbalanced '}': no '{' opens it", c)
+                table[stack.pop()] = c
+            stack.extend(opens[i:])
+            self._unclosed = stack  # reported by whoever needs one closed, else at the end
+            self._braces = table
+        return self._braces
 
     def check_chars(self) -> None:
         v = self.v
@@ -338,7 +401,9 @@ class _Parser:
         if not targets:
             raise self.error("'.target' names no architecture", t.start())
         a = _ADDR.search(g)
-        return (int(v.group(1)), int(v.group(2))), targets, debug, int(a.group(1)) if a else None
+        n = self.number
+        return ((n(v.group(1), ".version", v.start()), n(v.group(2), ".version", v.start())), targets, debug,
+                n(a.group(1), ".address_size", a.start()) if a else None)
 
     # -- declarations
     def parse(self) -> PtxInfo:
@@ -353,8 +418,13 @@ class _Parser:
             d = self.find_code(_DECL, pos)
             gap_end = len(v) if d is None else d.start()
             g = self.blank(pos, gap_end, self.meta)
-            lk = _LINKAGE.search(g).group(1)
-            gaps.append((pos, g[: len(g) - len(lk)]))
+            if g.isspace():  # the usual gap between two kernels
+                lk, scope = "", g
+            else:
+                lk = _trailing_linkage(g)
+                scope = g[: len(g) - len(lk)] if lk else g
+                self.check_scope(scope, pos)
+            gaps.append((pos, scope))
             if header is None:
                 header = self.header(g)
             if d is None:
@@ -366,6 +436,10 @@ class _Parser:
             else:
                 fn, pos = self.func(d.end(), linkage)
                 funcs.append(fn)
+        funcs = _merge_functions(funcs)
+        self.braces()
+        if self._unclosed:
+            raise self.error("unbalanced '{': no '}' closes it (truncated text?)", self._unclosed[-1])
         version, targets, target_debug, addr = header
         # .file, .section and variables live at module scope: look only between bodies.
         globals_ = [x for off, g in gaps for x in self.variables(g, off)]
@@ -377,20 +451,36 @@ class _Parser:
             dwarf_legacy=any("@@DWARF" in g for _, g in gaps),
             target_debug=target_debug,
         )
-        metadata, keys = _metadata(self.meta, entries)
+        metadata, keys = _metadata(self.meta, entries, self.number)
         return PtxInfo(version, targets, addr, tuple(entries), tuple(funcs), tuple(globals_), debug,
                        metadata, keys, self.source)
+
+    def check_scope(self, g: str, off: int) -> None:
+        """Module scope holds directives and declarations only: an unknown directive (a
+        misspelled ``.entyr``) or an instruction there is an error, as it is for ptxas."""
+        if "@@DWARF" in g:  # legacy DWARF lines hold assembler directives of their own
+            g = _DWARF_LINE.sub(lambda m: " " * len(m.group()), g)
+        bad = _SCOPE_UNKNOWN.search(g)
+        if bad:
+            word = bad.group(1)
+            close = difflib.get_close_matches(word, _MODULE_DIRECTIVES, n=1)
+            raise self.error(f"unknown directive .{word} at module scope"
+                             + (f" (did you mean .{close[0]}?)" if close else ""), off + bad.start(1))
+        ins = _SCOPE_INSTRUCTION.search(g)
+        if ins:
+            raise self.error(f"instruction {ins.group(1)!r} outside a function body (a stray '}}' before it?)",
+                             off + ins.start(1))
 
     def files(self, gaps):
         for off, g in gaps:
             for f in _FILE.finditer(g):
                 q = f.end()
-                yield int(f.group(1)), self.t[off + q: off + g.index('"', q)]
+                yield self.number(f.group(1), ".file", off + f.start()), self.t[off + q: off + g.index('"', q)]
 
     def declaration(self, pos: int, what: str) -> tuple[str, int, int]:
         """The blanked text from ``pos`` to the '{' or ';' that ends a declaration's head,
         and where that head ends."""
-        end = self.find_code(re.compile(r"[{;]"), pos)
+        end = self.find_code(_HEAD_END, pos)
         if end is None:
             raise self.error(f"{what} has no body (truncated text?)", pos)
         return self.blank(pos, end.start()), end.start(), end.group() == "{"
@@ -418,40 +508,15 @@ class _Parser:
 
     def match_brace(self, start: int, what: str) -> int:
         """The end of the body whose '{' is at ``start``."""
-        v = self.v
-        # Fast path: compilers close a function with '}' in column 0, and their comments
-        # hold no braces; then the raw counts are exact.
-        cand = _CLOSE_LINE.search(v, start)
-        tries = 0
-        while cand is not None and tries < 8:
-            end = cand.end()
-            if v.count("{", start, end) == v.count("}", start, end):
-                if _COMMENT_BRACE.search(v, start, end) is None and (
-                        v.find('"', start, end) == -1 or _STRING_BRACE.search(v, start, end) is None):
-                    return end
-                break
-            cand = _CLOSE_LINE.search(v, end)
-            tries += 1
-        # Exact path: count code braces chunk by chunk (each chunk ends at a line break).
-        depth = 0
-        p = start
-        while p < len(v):
-            q = v.find("\n", min(p + _CHUNK, len(v)))
-            q = len(v) if q == -1 else q + 1
-            chunk = self.blank(p, q)
-            for b in re.finditer(r"[{}]", chunk):
-                depth += 1 if b.group() == "{" else -1
-                if depth == 0:
-                    return p + b.end()
-            p = q
-        raise self.error(f"unterminated body of {what} (missing '}}'; truncated text?)", start)
+        close = self.braces().get(start)
+        if close is None:
+            raise self.error(f"unterminated body of {what} (missing '}}'; truncated text?)", start)
+        return close + 1
 
     def params(self, inner: str, pos: int, what: str) -> KernelSignature:
-        specs = []
-        if inner.strip():
-            for i, chunk in enumerate(inner.split(",")):
-                specs.append(self.param(chunk, i, pos, what))
-        return layout(specs)
+        if not inner or inner.isspace():
+            return _NO_PARAMS
+        return layout([self.param(chunk, i, pos, what) for i, chunk in enumerate(inner.split(","))])
 
     def param(self, chunk: str, index: int, pos: int, what: str):
         toks = _PTOKEN.findall(chunk)
@@ -466,7 +531,7 @@ class _Parser:
             if tk == ".align":
                 if i + 1 >= len(toks) or not toks[i + 1].isdigit():
                     raise self.error(f"parameter {index} of {what}: '.align' needs a number", pos)
-                val = int(toks[i + 1])
+                val = self.number(toks[i + 1], ".align", pos)
                 if val <= 0 or val & (val - 1):
                     raise self.error(f"parameter {index} of {what}: alignment {val} is not a power of two", pos)
                 if pointer:
@@ -487,7 +552,7 @@ class _Parser:
                     raise self.error(f"parameter {index} of {what}: unknown type or qualifier {tk!r}", pos)
             elif tk == "[":
                 if i + 2 < len(toks) and toks[i + 1].isdigit() and toks[i + 2] == "]":
-                    count = int(toks[i + 1])
+                    count = self.number(toks[i + 1], "array size", pos)
                     i += 3
                     continue
                 if i + 1 < len(toks) and toks[i + 1] == "]":
@@ -507,12 +572,14 @@ class _Parser:
         return (name, typ, SCALAR_TYPES[typ], count, pointer, space, align, palign)
 
     def directives(self, text: str, pos: int, what: str) -> Directives:
+        if not text or text.isspace():
+            return _NO_DIRECTIVES
         kw: dict = {}
         for d in _DIRECTIVE.finditer(text):
             word, nums = d.group(1), d.group(2)
             if word is None:
                 raise self.error(f"unexpected {d.group()[:30]!r} before the body of {what}", pos)
-            vals = tuple(int(x) for x in nums.split(",")) if nums else ()
+            vals = tuple(self.number(x.strip(), f".{word}", pos) for x in nums.split(",")) if nums else ()
             if word in _DIRECTIVES_N:
                 if not 1 <= len(vals) <= 3:
                     raise self.error(f".{word} of {what} needs 1 to 3 values", pos)
@@ -531,12 +598,23 @@ class _Parser:
 
     def entry(self, pos: int, linkage: str | None) -> tuple[KernelInfo, int]:
         h, hend, defined = self.declaration(pos, "'.entry'")
-        name, p = self.name_at(h, 0, pos, ".entry")
-        what = f"kernel {name!r}"
-        inner, p = self.paren_list(h, p, pos, what)
-        sig = self.params(inner or "", pos + p, what)
-        d = self.directives(_PRAGMA.sub("", h[p:]), pos + p, what)
-        end = self.match_brace(hend, what) if defined else hend + 1
+        n = _NAME.match(h)
+        if not n:
+            raise self.error("expected a name after .entry", pos)
+        name, p = n.group(1), n.end()
+        if h.startswith("()", p):  # the common shape of small kernels: no parameters
+            inner, p = "", p + 2
+        else:
+            inner, p = self.paren_list(h, p, pos, f"kernel {name!r}")
+        sig = self.params(inner, pos + p, f"kernel {name!r}") if inner else _NO_PARAMS
+        rest = h[p:]
+        d = _NO_DIRECTIVES if not rest or rest.isspace() else self.directives(
+            _PRAGMA.sub("", rest) if ".pragma" in rest else rest, pos + p, f"kernel {name!r}")
+        if defined:
+            close = (self._braces if self._braces is not None else self.braces()).get(hend)
+            end = close + 1 if close is not None else self.match_brace(hend, f"kernel {name!r}")
+        else:
+            end = hend + 1
         return KernelInfo(name, sig, d, linkage), end
 
     def func(self, pos: int, linkage: str | None) -> tuple[FuncInfo, int]:
@@ -551,54 +629,118 @@ class _Parser:
         return FuncInfo(name, linkage, defined, d.noreturn), end
 
     def variables(self, g: str, off: int):
-        for v in _VAR.finditer(g):
-            toks = _VARTOK.findall(v.group(2))
-            lk = _LINKAGE.search(g, max(0, v.start() - 64), v.start()).group(1)
-            linkage = lk.split()[-1][1:] if lk.strip() else None
-            typ = name = None
-            align = None
-            dims: list[int | None] = []
-            init = False
-            i = 0
-            while i < len(toks):
-                tk = toks[i]
-                if tk == "=":
-                    init = True
-                    break
-                if tk == ".align" and i + 1 < len(toks) and toks[i + 1].isdigit():
-                    align = int(toks[i + 1])
-                    i += 2
+        pos = 0
+        while True:
+            start = _VAR_START.search(g, pos)
+            if start is None:
+                return
+            v = _VAR.match(g, start.start())
+            if v is None:
+                raise self.error(f"malformed {start.group()} declaration (no ';' ends it)", off + start.start())
+            pos = v.end()
+            yield self.variable(v, g, off)
+
+    def variable(self, v: re.Match, g: str, off: int) -> GlobalVar:
+        pos = off + v.start()
+        toks = _VARTOK.findall(v.group(2))
+        lk = _trailing_linkage(g, max(0, v.start() - 64), v.start())
+        linkage = lk.split()[-1][1:] if lk.strip() else None
+        typ = name = None
+        align = None
+        dims: list[int | None] = []
+        init = False
+        i = 0
+        while i < len(toks):
+            tk = toks[i]
+            if tk == "=":
+                init = True
+                break
+            if tk == ".align" and i + 1 < len(toks) and toks[i + 1].isdigit():
+                align = self.number(toks[i + 1], ".align", pos)
+                i += 2
+                continue
+            if tk.startswith("."):
+                if tk[1:] in SCALAR_TYPES:
+                    typ = tk[1:]
+            elif tk == "[":
+                if i + 1 < len(toks) and toks[i + 1].isdigit():
+                    dims.append(self.number(toks[i + 1], "array size", pos))
+                    i += 3
                     continue
-                if tk.startswith("."):
-                    if tk[1:] in SCALAR_TYPES:
-                        typ = tk[1:]
-                elif tk == "[":
-                    if i + 1 < len(toks) and toks[i + 1].isdigit():
-                        dims.append(int(toks[i + 1]))
-                        i += 3
-                        continue
-                    dims.append(None)
-                    i += 2
-                    continue
-                elif name is None and not tk.isdigit():
-                    name = tk
-                i += 1
-            if typ is None or name is None:
-                raise self.error(f"malformed .{v.group(1)} variable declaration", off + v.start())
-            elem = SCALAR_TYPES[typ]
-            size: int | None = elem
-            for n in dims:
-                size = None if (n is None or size is None) else size * n
-            yield GlobalVar(name, v.group(1), typ, size, align or elem, linkage, init)
+                dims.append(None)
+                i += 2
+                continue
+            elif name is None and not tk.isdigit():
+                name = tk
+            i += 1
+        if typ is None or name is None or not _IDENT.fullmatch(name):
+            raise self.error(f"malformed .{v.group(1)} variable declaration", pos)
+        elem = SCALAR_TYPES[typ]
+        size: int | None = elem
+        for n in dims:
+            size = None if (n is None or size is None) else size * n
+        return GlobalVar(name, v.group(1), typ, size, align or elem, linkage, init)
+
+    def number(self, digits: str, what: str, pos: int) -> int:
+        """A decimal number of the text, bounded (Python's int() refuses > 4300 digits)."""
+        if len(digits) > _MAX_DIGITS:
+            raise self.error(f"{what} {digits[:12]}... has {len(digits)} digits: not a number PTX can hold", pos)
+        return int(digits)
 
 
-def _metadata(meta: list[tuple[str, str, int]], entries: list[KernelInfo]) -> tuple[dict, tuple[str, ...]]:
+def _positions(text: str, ch: str) -> list[int]:
+    """Every index of ``ch`` in ``text`` (str.find is far faster than a regex scan)."""
+    out = []
+    i = text.find(ch)
+    while i != -1:
+        out.append(i)
+        i = text.find(ch, i + 1)
+    return out
+
+
+def _merge_functions(funcs: list[FuncInfo]) -> list[FuncInfo]:
+    """One FuncInfo per name: a function declared before it is defined is listed once,
+    defined, with the definition's linkage."""
+    by_name: dict[str, FuncInfo] = {}
+    for f in funcs:
+        have = by_name.get(f.name)
+        if have is None or (f.defined and not have.defined):
+            by_name[f.name] = f if have is None else FuncInfo(f.name, f.linkage or have.linkage, True,
+                                                              f.noreturn or have.noreturn)
+    return list(by_name.values())
+
+
+def _trailing_linkage(g: str, lo: int = 0, hi: int | None = None) -> str:
+    """The run of linkage directives (``.visible .weak .extern .common``, each followed by
+    white space) that ``g[lo:hi]`` ends with, walked back from the end: linear in its length."""
+    hi = len(g) if hi is None else hi
+    lo2 = max(lo, hi - 40)
+    m = _LINKAGE_TAIL.search(g, lo2, hi)
+    if m is None or m.start() > lo2:  # the usual case: a short run, whole in the window
+        return g[m.start():hi] if m else ""
+    i = start = hi
+    while True:
+        j = i
+        while j > lo and g[j - 1] in " \t\r\n":
+            j -= 1
+        if j == i:
+            break
+        word = next((w for w in _LINKAGE_WORDS if g.endswith(w, lo, j)), None)
+        if word is None:
+            break
+        i = start = j - len(word)
+    return g[start:hi]
+
+
+def _metadata(meta: list[tuple[str, str, int, int]], entries: list[KernelInfo], number) -> tuple[dict, tuple[str, ...]]:
     if not meta:
         return {}, ()
     found: dict[str, object] = {}
     legacy: dict[str, object] = {}
-    for key, raw, is_legacy in meta:
-        val: object = int(raw) if re.fullmatch(r"-?\d+", raw) else raw
+    for key, raw, is_legacy, pos in meta:
+        val: object = raw
+        if re.fullmatch(r"-?\d+", raw):
+            val = number(raw.lstrip("-"), f"metadata {key}", pos) * (-1 if raw.startswith("-") else 1)
         (legacy if is_legacy else found)[key] = val
     out: dict[str, object] = {**legacy, **found}  # a // meta: value wins over an old comment
     keys = tuple(out)
@@ -626,11 +768,11 @@ def _metadata(meta: list[tuple[str, str, int]], entries: list[KernelInfo]) -> tu
 # Each '//' comment runs to its line break ((?=\n) forbids stopping early), which keeps the
 # pattern unambiguous: linear even on a truncated section with no closing brace.
 _SECTION_BLOCK = (r"\.section[ \t]+\.debug\w*[^\n{/]*(?://[^\n]*(?=\n))?\s*\{"
-                  r"(?:[^}/]|/(?!/)|//[^\n]*(?=\n))*\}[ \t]*(?://[^\n]*)?")
+                  r"(?:[^}/.]|\.(?!section\b)|/(?!/)|//[^\n]*(?=\n))*\}[ \t]*(?://[^\n]*|\r)?")
 _DEBUG_LINES = re.compile(r"\n[ \t]*(?:\.(?:loc|file)\b[^\n]*|@@DWARF[^\n]*|" + _SECTION_BLOCK + ")")
 _DWARF_ONLY = re.compile(r"\n[ \t]*(?:@@DWARF[^\n]*|" + _SECTION_BLOCK + ")")
 _LOC_TAIL = re.compile(r"(\.loc[ \t]+\d+[ \t]+\d+[ \t]+\d+)[ \t]*,[ \t]*function_name[^\n/]*?"
-                       r"(?=[ \t]*(?://|\n|$))")
+                       r"(?=[ \t]*(?://|\r?\n|$))")
 _TARGET_DEBUG = re.compile(r"([ \t]*\.target[ \t]+[^\n]*?)(?:[ \t]*,[ \t]*debug\b|\bdebug[ \t]*,[ \t]*)")
 
 
@@ -678,14 +820,14 @@ def _strip_view(text: str, view: str, keep_lineinfo: bool) -> str:
 
 def _target_line(view: str) -> tuple[int, int] | None:
     """Start and end of the line holding the .target directive (not one in a comment)."""
-    i = view.find(".target")
-    while i != -1:
-        a = view.rfind("\n", 0, i) + 1
-        if not view[a:i].strip():
-            b = view.find("\n", i)
-            return a, len(view) if b == -1 else b
-        i = view.find(".target", i + 1)
-    return None
+    m = _TARGET_LINE.search(view)
+    if m is None:
+        return None
+    b = view.find("\n", m.start())
+    return m.start(), len(view) if b == -1 else b
+
+
+_TARGET_LINE = re.compile(r"^[ \t]*\.target\b", re.M)
 
 
 def _blank_text(text: str) -> str:

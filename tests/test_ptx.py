@@ -391,3 +391,83 @@ def test_strip_truncated_section_with_comments_is_linear():
     cut = text[: text.index(".section\t.debug_info") + 200] + "\n// " + "x y " * 40 + "\n.b8 1 // z z z z z z z\n"
     out = strip_debug(cut)
     assert out.endswith(".b8 1 // z z z z z z z\n")  # nothing after an unclosed section is touched
+
+
+# ---------------------------------------------------------------- hostile input: linear time
+
+import time  # noqa: E402
+
+H = ".version 8.0\n.target sm_90\n.address_size 64\n"
+FAMILIES = {
+    "one-line kernels": lambda n: H + "".join(f".visible .entry k{i}(){{ret;}}\n" for i in range(n // 30)),
+    "indented closing braces": lambda n: H + "".join(f".visible .entry k{i}()\n{{\nret;\n  }}\n"
+                                                     for i in range(n // 34)),
+    ".entry in a comment": lambda n: H + "// " + ".entry " * (n // 7) + "\n",
+    ".loc in a comment": lambda n: H + "// " + ".loc " * (n // 5) + "\n",
+    "';' run in a comment": lambda n: H + ".visible .entry k()//" + ";" * n + "\n{\nret;\n}\n",
+    ".entry in a .pragma string": lambda n: H + '.pragma "' + ".entry " * (n // 7) + '";\n',
+    ".global without ';'": lambda n: H + ".global .u32 x\n" * (n // 15),
+    ".visible chain": lambda n: H + ".visible " * (n // 9) + ".entry k(){ret;}\n",
+    "many kernels on one line": lambda n: H + "".join(f".entry k{i}(){{ret;}} " for i in range(n // 20)),
+}
+STRIP_FAMILIES = {
+    "unterminated debug sections": lambda n: H + ".section .debug_x {\n" * (n // 20),
+    "a line of .target": lambda n: ".version 8.0\nx" + " .target" * (n // 8) + "\n",
+}
+
+
+def _elapsed(fn, text) -> float:
+    t0 = time.perf_counter()
+    try:
+        fn(text)
+    except PtxParseError:
+        pass
+    return time.perf_counter() - t0
+
+
+@pytest.mark.parametrize("family", list(FAMILIES) + list(STRIP_FAMILIES))
+def test_linear_time_on_hostile_text(family):
+    """4x the input may take about 4x the time, never the 16x of a quadratic reader
+    (each family here took minutes at a few hundred KB before)."""
+    make = FAMILIES.get(family) or STRIP_FAMILIES[family]
+    fn = inspect_ptx if family in FAMILIES else strip_debug
+    small, big = make(150_000), make(600_000)
+    t_small = min(_elapsed(fn, small) for _ in range(2))
+    t_big = min(_elapsed(fn, big) for _ in range(2))
+    assert t_big < 6 * t_small + 0.05, (family, t_small, t_big)  # MB/s: benchmarks/bench_ptx.py --hostile
+
+
+@pytest.mark.parametrize("text,msg", [
+    (H + ".visible .entry k()\n{\nret;\n}\n}\nld.global.f32 %r1, [x];\n", "unbalanced '}'"),
+    (H + ".visible .entry k()\n{\nret;\n}\n  ld.global.f32 %r1, [%rd1];\n", "instruction 'ld.global.f32' outside"),
+    (H + ".visible .entyr k()\n{\nret;\n}\n", "unknown directive .entyr at module scope (did you mean .entry?)"),
+    (H + ".global .u32 x\n.global .u32 y;\n", "malformed .global declaration (no ';' ends it)"),
+    (H + "{\n", "unbalanced '{'"),
+    (".version 9" + "9" * 5000 + ".0\n.target sm_90\n", ".version 99999"),
+    (H + ".visible .entry k(.param .align 1" + "6" * 5000 + " .b8 p[8])\n{\nret;\n}\n", ".align"),
+    (H + ".visible .entry k(.param .b8 p[" + "8" * 5000 + "])\n{\nret;\n}\n", "array size"),
+    (H + ".visible .entry k() .reqntid 1" + "2" * 5000 + "\n{\nret;\n}\n", ".reqntid"),
+    (H + ".global .align 4 .b8 g[" + "1" * 5000 + "];\n", "array size"),
+    ("// meta: num_warps=" + "4" * 5000 + "\n" + H, "metadata num_warps"),
+    ("// TRITON_GLOBAL_SCRATCH_BYTES_PER_CTA: " + "1" * 5000 + "\n" + H, "metadata global_scratch_size"),
+])
+def test_hostile_text_is_a_parse_error(text, msg):
+    with pytest.raises(PtxParseError, match=re.escape(msg)) as e:
+        inspect_ptx(text, source="bad.ptx")
+    assert e.value.line is not None
+
+
+def test_declared_then_defined_function_is_listed_once():
+    text = H + (".extern .func (.param .b32 r) f(.param .b32 a);\n"
+                ".visible .func (.param .b32 r) f(.param .b32 a)\n{\nret;\n}\n"
+                ".visible .entry k()\n{\nret;\n}\n")
+    fs = inspect_ptx(text).functions
+    assert [(f.name, f.defined, f.linkage) for f in fs] == [("f", True, "visible")]
+
+
+def test_strip_crlf_leaves_no_stray_cr():
+    text = read("nvcc/kernels_G_sm90.ptx").replace("\n", "\r\n")
+    for keep in (False, True):
+        out = strip_debug(text, keep_lineinfo=keep)
+        assert "\r\r" not in out and re.search(r"\r(?!\n)", out) is None
+        assert ".debug_info" not in out and inspect_ptx(out).debug.dwarf is False

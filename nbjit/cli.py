@@ -47,14 +47,15 @@ def format_entries(entries, out: list[str]) -> None:
             head += f"\n  = {readable}"
         out.append("")
         out.append(head)
-        res = [f"{k} {getattr(e, k)}" for k in ("registers", "shared", "const", "local") if getattr(e, k) is not None]
+        res = [f"{k} {getattr(e, k)}" for k in ("registers", "shared", "const", "local", "stack")
+               if getattr(e, k) is not None]
         if res:
             out.append("  resources: " + ", ".join(res))
         if e.params:
             rows = [[i, p.name, p.ctype or "?", ("?" if p.type == "unknown" else p.type)
                      + (f"[{p.count}]" if p.count is not None else "")
                      + (" .ptr" + (f" .{p.space}" if p.space else "") if p.pointer else ""),
-                     p.size, p.align, p.offset] for i, p in enumerate(e.params)]
+                     p.size, "?" if p.align is None else p.align, p.offset] for i, p in enumerate(e.params)]
             out += ["  " + line for line in _table(rows, ["#", "name", "C type", "PTX type", "size", "align",
                                                           "offset"])]
         out.append(f"  parameter buffer: {e.param_size} bytes")

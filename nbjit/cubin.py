@@ -22,6 +22,7 @@ _SHT_CUDA_INFO = 0x70000000
 _SHT_CUDA_COMPAT = 0x70000086
 _STT_OBJECT = 1
 _STT_FUNC = 2
+_STT_CUDA_OBJECT = 13  # what relocatable (-rdc) cubins call their variables
 _STO_CUDA_ENTRY = 0x10
 
 # .nv.info record formats (FORMATS.md §4.5)
@@ -212,15 +213,18 @@ def inspect_cubin(data: bytes, *, source: str | None = None) -> CubinInfo:
             st_name, st_info, st_other, st_shndx, st_value, st_size = struct.unpack_from("<IBBHQQ", body, k)
             syms.append((_cstr(strtab, st_name), st_info & 0xF, st_other, st_shndx, st_info >> 4, st_size))
 
-    # module-wide .nv.info: registers, frame sizes per function symbol
-    regs: dict[int, int] = {}
-    frame: dict[int, int] = {}
+    by_name = {s.name: s for s in secs}  # one look-up per kernel, not a scan of the sections
+    info_by_target = {s.info: s for s in secs if s.type == _SHT_CUDA_INFO and s.name.startswith(".nv.info.")}
+
+    # module-wide .nv.info: registers, frame and stack sizes per function symbol
+    per_symbol: dict[int, dict[int, int]] = {_REGCOUNT: {}, _FRAME_SIZE: {}, _MIN_STACK_SIZE: {}}
     for s in secs:
         if s.type == _SHT_CUDA_INFO and s.name == ".nv.info":
             for attr, fmt, val in _records(content(s), e, s.name):
-                if attr in (_REGCOUNT, _FRAME_SIZE) and fmt == _EIFMT_SVAL and len(val) >= 8:
+                if attr in per_symbol and fmt == _EIFMT_SVAL and len(val) >= 8:
                     sym, n = struct.unpack_from("<II", val)
-                    (regs if attr == _REGCOUNT else frame)[sym] = n
+                    per_symbol[attr][sym] = n
+    regs, frame, stack = per_symbol[_REGCOUNT], per_symbol[_FRAME_SIZE], per_symbol[_MIN_STACK_SIZE]
 
     compat: dict[int, int] = {}
     for s in secs:
@@ -266,23 +270,26 @@ def inspect_cubin(data: bytes, *, source: str | None = None) -> CubinInfo:
             continue
         if shndx >= len(secs):
             raise e.fail(f"kernel {name!r} points at section {shndx}, which does not exist")
-        info_sec = next((s for s in secs if s.type == _SHT_CUDA_INFO and s.name == f".nv.info.{name}"), None)
-        info_sec = info_sec or next((s for s in secs if s.type == _SHT_CUDA_INFO and s.info == shndx
-                                     and s.name.startswith(".nv.info.")), None)
+        info_sec = by_name.get(f".nv.info.{name}")
+        if info_sec is None or info_sec.type != _SHT_CUDA_INFO:
+            info_sec = info_by_target.get(shndx)
         kinfo, maxreg = _kernel(name, content(info_sec) if info_sec else b"", e,
                                 info_sec.name if info_sec else f".nv.info.{name}")
-        shared_sec = next((s for s in secs if s.name == f".nv.shared.{name}"), None)
-        const_sec = next((s for s in secs if s.name == f".nv.constant0.{name}"), None)
+        shared_sec = by_name.get(f".nv.shared.{name}")
+        const_sec = by_name.get(f".nv.constant0.{name}")
         shared = max(0, shared_sec.size - reserved) if shared_sec else 0
         entries.append(KernelInfo(
             name, kinfo[0], kinfo[1], linkage=_BINDINGS.get(bind), registers=regs.get(idx),
-            shared=shared, const=const_sec.size if const_sec else None, local=frame.get(idx, 0)))
+            shared=shared, const=const_sec.size if const_sec else None, local=frame.get(idx, 0),
+            # a relocatable cubin's callees are resolved at link time: only its own frame is known
+            stack=stack.get(idx, frame.get(idx, 0))))
         if maxreg is not None:
             max_registers[name] = maxreg
 
     globals_ = []
     for name, typ, _, shndx, _, size in syms:
-        if typ != _STT_OBJECT or shndx == 0 or shndx >= len(secs) or name.startswith("__nv_"):
+        if typ not in (_STT_OBJECT, _STT_CUDA_OBJECT) or shndx == 0 or shndx >= len(secs) \
+                or name.startswith(("__nv_", "$")):
             continue
         sec = secs[shndx].name
         space = "global" if sec.startswith(".nv.global") else "const" if sec.startswith(".nv.constant") \
@@ -356,7 +363,7 @@ def _kernel(name: str, blob: bytes, e: _Elf, section: str) -> tuple[tuple[Kernel
         space = (packed >> 8) & 0xF
         pointer = space in _POINTER_SPACES
         params.append(Param(
-            name=f"param_{ordinal}", type="unknown", size=psize, align=_align_of(offset, psize),
+            name=f"param_{ordinal}", type="unknown", size=psize, align=None,
             offset=offset, pointer=pointer, space=_POINTER_SPACES.get(space),
             pointee_align=(1 << (packed & 0xFF)) if pointer else None))
         end = max(end, offset + psize)
@@ -365,12 +372,3 @@ def _kernel(name: str, blob: bytes, e: _Elf, section: str) -> tuple[tuple[Kernel
     if end > size:
         raise e.fail(f"{section}: parameters end at byte {end}, past the parameter buffer's {size} bytes")
     return (KernelSignature(tuple(params), size), Directives(**kw)), maxreg
-
-
-def _align_of(offset: int, size: int) -> int:
-    """The alignment a parameter's placement shows: the largest power of two, up to its
-    size (at most 16), that divides its offset. A cubin does not record alignment."""
-    a = 1
-    while a < min(size, 16) and offset % (a * 2) == 0:
-        a *= 2
-    return a

@@ -39,7 +39,7 @@ class Param:
     name: str
     type: str
     size: int
-    align: int
+    align: int | None  # None: not recorded (cubins keep offsets, not alignments)
     offset: int
     count: int | None = None
     pointer: bool = False
@@ -186,7 +186,8 @@ class KernelInfo:
     registers: int | None = None
     shared: int | None = None
     const: int | None = None
-    local: int | None = None
+    local: int | None = None  # this kernel's own stack frame, bytes
+    stack: int | None = None  # the stack it needs with the functions it calls (cuobjdump's STACK)
 
     @property
     def params(self) -> tuple[Param, ...]:
@@ -204,7 +205,7 @@ class KernelInfo:
             "param_size": self.signature.size,
             "directives": self.directives.to_json(),
         }
-        for k in ("registers", "shared", "const", "local"):
+        for k in ("registers", "shared", "const", "local", "stack"):
             v = getattr(self, k)
             if v is not None:
                 d[k] = v
@@ -267,7 +268,7 @@ def merge(name: str, layouts, ctypes=()) -> KernelInfo:
             continue
         params = [_typed(name, i, p, c, lbl) for i, (p, c) in enumerate(zip(params, cps))]
     return KernelInfo(name, KernelSignature(tuple(params), base.param_size), info.directives, info.linkage,
-                      info.registers, info.shared, info.const, info.local)
+                      info.registers, info.shared, info.const, info.local, info.stack)
 
 
 def build_table(names, layouts_of, ctypes_of) -> dict[str, KernelInfo]:
@@ -308,7 +309,7 @@ def _layout_facts(p: Param, q: Param, label: str) -> Param:
 
 def _resources(a: KernelInfo, b: KernelInfo) -> KernelInfo:
     kw = {k: getattr(a, k) if getattr(a, k) is not None else getattr(b, k)
-          for k in ("registers", "shared", "const", "local")}
+          for k in ("registers", "shared", "const", "local", "stack")}
     directives = a.directives if a.directives != Directives() else b.directives
     return replace(a, directives=directives, **kw)
 

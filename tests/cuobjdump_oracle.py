@@ -75,4 +75,5 @@ def describe(path: str, exe: str | None = None) -> dict:
         if m.group(1) in out:
             out[m.group(1)].update(reg=int(m.group(2)), stack=int(m.group(3)), shared=int(m.group(4)),
                                    local=int(m.group(5)), const0=int(m.group(6)))
-    return out
+    # device functions of -G / -rdc cubins have .nv.info.<name> sections too: kernels only
+    return {k: v for k, v in out.items() if "param_size" in v or "maxreg" in v}

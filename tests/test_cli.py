@@ -83,7 +83,7 @@ def test_inspect_cubin_json_same_keys_as_ptx():
     assert j["kind"] == "cubin" and j["arch"] == "sm_90"
     e = {x["name"]: x for x in j["entries"]}["k_basic"]
     assert {"name", "params", "param_size", "directives", "registers", "shared", "const", "local"} <= set(e)
-    assert e["params"][2] == {"name": "param_2", "type": "unknown", "size": 4, "align": 4, "offset": 16,
+    assert e["params"][2] == {"name": "param_2", "type": "unknown", "size": 4, "align": None, "offset": 16,
                               "origin": {"layout": "cubin"}}
     assert e["param_size"] == 24
     t = {x["name"]: x for x in j["entries"]}["_Z6k_tmplIfEvPT_S0_i"]  # C++: typed by its mangled name

@@ -100,11 +100,30 @@ def test_directives_and_resources():
     assert cubin("triton/add_kernel/add_kernel.cubin").entries[0].directives.reqntid == (128, 1, 1)
 
 
-def test_globals():
-    g = {x.name: x for x in cubin("nvcc/kernels_sm_90.cubin").globals}
+@pytest.mark.parametrize("rel", ["nvcc/kernels_sm_90.cubin", "nvcc/kernels_rdc_sm_90.cubin"])
+def test_globals(rel):
+    info = cubin(rel)
+    g = {x.name: x for x in info.globals}
     assert (g["g_arr"].space, g["g_arr"].size) == ("global", 64)
     assert (g["g_counter"].space, g["g_counter"].size) == ("global", 4)
     assert (g["c_tab"].space, g["c_tab"].size) == ("const", 32)
+    assert not any(n.startswith("$") for n in g)
+    assert info.relocatable == ("rdc" in rel)
+
+
+def test_stack_of_called_functions():
+    """-G keeps calls: a kernel's stack includes its callees' frames (cuobjdump's STACK)."""
+    c = {e.name: e for e in cubin("nvcc/kernels_G_sm_90.cubin").entries}
+    assert (c["k_globals"].local, c["k_globals"].stack) == (0, 24)  # atomicAdd's frame
+    assert (c["k_small"].local, c["k_small"].stack) == (8, 56)
+
+
+def test_alignment_is_not_guessed():
+    """A cubin records offsets, not alignments: a {double, int, char} struct would look
+    16-aligned at offset 0 (the PTX says 8)."""
+    e = cubin("nvcc/kernels_sm_90.cubin").entry("k_struct")
+    assert [p.align for p in e.params] == [None, None]
+    assert e.to_json()["params"][0]["align"] is None
 
 
 def compare(info, oracle: dict, rel: str) -> None:
@@ -113,7 +132,7 @@ def compare(info, oracle: dict, rel: str) -> None:
         o = oracle[e.name]
         assert [[i, q.offset, q.size] for i, q in enumerate(e.params)] == [p[:3] for p in o["params"]], e.name
         assert e.param_size == o["param_size"]
-        assert e.registers == o["reg"] and e.const == o["const0"] and e.local == o["stack"]
+        assert e.registers == o["reg"] and e.const == o["const0"] and e.stack == o["stack"]
         assert e.shared + (info.shared_reserved if o["shared"] else 0) == o["shared"]
         d = e.directives
         assert list(d.maxntid or []) == o.get("maxntid", []) and list(d.reqntid or []) == o.get("reqntid", [])

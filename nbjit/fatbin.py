@@ -1,14 +1,16 @@
 """Fatbin container -> entries (PTX or cubin, arch, compression), and the choice of the
-entry a device should use. Pure data, no CUDA needed. Format: shared/docs/FORMATS.md §5."""
+entry a device should use. Pure data, no CUDA needed. Format: shared/docs/FORMATS.md §5. LZ4 and zstd payloads are decompressed by the ``lz4``
+and ``zstandard`` packages, bounded by the sizes the headers declare."""
 from __future__ import annotations
 
 import re
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .errors import ImageFormatError
 
-__all__ = ["FatbinEntry", "FatbinInfo", "inspect_fatbin", "select_entry", "parse_arch", "FATBIN_MAGIC"]
+__all__ = ["FatbinEntry", "FatbinInfo", "inspect_fatbin", "select_entry", "parse_arch", "FATBIN_MAGIC",
+           "MAX_ENTRY_BYTES", "MAX_TOTAL_BYTES"]
 
 FATBIN_MAGIC = 0xBA55ED50
 _KIND = {1: "ptx", 2: "cubin"}
@@ -18,7 +20,9 @@ _F_ZSTD = 0x8000
 _F_ARCH_SPECIFIC = 0x100000
 _F_FAMILY = 0x200000
 _MAX_ENTRIES = 4096
-_MAX_UNCOMPRESSED = 1 << 30
+# Caps on decompressed sizes: the biggest real cubins are tens of MB.
+MAX_ENTRY_BYTES = 256 << 20
+MAX_TOTAL_BYTES = 512 << 20
 
 
 @dataclass(frozen=True)
@@ -37,7 +41,7 @@ class FatbinEntry:
     size: int  # uncompressed
     debug: bool
     ptx_version: tuple[int, int] | None
-    payload: bytes | None
+    payload: bytes | None = field(repr=False)  # an image can be megabytes: not in repr()
 
     @property
     def arch(self) -> str:
@@ -103,11 +107,15 @@ def select_entry(entries, device: str | int | tuple[int, int]) -> FatbinEntry | 
 
 
 def inspect_fatbin(data: bytes, *, source: str | None = None) -> FatbinInfo:
-    """List a fatbin's entries, decompressing LZ4 (and zstd where ``zstandard`` is installed).
+    """List a fatbin's entries, decompressing LZ4 and zstd (with ``lz4`` and ``zstandard``).
+
+    Decompression is bounded by the sizes the headers declare, at most ``MAX_ENTRY_BYTES``
+    an entry and ``MAX_TOTAL_BYTES`` in all, judged before anything is decompressed.
 
     Raises
     ------
-    ImageFormatError: wrong magic, a truncated container, an entry that overruns it.
+    ImageFormatError: wrong magic, a truncated container, an entry that overruns it, a
+    payload that does not decompress to its declared size, sizes past the caps.
     """
     src = source or "<fatbin>"
     d = bytes(data)
@@ -115,7 +123,17 @@ def inspect_fatbin(data: bytes, *, source: str | None = None) -> FatbinInfo:
     def fail(msg: str) -> ImageFormatError:
         return ImageFormatError(f"{src}: {msg}")
 
-    entries: list[FatbinEntry] = []
+    spans = _entry_spans(d, fail)  # every header first: sizes are judged before any work
+    total = sum(_declared_size(d, off) for off, _ in spans)
+    if total > MAX_TOTAL_BYTES:
+        raise fail(f"its entries declare {total} bytes in all, more than nbjit reads ({MAX_TOTAL_BYTES}): not a "
+                   "plausible fatbin (a decompression bomb?)")
+    return FatbinInfo(tuple(_entry(d, off, end, i, fail) for i, (off, end) in enumerate(spans)), source)
+
+
+def _entry_spans(d: bytes, fail) -> list[tuple[int, int]]:
+    """(offset, container end) of every entry of every container, headers checked."""
+    spans: list[tuple[int, int]] = []
     pos = 0
     while pos < len(d):
         if len(d) - pos < 16:
@@ -132,15 +150,27 @@ def inspect_fatbin(data: bytes, *, source: str | None = None) -> FatbinInfo:
             raise fail(f"container at {pos:#x} claims {fat_size} bytes, only {len(d) - start} remain (truncated?)")
         off = start
         while off < end:
-            if len(entries) >= _MAX_ENTRIES:
+            if len(spans) >= _MAX_ENTRIES:
                 raise fail(f"more than {_MAX_ENTRIES} entries")
-            entries.append(_entry(d, off, end, len(entries), fail))
-            e = entries[-1]
-            off = e.offset + e.stored_size
+            if end - off < 64:
+                raise fail(f"entry {len(spans)} at {off:#x}: header truncated ({end - off} bytes left)")
+            hsize_e, stored = struct.unpack_from("<IQ", d, off + 4)
+            if hsize_e < 64 or off + hsize_e + stored > end:
+                raise fail(f"entry {len(spans)} at {off:#x}: header {hsize_e} + payload {stored} bytes overrun the "
+                           "container")
+            spans.append((off, end))
+            off += hsize_e + stored
         pos = end
-    if not entries:
+    if not spans:
         raise fail("fatbin holds no entries")
-    return FatbinInfo(tuple(entries), source)
+    return spans
+
+
+def _declared_size(d: bytes, off: int) -> int:
+    """The uncompressed size an entry header declares."""
+    flags, usize = struct.unpack_from("<Q", d, off + 40)[0], struct.unpack_from("<Q", d, off + 56)[0]
+    stored = struct.unpack_from("<Q", d, off + 8)[0]
+    return usize if flags & (_F_LZ4 | _F_ZSTD) else stored
 
 
 def _entry(d: bytes, off: int, end: int, index: int, fail) -> FatbinEntry:
@@ -160,8 +190,13 @@ def _entry(d: bytes, off: int, end: int, index: int, fail) -> FatbinEntry:
     payload: bytes | None = stored_bytes
     size = stored
     if compression:
-        if not 0 < csize <= stored or not 0 < usize <= _MAX_UNCOMPRESSED:
+        if not 0 < csize <= stored or usize <= 0:
             raise fail(f"entry {index} at {off:#x}: bad compressed/uncompressed sizes {csize}/{usize}")
+        if usize > MAX_ENTRY_BYTES:
+            raise fail(f"entry {index} at {off:#x} declares {usize} bytes uncompressed, more than nbjit reads "
+                       f"({MAX_ENTRY_BYTES}): not a plausible image (a decompression bomb?)")
+        if compression == "lz4" and usize > 255 * csize + 64:
+            raise fail(f"entry {index} at {off:#x}: {csize} LZ4 bytes cannot expand to the {usize} declared")
         size = usize
         payload = _decompress(compression, stored_bytes[:csize], usize, lambda m: fail(f"entry {index}: {m}"))
     elif kind == 1:
@@ -174,71 +209,39 @@ def _entry(d: bytes, off: int, end: int, index: int, fail) -> FatbinEntry:
 
 
 def _decompress(kind: str, blob: bytes, size: int, fail) -> bytes | None:
+    """The decompressed entry, never more than the ``size`` its header declares (checked
+    against the caps by the caller): a bomb fails before anything large is allocated.
+    None where zstd is needed and neither ``zstandard`` nor Python's own zstd is there."""
     if kind == "lz4":
-        return lz4_block_decompress(blob, size, fail)
-    try:  # zstd: Python 3.14's compression.zstd, else the zstandard package, else give up
-        from compression import zstd  # type: ignore[import-not-found]
-        out = zstd.decompress(blob)
-    except ImportError:
-        try:
-            import zstandard  # type: ignore[import-not-found]
-        except ImportError:
+        import lz4.block
+
+        try:  # the output buffer is `size` bytes; more output is an error, not a reallocation
+            out = lz4.block.decompress(blob, uncompressed_size=size)
+        except lz4.block.LZ4BlockError as e:
+            raise fail(f"corrupt LZ4 payload, or one larger than the {size} bytes declared: {e}") from None
+    else:
+        out = _zstd(blob, size, fail)
+        if out is None:
             return None
-        try:
-            out = zstandard.ZstdDecompressor().decompress(blob, max_output_size=size)
-        except zstandard.ZstdError as e:
-            raise fail(f"corrupt zstd payload: {e}") from None
-    except Exception as e:  # compression.zstd.ZstdError
-        raise fail(f"corrupt zstd payload: {e}") from None
     if len(out) != size:
-        raise fail(f"zstd payload decompressed to {len(out)} bytes, header says {size}")
+        raise fail(f"{kind} payload decompressed to {len(out)} bytes, the header says {size}")
     return out
 
 
-def _lz4_length(src: bytes, i: int, n: int, what: str, fail) -> tuple[int, int]:
-    """A length from a token nibble: 15 means more bytes follow, each added, until one < 255."""
-    if n != 15:
-        return n, i
-    while True:
-        if i >= len(src):
-            raise fail(f"LZ4 {what} length runs past the end")
-        b = src[i]
-        i += 1
-        n += b
-        if b != 255:
-            return n, i
-
-
-def lz4_block_decompress(src: bytes, size: int, fail=ValueError) -> bytes:
-    """Decode one raw LZ4 block (no frame) of known decompressed ``size``."""
-    dst = bytearray()
-    i, n = 0, len(src)
-    while i < n:
-        token = src[i]
-        i += 1
-        lit, i = _lz4_length(src, i, token >> 4, "literal", fail)
-        if i + lit > n or len(dst) + lit > size:
-            raise fail("LZ4 literals run past the end")
-        dst += src[i: i + lit]
-        i += lit
-        if i >= n:
-            break  # the last sequence holds literals only
-        if i + 2 > n:
-            raise fail("LZ4 match offset truncated")
-        dist = src[i] | (src[i + 1] << 8)
-        i += 2
-        if dist == 0 or dist > len(dst):
-            raise fail(f"LZ4 match offset {dist} outside the output")
-        ml, i = _lz4_length(src, i, token & 15, "match", fail)
-        ml += 4
-        if len(dst) + ml > size:
-            raise fail("LZ4 output exceeds the declared size")
-        start = len(dst) - dist
-        if dist >= ml:
-            dst += dst[start: start + ml]
-        else:  # overlapping copy repeats the last `dist` bytes
-            pat = bytes(dst[start:])
-            dst += (pat * (ml // dist + 1))[:ml]
-    if len(dst) != size:
-        raise fail(f"LZ4 output is {len(dst)} bytes, header says {size}")
-    return bytes(dst)
+def _zstd(blob: bytes, size: int, fail) -> bytes | None:
+    try:
+        import zstandard
+    except ImportError:  # a build without it: the whole fatbin goes to the driver
+        return None
+    try:
+        declared = zstandard.frame_content_size(blob)
+    except zstandard.ZstdError as e:
+        raise fail(f"corrupt zstd payload: {e}") from None
+    if declared not in (-1, size):  # -1: the frame does not say
+        raise fail(f"zstd frame holds {declared} bytes, the fatbin header says {size}")
+    try:  # a bounded read: at most size + 1 bytes are ever produced
+        with zstandard.ZstdDecompressor(max_window_size=1 << 27).stream_reader(blob) as r:
+            out = r.read(size + 1)
+    except zstandard.ZstdError as e:
+        raise fail(f"corrupt zstd payload: {e}") from None
+    return out

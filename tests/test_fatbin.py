@@ -1,6 +1,7 @@
 """nbjit.fatbin on nvcc -fatbin containers (uncompressed, LZ4, zstd, arch-specific)."""
 from __future__ import annotations
 
+import re
 import struct
 from pathlib import Path
 
@@ -10,7 +11,7 @@ from hypothesis import strategies as st
 
 from nbjit import ImageFormatError, inspect_ptx
 from nbjit.cubin import inspect_cubin
-from nbjit.fatbin import FatbinEntry, inspect_fatbin, lz4_block_decompress, parse_arch, select_entry
+from nbjit.fatbin import FatbinEntry, inspect_fatbin, parse_arch, select_entry
 
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -85,15 +86,87 @@ def test_zstd_without_zstandard(no_zstd):
     assert fb.select("sm_100") is ptx  # the loader then hands the whole fatbin to the driver
 
 
-def test_lz4_roundtrip_literals_and_overlap():
-    # hand-made block: 4 literals "abcd", then a match of length 8 at distance 4 (overlapping),
-    # then a final literal-only sequence "Z"
-    block = bytes([0x44]) + b"abcd" + struct.pack("<H", 4) + bytes([0x10]) + b"Z"
-    assert lz4_block_decompress(block, 13) == b"abcdabcdabcdZ"
-    with pytest.raises(ValueError):
-        lz4_block_decompress(block, 12)
-    with pytest.raises(ValueError):
-        lz4_block_decompress(bytes([0x44]) + b"abcd" + struct.pack("<H", 9) + bytes([0x10]) + b"Z", 13)
+def container(*entries) -> bytes:
+    """A fatbin container of (kind, payload, flags, compressed size, uncompressed size) entries."""
+    body = b""
+    for kind, payload, flags, csize, usize in entries:
+        body += struct.pack("<HHIQIIHHIIIQQQ", kind, 0x0101, 64, len(payload), csize, 0, 0, 0, 90, 0, 0, flags, 0,
+                            usize) + payload
+    return struct.pack("<IHHQ", 0xBA55ED50, 1, 16, len(body)) + body
+
+
+LZ4, ZSTD = 0x2000, 0x8000
+
+
+def peak_alloc(fn) -> int:
+    import tracemalloc
+    tracemalloc.start()
+    try:
+        fn()
+    except ImageFormatError:
+        pass
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return peak
+
+
+def test_lz4_payloads_decode():
+    import lz4.block
+    cubin = (DATA / "nvcc/kernels_sm_90.cubin").read_bytes()
+    blob = lz4.block.compress(cubin, store_size=False)
+    e = inspect_fatbin(container((2, blob, LZ4, len(blob), len(cubin)))).entries[0]
+    assert e.payload == cubin and e.compression == "lz4" and "payload" not in repr(e)
+
+
+@pytest.mark.parametrize("name,data,msg", [
+    # a 105-byte fatbin whose zstd frame claims 1 TiB
+    ("zstd 1 TiB", lambda z: container((1, z.ZstdCompressor().compress(b"x")[:4] + b"\0" * 9, ZSTD, 13, 1 << 40)),
+     "declare 1099511627776 bytes in all"),
+    # the header says 100 bytes, the frame says 1 GiB
+    ("zstd frame larger than declared",
+     lambda z: container((1, _frame_with_content_size(z, 1 << 30), ZSTD, len(_frame_with_content_size(z, 1 << 30)),
+                       100)),
+     "zstd frame holds 1073741824 bytes, the fatbin header says 100"),
+    # a frame that does not say its size and expands past the declared 100 bytes
+    ("zstd stream larger than declared",
+     lambda z: container((1, _zstd_unsized(z, 1 << 24), ZSTD, len(_zstd_unsized(z, 1 << 24)), 100)),
+     "decompressed to 101 bytes, the header says 100"),
+    # 32 KB of LZ4 declaring 100 bytes
+    ("lz4 larger than declared", lambda z: container((2, _lz4(1 << 30)[: 32 << 10], LZ4, 32 << 10, 100)),
+     "corrupt LZ4 payload, or one larger than the 100 bytes declared"),
+    # 4 MB of LZ4 declaring 1 GiB
+    ("lz4 1 GiB", lambda z: container((2, b"\0" * (4 << 20), LZ4, 4 << 20, 1 << 30)), "more than nbjit reads"),
+    # many entries whose declared sizes add up past the cap
+    ("lz4 total", lambda z: container(*[(2, b"\0" * (1 << 20), LZ4, 1 << 20, 200 << 20)] * 3),
+     "its entries declare 629145600 bytes in all"),
+    ("lz4 entry cap", lambda z: container((2, b"\0" * (2 << 20), LZ4, 2 << 20, 300 << 20)),
+     "declares 314572800 bytes uncompressed, more than nbjit reads"),
+    ("lz4 ratio", lambda z: container((2, b"\0" * 100, LZ4, 100, 1 << 20)), "cannot expand to the 1048576 declared"),
+])
+def test_decompression_bombs_fail_before_allocating(name, data, msg):
+    z = pytest.importorskip("zstandard")
+    raw = data(z)
+    with pytest.raises(ImageFormatError, match=re.escape(msg)):
+        inspect_fatbin(raw)
+    assert peak_alloc(lambda: inspect_fatbin(raw)) < (8 << 20) + 2 * len(raw), name
+
+
+def _frame_with_content_size(z, size: int) -> bytes:
+    import io
+    buf = io.BytesIO()
+    w = z.ZstdCompressor().stream_writer(buf, size=size, closefd=False)
+    w.write(b"\0" * 1024)
+    w.flush(z.FLUSH_BLOCK)  # the frame header says `size`; the data stops short (never read)
+    return buf.getvalue()
+
+
+def _zstd_unsized(z, size: int) -> bytes:
+    return z.ZstdCompressor(write_content_size=False).compress(b"\0" * size)
+
+
+def _lz4(size: int) -> bytes:
+    import lz4.block
+    return lz4.block.compress(b"\0" * (1 << 20), store_size=False) * (size >> 20)
 
 
 GOOD = (DATA / "nvcc/kernels_multi_lz4.fatbin").read_bytes()

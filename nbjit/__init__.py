@@ -49,6 +49,7 @@ from .errors import (
     NbjitError,
     NbjitLaunchError,
     NbjitLoadError,
+    NbjitWarning,
     PtxParseError,
 )
 from .cache import Cache, default_cache, set_default_cache
@@ -57,7 +58,7 @@ from .cubin import CubinInfo, inspect_cubin
 from .fatbin import FatbinEntry, FatbinInfo, inspect_fatbin
 from .image import Image, as_image, inspect_image
 from .kernel import BoundLaunch, Kernel, KernelAttributes
-from .module import DeviceGlobal, Module, NbjitWarning, compile, load
+from .module import DeviceGlobal, Module, compile, load
 from .ptx import PtxInfo, inspect_ptx, strip_debug
 from .triton import TritonKernel, TritonMeta, load_triton
 from .signature import Directives, KernelInfo, KernelSignature, Param

@@ -10,11 +10,14 @@ writer killed half way leaves only a temporary file that is never read (and is p
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import re
+import secrets
+import stat
 import struct
-import tempfile
 import threading
 import time
 import warnings
@@ -23,19 +26,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from .errors import NbjitCacheError
+
 __all__ = ["Cache", "CacheEntry", "default_cache", "set_default_cache", "cache_key", "FORMAT_VERSION"]
 
 FORMAT_VERSION = 1
 _MAGIC = b"NBJITC\x00\x01"
 _HEAD = struct.Struct("<8sII32s")  # magic, format version, description length, sha256
 _SUFFIX = ".nbjit"
-_TMP_PREFIX = ".tmp-"
+_TMP_PREFIX = ".tmp-"  # .tmp-<writer pid>-<random>: a writer that is gone leaves one to reclaim
+_KEY = re.compile(r"[0-9a-f]{64}")
+_MAX_ENTRY_BYTES = 1 << 30  # far past any cubin: a bigger file is not an entry
+_KINDS = ("cubin", "ptx")
 DEFAULT_MAX_BYTES = 1 << 30
 _MEMORY_ENTRIES = 512
 
 
 def _warn(msg: str) -> None:
-    from .module import NbjitWarning
+    from .errors import NbjitWarning
     warnings.warn(msg, NbjitWarning, stacklevel=4)
 
 
@@ -96,6 +104,9 @@ class Cache:
                 self._mem.popitem(last=False)
 
     def file(self, key: str) -> Path | None:
+        """Where the entry for ``key`` (a cache key: 64 hex digits) lives."""
+        if not isinstance(key, str) or not _KEY.fullmatch(key):
+            raise NbjitCacheError(f"{key!r} is not a cache key (64 lower-case hex digits, as cache_key() makes)")
         return None if self.path is None else self.path / key[:2] / (key + _SUFFIX)
 
     def read(self, key: str) -> CacheEntry | None:
@@ -103,9 +114,8 @@ class Cache:
         f = self.file(key)
         if f is None:
             return None
-        try:
-            raw = f.read_bytes()
-        except OSError:
+        raw = _read_regular(f, _MAX_ENTRY_BYTES)
+        if raw is None:
             return None
         entry, why = _decode(raw, key)
         if entry is None:
@@ -121,24 +131,29 @@ class Cache:
         f = self.file(key)
         if f is None:
             return
+        tmp = f.parent / f"{_TMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
         try:
             f.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=_TMP_PREFIX, dir=f.parent)
-            try:
-                with os.fdopen(fd, "wb") as out:
-                    out.write(_encode(key, entry))
-                    out.flush()
-                    os.fsync(out.fileno())
-                os.replace(tmp, f)
-            except BaseException:
-                try:
-                    os.unlink(tmp)
-                except OSError:
-                    pass
-                raise
+            # mode 0666 less the umask, as any file a user makes: a team can share a cache
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         except OSError as e:
             self._give_up(e)
             return
+        try:
+            with os.fdopen(fd, "wb") as out:
+                out.write(_encode(key, entry))
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(tmp, f)
+        except OSError as e:
+            _remove(tmp)
+            if e.errno in (errno.ENOENT, errno.ESTALE):
+                return  # the temporary file went (another process cleared the cache): this write failed
+            self._give_up(e)
+            return
+        except BaseException:
+            _remove(tmp)
+            raise
         if self.max_bytes is not None:
             self.prune(self.max_bytes, quiet=True)
 
@@ -151,53 +166,55 @@ class Cache:
     # ------------------------------------------------------------ management
     def entries(self) -> list[tuple[Path, int, float]]:
         """(file, bytes, last use) of every entry on disk, oldest use first."""
+        return sorted(self._files(_SUFFIX), key=lambda t: t[2])
+
+    def _files(self, pattern: str) -> list[tuple[Path, int, float]]:
+        """(file, bytes, mtime) of the regular files matching ``??/*pattern``; files that go
+        while the directory is read (other processes prune or clear) are left out."""
         if self.path is None or not self.path.is_dir():
             return []
         out = []
-        for f in self.path.glob("??/*" + _SUFFIX):
+        for f in self.path.glob("??/*" + pattern):
             try:
-                st = f.stat()
+                st = f.lstat()
             except OSError:
                 continue
-            out.append((f, st.st_size, st.st_mtime))
-        out.sort(key=lambda t: t[2])
+            if stat.S_ISREG(st.st_mode):
+                out.append((f, st.st_size, st.st_mtime))
         return out
 
+    def temporary_files(self) -> list[tuple[Path, int, float]]:
+        """(file, bytes, mtime) of writers' temporary files (in flight, or left by a killed one)."""
+        return [t for t in self._files("") if t[0].name.startswith(_TMP_PREFIX)]
+
     def info(self) -> dict:
-        es = self.entries()
+        es, tmps = self.entries(), self.temporary_files()
         return {"location": str(self.path) if self.path else None, "entries": len(es),
-                "bytes": sum(e[1] for e in es), "max_bytes": self.max_bytes}
+                "bytes": sum(e[1] for e in es) + sum(t[1] for t in tmps), "temporary_files": len(tmps),
+                "max_bytes": self.max_bytes}
 
     def clear(self) -> int:
-        """Remove every entry (and stray temporary files); returns how many entries went."""
+        """Remove every entry, and temporary files whose writer is gone; returns how many
+        entries went. Writers still running lose nothing but the write in progress."""
         with self._lock:
             self._mem.clear()
-        n = 0
-        if self.path is None or not self.path.is_dir():
-            return 0
-        for f in list(self.path.glob("??/*")):
-            if f.name.endswith(_SUFFIX) or f.name.startswith(_TMP_PREFIX):
-                try:
-                    f.unlink()
-                    n += f.name.endswith(_SUFFIX)
-                except OSError:
-                    pass
+        n = sum(_remove(f) for f, _, _ in self.entries())
+        self._reclaim(max_age=0)
         return n
 
-    def prune(self, max_bytes: int, *, quiet: bool = False) -> int:
-        """Remove least-recently-used entries until the cache holds at most ``max_bytes``;
-        also removes temporary files older than an hour. Returns how many entries went."""
+    def prune(self, max_bytes: int | None = None, *, quiet: bool = False) -> int:
+        """Remove least-recently-used entries until the cache (entries and temporary files)
+        holds at most ``max_bytes`` (default: its own limit); first reclaims temporary files
+        of writers that are gone, or older than an hour. Returns how many entries went."""
+        if max_bytes is None:
+            max_bytes = self.max_bytes
+        if max_bytes is None or max_bytes < 0:
+            raise NbjitCacheError(f"prune needs a byte count >= 0, not {max_bytes!r}")
         if self.path is None or not self.path.is_dir():
             return 0
-        now = time.time()
-        for t in self.path.glob("??/" + _TMP_PREFIX + "*"):
-            try:
-                if now - t.stat().st_mtime > 3600:
-                    t.unlink()
-            except OSError:
-                pass
+        self._reclaim(max_age=3600)
         es = self.entries()
-        total = sum(e[1] for e in es)
+        total = sum(e[1] for e in es) + sum(t[1] for t in self.temporary_files())
         n = 0
         for f, size, _ in es:
             if total <= max_bytes:
@@ -206,10 +223,63 @@ class Cache:
                 f.unlink()
                 total -= size
                 n += 1
-            except OSError:
+            except FileNotFoundError:
+                total -= size
+            except OSError as e:
                 if not quiet:
-                    raise
+                    raise NbjitCacheError(f"cannot remove {f}: {e.strerror}") from None
         return n
+
+    def _reclaim(self, max_age: float) -> None:
+        """Remove temporary files whose writer process is gone, or older than ``max_age``."""
+        now = time.time()
+        for t, _, mtime in self.temporary_files():
+            if not _writer_alive(t.name) or now - mtime > max_age and max_age > 0:
+                _remove(t)
+
+
+def _writer_alive(name: str) -> bool:
+    """Whether the process that named this temporary file (.tmp-<pid>-...) still runs."""
+    try:
+        pid = int(name[len(_TMP_PREFIX):].split("-", 1)[0])
+    except ValueError:
+        return False  # not one of ours (an older nbjit's): reclaimed by age
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
+
+
+def _remove(f) -> int:
+    try:
+        os.unlink(f)
+        return 1
+    except OSError:
+        return 0
+
+
+def _read_regular(f: Path, limit: int) -> bytes | None:
+    """The bytes of ``f`` if it is a regular file of at most ``limit`` bytes, else None: a
+    FIFO is never waited on, a link to /dev/zero never read."""
+    try:
+        fd = os.open(f, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            return fh.read(limit + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def _encode(key: str, e: CacheEntry) -> bytes:
@@ -221,6 +291,7 @@ def _encode(key: str, e: CacheEntry) -> bytes:
 
 
 def _decode(raw: bytes, key: str) -> tuple[CacheEntry | None, str]:
+    """The entry in ``raw``, or None and why not: anything that does not verify is a miss."""
     if len(raw) < _HEAD.size:
         return None, "truncated header"
     magic, version, dlen, digest = _HEAD.unpack_from(raw)
@@ -235,13 +306,20 @@ def _decode(raw: bytes, key: str) -> tuple[CacheEntry | None, str]:
         return None, "checksum mismatch"
     try:
         desc = json.loads(body[:dlen])
-    except ValueError:
+    except (ValueError, RecursionError):
         return None, "unreadable description"
     payload = body[dlen:]
+    if not isinstance(desc, dict):
+        return None, "the description is not a JSON object"
     if desc.get("key") != key or desc.get("payload_bytes") != len(payload):
         return None, "entry does not belong to this key"
-    return CacheEntry(desc["kind"], desc["arch"], payload, desc.get("lowered_names") or {}, desc.get("log", ""),
-                      desc.get("producer", "")), ""
+    names, log, producer = desc.get("lowered_names") or {}, desc.get("log", ""), desc.get("producer", "")
+    if desc.get("kind") not in _KINDS or not isinstance(desc.get("arch"), str):
+        return None, f"kind {desc.get('kind')!r} / arch {desc.get('arch')!r} is not an image nbjit makes"
+    if not (isinstance(names, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in names.items())
+            and isinstance(log, str) and isinstance(producer, str)):
+        return None, "malformed description"
+    return CacheEntry(desc["kind"], desc["arch"], payload, names, log, producer), ""
 
 
 # ------------------------------------------------------------------ the default instance
@@ -265,12 +343,21 @@ def default_cache() -> Cache:
     caps its size (default 1 GiB)."""
     with _DEFAULT_LOCK:
         if not _DEFAULT:
-            try:
-                limit = int(os.environ.get("NBJIT_CACHE_MAX_BYTES", DEFAULT_MAX_BYTES))
-            except ValueError:
-                limit = DEFAULT_MAX_BYTES
-            _DEFAULT.append(Cache(_location_from_env(), max_bytes=limit))
+            _DEFAULT.append(Cache(_location_from_env(), max_bytes=_limit_from_env()))
         return _DEFAULT[0]
+
+
+def _limit_from_env() -> int:
+    raw = os.environ.get("NBJIT_CACHE_MAX_BYTES", "").strip()
+    if not raw:
+        return DEFAULT_MAX_BYTES
+    try:
+        limit = int(raw)
+    except ValueError:
+        limit = -1
+    if limit < 0:
+        raise NbjitCacheError(f"NBJIT_CACHE_MAX_BYTES={raw!r} is not a byte count (e.g. 1073741824 for 1 GiB)")
+    return limit
 
 
 def set_default_cache(cache: Cache | None) -> None:

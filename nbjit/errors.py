@@ -11,6 +11,7 @@ __all__ = [
     "NbjitArgumentError",
     "NbjitCacheError",
     "KernelNotFoundError",
+    "NbjitWarning",
 ]
 
 
@@ -59,3 +60,7 @@ class KernelNotFoundError(NbjitError, KeyError):
 
     def __str__(self) -> str:  # KeyError would repr() the message
         return str(self.args[0]) if self.args else ""
+
+
+class NbjitWarning(UserWarning):
+    """Something nbjit did on the user's behalf that they may want to know about."""

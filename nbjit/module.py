@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from . import _driver
 from .args import parse_signature
 from .cdecl import demangle
-from .errors import KernelNotFoundError, NbjitArgumentError, NbjitLoadError
+from .errors import KernelNotFoundError, NbjitArgumentError, NbjitLoadError, NbjitWarning
 from .cubin import CubinInfo
 from .image import Image, ImageLike, as_image
 from .kernel import Kernel, _State
@@ -18,10 +18,6 @@ from .loader import Prepared, prepare
 from .signature import KernelInfo, KernelSignature, Param, SignatureConflict, merge
 
 __all__ = ["Module", "DeviceGlobal", "load", "compile", "NbjitWarning"]
-
-
-class NbjitWarning(UserWarning):
-    """Something nbjit did on the user's behalf that they may want to know about."""
 
 
 @dataclass(frozen=True)

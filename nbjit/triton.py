@@ -331,7 +331,8 @@ def load_triton(path: str | os.PathLike) -> TritonKernel:
     """
     from . import _driver
     from .image import Image
-    from .module import NbjitWarning, load
+    from .errors import NbjitWarning
+    from .module import load
 
     art = read_triton(path)
     meta = art.meta

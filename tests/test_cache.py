@@ -256,10 +256,8 @@ def test_writer_killed_mid_write_leaves_nothing_read(tmp_path, counted):
         img = compile_image('extern "C" __global__ void k(float* x) { x[0] = 1.0f; }', arch="sm_90",
                             cache=Cache(cache))
     assert img.kind == "cubin" and len(counted) == 1 and len(Cache(cache).entries()) == 1
-    tmp = next(cache.glob("??/.tmp-*"))
-    os.utime(tmp, (time.time() - 7200, time.time() - 7200))
-    Cache(cache).prune(1 << 30)
-    assert not list(cache.glob("??/.tmp-*"))  # stale temporary files are pruned
+    # the write pruned the cache, which reclaimed the killed writer's file: its process is gone
+    assert not list(cache.glob("??/.tmp-*"))
 
 
 def test_cli_cache_commands(tmp_path):
@@ -282,3 +280,123 @@ def test_cli_cache_commands(tmp_path):
     assert "entries:  0" in run("cache", "info").stdout
     r = run("compile", str(src), "--arch", "sm_90", "-o", str(tmp_path / "x.cubin"))
     assert r.returncode == 2 and 'k.cu(1): error: identifier "SCALE" is undefined' in r.stderr
+
+
+# ---------------------------------------------------------------- hardening
+
+from nbjit import NbjitCacheError  # noqa: E402
+from nbjit.cache import _encode, set_default_cache  # noqa: E402
+
+KEY = cache_key({"test": 1})
+ENTRY = CacheEntry("cubin", "sm_90", b"\x7fELF payload", {"f<int>": "_Z1fIiEvv"}, "log", "test")
+
+
+@pytest.mark.parametrize("key", ["../../escape", "/abs/path", "ab\0cd", KEY.upper(), KEY[:-1], 12])
+def test_keys_that_are_not_digests_are_refused(tmp_path, key):
+    with pytest.raises(NbjitCacheError, match="not a cache key"):
+        Cache(tmp_path).read(key)
+    with pytest.raises(NbjitCacheError, match="not a cache key"):
+        Cache(tmp_path).write(key, ENTRY)
+    assert not any(tmp_path.parent.glob("escape*"))
+
+
+def test_entries_respect_the_umask(tmp_path):
+    old = os.umask(0o022)
+    try:
+        Cache(tmp_path).write(KEY, ENTRY)
+    finally:
+        os.umask(old)
+    f = Cache(tmp_path).file(KEY)
+    assert f.stat().st_mode & 0o777 == 0o644  # readable by a team that shares the cache
+
+
+def test_a_fifo_or_a_link_to_dev_zero_is_a_miss(tmp_path):
+    c = Cache(tmp_path)
+    f = c.file(KEY)
+    f.parent.mkdir(parents=True)
+    os.mkfifo(f)
+    t0 = time.time()
+    assert c.read(KEY) is None and time.time() - t0 < 5  # never waits for a writer
+    f.unlink()
+    f.symlink_to("/dev/zero")
+    assert c.read(KEY) is None
+
+
+@pytest.mark.parametrize("desc", [
+    [1, 2], "text", {"key": KEY, "payload_bytes": 3}, {"kind": "shared-library", "arch": "sm_90"},
+    {"kind": "cubin", "arch": 90}, {"kind": "cubin", "arch": "sm_90", "lowered_names": [1]},
+    "DEEP",
+])
+def test_descriptions_that_are_not_entries_are_misses(tmp_path, desc):
+    """A checksummed file whose description is not one of nbjit's is rebuilt, never raised."""
+    import hashlib
+    import struct
+    payload = b"abc"
+    if desc == "DEEP":
+        raw_desc = b"[" * 100_000 + b"]" * 100_000
+    else:
+        if isinstance(desc, dict) and "kind" in desc:
+            desc = {"key": KEY, "payload_bytes": len(payload), **desc}
+        raw_desc = json.dumps(desc).encode()
+    body = raw_desc + payload
+    raw = struct.pack("<8sII32s", b"NBJITC\x00\x01", FORMAT_VERSION, len(raw_desc), hashlib.sha256(body).digest())
+    c = Cache(tmp_path)
+    f = c.file(KEY)
+    f.parent.mkdir(parents=True)
+    f.write_bytes(raw + body)
+    with pytest.warns(NbjitWarning, match="corrupt"):
+        assert c.read(KEY) is None
+    with pytest.warns(NbjitWarning, match="rebuilding"):
+        made = c.get_or_create(KEY, lambda: ENTRY)
+    assert made == ENTRY and Cache(tmp_path).read(KEY) == ENTRY
+
+
+def test_a_lost_temporary_file_is_a_failed_write_not_the_end_of_the_cache(tmp_path, monkeypatch):
+    """Another process's clear() removed the file being written: that write is lost, and the
+    disk cache stays on (it was given up for good before)."""
+    c = Cache(tmp_path)
+    real = os.replace
+
+    def gone(a, b):
+        os.unlink(a)
+        return real(a, b)
+
+    monkeypatch.setattr(os, "replace", gone)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        c.write(KEY, ENTRY)
+    monkeypatch.setattr(os, "replace", real)
+    assert c.path == tmp_path
+    c.write(KEY, ENTRY)
+    assert Cache(tmp_path).read(KEY) == ENTRY
+
+
+def test_temporary_files_are_counted_and_reclaimed(tmp_path):
+    c = Cache(tmp_path)
+    c.write(KEY, ENTRY)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    left = tmp_path / KEY[:2] / f".tmp-{dead}-abcdef"
+    left.write_bytes(b"\0" * 5000)
+    mine = tmp_path / KEY[:2] / f".tmp-{os.getpid()}-123456"
+    mine.write_bytes(b"\0" * 10)
+    info = c.info()
+    assert info["temporary_files"] == 2 and info["bytes"] == c.file(KEY).stat().st_size + 5010
+    assert c.prune() == 0  # under the limit: only the dead writer's file goes
+    assert not left.exists() and mine.exists()
+    assert c.clear() == 1 and mine.exists()  # a live writer keeps its file
+
+
+def test_limits_that_make_no_sense(tmp_path, monkeypatch):
+    with pytest.raises(NbjitCacheError, match="byte count"):
+        Cache(tmp_path).prune(-5)
+    monkeypatch.setenv("NBJIT_CACHE_MAX_BYTES", "abc")
+    set_default_cache(None)
+    with pytest.raises(NbjitCacheError, match="NBJIT_CACHE_MAX_BYTES='abc' is not a byte count"):
+        default_cache()
+    monkeypatch.setenv("NBJIT_CACHE_MAX_BYTES", "100")
+    set_default_cache(None)
+    c = default_cache()
+    Cache(c.path, max_bytes=None).write(KEY, ENTRY)
+    assert c.max_bytes == 100 and c.prune() == 1  # without a size: the configured limit
+    set_default_cache(None)

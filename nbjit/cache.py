@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Callable
 
 from .errors import NbjitCacheError
+from .image import read_regular
 
 __all__ = ["Cache", "CacheEntry", "default_cache", "set_default_cache", "cache_key", "FORMAT_VERSION"]
 
@@ -114,7 +115,7 @@ class Cache:
         f = self.file(key)
         if f is None:
             return None
-        raw = _read_regular(f, _MAX_ENTRY_BYTES)
+        raw = _read_entry(f)
         if raw is None:
             return None
         entry, why = _decode(raw, key)
@@ -263,23 +264,13 @@ def _remove(f) -> int:
         return 0
 
 
-def _read_regular(f: Path, limit: int) -> bytes | None:
-    """The bytes of ``f`` if it is a regular file of at most ``limit`` bytes, else None: a
-    FIFO is never waited on, a link to /dev/zero never read."""
+def _read_entry(f: Path) -> bytes | None:
+    """The bytes of an entry file, or None: missing, not a regular file (a FIFO is never
+    waited on, a link to /dev/zero never read), or too large to be an entry."""
     try:
-        fd = os.open(f, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except OSError:
+        return read_regular(f, _MAX_ENTRY_BYTES)
+    except (OSError, ValueError):
         return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
-            return None
-        with os.fdopen(fd, "rb", closefd=False) as fh:
-            return fh.read(limit + 1)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 def _encode(key: str, e: CacheEntry) -> bytes:

@@ -3,14 +3,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import stat
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 from .cubin import CubinInfo
 from .errors import NbjitError
 from .fatbin import FatbinInfo, parse_arch
-from .image import Image, inspect_image
+from .image import Image, inspect_image, read_regular
 from .ptx import PtxInfo, inspect_ptx, strip_debug
 from .cdecl import demangled_text
 from .signature import typed_entries
@@ -23,10 +26,46 @@ class _Usage(Exception):
 
 
 def _read(path: str) -> bytes:
+    """A regular file's bytes: FIFOs, devices and directories are refused, never waited on
+    or read without end."""
     try:
-        return Path(path).read_bytes()
+        return read_regular(path)
     except OSError as e:
         raise _Usage(f"cannot read {path}: {e.strerror}") from None
+    except ValueError as e:
+        raise _Usage(f"{path} is {e}") from None
+
+
+def _write(path: str, data: bytes, source: str, in_place: bool) -> None:
+    """Write ``data`` to ``path`` through a temporary file renamed into place; an output
+    that is the input (also through a link) is refused unless ``in_place``."""
+    if not in_place and os.path.exists(path) and os.path.samefile(path, source):
+        raise _Usage(f"{path} is the input file {source}: refusing to overwrite it (pass --in-place to replace "
+                     "it, or choose another -o)")
+    target = os.path.realpath(path) if in_place else path
+    folder = os.path.dirname(os.path.abspath(target)) or "."
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".nbjit-", dir=folder)
+    except OSError as e:
+        raise _Usage(f"cannot write {path}: {e.strerror}") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        mode = os.stat(target).st_mode & 0o777 if os.path.exists(target) else 0o666 & ~_umask()
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise _Usage(f"cannot write {path}: {e.strerror}") from None
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _table(rows: list[list[str]], header: list[str]) -> list[str]:
@@ -187,11 +226,15 @@ def _inspect(args) -> int:
         except ValueError as e:
             raise _Usage(str(e)) from None
     if Path(args.file).is_dir() or args.file.endswith(".json"):
+        if args.arch:
+            raise _Usage("--arch chooses a fatbin's image; a Triton kernel has its own")
         from .triton import describe
         d = describe(args.file)
         print(json.dumps(d, indent=2) if args.json else format_triton(d, args.file))
         return 0
     img = Image.from_bytes(_read(args.file), args.file)
+    if args.arch and img.kind != "fatbin":
+        raise _Usage(f"--arch chooses a fatbin's image; {args.file} is {img.kind}, not a fatbin")
     if args.json:
         info = inspect_image(img)
         j = _typed_json(info)
@@ -209,12 +252,12 @@ def _inspect(args) -> int:
 def _strip(args) -> int:
     data = _read(args.file)
     info = inspect_ptx(data, source=args.file)  # refuse what is not PTX
-    out = strip_debug(data, keep_lineinfo=args.keep_lineinfo)
-    try:
-        Path(args.output).write_text(out)
-    except OSError as e:
-        raise _Usage(f"cannot write {args.output}: {e.strerror}") from None
-    print(f"{args.file}: debug info {info.debug.kind} -> {args.output} ({len(data)} -> {len(out)} bytes)",
+    out = strip_debug(data, keep_lineinfo=args.keep_lineinfo).encode("utf-8")
+    output = args.file if args.in_place and args.output is None else args.output
+    if output is None:
+        raise _Usage("give -o OUT (or --in-place to replace the input)")
+    _write(output, out, args.file, args.in_place)
+    print(f"{args.file}: debug info {info.debug.kind} -> {output} ({len(data)} -> {len(out)} bytes)",
           file=sys.stderr)
     return 0
 
@@ -222,24 +265,31 @@ def _strip(args) -> int:
 def _cache(args) -> int:
     from .cache import default_cache
 
+    if args.max_bytes is not None and args.action != "prune":
+        raise _Usage(f"--max-bytes applies to 'cache prune', not 'cache {args.action}'")
+    if args.max_bytes is not None and args.max_bytes < 0:
+        raise _Usage(f"--max-bytes must be a byte count >= 0, not {args.max_bytes}")
     c = default_cache()
     if args.action == "info":
         i = c.info()
         print(f"location: {i['location'] or '(disk cache off: NBJIT_CACHE=0)'}")
-        print(f"entries:  {i['entries']}")
+        print(f"entries:  {i['entries']}" + (f" (and {i['temporary_files']} temporary files of writers)"
+                                             if i["temporary_files"] else ""))
         print(f"bytes:    {i['bytes']} (limit {i['max_bytes']})")
     elif args.action == "list":
-        from .cache import _decode
+        from .cache import _decode, _read_entry
         for f, size, used in c.entries():
-            entry, why = _decode(f.read_bytes(), f.stem)
+            raw = _read_entry(f)
+            if raw is None:
+                continue  # removed meanwhile by another process
+            entry, why = _decode(raw, f.stem)
             what = f"{entry.kind} {entry.arch} {entry.producer}" if entry else f"corrupt: {why}"
             print(f"{f.stem[:16]}  {size:>9}  {time.strftime('%Y-%m-%d %H:%M', time.localtime(used))}  {what}")
     elif args.action == "clear":
         print(f"removed {c.clear()} entries from {c.path}")
     else:
-        if args.max_bytes is None:
-            raise _Usage("prune needs --max-bytes N")
-        print(f"removed {c.prune(args.max_bytes)} entries; {c.info()['bytes']} bytes left")
+        print(f"removed {c.prune(args.max_bytes)} entries; {c.info()['bytes']} bytes left "
+              f"(limit {c.max_bytes if args.max_bytes is None else args.max_bytes})")
     return 0
 
 
@@ -247,18 +297,14 @@ def _compile(args) -> int:
     from .compiler import compile_image
 
     path = Path(args.file)
-    try:
-        source = path.read_text()
-    except OSError as e:
-        raise _Usage(f"cannot read {args.file}: {e.strerror}") from None
+    raw = _read(args.file)
+    _check_source(raw, args.file)
+    source = raw.decode("utf-8")
     opts = [o for d in args.include for o in ("-I", d)] + [f"-D{d}" for d in args.define] + list(args.option)
     img = compile_image(source, name=path.name, options=opts, arch=args.arch,
                         output="ptx" if args.ptx else "auto", name_expressions=args.expr)
-    out = Path(args.output or path.with_suffix("." + img.kind).name)
-    try:
-        out.write_bytes(img.data)
-    except OSError as e:
-        raise _Usage(f"cannot write {out}: {e.strerror}") from None
+    out = args.output or path.with_suffix("." + img.kind).name
+    _write(str(out), img.data, args.file, in_place=False)
     if img.log:
         print(img.log, file=sys.stderr)
     for e, m in img.lowered_names.items():
@@ -267,8 +313,30 @@ def _compile(args) -> int:
     return 0
 
 
+def _check_source(raw: bytes, path: str) -> None:
+    """CUDA C++ source is UTF-8 text; compiled code and binary files are named as what they are."""
+    from .errors import ImageFormatError
+    from .image import sniff
+    try:
+        kind = sniff(raw, path)
+    except ImageFormatError:
+        kind = None  # not an image: good, it should be source
+    if kind is not None:
+        raise _Usage(f"{path} is {kind}, already compiled: inspect it with 'nbjit inspect' or load it with "
+                     "nbjit.load(), it needs no compiling")
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise _Usage(f"{path} is not UTF-8 text (byte {e.start} is {raw[e.start:e.start + 1]!r}): CUDA source must "
+                     "be UTF-8 (convert it, e.g. iconv -f latin1 -t utf-8)") from None
+    if b"\0" in raw:
+        raise _Usage(f"{path} holds NUL bytes: binary data, not CUDA source")
+
+
 def _parser() -> argparse.ArgumentParser:
+    from . import __version__
     p = argparse.ArgumentParser(prog="nbjit", description="Inspect and prepare externally compiled GPU kernels.")
+    p.add_argument("--version", action="version", version=f"nbjit {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
     i = sub.add_parser("inspect", help="show the kernels, parameters and metadata of an image")
     i.add_argument("file")
@@ -277,18 +345,20 @@ def _parser() -> argparse.ArgumentParser:
     i.set_defaults(func=_inspect)
     s = sub.add_parser("strip", help="remove debug information from PTX")
     s.add_argument("file")
-    s.add_argument("-o", "--output", required=True)
+    s.add_argument("-o", "--output", help="where to write the stripped PTX (never the input, unless --in-place)")
+    s.add_argument("--in-place", action="store_true", help="replace the input file")
     s.add_argument("--keep-lineinfo", action="store_true", help="keep .file/.loc line information")
     s.set_defaults(func=_strip)
     c = sub.add_parser("cache", help="show, list, clear or prune nbjit's compile cache")
     c.add_argument("action", choices=["info", "list", "clear", "prune"])
-    c.add_argument("--max-bytes", type=int)
+    c.add_argument("--max-bytes", type=int, help="for prune: the size to prune to (default: the cache's limit)")
     c.set_defaults(func=_cache)
     k = sub.add_parser("compile", help="compile CUDA C++ with NVRTC (through the cache)")
     k.add_argument("file")
     k.add_argument("--arch", required=True, help="sm_90, sm_90a, compute_90, ...")
     k.add_argument("--ptx", action="store_true", help="write PTX instead of a cubin")
-    k.add_argument("-o", "--output")
+    k.add_argument("-o", "--output", help="output file (default: FILE's name with .cubin or .ptx, in the current "
+                   "directory; never the input)")
     k.add_argument("-I", dest="include", action="append", default=[], metavar="DIR")
     k.add_argument("-D", dest="define", action="append", default=[], metavar="NAME=VALUE")
     k.add_argument("--expr", action="append", default=[], help="a name expression to instantiate")
@@ -299,10 +369,21 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``nbjit`` console script; returns the exit status."""
+    for stream in (sys.stdout, sys.stderr):  # a path or PTX comment in any locale
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     parser = _parser()
     args = parser.parse_args(argv)
     try:
-        return args.func(args)
+        try:
+            return args.func(args)
+        finally:
+            sys.stdout.flush()
+    except BrokenPipeError:
+        # the reader went away (nbjit inspect x | head -1): stop quietly, as Unix tools do
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
     except (NbjitError, _Usage) as e:
         print(f"nbjit {args.cmd}: error: {e}", file=sys.stderr)
         return 2

@@ -85,9 +85,22 @@ _NVRTC_FINGERPRINT: list = []
 _MEMO: dict = {}
 
 
+def _nvrtc():
+    """cuda.bindings' NVRTC module, its library loaded; NbjitCompileError saying what to
+    install where it is missing."""
+    try:
+        from cuda.bindings import nvrtc as N
+        N.nvrtcVersion()  # loads the library (cuda.pathfinder raises here when it is missing)
+        return N
+    except Exception as e:  # ImportError, cuda.pathfinder's DynamicLibNotFoundError, RuntimeError
+        raise NbjitCompileError(
+            f"NVRTC is not installed ({type(e).__name__}: {e}): install it with "
+            "pip install 'nbjit[cu13]' (or 'nbjit[cu12]' for CUDA 12 drivers), which brings nvidia-cuda-nvrtc") from None
+
+
 def nvrtc_version() -> tuple[int, int]:
     """(major, minor) of the NVRTC that cuda-bindings loads (as numba-cuda does)."""
-    from cuda.bindings import nvrtc as N
+    N = _nvrtc()
     err, major, minor = N.nvrtcVersion()
     if err != N.nvrtcResult.NVRTC_SUCCESS:
         raise NbjitCompileError(f"NVRTC is not usable: {err}")
@@ -96,7 +109,7 @@ def nvrtc_version() -> tuple[int, int]:
 
 @functools.lru_cache(maxsize=None)
 def supported_archs() -> tuple[int, ...]:
-    from cuda.bindings import nvrtc as N
+    N = _nvrtc()
     err, archs = N.nvrtcGetSupportedArchs()
     return tuple(archs) if err == N.nvrtcResult.NVRTC_SUCCESS else ()
 
@@ -155,6 +168,28 @@ def cuda_include_dir() -> str | None:
         return find_nvidia_header_directory("cudart")
     except Exception:  # no headers installed: sources that include none still compile
         return None
+
+
+@functools.lru_cache(maxsize=None)
+def cccl_include_dir() -> str | None:
+    """CCCL's headers (CUB, Thrust, libcu++) beside CUDA's: the CUDA wheel's include/cccl."""
+    inc = cuda_include_dir()
+    d = os.path.join(inc, "cccl") if inc else None
+    return d if d and os.path.isfile(os.path.join(d, "cuda", "std", "__cccl", "version.h")) else None
+
+
+@functools.lru_cache(maxsize=None)
+def cccl_version() -> int | None:
+    """CCCL_VERSION (e.g. 3005000) of the headers compiles see, for the cache key."""
+    d = cccl_include_dir()
+    if d is None:
+        return None
+    try:
+        text = Path(d, "cuda", "std", "__cccl", "version.h").read_text(errors="replace")
+    except OSError:
+        return None
+    m = re.search(r"#\s*define\s+CCCL_VERSION\s+(\d+)", text)
+    return int(m.group(1)) if m else None
 
 
 _ALIASES = {"--std": "-std", "--device-debug": "-G", "--generate-line-info": "-lineinfo",
@@ -274,18 +309,21 @@ def compile_image(source: str, *, name: str | None = None, name_expressions=(), 
     headers = dict(headers or {})
     opts = normalize_options([*(f"--include-path={p}" for p in include_paths), *options])
     inc = cuda_include_dir()
-    if inc and f"--include-path={inc}" not in opts:
-        opts.append(f"--include-path={inc}")
+    for d in (inc, cccl_include_dir()):  # CUDA's headers, then CCCL (<cub/...>, <cuda/std/...>, <thrust/...>)
+        if d and f"--include-path={d}" not in opts:
+            opts.append(f"--include-path={d}")
     exprs = tuple(str(e) for e in name_expressions)
-    user_dirs = [o.split("=", 1)[1] for o in opts if o.startswith("--include-path=") and o != f"--include-path={inc}"]
+    ours = {f"--include-path={d}" for d in (inc, cccl_include_dir()) if d}
+    user_dirs = [o.split("=", 1)[1] for o in opts if o.startswith("--include-path=") and o not in ours]
     key = cache_key({
-        "producer": "nvrtc", "toolchain": _toolchain_fingerprint(), "source": source, "name": name,
+        "producer": "nvrtc", "toolchain": _toolchain_fingerprint(), "cccl": cccl_version(), "source": source,
+        "name": name,
         "headers": sorted(headers.items()), "options": opts, "arch": a, "output": output,
         "expressions": list(exprs), "includes": _include_digest([source, *headers.values()], user_dirs),
     })
 
     def make() -> CacheEntry:
-        return _nvrtc(source, name, exprs, headers, opts, a, output)
+        return _run_nvrtc(source, name, exprs, headers, opts, a, output)
 
     entry = cache.get_or_create(key, make)
     from .cdecl import source_declarations
@@ -298,11 +336,10 @@ def compile_image(source: str, *, name: str | None = None, name_expressions=(), 
     return img
 
 
-def _nvrtc(source: str, name: str, exprs, headers: dict, opts: list[str], arch: str, output: str):
-    from cuda.bindings import nvrtc as N
-
+def _run_nvrtc(source: str, name: str, exprs, headers: dict, opts: list[str], arch: str, output: str):
     from .cache import CacheEntry
 
+    N = _nvrtc()
     ok = N.nvrtcResult.NVRTC_SUCCESS
     major, minor = nvrtc_version()
     if output == "auto" and arch.startswith("sm_"):

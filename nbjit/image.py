@@ -5,13 +5,38 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Union
 
 from .errors import ImageFormatError
 
-__all__ = ["Image", "ImageLike", "sniff", "as_image", "inspect_image"]
+__all__ = ["Image", "ImageLike", "sniff", "as_image", "inspect_image", "read_regular", "MAX_FILE_BYTES"]
+
+MAX_FILE_BYTES = 1 << 30  # no kernel image, source or metadata file is this large
+
+
+def read_regular(path: str | os.PathLike, limit: int = MAX_FILE_BYTES) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes. A FIFO is never waited on, a
+    device (or a link to /dev/zero) never read: ``ValueError`` says what the path is instead;
+    ``OSError`` for what the system refuses."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode) else \
+                "a device or other special file"
+            raise ValueError(f"{kind}, not a regular file")
+        if st.st_size > limit:
+            raise ValueError(f"{st.st_size} bytes, more than nbjit reads ({limit})")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(limit + 1)
+        if len(data) > limit:
+            raise ValueError(f"more than {limit} bytes")
+        return data
+    finally:
+        os.close(fd)
 
 IMAGE_KINDS = ("ptx", "cubin", "fatbin")
 
@@ -53,9 +78,11 @@ class Image:
     def from_path(cls, path: str | os.PathLike) -> "Image":
         p = Path(path)
         try:
-            raw = p.read_bytes()
+            raw = read_regular(p)
         except OSError as e:
             raise ImageFormatError(f"{p}: cannot read: {e.strerror}") from None
+        except ValueError as e:
+            raise ImageFormatError(f"{p}: {e}") from None
         return cls(raw, sniff(raw, str(p)), str(p))
 
     @property
@@ -119,11 +146,15 @@ def as_image(obj: ImageLike, name: str | None = None) -> Image:
     if isinstance(obj, os.PathLike):
         return Image.from_path(obj)
     if isinstance(obj, str):
-        if "\n" in obj or ".version" in obj:
+        # A str is PTX text when it spans lines (no path does); else a path when such a file
+        # exists; else one-line PTX text when it holds a .version directive.
+        if "\n" in obj:
             return Image.from_bytes(obj, name or "<ptx>")
         if os.path.exists(obj):
             return Image.from_path(obj)
-        raise ImageFormatError(f"{obj!r}: no such file, and not PTX text either")
+        if ".version" in obj:
+            return Image.from_bytes(obj, name or "<ptx>")
+        raise ImageFormatError(f"{obj[:200]!r}: no such file, and not PTX text either")
     if isinstance(obj, (bytes, bytearray, memoryview)):
         return Image.from_bytes(bytes(obj), name or "<image>")
     raise TypeError(f"an image is a path, bytes, PTX text or nbjit.Image, not {type(obj).__name__}")

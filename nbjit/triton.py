@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import warnings
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import NbjitArgumentError, NbjitLaunchError, NbjitLoadError
+from .image import read_regular
 from .ptx import TRITON_META_DEFAULTS, inspect_ptx
 
 __all__ = ["TritonMeta", "TritonKernel", "read_triton", "load_triton", "launch_rules"]
@@ -65,41 +67,79 @@ def _scratch_params(meta: dict) -> int:
     return 0
 
 
-def _from_json(d: dict, source: str) -> TritonMeta:
-    target = d.get("target") or {}
-    if isinstance(target, (list, tuple)):  # older Triton: ["cuda", 90, 32]
-        target = {"backend": target[0], "arch": target[1], "warp_size": target[2] if len(target) > 2 else 32}
-    if target.get("backend", "cuda") != "cuda":
-        raise NbjitLoadError(f"{source}: a Triton kernel for {target.get('backend')!r}, not CUDA")
+_NAME_OK = re.compile(r"[A-Za-z_$][\w$]{0,1023}")
+
+
+def _bad(source: str, key: str, why: str) -> NbjitLoadError:
+    return NbjitLoadError(f"{source}: Triton metadata {key!r}: {why}")
+
+
+def _int(d: dict, key: str, default: int, source: str, lo: int = 0, hi: int = 1 << 31) -> int:
+    """A whole number from the metadata, in [lo, hi]; None or absent gives ``default``."""
+    v = d.get(key)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+        raise _bad(source, key, f"expected a whole number, got {type(v).__name__}")
     try:
-        cluster = d.get("cluster_dims")
-        return TritonMeta(
-            name=str(d["name"]),
-            num_warps=int(d.get("num_warps", 4)),
-            num_ctas=int(d.get("num_ctas", 1)),
-            warp_size=int(d.get("warp_size") or target.get("warp_size") or 32),
-            shared=int(d.get("shared") or 0),
-            tmem_size=int(d.get("tmem_size") or 0),
-            global_scratch_size=int(d.get("global_scratch_size") or 0),
-            global_scratch_align=int(d.get("global_scratch_align") or 1),
-            profile_scratch_size=int(d.get("profile_scratch_size") or 0),
-            profile_scratch_align=int(d.get("profile_scratch_align") or 1),
-            scratch_params=_scratch_params(d),
-            arch=int(target["arch"]) if str(target.get("arch", "")).isdigit() else None,
-            ptx_version=d.get("ptx_version"),
-            triton_version=d.get("triton_version"),
-            cluster_dims=tuple(cluster) if cluster else None,
-            cooperative=bool(d.get("launch_cooperative_grid", False)),
-            pdl=bool(d.get("launch_pdl", False)),
-            source="json",
-        )
-    except KeyError as e:
-        raise NbjitLoadError(f"{source}: Triton metadata without {e.args[0]!r}") from None
-    except (TypeError, ValueError) as e:
-        raise NbjitLoadError(f"{source}: malformed Triton metadata: {e}") from None
+        n = int(v) if not isinstance(v, str) or len(v) <= 19 else None
+    except (ValueError, OverflowError):
+        n = None
+    if n is None or (isinstance(v, float) and n != v) or not lo <= n <= hi:
+        raise _bad(source, key, f"{str(v)[:40]!r} is not a whole number from {lo} to {hi}")
+    return n
+
+
+def _from_json(d, source: str) -> TritonMeta:
+    """TritonMeta from the metadata of any JSON shape: what is not Triton's is an
+    NbjitLoadError naming the file and the key."""
+    if not isinstance(d, dict):
+        raise NbjitLoadError(f"{source}: Triton metadata must be a JSON object, not {type(d).__name__}")
+    target = d.get("target") if d.get("target") is not None else {}
+    if isinstance(target, (list, tuple)):  # older Triton: ["cuda", 90, 32]
+        if not target:
+            raise _bad(source, "target", "an empty list")
+        target = {"backend": target[0], **({"arch": target[1]} if len(target) > 1 else {}),
+                  **({"warp_size": target[2]} if len(target) > 2 else {})}
+    if not isinstance(target, dict):
+        raise _bad(source, "target", f"expected an object or a list, got {type(target).__name__}")
+    if target.get("backend", "cuda") != "cuda":
+        raise NbjitLoadError(f"{source}: a Triton kernel for {str(target.get('backend'))[:40]!r}, not CUDA")
+    name = d.get("name")
+    if not isinstance(name, str) or not _NAME_OK.fullmatch(name):
+        raise _bad(source, "name", f"{str(name)[:60]!r} is not a kernel name" if name is not None else "missing")
+    cluster = d.get("cluster_dims")
+    if cluster is not None and (not isinstance(cluster, (list, tuple)) or len(cluster) > 3):
+        raise _bad(source, "cluster_dims", f"expected up to 3 numbers, got {str(cluster)[:40]}")
+    arch = target.get("arch")
+    ptx_version = d.get("ptx_version")
+    version = d.get("triton_version")
+    return TritonMeta(
+        name=name,
+        num_warps=_int(d, "num_warps", 4, source, 1, 1024),
+        num_ctas=_int(d, "num_ctas", 1, source, 1, 1024),
+        warp_size=_int(d, "warp_size", 0, source, 0, 1024) or _int(target, "warp_size", 32, source, 1, 1024),
+        shared=_int(d, "shared", 0, source),
+        tmem_size=_int(d, "tmem_size", 0, source),
+        global_scratch_size=_int(d, "global_scratch_size", 0, source),
+        global_scratch_align=_int(d, "global_scratch_align", 1, source, 1),
+        profile_scratch_size=_int(d, "profile_scratch_size", 0, source),
+        profile_scratch_align=_int(d, "profile_scratch_align", 1, source, 1),
+        scratch_params=_scratch_params(d),
+        arch=_int(target, "arch", 0, source, 0, 100000) or None if isinstance(arch, int) or (
+            isinstance(arch, str) and arch.isdigit()) else None,
+        ptx_version=ptx_version if isinstance(ptx_version, int) and not isinstance(ptx_version, bool) else None,
+        triton_version=str(version)[:64] if isinstance(version, (str, int, float)) else None,
+        cluster_dims=tuple(_int({"v": c}, "v", 1, source, 1, 1024) for c in cluster) if cluster else None,
+        cooperative=d.get("launch_cooperative_grid") is True,
+        pdl=d.get("launch_pdl") is True,
+        source="json",
+    )
 
 
 def _from_ptx_comments(meta: dict, source: str) -> TritonMeta:
+    if not meta.get("name"):
+        raise _bad(source, "name", "the '// meta: name=' comment names no kernel")
     full = {**TRITON_META_DEFAULTS, **meta}
     d = {k: full[k] for k in ("name", "num_warps", "num_ctas", "shared", "tmem_size", "global_scratch_size",
                               "global_scratch_align", "profile_scratch_size", "profile_scratch_align")}
@@ -133,6 +173,10 @@ class TritonArtifacts:
                 for k, v in sigs.items() if k == self.meta.name}
 
 
+def _no_constant(word: str):
+    raise ValueError(f"{word} is not a JSON number")
+
+
 def read_triton(path: str | os.PathLike) -> TritonArtifacts:
     """Find a Triton kernel's metadata and images: a cache entry directory, its
     ``<name>.json``, or a PTX file carrying ``// meta:`` comments."""
@@ -152,9 +196,9 @@ def read_triton(path: str | os.PathLike) -> TritonArtifacts:
         raise NbjitLoadError(f"{p}: no such file or directory")
     if p.suffix == ".json":
         try:
-            d = json.loads(p.read_text())
-        except (OSError, ValueError) as e:
-            raise NbjitLoadError(f"{p}: unreadable Triton metadata: {e}") from None
+            d = json.loads(read_regular(p, 1 << 24), parse_constant=_no_constant)
+        except (OSError, ValueError, RecursionError) as e:
+            raise NbjitLoadError(f"{p}: unreadable Triton metadata: {str(e)[:200]}") from None
         meta = _from_json(d, str(p))
         stem = p.parent / meta.name
         cubin, ptx, ttir = (stem.with_suffix(x) if stem.with_suffix(x).exists() else None
@@ -162,7 +206,10 @@ def read_triton(path: str | os.PathLike) -> TritonArtifacts:
         if cubin is None and ptx is None:
             raise NbjitLoadError(f"{p}: neither {meta.name}.cubin nor {meta.name}.ptx is beside it")
         return TritonArtifacts(meta, cubin, ptx, ttir=ttir)
-    data = p.read_bytes()
+    try:
+        data = read_regular(p)
+    except (OSError, ValueError) as e:
+        raise NbjitLoadError(f"{p}: cannot read: {e}") from None
     info = inspect_ptx(data, source=str(p))
     if not info.metadata:
         raise NbjitLoadError(f"{p}: PTX without '// meta:' comments and no Triton JSON beside it: load it with "
@@ -347,7 +394,7 @@ def load_triton(path: str | os.PathLike) -> TritonKernel:
         except NbjitLoadError as e:  # e.g. a cubin for another chip: try the PTX
             errors.append(str(e))
     if art.ptx is not None:
-        data = art.ptx_text or art.ptx.read_bytes()
+        data = art.ptx_text or read_regular(art.ptx)
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always", NbjitWarning)
             mod = load(Image(data, "ptx", str(art.ptx), declarations=decls))
@@ -365,7 +412,7 @@ def _kernel(mod, meta: TritonMeta, art: TritonArtifacts | None):
                              f"{', '.join(mod.kernels)}")
     extra = []
     if art is not None and art.ptx is not None:
-        data = art.ptx_text or art.ptx.read_bytes()
+        data = art.ptx_text or read_regular(art.ptx)
         extra.append(("triton ptx", inspect_ptx(data, source=str(art.ptx)).entry(meta.name)))
     return mod._kernel(meta.name, extra_layouts=extra)
 
@@ -375,12 +422,16 @@ def describe(path: str | os.PathLike) -> dict:
     from .signature import typed_entries
 
     art = read_triton(path)
-    image = art.ptx_text or (art.ptx.read_bytes() if art.ptx else None)
+    image = art.ptx_text or (read_regular(art.ptx) if art.ptx else None)
     if image is not None:
-        entry, label = inspect_ptx(image, source=str(art.ptx)).entry(art.meta.name), "ptx"
+        info, label = inspect_ptx(image, source=str(art.ptx)), "ptx"
     else:
         from .cubin import inspect_cubin
-        entry, label = inspect_cubin(art.cubin.read_bytes(), source=str(art.cubin)).entry(art.meta.name), "cubin"
+        info, label = inspect_cubin(read_regular(art.cubin), source=str(art.cubin)), "cubin"
+    entry = next((e for e in info.entries if e.name == art.meta.name), None)
+    if entry is None:
+        raise NbjitLoadError(f"{path}: the metadata names kernel {art.meta.name!r}; the image has "
+                             f"{', '.join(e.name for e in info.entries) or 'none'}")
     params = typed_entries([entry], label, art.declarations())[0].params
     m = art.meta
     return {"kind": "triton", "name": m.name, "triton_version": m.triton_version, "arch": m.arch,

@@ -27,13 +27,13 @@ HDR = {"scale.cuh": (DATA / "src/scale.cuh").read_text()}
 def counted(monkeypatch):
     """Counts real NVRTC compiles."""
     calls = []
-    real = C._nvrtc
+    real = C._run_nvrtc
 
     def spy(*a, **k):
         calls.append(a)
         return real(*a, **k)
 
-    monkeypatch.setattr(C, "_nvrtc", spy)
+    monkeypatch.setattr(C, "_run_nvrtc", spy)
     return calls
 
 

@@ -2,12 +2,15 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from nbjit import NbjitLoadError, inspect_ptx
 from nbjit.triton import describe, launch_rules, read_triton
@@ -98,7 +101,7 @@ def test_bad_inputs(tmp_path):
     with pytest.raises(NbjitLoadError, match="unreadable"):
         read_triton(bad)
     bad.write_text(json.dumps({"num_warps": 4}))
-    with pytest.raises(NbjitLoadError, match="without 'name'"):
+    with pytest.raises(NbjitLoadError, match="Triton metadata 'name': missing"):
         read_triton(bad)
     bad.write_text(json.dumps({"name": "k", "target": {"backend": "hip", "arch": "gfx942"}}))
     with pytest.raises(NbjitLoadError, match="not CUDA"):
@@ -117,3 +120,77 @@ def test_cli_inspect_triton():
     j = json.loads(subprocess.run([sys.executable, "-m", "nbjit", "inspect", "--json", str(T / "add_kernel")],
                                   capture_output=True, text=True, timeout=120).stdout)
     assert j["kind"] == "triton" and j["launch"]["user_params"] == 5
+
+
+@pytest.mark.parametrize("meta,msg", [
+    ([1, 2], "must be a JSON object"),
+    ({"name": "k", "target": "cuda"}, "'target': expected an object or a list, got str"),
+    ({"name": "k", "target": ["cuda"]}, "neither k.cubin nor k.ptx"),  # old list form, arch unknown
+    ({"name": "k", "target": []}, "'target': an empty list"),
+    ({"name": "k", "num_warps": 1e308}, "'num_warps'"),
+    ({"name": "k", "shared": "9" * 5000}, "'shared'"),
+    ({"name": "k", "shared": -1}, "'shared'"),
+    ({"name": "k", "num_warps": True}, "'num_warps': expected a whole number, got bool"),
+    ({"name": "/"}, "'name': '/' is not a kernel name"),
+    ({"name": "k" * 5000}, "is not a kernel name"),
+    ({"name": ""}, "is not a kernel name"),
+    ({"name": "k", "cluster_dims": [1, 2, 3, 4]}, "'cluster_dims'"),
+    ({"name": "k", "cluster_dims": ["x"]}, "'v'"),
+])
+def test_metadata_of_any_shape_is_an_nbjit_error(tmp_path, meta, msg):
+    bad = tmp_path / "k.json"
+    bad.write_text(json.dumps(meta))
+    with pytest.raises(NbjitLoadError, match=re.escape(msg)):
+        read_triton(bad)
+
+
+@pytest.mark.parametrize("text,msg", [
+    ('{"name": "k", "num_warps": Infinity}', "Infinity is not a JSON number"),
+    ('{"name": "k", "num_warps": NaN}', "NaN is not a JSON number"),
+    ("[" * 100_000 + "]" * 100_000, "unreadable"),
+])
+def test_unreadable_metadata(tmp_path, text, msg):
+    bad = tmp_path / "k.json"
+    bad.write_text(text)
+    with pytest.raises(NbjitLoadError, match=re.escape(msg)):
+        read_triton(bad)
+
+
+def test_meta_comments_that_name_no_kernel(tmp_path):
+    ptx = (T / "softmax_kernel/softmax_kernel.ptx").read_text()
+    p = tmp_path / "k.ptx"
+    p.write_text("// meta: name=\n" + ptx)
+    with pytest.raises(NbjitLoadError, match="names no kernel"):
+        read_triton(p)
+    p.write_text("// meta: name=nope\n" + ptx)
+    with pytest.raises(NbjitLoadError, match="names kernel 'nope'; the image has softmax_kernel"):
+        describe(p)
+
+
+json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+                           lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
+                                                                                       max_size=4), max_leaves=20)
+REAL = json.loads((T / "add_kernel/add_kernel.json").read_text())
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(key=st.sampled_from(sorted(REAL) + ["extra"]), value=json_values, drop=st.booleans())
+def test_fuzz_metadata_any_json_shape(tmp_path, key, value, drop):
+    """Triton's real metadata with one key set to any JSON value (or dropped): read, or an
+    NbjitLoadError; never another exception."""
+    d = dict(REAL)
+    if drop:
+        d.pop(key, None)
+    else:
+        d[key] = value
+    bad = tmp_path / "add_kernel.json"
+    bad.write_text(json.dumps(d))
+    for f in ("add_kernel.ptx", "add_kernel.cubin"):
+        if not (tmp_path / f).exists():
+            (tmp_path / f).write_bytes((T / "add_kernel" / f).read_bytes())
+    try:
+        art = read_triton(bad)
+        describe(bad)
+        assert art.meta.num_warps >= 1
+    except NbjitLoadError:
+        pass

@@ -48,9 +48,16 @@ def check(res, what: str, exc: type[NbjitError] = NbjitError):
 
 
 def current_context():
-    """numba-cuda's current context (created and made current on first use)."""
+    """numba-cuda's current context (created and made current on first use); an
+    NbjitLoadError where there is no CUDA GPU or driver."""
     from numba import cuda
-    return cuda.current_context()
+    try:
+        return cuda.current_context()
+    except Exception as e:  # numba's CudaSupportError and driver errors: dozens of lines of text
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise NbjitLoadError(
+            f"no usable CUDA GPU or driver ({first[:200]}): loading and launching need one; nbjit can still "
+            "inspect, strip and compile (give compile an explicit arch=, e.g. 'sm_90')") from None
 
 
 def context_cc(ctx) -> tuple[int, int]:

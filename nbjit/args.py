@@ -415,9 +415,10 @@ class ArgPacker:
         if sig.size > pos:
             fmt += f"{sig.size - pos}x"
         self.struct = struct.Struct(fmt)
-        if self.struct.size != sig.size:
-            raise ValueError(f"kernel {kernel!r}: parameter layout packs to {self.struct.size} bytes, "
-                             f"the signature says {sig.size}")
+        if self.struct.size != sig.size or any(b.offset < a.offset + a.size for a, b in zip(sig.params,
+                                                                                        sig.params[1:])):
+            raise NbjitArgumentError(f"kernel {kernel!r}: parameters {sig} do not fit one after another in its "
+                                     f"{sig.size}-byte parameter buffer (overlapping, or past its end)")
         self.n = len(self.rules)
         self.fast = tuple((i, r.fast) for i, r in enumerate(self.rules) if r.fast is not None)
 

@@ -161,6 +161,9 @@ def inspect_cubin(data: bytes, *, source: str | None = None) -> CubinInfo:
     ImageFormatError: not a CUDA ELF, or a truncated / corrupt one; the message says what.
     """
     src = source or "<cubin>"
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise ImageFormatError(f"{src}: a cubin is bytes, not {type(data).__name__} (read the file first, or use "
+                               "nbjit.inspect_image(path))")
     e = _Elf(bytes(data), src)
     d = e.d
     if len(d) < 64 or d[:4] != b"\x7fELF":
@@ -356,6 +359,10 @@ def _kernel(name: str, blob: bytes, e: _Elf, section: str) -> tuple[tuple[Kernel
             kw["blocksareclusters"] = True
     if sorted(kparams) != list(range(len(kparams))):
         raise e.fail(f"{section}: parameter ordinals {sorted(kparams)} are not 0..{len(kparams) - 1}")
+    spans = sorted((off, off + sz, i) for i, (off, sz, _) in kparams.items())
+    for (a0, a1, i), (b0, _, j) in zip(spans, spans[1:]):
+        if b0 < a1:
+            raise e.fail(f"{section}: parameters {i} (bytes {a0}..{a1 - 1}) and {j} (from byte {b0}) overlap")
     params = []
     end = 0
     for ordinal in range(len(kparams)):

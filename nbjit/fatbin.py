@@ -118,6 +118,9 @@ def inspect_fatbin(data: bytes, *, source: str | None = None) -> FatbinInfo:
     payload that does not decompress to its declared size, sizes past the caps.
     """
     src = source or "<fatbin>"
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise ImageFormatError(f"{src}: a fatbin is bytes, not {type(data).__name__} (read the file first, or use "
+                               "nbjit.inspect_image(path))")
     d = bytes(data)
 
     def fail(msg: str) -> ImageFormatError:

@@ -283,7 +283,8 @@ def _as_text(text: str | bytes, source: str | None) -> str:
         except UnicodeDecodeError as e:
             raise PtxParseError(f"not UTF-8 text (byte {e.start})", source=source) from None
     elif not isinstance(text, str):
-        raise TypeError(f"PTX must be str or bytes, not {type(text).__name__}")
+        raise PtxParseError(f"PTX is text (str or bytes), not {type(text).__name__} (read the file first, or use "
+                            "nbjit.inspect_image(path))", source=source)
     return text.rstrip("\0")
 
 

@@ -121,3 +121,161 @@ def test_inspect_bad_arch_and_ltoir(tmp_path):
     f.write_bytes(b"BC\xc0\xde" + b"\0" * 64)
     r = nbjit("inspect", str(f))
     assert r.returncode == 2 and "LLVM bitcode" in r.stderr and "Traceback" not in r.stderr
+
+
+# ---------------------------------------------------------------- hostile and careless use
+
+import os  # noqa: E402
+import threading  # noqa: E402
+
+
+def test_version():
+    r = nbjit("--version")
+    assert r.returncode == 0 and r.stdout.startswith("nbjit ")
+
+
+@pytest.mark.parametrize("verb", [["inspect"], ["strip", "-o", "/tmp/nbjit-never.ptx"], ["compile", "--arch", "sm_90"]])
+def test_a_fifo_is_refused_not_waited_on(tmp_path, verb):
+    fifo = tmp_path / "pipe.ptx"
+    os.mkfifo(fifo)
+    r = nbjit(verb[0], str(fifo), *verb[1:])  # the 120 s timeout would fire on a hang
+    assert r.returncode == 2 and "is a FIFO, not a regular file" in r.stderr
+
+
+def test_dev_zero_and_links_to_it_are_refused(tmp_path):
+    link = tmp_path / "zero.ptx"
+    link.symlink_to("/dev/zero")
+    for f in ("/dev/zero", str(link)):
+        r = nbjit("inspect", f)
+        assert r.returncode == 2 and "not a regular file" in r.stderr
+
+
+def test_output_onto_the_input_is_refused(tmp_path):
+    src = tmp_path / "g.ptx"
+    src.write_bytes((DATA / "nvcc/kernels_G_sm90.ptx").read_bytes())
+    link = tmp_path / "link.ptx"
+    link.symlink_to(src)
+    for out in (src, link):
+        r = nbjit("strip", str(src), "-o", str(out))
+        assert r.returncode == 2 and "refusing to overwrite it" in r.stderr
+    assert src.read_bytes() == (DATA / "nvcc/kernels_G_sm90.ptx").read_bytes()
+    r = nbjit("strip", str(link), "--in-place")
+    assert r.returncode == 0, r.stderr
+    assert link.is_symlink() and ".debug_info" not in src.read_text()  # the link's target, replaced
+    cu = tmp_path / "k.cu"
+    cu.write_text('extern "C" __global__ void k(int* p) { p[0] = 1; }\n')
+    r = nbjit("compile", str(cu), "--arch", "sm_90", "-o", str(cu))
+    assert r.returncode == 2 and "refusing to overwrite" in r.stderr and "__global__" in cu.read_text()
+
+
+@pytest.mark.parametrize("content,msg", [
+    (b"\xff\xfe\x00k", "not UTF-8 text"),
+    ('extern "C" __global__ void k() {} // caf\xe9\n'.encode("latin-1"), "not UTF-8 text"),
+    ((DATA / "nvcc/kernels_sm90.ptx").read_bytes(), "is ptx, already compiled"),
+    ((DATA / "nvcc/kernels_sm_90.cubin").read_bytes(), "is cubin, already compiled"),
+])
+def test_compile_says_what_a_file_is(tmp_path, content, msg):
+    f = tmp_path / "x.cu"
+    f.write_bytes(content)
+    r = nbjit("compile", str(f), "--arch", "sm_90", "-o", str(tmp_path / "out"))
+    assert r.returncode == 2 and msg in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("args", [["inspect", str(DATA / "nvcc/kernels_G_sm90.ptx")],
+                                  ["inspect", "--json", str(DATA / "nvcc/kernels_G_sm90.ptx")]])
+def test_output_piped_to_head_exits_quietly(args):
+    cmd = [EXE] if EXE else [sys.executable, "-m", "nbjit"]
+    for _ in range(5):
+        p = subprocess.Popen([*cmd, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        p.stdout.readline()
+        p.stdout.close()  # what `| head -1` does
+        err = p.stderr.read().decode()
+        assert p.wait(timeout=60) == 0 and err == "", err
+
+
+def test_options_that_make_no_sense(tmp_path):
+    r = nbjit("inspect", "--arch", "sm_90", str(DATA / "nvcc/kernels_sm90.ptx"))
+    assert r.returncode == 2 and "--arch chooses a fatbin's image; " in r.stderr
+    env = {**os.environ, "NBJIT_CACHE_DIR": str(tmp_path)}
+    cmd = [EXE] if EXE else [sys.executable, "-m", "nbjit"]
+    run = lambda *a, **kw: subprocess.run([*cmd, *a], capture_output=True, text=True, env={**env, **kw}, timeout=60)
+    r = run("cache", "list", "--max-bytes", "5")
+    assert r.returncode == 2 and "--max-bytes applies to 'cache prune'" in r.stderr
+    r = run("cache", "prune", "--max-bytes", "-5")
+    assert r.returncode == 2 and "byte count >= 0" in r.stderr
+    r = run("cache", "info", NBJIT_CACHE_MAX_BYTES="abc")
+    assert r.returncode == 2 and "NBJIT_CACHE_MAX_BYTES='abc'" in r.stderr
+    r = run("cache", "prune")
+    assert r.returncode == 0 and "(limit 1073741824)" in r.stdout
+
+
+def test_cache_on_a_read_only_directory(tmp_path):
+    c = tmp_path / "ro"
+    (c / "ab").mkdir(parents=True)
+    (c / "ab" / ("ab" + "0" * 62 + ".nbjit")).write_bytes(b"x" * 100)
+    os.chmod(c / "ab", 0o555)
+    try:
+        env = {**os.environ, "NBJIT_CACHE_DIR": str(c)}
+        cmd = [EXE] if EXE else [sys.executable, "-m", "nbjit"]
+        r = subprocess.run([*cmd, "cache", "prune", "--max-bytes", "0"], capture_output=True, text=True, env=env,
+                           timeout=60)
+        if os.geteuid() == 0:  # root writes anyway: nothing to refuse
+            assert r.returncode == 0
+        else:
+            assert r.returncode == 2 and "cannot remove" in r.stderr and "Traceback" not in r.stderr
+    finally:
+        os.chmod(c / "ab", 0o755)
+
+
+def test_cache_list_while_entries_come_and_go(tmp_path):
+    from nbjit.cache import Cache, CacheEntry, cache_key
+    cache = Cache(tmp_path, max_bytes=None)
+    stop = threading.Event()
+
+    def churn():
+        i = 0
+        while not stop.is_set():
+            k = cache_key({"i": i % 20})
+            cache.write(k, CacheEntry("cubin", "sm_90", b"x" * 1000))
+            if i % 3 == 0:
+                cache.clear()
+            i += 1
+
+    t = threading.Thread(target=churn)
+    t.start()
+    try:
+        env = {**os.environ, "NBJIT_CACHE_DIR": str(tmp_path)}
+        cmd = [EXE] if EXE else [sys.executable, "-m", "nbjit"]
+        for _ in range(4):
+            r = subprocess.run([*cmd, "cache", "list"], capture_output=True, text=True, env=env, timeout=60)
+            assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    finally:
+        stop.set()
+        t.join()
+
+
+def test_strip_under_an_ascii_locale(tmp_path):
+    src = tmp_path / "u.ptx"
+    src.write_text((DATA / "nvcc/kernels_G_sm90.ptx").read_text() + "// r\u00e9sum\u00e9 \u2603\n", encoding="utf-8")
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": "ascii"}
+    cmd = [EXE] if EXE else [sys.executable, "-m", "nbjit"]
+    r = subprocess.run([*cmd, "strip", str(src), "-o", str(tmp_path / "o.ptx")], capture_output=True, env=env,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "\u2603" in (tmp_path / "o.ptx").read_text(encoding="utf-8")
+    r = subprocess.run([*cmd, "inspect", str(src)], capture_output=True, env=env, timeout=60)
+    assert r.returncode == 0, r.stderr
+
+
+def test_compile_without_nvrtc_says_what_to_install(tmp_path):
+    code = ("import sys, cuda.bindings.nvrtc as N\n"
+            "def gone(*a): raise RuntimeError('Failure finding libnvrtc.so')\n"
+            "N.nvrtcVersion = gone\n"
+            "from nbjit.cli import main\n"
+            "sys.exit(main(sys.argv[1:]))\n")
+    cu = tmp_path / "k.cu"
+    cu.write_text('extern "C" __global__ void k(int* p) { p[0] = 1; }\n')
+    r = subprocess.run([sys.executable, "-c", code, "compile", str(cu), "--arch", "sm_90", "-o",
+                        str(tmp_path / "k.cubin")], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "NBJIT_CACHE": "0"})
+    assert r.returncode == 2 and "pip install 'nbjit[cu13]'" in r.stderr and "Traceback" not in r.stderr

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import struct
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cuobjdump_oracle import describe, find_cuobjdump
-from nbjit import ImageFormatError, inspect_ptx
+from nbjit import ImageFormatError, NbjitArgumentError, inspect_ptx
 from nbjit.cubin import inspect_cubin
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -210,3 +211,26 @@ def test_fuzz_mutated_cubins(src, data):
         inspect_cubin(bytes(raw))
     except ImageFormatError:
         pass
+
+
+def test_overlapping_parameters_are_a_format_error():
+    """Two KPARAM_INFO records that claim the same bytes: an ImageFormatError, not a
+    ValueError from the packer later."""
+    raw = bytearray((DATA / "nvcc/kernels_sm_90.cubin").read_bytes())
+    info = inspect_cubin(bytes(raw))
+    k = info.entry("k_basic")
+    # find k_basic's KPARAM_INFO record for ordinal 1 (offset 8) and move it to offset 4
+    rec = struct.pack("<BBH", 4, 0x17, 12) + struct.pack("<IHH", 0, 1, 8)
+    at = raw.find(rec)
+    assert at != -1 and k.params[1].offset == 8
+    raw[at + 10: at + 12] = struct.pack("<H", 4)
+    with pytest.raises(ImageFormatError, match="parameters 0 .* and 1 .* overlap"):
+        inspect_cubin(bytes(raw))
+
+
+def test_a_declared_struct_that_does_not_fit_is_an_argument_error():
+    from nbjit.args import ArgPacker
+    from nbjit.signature import KernelSignature, Param
+    sig = KernelSignature((Param("a", "b8", 24, 8, 0, 24), Param("b", "u64", 8, 8, 16)), 24)
+    with pytest.raises(NbjitArgumentError, match="do not fit one after another"):
+        ArgPacker(sig, "k")

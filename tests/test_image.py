@@ -71,3 +71,23 @@ def test_as_image_forms(tmp_path):
         as_image(str(tmp_path / "missing.ptx"))
     with pytest.raises(TypeError):
         as_image(42)
+
+
+def test_a_str_is_text_when_it_spans_lines_else_a_path(tmp_path, monkeypatch):
+    """A path whose name holds '.version' is still a path; text with line breaks is PTX."""
+    text = (DATA / "nvcc/kernels_sm90.ptx").read_text()
+    f = tmp_path / "k.version.ptx"
+    f.write_text(text)
+    assert as_image(str(f)).name == str(f)
+    monkeypatch.chdir(tmp_path)
+    assert as_image("k.version.ptx").kind == "ptx"
+    assert as_image(text).name == "<ptx>"
+    with pytest.raises(ImageFormatError, match="no such file, and not PTX text either"):
+        as_image("missing.ptx")
+
+
+@pytest.mark.parametrize("reader", ["inspect_cubin", "inspect_fatbin", "inspect_ptx"])
+def test_readers_check_their_input_type(reader):
+    import nbjit
+    with pytest.raises(nbjit.NbjitError, match="not int"):
+        getattr(nbjit, reader)(2 ** 40)  # never bytes(2**40)

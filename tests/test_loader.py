@@ -106,3 +106,13 @@ def test_fatbin_whole_when_entry_unreadable(no_zstd):
     assert p.kind == "fatbin" and p.entry == 1 and "whole fatbin" in p.note
     assert p.data == (DATA / "nvcc/kernels_multi.fatbin").read_bytes()
     assert {e.name for e in p.info.entries} >= {"k_basic"}  # signatures from the readable sm_80 cubin
+
+
+def test_load_without_a_gpu_is_one_nbjit_error():
+    from conftest import gpu_available
+    if gpu_available()[0]:
+        pytest.skip("this machine has a GPU")
+    import nbjit
+    with pytest.raises(nbjit.NbjitLoadError, match="no usable CUDA GPU or driver") as e:
+        nbjit.load(DATA / "nvcc/kernels_sm90.ptx")
+    assert len(str(e.value).splitlines()) == 1 and "explicit arch=" in str(e.value)

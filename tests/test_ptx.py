@@ -471,3 +471,67 @@ def test_strip_crlf_leaves_no_stray_cr():
         out = strip_debug(text, keep_lineinfo=keep)
         assert "\r\r" not in out and re.search(r"\r(?!\n)", out) is None
         assert ".debug_info" not in out and inspect_ptx(out).debug.dwarf is False
+
+
+# ---------------------------------------------------------------- structure-aware fuzzing
+
+_DEBUG_LINE = re.compile(r"^\s*(?:\.loc|\.file|@@DWARF)\b")
+
+
+def _line_edit(lines: list[str], data) -> list[str]:
+    """Delete, move or duplicate whole lines, or cut one inside a section or comment."""
+    n = len(lines)
+    op = data.draw(st.sampled_from(["delete", "move", "duplicate", "cut inside"]))
+    i = data.draw(st.integers(0, n - 1))
+    j = data.draw(st.integers(i, min(n, i + 30)))
+    out = list(lines)
+    if op == "delete":
+        del out[i:j]
+    elif op == "move":
+        chunk = out[i:j]
+        del out[i:j]
+        k = data.draw(st.integers(0, len(out)))
+        out[k:k] = chunk
+    elif op == "duplicate":
+        out[j:j] = out[i:j]
+    else:  # cut a line that starts a section, holds a comment, or a .loc, at a random point
+        cands = [k for k, ln in enumerate(out) if ".section" in ln or "//" in ln or ".loc" in ln] or [i]
+        k = data.draw(st.sampled_from(cands))
+        out[k] = out[k][: data.draw(st.integers(0, len(out[k])))]
+    return out
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(src=st.sampled_from(FUZZ_SOURCES + ["nvrtc/tmpl_G_sm90.ptx", "numba/axpy_debug.ptx"]), data=st.data())
+def test_fuzz_line_edits(src, data):
+    """Edited real PTX: the reader succeeds or raises PtxParseError; strip_debug's output
+    holds no debug section and keeps every line that is not debug information."""
+    lines = read(src).splitlines(keepends=True)
+    for _ in range(data.draw(st.integers(1, 3))):
+        lines = _line_edit(lines, data)
+    text = "".join(lines)
+    try:
+        inspect_ptx(text)
+    except PtxParseError:
+        pass
+    try:
+        out = strip_debug(text)
+    except PtxParseError:
+        return
+    try:
+        info = inspect_ptx(out)
+    except PtxParseError:
+        return  # the edit broke the text itself; stripping must not have hidden that
+    assert not any(s.startswith(".debug") for s in info.debug.sections)
+    kept = out.splitlines()
+    in_section = False
+    for ln in text.splitlines():
+        if re.match(r"\s*\.section\s+\.debug", ln):
+            in_section = "}" not in ln
+            continue
+        if in_section:
+            in_section = "}" not in ln.split("//", 1)[0]
+            continue
+        if _DEBUG_LINE.match(ln) or ".target" in ln:
+            continue
+        assert ln in kept, ln

@@ -34,8 +34,10 @@ def build_text(mb: float) -> str:
 # ----------------------------------------------------------------- the line-scan baseline
 
 _ENTRY = re.compile(r"^\s*(?:\.(visible|weak|extern)\s+)?\.entry\s+([\w$]+)")
-_PARAM = re.compile(r"\.param\s+(?:\.align\s+(\d+)\s+)?\.(\w+)(?:\s+\.ptr(?:\s+\.\w+)?(?:\s+\.align\s+\d+)?)?\s+([\w$]+)(?:\[(\d+)\])?")
-_DIRECTIVE = re.compile(r"^\s*\.(maxntid|reqntid|minnctapersm|maxnreg|reqnctapercluster|maxclusterrank|explicitcluster)\b\s*([\d,\s]*)")
+_PARAM = re.compile(r"\.param\s+(?:\.align\s+(\d+)\s+)?\.(\w+)(?:\s+\.ptr(?:\s+\.\w+)?(?:\s+\.align\s+\d+)?)?"
+                    r"\s+([\w$]+)(?:\[(\d+)\])?")
+_DIRECTIVE = re.compile(r"^\s*\.(maxntid|reqntid|minnctapersm|maxnreg|reqnctapercluster|maxclusterrank|"
+                        r"explicitcluster)\b\s*([\d,\s]*)")
 _GLOBAL = re.compile(r"^\s*(?:\.(?:visible|extern|weak|common)\s+)?\.(global|const|shared)\s")
 _SIZES = {"u8": 1, "s8": 1, "b8": 1, "u16": 2, "s16": 2, "b16": 2, "f16": 2, "u32": 4, "s32": 4,
           "b32": 4, "f32": 4, "u64": 8, "s64": 8, "b64": 8, "f64": 8}

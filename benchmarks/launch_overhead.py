@@ -63,21 +63,21 @@ class Table:
 
     def run(self) -> None:
         best = {name: float("inf") for name, *_ in self.todo}
-        for name, fn, sync, group, launcher in self.todo:
+        for _name, fn, sync, _group, launcher in self.todo:
             for _ in range(self.batch):  # warm up; the first sight of a dtype teaches the C path
                 fn()
             sync()
             if launcher is not None:
                 launcher.fallbacks = 0
         for _ in range(self.repeat):
-            for name, fn, sync, group, launcher in self.todo:
+            for name, fn, sync, _group, _launcher in self.todo:
                 t0 = time.perf_counter()
                 for _ in range(self.batch):
                     fn()
                 t1 = time.perf_counter()
                 sync()
                 best[name] = min(best[name], (t1 - t0) / self.batch * 1e6)
-        for name, fn, sync, group, launcher in self.todo:
+        for name, _fn, _sync, group, launcher in self.todo:
             path = "-"
             if launcher is not None:
                 path = launcher.path + (f", {launcher.fallbacks} fallbacks" if launcher.path == "c" else "")

@@ -450,7 +450,7 @@ class ArgPacker:
                     f"kernel {self.kernel!r}, parameter {i} ({p.name}, {_kind(p)}): {e}") from None
         return out
 
-    def pack_into(self, buf, args: tuple) -> None:
+    def pack_into(self, buf: bytearray, args: tuple) -> None:
         """Write ``args`` into ``buf`` (the caller checked the count)."""
         try:
             self.struct.pack_into(buf, 0, *self.values(args))
@@ -536,6 +536,7 @@ def declare(sig: KernelSignature, text: str, kernel: str) -> KernelSignature:
     from .signature import KernelInfo, SignatureConflict, merge
 
     try:
-        return merge(kernel, [("image", KernelInfo(kernel, sig))], [("declared", parse_signature(text, kernel))]).signature
+        declared = [("declared", parse_signature(text, kernel))]
+        return merge(kernel, [("image", KernelInfo(kernel, sig))], declared).signature
     except SignatureConflict as e:
         raise NbjitArgumentError(f"signature {text!r}: {e}") from None

@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import stat
 import sys
 import tempfile
 import time

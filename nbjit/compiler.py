@@ -9,6 +9,11 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Iterable, Mapping
+
+if TYPE_CHECKING:
+    from .cache import Cache
+    from .image import Image
 
 from .errors import NbjitCompileError
 
@@ -95,7 +100,8 @@ def _nvrtc():
     except Exception as e:  # ImportError, cuda.pathfinder's DynamicLibNotFoundError, RuntimeError
         raise NbjitCompileError(
             f"NVRTC is not installed ({type(e).__name__}: {e}): install it with "
-            "pip install 'nbjit[cu13]' (or 'nbjit[cu12]' for CUDA 12 drivers), which brings nvidia-cuda-nvrtc") from None
+            "pip install 'nbjit[cu13]' (or 'nbjit[cu12]' for CUDA 12 drivers), which brings nvidia-cuda-nvrtc"
+        ) from None
 
 
 def nvrtc_version() -> tuple[int, int]:
@@ -198,7 +204,7 @@ _ALIASES = {"--std": "-std", "--device-debug": "-G", "--generate-line-info": "-l
             "-dopt": "--dopt", "-rdc": "--relocatable-device-code"}
 
 
-def normalize_options(options) -> list[str]:
+def normalize_options(options: Iterable[object]) -> list[str]:
     """Compiler options in one spelling each (``-I DIR``, ``-IDIR``, ``--include-path=DIR`` ->
     ``--include-path=<absolute DIR>``; ``-D X``/``--define-macro=X`` -> ``-DX``; long and short
     aliases unified), order kept: what the cache key and NVRTC both see."""
@@ -259,8 +265,10 @@ def _arch_for(arch: str | None) -> str:
     return a
 
 
-def compile_image(source: str, *, name: str | None = None, name_expressions=(), headers=None,
-                  include_paths=(), options=(), arch: str | None = None, output: str = "auto", cache=None):
+def compile_image(source: str, *, name: str | None = None, name_expressions: Iterable[str] = (),
+                  headers: Mapping[str, str] | None = None, include_paths: Iterable[str] = (),
+                  options: Iterable[str] = (), arch: str | None = None, output: str = "auto",
+                  cache: Cache | None = None) -> Image:
     """Compile CUDA C++ with NVRTC to an ``Image`` (cubin or PTX), loading nothing: no GPU is
     needed when ``arch`` is given.
 

@@ -122,7 +122,8 @@ class _Elf:
     def unpack(self, fmt: str, off: int, what: str) -> tuple:
         size = struct.calcsize(fmt)
         if off < 0 or off + size > len(self.d):
-            raise self.fail(f"{what} at offset {off:#x} runs past the end of the file ({len(self.d)} bytes; truncated?)")
+            raise self.fail(f"{what} at offset {off:#x} runs past the end of the file ({len(self.d)} bytes; "
+                            "truncated?)")
         return struct.unpack_from(fmt, self.d, off)
 
     def bytes(self, off: int, size: int, what: str) -> bytes:

@@ -1,11 +1,13 @@
 """Fatbin container -> entries (PTX or cubin, arch, compression), and the choice of the
-entry a device should use. Pure data, no CUDA needed. Format: shared/docs/FORMATS.md §5. LZ4 and zstd payloads are decompressed by the ``lz4``
-and ``zstandard`` packages, bounded by the sizes the headers declare."""
+entry a device should use. Pure data, no CUDA needed. Format: shared/docs/FORMATS.md §5.
+LZ4 and zstd payloads are decompressed by the ``lz4`` and ``zstandard`` packages, bounded by
+the sizes the headers declare."""
 from __future__ import annotations
 
 import re
 import struct
 from dataclasses import dataclass, field
+from typing import Iterable
 
 from .errors import ImageFormatError
 
@@ -86,7 +88,7 @@ def parse_arch(arch: str | int | tuple[int, int]) -> int:
     return int(m.group(1))
 
 
-def select_entry(entries, device: str | int | tuple[int, int]) -> FatbinEntry | None:
+def select_entry(entries: Iterable[FatbinEntry], device: str | int | tuple[int, int]) -> FatbinEntry | None:
     """Pick the image a device runs: an exact SASS match first (an arch-specific build
     of this very chip before a generic one), then the newest SASS of the same major
     version built for an older minor (never an ``a`` build of another chip; ``f``

@@ -8,7 +8,12 @@ import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Union
+from typing import TYPE_CHECKING, Mapping, Union
+
+if TYPE_CHECKING:
+    from .cubin import CubinInfo
+    from .fatbin import FatbinInfo
+    from .ptx import PtxInfo
 
 from .errors import ImageFormatError
 
@@ -160,7 +165,7 @@ def as_image(obj: ImageLike, name: str | None = None) -> Image:
     raise TypeError(f"an image is a path, bytes, PTX text or nbjit.Image, not {type(obj).__name__}")
 
 
-def inspect_image(obj: ImageLike, name: str | None = None):
+def inspect_image(obj: ImageLike, name: str | None = None) -> "PtxInfo | CubinInfo | FatbinInfo":
     """Inspect any image: a ``PtxInfo``, ``CubinInfo`` or ``FatbinInfo`` by its kind."""
     img = as_image(obj, name)
     if img.kind == "ptx":

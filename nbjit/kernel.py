@@ -271,8 +271,8 @@ class Kernel(_indexing_base()):  # type: ignore[misc]
                     s.optin = nbytes
         return nbytes
 
-    def launch(self, grid, block, *args, stream=None, shared_mem: int = 0, cooperative: bool = False,
-               cluster: tuple | None = None) -> None:
+    def launch(self, grid: int | tuple, block: int | tuple, *args: Any, stream: Any = None, shared_mem: int = 0,
+               cooperative: bool = False, cluster: tuple | None = None) -> None:
         """Launch with keywords; ``cooperative=True`` for grid-wide synchronisation,
         ``cluster=(x, y, z)`` for thread-block clusters (by default the kernel's own
         ``.reqnctapercluster`` / ``__cluster_dims__``, which needs nothing at launch)."""
@@ -300,7 +300,8 @@ class Kernel(_indexing_base()):  # type: ignore[misc]
         if err:
             raise launcher.error(err)
 
-    def bind(self, grid, block, *args, stream=None, shared_mem: int = 0) -> "BoundLaunch":
+    def bind(self, grid: int | tuple, block: int | tuple, *args: Any, stream: Any = None,
+             shared_mem: int = 0) -> "BoundLaunch":
         """Pack ``args`` once; the returned object relaunches with them at the lowest cost."""
         return BoundLaunch(self._config(grid, block, stream, shared_mem), args)
 

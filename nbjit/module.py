@@ -6,6 +6,7 @@ import threading
 import warnings
 import weakref
 from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
 
 from . import _driver
 from .args import parse_signature
@@ -29,7 +30,7 @@ class DeviceGlobal:
     size: int
     module: "Module"
 
-    def as_array(self, dtype, shape=None):
+    def as_array(self, dtype: Any, shape: int | tuple[int, ...] | None = None) -> Any:
         """A Numba device array over the variable's memory (reads and writes go to it)."""
         import numpy as np
         from numba import cuda
@@ -297,9 +298,10 @@ def _verify(entry: KernelInfo, driver_params: list[tuple[int, int]], source: str
             f"{driver_params}, the inspected image as {ours}: refusing to launch with a wrong layout")
 
 
-def compile(source: str, *, name: str | None = None, name_expressions=(), headers=None, include_paths=(),
-            options=(), arch: str | None = None, output: str = "auto", keep_debug: bool = False,
-            cache=None) -> "Module":
+def compile(source: str, *, name: str | None = None, name_expressions: Iterable[str] = (),
+            headers: Mapping[str, str] | None = None, include_paths: Iterable[str] = (),
+            options: Iterable[str] = (), arch: str | None = None, output: str = "auto", keep_debug: bool = False,
+            cache: Any = None) -> "Module":
     """Compile CUDA C++ with NVRTC (through the disk cache) and load it into the current
     Numba context. Arguments as for ``nbjit.compile_image``; ``module["fill<float>"]``
     then finds a kernel by the name expression written."""

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 __all__ = ["Param", "KernelSignature", "Directives", "KernelInfo", "SCALAR_TYPES", "layout", "find_entry", "merge",
            "build_table", "typed_entries", "SignatureConflict"]
@@ -212,7 +213,7 @@ class KernelInfo:
         return d
 
 
-def find_entry(entries, name: str) -> KernelInfo:
+def find_entry(entries: Iterable[KernelInfo], name: str) -> KernelInfo:
     """The entry called ``name`` (KeyError if none): for PtxInfo and CubinInfo."""
     for e in entries:
         if e.name == name:
@@ -231,7 +232,8 @@ class SignatureConflict(ValueError):
         self.source = source
 
 
-def merge(name: str, layouts, ctypes=()) -> KernelInfo:
+def merge(name: str, layouts: Iterable[tuple[str, KernelInfo | None]],
+          ctypes: Iterable[tuple[str, Sequence[Any] | None] | None] = ()) -> KernelInfo:
     """One ``KernelInfo`` for kernel ``name`` from every source that knows something of it.
 
     ``layouts``: ``[(label, KernelInfo), ...]`` from PTX and cubins (label ``"ptx"``,
@@ -271,13 +273,15 @@ def merge(name: str, layouts, ctypes=()) -> KernelInfo:
                       info.registers, info.shared, info.const, info.local, info.stack)
 
 
-def build_table(names, layouts_of, ctypes_of) -> dict[str, KernelInfo]:
+def build_table(names: Iterable[str], layouts_of: Callable[[str], list], ctypes_of: Callable[[str], list]
+                ) -> dict[str, KernelInfo]:
     """``{kernel name: KernelInfo}`` for ``names``, merging ``layouts_of(name)`` and
     ``ctypes_of(name)`` (see ``merge``)."""
     return {n: merge(n, layouts_of(n), ctypes_of(n)) for n in names}
 
 
-def typed_entries(entries, label: str, declarations=None) -> tuple[KernelInfo, ...]:
+def typed_entries(entries: Iterable[KernelInfo], label: str, declarations: Mapping[str, Any] | None = None
+                  ) -> tuple[KernelInfo, ...]:
     """``entries`` of one image (``label`` "ptx" or "cubin") with the C types their mangled
     names and ``declarations`` (``{name: (label, params)}``) give; an entry whose sources
     contradict each other is left as the image says."""
@@ -319,7 +323,8 @@ def _typed(kernel: str, i: int, p: Param, c, label: str) -> Param:
     from .cdecl import element_of, scalar_facts
 
     def conflict(why: str) -> SignatureConflict:
-        return SignatureConflict(f"kernel {kernel!r}, parameter {i} ({p.name}): the {label} type is {c.text}, {why}", label)
+        return SignatureConflict(f"kernel {kernel!r}, parameter {i} ({p.name}): the {label} type is {c.text}, "
+                                 f"{why}", label)
 
     name = c.name or p.name
     known = dict(p.origin)

@@ -15,7 +15,10 @@ import threading
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Sequence
+
+if TYPE_CHECKING:
+    from .signature import Param
 
 from .errors import NbjitArgumentError, NbjitLaunchError, NbjitLoadError
 from .image import read_regular
@@ -219,7 +222,7 @@ def read_triton(path: str | os.PathLike) -> TritonArtifacts:
                            ttir=ttir if ttir.exists() else None)
 
 
-def launch_rules(meta: TritonMeta, params) -> dict:
+def launch_rules(meta: TritonMeta, params: Sequence[Param]) -> dict:
     """Triton's launch rules for a kernel with these parameters (a plain dict, for
     ``nbjit inspect`` and the tests)."""
     n = len(params)
@@ -273,7 +276,7 @@ class TritonKernel:
             pass
         return launch
 
-    def launch(self, grid, *args, stream=None) -> None:
+    def launch(self, grid: int | tuple, *args: Any, stream: Any = None) -> None:
         self[grid](*args, stream=stream)
 
     def _buffer(self, kind: str, nbytes: int, align: int, stream) -> int:

@@ -71,7 +71,8 @@ def describe(path: str, exe: str | None = None) -> dict:
             elif name == "EIATTR_MAX_CLUSTER_RANK":
                 k["max_cluster_rank"] = _ints(val)[0]
         k["params"].sort()
-    for m in re.finditer(r"Function (\S+):\n\s*REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+) CONSTANT\[0\]:(\d+)", res):
+    usage = r"Function (\S+):\n\s*REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+) CONSTANT\[0\]:(\d+)"
+    for m in re.finditer(usage, res):
         if m.group(1) in out:
             out[m.group(1)].update(reg=int(m.group(2)), stack=int(m.group(3)), shared=int(m.group(4)),
                                    local=int(m.group(5)), const0=int(m.group(6)))

@@ -285,7 +285,7 @@ def test_cli_cache_commands(tmp_path):
 # ---------------------------------------------------------------- hardening
 
 from nbjit import NbjitCacheError  # noqa: E402
-from nbjit.cache import _encode, set_default_cache  # noqa: E402
+from nbjit.cache import set_default_cache  # noqa: E402
 
 KEY = cache_key({"test": 1})
 ENTRY = CacheEntry("cubin", "sm_90", b"\x7fELF payload", {"f<int>": "_Z1fIiEvv"}, "log", "test")

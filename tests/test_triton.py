@@ -43,7 +43,8 @@ def test_launch_rules_and_scratch_sizes():
     c2 = read_triton(T / "matmul_ctas2").meta
     assert c2.scratch_bytes((2, 2, 1)) == (0, 0) and c2.num_ctas == 2
     # the PTX confirms Triton's compile-time cluster for num_ctas=2
-    assert inspect_ptx((T / "matmul_ctas2/matmul_kernel.ptx").read_text()).entries[0].directives.reqnctapercluster == (2,)
+    ptx = inspect_ptx((T / "matmul_ctas2/matmul_kernel.ptx").read_text())
+    assert ptx.entries[0].directives.reqnctapercluster == (2,)
 
 
 def copy_entry(tmp_path, entry, edit):

@@ -234,3 +234,57 @@ def test_a_declared_struct_that_does_not_fit_is_an_argument_error():
     sig = KernelSignature((Param("a", "b8", 24, 8, 0, 24), Param("b", "u64", 8, 8, 16)), 24)
     with pytest.raises(NbjitArgumentError, match="do not fit one after another"):
         ArgPacker(sig, "k")
+
+
+def synthetic_cubin(n: int) -> bytes:
+    """A CUDA ELF with ``n`` kernels, each with its .text and .nv.info sections and a
+    KPARAM_INFO record: the shape that once made inspect_cubin O(kernels x sections)."""
+    names = [f"k{i}" for i in range(n)]
+    shnames = [b"", b".shstrtab", b".strtab", b".symtab"]
+    for k in names:
+        shnames += [f".text.{k}".encode(), f".nv.info.{k}".encode()]
+    shstr = b"\0".join(shnames) + b"\0"
+    sh_off = [0]
+    for nm in shnames[1:]:
+        sh_off.append(shstr.index(b"\0" + nm + b"\0") + 1)
+    strtab = b"\0" + b"\0".join(k.encode() for k in names) + b"\0"
+    name_off, pos = [], 1
+    for k in names:
+        name_off.append(pos)
+        pos += len(k) + 1
+    syms = bytes(24)
+    for i in range(n):  # STT_FUNC, GLOBAL binding, STO_CUDA_ENTRY, in .text.k<i> (section 4 + 2i)
+        syms += struct.pack("<IBBHQQ", name_off[i], (1 << 4) | 2, 0x10, 4 + 2 * i, 0, 16)
+    info = struct.pack("<BBH", 4, 0x17, 12) + struct.pack("<IHHI", 0, 0, 0, (8 << 18)) + \
+        struct.pack("<BBH", 3, 0x19, 8)
+    text = b"\0" * 16
+    blobs = [shstr, strtab, syms] + [text, info] * n
+    data_off = 64
+    offsets = []
+    for b in blobs:
+        offsets.append(data_off)
+        data_off += len(b)
+    shoff = data_off
+    headers = [bytes(64)]
+    types = [3, 3, 2] + [1, 0x70000000] * n
+    for i, (b, t) in enumerate(zip(blobs, types)):
+        link = 2 if t == 2 else 0
+        info_field = (4 + 2 * ((i - 4) // 2)) if t == 0x70000000 else (1 if t == 2 else 0)
+        headers.append(struct.pack("<IIQQQQIIQQ", sh_off[i + 1], t, 0, 0, offsets[i], len(b), link, info_field, 8,
+                                   24 if t == 2 else 0))
+    ehdr = b"\x7fELF" + bytes([2, 1, 1, 0x41, 8]) + bytes(7) + struct.pack(
+        "<HHIQQQIHHHHHH", 2, 190, 1, 0, 0, shoff, 90 << 8, 64, 0, 0, 64, len(headers), 1)
+    return ehdr + b"".join(blobs) + b"".join(headers)
+
+
+def test_many_kernels_inspect_in_linear_time():
+    import time
+    small, big = synthetic_cubin(2000), synthetic_cubin(8000)
+    assert len(inspect_cubin(small).entries) == 2000
+    t = []
+    for raw in (small, big):
+        t0 = time.perf_counter()
+        info = inspect_cubin(raw)
+        t.append(time.perf_counter() - t0)
+    assert len(info.entries) == 8000 and info.entries[-1].params[0].size == 8
+    assert t[1] < 6 * t[0] + 0.05, t

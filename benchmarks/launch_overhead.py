@@ -108,7 +108,7 @@ def main() -> None:
     t = Table(a.batch, a.repeat)
     x = cuda.to_device(np.arange(N, dtype=np.float32))
     y = cuda.to_device(np.zeros(N, dtype=np.float32))
-    xp, yp = int(x.gpu_data.device_pointer), int(y.gpu_data.device_pointer)
+    xp, yp = x.__cuda_array_interface__["data"][0], y.__cuda_array_interface__["data"][0]
     s = cuda.stream()
     a32, n32 = np.float32(2.0), np.int32(N)
     sync = cuda.synchronize
@@ -121,7 +121,8 @@ def main() -> None:
     arr_addr = ctypes.addressof(arr)
     func = comp.handle
     launch = cu.cuLaunchKernel
-    for label, h in (("default stream", cu.CUstream(0)), ("Numba stream", s.handle)):
+    from nbjit.kernel import stream_handle
+    for label, h in (("default stream", cu.CUstream(0)), ("Numba stream", stream_handle(s))):
         t.add(f"floor: cuLaunchKernel, pre-packed, {label}",
               lambda h=h: launch(func, GRID, 1, 1, BLOCK, 1, 1, 0, h, arr_addr, 0), sync, group="floor")
 

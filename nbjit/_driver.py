@@ -72,7 +72,8 @@ def device_arch() -> int:
 
 
 def context_key(ctx) -> int:
-    return int(ctx.handle)
+    from .args import as_int
+    return as_int(ctx.handle)
 
 
 def current_context_key() -> int:

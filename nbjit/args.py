@@ -34,12 +34,20 @@ class _NotAPointer(ValueError):
     pass
 
 
+def as_int(handle) -> int:
+    """An address or handle as an int: numba-cuda gives cuda.bindings objects (CUdeviceptr,
+    CUcontext: int() works) or, with its ctypes bindings (CUDA 12), ctypes.c_void_p."""
+    if isinstance(handle, ctypes._SimpleCData):
+        return handle.value or 0
+    return int(handle)
+
+
 def _numba_array(a) -> int:
-    return int(a.gpu_data.device_pointer)
+    return as_int(a.gpu_data.device_pointer)
 
 
 def _numba_pointer(p) -> int:
-    return int(p.device_pointer)
+    return as_int(p.device_pointer)
 
 
 def _cai(a) -> int:

@@ -129,6 +129,8 @@ def stream_handle(stream: Any):
     h = getattr(stream, "handle", None)
     if h is not None and type(h).__name__ == "CUstream":
         return h
+    if isinstance(h, ctypes.c_void_p):  # numba-cuda's ctypes bindings (CUDA 12)
+        return _driver.stream_object(h.value or 0)
     if isinstance(stream, int):
         return _driver.stream_object(stream)
     proto = getattr(stream, "__cuda_stream__", None)

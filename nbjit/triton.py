@@ -291,7 +291,8 @@ class TritonKernel:
                 arr = cuda.device_array(nbytes + align, dtype="u1")
                 self._scratch[key] = (arr, nbytes, stream)
                 have = self._scratch[key]
-        ptr = int(have[0].gpu_data.device_pointer)
+        from .args import device_pointer
+        ptr = device_pointer(have[0])
         return (ptr + align - 1) // align * align
 
 

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import nbjit
+from nbjit.args import as_int
 from nbjit import (KernelNotFoundError, NbjitArgumentError, NbjitLaunchError, NbjitLoadError, NbjitWarning)
 
 pytestmark = pytest.mark.gpu
@@ -246,10 +247,10 @@ def test_streams(cuda, kernels):
 
     class Proto:
         def __cuda_stream__(self):
-            return (0, int(s.handle))
+            return (0, as_int(s.handle))
 
     axpy_check(cuda, k, stream=Proto(), sync=s.synchronize)
-    axpy_check(cuda, k, stream=int(s.handle), sync=s.synchronize)
+    axpy_check(cuda, k, stream=as_int(s.handle), sync=s.synchronize)
     axpy_check(cuda, k, stream=cuda.default_stream())
 
 

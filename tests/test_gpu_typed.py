@@ -87,7 +87,7 @@ def forms(cuda):
     def ints():
         a = cuda.device_array(N, np.float32)
         keep.append(a)
-        return int(a.gpu_data.device_pointer), 3.0, N
+        return a.__cuda_array_interface__["data"][0], 3.0, N
 
     out.append(("int pointer", ints, 0, cuda.synchronize, lambda p: keep[-1].copy_to_host()))
 

@@ -98,8 +98,9 @@ def _nvrtc():
         N.nvrtcVersion()  # loads the library (cuda.pathfinder raises here when it is missing)
         return N
     except Exception as e:  # ImportError, cuda.pathfinder's DynamicLibNotFoundError, RuntimeError
+        why = (str(e).strip().splitlines() or [""])[0][:160]
         raise NbjitCompileError(
-            f"NVRTC is not installed ({type(e).__name__}: {e}): install it with "
+            f"NVRTC is not installed ({type(e).__name__}: {why}): install it with "
             "pip install 'nbjit[cu13]' (or 'nbjit[cu12]' for CUDA 12 drivers), which brings nvidia-cuda-nvrtc"
         ) from None
 

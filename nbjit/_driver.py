@@ -67,8 +67,8 @@ def context_cc(ctx) -> tuple[int, int]:
 
 def device_arch() -> int:
     """The current device's architecture number, e.g. 90 for sm_90."""
-    cc = context_cc(current_context())
-    return cc[0] * 10 + cc[1]
+    from .arch import Arch
+    return Arch.parse(context_cc(current_context())).number
 
 
 def context_key(ctx) -> int:

@@ -15,9 +15,10 @@ if TYPE_CHECKING:
     from .cache import Cache
     from .image import Image
 
+from .arch import Arch
 from .errors import NbjitCompileError
 
-__all__ = ["AssembledCubin", "assemble_ptx", "nvjitlink_version", "compile_image", "nvrtc_version",
+__all__ = ["AssembledCubin", "assemble_ptx", "assemble_cached", "nvjitlink_version", "compile_image", "nvrtc_version",
            "normalize_options", "CompileFailure"]
 
 
@@ -71,6 +72,22 @@ def assemble_ptx(ptx: str | bytes, arch: str, *, name: str = "<ptx>", options: t
         return AssembledCubin(bytes(buf), arch, _log(J, handle, error=False))
     finally:
         J.destroy(handle)
+
+
+def assemble_cached(ptx: str, arch: str, *, name: str = "<ptx>", cache: "Cache | None" = None) -> bytes:
+    """``assemble_ptx`` through the cache: the cubin nvJitLink makes of ``ptx`` for ``arch``."""
+    from .cache import CacheEntry, cache_key, default_cache
+
+    have = nvjitlink_version()
+    cache = cache or default_cache()
+    key = cache_key({"producer": "nvjitlink", "toolchain": _toolchain_fingerprint(), "nvjitlink": list(have or ()),
+                     "ptx": hashlib.sha256(ptx.encode()).hexdigest(), "arch": arch})
+
+    def make() -> CacheEntry:
+        out = assemble_ptx(ptx, arch, name=name)
+        return CacheEntry("cubin", arch, out.data, {}, out.log, f"nvJitLink {have[0]}.{have[1]}" if have else "")
+
+    return cache.get_or_create(key, make).payload
 
 
 def _log(J, handle, *, error: bool) -> str:
@@ -255,15 +272,15 @@ def _include_digest(texts, include_paths: list[str]) -> list:
 
 
 def _arch_for(arch: str | None) -> str:
+    """The target to compile for: ``arch`` checked, or the current device's SASS."""
     if arch is None:
         from . import _driver
-        cc = _driver.current_context().device.compute_capability
-        return f"sm_{cc[0]}{cc[1]}"
+        return str(Arch.parse(_driver.context_cc(_driver.current_context())))
     a = str(arch).strip()
     if not re.fullmatch(r"(sm|compute)_\d+[af]?", a):
         raise NbjitCompileError(f"arch {arch!r} is not an architecture (expected e.g. 'sm_90', 'sm_90a', "
                                 "'compute_90')")
-    return a
+    return str(Arch.parse(a))
 
 
 def compile_image(source: str, *, name: str | None = None, name_expressions: Iterable[str] = (),
@@ -351,10 +368,9 @@ def _run_nvrtc(source: str, name: str, exprs, headers: dict, opts: list[str], ar
     N = _nvrtc()
     ok = N.nvrtcResult.NVRTC_SUCCESS
     major, minor = nvrtc_version()
-    if output == "auto" and arch.startswith("sm_"):
-        sm = int(re.sub(r"\D", "", arch))
-        if sm not in supported_archs():
-            arch = "compute_" + arch[3:]  # this NVRTC cannot make SASS for it: PTX for the driver to JIT
+    target = Arch.parse(arch)
+    if output == "auto" and not target.virtual and target.number not in supported_archs():
+        arch = str(Arch(target.number, target.variant, True))  # no SASS from this NVRTC: PTX for the driver
     full = [f"-arch={arch}", *opts]
     err, prog = N.nvrtcCreateProgram(source.encode(), name.encode(), len(headers),
                                      [t.encode() for t in headers.values()], [k.encode() for k in headers])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
+from .arch import Arch
 from .errors import ImageFormatError
 from .signature import Directives, KernelInfo, KernelSignature, Param, find_entry
 
@@ -106,7 +107,7 @@ class CubinInfo:
 
 def arch_name(sm: int, arch_specific: bool = False, family: bool = False, virtual: bool = False) -> str:
     """``(90, True)`` -> ``"sm_90a"``; ``virtual`` gives ``"compute_90"``."""
-    return f"{'compute' if virtual else 'sm'}_{sm}{'a' if arch_specific else 'f' if family else ''}"
+    return str(Arch(sm, "a" if arch_specific else "f" if family else "", virtual))
 
 
 class _Elf:

@@ -4,11 +4,11 @@ LZ4 and zstd payloads are decompressed by the ``lz4`` and ``zstandard`` packages
 the sizes the headers declare."""
 from __future__ import annotations
 
-import re
 import struct
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from .arch import Arch, ArchLike
 from .errors import ImageFormatError
 
 __all__ = ["FatbinEntry", "FatbinInfo", "inspect_fatbin", "select_entry", "parse_arch", "FATBIN_MAGIC",
@@ -46,9 +46,13 @@ class FatbinEntry:
     payload: bytes | None = field(repr=False)  # an image can be megabytes: not in repr()
 
     @property
+    def target(self) -> Arch:
+        """The entry's architecture (virtual for PTX)."""
+        return Arch(self.sm, "a" if self.arch_specific else "f" if self.family else "", self.kind == "ptx")
+
+    @property
     def arch(self) -> str:
-        base = "compute" if self.kind == "ptx" else "sm"
-        return f"{base}_{self.sm}{'a' if self.arch_specific else 'f' if self.family else ''}"
+        return str(self.target)
 
     @property
     def compressed(self) -> bool:
@@ -68,7 +72,7 @@ class FatbinInfo:
     entries: tuple[FatbinEntry, ...]
     source: str | None = None
 
-    def select(self, device: str | int | tuple[int, int]) -> FatbinEntry | None:
+    def select(self, device: ArchLike) -> FatbinEntry | None:
         """The entry a device of that architecture should use (see ``select_entry``)."""
         return select_entry(self.entries, device)
 
@@ -76,33 +80,24 @@ class FatbinInfo:
         return {"kind": "fatbin", "images": [e.to_json() for e in self.entries]}
 
 
-def parse_arch(arch: str | int | tuple[int, int]) -> int:
+def parse_arch(arch: ArchLike) -> int:
     """``"sm_90"``, ``"sm_90a"``, ``"compute_90"``, ``90`` or ``(9, 0)`` -> 90."""
-    if isinstance(arch, tuple):
-        return arch[0] * 10 + arch[1]
-    if isinstance(arch, int):
-        return arch
-    m = re.fullmatch(r"(?:sm_|compute_)?(\d+)[af]?", str(arch).strip())
-    if not m:
-        raise ValueError(f"not an architecture: {arch!r} (expected e.g. 'sm_90' or (9, 0))")
-    return int(m.group(1))
+    return Arch.parse(arch).number
 
 
-def select_entry(entries: Iterable[FatbinEntry], device: str | int | tuple[int, int]) -> FatbinEntry | None:
-    """Pick the image a device runs: an exact SASS match first (an arch-specific build
-    of this very chip before a generic one), then the newest SASS of the same major
-    version built for an older minor (never an ``a`` build of another chip; ``f``
-    family builds within their family), then the newest PTX the device can JIT."""
-    dev = parse_arch(device)
-    cubins = [e for e in entries if e.kind == "cubin"]
-    exact = [e for e in cubins if e.sm == dev]
+def select_entry(entries: Iterable[FatbinEntry], device: ArchLike) -> FatbinEntry | None:
+    """Pick the image a device runs (by ``Arch.runs_on``): SASS for this very chip first (an
+    arch-specific build before a generic one), then the newest SASS that runs on it, then
+    the newest PTX it can JIT."""
+    dev = Arch.parse(device).number
+    runs = [e for e in entries if e.target.runs_on(dev)]
+    exact = [e for e in runs if e.kind == "cubin" and e.sm == dev]
     if exact:
         return max(exact, key=lambda e: (e.arch_specific, -e.index))
-    older = [e for e in cubins if e.sm // 10 == dev // 10 and e.sm < dev and not e.arch_specific]
-    if older:
-        return max(older, key=lambda e: (e.sm, -e.index))
-    ptx = [e for e in entries if e.kind == "ptx" and e.sm <= dev
-           and (not e.arch_specific or e.sm == dev) and (not e.family or e.sm // 10 == dev // 10)]
+    sass = [e for e in runs if e.kind == "cubin"]
+    if sass:
+        return max(sass, key=lambda e: (e.sm, -e.index))
+    ptx = [e for e in runs if e.kind == "ptx"]
     if ptx:
         return max(ptx, key=lambda e: (e.sm, e.arch_specific, -e.index))
     return None

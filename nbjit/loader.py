@@ -1,5 +1,6 @@
 """Decide what to hand the driver for an image on a given device and driver: pure data in,
-plain data out, so every route is tested without a GPU.
+a ``Plan`` out, so every route is tested without a GPU. The module stage carries the plan
+out (``module.carry_out``: assembling with nvJitLink, through the cache).
 
 PTX routes (FORMATS.md §8: on the CUDA 13.0 driver the ISA version is what blocks external
 PTX, and a ``debug`` target compiles unoptimised):
@@ -12,25 +13,37 @@ PTX, and a ``debug`` target compiles unoptimised):
 """
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 
-from .cache import Cache, CacheEntry, cache_key, default_cache
-from .compiler import _toolchain_fingerprint, assemble_ptx, nvjitlink_version
+from .arch import Arch
 from .cubin import CubinInfo, inspect_cubin
-from .errors import NbjitCompileError, NbjitLoadError
+from .errors import NbjitLoadError
 from .fatbin import FatbinInfo, inspect_fatbin, select_entry
 from .image import Image
 from .ptx import PtxInfo, cuda_for_ptx, inspect_ptx, max_ptx_for_cuda, set_version, strip_debug
 
-__all__ = ["Prepared", "prepare"]
+__all__ = ["Plan", "Assemble", "plan"]
 
 
-@dataclass
-class Prepared:
+@dataclass(frozen=True)
+class Assemble:
+    """A step the plan needs done on the host: PTX assembled to a cubin by nvJitLink."""
+
+    ptx: str
+    arch: str  # "sm_90", "sm_90a"
+    nvjitlink: tuple[int, int]
+    name: str
+    driver_cuda: tuple[int, int]
+    driver_ptx: tuple[int, int]  # the newest PTX the driver takes
+    ptx_version: tuple[int, int]
+
+
+@dataclass(frozen=True)
+class Plan:
     """What to load: ``data`` of ``kind`` ("ptx" NUL-terminated, "cubin", "fatbin"), the
-    inspection that gives kernel signatures (``info``), the ``route`` a PTX took and a
-    ``note`` for the user, and the fatbin entry used, if any."""
+    inspection that gives kernel layouts (``info``), the ``route`` a PTX takes, a ``note`` for
+    the user, the fatbin entry used, the PTX's own inspection (``ptx``), and a host step still
+    to do (``assemble``: then ``data`` is the PTX and ``kind`` "cubin" once it is done)."""
 
     data: bytes
     kind: str
@@ -38,104 +51,81 @@ class Prepared:
     route: str | None = None
     note: str | None = None
     entry: int | None = None
-    ptx: PtxInfo | None = None  # the PTX's own inspection (signatures with types), if PTX was given
+    ptx: PtxInfo | None = None
     details: dict = field(default_factory=dict)
+    assemble: Assemble | None = None
 
 
-def _device_arch(cc: tuple[int, int], ptx_arch: str | None = None) -> str:
-    sm = cc[0] * 10 + cc[1]
-    # keep an arch-specific target (sm_90a PTX, as Triton writes) when it is this very chip
-    suffix = "a" if ptx_arch and ptx_arch.endswith("a") and ptx_arch[3:-1] == str(sm) else ""
-    return f"sm_{sm}{suffix}"
-
-
-def prepare(img: Image, cc: tuple[int, int], driver: int, *, keep_debug: bool = False,
-            cache: Cache | None = None, nvjitlink: tuple[int, int] | None | bool = True) -> Prepared:
+def plan(img: Image, cc: tuple[int, int], driver: int, *, keep_debug: bool = False,
+         nvjitlink: tuple[int, int] | None = None) -> Plan:
     """Plan the load of ``img`` on a device of compute capability ``cc`` under a driver of
-    CUDA version ``driver`` (e.g. 13000). ``nvjitlink``: True to use the installed one,
-    None to act as if there were none, or a version to pretend. Cubins nvJitLink makes go
-    to ``cache`` (default: ``nbjit.default_cache()``)."""
-    cache = cache or default_cache()
+    CUDA version ``driver`` (e.g. 13000), with the nvJitLink of version ``nvjitlink`` (None:
+    there is none)."""
     if img.kind == "ptx":
-        return _prepare_ptx(img.data, img.name, cc, driver, keep_debug, cache, nvjitlink)
+        return _plan_ptx(img.data, img.name, cc, driver, keep_debug, nvjitlink)
     if img.kind == "cubin":
         info = inspect_cubin(img.data, source=img.name)
-        _check_cubin_arch(info, cc, img.name)
-        return Prepared(img.data, "cubin", info)
-    fb = inspect_fatbin(img.data, source=img.name)
-    return _prepare_fatbin(img, fb, cc, driver, keep_debug, cache, nvjitlink)
+        if not Arch.parse(info.arch).runs_on(cc):
+            dev = Arch.parse(cc)
+            raise NbjitLoadError(
+                f"{img.name}: a cubin for {info.arch} cannot run on this {dev} device (cubins run on the same major "
+                f"version at an equal or newer minor, 'a' builds only on their own chip): build it for {dev} or "
+                "load PTX instead")
+        return Plan(img.data, "cubin", info)
+    return _plan_fatbin(img, inspect_fatbin(img.data, source=img.name), cc, driver, keep_debug, nvjitlink)
 
 
-def _check_cubin_arch(info: CubinInfo, cc: tuple[int, int], name: str) -> None:
-    dev = cc[0] * 10 + cc[1]
-    ok = info.sm == dev or (info.sm // 10 == dev // 10 and info.sm < dev and not info.arch_specific)
-    if not ok:
-        raise NbjitLoadError(f"{name}: a cubin for {info.arch} cannot run on this sm_{dev} device (cubins run on "
-                             "the same major version at an equal or newer minor, 'a' builds only on their own "
-                             "chip): build it for sm_{0} or load PTX instead".format(dev))
+def _assemble_target(cc: tuple[int, int], ptx_arch: Arch) -> str:
+    """The SASS to assemble PTX into for this device, keeping an 'a' or 'f' target."""
+    return str(Arch(Arch.parse(cc).number, ptx_arch.variant))
 
 
-def _prepare_ptx(raw: bytes, name: str, cc, driver: int, keep_debug: bool, cache: Cache,
-                 nvjitlink) -> Prepared:
+def _plan_ptx(raw: bytes, name: str, cc, driver: int, keep_debug: bool, nvjitlink) -> Plan:
     text = raw.decode("utf-8", errors="strict").rstrip("\0") if isinstance(raw, bytes) else raw
     info = inspect_ptx(text, source=name)
-    dev = cc[0] * 10 + cc[1]
-    target = int("".join(ch for ch in info.arch[3:] if ch.isdigit()) or 0)
-    if target > dev or (info.arch.endswith("a") and target != dev):
-        raise NbjitLoadError(f"{name}: PTX for {info.arch} cannot run on this sm_{dev} device")
+    try:
+        target = Arch.parse(info.arch, virtual=True)
+    except ValueError:
+        raise NbjitLoadError(f"{name}: PTX .target {info.arch!r} is not an architecture") from None
+    if not target.runs_on(cc):
+        raise NbjitLoadError(f"{name}: PTX for {info.arch} cannot run on this {Arch.parse(cc)} device")
     if not keep_debug and info.debug.kind != "none":
         text = strip_debug(text)
     driver_cuda = (driver // 1000, driver % 1000 // 10)
     limit = max_ptx_for_cuda(driver_cuda)
     details = {"ptx_version": info.version, "driver_accepts": limit, "target": info.arch}
     if info.version <= limit:
-        return Prepared(text.encode() + b"\0", "ptx", info, "driver", None, ptx=info, details=details)
+        return Plan(text.encode() + b"\0", "ptx", info, "driver", None, ptx=info, details=details)
 
     need = cuda_for_ptx(info.version)
-    have = nvjitlink_version() if nvjitlink is True else nvjitlink
-    details["nvjitlink"] = have
-    if have is not None and tuple(have) >= need:
-        arch = _device_arch(cc, info.arch)
-        key = cache_key({"producer": "nvjitlink", "toolchain": _toolchain_fingerprint(), "nvjitlink": list(have),
-                         "ptx": hashlib.sha256(text.encode()).hexdigest(), "arch": arch})
-
-        def make() -> CacheEntry:
-            out = assemble_ptx(text, arch, name=name)
-            return CacheEntry("cubin", arch, out.data, {}, out.log, f"nvJitLink {have[0]}.{have[1]}")
-
-        try:
-            cubin = cache.get_or_create(key, make).payload
-        except NbjitCompileError as e:
-            raise NbjitLoadError(f"{name}: PTX {info.version[0]}.{info.version[1]} is newer than this driver takes "
-                                 f"(CUDA {driver_cuda[0]}.{driver_cuda[1]}: PTX up to {limit[0]}.{limit[1]}), and "
-                                 f"nvJitLink {have[0]}.{have[1]} could not assemble it:\n{e}") from None
+    details["nvjitlink"] = nvjitlink
+    if nvjitlink is not None and tuple(nvjitlink) >= need:
+        arch = _assemble_target(cc, target)
         note = (f"{name}: PTX {info.version[0]}.{info.version[1]} is newer than the driver accepts "
-                f"({limit[0]}.{limit[1]}); assembled to a {arch} cubin with nvJitLink {have[0]}.{have[1]}")
-        return Prepared(cubin, "cubin", inspect_cubin(cubin, source=name), "nvjitlink", note, ptx=info,
-                        details=details)
+                f"({limit[0]}.{limit[1]}); assembled to a {arch} cubin with nvJitLink {nvjitlink[0]}.{nvjitlink[1]}")
+        step = Assemble(text, arch, tuple(nvjitlink), name, driver_cuda, limit, info.version)
+        return Plan(text.encode(), "cubin", None, "nvjitlink", note, ptx=info, details=details, assemble=step)
     lowered = set_version(text, limit)
     note = (f"{name}: PTX {info.version[0]}.{info.version[1]} is newer than the driver accepts "
             f"({limit[0]}.{limit[1]}) and no nvJitLink >= {need[0]}.{need[1]} is installed; "
             f".version lowered to {limit[0]}.{limit[1]} (fine unless the PTX uses newer instructions; "
             f"'pip install -U nvidia-nvjitlink' assembles it properly)")
-    return Prepared(lowered.encode() + b"\0", "ptx", info, "lowered", note, ptx=info, details=details)
+    return Plan(lowered.encode() + b"\0", "ptx", info, "lowered", note, ptx=info, details=details)
 
 
-def _prepare_fatbin(img: Image, fb: FatbinInfo, cc, driver, keep_debug, cache, nvjitlink) -> Prepared:
-    dev = cc[0] * 10 + cc[1]
-    entry = select_entry(fb.entries, dev)
+def _plan_fatbin(img: Image, fb: FatbinInfo, cc, driver, keep_debug, nvjitlink) -> Plan:
+    entry = select_entry(fb.entries, cc)
     if entry is None:
         have = ", ".join(e.arch for e in fb.entries)
-        raise NbjitLoadError(f"{img.name}: no image in this fatbin runs on sm_{dev} (it holds {have})")
+        raise NbjitLoadError(f"{img.name}: no image in this fatbin runs on {Arch.parse(cc)} (it holds {have})")
     if entry.payload is None:
         # compressed in a way Python cannot undo: the driver reads the whole container;
         # signatures come from any entry we can read, else from the driver
         readable = next((e for e in fb.entries if e.payload is not None and e.kind == "cubin"), None)
         info = inspect_cubin(readable.payload, source=img.name) if readable else None
-        return Prepared(img.data, "fatbin", info, None,
-                        f"{img.name}: image {entry.index} ({entry.arch}) is zstd-compressed and 'zstandard' is not "
-                        "installed; the driver loads the whole fatbin", entry.index)
+        return Plan(img.data, "fatbin", info, None,
+                    f"{img.name}: image {entry.index} ({entry.arch}) is zstd-compressed and 'zstandard' is not "
+                    "installed; the driver loads the whole fatbin", entry.index)
     sub = Image(entry.payload, entry.kind, f"{img.name}[{entry.index}:{entry.arch}]")
-    p = prepare(sub, cc, driver, keep_debug=keep_debug, cache=cache, nvjitlink=nvjitlink)
-    p.entry = entry.index
-    return p
+    p = plan(sub, cc, driver, keep_debug=keep_debug, nvjitlink=nvjitlink)
+    return Plan(p.data, p.kind, p.info, p.route, p.note, entry.index, p.ptx, p.details, p.assemble)

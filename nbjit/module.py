@@ -15,7 +15,7 @@ from .errors import KernelNotFoundError, NbjitArgumentError, NbjitLoadError, Nbj
 from .cubin import CubinInfo
 from .image import Image, ImageLike, as_image
 from .kernel import Kernel, _State
-from .loader import Prepared, prepare
+from .loader import Plan, plan
 from .signature import KernelInfo, KernelSignature, Param, SignatureConflict, merge
 
 __all__ = ["Module", "DeviceGlobal", "load", "compile", "NbjitWarning"]
@@ -98,7 +98,7 @@ class Module:
     """An image loaded into one context. ``module["name"]`` / ``module.name`` give kernels,
     ``module.kernels`` lists their names; ``get_global`` finds device variables."""
 
-    def __init__(self, image: Image, ctx, prepared: Prepared, loaded: _driver.Loaded):
+    def __init__(self, image: Image, ctx, prepared: Plan, loaded: _driver.Loaded):
         self.image = image
         self.context = ctx
         self.device = ctx.device.id
@@ -119,7 +119,9 @@ class Module:
 
     @classmethod
     def _load(cls, img: Image, ctx, keep_debug: bool) -> "Module":
-        prepared = prepare(img, _driver.context_cc(ctx), _driver.driver_version(), keep_debug=keep_debug)
+        from .compiler import nvjitlink_version
+        prepared = carry_out(plan(img, _driver.context_cc(ctx), _driver.driver_version(), keep_debug=keep_debug,
+                                  nvjitlink=nvjitlink_version()))
         what = f"{img.name} ({_describe(prepared)})"
         loaded = _driver.load_module(prepared.data, what)
         mod = cls(img, ctx, prepared, loaded)
@@ -271,7 +273,27 @@ class Module:
                f"{len(self.kernels)} kernels>"
 
 
-def _describe(p: Prepared) -> str:
+def carry_out(p: Plan, cache=None) -> Plan:
+    """The plan with its host step done: PTX newer than the driver assembled to a cubin by
+    nvJitLink, through the cache (``cache``, default ``nbjit.default_cache()``)."""
+    a = p.assemble
+    if a is None:
+        return p
+    from .compiler import assemble_cached
+    from .cubin import inspect_cubin
+    from .errors import NbjitCompileError
+
+    try:
+        cubin = assemble_cached(a.ptx, a.arch, name=a.name, cache=cache)
+    except NbjitCompileError as e:
+        raise NbjitLoadError(
+            f"{a.name}: PTX {a.ptx_version[0]}.{a.ptx_version[1]} is newer than this driver takes (CUDA "
+            f"{a.driver_cuda[0]}.{a.driver_cuda[1]}: PTX up to {a.driver_ptx[0]}.{a.driver_ptx[1]}), and nvJitLink "
+            f"{a.nvjitlink[0]}.{a.nvjitlink[1]} could not assemble it:\n{e}") from None
+    return Plan(cubin, "cubin", inspect_cubin(cubin, source=a.name), p.route, p.note, p.entry, p.ptx, p.details)
+
+
+def _describe(p: Plan) -> str:
     d = p.details
     if p.ptx is not None:
         v = p.ptx.version

@@ -9,7 +9,14 @@ from nbjit import NbjitLoadError, inspect_cubin, inspect_ptx
 from nbjit.compiler import nvjitlink_version
 from nbjit.image import Image
 from nbjit.cache import Cache
-from nbjit.loader import prepare
+from nbjit.loader import plan
+from nbjit.module import carry_out
+
+
+def prepare(image, cc, driver, *, keep_debug=False, cache=None, nvjitlink=True):
+    """What loading does: plan, then carry the plan out (nvjitlink=True: the installed one)."""
+    have = nvjitlink_version() if nvjitlink is True else nvjitlink
+    return carry_out(plan(image, cc, driver, keep_debug=keep_debug, nvjitlink=have), cache)
 
 DATA = Path(__file__).resolve().parent / "data"
 H200 = (9, 0)
@@ -116,3 +123,11 @@ def test_load_without_a_gpu_is_one_nbjit_error():
     with pytest.raises(nbjit.NbjitLoadError, match="no usable CUDA GPU or driver") as e:
         nbjit.load(DATA / "nvcc/kernels_sm90.ptx")
     assert len(str(e.value).splitlines()) == 1 and "explicit arch=" in str(e.value)
+
+
+def test_family_ptx_stays_in_its_family():
+    text = (DATA / "nvcc/kernels_sm90.ptx").read_text().replace(".target sm_90", ".target sm_100f")
+    im = Image(text.encode(), "ptx", "fam.ptx")
+    assert plan(im, (10, 3), DRIVER_13_0).route == "driver"
+    with pytest.raises(NbjitLoadError, match="PTX for sm_100f cannot run on this sm_120 device"):
+        plan(im, (12, 0), DRIVER_13_0)

@@ -1,0 +1,85 @@
+"""GPU architectures (``sm_90``, ``sm_90a``, ``sm_100f``, ``compute_90``): one type, one
+"runs on" rule. Pure data.
+
+The rule (CUDA's compatibility rules for SASS and PTX):
+
+* SASS ``sm_XY`` and family ``sm_XYf`` run on devices of the same major version X with a minor
+  version of at least Y (``sm_80`` on sm_86; ``sm_100f`` on sm_103);
+* ``a`` builds (``sm_90a``, ``compute_90a``) run only on exactly that chip;
+* PTX ``compute_XY`` is JIT-compiled on any device of compute capability X.Y or newer;
+* family PTX ``compute_XYf`` only within its family: same major, minor of at least Y.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Union
+
+__all__ = ["Arch", "ArchLike"]
+
+_PATTERN = re.compile(r"(sm|compute)?_?(\d+)([af]?)")
+
+
+@dataclass(frozen=True)
+class Arch:
+    """An architecture: ``number`` (90 for compute capability 9.0), ``variant`` (``""``,
+    ``"a"`` arch-specific, ``"f"`` family) and whether it is ``virtual`` (PTX, ``compute_``)."""
+
+    number: int
+    variant: str = ""
+    virtual: bool = False
+
+    def __post_init__(self) -> None:
+        if self.variant not in ("", "a", "f"):
+            raise ValueError(f"architecture variant must be '', 'a' or 'f', not {self.variant!r}")
+        if not 10 <= self.number <= 9999:
+            raise ValueError(f"not an architecture number: {self.number}")
+
+    @classmethod
+    def parse(cls, arch: "ArchLike", *, virtual: bool | None = None) -> "Arch":
+        """``"sm_90a"``, ``"compute_100f"``, ``"90"``, ``90``, ``(9, 0)`` or an Arch.
+        ``virtual`` overrides what the text says (a bare number is real unless told)."""
+        if isinstance(arch, Arch):
+            return arch if virtual is None or arch.virtual == virtual else cls(arch.number, arch.variant, virtual)
+        if isinstance(arch, tuple) and len(arch) == 2 and all(isinstance(x, int) for x in arch):
+            return cls(arch[0] * 10 + arch[1], "", bool(virtual))
+        if isinstance(arch, int) and not isinstance(arch, bool):
+            return cls(arch, "", bool(virtual))
+        m = _PATTERN.fullmatch(str(arch).strip().lower()) if isinstance(arch, str) else None
+        if m is None:
+            raise ValueError(f"not an architecture: {arch!r} (expected e.g. 'sm_90', 'sm_90a', 'compute_90' or "
+                             "(9, 0))")
+        return cls(int(m.group(2)), m.group(3), m.group(1) == "compute" if virtual is None else virtual)
+
+    @property
+    def major(self) -> int:
+        return self.number // 10
+
+    @property
+    def minor(self) -> int:
+        return self.number % 10
+
+    @property
+    def cc(self) -> tuple[int, int]:
+        """The compute capability, e.g. (9, 0)."""
+        return self.major, self.minor
+
+    def real(self) -> "Arch":
+        """The SASS architecture of the same chip and variant (``compute_90a`` -> ``sm_90a``)."""
+        return Arch(self.number, self.variant, False)
+
+    def __str__(self) -> str:
+        return f"{'compute' if self.virtual else 'sm'}_{self.number}{self.variant}"
+
+    def runs_on(self, device: "ArchLike") -> bool:
+        """Whether code built for this architecture runs on a device of ``device``'s compute
+        capability (see the module's rule)."""
+        dev = Arch.parse(device).number
+        if self.variant == "a":
+            return dev == self.number
+        if self.virtual and self.variant == "":
+            return dev >= self.number
+        return dev // 10 == self.major and dev >= self.number
+
+
+ArchLike = Union[Arch, str, int, "tuple[int, int]"]

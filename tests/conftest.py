@@ -31,6 +31,27 @@ def pytest_collection_modifyitems(config, items):
             it.add_marker(skip)
 
 
+def best_times(fn, *inputs, rounds: int = 3) -> list[float]:
+    """The best of ``rounds`` timings of ``fn`` on each input, with the garbage collector
+    off (for tests that a reader scales linearly: a ratio, never an absolute time)."""
+    import gc
+    import time
+    out = []
+    for x in inputs:
+        best = float("inf")
+        for _ in range(rounds):
+            gc.collect()
+            gc.disable()
+            try:
+                t0 = time.perf_counter()
+                fn(x)
+                best = min(best, time.perf_counter() - t0)
+            finally:
+                gc.enable()
+        out.append(best)
+    return out
+
+
 @pytest.fixture
 def data() -> Path:
     return DATA

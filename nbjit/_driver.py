@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from .errors import NbjitError, NbjitLaunchError, NbjitLoadError
 
@@ -250,12 +251,22 @@ def potential_block_size(func, dynamic_shared: int, limit: int = 0) -> tuple[int
 # ------------------------------------------------------------------ launching
 
 
-@functools.lru_cache(maxsize=None)
-def launcher():
-    """``(launch, handle)`` for the hot path: ``launch(func, gx, gy, gz, bx, by, bz, shared,
+@dataclass(frozen=True)
+class Backend:
+    """The launch primitive of the hot path: ``launch(func, gx, gy, gz, bx, by, bz, shared,
     stream, params) -> CUresult`` (an int, 0 on success), taking ``func`` and ``stream``
-    converted by ``handle``. It is nbjit's small C extension calling the driver's
-    cuLaunchKernel where that was built, else cuda.bindings' cuLaunchKernel."""
+    converted by ``handle``. ``name`` is ``"c"`` (nbjit's extension calling the driver's
+    cuLaunchKernel) or ``"python"`` (cuda.bindings' cuLaunchKernel)."""
+
+    name: str
+    launch: Any
+    handle: Any
+
+
+@functools.lru_cache(maxsize=None)
+def backend() -> Backend:
+    """The launch backend, decided once: nbjit's C extension where it is built (and
+    ``NBJIT_PURE_PYTHON`` is not set), else cuda.bindings."""
     cu = _cu()
     try:
         if os.environ.get("NBJIT_PURE_PYTHON", "") not in ("", "0"):
@@ -266,14 +277,14 @@ def launcher():
         if res[0] != 0 or not int(res[1]):
             raise RuntimeError("cuGetProcAddress(cuLaunchKernel) failed")
         _launch.set_entry_point(int(res[1]))
-        return _launch.launch, int
+        return Backend("c", _launch.launch, int)
     except Exception:  # no C extension (or an unexpected driver): the portable path
         bound = cu.cuLaunchKernel
 
         def launch(f, gx, gy, gz, bx, by, bz, shared, stream, params):
             return bound(f, gx, gy, gz, bx, by, bz, shared, stream, params, 0)[0]
 
-        return launch, _same
+        return Backend("python", launch, _same)
 
 
 def _same(x):

@@ -228,8 +228,14 @@ def _raw_bytes(v, size: int) -> bytes | None:
     return b
 
 
+# PTX types the C launch path packs itself, and its code for each (see _launch.c)
+_C_CODES = {"s64": "q", "u32": "I", "b32": "I", "s32": "i", "u16": "H", "b16": "H", "s16": "h", "u8": "B",
+            "b8": "B", "s8": "b", "f32": "f", "f64": "d"}
+
+
 class _Rule:
-    """Converts one argument to what the buffer's struct format takes for it."""
+    """Converts one argument to what the buffer's struct format takes for it; ``code`` says
+    how the C launch path packs it (the same rule, in C)."""
 
     def __init__(self, p: Param):
         self.p = p
@@ -262,6 +268,21 @@ class _Rule:
                 self.fast = to_u64 if kind == "u" else self.wide
             elif t[0] == "b":
                 self.fast = self.integer
+
+    @property
+    def code(self) -> tuple:
+        """``(code,)`` for the C path, or ``("A", accepted dtypes)`` for a typed pointer;
+        ``"X"``: only these Python rules."""
+        p = self.p
+        if p.count is not None:
+            return ("X",)
+        if p.pointer and self.want[0] != "void":
+            return ("A", self.accepted)
+        if p.pointer or (p.size == 8 and p.type in ("u64", "b64", "unknown")):
+            return ("P",)
+        if p.type == "unknown" and p.size in (1, 2, 4):
+            return (str(p.size),)
+        return (_C_CODES.get(p.type, "X"),)
 
     # each returns the packed-ready value or raises ValueError with the reason
     def pointer(self, v):

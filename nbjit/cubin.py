@@ -255,8 +255,8 @@ def inspect_cubin(data: bytes, *, source: str | None = None) -> CubinInfo:
         sm = e_flags & 0xFF
         arch_specific = bool(e_flags & 0x800)
         virtual = virtual or ((e_flags >> 16) & 0xFF) or None
-    if sm == 0:
-        raise e.fail(f"no SM architecture in e_flags {e_flags:#x}")
+    if not 10 <= sm <= 9999:
+        raise e.fail(f"no plausible SM architecture in e_flags {e_flags:#x} (sm {sm})")
 
     reserved = 0
     for s in secs:

@@ -182,7 +182,7 @@ def _entry(d: bytes, off: int, end: int, index: int, fail) -> FatbinEntry:
         raise fail(f"entry {index} at {off:#x}: unknown kind {kind} (1 = PTX, 2 = ELF)")
     if hsize < 64 or off + hsize + stored > end:
         raise fail(f"entry {index} at {off:#x}: header {hsize} + payload {stored} bytes overrun the container")
-    if sm == 0 or sm > 10000:
+    if not 10 <= sm <= 9999:
         raise fail(f"entry {index} at {off:#x}: implausible architecture {sm}")
     payload_off = off + hsize
     stored_bytes = d[payload_off: payload_off + stored]

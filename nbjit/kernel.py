@@ -67,7 +67,7 @@ class _State:
         self.sig = info.signature
         self.packer = ArgPacker(info.signature, name)
         self.n = self.packer.n
-        self.layout = tuple((p.offset, *_code(p, r)) for p, r in zip(info.params, self.packer.rules))
+        self.layout = tuple((p.offset, *r.code) for p, r in zip(info.params, self.packer.rules))
         self.ctx_key = ctx_key
         self.device = device
         self.tls = threading.local()
@@ -87,22 +87,43 @@ class _State:
             return self.tls.buf
 
 
-_CODES = {"s64": "q", "u32": "I", "b32": "I", "s32": "i", "u16": "H", "b16": "H", "s16": "h", "u8": "B",
-          "b8": "B", "s8": "b", "f32": "f", "f64": "d"}
+@dataclass(frozen=True)
+class LaunchConfig:
+    """How to launch: grid and block (3 ints each), stream, dynamic shared memory bytes,
+    cluster shape and whether the launch is cooperative. ``LaunchConfig.make`` is the one
+    validator every launch path (C, Python, extended, Triton) goes through."""
 
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    stream: Any = None
+    shared: int = 0
+    cluster: tuple[int, int, int] | None = None
+    cooperative: bool = False
 
-def _code(p: Param, rule) -> tuple:
-    """How the C launch path packs a parameter: ``(code,)``, or ``("A", accepted dtypes)``
-    for a typed pointer ('X': only the Python rules)."""
-    if p.count is not None:
-        return ("X",)
-    if p.pointer and rule.want[0] != "void":
-        return ("A", rule.accepted)
-    if p.pointer or (p.size == 8 and p.type in ("u64", "b64", "unknown")):
-        return ("P",)
-    if p.type == "unknown" and p.size in (1, 2, 4):
-        return (str(p.size),)
-    return (_CODES.get(p.type, "X"),)
+    @classmethod
+    def make(cls, grid: Any, block: Any, stream: Any = None, shared: Any = 0, cluster: Any = None,
+             cooperative: Any = False, *, kernel: str = "<kernel>") -> "LaunchConfig":
+        """A validated configuration; ``NbjitLaunchError`` names the kernel and the value."""
+        if not isinstance(shared, int) or isinstance(shared, bool) or shared < 0:
+            raise NbjitLaunchError(f"kernel {kernel!r}: dynamic shared memory must be a byte count >= 0, "
+                                   f"got {shared!r}")
+        if not isinstance(cooperative, bool):
+            raise NbjitLaunchError(f"kernel {kernel!r}: cooperative must be True or False, got {cooperative!r}")
+        return cls(_dims(grid, "grid", kernel), _dims(block, "block", kernel), stream, shared,
+                   None if cluster is None else _dims(cluster, "cluster", kernel), cooperative)
+
+    @property
+    def threads(self) -> int:
+        return self.block[0] * self.block[1] * self.block[2]
+
+    @property
+    def blocks(self) -> int:
+        return self.grid[0] * self.grid[1] * self.grid[2]
+
+    @property
+    def extended(self) -> bool:
+        """Whether the launch needs cuLaunchKernelEx (launch attributes)."""
+        return self.cooperative or self.cluster is not None
 
 
 def _dims(v, what: str, kernel: str) -> tuple[int, int, int]:
@@ -112,12 +133,11 @@ def _dims(v, what: str, kernel: str) -> tuple[int, int, int]:
         t = tuple(v)
     else:
         raise NbjitLaunchError(f"kernel {kernel!r}: {what} must be an int or a tuple of 1 to 3 ints, got {v!r}")
-    try:
-        t = tuple(int(x) for x in t)
-    except (TypeError, ValueError):
-        raise NbjitLaunchError(f"kernel {kernel!r}: {what} must hold ints, got {v!r}") from None
-    if any(x < 1 for x in t):
-        raise NbjitLaunchError(f"kernel {kernel!r}: {what} values must be >= 1 (got {v!r})")
+    if any(isinstance(x, bool) or not isinstance(x, (int, np.integer)) for x in t):
+        raise NbjitLaunchError(f"kernel {kernel!r}: {what} must hold ints, got {v!r}")
+    t = tuple(int(x) for x in t)
+    if any(x < 1 or x >= 1 << 32 for x in t):
+        raise NbjitLaunchError(f"kernel {kernel!r}: {what} values must be from 1 to 2**32 - 1 (got {v!r})")
     return (t + (1, 1))[:3]  # type: ignore[return-value]
 
 
@@ -214,8 +234,8 @@ class Kernel(_indexing_base()):  # type: ignore[misc]
 
     def max_active_blocks_per_sm(self, block: int | tuple, dynamic_shared: int = 0) -> int:
         """How many blocks of this size can be resident on one SM at once."""
-        b = _dims(block, "block", self.name)
-        return _driver.max_active_blocks(self._s.func, b[0] * b[1] * b[2], dynamic_shared)
+        threads = LaunchConfig.make(1, block, kernel=self.name).threads
+        return _driver.max_active_blocks(self._s.func, threads, dynamic_shared)
 
     def suggested_block_size(self, dynamic_shared: int = 0) -> tuple[int, int]:
         """(minimum grid size for full occupancy, block size) from the occupancy calculator."""
@@ -246,18 +266,31 @@ class Kernel(_indexing_base()):  # type: ignore[misc]
         return self._config(config[0], config[1], stream, shared)
 
     def _config(self, grid, block, stream, shared, tail: int = 0, count_error=None) -> "_Config":
-        """A launch configuration, validated (and the function opted in to its shared memory).
-        ``tail``: that many trailing parameters are not passed and stay zero (Triton's NULL
-        scratch pointers); ``count_error(got)`` then makes the wrong-count error."""
-        return _launcher_type()(self, _dims(grid, "grid", self.name), _dims(block, "block", self.name),
-                                stream, self._shared(shared), tail, count_error)
+        """A configured launcher for a plain launch (see ``_launcher``)."""
+        return self._launcher(LaunchConfig.make(grid, block, stream, shared, kernel=self.name), tail, count_error)
 
-    def _shared(self, nbytes) -> int:
-        """Validate dynamic shared memory and opt the function in above the default limit."""
+    def _launcher(self, cfg: LaunchConfig, tail: int = 0, count_error=None) -> "_Config":
+        """The launcher for a validated configuration (the function opted in to its shared
+        memory, the grid checked against the cluster shape). ``tail``: that many trailing
+        parameters are not passed and stay zero (Triton's NULL scratch pointers);
+        ``count_error(got)`` then makes the wrong-count error."""
+        self._shared(cfg.shared)
+        shape = cfg.cluster or self._s.info.directives.cluster
+        if shape and any(g % c for g, c in zip(cfg.grid, shape)):
+            raise NbjitLaunchError(f"kernel {self.name!r}: grid {cfg.grid} is not a multiple of its cluster "
+                                   f"shape {tuple(shape)}")
+        if cfg.cooperative:
+            per_sm = self.max_active_blocks_per_sm(cfg.block, cfg.shared)
+            most = per_sm * _driver.device_info(self._s.device).sm_count
+            if cfg.blocks > most:
+                raise NbjitLaunchError(f"kernel {self.name!r}: a cooperative launch of {cfg.blocks} blocks exceeds "
+                                       f"the {most} that can be resident at once ({per_sm} per SM)")
+        kind = _ExtendedLauncher if cfg.extended else _launcher_type()
+        return kind(self, cfg, tail, count_error)
+
+    def _shared(self, nbytes: int) -> int:
+        """Opt the function in to ``nbytes`` of dynamic shared memory above the default limit."""
         s = self._s
-        if not isinstance(nbytes, int) or isinstance(nbytes, bool) or nbytes < 0:
-            raise NbjitLaunchError(f"kernel {self.name!r}: dynamic shared memory must be a byte count >= 0, "
-                                   f"got {nbytes!r}")
         if nbytes <= s.optin:
             return nbytes
         dev = _driver.device_info(s.device)
@@ -278,29 +311,8 @@ class Kernel(_indexing_base()):  # type: ignore[misc]
         """Launch with keywords; ``cooperative=True`` for grid-wide synchronisation,
         ``cluster=(x, y, z)`` for thread-block clusters (by default the kernel's own
         ``.reqnctapercluster`` / ``__cluster_dims__``, which needs nothing at launch)."""
-        launcher = self._config(grid, block, stream, shared_mem)
-        if not cooperative and cluster is None:
-            launcher(*args)
-            return
-        s = self._s
-        if cluster is not None:
-            cluster = _dims(cluster, "cluster", self.name)
-        launcher.check_cluster(cluster)
-        if len(args) != s.packer.n:
-            raise s.packer.count_error(len(args))
-        buf = s.buffer()
-        s.packer.pack_into(buf.data, args)
-        if cooperative:
-            blocks = launcher.grid[0] * launcher.grid[1] * launcher.grid[2]
-            per_sm = self.max_active_blocks_per_sm(launcher.block, launcher.shared)
-            most = per_sm * _driver.device_info(s.device).sm_count
-            if blocks > most:
-                raise NbjitLaunchError(f"kernel {self.name!r}: a cooperative launch of {blocks} blocks exceeds the "
-                                       f"{most} that can be resident at once ({per_sm} per SM)")
-        err = _driver.launch_ex(s.func, launcher.grid, launcher.block, launcher.shared, launcher.stream,
-                                buf.address, cooperative=cooperative, cluster=cluster)
-        if err:
-            raise launcher.error(err)
+        cfg = LaunchConfig.make(grid, block, stream, shared_mem, cluster, cooperative, kernel=self.name)
+        self._launcher(cfg)(*args)
 
     def bind(self, grid: int | tuple, block: int | tuple, *args: Any, stream: Any = None,
              shared_mem: int = 0) -> "BoundLaunch":
@@ -312,24 +324,19 @@ class _Config:
     """A kernel with its launch configuration (what ``kernel[grid, block, ...]`` returns);
     calling it launches."""
 
-    def _setup(self, kernel: Kernel, grid, block, stream, shared: int, tail: int, count_error) -> None:
+    def _setup(self, kernel: Kernel, cfg: LaunchConfig, tail: int, count_error) -> None:
         self.kernel = kernel
         self._s = kernel._s
+        self.config = cfg  # holds the stream object: alive while the launcher is cached
         self.tail = tail
         self.nargs = kernel._s.n - tail
         self.count_error = count_error or kernel._s.packer.count_error
-        self.grid, self.block, self.shared = grid, block, shared
-        self._stream_obj = stream  # kept alive while the configuration is cached
-        self.stream = stream_handle(stream)
-        self._launch, handle = _driver.launcher()
-        self._cfg = (handle(kernel._s.func), *grid, *block, shared, handle(self.stream))
-        self.check_cluster(None)
-
-    def check_cluster(self, cluster) -> None:
-        shape = cluster or self._s.info.directives.cluster
-        if shape and any(g % c for g, c in zip(self.grid, shape)):
-            raise NbjitLaunchError(f"kernel {self._s.name!r}: grid {self.grid} is not a multiple of its cluster "
-                                   f"shape {tuple(shape)}")
+        self.grid, self.block, self.shared = cfg.grid, cfg.block, cfg.shared
+        self._stream_obj = cfg.stream
+        self.stream = stream_handle(cfg.stream)
+        backend = _driver.backend()
+        self._launch = backend.launch
+        self._cfg = (backend.handle(kernel._s.func), *cfg.grid, *cfg.block, cfg.shared, backend.handle(self.stream))
 
     def _pack(self, args: tuple) -> bytes:
         """The precise rules for the whole buffer (what the C path hands over)."""
@@ -352,8 +359,8 @@ class _PyLauncher(_Config):
     path = "python"
     fallbacks = 0
 
-    def __init__(self, kernel: Kernel, grid, block, stream, shared: int, tail: int = 0, count_error=None):
-        self._setup(kernel, grid, block, stream, shared, tail, count_error)
+    def __init__(self, kernel: Kernel, cfg: LaunchConfig, tail: int = 0, count_error=None):
+        self._setup(kernel, cfg, tail, count_error)
 
     def __call__(self, *args) -> None:
         s = self._s
@@ -373,34 +380,58 @@ class _PyLauncher(_Config):
             raise self.error(err)
 
 
-_LAUNCHER_TYPES: list = []
+class _ExtendedLauncher(_PyLauncher):
+    """Launches that carry attributes (cooperative, a cluster shape set at launch) go through
+    cuLaunchKernelEx with the same packing rules."""
+
+    path = "python (cuLaunchKernelEx)"
+
+    def __call__(self, *args) -> None:
+        s = self._s
+        if len(args) != self.nargs:
+            raise self.count_error(len(args))
+        if self.tail:
+            args = args + (0,) * self.tail
+        if _MULTI[0]:
+            _check_devices(self, args)
+        buf = s.buffer()
+        s.packer.pack_into(buf.data, args)
+        c = self.config
+        err = _driver.launch_ex(s.func, c.grid, c.block, c.shared, self.stream, buf.address,
+                                cooperative=c.cooperative, cluster=c.cluster)
+        if err:
+            raise self.error(err)
 
 
-def _launcher_type():
-    """The C launcher where nbjit's extension is built and one GPU is visible, else Python."""
-    if not _LAUNCHER_TYPES:
-        kind = _PyLauncher
-        if _driver.launcher()[1] is int:  # the C extension is built and set up
-            from . import _launch
+try:
+    from ._launch import Launcher as _CLauncherBase
+except ImportError:  # the optional extension is not built: the Python launcher serves
+    _CLauncherBase = None
 
-            class _CLauncher(_launch.Launcher, _Config):
-                """The launch path in C: packs on the C stack with the same rules as the
-                Python path, handing anything unusual to the precise Python rules (``fallbacks``
-                counts those calls)."""
+if _CLauncherBase is not None:
+    class _CLauncher(_CLauncherBase, _Config):
+        """The launch path in C: packs on the C stack with the same rules as the Python path,
+        handing anything unusual to the precise Python rules (``fallbacks`` counts those
+        calls)."""
 
-                path = "c"
+        path = "c"
 
-                def __init__(self, kernel: Kernel, grid, block, stream, shared: int, tail: int = 0,
-                             count_error=None):
-                    self._setup(kernel, grid, block, stream, shared, tail, count_error)
-                    s = self._s
-                    layout = s.layout[:self.nargs] + tuple((off, "Z") for off, *_ in s.layout[self.nargs:])
-                    super().__init__(*self._cfg, layout, s.sig.size, _EXTRACTORS, _numbers(),
-                                     self._pack if tail else s.packer.pack, self._raise)
+        def __init__(self, kernel: Kernel, cfg: LaunchConfig, tail: int = 0, count_error=None):
+            self._setup(kernel, cfg, tail, count_error)
+            s = self._s
+            layout = s.layout[:self.nargs] + tuple((off, "Z") for off, *_ in s.layout[self.nargs:])
+            super().__init__(*self._cfg, layout, s.sig.size, _EXTRACTORS, _numbers(),
+                             self._pack if tail else s.packer.pack, self._raise)
+else:
+    _CLauncher = None  # type: ignore[assignment,misc]
 
-            kind = _CLauncher
-        _LAUNCHER_TYPES.append(kind)
-    return _PyLauncher if _MULTI[0] else _LAUNCHER_TYPES[0]
+
+def _launcher_type() -> type:
+    """The C launcher where nbjit's extension is built and set up and one GPU is visible,
+    else the Python one."""
+    if _MULTI[0] or _CLauncher is None or _driver.backend().name != "c":
+        return _PyLauncher
+    return _CLauncher
 
 
 @functools.lru_cache(maxsize=None)

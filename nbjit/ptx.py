@@ -240,6 +240,7 @@ _LOC = re.compile(r"\.loc\b")
 _FILE = re.compile(r'\.file\s+(\d+)\s+"')
 _PRAGMA = re.compile(r'\.pragma\s*"x*"\s*;')
 _SECTION = re.compile(r"\.section\s+(\.[\w.$]+)")
+_SECTION_BODY = re.compile(r"[^\n{;]*\s*\{")
 
 _SPACES = ("global", "shared", "const", "local", "param")
 # What may start a line at module scope (directives, and the data directives of DWARF
@@ -447,8 +448,7 @@ class _Parser:
         debug = DebugInfo(
             lineinfo=self.find_code(_LOC, 0) is not None,
             files=tuple(self.files(gaps)),
-            sections=tuple(x.group(1) for _, g in gaps for x in _SECTION.finditer(g)
-                           if x.group(1).startswith(".debug")),
+            sections=tuple(self.sections(gaps)),
             dwarf_legacy=any("@@DWARF" in g for _, g in gaps),
             target_debug=target_debug,
         )
@@ -471,6 +471,18 @@ class _Parser:
         if ins:
             raise self.error(f"instruction {ins.group(1)!r} outside a function body (a stray '}}' before it?)",
                              off + ins.start(1))
+
+    def sections(self, gaps):
+        """Names of the DWARF sections; a section without its '{' body is an error (ptxas
+        refuses it, and stripping could not find where it ends)."""
+        for off, g in gaps:
+            if "@@DWARF" in g:  # legacy DWARF lines name sections of their own, without bodies
+                g = _DWARF_LINE.sub(lambda m: " " * len(m.group()), g)
+            for x in _SECTION.finditer(g):
+                if not _SECTION_BODY.match(g, x.end()):
+                    raise self.error(f"section {x.group(1)} has no '{{' body", off + x.start())
+                if x.group(1).startswith(".debug"):
+                    yield x.group(1)
 
     def files(self, gaps):
         for off, g in gaps:

@@ -173,10 +173,10 @@ def c_launcher_for(k, tail=0):
     """A C launcher for KernelInfo ``k`` (never launched: no entry point) and its packer; the
     last ``tail`` parameters are not passed (left zero)."""
     from nbjit.args import _EXTRACTORS
-    from nbjit.kernel import _code, _numbers
+    from nbjit.kernel import _numbers
     p = ArgPacker(k.signature, k.name)
     n = len(k.params) - tail
-    layout = tuple((q.offset, *_code(q, r)) for q, r in zip(k.params[:n], p.rules)) + \
+    layout = tuple((q.offset, *r.code) for q, r in zip(k.params[:n], p.rules)) + \
         tuple((q.offset, "Z") for q in k.params[n:])
     return _launch.Launcher(0, 1, 1, 1, 1, 1, 1, 0, 0, layout, k.signature.size, _EXTRACTORS, _numbers(),
                             p.pack, lambda e: None), p

@@ -375,10 +375,8 @@ def test_pipeline_with_cuda_jit_on_one_stream(cuda, kernels):
 def test_pure_python_launch_path(cuda, monkeypatch):
     """The same launches without the C extension (what a build without a compiler runs)."""
     from nbjit import _driver
-    from nbjit import kernel as K
     monkeypatch.setenv("NBJIT_PURE_PYTHON", "1")
-    _driver.launcher.cache_clear()
-    monkeypatch.setattr(K, "_LAUNCHER_TYPES", [])
+    _driver.backend.cache_clear()
     try:
         m = nbjit.load(DATA / "nvcc/kernels_sm90.ptx")
         k = m.get_kernel("k_basic")
@@ -395,5 +393,5 @@ def test_pure_python_launch_path(cuda, monkeypatch):
         b()
         cuda.synchronize()
     finally:
-        _driver.launcher.cache_clear()
+        _driver.backend.cache_clear()
         m["k_basic"]._s.configs.clear()

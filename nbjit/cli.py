@@ -120,8 +120,7 @@ def format_ptx(info: PtxInfo, path: str) -> str:
         out += _table(rows, ["global", "space", "type", "size", "align", "linkage"])
     if info.metadata:
         out.append("")
-        out.append("metadata: " + ", ".join(f"{k}={v}" + ("" if k in info.metadata_keys else " (fallback)")
-                                            for k, v in info.metadata.items()))
+        out.append("metadata comments: " + ", ".join(f"{k}={v}" for k, v in info.metadata.items()))
     d = info.debug
     out.append("")
     desc = {"none": "none", "lineinfo": "line info (.file/.loc)", "dwarf": "DWARF"}[d.kind]

@@ -27,7 +27,6 @@ __all__ = [
     "inspect_ptx",
     "strip_debug",
     "set_version",
-    "TRITON_META_DEFAULTS",
     "cuda_for_ptx",
     "max_ptx_for_cuda",
 ]
@@ -101,17 +100,7 @@ class DebugInfo:
                 "files": [{"index": i, "path": p} for i, p in self.files]}
 
 
-# Triton's launch metadata and its defaults where a PTX says nothing.
-TRITON_META_DEFAULTS: dict[str, int] = {
-    "num_warps": 4,
-    "num_ctas": 1,
-    "shared": 0,
-    "tmem_size": 0,
-    "global_scratch_size": 0,
-    "global_scratch_align": 1,
-    "profile_scratch_size": 0,
-    "profile_scratch_align": 1,
-}
+# Triton's older metadata comments and the // meta: keys they stand for.
 _LEGACY_META = {
     "TRITON_SHARED_MEM_BYTES": "shared",
     "TRITON_GLOBAL_SCRATCH_BYTES_PER_CTA": "global_scratch_size",
@@ -130,8 +119,7 @@ class PtxInfo:
     functions: tuple[FuncInfo, ...]
     globals: tuple[GlobalVar, ...]
     debug: DebugInfo
-    metadata: dict = field(default_factory=dict)  # Triton-style; {} when the text has none
-    metadata_keys: tuple[str, ...] = ()  # keys that came from comments, not fallbacks
+    metadata: dict = field(default_factory=dict)  # the // meta: key=value comments as written; {} if none
     source: str | None = None
 
     @property
@@ -452,9 +440,9 @@ class _Parser:
             dwarf_legacy=any("@@DWARF" in g for _, g in gaps),
             target_debug=target_debug,
         )
-        metadata, keys = _metadata(self.meta, entries, self.number)
+        metadata = _metadata(self.meta, self.number)
         return PtxInfo(version, targets, addr, tuple(entries), tuple(funcs), tuple(globals_), debug,
-                       metadata, keys, self.source)
+                       metadata, self.source)
 
     def check_scope(self, g: str, off: int) -> None:
         """Module scope holds directives and declarations only: an unknown directive (a
@@ -745,9 +733,10 @@ def _trailing_linkage(g: str, lo: int = 0, hi: int | None = None) -> str:
     return g[start:hi]
 
 
-def _metadata(meta: list[tuple[str, str, int, int]], entries: list[KernelInfo], number) -> tuple[dict, tuple[str, ...]]:
-    if not meta:
-        return {}, ()
+def _metadata(meta: list[tuple[str, str, int, int]], number) -> dict:
+    """The metadata comments as key -> value (whole numbers as ints); a ``// meta:`` value
+    wins over an older ``// TRITON_...:`` comment. What they mean, and the defaults where
+    they say nothing, are Triton's business (``nbjit.triton``)."""
     found: dict[str, object] = {}
     legacy: dict[str, object] = {}
     for key, raw, is_legacy, pos in meta:
@@ -755,22 +744,7 @@ def _metadata(meta: list[tuple[str, str, int, int]], entries: list[KernelInfo], 
         if re.fullmatch(r"-?\d+", raw):
             val = number(raw.lstrip("-"), f"metadata {key}", pos) * (-1 if raw.startswith("-") else 1)
         (legacy if is_legacy else found)[key] = val
-    out: dict[str, object] = {**legacy, **found}  # a // meta: value wins over an old comment
-    keys = tuple(out)
-    if "name" not in out:
-        visible = [e for e in entries if e.linkage == "visible"] or entries
-        if visible:
-            out["name"] = visible[0].name
-    if "num_warps" not in out:
-        req = next((e.directives.reqntid for e in entries if e.directives.reqntid), None)
-        if req:
-            threads = 1
-            for r in req:
-                threads *= r
-            out["num_warps"] = -(-threads // 32)
-    for k, v in TRITON_META_DEFAULTS.items():
-        out.setdefault(k, v)
-    return out, keys
+    return {**legacy, **found}
 
 
 # --------------------------------------------------------------------------- rewriting

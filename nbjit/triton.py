@@ -22,7 +22,19 @@ if TYPE_CHECKING:
 
 from .errors import NbjitArgumentError, NbjitLaunchError, NbjitLoadError
 from .image import read_regular
-from .ptx import TRITON_META_DEFAULTS, inspect_ptx
+from .ptx import PtxInfo, inspect_ptx
+
+# Triton's launch metadata where a PTX's // meta: comments say nothing.
+DEFAULTS: dict[str, int] = {
+    "num_warps": 4,
+    "num_ctas": 1,
+    "shared": 0,
+    "tmem_size": 0,
+    "global_scratch_size": 0,
+    "global_scratch_align": 1,
+    "profile_scratch_size": 0,
+    "profile_scratch_align": 1,
+}
 
 __all__ = ["TritonMeta", "TritonKernel", "read_triton", "load_triton", "launch_rules"]
 
@@ -140,10 +152,30 @@ def _from_json(d, source: str) -> TritonMeta:
     )
 
 
+def ptx_meta(info: PtxInfo) -> dict:
+    """Triton's metadata from a PTX's comments, with Triton's fallbacks: the kernel is the
+    first visible entry, ``num_warps`` follows from ``.reqntid``, the rest from ``DEFAULTS``."""
+    out = dict(info.metadata)
+    if "name" not in out:
+        visible = [e for e in info.entries if e.linkage == "visible"] or list(info.entries)
+        if visible:
+            out["name"] = visible[0].name
+    if "num_warps" not in out:
+        req = next((e.directives.reqntid for e in info.entries if e.directives.reqntid), None)
+        if req:
+            threads = 1
+            for r in req:
+                threads *= r
+            out["num_warps"] = -(-threads // 32)
+    for k, v in DEFAULTS.items():
+        out.setdefault(k, v)
+    return out
+
+
 def _from_ptx_comments(meta: dict, source: str) -> TritonMeta:
     if not meta.get("name"):
         raise _bad(source, "name", "the '// meta: name=' comment names no kernel")
-    full = {**TRITON_META_DEFAULTS, **meta}
+    full = {**DEFAULTS, **meta}
     d = {k: full[k] for k in ("name", "num_warps", "num_ctas", "shared", "tmem_size", "global_scratch_size",
                               "global_scratch_align", "profile_scratch_size", "profile_scratch_align")}
     m = _from_json(d, source)
@@ -218,7 +250,7 @@ def read_triton(path: str | os.PathLike) -> TritonArtifacts:
         raise NbjitLoadError(f"{p}: PTX without '// meta:' comments and no Triton JSON beside it: load it with "
                              "nbjit.load() and launch it with explicit grid and block instead")
     ttir = p.with_suffix(".ttir")
-    return TritonArtifacts(_from_ptx_comments(info.metadata, str(p)), None, p, data,
+    return TritonArtifacts(_from_ptx_comments(ptx_meta(info), str(p)), None, p, data,
                            ttir=ttir if ttir.exists() else None)
 
 

@@ -168,7 +168,8 @@ def test_meta_comments_that_name_no_kernel(tmp_path):
         describe(p)
 
 
-json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
+                           | st.text(st.characters(codec="utf-8"), max_size=8),
                            lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
                                                                                        max_size=4), max_leaves=20)
 REAL = json.loads((T / "add_kernel/add_kernel.json").read_text())
@@ -195,3 +196,18 @@ def test_fuzz_metadata_any_json_shape(tmp_path, key, value, drop):
         assert art.meta.num_warps >= 1
     except NbjitLoadError:
         pass
+
+
+def test_ptx_meta_fallbacks_are_tritons():
+    """The reader hands back the comments as written; Triton's defaults live in triton.py."""
+    from nbjit.triton import DEFAULTS, ptx_meta
+    ptx = (T / "softmax_kernel/softmax_kernel.ptx").read_text()
+    i = inspect_ptx("// TRITON_GLOBAL_SCRATCH_BYTES_PER_CTA: 64\n// meta:shared=32\n" + ptx)
+    m = ptx_meta(i)
+    assert m["shared"] == 32 and m["global_scratch_size"] == 64
+    assert m["name"] == "softmax_kernel"  # first visible entry
+    assert m["num_warps"] == 8  # .reqntid 256 -> 8 warps
+    assert m["num_ctas"] == DEFAULTS["num_ctas"] and m["profile_scratch_size"] == 0
+    traps = (DATA / "hand/traps.ptx").read_text().replace("// meta:name=ignored_because_last_wins_no", "")
+    m = ptx_meta(inspect_ptx("// meta:shared=0\n" + traps))
+    assert m["num_warps"] == 2 and m["name"] == "k_all"  # k_weak .reqntid 8,4,2 = 64 threads, rounded up

@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
+from ._elf import ElfFile
 from .arch import Arch
 from .errors import ImageFormatError
 from .signature import Directives, KernelInfo, KernelSignature, Param, find_entry
@@ -16,8 +17,6 @@ from .signature import Directives, KernelInfo, KernelSignature, Param, find_entr
 __all__ = ["CubinInfo", "GlobalSymbol", "inspect_cubin", "EM_CUDA", "arch_name"]
 
 EM_CUDA = 190
-_SHT_SYMTAB = 2
-_SHT_NOBITS = 8
 _SHT_NOTE = 7
 _SHT_CUDA_INFO = 0x70000000
 _SHT_CUDA_COMPAT = 0x70000086
@@ -47,7 +46,6 @@ _COMPAT_ACCELERATOR = 0x09
 # KPARAM_INFO pointee state space (bits 8-11)
 _POINTER_SPACES = {1: "local", 2: "shared", 4: "global", 5: None}
 
-_MAX_SECTIONS = 1 << 16
 # symbol binding -> the PTX linkage it comes from (FORMATS.md §1.7)
 _BINDINGS = {0: None, 1: "visible", 2: "weak"}
 
@@ -110,50 +108,6 @@ def arch_name(sm: int, arch_specific: bool = False, family: bool = False, virtua
     return str(Arch(sm, "a" if arch_specific else "f" if family else "", virtual))
 
 
-class _Elf:
-    """Bounds-checked reads of a little-endian ELF64 image."""
-
-    def __init__(self, data: bytes, source: str):
-        self.d = data
-        self.source = source
-
-    def fail(self, what: str) -> ImageFormatError:
-        return ImageFormatError(f"{self.source}: {what}")
-
-    def unpack(self, fmt: str, off: int, what: str) -> tuple:
-        size = struct.calcsize(fmt)
-        if off < 0 or off + size > len(self.d):
-            raise self.fail(f"{what} at offset {off:#x} runs past the end of the file ({len(self.d)} bytes; "
-                            "truncated?)")
-        return struct.unpack_from(fmt, self.d, off)
-
-    def bytes(self, off: int, size: int, what: str) -> bytes:
-        if off < 0 or size < 0 or off + size > len(self.d):
-            raise self.fail(f"{what} (offset {off:#x}, {size} bytes) runs past the end of the file "
-                            f"({len(self.d)} bytes; truncated?)")
-        return self.d[off: off + size]
-
-
-@dataclass
-class _Section:
-    index: int
-    name: str
-    type: int
-    flags: int
-    offset: int
-    size: int
-    link: int
-    info: int
-    entsize: int
-
-
-def _cstr(blob: bytes, off: int) -> str:
-    if off >= len(blob):
-        return ""
-    end = blob.find(b"\0", off)
-    return blob[off: end if end != -1 else len(blob)].decode("utf-8", "replace")
-
-
 def inspect_cubin(data: bytes, *, source: str | None = None) -> CubinInfo:
     """Read a cubin's architecture, kernels (with parameter offsets and sizes, launch
     attributes and resources) and module globals.
@@ -166,150 +120,101 @@ def inspect_cubin(data: bytes, *, source: str | None = None) -> CubinInfo:
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise ImageFormatError(f"{src}: a cubin is bytes, not {type(data).__name__} (read the file first, or use "
                                "nbjit.inspect_image(path))")
-    e = _Elf(bytes(data), src)
-    d = e.d
-    if len(d) < 64 or d[:4] != b"\x7fELF":
-        raise e.fail("not an ELF file (no \\x7fELF magic)" if d[:4] != b"\x7fELF" else
-                     f"truncated ELF header ({len(d)} bytes)")
-    if d[4] != 2:
-        raise e.fail("32-bit ELF: only 64-bit cubins are supported")
-    if d[5] != 1:
-        raise e.fail("big-endian ELF: not a cubin")
-    (e_type, e_machine, _, _, _, e_shoff, e_flags, _, _, _, e_shentsize, e_shnum,
-     e_shstrndx) = e.unpack("<HHIQQQIHHHHHH", 16, "ELF header")
-    if e_machine != EM_CUDA:
-        raise e.fail(f"ELF for machine {e_machine}, not CUDA ({EM_CUDA}): a host object or library, not a cubin "
-                     "(extract its device code with 'cuobjdump -xelf all')")
-    if e_shentsize != 64:
-        raise e.fail(f"section header size {e_shentsize}, expected 64")
-    if e_shnum == 0 or e_shnum > _MAX_SECTIONS or e_shoff + e_shnum * 64 > len(d):
-        raise e.fail(f"section header table ({e_shnum} entries at {e_shoff:#x}) does not fit in the file "
-                     f"({len(d)} bytes; truncated?)")
-    if e_shstrndx >= e_shnum:
-        raise e.fail(f"section name table index {e_shstrndx} is not below the section count {e_shnum}")
-    abiver = d[8]
-
-    raw = []
-    for i in range(e_shnum):
-        (name, typ, flags, _, off, size, link, info, _, entsize) = e.unpack(
-            "<IIQQQQIIQQ", e_shoff + i * 64, f"section header {i}")
-        if typ != _SHT_NOBITS and typ != 0 and off + size > len(d):
-            raise e.fail(f"section {i} (offset {off:#x}, {size} bytes) runs past the end of the file "
-                         f"({len(d)} bytes; truncated?)")
-        raw.append((name, typ, flags, off, size, link, info, entsize))
-    shstr = raw[e_shstrndx]
-    shstrtab = e.bytes(shstr[3], shstr[4], "section name table")
-    secs = [_Section(i, _cstr(shstrtab, r[0]), *r[1:]) for i, r in enumerate(raw)]
-
-    def content(s: _Section) -> bytes:
-        return b"" if s.type == _SHT_NOBITS else e.bytes(s.offset, s.size, f"section {s.name}")
-
-    # symbols
-    symtab = next((s for s in secs if s.type == _SHT_SYMTAB), None)
-    syms: list[tuple[str, int, int, int, int, int]] = []  # name, type, other, shndx, bind, size
-    if symtab is not None:
-        if symtab.link >= len(secs):
-            raise e.fail(f".symtab names string table {symtab.link}, which does not exist")
-        strtab = content(secs[symtab.link])
-        body = content(symtab)
-        if len(body) % 24:
-            raise e.fail(f".symtab size {len(body)} is not a multiple of 24")
-        for k in range(0, len(body), 24):
-            st_name, st_info, st_other, st_shndx, st_value, st_size = struct.unpack_from("<IBBHQQ", body, k)
-            syms.append((_cstr(strtab, st_name), st_info & 0xF, st_other, st_shndx, st_info >> 4, st_size))
-
-    by_name = {s.name: s for s in secs}  # one look-up per kernel, not a scan of the sections
-    info_by_target = {s.info: s for s in secs if s.type == _SHT_CUDA_INFO and s.name.startswith(".nv.info.")}
-
-    # module-wide .nv.info: registers, frame and stack sizes per function symbol
-    per_symbol: dict[int, dict[int, int]] = {_REGCOUNT: {}, _FRAME_SIZE: {}, _MIN_STACK_SIZE: {}}
-    for s in secs:
-        if s.type == _SHT_CUDA_INFO and s.name == ".nv.info":
-            for attr, fmt, val in _records(content(s), e, s.name):
-                if attr in per_symbol and fmt == _EIFMT_SVAL and len(val) >= 8:
-                    sym, n = struct.unpack_from("<II", val)
-                    per_symbol[attr][sym] = n
+    e = ElfFile(bytes(data), src, machine=(EM_CUDA, "CUDA"), what="cubin")
+    syms = e.symbols()
+    per_symbol = _per_symbol(e)  # module-wide .nv.info: registers, frame and stack per function symbol
     regs, frame, stack = per_symbol[_REGCOUNT], per_symbol[_FRAME_SIZE], per_symbol[_MIN_STACK_SIZE]
+    sm, arch_specific, virtual, toolkit = _architecture(e)
+    # sm_90+ reserves 1 KiB at the start of each block's shared memory
+    reserved = 1024 if sm >= 90 and any(n.startswith(".nv.shared.reserved") for n in e.by_name) else 0
+    info_by_target = {s.info: s for s in e.of_type(_SHT_CUDA_INFO) if s.name.startswith(".nv.info.")}
 
-    compat: dict[int, int] = {}
-    for s in secs:
-        if s.type == _SHT_CUDA_COMPAT:
-            for attr, fmt, val in _records(content(s), e, s.name):
-                if fmt in (_EIFMT_BVAL, _EIFMT_HVAL):
-                    compat[attr] = val
-
-    virtual = toolkit = None
-    for s in secs:
-        if s.type == _SHT_NOTE and s.name == ".note.nv.cuinfo":
-            body = content(s)
-            if len(body) >= 12:
-                namesz, descsz, _ = struct.unpack_from("<III", body)
-                doff = 12 + (namesz + 3) // 4 * 4
-                if descsz >= 8 and doff + 8 <= len(body):
-                    _, virtual, toolkit = struct.unpack_from("<HHI", body, doff)
-
-    if abiver >= 8:
-        sm = (e_flags >> 8) & 0xFF
-        arch_specific = bool(e_flags & 0x8) or compat.get(_COMPAT_ACCELERATOR) == 1
-    else:
-        sm = e_flags & 0xFF
-        arch_specific = bool(e_flags & 0x800)
-        virtual = virtual or ((e_flags >> 16) & 0xFF) or None
-    if not 10 <= sm <= 9999:
-        raise e.fail(f"no plausible SM architecture in e_flags {e_flags:#x} (sm {sm})")
-
-    reserved = 0
-    for s in secs:
-        if s.name.startswith(".nv.shared.reserved"):
-            reserved = 1024 if sm >= 90 else 0  # sm_90+ reserves 1 KiB at the start of shared memory
-
-    entries = []
-    max_registers = {}
-    functions = []
-    for idx, (name, typ, other, shndx, bind, _) in enumerate(syms):
-        if typ != _STT_FUNC or shndx == 0:
+    entries, functions, max_registers = [], [], {}
+    for sym in syms:
+        if sym.type != _STT_FUNC or sym.shndx == 0:
             continue
-        if not other & _STO_CUDA_ENTRY:
-            if shndx < len(secs) and secs[shndx].name == f".text.{name}":
-                functions.append(name)
+        if not sym.other & _STO_CUDA_ENTRY:
+            if sym.shndx < len(e.sections) and e.sections[sym.shndx].name == f".text.{sym.name}":
+                functions.append(sym.name)
             continue
-        if shndx >= len(secs):
-            raise e.fail(f"kernel {name!r} points at section {shndx}, which does not exist")
-        info_sec = by_name.get(f".nv.info.{name}")
+        if sym.shndx >= len(e.sections):
+            raise e.fail(f"kernel {sym.name!r} points at section {sym.shndx}, which does not exist")
+        info_sec = e.by_name.get(f".nv.info.{sym.name}")
         if info_sec is None or info_sec.type != _SHT_CUDA_INFO:
-            info_sec = info_by_target.get(shndx)
-        kinfo, maxreg = _kernel(name, content(info_sec) if info_sec else b"", e,
-                                info_sec.name if info_sec else f".nv.info.{name}")
-        shared_sec = by_name.get(f".nv.shared.{name}")
-        const_sec = by_name.get(f".nv.constant0.{name}")
-        shared = max(0, shared_sec.size - reserved) if shared_sec else 0
+            info_sec = info_by_target.get(sym.shndx)
+        kinfo, maxreg = _kernel(sym.name, e.content(info_sec) if info_sec else b"", e,
+                                info_sec.name if info_sec else f".nv.info.{sym.name}")
+        shared_sec = e.by_name.get(f".nv.shared.{sym.name}")
+        const_sec = e.by_name.get(f".nv.constant0.{sym.name}")
         entries.append(KernelInfo(
-            name, kinfo[0], kinfo[1], linkage=_BINDINGS.get(bind), registers=regs.get(idx),
-            shared=shared, const=const_sec.size if const_sec else None, local=frame.get(idx, 0),
+            sym.name, kinfo[0], kinfo[1], linkage=_BINDINGS.get(sym.bind), registers=regs.get(sym.index),
+            shared=max(0, shared_sec.size - reserved) if shared_sec else 0,
+            const=const_sec.size if const_sec else None, local=frame.get(sym.index, 0),
             # a relocatable cubin's callees are resolved at link time: only its own frame is known
-            stack=stack.get(idx, frame.get(idx, 0))))
+            stack=stack.get(sym.index, frame.get(sym.index, 0))))
         if maxreg is not None:
-            max_registers[name] = maxreg
-
-    globals_ = []
-    for name, typ, _, shndx, _, size in syms:
-        if typ not in (_STT_OBJECT, _STT_CUDA_OBJECT) or shndx == 0 or shndx >= len(secs) \
-                or name.startswith(("__nv_", "$")):
-            continue
-        sec = secs[shndx].name
-        space = "global" if sec.startswith(".nv.global") else "const" if sec.startswith(".nv.constant") \
-            else "shared" if sec.startswith(".nv.shared") else None
-        if space:
-            globals_.append(GlobalSymbol(name, space, size, sec))
+            max_registers[sym.name] = maxreg
 
     return CubinInfo(
         arch=arch_name(sm, arch_specific), sm=sm, arch_specific=arch_specific, virtual_arch=virtual,
-        toolkit=toolkit, abi_version=abiver, address_size=64, relocatable=e_type == 1,
-        entries=tuple(entries), functions=tuple(functions), globals=tuple(globals_),
+        toolkit=toolkit, abi_version=e.abi_version, address_size=64, relocatable=e.type == 1,
+        entries=tuple(entries), functions=tuple(functions), globals=tuple(_globals(e, syms)),
         max_registers=max_registers, shared_reserved=reserved, source=source)
 
 
-def _records(blob: bytes, e: _Elf, section: str):
+def _per_symbol(e: ElfFile) -> dict[int, dict[int, int]]:
+    out: dict[int, dict[int, int]] = {_REGCOUNT: {}, _FRAME_SIZE: {}, _MIN_STACK_SIZE: {}}
+    s = e.by_name.get(".nv.info")
+    if s is not None and s.type == _SHT_CUDA_INFO:
+        for attr, fmt, val in _records(e.content(s), e, s.name):
+            if attr in out and fmt == _EIFMT_SVAL and len(val) >= 8:
+                sym, n = struct.unpack_from("<II", val)
+                out[attr][sym] = n
+    return out
+
+
+def _architecture(e: ElfFile) -> tuple[int, bool, int | None, int | None]:
+    """(sm, arch-specific, virtual arch, toolkit) from e_flags (both ABIs, FORMATS.md §4),
+    the compat section and the .note.nv.cuinfo record."""
+    compat: dict[int, int] = {}
+    for s in e.of_type(_SHT_CUDA_COMPAT):
+        for attr, fmt, val in _records(e.content(s), e, s.name):
+            if fmt in (_EIFMT_BVAL, _EIFMT_HVAL):
+                compat[attr] = val
+    virtual = toolkit = None
+    note_sec = e.by_name.get(".note.nv.cuinfo")
+    note = e.note(note_sec) if note_sec is not None and note_sec.type == _SHT_NOTE else None
+    if note is not None and len(note[1]) >= 8:
+        _, virtual, toolkit = struct.unpack_from("<HHI", note[1])
+    if e.abi_version >= 8:
+        sm = (e.flags >> 8) & 0xFF
+        arch_specific = bool(e.flags & 0x8) or compat.get(_COMPAT_ACCELERATOR) == 1
+    else:
+        sm = e.flags & 0xFF
+        arch_specific = bool(e.flags & 0x800)
+        virtual = virtual or ((e.flags >> 16) & 0xFF) or None
+    if not 10 <= sm <= 9999:
+        raise e.fail(f"no plausible SM architecture in e_flags {e.flags:#x} (sm {sm})")
+    return sm, arch_specific, virtual, toolkit
+
+
+def _globals(e: ElfFile, syms) -> list[GlobalSymbol]:
+    """Module variables: object symbols (CUDA_OBJECT in relocatable cubins) in .nv.global,
+    .nv.constant or .nv.shared sections, less the compiler's own."""
+    out = []
+    for sym in syms:
+        if sym.type not in (_STT_OBJECT, _STT_CUDA_OBJECT) or sym.shndx == 0 or sym.shndx >= len(e.sections) \
+                or sym.name.startswith(("__nv_", "$")):
+            continue
+        sec = e.sections[sym.shndx].name
+        space = "global" if sec.startswith(".nv.global") else "const" if sec.startswith(".nv.constant") \
+            else "shared" if sec.startswith(".nv.shared") else None
+        if space:
+            out.append(GlobalSymbol(sym.name, space, sym.size, sec))
+    return out
+
+
+def _records(blob: bytes, e: ElfFile, section: str):
     """Yield (attribute, format, value) from .nv.info-style records; SVAL values are bytes."""
     off = 0
     while off + 4 <= len(blob):
@@ -330,7 +235,7 @@ def _dims(val: bytes) -> tuple[int, ...]:
     return struct.unpack_from("<III", val) if len(val) >= 12 else ()
 
 
-def _kernel(name: str, blob: bytes, e: _Elf, section: str) -> tuple[tuple[KernelSignature, Directives], int | None]:
+def _kernel(name: str, blob: bytes, e: ElfFile, section: str) -> tuple[tuple[KernelSignature, Directives], int | None]:
     kparams: dict[int, tuple[int, int, int]] = {}  # ordinal -> (offset, size, packed)
     size = None
     kw: dict = {}

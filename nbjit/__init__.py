@@ -37,10 +37,12 @@ Data types: PtxInfo, CubinInfo, FatbinInfo, FatbinEntry, KernelInfo, KernelSigna
 Param, Directives.
 
 Errors: every error nbjit raises on bad input derives from NbjitError
-(PtxParseError, ImageFormatError, NbjitCompileError, NbjitLoadError, NbjitLaunchError,
-NbjitArgumentError, NbjitCacheError, KernelNotFoundError).
+(PtxParseError, ImageFormatError, NbjitCompileError and its CompileFailure (NVRTC's log and
+the source lines it points at), NbjitLoadError, NbjitLaunchError, NbjitArgumentError,
+NbjitCacheError, KernelNotFoundError); NbjitWarning says what nbjit did on the user's behalf.
 """
 from .errors import (
+    CompileFailure,
     ImageFormatError,
     KernelNotFoundError,
     NbjitArgumentError,
@@ -100,6 +102,7 @@ __all__ = [
     "PtxParseError",
     "ImageFormatError",
     "NbjitCompileError",
+    "CompileFailure",
     "NbjitLoadError",
     "NbjitLaunchError",
     "NbjitArgumentError",

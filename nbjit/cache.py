@@ -78,6 +78,9 @@ class Cache:
         self.path = Path(path) if path is not None else None
         self.max_bytes = max_bytes
         self._mem: OrderedDict[str, CacheEntry] = OrderedDict()
+        # the first level: a caller's own cheap key (the arguments of a call) -> its result,
+        # so a repeated call costs one dictionary look-up (no hashing of sources, no stat())
+        self._calls: OrderedDict[object, object] = OrderedDict()
         self._lock = threading.Lock()
         self._warned = False
 
@@ -97,6 +100,24 @@ class Cache:
             self.write(key, entry)
         self._remember(key, entry)
         return entry
+
+    def recall(self, call: object) -> object | None:
+        """What ``remember(call, result)`` stored for this call in this process, or None."""
+        try:
+            with self._lock:
+                return self._calls.get(call)
+        except TypeError:  # an unhashable call: never remembered
+            return None
+
+    def remember(self, call: object, result: object) -> None:
+        """Keep ``result`` for a repeated ``call`` (in this process, the latest 512)."""
+        try:
+            with self._lock:
+                self._calls[call] = result
+                if len(self._calls) > _MEMORY_ENTRIES:
+                    self._calls.popitem(last=False)
+        except TypeError:
+            pass
 
     def _remember(self, key: str, entry: CacheEntry) -> None:
         with self._lock:
@@ -199,6 +220,7 @@ class Cache:
         entries went. Writers still running lose nothing but the write in progress."""
         with self._lock:
             self._mem.clear()
+            self._calls.clear()
         n = sum(_remove(f) for f, _, _ in self.entries())
         self._reclaim(max_age=0)
         return n

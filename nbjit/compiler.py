@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from .image import Image
 
 from .arch import Arch
-from .errors import NbjitCompileError
+from .errors import CompileFailure, NbjitCompileError
 
 __all__ = ["AssembledCubin", "assemble_ptx", "assemble_cached", "nvjitlink_version", "compile_image", "nvrtc_version",
            "normalize_options", "CompileFailure"]
@@ -104,7 +104,6 @@ def _log(J, handle, *, error: bool) -> str:
 
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"\n]+)[>"]', re.M)
 _NVRTC_FINGERPRINT: list = []
-_MEMO: dict = {}
 
 
 def _nvrtc():
@@ -308,63 +307,82 @@ def compile_image(source: str, *, name: str | None = None, name_expressions: Ite
     ------
     NbjitCompileError: NVRTC rejected the source (with its log, options and source name).
     """
-    from .cache import CacheEntry, cache_key, default_cache
+    from .cache import default_cache
+    from .cdecl import source_declarations
     from .image import Image
 
     if not isinstance(source, str):
-        raise TypeError(f"source must be str, not {type(source).__name__}")
-    name = name or "kernel.cu"
-    a = _arch_for(arch)
+        raise NbjitCompileError(f"source must be CUDA C++ text (str), not {type(source).__name__}")
     cache = cache or default_cache()
-    # The in-process layer: the same call again is one dictionary look-up. Not with
-    # include_paths, whose files may change on disk between calls (the disk key sees that).
-    memo = None
+    # A repeated call is one look-up in the cache's first level. Not with include_paths,
+    # whose files may change on disk between calls (the disk key sees that).
+    call = None
     if not include_paths:
         try:
-            memo = (source, name, tuple(name_expressions), tuple(sorted((headers or {}).items())),
-                    tuple(options), a, output, id(cache), id(_toolchain_fingerprint()))
-            hit = _MEMO.get(memo)
+            call = ("nvrtc", source, name, tuple(name_expressions), tuple(sorted((headers or {}).items())),
+                    tuple(options), arch, output, id(_toolchain_fingerprint()))
+            hash(call)
         except TypeError:  # something unhashable: take the long way
-            memo = hit = None
-        if hit is not None and hit[0] is cache:
-            return hit[1]
-    if output not in ("auto", "cubin", "ptx"):
-        raise NbjitCompileError(f"output must be 'auto', 'cubin' or 'ptx', not {output!r}")
-    if output == "cubin" and a.startswith("compute_"):
-        raise NbjitCompileError(f"a cubin needs a real architecture (sm_XX), not {a}")
-    headers = dict(headers or {})
-    opts = normalize_options([*(f"--include-path={p}" for p in include_paths), *options])
-    inc = cuda_include_dir()
-    for d in (inc, cccl_include_dir()):  # CUDA's headers, then CCCL (<cub/...>, <cuda/std/...>, <thrust/...>)
-        if d and f"--include-path={d}" not in opts:
-            opts.append(f"--include-path={d}")
-    exprs = tuple(str(e) for e in name_expressions)
-    ours = {f"--include-path={d}" for d in (inc, cccl_include_dir()) if d}
-    user_dirs = [o.split("=", 1)[1] for o in opts if o.startswith("--include-path=") and o not in ours]
-    key = cache_key({
-        "producer": "nvrtc", "toolchain": _toolchain_fingerprint(), "cccl": cccl_version(), "source": source,
-        "name": name,
-        "headers": sorted(headers.items()), "options": opts, "arch": a, "output": output,
-        "expressions": list(exprs), "includes": _include_digest([source, *headers.values()], user_dirs),
-    })
-
-    def make() -> CacheEntry:
-        return _run_nvrtc(source, name, exprs, headers, opts, a, output)
-
-    entry = cache.get_or_create(key, make)
-    from .cdecl import source_declarations
+            call = None
+        hit = cache.recall(call) if call is not None else None
+        if hit is not None:
+            return hit
+    req = _request(source, name, name_expressions, headers, include_paths, options, arch, output)
+    entry = cache.get_or_create(_key(req), lambda: _run_nvrtc(req))
     decls = {k: ("source", v) for k, v in source_declarations(source).items()}
-    img = Image(entry.payload, entry.kind, name, entry.arch, dict(entry.lowered_names), entry.log, decls)
-    if memo is not None:
-        if len(_MEMO) >= 512:
-            _MEMO.clear()
-        _MEMO[memo] = (cache, img)
+    img = Image(entry.payload, entry.kind, req.name, entry.arch, dict(entry.lowered_names), entry.log, decls)
+    if call is not None:
+        cache.remember(call, img)
     return img
 
 
-def _run_nvrtc(source: str, name: str, exprs, headers: dict, opts: list[str], arch: str, output: str):
+@dataclass(frozen=True)
+class CompileRequest:
+    """One NVRTC compile as data: what ``_key`` hashes and ``_run_nvrtc`` runs."""
+
+    source: str
+    name: str
+    expressions: tuple[str, ...]
+    headers: tuple[tuple[str, str], ...]
+    options: tuple[str, ...]  # normalised, with CUDA's and CCCL's include directories
+    user_dirs: tuple[str, ...]  # the user's include directories (their files go in the key)
+    arch: str
+    output: str
+
+
+def _request(source: str, name: str | None, name_expressions, headers, include_paths, options, arch,
+             output: str) -> CompileRequest:
+    """The compile request, checked, with options normalised (no NVRTC needed)."""
+    if output not in ("auto", "cubin", "ptx"):
+        raise NbjitCompileError(f"output must be 'auto', 'cubin' or 'ptx', not {output!r}")
+    a = _arch_for(arch)
+    if output == "cubin" and a.startswith("compute_"):
+        raise NbjitCompileError(f"a cubin needs a real architecture (sm_XX), not {a}")
+    opts = normalize_options([*(f"--include-path={p}" for p in include_paths), *options])
+    ours = [f"--include-path={d}" for d in (cuda_include_dir(), cccl_include_dir()) if d]
+    user_dirs = tuple(o.split("=", 1)[1] for o in opts if o.startswith("--include-path=") and o not in ours)
+    opts += [o for o in ours if o not in opts]  # CUDA's headers, then CCCL's (<cub/...>, <cuda/std/...>)
+    return CompileRequest(source, name or "kernel.cu", tuple(str(e) for e in name_expressions),
+                          tuple(sorted(dict(headers or {}).items())), tuple(opts), user_dirs, a, output)
+
+
+def _key(req: CompileRequest) -> str:
+    """The cache key: everything that changes NVRTC's output (see cache.md)."""
+    from .cache import cache_key
+    return cache_key({
+        "producer": "nvrtc", "toolchain": _toolchain_fingerprint(), "cccl": cccl_version(), "source": req.source,
+        "name": req.name, "headers": [list(h) for h in req.headers], "options": list(req.options),
+        "arch": req.arch, "output": req.output, "expressions": list(req.expressions),
+        "includes": _include_digest([req.source, *(t for _, t in req.headers)], list(req.user_dirs)),
+    })
+
+
+def _run_nvrtc(req: CompileRequest):
+    """Run NVRTC on a request: a CacheEntry (cubin or PTX), or CompileFailure."""
     from .cache import CacheEntry
 
+    source, name, exprs, headers, opts, arch, output = (req.source, req.name, req.expressions, dict(req.headers),
+                                                        list(req.options), req.arch, req.output)
     N = _nvrtc()
     ok = N.nvrtcResult.NVRTC_SUCCESS
     major, minor = nvrtc_version()
@@ -409,23 +427,3 @@ def _nvrtc_log(N, prog) -> str:
     buf = b" " * size
     N.nvrtcGetProgramLog(prog, buf)
     return buf.rstrip(b"\0").decode(errors="replace").strip()
-
-
-class CompileFailure(NbjitCompileError):
-    """NVRTC rejected a source: ``log``, ``options``, ``name`` and ``source`` are kept, and
-    the message shows the log and the source lines it points at, numbered."""
-
-    def __init__(self, name: str, source: str, options: list[str], log: str, producer: str):
-        self.name, self.source, self.options, self.log = name, source, list(options), log
-        lines = source.splitlines()
-        marks = sorted({int(m) for m in re.findall(re.escape(name) + r"\((\d+)\)", log)})
-        shown = []
-        for n in marks[:5]:
-            for i in range(max(1, n - 2), min(len(lines), n + 2) + 1):
-                shown.append(f"{'>' if i == n else ' '}{i:5d} | {lines[i - 1]}")
-            shown.append("")
-        super().__init__(f"{name}: {producer} could not compile it (options: {' '.join(options)})\n{log}"
-                         + ("\n\n" + "\n".join(shown).rstrip() if shown else ""))
-
-    def source_with_line_numbers(self) -> str:
-        return "\n".join(f"{i:5d} | {line}" for i, line in enumerate(self.source.splitlines(), 1))

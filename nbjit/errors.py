@@ -1,11 +1,14 @@
 """nbjit's exception hierarchy: everything nbjit raises on bad input derives from NbjitError."""
 from __future__ import annotations
 
+import re
+
 __all__ = [
     "NbjitError",
     "PtxParseError",
     "ImageFormatError",
     "NbjitCompileError",
+    "CompileFailure",
     "NbjitLoadError",
     "NbjitLaunchError",
     "NbjitArgumentError",
@@ -37,6 +40,26 @@ class ImageFormatError(NbjitError, ValueError):
 
 class NbjitCompileError(NbjitError):
     """NVRTC (or nvJitLink) rejected the input."""
+
+
+class CompileFailure(NbjitCompileError):
+    """NVRTC rejected a source: ``log``, ``options``, ``name`` and ``source`` are kept, and
+    the message shows the log and the source lines it points at, numbered."""
+
+    def __init__(self, name: str, source: str, options: list[str], log: str, producer: str):
+        self.name, self.source, self.options, self.log = name, source, list(options), log
+        lines = source.splitlines()
+        marks = sorted({int(m) for m in re.findall(re.escape(name) + r"\((\d+)\)", log)})
+        shown = []
+        for n in marks[:5]:
+            for i in range(max(1, n - 2), min(len(lines), n + 2) + 1):
+                shown.append(f"{'>' if i == n else ' '}{i:5d} | {lines[i - 1]}")
+            shown.append("")
+        super().__init__(f"{name}: {producer} could not compile it (options: {' '.join(options)})\n{log}"
+                         + ("\n\n" + "\n".join(shown).rstrip() if shown else ""))
+
+    def source_with_line_numbers(self) -> str:
+        return "\n".join(f"{i:5d} | {line}" for i, line in enumerate(self.source.splitlines(), 1))
 
 
 class NbjitLoadError(NbjitError):

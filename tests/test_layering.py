@@ -1,0 +1,74 @@
+"""The package's layering holds: no import cycle among nbjit's modules (lazy imports inside
+functions included), and only _driver.py (with the C launch path it sets up) calls the CUDA
+driver. Read from the source, no import needed."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parent.parent / "nbjit"
+MODULES = {p.stem: p for p in PKG.glob("*.py")}
+
+
+def _imports(path: Path) -> set[str]:
+    """nbjit modules ``path`` imports, at module level or inside functions."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level == 1 and node.module:
+                out.add(node.module.split(".")[0])
+            elif node.level == 1:  # from . import x
+                out.update(a.name for a in node.names)
+            elif node.module and node.module.startswith("nbjit."):
+                out.add(node.module.split(".")[1])
+        elif isinstance(node, ast.Import):
+            out.update(a.name.split(".")[1] for a in node.names if a.name.startswith("nbjit."))
+    return {m for m in out if m in MODULES and m != path.stem}
+
+
+GRAPH = {name: _imports(path) for name, path in MODULES.items()}
+
+
+def test_no_import_cycles():
+    seen: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(m: str, path: list[str]) -> None:
+        seen[m] = 1
+        for n in sorted(GRAPH[m]):
+            if seen.get(n) == 1:
+                raise AssertionError("import cycle: " + " -> ".join(path[path.index(n):] + [n]))
+            if n not in seen:
+                visit(n, path + [n])
+        seen[m] = 2
+
+    for m in sorted(GRAPH):
+        if m not in seen:
+            visit(m, [m])
+
+
+def test_readers_do_not_reach_for_the_gpu():
+    """The stages before loading are pure data: none of them imports the driver stage."""
+    pure = ["arch", "cdecl", "ptx", "cubin", "_elf", "fatbin", "image", "signature", "errors", "cache", "loader"]
+    for m in pure:
+        assert not GRAPH[m] & {"_driver", "kernel", "module", "triton"}, (m, GRAPH[m])
+
+
+def test_only_the_driver_module_calls_the_driver():
+    """cuda.bindings' driver API (cuLaunchKernel, cuModuleLoadDataEx, ...) is called from
+    _driver.py alone; numba's context and device objects are reached through it too."""
+    for name, path in MODULES.items():
+        if name == "_driver":
+            continue
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module in ("cuda.bindings", "cuda.bindings.driver"):
+                assert all(a.name != "driver" for a in node.names) or node.module != "cuda.bindings", \
+                    f"{name}.py imports cuda.bindings.driver"
+                assert node.module != "cuda.bindings.driver", f"{name}.py imports cuda.bindings.driver"
+            if isinstance(node, ast.Attribute) and node.attr.startswith("cu") and node.attr[2:3].isupper():
+                raise AssertionError(f"{name}.py:{node.lineno} calls the driver ({node.attr})")
+            via_driver = isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and \
+                node.value.id == "_driver"
+            if isinstance(node, ast.Attribute) and node.attr in ("current_context", "get_current_device") \
+                    and not via_driver:
+                raise AssertionError(f"{name}.py:{node.lineno} reaches numba's context ({node.attr}); use _driver")

@@ -226,6 +226,12 @@ class Kernel(_indexing_base()):  # type: ignore[misc]
         return self._s.func
 
     @property
+    def shared_optin(self) -> int:
+        """Bytes of dynamic shared memory this kernel has been opted in to above the default
+        48 KiB limit (0: it never needed to be)."""
+        return self._s.optin
+
+    @property
     def attributes(self) -> KernelAttributes:
         s = self._s
         if s.attrs is None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ctypes
 import struct
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,7 +14,7 @@ from nbjit import NbjitArgumentError, inspect_ptx
 from nbjit.args import ArgPacker, declare, device_pointer, parse_signature
 from nbjit.cubin import inspect_cubin
 
-DATA = Path(__file__).resolve().parent / "data"
+from conftest import DATA  # noqa: E402
 KERNELS = inspect_ptx((DATA / "nvcc/kernels_sm90.ptx").read_text())
 TRAPS = inspect_ptx((DATA / "hand/traps.ptx").read_text())
 

@@ -17,7 +17,7 @@ import nbjit.compiler as C
 from nbjit import NbjitWarning, compile_image
 from nbjit.cache import FORMAT_VERSION, Cache, CacheEntry, cache_key, default_cache
 
-DATA = Path(__file__).resolve().parent / "data"
+from conftest import DATA  # noqa: E402
 SRC = 'extern "C" __global__ void k(float* x, int n) { int i = threadIdx.x; if (i < n) x[i] = SCALE * i; }\n'
 TMPL = (DATA / "src/nvrtc_tmpl.cu").read_text()
 HDR = {"scale.cuh": (DATA / "src/scale.cuh").read_text()}

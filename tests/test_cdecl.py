@@ -1,7 +1,6 @@
 """C parameter types (nbjit.cdecl): demangled names, CUDA source declarations, Triton IR."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
@@ -9,7 +8,7 @@ from nbjit.cdecl import (CParam, demangle, demangled_text, element_of, parse_cty
                          triton_ir_signatures)
 from nbjit.ptx import inspect_ptx
 
-DATA = Path(__file__).resolve().parent / "data"
+from conftest import DATA  # noqa: E402
 
 
 def texts(params):

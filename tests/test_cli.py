@@ -5,11 +5,10 @@ import json
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-DATA = Path(__file__).resolve().parent / "data"
+from conftest import DATA  # noqa: E402
 EXE = shutil.which("nbjit")
 
 

@@ -9,7 +9,7 @@ from nbjit import NbjitCompileError, compile_image, inspect_cubin, inspect_ptx
 from nbjit.cache import Cache
 from nbjit.compiler import CompileFailure, normalize_options
 
-DATA = Path(__file__).resolve().parent / "data"
+from conftest import DATA  # noqa: E402
 SRC = (DATA / "src/nvrtc_tmpl.cu").read_text()
 HDR = {"scale.cuh": (DATA / "src/scale.cuh").read_text()}
 EXPRS = ["fill<float>", "fill<int>", "ns::op<float, 4>", "&plain"]

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import struct
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -13,7 +12,7 @@ from cuobjdump_oracle import describe, find_cuobjdump
 from nbjit import ImageFormatError, NbjitArgumentError, inspect_ptx
 from nbjit.cubin import inspect_cubin
 
-DATA = Path(__file__).resolve().parent / "data"
+from conftest import DATA  # noqa: E402
 CUBINS = sorted(p.relative_to(DATA).as_posix() for p in DATA.rglob("*.cubin"))
 
 

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import re
 import struct
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -13,7 +12,7 @@ from nbjit import ImageFormatError, inspect_ptx
 from nbjit.cubin import inspect_cubin
 from nbjit.fatbin import FatbinEntry, inspect_fatbin, parse_arch, select_entry
 
-DATA = Path(__file__).resolve().parent / "data"
+from conftest import DATA  # noqa: E402
 
 
 def fatbin(name: str):

@@ -9,7 +9,7 @@ import pytest
 import nbjit
 
 pytestmark = pytest.mark.gpu
-DATA = Path(__file__).resolve().parent / "data"
+from conftest import DATA  # noqa: E402
 SRC = (DATA / "src/nvrtc_tmpl.cu").read_text()
 HDR = {"scale.cuh": (DATA / "src/scale.cuh").read_text()}
 

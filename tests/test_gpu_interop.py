@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,7 +13,6 @@ torch = pytest.importorskip("torch") if importlib.util.find_spec("torch") else N
 from nbjit import NbjitArgumentError  # noqa: E402
 
 pytestmark = pytest.mark.gpu
-DATA = Path(__file__).resolve().parent / "data"
 
 
 def test_cupy_arrays(cuda, kernels):

@@ -7,7 +7,6 @@ import subprocess
 import sys
 import warnings
 import weakref
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,7 +16,7 @@ from nbjit.args import as_int
 from nbjit import (KernelNotFoundError, NbjitArgumentError, NbjitLaunchError, NbjitLoadError, NbjitWarning)
 
 pytestmark = pytest.mark.gpu
-DATA = Path(__file__).resolve().parent / "data"
+from conftest import DATA  # noqa: E402
 
 
 def axpy_check(cuda, k, n=10_000, stream=None, sync=None):
@@ -260,9 +259,9 @@ def test_dynamic_shared_memory_and_optin(cuda, kernels):
     out = cuda.device_array(n, np.float32)
     static = k.attributes.shared
     k[1, n, 0, 48 * 1024 - static](out, n)  # exactly the default limit: no opt-in
-    assert k._s.optin == 0
+    assert k.shared_optin == 0
     k[1, n, 0, 48 * 1024 - static + 1](out, n)  # one byte more: opted in
-    assert k._s.optin == 48 * 1024 - static + 1
+    assert k.shared_optin == 48 * 1024 - static + 1
     np.testing.assert_array_equal(out.copy_to_host(), np.arange(n, dtype=np.float32)[::-1])
     from nbjit import _driver
     top = _driver.device_info(0).max_shared_optin - static
@@ -380,7 +379,7 @@ def test_pure_python_launch_path(cuda, monkeypatch):
     try:
         m = nbjit.load(DATA / "nvcc/kernels_sm90.ptx")
         k = m.get_kernel("k_basic")
-        k._s.configs.clear()
+        k._s.configs.clear()  # launchers cached by earlier tests were made for the C path
         assert type(k[1, 32]).__name__ == "_PyLauncher"
         axpy_check(cuda, k)
         out = cuda.device_array(10, np.float64)

@@ -3,7 +3,6 @@ one context, another device loads its own copy on first use, arrays must live on
 kernel's device."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,7 +11,7 @@ import nbjit
 from nbjit import NbjitArgumentError
 
 pytestmark = pytest.mark.gpu
-DATA = Path(__file__).resolve().parent / "data"
+from conftest import DATA  # noqa: E402
 
 
 @pytest.fixture(scope="module")

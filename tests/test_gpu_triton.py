@@ -7,7 +7,6 @@ import importlib.util
 import shutil
 import sys
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,7 +18,7 @@ import nbjit  # noqa: E402
 from nbjit import NbjitArgumentError, NbjitWarning  # noqa: E402
 
 pytestmark = pytest.mark.gpu
-DATA = Path(__file__).resolve().parent / "data"
+from conftest import DATA  # noqa: E402
 T = DATA / "triton"
 
 
@@ -87,7 +86,7 @@ def test_matmul(cuda, entry, bm, bn):
     ref = a.astype(np.float32) @ b.astype(np.float32)
     np.testing.assert_allclose(c.copy_to_host().astype(np.float32), ref, rtol=2e-2, atol=2e-1)
     if entry == "matmul_kernel":
-        assert k.meta.shared > 48 * 1024 and k.kernel._s.optin >= k.meta.shared  # opted in above 48 KiB
+        assert k.meta.shared > 48 * 1024 and k.kernel.shared_optin >= k.meta.shared  # opted in above 48 KiB
 
 
 def test_global_scratch(cuda):

@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,7 +17,7 @@ import nbjit  # noqa: E402
 from nbjit import NbjitArgumentError, NbjitWarning  # noqa: E402
 
 pytestmark = pytest.mark.gpu
-DATA = Path(__file__).resolve().parent / "data"
+from conftest import DATA  # noqa: E402
 SCALE = "_Z6k_tmplIfEvPT_S0_i"  # k_tmpl<float>(float* out, float v, int n): out[i] = v * i
 SRC = r'''
 extern "C" __global__ void scale(float* __restrict__ out, float v, int n) {

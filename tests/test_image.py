@@ -11,7 +11,7 @@ from nbjit.fatbin import FatbinInfo
 from nbjit.image import Image, as_image, inspect_image, sniff
 from nbjit.ptx import PtxInfo
 
-DATA = Path(__file__).resolve().parent / "data"
+from conftest import DATA  # noqa: E402
 
 
 @pytest.mark.parametrize("rel,kind", [

@@ -1,7 +1,6 @@
 """nbjit.loader: what is handed to the driver, per image, device and driver version (CPU)."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
@@ -18,7 +17,7 @@ def prepare(image, cc, driver, *, keep_debug=False, cache=None, nvjitlink=True):
     have = nvjitlink_version() if nvjitlink is True else nvjitlink
     return carry_out(plan(image, cc, driver, keep_debug=keep_debug, nvjitlink=have), cache)
 
-DATA = Path(__file__).resolve().parent / "data"
+from conftest import DATA  # noqa: E402
 H200 = (9, 0)
 DRIVER_13_0 = 13000
 needs_nvjitlink_135 = pytest.mark.skipif((nvjitlink_version() or (0, 0)) < (13, 5),

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -13,7 +12,7 @@ from assembler import assemble
 from nbjit import PtxParseError, inspect_ptx, strip_debug
 from nbjit.ptx import set_version
 
-DATA = Path(__file__).resolve().parent / "data"
+from conftest import DATA  # noqa: E402
 ALL_PTX = sorted(p.relative_to(DATA).as_posix() for p in DATA.rglob("*.ptx"))
 DEBUG_PTX = [
     "nvcc/kernels_G_sm90.ptx", "nvcc/kernels_lineinfo_sm90.ptx", "nvrtc/tmpl_G_sm90.ptx",

@@ -3,7 +3,6 @@ from, and contradictions."""
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -11,7 +10,7 @@ from nbjit import inspect_cubin, inspect_ptx
 from nbjit.cdecl import CParam, demangle, source_declarations, triton_ir_signatures
 from nbjit.signature import KernelInfo, KernelSignature, SignatureConflict, merge, typed_entries
 
-DATA = Path(__file__).resolve().parent / "data"
+from conftest import DATA  # noqa: E402
 PTX = inspect_ptx((DATA / "nvcc/kernels_sm90.ptx").read_text())
 CUBIN = inspect_cubin((DATA / "nvcc/kernels_sm_90.cubin").read_bytes())
 SOURCE = source_declarations((DATA / "src/kernels.cu").read_text())

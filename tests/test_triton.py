@@ -6,7 +6,6 @@ import re
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -15,7 +14,7 @@ from hypothesis import strategies as st
 from nbjit import NbjitLoadError, inspect_ptx
 from nbjit.triton import describe, launch_rules, read_triton
 
-DATA = Path(__file__).resolve().parent / "data"
+from conftest import DATA  # noqa: E402
 T = DATA / "triton"
 
 

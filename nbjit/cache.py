@@ -89,6 +89,7 @@ class Cache:
 
     # ------------------------------------------------------------ look-up
     def get_or_create(self, key: str, make: Callable[[], CacheEntry]) -> CacheEntry:
+        """The entry for ``key``: from memory, from disk, or ``make()`` (then written)."""
         with self._lock:
             hit = self._mem.get(key)
             if hit is not None:
@@ -150,6 +151,7 @@ class Cache:
         return entry
 
     def write(self, key: str, entry: CacheEntry) -> None:
+        """Store ``entry`` on disk (a temporary file renamed into place); then prune to the limit."""
         f = self.file(key)
         if f is None:
             return
@@ -210,6 +212,7 @@ class Cache:
         return [t for t in self._files("") if t[0].name.startswith(_TMP_PREFIX)]
 
     def info(self) -> dict:
+        """Location, entries, writers' temporary files, bytes and limit."""
         es, tmps = self.entries(), self.temporary_files()
         return {"location": str(self.path) if self.path else None, "entries": len(es),
                 "bytes": sum(e[1] for e in es) + sum(t[1] for t in tmps), "temporary_files": len(tmps),

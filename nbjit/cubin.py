@@ -83,6 +83,7 @@ class CubinInfo:
     source: str | None = None
 
     def entry(self, name: str) -> KernelInfo:
+        """The kernel called ``name`` (KeyError if none)."""
         return find_entry(self.entries, name)
 
     def to_json(self) -> dict:

@@ -59,6 +59,7 @@ class CompileFailure(NbjitCompileError):
                          + ("\n\n" + "\n".join(shown).rstrip() if shown else ""))
 
     def source_with_line_numbers(self) -> str:
+        """The whole source, each line numbered."""
         return "\n".join(f"{i:5d} | {line}" for i, line in enumerate(self.source.splitlines(), 1))
 
 

@@ -52,10 +52,12 @@ class FatbinEntry:
 
     @property
     def arch(self) -> str:
+        """``sm_90``, ``sm_90a``, ``compute_90``: the entry's architecture as text."""
         return str(self.target)
 
     @property
     def compressed(self) -> bool:
+        """Whether the payload is stored compressed (LZ4 or zstd)."""
         return self.compression is not None
 
     def to_json(self) -> dict:

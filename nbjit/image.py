@@ -92,6 +92,7 @@ class Image:
 
     @property
     def sha256(self) -> str:
+        """The SHA-256 of the bytes (what identifies a module in a context)."""
         return _sha256(self.data)
 
     def __repr__(self) -> str:

@@ -206,18 +206,22 @@ class Kernel(_indexing_base()):  # type: ignore[misc]
     # ------------------------------------------------------------ description
     @property
     def name(self) -> str:
+        """The kernel's (mangled) name."""
         return self._s.name
 
     @property
     def info(self) -> KernelInfo:
+        """The kernel's merged description: signature, directives, resources."""
         return self._s.info
 
     @property
     def params(self) -> tuple[Param, ...]:
+        """The parameters, with C types where a source gives them."""
         return self._s.info.params
 
     @property
     def signature(self) -> KernelSignature:
+        """The parameter list and the size of the parameter buffer."""
         return self._s.sig
 
     @property
@@ -233,6 +237,7 @@ class Kernel(_indexing_base()):  # type: ignore[misc]
 
     @property
     def attributes(self) -> KernelAttributes:
+        """What the driver says about the loaded function (read once)."""
         s = self._s
         if s.attrs is None:
             s.attrs = KernelAttributes(**_driver.function_attributes(s.func))
@@ -469,6 +474,7 @@ class BoundLaunch:
         self._launch = launcher._launch
 
     def __call__(self) -> None:
+        """Launch again with the packed arguments."""
         err = self._launch(*self._cfg, self._address)
         if err:
             raise self.launcher.error(err)

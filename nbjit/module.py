@@ -62,7 +62,8 @@ _LOAD_LOCK = threading.Lock()
 
 
 def load(image: ImageLike, *, name: str | None = None, keep_debug: bool = False) -> "Module":
-    """Load PTX, a cubin or a fatbin into the current Numba context.
+    """Load PTX, a cubin or a fatbin into the current Numba context. Loading the same bytes
+    twice in one context returns the same ``Module``.
 
     Parameters
     ----------
@@ -70,8 +71,6 @@ def load(image: ImageLike, *, name: str | None = None, keep_debug: bool = False)
     name: a name for messages (default: the file name).
     keep_debug: keep PTX debug information (for debugger sessions; the driver then
         compiles unoptimised). By default it is stripped.
-
-    Loading the same bytes twice in one context returns the same ``Module``.
 
     Raises
     ------
@@ -143,6 +142,7 @@ class Module:
     # ------------------------------------------------------------ kernels
     @property
     def name(self) -> str:
+        """The image's name (its file, or what ``load(name=...)`` said)."""
         return self.image.name
 
     @property

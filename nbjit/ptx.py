@@ -124,13 +124,16 @@ class PtxInfo:
 
     @property
     def arch(self) -> str:
+        """The first ``.target`` item: the architecture (``sm_90``)."""
         return self.targets[0]
 
     @property
     def dynamic_shared(self) -> tuple[GlobalVar, ...]:
+        """The unsized ``.extern .shared`` arrays (dynamic shared memory)."""
         return tuple(g for g in self.globals if g.dynamic_shared)
 
     def entry(self, name: str) -> KernelInfo:
+        """The kernel called ``name`` (KeyError if none)."""
         return find_entry(self.entries, name)
 
     def to_json(self) -> dict:

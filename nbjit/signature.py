@@ -192,10 +192,12 @@ class KernelInfo:
 
     @property
     def params(self) -> tuple[Param, ...]:
+        """The parameters in order."""
         return self.signature.params
 
     @property
     def param_size(self) -> int:
+        """Bytes of the parameter buffer."""
         return self.signature.size
 
     def to_json(self) -> dict:

@@ -65,6 +65,7 @@ class TritonMeta:
 
     @property
     def block(self) -> tuple[int, int, int]:
+        """Threads per block: ``num_warps`` warps."""
         return (self.num_warps * self.warp_size, 1, 1)
 
     def scratch_bytes(self, grid: tuple[int, int, int]) -> tuple[int, int]:
@@ -288,6 +289,7 @@ class TritonKernel:
 
     @property
     def name(self) -> str:
+        """The kernel's name (Triton's metadata)."""
         return self.meta.name
 
     def __repr__(self) -> str:
@@ -309,6 +311,7 @@ class TritonKernel:
         return launch
 
     def launch(self, grid: int | tuple, *args: Any, stream: Any = None) -> None:
+        """``kernel[grid](*args, stream=stream)``."""
         self[grid](*args, stream=stream)
 
     def _buffer(self, kind: str, nbytes: int, align: int, stream) -> int:

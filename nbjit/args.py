@@ -42,12 +42,14 @@ def as_int(handle) -> int:
     return int(handle)
 
 
-def _numba_array(a) -> int:
-    return as_int(a.gpu_data.device_pointer)
+def _numba_array(a, _cvp=ctypes.c_void_p) -> int:
+    p = a.gpu_data.device_pointer  # inlined as_int: this runs on every launch
+    return (p.value or 0) if type(p) is _cvp else int(p)
 
 
-def _numba_pointer(p) -> int:
-    return as_int(p.device_pointer)
+def _numba_pointer(p, _cvp=ctypes.c_void_p) -> int:
+    d = p.device_pointer
+    return (d.value or 0) if type(d) is _cvp else int(d)
 
 
 def _cai(a) -> int:

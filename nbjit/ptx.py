@@ -411,13 +411,13 @@ class _Parser:
             d = self.find_code(_DECL, pos)
             gap_end = len(v) if d is None else d.start()
             g = self.blank(pos, gap_end, self.meta)
-            if g.isspace():  # the usual gap between two kernels
-                lk, scope = "", g
+            if g.isspace() or not g:  # the usual gap between two kernels: nothing in it to read
+                lk = ""
             else:
                 lk = _trailing_linkage(g)
                 scope = g[: len(g) - len(lk)] if lk else g
                 self.check_scope(scope, pos)
-            gaps.append((pos, scope))
+                gaps.append((pos, scope))
             if header is None:
                 header = self.header(g)
             if d is None:

@@ -374,21 +374,29 @@ class _PyLauncher(_Config):
         self._setup(kernel, cfg, tail, count_error)
 
     def __call__(self, *args) -> None:
+        if _MULTI[0]:
+            other = _on_current_device(self)
+            if other is not None:  # a plain launcher of the twin kernel: pass the tail too
+                if len(args) != self.nargs:
+                    raise self.count_error(len(args))
+                return other(*args, *(0,) * self.tail)
+        buf = self._packed(args)
+        err = self._launch(*self._cfg, buf.address)
+        if err:
+            raise self.error(err)
+
+    def _packed(self, args: tuple) -> _Buffer:
+        """This thread's parameter buffer with ``args`` packed (count and devices checked)."""
         s = self._s
         if len(args) != self.nargs:
             raise self.count_error(len(args))
         if self.tail:
             args = args + (0,) * self.tail
         if _MULTI[0]:
-            other = _on_current_device(self)
-            if other is not None:
-                return other(*args)
             _check_devices(self, args)
         buf = s.buffer()
         s.packer.pack_into(buf.data, args)
-        err = self._launch(*self._cfg, buf.address)
-        if err:
-            raise self.error(err)
+        return buf
 
 
 class _ExtendedLauncher(_PyLauncher):
@@ -398,17 +406,9 @@ class _ExtendedLauncher(_PyLauncher):
     path = "python (cuLaunchKernelEx)"
 
     def __call__(self, *args) -> None:
-        s = self._s
-        if len(args) != self.nargs:
-            raise self.count_error(len(args))
-        if self.tail:
-            args = args + (0,) * self.tail
-        if _MULTI[0]:
-            _check_devices(self, args)
-        buf = s.buffer()
-        s.packer.pack_into(buf.data, args)
+        buf = self._packed(args)
         c = self.config
-        err = _driver.launch_ex(s.func, c.grid, c.block, c.shared, self.stream, buf.address,
+        err = _driver.launch_ex(self._s.func, c.grid, c.block, c.shared, self.stream, buf.address,
                                 cooperative=c.cooperative, cluster=c.cluster)
         if err:
             raise self.error(err)

@@ -40,3 +40,36 @@ def test_each_device_gets_its_own_module(two):
         assert m0.on_current_device() is m1
         with pytest.raises(NbjitArgumentError, match="device 0"):
             m1["k_basic"][1, 256](y0, x1, 1.0, 256)  # an array of device 0 for a device-1 kernel
+
+
+def test_the_several_gpu_path_on_one_gpu(cuda, monkeypatch):
+    """The launch path nbjit takes where several GPUs are visible (Python packing, a device
+    check per pointer, twin look-up), run on this one GPU: plain, bound, extended and
+    Triton launches with NULL scratch tails."""
+    import warnings
+
+    from nbjit import NbjitWarning
+    from nbjit import kernel as K
+    monkeypatch.setattr(K, "_MULTI", [True])
+    k = nbjit.compile('extern "C" __global__ void axpy(float* y, const float* x, float a, int n) '
+                      '{ int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i]; }',
+                      name="multi_path.cu")["axpy"]
+    n = 1000
+    x = cuda.to_device(np.arange(n, dtype=np.float32))
+    y = cuda.to_device(np.ones(n, np.float32))
+    cfg = k[(n + 127) // 128, 128, 0]
+    assert cfg.path == "python"
+    cfg(y, x, 2.0, n)
+    k.bind((n + 127) // 128, 128, y, x, 1.0, n)()
+    k.launch((n + 127) // 128, 128, y, x, 1.0, n, cooperative=True)
+    cuda.synchronize()
+    np.testing.assert_allclose(y.copy_to_host(), 4 * np.arange(n, dtype=np.float32) + 1)
+    with pytest.raises(NbjitArgumentError, match="float64"):
+        cfg(cuda.device_array(n, np.float64), x, 2.0, n)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NbjitWarning)
+        tk = nbjit.load_triton(DATA / "triton/add_kernel")
+    out = cuda.device_array(n, np.float32)
+    tk[(n + 1023) // 1024](x, y, out, n, np.float32(0.5))
+    cuda.synchronize()
+    np.testing.assert_allclose(out.copy_to_host(), 0.5 * np.arange(n) + y.copy_to_host())

@@ -29,6 +29,13 @@ Compiling (NVRTC; no GPU needed with an explicit arch) and the cache:
     compile_image(...same...) -> Image (.data, .kind, .arch, .lowered_names, .log)
     Cache(path), default_cache(), set_default_cache(cache)
 
+Numba's own kernels through nbjit's launcher:
+    from_numba(dispatcher, signature) -> Kernel
+                                        a @cuda.jit kernel compiled by Numba for a signature,
+                                        launched with Numba's arguments at nbjit's cost; PTX or
+                                        cubins Numba made elsewhere load with load() and are
+                                        typed from Numba's mangled names
+
 Triton kernels compiled ahead of time (no Triton import at run time):
     load_triton(path) -> TritonKernel   a cache entry dir, its <name>.json, or PTX with
                                         // meta: comments; kernel[grid](*args, stream=...)
@@ -60,7 +67,7 @@ from .cubin import CubinInfo, inspect_cubin
 from .fatbin import FatbinEntry, FatbinInfo, inspect_fatbin
 from .image import Image, as_image, inspect_image
 from .kernel import BoundLaunch, Kernel, KernelAttributes
-from .module import DeviceGlobal, Module, compile, load
+from .module import DeviceGlobal, Module, compile, from_numba, load
 from .ptx import PtxInfo, inspect_ptx, strip_debug
 from .triton import TritonKernel, TritonMeta, load_triton
 from .signature import Directives, KernelInfo, KernelSignature, Param
@@ -70,6 +77,7 @@ __version__ = "0.1.0"
 __all__ = [
     "load",
     "load_triton",
+    "from_numba",
     "TritonKernel",
     "TritonMeta",
     "compile",

@@ -11,12 +11,17 @@
  *              '4' '2' '1' a parameter of that many bytes whose type is unknown (cubins),
  *              'Z' a trailing parameter the caller does not pass, left zero (Triton's NULL
  *              scratch pointers),
+ *              'N' a Numba array, (offset, 'N', accepted, ndim, itemsize, layout): its 5 + 2*ndim
+ *              fields (meminfo 0, parent 0, nitems, itemsize, data, shape, strides), the
+ *              array's dtype in `accepted`, its ndim, and 'C'/'F' contiguity checked,
  *              'X' anything that only the Python rules handle (structs, f16, bf16, ...)
  *   extractors dict {type: callable -> int address, or a tuple of attribute names whose
  *              chain ends in an int-like object} for device arrays (Numba, CuPy, torch, ...)
  *   numbers    dict {type: kind + size} for numpy scalar types: "f4", "i8", "u2", ...
  *   fallback   fallback(args) -> bytes of the whole buffer, or raises (the precise rules)
  *   on_error   on_error(CUresult) raises the launch error
+ *   param_offsets  (optional) where each kernel parameter starts, where arguments and
+ *              parameters are not one to one (Numba kernels); default: the layout's offsets
  * Anything the fast rules do not take exactly goes to `fallback`, so both paths always agree.
  * It never loads libcuda itself: Python hands it the cuLaunchKernel that cuda.bindings'
  * cuGetProcAddress found. Limited API (abi3), Python >= 3.10. */
@@ -94,14 +99,25 @@ typedef struct {
     Py_ssize_t *offsets;
     char *codes;
     PyObject **accepted; /* per parameter: a list (code 'A') or NULL */
+    int *ndim, *itemsize; /* per parameter, code 'N' */
+    char *contig;         /* per parameter, code 'N': 'C', 'F' or 'A' */
+    Py_ssize_t nparams;   /* kernel parameters (pointers handed to the driver) */
+    Py_ssize_t *param_offsets;
     Py_ssize_t fallbacks; /* calls the fast rules handed to `fallback` */
     PyObject *extractors, *numbers, *fallback, *on_error, *dict;
 } Launcher;
 
-static PyObject *str_dtype = NULL;
+static PyObject *str_dtype = NULL, *str_shape = NULL, *str_strides = NULL;
 
 static void free_accepted(Launcher *self) {
     Py_ssize_t i;
+    PyMem_Free(self->ndim);
+    PyMem_Free(self->itemsize);
+    PyMem_Free(self->contig);
+    PyMem_Free(self->param_offsets);
+    self->ndim = self->itemsize = NULL;
+    self->contig = NULL;
+    self->param_offsets = NULL;
     if (self->accepted == NULL) return;
     for (i = 0; i < self->n; i++) Py_CLEAR(self->accepted[i]);
     PyMem_Free(self->accepted);
@@ -154,11 +170,11 @@ static int launcher_clear(PyObject *op) {
 
 static int launcher_init(PyObject *op, PyObject *args, PyObject *kwds) {
     Launcher *self = (Launcher *)op;
-    PyObject *func, *stream, *layout, *extractors, *numbers, *fallback, *on_error;
+    PyObject *func, *stream, *layout, *extractors, *numbers, *fallback, *on_error, *poffs = NULL;
     unsigned long long dd[7];
     Py_ssize_t size, i;
-    if (!PyArg_ParseTuple(args, "OKKKKKKKOOnOOOO", &func, &dd[0], &dd[1], &dd[2], &dd[3], &dd[4], &dd[5],
-                          &dd[6], &stream, &layout, &size, &extractors, &numbers, &fallback, &on_error))
+    if (!PyArg_ParseTuple(args, "OKKKKKKKOOnOOOO|O", &func, &dd[0], &dd[1], &dd[2], &dd[3], &dd[4], &dd[5],
+                          &dd[6], &stream, &layout, &size, &extractors, &numbers, &fallback, &on_error, &poffs))
         return -1;
     for (i = 0; i < 7; i++) {
         if (dd[i] > 0xFFFFFFFFULL) {
@@ -188,16 +204,27 @@ static int launcher_init(PyObject *op, PyObject *args, PyObject *kwds) {
     self->offsets = PyMem_Malloc(sizeof(Py_ssize_t) * (self->n + 1));
     self->codes = PyMem_Malloc(self->n + 1);
     self->accepted = PyMem_Calloc(self->n + 1, sizeof(PyObject *));
-    if (!self->offsets || !self->codes || !self->accepted) {
+    self->ndim = PyMem_Calloc(self->n + 1, sizeof(int));
+    self->itemsize = PyMem_Calloc(self->n + 1, sizeof(int));
+    self->contig = PyMem_Calloc(self->n + 1, 1);
+    if (!self->offsets || !self->codes || !self->accepted || !self->ndim || !self->itemsize || !self->contig) {
         PyErr_NoMemory();
         return -1;
     }
     for (i = 0; i < self->n; i++) {
         PyObject *item = PyTuple_GetItem(layout, i);
         PyObject *acc = NULL;
-        const char *code;
-        Py_ssize_t len;
-        if (!item || !PyArg_ParseTuple(item, "ns#|O", &self->offsets[i], &code, &len, &acc)) return -1;
+        const char *code, *lay = "A";
+        Py_ssize_t len, laylen = 1;
+        if (!item || !PyArg_ParseTuple(item, "ns#|Oiis#", &self->offsets[i], &code, &len, &acc, &self->ndim[i],
+                                       &self->itemsize[i], &lay, &laylen))
+            return -1;
+        self->contig[i] = lay[0];
+        if (code[0] == 'N' && (self->ndim[i] < 0 || self->ndim[i] > 32 || self->itemsize[i] <= 0 ||
+                               self->offsets[i] + 8 * (5 + 2 * (Py_ssize_t)self->ndim[i]) > size)) {
+            PyErr_SetString(PyExc_ValueError, "bad Numba array layout entry");
+            return -1;
+        }
         if (len != 1 || self->offsets[i] < 0 || self->offsets[i] >= size) {
             PyErr_SetString(PyExc_ValueError, "bad layout entry");
             return -1;
@@ -208,7 +235,7 @@ static int launcher_init(PyObject *op, PyObject *args, PyObject *kwds) {
             return -1;
         }
         if (code[0] != 'Z') self->nargs = i + 1;
-        if (code[0] == 'A') {
+        if (code[0] == 'A' || code[0] == 'N') {
             if (acc == NULL || !PyList_Check(acc)) {
                 PyErr_SetString(PyExc_TypeError, "a typed pointer ('A') needs its list of accepted dtypes");
                 return -1;
@@ -216,6 +243,28 @@ static int launcher_init(PyObject *op, PyObject *args, PyObject *kwds) {
             Py_INCREF(acc);
             self->accepted[i] = acc;
         }
+    }
+    if (poffs != NULL && poffs != Py_None) {
+        if (!PyTuple_Check(poffs)) {
+            PyErr_SetString(PyExc_TypeError, "param_offsets must be a tuple");
+            return -1;
+        }
+        self->nparams = PyTuple_Size(poffs);
+        self->param_offsets = PyMem_Malloc(sizeof(Py_ssize_t) * (self->nparams + 1));
+        if (!self->param_offsets) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        for (i = 0; i < self->nparams; i++) {
+            self->param_offsets[i] = PyLong_AsSsize_t(PyTuple_GetItem(poffs, i));
+            if (self->param_offsets[i] == -1 && PyErr_Occurred()) return -1;
+            if (self->param_offsets[i] < 0 || self->param_offsets[i] >= size) {
+                PyErr_SetString(PyExc_ValueError, "parameter offset out of range");
+                return -1;
+            }
+        }
+    } else {
+        self->nparams = self->n;
     }
     Py_INCREF(extractors);
     Py_XDECREF(self->extractors);
@@ -354,6 +403,72 @@ static int pack_unknown_int(PyObject *i, int size, unsigned char *dst) {
     return 0;
 }
 
+/* A tuple of `nd` ints into out[]; -1 where it is not one (no error set). */
+static int int_tuple(PyObject *t, int nd, long long *out) {
+    Py_ssize_t k;
+    if (t == NULL || !PyTuple_Check(t) || PyTuple_Size(t) != nd) return -1;
+    for (k = 0; k < nd; k++) {
+        PyObject *x = PyTuple_GetItem(t, k);
+        int overflow = 0;
+        if (!PyLong_Check(x)) return -1;
+        out[k] = PyLong_AsLongLongAndOverflow(x, &overflow);
+        if (overflow || (out[k] == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Whether strides make an array contiguous in C or Fortran order (dimensions of extent 1
+ * do not count, as in numpy). */
+static int contiguous(const long long *shape, const long long *strides, int nd, int itemsize, char order) {
+    long long expect = itemsize;
+    int k;
+    for (k = 0; k < nd; k++)
+        if (shape[k] == 0) return 1; /* an empty array is contiguous in any order */
+    for (k = 0; k < nd; k++) {
+        int d = order == 'C' ? nd - 1 - k : k;
+        if (shape[d] != 1 && strides[d] != expect) return 0;
+        expect *= shape[d];
+    }
+    return 1;
+}
+
+/* A Numba array argument: meminfo 0, parent 0, nitems, itemsize, data, shape, strides. */
+static int pack_numba_array(Launcher *self, Py_ssize_t idx, PyObject *o, unsigned char *dst) {
+    int nd = self->ndim[idx], ok = 1, k;
+    long long shape[32], strides[32], f[5];
+    PyObject *t;
+    unsigned long long data = extract(self, o, &ok);
+    if (!ok || !dtype_accepted(o, self->accepted[idx])) return 0;
+    t = PyObject_GetAttr(o, str_shape);
+    if (t == NULL) PyErr_Clear();
+    k = int_tuple(t, nd, shape);
+    Py_XDECREF(t);
+    if (k < 0) return 0;
+    t = PyObject_GetAttr(o, str_strides);
+    if (t == NULL) PyErr_Clear();
+    k = int_tuple(t, nd, strides);
+    Py_XDECREF(t);
+    if (k < 0) return 0;
+    if (self->contig[idx] != 'A' && !contiguous(shape, strides, nd, self->itemsize[idx], self->contig[idx]))
+        return 0; /* the Python rules say what is wrong */
+    f[0] = 0;
+    f[1] = 0;
+    f[2] = 1;
+    for (k = 0; k < nd; k++) {
+        if (shape[k] < 0) return 0;
+        f[2] *= shape[k];
+    }
+    f[3] = self->itemsize[idx];
+    memcpy(&f[4], &data, 8);
+    memcpy(dst, f, 40);
+    memcpy(dst + 40, shape, 8 * (size_t)nd);
+    memcpy(dst + 40 + 8 * (size_t)nd, strides, 8 * (size_t)nd);
+    return 1;
+}
+
 static int pack_one(Launcher *self, Py_ssize_t idx, char code, PyObject *o, unsigned char *dst) {
     switch (code) {
     case '4': case '2': case '1': {
@@ -394,6 +509,7 @@ static int pack_one(Launcher *self, Py_ssize_t idx, char code, PyObject *o, unsi
             return r == 0;
         }
     }
+    case 'N': return pack_numba_array(self, idx, o, dst);
     case 'A': case 'P': { /* a pointer: an int address, None, an array ('A': of an accepted dtype) */
         unsigned long long v;
         int ok = 1;
@@ -499,7 +615,7 @@ static PyObject *launcher_call(PyObject *op, PyObject *args, PyObject *kwds) {
     }
     nargs = PyTuple_Size(args);
     if (self->size > STACK_BYTES) buf = PyMem_Malloc(self->size);
-    if (self->n > STACK_PARAMS) ptrs = PyMem_Malloc(sizeof(void *) * self->n);
+    if (self->nparams > STACK_PARAMS) ptrs = PyMem_Malloc(sizeof(void *) * self->nparams);
     if (buf == NULL || ptrs == NULL) {
         PyErr_NoMemory();
         goto done;
@@ -529,10 +645,13 @@ static PyObject *launcher_call(PyObject *op, PyObject *args, PyObject *kwds) {
         }
         if (len) memcpy(buf, bytes, len);
     }
-    for (i = 0; i < self->n; i++) ptrs[i] = buf + self->offsets[i];
+    if (self->param_offsets)
+        for (i = 0; i < self->nparams; i++) ptrs[i] = buf + self->param_offsets[i];
+    else
+        for (i = 0; i < self->n; i++) ptrs[i] = buf + self->offsets[i];
     Py_BEGIN_ALLOW_THREADS
     r = p_launch(self->func, self->dims[0], self->dims[1], self->dims[2], self->dims[3], self->dims[4],
-                 self->dims[5], self->dims[6], self->stream, self->n ? ptrs : NULL, NULL);
+                 self->dims[5], self->dims[6], self->stream, self->nparams ? ptrs : NULL, NULL);
     Py_END_ALLOW_THREADS
     if (r != 0) {
         PyObject *code = PyLong_FromLong(r);
@@ -681,6 +800,8 @@ PyMODINIT_FUNC PyInit__launch(void) {
     PyObject *m = PyModule_Create(&module), *t;
     if (m == NULL) return NULL;
     if ((str_dtype == NULL && (str_dtype = PyUnicode_InternFromString("dtype")) == NULL) ||
+        (str_shape == NULL && (str_shape = PyUnicode_InternFromString("shape")) == NULL) ||
+        (str_strides == NULL && (str_strides = PyUnicode_InternFromString("strides")) == NULL) ||
         (str_configure == NULL && (str_configure = PyUnicode_InternFromString("_configure_cached")) == NULL)) {
         Py_DECREF(m);
         return NULL;

@@ -191,6 +191,27 @@ def describe_element(want: tuple[str, int | None]) -> str:
     return f"{_KIND_NAMES[wk]}{ws * 8 if wk != 'c' else ws * 8}"
 
 
+def _c_strides(shape: tuple, itemsize: int) -> tuple:
+    out, s = [], itemsize
+    for n in reversed(shape):
+        out.append(s)
+        s *= n
+    return tuple(reversed(out))
+
+
+def _contiguous(shape: tuple, strides: tuple, itemsize: int, order: str) -> bool:
+    """C (or Fortran) contiguity as numpy judges it: dimensions of extent 1 do not count."""
+    if 0 in shape:
+        return True
+    expect = itemsize
+    dims = range(len(shape) - 1, -1, -1) if order == "C" else range(len(shape))
+    for d in dims:
+        if shape[d] != 1 and strides[d] != expect:
+            return False
+        expect *= shape[d]
+    return True
+
+
 def _address(v: int) -> int:
     if not 0 <= v < 1 << 64:
         raise NbjitArgumentError(f"address {v} is not a 64-bit unsigned value")
@@ -247,7 +268,11 @@ class _Rule:
         # dtypes (and dtype-less array types) already found to fit: shared with the C path,
         # which compares by identity; only ever appended to, and capped
         self.accepted: list = []
-        if p.pointer and self.want[0] != "void":
+        if t == "numba_array":
+            self.fmt, self.fast, self.slow = f"{size}s", self.numba_array, self.numba_array
+        elif t in ("c8", "c16"):
+            self.fmt, self.fast, self.slow = f"{size}s", self.complex, self.complex
+        elif p.pointer and self.want[0] != "void":
             self.fmt, self.fast, self.slow = "Q", self.typed_fast, self.typed
         elif p.pointer:
             self.fmt, self.fast, self.slow = "Q", to_u64, self.pointer
@@ -276,6 +301,11 @@ class _Rule:
         """``(code,)`` for the C path, or ``("A", accepted dtypes)`` for a typed pointer;
         ``"X"``: only these Python rules."""
         p = self.p
+        if p.type == "numba_array":
+            a = p.abi
+            if a.dtype is None:  # a record array read from a name: the item size comes from the array
+                return ("X",)
+            return ("N", self.accepted, a.ndim, a.dtype.itemsize, a.layout)
         if p.count is not None:
             return ("X",)
         if p.pointer and self.want[0] != "void":
@@ -326,6 +356,53 @@ class _Rule:
             except TypeError:
                 pass
         return addr
+
+    def numba_array(self, v):
+        """A Numba array argument: its fields (meminfo, parent, nitems, itemsize, data, shape,
+        strides), after checking dtype, ndim and layout against the kernel's signature."""
+        a = self.p.abi
+        if isinstance(v, np.ndarray):
+            raise ValueError("a host numpy array: Numba copies host arrays to the device (and back) for you; "
+                             "nbjit does not: pass numba.cuda.to_device(arr) and copy the result back")
+        try:
+            cai = v.__cuda_array_interface__
+            shape = tuple(int(x) for x in cai["shape"])
+            dt = np.dtype(cai["descr"]) if cai.get("descr") and np.dtype(cai["typestr"]).kind == "V" \
+                else np.dtype(cai["typestr"])
+            ptr = int(cai["data"][0] or 0)
+            strides = cai.get("strides")
+        except (AttributeError, KeyError, TypeError, ValueError):
+            raise ValueError(f"{type(v).__name__} is not a device array (pass a Numba device array or an object with "
+                             "__cuda_array_interface__)") from None
+        if len(shape) != a.ndim:
+            raise ValueError(f"a {len(shape)}-d array was passed; the parameter is {a.text}")
+        if a.dtype is not None and dt != a.dtype:
+            raise ValueError(f"a {dt} array was passed; the parameter is {a.text} (to reinterpret the memory on "
+                             "purpose, pass arr.view(<dtype>))")
+        strides = tuple(int(x) for x in strides) if strides is not None else _c_strides(shape, dt.itemsize)
+        if a.layout in ("C", "F") and not _contiguous(shape, strides, dt.itemsize, a.layout):
+            order = "C" if a.layout == "C" else "Fortran"
+            raise ValueError(f"the array is not {order}-contiguous (strides {strides}); the parameter is {a.text}: "
+                             "pass a contiguous copy, or compile the kernel for layout 'A'")
+        nitems = 1
+        for n in shape:
+            nitems *= n
+        key = getattr(v, "dtype", None)
+        if key is not None and len(self.accepted) < 8 and not any(x is key for x in self.accepted):
+            try:
+                hash(key)
+                self.accepted.append(key)
+            except TypeError:
+                pass
+        nd = a.ndim
+        return struct.pack(f"<qqqqQ{nd}q{nd}q", 0, 0, nitems, dt.itemsize, ptr, *shape, *strides)
+
+    def complex(self, v):
+        """A complex scalar: its real and imaginary parts, as Numba passes them."""
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, complex, np.number)):
+            raise ValueError(f"{type(v).__name__} is not a number (the parameter is {self.p.ctype})")
+        z = complex(v)
+        return struct.pack("<ff" if self.p.size == 8 else "<dd", z.real, z.imag)
 
     def wide(self, v):
         if type(v) is int:

@@ -47,13 +47,19 @@ class _Buffer:
 
     __slots__ = ("data", "view", "ptrs", "address")
 
-    def __init__(self, sig: KernelSignature):
-        self.data = bytearray(max(1, sig.size))  # struct.pack_into is fastest into a bytearray
+    def __init__(self, info: KernelInfo):
+        self.data = bytearray(max(1, info.param_size))  # struct.pack_into is fastest into a bytearray
         self.view = (ctypes.c_char * len(self.data)).from_buffer(self.data)  # pins it in place
         base = ctypes.addressof(self.view)
-        n = len(sig.params)
-        self.ptrs = (ctypes.c_void_p * max(1, n))(*[base + p.offset for p in sig.params])
+        offsets = _param_offsets(info)
+        n = len(offsets)
+        self.ptrs = (ctypes.c_void_p * max(1, n))(*[base + off for off in offsets])
         self.address = ctypes.addressof(self.ptrs) if n else 0
+
+
+def _param_offsets(info: KernelInfo) -> tuple[int, ...]:
+    """Where each of the kernel's own parameters starts (what cuLaunchKernel is handed)."""
+    return info.launch_offsets if info.launch_offsets is not None else tuple(p.offset for p in info.params)
 
 
 class _State:
@@ -68,6 +74,8 @@ class _State:
         self.packer = ArgPacker(info.signature, name)
         self.n = self.packer.n
         self.layout = tuple((p.offset, *r.code) for p, r in zip(info.params, self.packer.rules))
+        # the kernel's own parameters where they are not the arguments (Numba kernels)
+        self.param_offsets = info.launch_offsets
         self.ctx_key = ctx_key
         self.device = device
         self.tls = threading.local()
@@ -83,7 +91,7 @@ class _State:
         try:
             return self.tls.buf
         except AttributeError:
-            self.tls.buf = _Buffer(self.sig)
+            self.tls.buf = _Buffer(self.info)
             return self.tls.buf
 
 
@@ -432,7 +440,7 @@ if _CLauncherBase is not None:
             s = self._s
             layout = s.layout[:self.nargs] + tuple((off, "Z") for off, *_ in s.layout[self.nargs:])
             super().__init__(*self._cfg, layout, s.sig.size, _EXTRACTORS, _numbers(),
-                             self._pack if tail else s.packer.pack, self._raise)
+                             self._pack if tail else s.packer.pack, self._raise, s.param_offsets)
 else:
     _CLauncher = None  # type: ignore[assignment,misc]
 
@@ -467,7 +475,7 @@ class BoundLaunch:
             _check_devices(launcher, args)
         self.launcher = launcher
         self.args = args
-        buf = _Buffer(s.sig)
+        buf = _Buffer(s.info)
         s.packer.pack_into(buf.data, args)
         self._data, self._ptrs, self._address = buf.data, buf.ptrs, buf.address
         self._cfg = launcher._cfg

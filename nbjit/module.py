@@ -11,6 +11,7 @@ from typing import Any, Iterable, Mapping
 from . import _driver
 from .args import parse_signature
 from .cdecl import demangle
+from .numba_abi import is_numba_name
 from .errors import KernelNotFoundError, NbjitArgumentError, NbjitLoadError, NbjitWarning
 from .cubin import CubinInfo
 from .image import Image, ImageLike, as_image
@@ -18,7 +19,7 @@ from .kernel import Kernel, _State
 from .loader import Plan, plan
 from .signature import KernelInfo, KernelSignature, Param, SignatureConflict, merge
 
-__all__ = ["Module", "DeviceGlobal", "load", "compile", "NbjitWarning"]
+__all__ = ["Module", "DeviceGlobal", "load", "compile", "from_numba"]
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,7 @@ class Module:
         self._ptx = prepared.ptx
         self._names = dict(image.lowered_names)
         self._decls = dict(image.declarations)
+        self._numba: dict[str, tuple] = {}  # kernel -> Numba argument types given by from_numba
         self._states: dict[str, _State] = {}
         self._lock = threading.Lock()
         self._finalizer = weakref.finalize(self, _driver.unload_module, loaded.handle)
@@ -205,6 +207,8 @@ class Module:
         if not layouts:
             layouts = [("driver", _from_driver(real, driver_params))]
             driver_params = None
+        if is_numba_name(real) or real in self._numba:
+            return self._numba_state(real, func, layouts)
         types = []
         if signature is not None:
             types.append(("declared", parse_signature(signature, real)))
@@ -219,6 +223,21 @@ class Module:
             raise NbjitLoadError(f"{self.name}: {e}") from None
         if driver_params is not None:
             _verify(info, driver_params, self.name)
+        return _State(real, func, info, self._ctx_key, self.device)
+
+    def _numba_state(self, real: str, func, layouts) -> _State:
+        """A @cuda.jit kernel: one argument per Python argument, as Numba passes them."""
+        from . import numba_abi
+        try:
+            image = merge(real, layouts)
+        except SignatureConflict as e:
+            raise NbjitLoadError(f"{self.name}: {e}") from None
+        args = self._numba.get(real)
+        source = "numba types" if args is not None else "numba mangled name"
+        info = numba_abi.signature(real, image, args if args is not None else numba_abi.from_mangled(real), source)
+        driver_params = _driver.param_info(func)
+        if driver_params is not None:
+            _verify(image, driver_params, self.name)
         return _State(real, func, info, self._ctx_key, self.device)
 
     def _missing(self, name: str) -> KernelNotFoundError:
@@ -332,3 +351,60 @@ def compile(source: str, *, name: str | None = None, name_expressions: Iterable[
     img = compile_image(source, name=name, name_expressions=name_expressions, headers=headers,
                         include_paths=include_paths, options=options, arch=arch, output=output, cache=cache)
     return load(img, keep_debug=keep_debug)
+
+
+def from_numba(dispatcher: Any, signature: Any) -> Kernel:
+    """A ``@cuda.jit`` kernel as an nbjit ``Kernel``: compiled by Numba for ``signature``
+    (``"void(float32[::1], float32)"``, a tuple of Numba types, ...) and this device, loaded
+    into the current Numba context, launched by nbjit's launcher with the arguments the
+    Numba kernel takes (device arrays, numpy and Python scalars) at a fraction of Numba's
+    dispatch cost. Arrays are checked against the signature (dtype, ndim, layout).
+
+    Raises
+    ------
+    NbjitLoadError: not a kernel dispatcher, a device function, ``debug=True`` (Numba's
+    exception reporting), a cooperative kernel, or argument types nbjit cannot pass.
+    """
+    from numba import cuda
+    from numba.core import sigutils, types
+
+    from . import numba_abi
+    from .cache import default_cache
+
+    py = getattr(dispatcher, "py_func", None)
+    opts = dict(getattr(dispatcher, "targetoptions", None) or {})
+    if py is None:
+        raise NbjitLoadError(f"{type(dispatcher).__name__} is not a @cuda.jit kernel")
+    what = f"@cuda.jit kernel {py.__name__!r}"
+    if opts.get("device"):
+        raise NbjitLoadError(f"{what} is a device function: only kernels can be launched")
+    if opts.get("debug"):
+        raise NbjitLoadError(f"{what} is compiled with debug=True, which reports exceptions through Numba's own "
+                             "launcher: nbjit does not run it; compile it without debug=True")
+    try:
+        args, ret = sigutils.normalize_signature(signature)
+    except Exception as e:  # numba's TypeError / parse errors
+        raise NbjitLoadError(f"{what}: {signature!r} is not a signature ({e})") from None
+    if ret not in (None, types.none, types.void):
+        raise NbjitLoadError(f"{what}: a kernel returns nothing; the signature says {ret}")
+    nargs = numba_abi.from_numba_types(args)
+    cc = _driver.context_cc(_driver.current_context())
+    cache = default_cache()
+    call = ("numba", py, tuple(args), cc, tuple(sorted((k, str(v)) for k, v in opts.items())))
+    ptx = cache.recall(call)
+    if ptx is None:
+        ptx, resty = cuda.compile_ptx(py, args, cc=cc, fastmath=bool(opts.get("fastmath", False)),
+                                      lineinfo=bool(opts.get("lineinfo", False)))
+        cache.remember(call, ptx)
+    if "cudaCG" in ptx:
+        raise NbjitLoadError(f"{what} uses cooperative groups, which need Numba's linker (cudadevrt): launch it "
+                             "with Numba")
+    mod = load(Image(ptx.encode(), "ptx", f"{py.__name__}.ptx"))
+    names = [k for k in mod.kernels if numba_abi.is_numba_name(k)] or list(mod.kernels)
+    if len(names) != 1:
+        raise NbjitLoadError(f"{what}: expected one kernel in Numba's PTX, found {names}")
+    with mod._lock:
+        if mod._numba.get(names[0]) != nargs:
+            mod._numba[names[0]] = nargs
+            mod._states.pop(names[0], None)
+    return mod._kernel(names[0])

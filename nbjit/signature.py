@@ -50,6 +50,7 @@ class Param:
     pointee: str | None = None
     const: bool = False
     origin: tuple[tuple[str, str], ...] = ()
+    abi: Any = None  # how a foreign ABI passes it (a numba_abi.NumbaArray for a Numba array)
 
     @property
     def element(self) -> tuple[str, int | None]:
@@ -189,6 +190,9 @@ class KernelInfo:
     const: int | None = None
     local: int | None = None  # this kernel's own stack frame, bytes
     stack: int | None = None  # the stack it needs with the functions it calls (cuobjdump's STACK)
+    # where the kernel's own parameters start, where arguments and parameters are not one to
+    # one (a Numba array argument is 5 + 2·ndim parameters); None: the params' offsets
+    launch_offsets: tuple[int, ...] | None = None
 
     @property
     def params(self) -> tuple[Param, ...]:

@@ -1,0 +1,168 @@
+"""Numba's kernel ABI: how a ``@cuda.jit`` kernel's arguments become PTX parameters, read
+from Numba's mangled kernel names or from Numba types. Pure data: numba is imported only to
+read Numba types (``from_numba_types``).
+
+Numba (numba-cuda's ``_Kernel._prepare_args``, ``ArrayModel``) passes
+* an array as 5 + 2·ndim 8-byte fields: meminfo (0), parent (0), nitems, itemsize, data
+  pointer, shape[ndim], strides[ndim] (in bytes);
+* an integer, float or boolean as itself (float16 as its 16 bits);
+* a complex number as two floats (real, imaginary).
+Tuples (flattened), records passed by value (a device pointer Numba makes) and other types
+are not supported here: ``NumbaAbiError`` says so.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import NbjitLoadError
+from .signature import KernelInfo, KernelSignature, Param
+
+__all__ = ["NumbaArray", "NumbaScalar", "NumbaAbiError", "from_mangled", "from_numba_types", "is_numba_name",
+           "fields", "signature", "C_CONTIGUOUS", "F_CONTIGUOUS"]
+
+C_CONTIGUOUS, F_CONTIGUOUS = "C", "F"
+
+
+class NumbaAbiError(NbjitLoadError):
+    """A Numba kernel whose arguments nbjit cannot pass (tuples, records by value, ...)."""
+
+
+@dataclass(frozen=True)
+class NumbaArray:
+    """An array argument: element ``dtype`` (None where a name does not say, e.g. records),
+    ``ndim``, ``layout`` ("C", "F" or "A": any strides) and whether it is read-only."""
+
+    dtype: np.dtype | None
+    ndim: int
+    layout: str
+    readonly: bool = False
+
+    @property
+    def text(self) -> str:
+        d = "?" if self.dtype is None else str(self.dtype)
+        return f"{'readonly ' if self.readonly else ''}array({d}, {self.ndim}d, {self.layout})"
+
+
+@dataclass(frozen=True)
+class NumbaScalar:
+    """A scalar argument of ``dtype`` (complex ones take two parameters)."""
+
+    dtype: np.dtype
+
+    @property
+    def text(self) -> str:
+        return str(self.dtype)
+
+
+_BUILTINS = {
+    "float": "float32", "double": "float64", "bool": "bool", "signed char": "int8", "char": "int8",
+    "unsigned char": "uint8", "short": "int16", "unsigned short": "uint16", "int": "int32",
+    "unsigned int": "uint32", "long": "int64", "long long": "int64", "unsigned long": "uint64",
+    "unsigned long long": "uint64",
+}
+_NAMED = {"complex64": "complex64", "complex128": "complex128", "float16": "float16", "half": "float16",
+          "_Float16": "float16"}
+
+
+def is_numba_name(name: str) -> bool:
+    """Whether a kernel name is Numba's (``_ZN<module><name>B<abi>...E<args>``: ABI tags)."""
+    return name.startswith("_ZN") and re.search(r"B2v\d+B\d+", name) is not None
+
+
+def _dtype_of(node) -> np.dtype | None:
+    text = str(node)
+    if node.kind == "builtin" and text in _BUILTINS:
+        return np.dtype(_BUILTINS[text])
+    if text in _NAMED:
+        return np.dtype(_NAMED[text])
+    return None
+
+
+def from_mangled(name: str) -> tuple:
+    """The argument types a Numba-mangled kernel name encodes (``Array<float, 1, C, mutable,
+    aligned>`` -> ``NumbaArray(float32, 1, "C")``); NumbaAbiError for a type nbjit cannot pass."""
+    try:
+        from itanium_demangler import parse
+        tree = parse(name)
+    except Exception as e:  # not a name the demangler reads
+        raise NumbaAbiError(f"kernel {name[:80]!r}: cannot read Numba's mangled name ({e})") from None
+    if tree is None or getattr(tree, "kind", None) != "func":
+        raise NumbaAbiError(f"kernel {name[:80]!r}: not a Numba kernel name")
+    out = []
+    for i, node in enumerate(tree.arg_tys):
+        if node.kind == "qual_name" and str(node.value[0]) == "Array":
+            args = node.value[1].value  # tpl_args
+            if len(args) < 4:
+                raise NumbaAbiError(f"kernel {name[:80]!r}: argument {i}: unexpected array type {node}")
+            ndim = int(str(args[1].value) if hasattr(args[1], "value") and args[1].kind == "literal" else
+                       re.sub(r"\D", "", str(args[1])))
+            out.append(NumbaArray(_dtype_of(args[0]), ndim, str(args[2]), str(args[3]) == "readonly"))
+            continue
+        dt = _dtype_of(node)
+        if dt is None:
+            raise NumbaAbiError(f"kernel {name[:80]!r}: argument {i} is {str(node)[:80]}: nbjit passes Numba arrays, "
+                                "integers, floats, booleans and complex numbers (not tuples or records)")
+        out.append(NumbaScalar(dt))
+    return tuple(out)
+
+
+def from_numba_types(argtypes) -> tuple:
+    """The same, from Numba types (a dispatcher's signature)."""
+    from numba.core import types
+    from numba.np.numpy_support import as_dtype
+
+    out = []
+    for i, t in enumerate(argtypes):
+        if isinstance(t, types.Array):
+            out.append(NumbaArray(as_dtype(t.dtype), t.ndim, t.layout, not t.mutable))
+        elif isinstance(t, (types.Integer, types.Float, types.Boolean, types.Complex)):
+            out.append(NumbaScalar(as_dtype(t)))
+        else:
+            raise NumbaAbiError(f"argument {i} is {t}: nbjit passes Numba arrays, integers, floats, booleans and "
+                                "complex numbers (not tuples, records by value or other types)")
+    return tuple(out)
+
+
+def fields(arg) -> list[int]:
+    """The byte sizes of the PTX parameters an argument becomes."""
+    if isinstance(arg, NumbaArray):
+        return [8] * (5 + 2 * arg.ndim)
+    if arg.dtype.kind == "c":
+        return [arg.dtype.itemsize // 2] * 2
+    return [arg.dtype.itemsize]
+
+
+_PTX_SCALAR = {"b": "u8", "i": "s", "u": "u", "f": "f"}
+
+
+def signature(name: str, image: KernelInfo, args, source: str) -> KernelInfo:
+    """The kernel as its Python arguments: one parameter per Numba argument (an array spans
+    its 5 + 2·ndim fields), checked against the image's own parameter layout;
+    ``launch_offsets`` keeps where each of the image's parameters starts."""
+    sizes = [f for a in args for f in fields(a)]
+    have = [p.size for p in image.params]
+    if sizes != have:
+        raise NumbaAbiError(f"kernel {name[:80]!r}: Numba's arguments ({', '.join(a.text for a in args)}) make "
+                            f"parameters of {sizes} bytes; the image has {have}")
+    out, i = [], 0
+    for j, a in enumerate(args):
+        n = len(fields(a))
+        first = image.params[i]
+        origin = (("layout", "image"), ("type", source))
+        if isinstance(a, NumbaArray):
+            out.append(Param(f"arg{j}", "numba_array", 8 * n, 8, first.offset, ctype=a.text, origin=origin, abi=a))
+        elif a.dtype.kind == "c":
+            out.append(Param(f"arg{j}", f"c{a.dtype.itemsize}", a.dtype.itemsize, a.dtype.itemsize // 2,
+                             first.offset, ctype=a.text, origin=origin))
+        else:
+            kind = a.dtype.kind
+            typ = "u8" if kind == "b" else f"{_PTX_SCALAR[kind]}{a.dtype.itemsize * 8}"
+            out.append(Param(f"arg{j}", typ, a.dtype.itemsize, a.dtype.itemsize, first.offset, ctype=a.text,
+                             origin=origin))
+        i += n
+    return KernelInfo(name, KernelSignature(tuple(out), image.param_size), image.directives, image.linkage,
+                      image.registers, image.shared, image.const, image.local, image.stack,
+                      tuple(p.offset for p in image.params))

@@ -1,0 +1,207 @@
+"""Numba's kernel ABI (nbjit.numba_abi): mangled names and Numba types read into arguments,
+the arguments' parameter layout, and the packing of Numba arrays (hand-computed bytes; the C
+and Python rules agree). PTX comes from Numba's own compiler (no GPU needed)."""
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nbjit import NbjitArgumentError, inspect_ptx
+from nbjit.args import ArgPacker
+from nbjit.numba_abi import (NumbaAbiError, NumbaArray, NumbaScalar, fields, from_mangled, from_numba_types,
+                             is_numba_name, signature)
+
+numba_cuda = pytest.importorskip("numba.cuda")
+from numba import cuda, types  # noqa: E402
+from numba.np.numpy_support import from_dtype  # noqa: E402
+
+REC = np.dtype([("x", np.float32), ("y", np.int32)])
+
+
+def body(n: int):
+    """A kernel of ``n`` arguments that does nothing (Numba types it by the signature)."""
+    ns: dict = {}
+    exec(f"def k({', '.join(f'a{i}' for i in range(n))}):\n    pass\n", ns)
+    return ns["k"]
+
+
+def compiled(sig) -> tuple:
+    """(kernel name, its PTX entry) of a kernel taking ``sig``, as Numba's compiler makes it."""
+    try:
+        from numba.cuda.cudadrv.nvvm import NVVM
+        NVVM()
+    except Exception as e:  # no libNVVM in this environment
+        pytest.skip(f"Numba cannot compile here: {e}")
+    ptx, _ = cuda.compile_ptx(body(len(sig)), sig, cc=(9, 0))
+    e = inspect_ptx(ptx).entries[0]
+    return e.name, e
+
+
+SIGS = [
+    (types.float32[::1],),
+    (types.float64[:, :], types.Array(types.complex64, 3, "F")),
+    (types.Array(types.int8, 1, "A"), types.Array(types.uint16, 2, "C"), types.Array(types.int64, 3, "A")),
+    (types.Array(types.boolean, 1, "C"), types.Array(types.uint32, 2, "F"), types.Array(types.complex128, 1, "A")),
+    (types.int8, types.uint8, types.int16, types.uint16, types.int32, types.uint32, types.int64, types.uint64),
+    (types.float16, types.float32, types.float64, types.boolean, types.complex64, types.complex128),
+    (types.Array(types.float32, 2, "C", readonly=True),),
+]
+
+
+@pytest.mark.parametrize("sig", SIGS, ids=lambda s: ",".join(str(t) for t in s))
+def test_mangled_names_read_like_numba_types(sig):
+    name, entry = compiled(sig)
+    assert is_numba_name(name)
+    args = from_mangled(name)
+    assert args == from_numba_types(sig)
+    assert [f for a in args for f in fields(a)] == [p.size for p in entry.params]  # Numba's own layout
+
+
+def test_records_are_arrays_of_unknown_items_from_a_name():
+    name, entry = compiled((types.Array(from_dtype(REC), 1, "A"),))
+    assert from_mangled(name) == (NumbaArray(None, 1, "A"),)
+    assert from_numba_types((types.Array(from_dtype(REC), 1, "A"),)) == (NumbaArray(REC, 1, "A"),)
+
+
+def test_what_cannot_be_passed_is_refused():
+    with pytest.raises(NumbaAbiError, match="not tuples"):
+        from_numba_types((types.UniTuple(types.float32, 2),))
+    name, _ = compiled((types.UniTuple(types.int32, 2),))
+    with pytest.raises(NumbaAbiError, match="argument 0"):
+        from_mangled(name)
+    assert not is_numba_name("_Z4fillIdEvPT_S0_m") and not is_numba_name("k_basic")
+
+
+def test_signature_one_argument_per_python_argument():
+    sig = (types.float32[::1], types.float64[:, :], types.int16, types.complex64)
+    name, entry = compiled(sig)
+    info = signature(name, entry, from_numba_types(sig), "numba types")
+    assert [p.type for p in info.params] == ["numba_array", "numba_array", "s16", "c8"]
+    assert [p.size for p in info.params] == [56, 72, 2, 8]
+    assert info.launch_offsets == tuple(p.offset for p in entry.params) and len(info.launch_offsets) == 19
+    assert str(info.signature).startswith("(array(float32, 1d, C) arg0, array(float64, 2d, A) arg1, int16 arg2")
+    with pytest.raises(NumbaAbiError, match="make parameters of"):
+        signature(name, entry, from_numba_types(sig[:3]), "numba types")
+
+
+class DevArray:
+    """A device array as Numba's and CuPy's look to nbjit: CAI, shape, strides, dtype."""
+
+    def __init__(self, ptr, shape, dtype, strides=None):
+        self.ptr, self.shape, self.dtype = ptr, tuple(shape), np.dtype(dtype)
+        c = []
+        s = self.dtype.itemsize
+        for n in reversed(self.shape):
+            c.append(s)
+            s *= n
+        self.strides = tuple(strides) if strides is not None else tuple(reversed(c))
+        self._given = strides
+
+    @property
+    def __cuda_array_interface__(self):
+        d = {"data": (self.ptr, False), "shape": self.shape, "typestr": self.dtype.str,
+             "strides": self._given, "version": 3}
+        if self.dtype.fields:
+            d["descr"] = self.dtype.descr
+        return d
+
+
+def packer_for(sig):
+    name, entry = compiled(sig)
+    info = signature(name, entry, from_numba_types(sig), "numba types")
+    return info, ArgPacker(info.signature, name)
+
+
+def test_packing_by_hand():
+    info, p = packer_for((types.float64[:, :], types.int16, types.complex64))
+    a = DevArray(0x1000, (3, 4), "f8", strides=(64, 16))  # every other column of a (3, 8) array
+    raw = p.pack((a, np.int16(-2), 1.5 - 2j))
+    want = struct.pack("<qqqqQqqqq", 0, 0, 12, 8, 0x1000, 3, 4, 64, 16)
+    assert raw[:72] == want
+    assert struct.unpack_from("<h", raw, info.params[1].offset)[0] == -2
+    assert struct.unpack_from("<ff", raw, info.params[2].offset) == (1.5, -2.0)
+
+
+@pytest.mark.parametrize("arg,msg", [
+    (np.zeros(4, np.float32), "host numpy array: Numba copies"),
+    (DevArray(0x10, (4,), "f8"), "float64 array was passed; the parameter is array(float32, 1d, C)"),
+    (DevArray(0x10, (4, 1), "f4"), "2-d array was passed"),
+    (DevArray(0x10, (4,), "f4", strides=(8,)), "not C-contiguous"),
+    ("x", "not a device array"),
+])
+def test_array_errors(arg, msg):
+    import re
+    _, p = packer_for((types.float32[::1],))
+    with pytest.raises(NbjitArgumentError, match=re.escape(msg)):
+        p.pack((arg,))
+
+
+def test_fortran_and_any_layouts():
+    _, p = packer_for((types.Array(types.float32, 2, "F"), types.Array(types.float32, 2, "A")))
+    f = DevArray(0x10, (3, 4), "f4", strides=(4, 12))
+    c = DevArray(0x20, (3, 4), "f4")
+    assert len(p.pack((f, c))) > 0 and len(p.pack((f, f))) > 0
+    with pytest.raises(NbjitArgumentError, match="not Fortran-contiguous"):
+        p.pack((c, c))
+
+
+def test_record_arrays():
+    _, p = packer_for((types.Array(from_dtype(REC), 1, "C"),))
+    raw = p.pack((DevArray(0x40, (5,), REC),))
+    assert struct.unpack_from("<qqqqQqq", raw) == (0, 0, 5, 8, 0x40, 5, 8)
+    with pytest.raises(NbjitArgumentError, match="array was passed"):
+        p.pack((DevArray(0x40, (5,), "f8"),))
+
+
+# ---------------------------------------------------------------- the C rules agree
+
+try:
+    from nbjit import _launch
+except ImportError:
+    _launch = None
+
+
+def c_launcher(info, p):
+    from nbjit.args import _EXTRACTORS
+    from nbjit.kernel import _numbers
+    layout = tuple((q.offset, *r.code) for q, r in zip(info.params, p.rules))
+    return _launch.Launcher(0, 1, 1, 1, 1, 1, 1, 0, 0, layout, info.param_size, _EXTRACTORS, _numbers(), p.pack,
+                            lambda e: None, info.launch_offsets)
+
+
+shapes = st.lists(st.integers(0, 5), min_size=1, max_size=3)
+
+
+@pytest.mark.skipif(_launch is None, reason="nbjit's C launch extension is not built")
+@settings(max_examples=300, deadline=None)
+@given(shape=shapes, dtype=st.sampled_from(["f4", "f8", "i4", "c8"]), step=st.sampled_from([1, 2]),
+       layout=st.sampled_from(["C", "F", "A"]), fortran=st.booleans())
+def test_c_and_python_agree_on_numba_arrays(shape, dtype, step, layout, fortran):
+    from nbjit.args import device_pointer
+    nd = len(shape)
+    sig = (types.Array(types.float32, nd, layout),)
+    info, p = packer_for(sig)
+    c = c_launcher(info, p)
+    item = np.dtype(dtype).itemsize
+    strides, s = [], item * step
+    dims = range(nd) if fortran else range(nd - 1, -1, -1)
+    strides = [0] * nd
+    for d in dims:
+        strides[d] = s
+        s *= shape[d]
+    a = DevArray(0x1000, shape, dtype, strides=strides)
+    device_pointer(a)  # registers DevArray's extractor, as a first launch does
+    for _ in range(2):  # before and after the Python rules accepted the dtype
+        fast = c.pack_fast((a,))
+        try:
+            want = p.pack((a,))
+        except NbjitArgumentError:
+            want = None
+        if fast is not None:
+            assert fast == want, (shape, dtype, step, layout, fortran)
+    if dtype == "f4" and want is not None:
+        assert c.pack_fast((a,)) == want  # the everyday case stays in C

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from nbjit import NbjitArgumentError, inspect_ptx
 from nbjit.args import ArgPacker
-from nbjit.numba_abi import (NumbaAbiError, NumbaArray, NumbaScalar, fields, from_mangled, from_numba_types,
+from nbjit.numba_abi import (NumbaAbiError, NumbaArray, fields, from_mangled, from_numba_types,
                              is_numba_name, signature)
 
 numba_cuda = pytest.importorskip("numba.cuda")

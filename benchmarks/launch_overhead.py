@@ -11,6 +11,8 @@ floor and the peers, in one process and one table:
   stream; int pointers; ``k[g, b, s](...)`` re-indexed per call; bound once
 * peers on the same kernel and inputs: cuda.core ``launch``, CuPy ``RawKernel``, Numba
   ``@cuda.jit`` dispatch, Triton's own launcher (where Triton and torch are installed)
+* the same ``@cuda.jit`` kernel through ``nbjit.from_numba`` (its arrays passed as Numba's
+  5 + 2*ndim fields by nbjit's C launcher)
 
 Each row: the best of ``--repeat`` rounds of ``--batch`` launches (synchronising between
 rounds, never inside one); the rounds go over all rows in turn, so a drift of the machine
@@ -202,6 +204,11 @@ def main() -> None:
 
     nk = axpy_numba[GRID, BLOCK, s]
     t.add("Numba @cuda.jit dispatch: Numba arrays, numpy scalars", lambda: nk(y, x, a32, n32), sync, group="peer")
+    from numba import types
+    fk = nbjit.from_numba(axpy_numba, (types.float32[::1], types.float32[::1], types.float32, types.int32))
+    fcfg = fk[GRID, BLOCK, s]
+    t.add("nbjit.from_numba: the same @cuda.jit kernel, Numba arrays", lambda: fcfg(y, x, a32, n32), sync,
+          group="route", launcher=fcfg)
     if torch is not None and importlib.util.find_spec("triton"):
         try:
             sys.path.insert(0, str(DATA / "src"))

@@ -40,7 +40,7 @@ def main() -> None:
     t_nbjit = run(nbjit_launch, by_nbjit, x, times)
     a, b = by_numba.copy_to_host(), by_nbjit.copy_to_host()
     np.testing.assert_array_equal(a, b)
-    np.testing.assert_allclose(a, 0.5 * (times + 1) * np.arange(n, dtype=np.float32), rtol=1e-5)
+    np.testing.assert_allclose(a, 0.5 * (times + 1) * np.arange(n), rtol=1e-3)  # float32 sums
     print(f"{times} launches of {fast.name[:40]}...: results equal")
     print(f"Numba dispatch  {t_numba:7.2f} us per launch (host + GPU, end to end)")
     print(f"nbjit           {t_nbjit:7.2f} us per launch ({t_numba / t_nbjit:.1f}x faster)")

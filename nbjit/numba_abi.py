@@ -69,7 +69,7 @@ _NAMED = {"complex64": "complex64", "complex128": "complex128", "float16": "floa
 
 def is_numba_name(name: str) -> bool:
     """Whether a kernel name is Numba's (``_ZN<module><name>B<abi>...E<args>``: ABI tags)."""
-    return name.startswith("_ZN") and re.search(r"B2v\d+B\d+", name) is not None
+    return name.startswith("_ZN") and re.search(r"B\d+v\d+B\d+", name) is not None
 
 
 def _dtype_of(node) -> np.dtype | None:

@@ -367,7 +367,9 @@ class _Rule:
         try:
             cai = v.__cuda_array_interface__
             shape = tuple(int(x) for x in cai["shape"])
-            dt = np.dtype(cai["descr"]) if cai.get("descr") and np.dtype(cai["typestr"]).kind == "V" \
+            own = getattr(v, "dtype", None)  # Numba's and CuPy's arrays keep the whole dtype (records too)
+            dt = own if isinstance(own, np.dtype) else \
+                np.dtype(cai["descr"]) if cai.get("descr") and np.dtype(cai["typestr"]).kind == "V" \
                 else np.dtype(cai["typestr"])
             ptr = int(cai["data"][0] or 0)
             strides = cai.get("strides")

@@ -205,3 +205,25 @@ def test_c_and_python_agree_on_numba_arrays(shape, dtype, step, layout, fortran)
             assert fast == want, (shape, dtype, step, layout, fortran)
     if dtype == "f4" and want is not None:
         assert c.pack_fast((a,)) == want  # the everyday case stays in C
+
+
+def test_a_numba_cubin_is_typed_by_its_name_too():
+    """A cubin made from Numba's PTX (here by nvJitLink) keeps the mangled name: the same
+    arguments, laid out by the cubin's own parameter records."""
+    from nbjit.compiler import assemble_ptx, nvjitlink_version
+    from nbjit.cubin import inspect_cubin
+    sig = (types.float32[::1], types.Array(types.float64, 2, "F"), types.int32)
+    try:
+        from numba.cuda.cudadrv.nvvm import NVVM
+        NVVM()
+    except Exception as e:  # no libNVVM here
+        pytest.skip(f"Numba cannot compile here: {e}")
+    ptx, _ = cuda.compile_ptx(body(3), sig, cc=(9, 0))
+    ptx_version = inspect_ptx(ptx).version
+    if nvjitlink_version() is None or nvjitlink_version() < (ptx_version[0] + 4, ptx_version[1]):
+        pytest.skip("no nvJitLink new enough for this PTX")
+    cub = inspect_cubin(assemble_ptx(ptx, "sm_90").data)
+    e = cub.entries[0]
+    info = signature(e.name, e, from_mangled(e.name), "numba mangled name")
+    assert [p.type for p in info.params] == ["numba_array", "numba_array", "s32"]
+    assert len(info.launch_offsets) == 7 + 9 + 1

@@ -204,3 +204,20 @@ def test_what_is_refused(cuda):
 
     with pytest.raises(NbjitLoadError, match="not tuples"):
         nbjit.from_numba(tup, (types.UniTuple(types.int32, 2), types.int32[::1]))
+
+
+@pytest.mark.parametrize("rel", ["numba/axpy_plain.ptx", "numba/axpy_lineinfo.ptx"])
+def test_committed_numba_ptx_isa_95(cuda, rel):
+    """PTX from pip's NVVM 13.5 (ISA 9.5, newer than a CUDA 13.0 driver takes), written by
+    tests/data/make_fixtures.py: typed from its mangled name, launched with Numba arrays."""
+    from conftest import DATA
+    m = nbjit.load(DATA / rel)
+    assert nbjit.inspect_ptx((DATA / rel).read_text()).version == (9, 5)
+    k = m[m.kernels[0]]
+    assert [p.ctype for p in k.params] == ["array(float32, 1d, C)", "array(float32, 1d, C)", "float32", "int32"]
+    n = 300
+    y = cuda.to_device(np.ones(n, np.float32))
+    x = cuda.to_device(np.arange(n, dtype=np.float32))
+    k[2, 256](y, x, np.float32(3), n)
+    cuda.synchronize()
+    np.testing.assert_allclose(y.copy_to_host(), 3 * np.arange(n) + 1)

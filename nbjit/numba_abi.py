@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .cdecl import scalar_facts
 from .errors import NbjitLoadError
 from .signature import KernelInfo, KernelSignature, Param
 
@@ -57,14 +58,8 @@ class NumbaScalar:
         return str(self.dtype)
 
 
-_BUILTINS = {
-    "float": "float32", "double": "float64", "bool": "bool", "signed char": "int8", "char": "int8",
-    "unsigned char": "uint8", "short": "int16", "unsigned short": "uint16", "int": "int32",
-    "unsigned int": "uint32", "long": "int64", "long long": "int64", "unsigned long": "uint64",
-    "unsigned long long": "uint64",
-}
-_NAMED = {"complex64": "complex64", "complex128": "complex128", "float16": "float16", "half": "float16",
-          "_Float16": "float16"}
+# Numba's own names for types C has no builtin for
+_NAMED = {"complex64": "complex64", "complex128": "complex128", "float16": "float16", "_Float16": "float16"}
 
 
 def is_numba_name(name: str) -> bool:
@@ -73,9 +68,13 @@ def is_numba_name(name: str) -> bool:
 
 
 def _dtype_of(node) -> np.dtype | None:
+    """The numpy dtype of a C builtin (by cdecl's table) or of a Numba type name."""
     text = str(node)
-    if node.kind == "builtin" and text in _BUILTINS:
-        return np.dtype(_BUILTINS[text])
+    if node.kind == "builtin":
+        facts = scalar_facts(text)
+        if facts is not None and facts[0] != "b128":
+            ptx, size, kind = facts
+            return np.dtype("bool" if kind == "b" else f"{'f' if ptx[0] == 'f' else ptx[0].replace('s', 'i')}{size}")
     if text in _NAMED:
         return np.dtype(_NAMED[text])
     return None

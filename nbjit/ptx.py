@@ -411,8 +411,11 @@ class _Parser:
             d = self.find_code(_DECL, pos)
             gap_end = len(v) if d is None else d.start()
             g = self.blank(pos, gap_end, self.meta)
-            if g.isspace() or not g:  # the usual gap between two kernels: nothing in it to read
+            plain = g.strip()
+            if not plain:  # the usual gap between two kernels: nothing in it to read
                 lk = ""
+            elif plain in _LINKAGE_WORDS and header is not None:  # only a linkage word before the next one
+                lk = g
             else:
                 lk = _trailing_linkage(g)
                 scope = g[: len(g) - len(lk)] if lk else g

@@ -36,6 +36,10 @@ Numba's own kernels through nbjit's launcher:
                                         cubins Numba made elsewhere load with load() and are
                                         typed from Numba's mangled names
 
+CUDA graphs for Numba users (stream capture of nbjit and @cuda.jit work alike):
+    capture(stream) -> Capture          with nbjit.capture(s) as g: ...; g.launch() replays;
+                                        with g.update(): ... re-captures new arguments in place
+
 Triton kernels compiled ahead of time (no Triton import at run time):
     load_triton(path) -> TritonKernel   a cache entry dir, its <name>.json, or PTX with
                                         // meta: comments; kernel[grid](*args, stream=...)
@@ -56,6 +60,7 @@ from .errors import (
     NbjitCacheError,
     NbjitCompileError,
     NbjitError,
+    NbjitGraphError,
     NbjitLaunchError,
     NbjitLoadError,
     NbjitWarning,
@@ -67,6 +72,7 @@ from .cubin import CubinInfo, inspect_cubin
 from .fatbin import FatbinEntry, FatbinInfo, inspect_fatbin
 from .image import Image, as_image, inspect_image
 from .kernel import BoundLaunch, Kernel, KernelAttributes
+from .graph import Capture, capture
 from .module import DeviceGlobal, Module, compile, from_numba, load
 from .ptx import PtxInfo, inspect_ptx, strip_debug
 from .triton import TritonKernel, TritonMeta, load_triton
@@ -78,6 +84,8 @@ __all__ = [
     "load",
     "load_triton",
     "from_numba",
+    "capture",
+    "Capture",
     "TritonKernel",
     "TritonMeta",
     "compile",
@@ -114,6 +122,7 @@ __all__ = [
     "NbjitLoadError",
     "NbjitLaunchError",
     "NbjitArgumentError",
+    "NbjitGraphError",
     "NbjitCacheError",
     "KernelNotFoundError",
 ]

@@ -318,3 +318,73 @@ def launch_ex(func, grid, block, shared: int, stream, params: int, *, cooperativ
     cfg.attrs = attrs
     cfg.numAttrs = len(attrs)
     return cu.cuLaunchKernelEx(cfg, func, params, 0)[0]
+
+
+# ------------------------------------------------------------------ graphs (stream capture)
+
+CAPTURE_MODES = ("thread_local", "global", "relaxed")
+# CUDA errors that mean "this is not allowed while a stream is captured"
+CAPTURE_ERRORS = {900: "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED", 901: "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED",
+                  902: "CUDA_ERROR_STREAM_CAPTURE_MERGE", 903: "CUDA_ERROR_STREAM_CAPTURE_UNMATCHED",
+                  904: "CUDA_ERROR_STREAM_CAPTURE_UNJOINED", 905: "CUDA_ERROR_STREAM_CAPTURE_ISOLATION",
+                  906: "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT", 908: "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD"}
+
+
+def begin_capture(stream, mode: str) -> None:
+    cu = _cu()
+    m = {"thread_local": cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+         "global": cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_GLOBAL,
+         "relaxed": cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED}[mode]
+    check(cu.cuStreamBeginCapture(stream, m), "cuStreamBeginCapture", NbjitLaunchError)
+
+
+def end_capture(stream) -> tuple[int, object]:
+    """(CUresult, CUgraph or None): ends the capture whatever happened during it."""
+    res = _cu().cuStreamEndCapture(stream)
+    return int(res[0]), (res[1] if int(res[0]) == 0 else None)
+
+
+def capture_status(stream) -> str:
+    """``"none"``, ``"active"`` or ``"invalidated"``."""
+    cu = _cu()
+    st = check(cu.cuStreamIsCapturing(stream), "cuStreamIsCapturing")
+    S = cu.CUstreamCaptureStatus
+    return {S.CU_STREAM_CAPTURE_STATUS_NONE: "none", S.CU_STREAM_CAPTURE_STATUS_ACTIVE: "active"}.get(
+        st, "invalidated")
+
+
+def graph_nodes(graph) -> int:
+    return int(check(_cu().cuGraphGetNodes(graph, 0), "cuGraphGetNodes")[1])
+
+
+def instantiate(graph):
+    return check(_cu().cuGraphInstantiate(graph, 0), "cuGraphInstantiate", NbjitLaunchError)
+
+
+def graph_launch(graph_exec, stream) -> int:
+    return int(_cu().cuGraphLaunch(graph_exec, stream)[0])
+
+
+def exec_update(graph_exec, graph) -> tuple[bool, str]:
+    """Update an instantiated graph in place from ``graph``: (done, why not)."""
+    cu = _cu()
+    res = cu.cuGraphExecUpdate(graph_exec, graph)
+    if int(res[0]) == 0:
+        return True, ""
+    info = res[1] if len(res) > 1 else None
+    why = getattr(getattr(info, "result", None), "name", None) or error_text(res[0])
+    return False, str(why)
+
+
+def destroy_graph(graph) -> None:
+    try:
+        _cu().cuGraphDestroy(graph)
+    except Exception:  # at interpreter exit the driver may be gone
+        pass
+
+
+def destroy_exec(graph_exec) -> None:
+    try:
+        _cu().cuGraphExecDestroy(graph_exec)
+    except Exception:  # at interpreter exit the driver may be gone
+        pass

@@ -12,6 +12,7 @@ __all__ = [
     "NbjitLoadError",
     "NbjitLaunchError",
     "NbjitArgumentError",
+    "NbjitGraphError",
     "NbjitCacheError",
     "KernelNotFoundError",
     "NbjitWarning",
@@ -69,6 +70,10 @@ class NbjitLoadError(NbjitError):
 
 class NbjitLaunchError(NbjitError):
     """A kernel launch failed or its configuration is invalid."""
+
+
+class NbjitGraphError(NbjitError):
+    """A stream capture that could not be made, or a graph that could not be replayed."""
 
 
 class NbjitArgumentError(NbjitError, TypeError):

@@ -364,9 +364,11 @@ class _Config:
         return self._s.packer.pack(args + (0,) * self.tail if self.tail else args)
 
     def error(self, err) -> NbjitLaunchError:
-        return NbjitLaunchError(
+        e = NbjitLaunchError(
             f"launch of kernel {self._s.name!r} failed (grid {self.grid}, block {self.block}, "
             f"{self.shared} bytes dynamic shared memory): {_driver.error_text(err)}")
+        e.code = int(err)  # the CUresult, as numba's CudaAPIError has it (a capture reads it)
+        return e
 
     def _raise(self, err) -> None:
         raise self.error(err)

@@ -10,6 +10,7 @@ writer killed half way leaves only a temporary file that is never read (and is p
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -26,6 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+try:
+    import fcntl
+except ImportError:  # not POSIX: no cross-process lock, each process compiles
+    fcntl = None  # type: ignore[assignment]
+
 from .errors import NbjitCacheError
 from .image import read_regular
 
@@ -35,6 +41,7 @@ FORMAT_VERSION = 1
 _MAGIC = b"NBJITC\x00\x01"
 _HEAD = struct.Struct("<8sII32s")  # magic, format version, description length, sha256
 _SUFFIX = ".nbjit"
+_LOCK_SUFFIX = ".lock"
 _TMP_PREFIX = ".tmp-"  # .tmp-<writer pid>-<random>: a writer that is gone leaves one to reclaim
 _KEY = re.compile(r"[0-9a-f]{64}")
 _MAX_ENTRY_BYTES = 1 << 30  # far past any cubin: a bigger file is not an entry
@@ -74,9 +81,11 @@ class Cache:
     A directory that cannot be created or written is given up with one warning.
     """
 
-    def __init__(self, path: str | os.PathLike | None, *, max_bytes: int = DEFAULT_MAX_BYTES):
+    def __init__(self, path: str | os.PathLike | None, *, max_bytes: int = DEFAULT_MAX_BYTES,
+                 lock_timeout: float = 300.0):
         self.path = Path(path) if path is not None else None
         self.max_bytes = max_bytes
+        self.lock_timeout = lock_timeout  # seconds a process waits for another making the same entry
         self._mem: OrderedDict[str, CacheEntry] = OrderedDict()
         # the first level: a caller's own cheap key (the arguments of a call) -> its result,
         # so a repeated call costs one dictionary look-up (no hashing of sources, no stat())
@@ -97,10 +106,44 @@ class Cache:
                 return hit
         entry = self.read(key)
         if entry is None:
-            entry = make()
-            self.write(key, entry)
+            with self._key_lock(key):  # one process makes it; the others wait, then read it
+                entry = self.read(key)
+                if entry is None:
+                    entry = make()
+                    self.write(key, entry)
         self._remember(key, entry)
         return entry
+
+    @contextlib.contextmanager
+    def _key_lock(self, key: str):
+        """An exclusive ``flock`` on ``<key>.lock`` while an entry is made, so that processes
+        asking for the same entry at once run the compiler once. The OS drops the lock of a
+        process that dies; after ``lock_timeout`` seconds a waiter goes on without it."""
+        f = self.file(key)
+        fd = None
+        if f is not None and fcntl is not None:
+            try:
+                f.parent.mkdir(parents=True, exist_ok=True)
+                fd = os.open(f.with_suffix(_LOCK_SUFFIX), os.O_RDWR | os.O_CREAT, 0o666)
+            except OSError:
+                fd = None  # an unwritable cache: no lock, as no write
+        if fd is not None:
+            deadline = time.monotonic() + self.lock_timeout
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError:
+                    if time.monotonic() >= deadline:
+                        os.close(fd)  # a holder that takes too long: make it ourselves
+                        fd = None
+                        break
+                    time.sleep(0.01)
+        try:
+            yield
+        finally:
+            if fd is not None:
+                os.close(fd)  # closing releases the lock
 
     def recall(self, call: object) -> object | None:
         """What ``remember(call, result)`` stored for this call in this process, or None."""
@@ -225,6 +268,8 @@ class Cache:
             self._mem.clear()
             self._calls.clear()
         n = sum(_remove(f) for f, _, _ in self.entries())
+        for f, _, _ in self._files(_LOCK_SUFFIX):
+            _remove(f)
         self._reclaim(max_age=0)
         return n
 

@@ -400,3 +400,65 @@ def test_limits_that_make_no_sense(tmp_path, monkeypatch):
     Cache(c.path, max_bytes=None).write(KEY, ENTRY)
     assert c.max_bytes == 100 and c.prune() == 1  # without a size: the configured limit
     set_default_cache(None)
+
+
+# ---------------------------------------------------------------- compile once, however many ask
+
+ONCE = textwrap.dedent(r'''
+    import sys, time
+    sys.path.insert(0, sys.argv[3])
+    import nbjit.compiler as C
+    from nbjit.cache import Cache
+    real = C._run_nvrtc
+    def counted(req):
+        with open(sys.argv[2], "a") as f:
+            f.write("compiled\n")
+        if len(sys.argv) > 4:  # the holder that will be killed: announce, then hang
+            print("LOCKED", flush=True)
+            time.sleep(120)
+        time.sleep(0.3)  # long enough for the others to arrive and wait
+        return real(req)
+    C._run_nvrtc = counted
+    img = C.compile_image('extern "C" __global__ void once(float* x) { x[0] = 42.0f; }', arch="sm_90",
+                          cache=Cache(sys.argv[1]))
+    print(len(img.data), flush=True)
+''')
+
+
+def test_many_processes_compile_once(tmp_path):
+    cache, marker = tmp_path / "c", tmp_path / "marker"
+    root = str(Path(__file__).resolve().parent.parent)
+    procs = [subprocess.Popen([sys.executable, "-c", ONCE, str(cache), str(marker), root], stdout=subprocess.PIPE,
+                              text=True) for _ in range(16)]
+    sizes = {p.communicate(timeout=300)[0].strip() for p in procs}
+    assert all(p.returncode == 0 for p in procs)
+    assert marker.read_text().count("compiled") == 1  # NVRTC ran once; 15 processes read its entry
+    assert len(sizes) == 1 and len(Cache(cache).entries()) == 1
+
+
+def test_a_killed_lock_holder_blocks_nobody(tmp_path):
+    cache, marker = tmp_path / "c", tmp_path / "marker"
+    root = str(Path(__file__).resolve().parent.parent)
+    holder = subprocess.Popen([sys.executable, "-c", ONCE, str(cache), str(marker), root, "hang"],
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "LOCKED"  # it holds the key's lock, compiling
+    holder.send_signal(signal.SIGKILL)
+    holder.wait(timeout=60)
+    t0 = time.time()
+    r = subprocess.run([sys.executable, "-c", ONCE, str(cache), str(marker), root], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert time.time() - t0 < 60  # no wait for the dead holder (the OS dropped its lock)
+    assert marker.read_text().count("compiled") == 2
+
+
+def test_a_lock_held_too_long_is_given_up(tmp_path):
+    import fcntl
+    c = Cache(tmp_path, lock_timeout=0.2)
+    f = c.file(KEY)
+    f.parent.mkdir(parents=True)
+    with open(f.with_suffix(".lock"), "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # another process compiling forever
+        t0 = time.time()
+        assert c.get_or_create(KEY, lambda: ENTRY) == ENTRY
+        assert time.time() - t0 < 5

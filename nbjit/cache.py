@@ -107,7 +107,7 @@ class Cache:
         entry = self.read(key)
         if entry is None:
             with self._key_lock(key):  # one process makes it; the others wait, then read it
-                entry = self.read(key)
+                entry = self.read(key, warn=False)  # another process may have made it meanwhile
                 if entry is None:
                     entry = make()
                     self.write(key, entry)
@@ -175,8 +175,9 @@ class Cache:
             raise NbjitCacheError(f"{key!r} is not a cache key (64 lower-case hex digits, as cache_key() makes)")
         return None if self.path is None else self.path / key[:2] / (key + _SUFFIX)
 
-    def read(self, key: str) -> CacheEntry | None:
-        """The entry on disk, or None (missing, or failing its checks: then warned)."""
+    def read(self, key: str, warn: bool = True) -> CacheEntry | None:
+        """The entry on disk, or None (missing, or failing its checks: then warned, once
+        per lookup: ``warn=False`` for a second look)."""
         f = self.file(key)
         if f is None:
             return None
@@ -185,7 +186,8 @@ class Cache:
             return None
         entry, why = _decode(raw, key)
         if entry is None:
-            _warn(f"nbjit cache: entry {f} is corrupt ({why}); rebuilding it")
+            if warn:
+                _warn(f"nbjit cache: entry {f} is corrupt ({why}); rebuilding it")
             return None
         try:
             os.utime(f)  # least-recently-used order for pruning

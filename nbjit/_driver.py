@@ -48,12 +48,43 @@ def check(res, what: str, exc: type[NbjitError] = NbjitError):
 # ------------------------------------------------------------------ contexts and devices
 
 
+# Set in a child forked after this process used CUDA: the child cannot use it (CUDA's rule).
+_STATE = {"used": False, "forked": False}
+
+
+def _after_fork_in_child() -> None:
+    if _STATE["used"]:
+        _STATE["forked"] = True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+FORK_MESSAGE = ("CUDA cannot be used in a child process forked after the parent used CUDA: start workers with "
+                "multiprocessing's 'spawn' or 'forkserver' method (multiprocessing.get_context('spawn'), "
+                "ProcessPoolExecutor(mp_context=...)), and load modules in the worker")
+
+
+def forked() -> bool:
+    """Whether this process is a child forked after its parent used CUDA."""
+    return _STATE["forked"]
+
+
+def check_not_forked() -> None:
+    """NbjitError where this process is a child forked after its parent used CUDA."""
+    if _STATE["forked"]:
+        raise NbjitError(FORK_MESSAGE)
+
+
 def current_context():
     """numba-cuda's current context (created and made current on first use); an
     NbjitLoadError where there is no CUDA GPU or driver."""
+    check_not_forked()
     from numba import cuda
     try:
-        return cuda.current_context()
+        ctx = cuda.current_context()
+        _STATE["used"] = True
+        return ctx
     except Exception as e:  # numba's CudaSupportError and driver errors: dozens of lines of text
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise NbjitLoadError(
@@ -177,6 +208,8 @@ def _text(buf: bytes) -> str:
 
 
 def unload_module(handle) -> None:
+    if _STATE["forked"]:  # the handle belongs to the parent's context
+        return
     try:
         _cu().cuModuleUnload(handle)
     except Exception:  # the driver may be gone at interpreter exit: nothing to report
@@ -184,6 +217,7 @@ def unload_module(handle) -> None:
 
 
 def get_function(module_handle, name: str):
+    check_not_forked()
     cu = _cu()
     res = cu.cuModuleGetFunction(module_handle, name.encode())
     if res[0] != 0:

@@ -344,6 +344,7 @@ class _Config:
     calling it launches."""
 
     def _setup(self, kernel: Kernel, cfg: LaunchConfig, tail: int, count_error) -> None:
+        _driver.check_not_forked()
         self.kernel = kernel
         self._s = kernel._s
         self.config = cfg  # holds the stream object: alive while the launcher is cached
@@ -364,9 +365,10 @@ class _Config:
         return self._s.packer.pack(args + (0,) * self.tail if self.tail else args)
 
     def error(self, err) -> NbjitLaunchError:
+        why = _driver.FORK_MESSAGE if _driver.forked() else _driver.error_text(err)
         e = NbjitLaunchError(
             f"launch of kernel {self._s.name!r} failed (grid {self.grid}, block {self.block}, "
-            f"{self.shared} bytes dynamic shared memory): {_driver.error_text(err)}")
+            f"{self.shared} bytes dynamic shared memory): {why}")
         e.code = int(err)  # the CUresult, as numba's CudaAPIError has it (a capture reads it)
         return e
 

@@ -185,6 +185,7 @@ class Module:
 
     def _kernel(self, name: str, signature: str | None = None, extra_layouts=()) -> Kernel:
         """The one way a Kernel is made: shared per name unless it carries extra facts."""
+        _driver.check_not_forked()
         real = self._resolve(name)
         if signature is not None or extra_layouts:
             return Kernel(self, self._make_state(real, name, signature, extra_layouts))

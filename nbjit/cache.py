@@ -303,6 +303,75 @@ class Cache:
                     raise NbjitCacheError(f"cannot remove {f}: {e.strerror}") from None
         return n
 
+    def export_archive(self, dest: str | os.PathLike) -> int:
+        """Write every entry that verifies into the tar archive ``dest`` (gzip-compressed);
+        returns how many. Corrupt entries are left out."""
+        import io
+        import tarfile
+        if self.path is None:
+            raise NbjitCacheError("cannot export: the disk cache is off (NBJIT_CACHE=0)")
+        dest = Path(dest)
+        tmp = dest.with_name(f"{_TMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}-{dest.name}")
+        n = 0
+        try:
+            with tarfile.open(tmp, "w:gz") as tar:
+                for f, _, _ in self.entries():
+                    raw = _read_entry(f)
+                    if raw is None or _decode(raw, f.stem)[0] is None:
+                        continue  # gone meanwhile, or corrupt: not worth shipping
+                    info = tarfile.TarInfo(f.name)
+                    info.size, info.mtime, info.mode = len(raw), int(time.time()), 0o644
+                    tar.addfile(info, io.BytesIO(raw))
+                    n += 1
+            os.replace(tmp, dest)
+        except OSError as e:
+            _remove(tmp)
+            raise NbjitCacheError(f"cannot write the cache archive {dest}: {e.strerror or e}") from None
+        return n
+
+    def import_archive(self, src: str | os.PathLike) -> tuple[int, list[str]]:
+        """Add the entries of an archive made by ``export_archive``, each verified again
+        against its key; returns how many were new here and why others were refused."""
+        import tarfile
+        import zlib
+        if self.path is None:
+            raise NbjitCacheError("cannot import: the disk cache is off (NBJIT_CACHE=0)")
+        try:
+            st = os.stat(src)
+        except OSError as e:
+            raise NbjitCacheError(f"cannot read the cache archive {src}: {e.strerror}") from None
+        if not stat.S_ISREG(st.st_mode):
+            raise NbjitCacheError(f"{src} is not a regular file, so not a cache archive")
+        added, refused = 0, []
+        try:
+            with tarfile.open(src, "r:*") as tar:
+                for m in tar:
+                    if m.isdir():
+                        continue
+                    key = m.name[: -len(_SUFFIX)] if m.name.endswith(_SUFFIX) else ""
+                    if not (m.isreg() and _KEY.fullmatch(key)):
+                        refused.append(f"{m.name}: not a cache entry (expected <64 hex digits>{_SUFFIX})")
+                        continue
+                    if m.size > _MAX_ENTRY_BYTES:
+                        refused.append(f"{m.name}: {m.size} bytes, more than an entry can be")
+                        continue
+                    entry, why = _decode(tar.extractfile(m).read(m.size + 1), key)
+                    if entry is None:
+                        refused.append(f"{m.name}: {why}")
+                        continue
+                    if self.read(key, warn=False) is None:
+                        self.write(key, entry)
+                        if self.path is None:
+                            raise NbjitCacheError(f"cannot import into the cache: writing {key[:16]}… failed")
+                        added += 1
+        except tarfile.ReadError:
+            raise NbjitCacheError(f"{src}: not a tar archive (plain, gzip, bzip2 or xz), so not a cache "
+                                  f"archive (make one with 'nbjit cache export')") from None
+        except (tarfile.TarError, EOFError, zlib.error, OSError) as e:
+            why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise NbjitCacheError(f"{src}: a damaged cache archive ({why})") from None
+        return added, refused
+
     def _reclaim(self, max_age: float) -> None:
         """Remove temporary files whose writer process is gone, or older than ``max_age``."""
         now = time.time()

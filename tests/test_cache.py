@@ -462,3 +462,100 @@ def test_a_lock_held_too_long_is_given_up(tmp_path):
         t0 = time.time()
         assert c.get_or_create(KEY, lambda: ENTRY) == ENTRY
         assert time.time() - t0 < 5
+
+
+# ------------------------------------------------------------------ archives for fleets
+
+
+def test_export_import_round_trip_needs_no_compiler(tmp_path, counted):
+    src = Cache(tmp_path / "a")
+    images = [build(src, options=[f"-DSCALE={i}"]) for i in range(3)]
+    assert src.export_archive(tmp_path / "c.tar.gz") == 3
+    dst = Cache(tmp_path / "b")
+    assert dst.import_archive(tmp_path / "c.tar.gz") == (3, [])
+    assert dst.import_archive(tmp_path / "c.tar.gz") == (0, [])  # already there
+    compiles = len(counted)
+    again = [build(Cache(tmp_path / "b"), options=[f"-DSCALE={i}"]) for i in range(3)]
+    assert len(counted) == compiles and [a.data for a in again] == [a.data for a in images]
+
+
+def tar_with(path, members):
+    import io
+    import tarfile
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+def test_import_verifies_every_member(tmp_path):
+    good = Cache(tmp_path / "a")
+    build(good)
+    f = entry_file(good)
+    raw = f.read_bytes()
+    flipped = bytearray(raw)
+    flipped[len(raw) // 2] ^= 1
+    other = "0" * 64
+    tar_with(tmp_path / "x.tar.gz", [
+        (f.name, raw),                                     # good
+        ("../../evil.nbjit", raw),                         # a path out of the cache
+        (f"sub/{f.name}", raw),                            # not a bare entry name
+        (other + ".nbjit", raw),                           # a valid entry under another key
+        ("f" * 64 + ".nbjit", bytes(flipped)),             # damaged
+        ("notes.txt", b"hello"),
+    ])
+    dst = Cache(tmp_path / "b")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        added, refused = dst.import_archive(tmp_path / "x.tar.gz")
+    assert added == 1 and len(refused) == 5
+    assert any("does not belong to this key" in r for r in refused)
+    assert any("checksum" in r for r in refused)
+    assert sum("not a cache entry" in r for r in refused) == 3
+    assert [e[0].name for e in dst.entries()] == [f.name]
+    assert not (tmp_path / "evil.nbjit").exists()
+
+
+@pytest.mark.parametrize("content", [b"", b"not a tar at all" * 100, None])
+def test_import_of_something_else_is_a_cache_error(tmp_path, content):
+    from nbjit import NbjitCacheError
+    p = tmp_path / "x.tar.gz"
+    if content is None:
+        os.mkfifo(p)  # never waited on
+    else:
+        p.write_bytes(content)
+    with pytest.raises(NbjitCacheError, match="x.tar.gz"):
+        Cache(tmp_path / "c").import_archive(p)
+    with pytest.raises(NbjitCacheError, match="off"):
+        Cache(None).export_archive(tmp_path / "y.tar.gz")
+
+
+def test_cli_export_import(tmp_path):
+    build(Cache(tmp_path / "a"))
+    run = lambda cache, *a: subprocess.run([sys.executable, "-m", "nbjit", "cache", *a], capture_output=True,
+                                           text=True, env={**os.environ, "NBJIT_CACHE_DIR": str(tmp_path / cache)},
+                                           timeout=60)
+    r = run("a", "export", str(tmp_path / "c.tar.gz"))
+    assert r.returncode == 0 and r.stdout.startswith("exported 1 entries"), r.stderr
+    r = run("b", "import", str(tmp_path / "c.tar.gz"))
+    assert r.returncode == 0 and r.stdout.startswith("imported 1 new entries"), r.stderr
+    assert len(Cache(tmp_path / "b").entries()) == 1
+    tar_with(tmp_path / "bad.tar.gz", [("notes.txt", b"x")])
+    r = run("b", "import", str(tmp_path / "bad.tar.gz"))
+    assert r.returncode == 1 and "refused notes.txt: not a cache entry" in r.stderr
+    for args in (["export"], ["info", "f.tar.gz"], ["import", str(tmp_path / "missing.tar.gz")]):
+        r = run("b", *args)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, (args, r.stderr)
+
+
+def test_import_of_a_truncated_archive_is_a_cache_error(tmp_path):
+    from nbjit import NbjitCacheError
+    c = Cache(tmp_path / "a")
+    build(c)
+    c.export_archive(tmp_path / "c.tar.gz")
+    raw = (tmp_path / "c.tar.gz").read_bytes()
+    (tmp_path / "t.tar.gz").write_bytes(raw[: len(raw) // 3])
+    with pytest.raises(NbjitCacheError, match="t.tar.gz: a damaged cache archive"):
+        Cache(tmp_path / "b").import_archive(tmp_path / "t.tar.gz")
+    assert Cache(tmp_path / "b").entries() == []

@@ -267,6 +267,9 @@ def _cache(args) -> int:
         raise _Usage(f"--max-bytes applies to 'cache prune', not 'cache {args.action}'")
     if args.max_bytes is not None and args.max_bytes < 0:
         raise _Usage(f"--max-bytes must be a byte count >= 0, not {args.max_bytes}")
+    if (args.file is None) == (args.action in ("export", "import")):
+        raise _Usage(f"'cache {args.action}' takes an archive FILE" if args.file is None
+                     else f"'cache {args.action}' takes no FILE (only export and import do)")
     c = default_cache()
     if args.action == "info":
         i = c.info()
@@ -285,6 +288,14 @@ def _cache(args) -> int:
             print(f"{f.stem[:16]}  {size:>9}  {time.strftime('%Y-%m-%d %H:%M', time.localtime(used))}  {what}")
     elif args.action == "clear":
         print(f"removed {c.clear()} entries from {c.path}")
+    elif args.action == "export":
+        print(f"exported {c.export_archive(args.file)} entries to {args.file}")
+    elif args.action == "import":
+        added, refused = c.import_archive(args.file)
+        for why in refused:
+            print(f"refused {why}", file=sys.stderr)
+        print(f"imported {added} new entries into {c.path}" + (f"; refused {len(refused)}" if refused else ""))
+        return 1 if refused else 0
     else:
         print(f"removed {c.prune(args.max_bytes)} entries; {c.info()['bytes']} bytes left "
               f"(limit {c.max_bytes if args.max_bytes is None else args.max_bytes})")
@@ -292,22 +303,45 @@ def _cache(args) -> int:
 
 
 def _compile(args) -> int:
+    from .arch import Arch
     from .compiler import compile_image
 
     path = Path(args.file)
+    archs = [a.strip() for a in args.arch.split(",")]
+    if not all(archs) or len(set(archs)) != len(archs):
+        raise _Usage(f"--arch {args.arch!r}: give architectures once each, separated by commas (sm_80,sm_90)")
+    for a in archs:
+        try:
+            Arch.parse(a)
+        except ValueError as e:
+            raise _Usage(f"--arch {a!r}: {e}") from None
+    outdir = None
+    if len(archs) > 1 and args.output is not None:
+        if not os.path.isdir(args.output):
+            raise _Usage(f"-o {args.output}: with several architectures -o names a directory (one file each)")
+        outdir = args.output
+    if args.cache_only and args.output is not None:
+        raise _Usage("--cache-only writes no file: drop -o")
     raw = _read(args.file)
     _check_source(raw, args.file)
     source = raw.decode("utf-8")
     opts = [o for d in args.include for o in ("-I", d)] + [f"-D{d}" for d in args.define] + list(args.option)
-    img = compile_image(source, name=path.name, options=opts, arch=args.arch,
-                        output="ptx" if args.ptx else "auto", name_expressions=args.expr)
-    out = args.output or path.with_suffix("." + img.kind).name
-    _write(str(out), img.data, args.file, in_place=False)
-    if img.log:
-        print(img.log, file=sys.stderr)
-    for e, m in img.lowered_names.items():
-        print(f"{e} -> {m}", file=sys.stderr)
-    print(f"{args.file}: {img.kind} for {img.arch} -> {out} ({len(img.data)} bytes)", file=sys.stderr)
+    for arch in archs:
+        img = compile_image(source, name=path.name, options=opts, arch=arch,
+                            output="ptx" if args.ptx else "auto", name_expressions=args.expr)
+        if img.log:
+            print(img.log, file=sys.stderr)
+        for e, m in img.lowered_names.items():
+            print(f"{e} -> {m}", file=sys.stderr)
+        if args.cache_only:
+            print(f"{args.file}: {img.kind} for {img.arch} in the cache ({len(img.data)} bytes)", file=sys.stderr)
+            continue
+        if len(archs) == 1:
+            out = args.output or path.with_suffix("." + img.kind).name
+        else:
+            out = os.path.join(outdir or ".", f"{path.stem}.{arch}.{img.kind}")
+        _write(str(out), img.data, args.file, in_place=False)
+        print(f"{args.file}: {img.kind} for {img.arch} -> {out} ({len(img.data)} bytes)", file=sys.stderr)
     return 0
 
 
@@ -347,13 +381,16 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--in-place", action="store_true", help="replace the input file")
     s.add_argument("--keep-lineinfo", action="store_true", help="keep .file/.loc line information")
     s.set_defaults(func=_strip)
-    c = sub.add_parser("cache", help="show, list, clear or prune nbjit's compile cache")
-    c.add_argument("action", choices=["info", "list", "clear", "prune"])
+    c = sub.add_parser("cache", help="show, list, clear, prune, export or import nbjit's compile cache")
+    c.add_argument("action", choices=["info", "list", "clear", "prune", "export", "import"])
+    c.add_argument("file", nargs="?", help="for export and import: the archive (a .tar.gz)")
     c.add_argument("--max-bytes", type=int, help="for prune: the size to prune to (default: the cache's limit)")
     c.set_defaults(func=_cache)
     k = sub.add_parser("compile", help="compile CUDA C++ with NVRTC (through the cache)")
     k.add_argument("file")
-    k.add_argument("--arch", required=True, help="sm_90, sm_90a, compute_90, ...")
+    k.add_argument("--arch", required=True, help="sm_90, sm_90a, compute_90, ...; several separated by commas "
+                   "(sm_80,sm_90,sm_100): one output each")
+    k.add_argument("--cache-only", action="store_true", help="fill the compile cache, write no file")
     k.add_argument("--ptx", action="store_true", help="write PTX instead of a cubin")
     k.add_argument("-o", "--output", help="output file (default: FILE's name with .cubin or .ptx, in the current "
                    "directory; never the input)")

@@ -278,3 +278,44 @@ def test_compile_without_nvrtc_says_what_to_install(tmp_path):
                         str(tmp_path / "k.cubin")], capture_output=True, text=True, timeout=60,
                        env={**os.environ, "NBJIT_CACHE": "0"})
     assert r.returncode == 2 and "pip install 'nbjit[cu13]'" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_compile_several_architectures_prewarms_the_cache(tmp_path, monkeypatch):
+    import os
+
+    import nbjit.compiler as C
+    from nbjit import compile_image
+    from nbjit.cache import Cache
+    src = tmp_path / "k.cu"
+    src.write_text('extern "C" __global__ void k(float* x, float a) { x[threadIdx.x] *= a; }\n')
+    cmd = [EXE] if EXE else [sys.executable, "-m", "nbjit"]
+    env = {**os.environ, "NBJIT_CACHE_DIR": str(tmp_path / "cache")}
+    run = lambda *a: subprocess.run([*cmd, *a], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    r = run("compile", str(src), "--arch", "sm_80,sm_90", "--cache-only", "-DUNUSED=1")
+    assert r.returncode == 0 and "cubin for sm_80 in the cache" in r.stderr and "sm_90" in r.stderr, r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "k.cu"]  # no file written
+    r = run("compile", str(src), "--arch", "sm_80,sm_90")
+    assert r.returncode == 0 and {"k.sm_80.cubin", "k.sm_90.cubin"} <= {p.name for p in tmp_path.iterdir()}
+    assert nbjit("inspect", str(tmp_path / "k.sm_80.cubin")).stdout.count("sm_80") >= 1
+
+    def no_compiler(*a, **k):
+        raise AssertionError("NVRTC ran: the prewarmed entry was not found")
+    monkeypatch.setattr(C, "_run_nvrtc", no_compiler)
+    for arch in ("sm_80", "sm_90"):  # what a process on that GPU asks for
+        img = compile_image(src.read_text(), name="k.cu", options=["-DUNUSED=1"], arch=arch,
+                            cache=Cache(tmp_path / "cache"))
+        assert img.arch == arch and img.data == (tmp_path / f"k.{arch}.cubin").read_bytes()
+
+
+@pytest.mark.parametrize("args, msg", [
+    (["--arch", "sm_80,,sm_90"], "once each"),
+    (["--arch", "sm_80,sm_80"], "once each"),
+    (["--arch", "sm_80,bogus"], "not an architecture"),
+    (["--arch", "sm_80,sm_90", "-o", "x.cubin"], "names a directory"),
+    (["--arch", "sm_90", "--cache-only", "-o", "x.cubin"], "drop -o"),
+])
+def test_compile_arch_lists_that_make_no_sense(tmp_path, args, msg):
+    src = tmp_path / "k.cu"
+    src.write_text('extern "C" __global__ void k() {}\n')
+    r = nbjit("compile", str(src), *args)
+    assert r.returncode == 2 and msg in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr

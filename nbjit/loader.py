@@ -14,6 +14,7 @@ PTX, and a ``debug`` target compiles unoptimised):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 from .arch import Arch
 from .cubin import CubinInfo, inspect_cubin
@@ -57,10 +58,11 @@ class Plan:
 
 
 def plan(img: Image, cc: tuple[int, int], driver: int, *, keep_debug: bool = False,
-         nvjitlink: tuple[int, int] | None = None) -> Plan:
+         nvjitlink: tuple[int, int] | Callable[[], tuple[int, int] | None] | None = None) -> Plan:
     """Plan the load of ``img`` on a device of compute capability ``cc`` under a driver of
     CUDA version ``driver`` (e.g. 13000), with the nvJitLink of version ``nvjitlink`` (None:
-    there is none)."""
+    there is none; a function: asked only for PTX newer than the driver accepts, as finding
+    the library takes milliseconds)."""
     if img.kind == "ptx":
         return _plan_ptx(img.data, img.name, cc, driver, keep_debug, nvjitlink)
     if img.kind == "cubin":
@@ -98,6 +100,8 @@ def _plan_ptx(raw: bytes, name: str, cc, driver: int, keep_debug: bool, nvjitlin
         return Plan(text.encode() + b"\0", "ptx", info, "driver", None, ptx=info, details=details)
 
     need = cuda_for_ptx(info.version)
+    if callable(nvjitlink):
+        nvjitlink = nvjitlink()
     details["nvjitlink"] = nvjitlink
     if nvjitlink is not None and tuple(nvjitlink) >= need:
         arch = _assemble_target(cc, target)

@@ -122,7 +122,7 @@ class Module:
     def _load(cls, img: Image, ctx, keep_debug: bool) -> "Module":
         from .compiler import nvjitlink_version
         prepared = carry_out(plan(img, _driver.context_cc(ctx), _driver.driver_version(), keep_debug=keep_debug,
-                                  nvjitlink=nvjitlink_version()))
+                                  nvjitlink=nvjitlink_version))
         what = f"{img.name} ({_describe(prepared)})"
         loaded = _driver.load_module(prepared.data, what)
         mod = cls(img, ctx, prepared, loaded)

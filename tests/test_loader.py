@@ -66,6 +66,19 @@ def test_no_new_enough_nvjitlink_lowers_the_version(have):
     assert "lowered to 9.0" in p.note and "nvidia-nvjitlink" in p.note
 
 
+def test_nvjitlink_is_looked_for_only_when_the_ptx_needs_it():
+    asked = []
+
+    def version():
+        asked.append(1)
+        return (13, 0)
+    assert plan(img("nvcc/kernels_sm90.ptx"), H200, DRIVER_13_0, nvjitlink=version).route == "driver"
+    assert plan(img("nvcc/kernels_sm_90.cubin"), H200, DRIVER_13_0, nvjitlink=version).kind == "cubin"
+    assert asked == []  # finding the library costs milliseconds: a warm load must not pay them
+    p = plan(img("nvrtc/tmpl_compute90.ptx"), H200, DRIVER_13_0, nvjitlink=version)
+    assert (p.route, asked, p.details["nvjitlink"]) == ("lowered", [1], (13, 0))
+
+
 @needs_nvjitlink_135
 def test_older_driver_gets_a_cubin_too():
     p = prepare(img("nvcc/kernels_sm90.ptx"), H200, 12040)  # CUDA 12.4 driver: PTX up to 8.4

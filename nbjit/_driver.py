@@ -72,7 +72,7 @@ def forked() -> bool:
 
 def check_not_forked() -> None:
     """NbjitError where this process is a child forked after its parent used CUDA."""
-    if _STATE["forked"]:
+    if forked():
         raise NbjitError(FORK_MESSAGE)
 
 
@@ -208,7 +208,7 @@ def _text(buf: bytes) -> str:
 
 
 def unload_module(handle) -> None:
-    if _STATE["forked"]:  # the handle belongs to the parent's context
+    if forked():  # the handle belongs to the parent's context
         return
     try:
         _cu().cuModuleUnload(handle)

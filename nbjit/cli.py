@@ -315,13 +315,10 @@ def _compile(args) -> int:
             Arch.parse(a)
         except ValueError as e:
             raise _Usage(f"--arch {a!r}: {e}") from None
-    outdir = None
-    if len(archs) > 1 and args.output is not None:
-        if not os.path.isdir(args.output):
-            raise _Usage(f"-o {args.output}: with several architectures -o names a directory (one file each)")
-        outdir = args.output
     if args.cache_only and args.output is not None:
         raise _Usage("--cache-only writes no file: drop -o")
+    if len(archs) > 1 and args.output is not None and not os.path.isdir(args.output):
+        raise _Usage(f"-o {args.output}: with several architectures -o names a directory (one file each)")
     raw = _read(args.file)
     _check_source(raw, args.file)
     source = raw.decode("utf-8")
@@ -339,7 +336,7 @@ def _compile(args) -> int:
         if len(archs) == 1:
             out = args.output or path.with_suffix("." + img.kind).name
         else:
-            out = os.path.join(outdir or ".", f"{path.stem}.{arch}.{img.kind}")
+            out = os.path.join(args.output or ".", f"{path.stem}.{arch}.{img.kind}")
         _write(str(out), img.data, args.file, in_place=False)
         print(f"{args.file}: {img.kind} for {img.arch} -> {out} ({len(img.data)} bytes)", file=sys.stderr)
     return 0

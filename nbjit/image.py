@@ -2,6 +2,7 @@
 function that tells the kinds apart by content."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -90,7 +91,7 @@ class Image:
             raise ImageFormatError(f"{p}: {e}") from None
         return cls(raw, sniff(raw, str(p)), str(p))
 
-    @property
+    @functools.cached_property
     def sha256(self) -> str:
         """The SHA-256 of the bytes (what identifies a module in a context)."""
         return _sha256(self.data)

@@ -78,6 +78,7 @@ class _State:
         self.param_offsets = info.launch_offsets
         self.ctx_key = ctx_key
         self.device = device
+        self.recipe = (name, None, ())  # what makes it again elsewhere: (name, signature, extra layouts)
         self.tls = threading.local()
         self.configs: dict = {}
         self.optin = 0  # dynamic shared bytes this function has been opted in to
@@ -202,14 +203,47 @@ class Kernel(_indexing_base()):  # type: ignore[misc]
     stream](*args)``, ``kernel[grid, block, stream, dynamic_shared_bytes](*args)``; or with
     ``kernel.launch(...)`` for cooperative launches and clusters; or ``kernel.bind(...)``
     to pack the arguments once and relaunch.
+
+    A kernel pickles as its module (see ``Module``) and its name; unpickled, it loads on
+    first use into the context current then.
     """
 
-    __slots__ = ("module", "_s", "__weakref__")
+    __slots__ = ("module", "_s", "_recipe", "__weakref__")
 
     def __init__(self, module, state: _State):
         self.module = module  # keeps the module (and so the function) loaded
         self._s = state
         self._configs = state.configs
+        self._recipe = state.recipe
+
+    @classmethod
+    def _pending(cls, module, recipe: tuple) -> "Kernel":
+        """A kernel of a module not loaded yet: it loads on first use (``_s`` is then set)."""
+        k = cls.__new__(cls)
+        k.module = module
+        k._recipe = recipe
+        k._configs = {}
+        return k
+
+    def __getattr__(self, name: str):
+        # only reached while the slot `_s` is unset: a kernel waiting for its first use
+        if name != "_s":
+            raise AttributeError(f"'Kernel' object has no attribute {name!r}")
+        real, signature, extra = self._recipe
+        state = self.module._loaded()._kernel(real, signature, extra)._s
+        self._s = state
+        self._configs = state.configs
+        return state
+
+    def _is_loaded(self) -> bool:
+        try:
+            _STATE_SLOT.__get__(self, Kernel)
+            return True
+        except AttributeError:
+            return False
+
+    def __reduce__(self):
+        return (_restore_kernel, (self.module, self._recipe))
 
     # ------------------------------------------------------------ description
     @property
@@ -261,6 +295,8 @@ class Kernel(_indexing_base()):  # type: ignore[misc]
         return _driver.potential_block_size(self._s.func, dynamic_shared)
 
     def __repr__(self) -> str:
+        if not self._is_loaded():
+            return f"<nbjit.Kernel {self._recipe[0]}: loads on first use>"
         return f"<nbjit.Kernel {self.name}{self._s.sig}>"
 
     # ------------------------------------------------------------ launching
@@ -337,6 +373,14 @@ class Kernel(_indexing_base()):  # type: ignore[misc]
              shared_mem: int = 0) -> "BoundLaunch":
         """Pack ``args`` once; the returned object relaunches with them at the lowest cost."""
         return BoundLaunch(self._config(grid, block, stream, shared_mem), args)
+
+
+_STATE_SLOT = Kernel.__dict__["_s"]
+
+
+def _restore_kernel(module, recipe: tuple) -> Kernel:
+    """An unpickled kernel: it loads on first use."""
+    return Kernel._pending(module, recipe)
 
 
 class _Config:

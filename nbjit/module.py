@@ -1,10 +1,12 @@
 """Module: an image loaded into one Numba context; kernels by name; device globals."""
 from __future__ import annotations
 
+import collections
 import difflib
 import threading
 import warnings
 import weakref
+import zlib
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
@@ -14,7 +16,7 @@ from .cdecl import demangle
 from .numba_abi import is_numba_name
 from .errors import KernelNotFoundError, NbjitArgumentError, NbjitLoadError, NbjitWarning
 from .cubin import CubinInfo
-from .image import Image, ImageLike, as_image
+from .image import Image, ImageLike, _sha256, as_image, inspect_image
 from .kernel import Kernel, _State
 from .loader import Plan, plan
 from .signature import KernelInfo, KernelSignature, Param, SignatureConflict, merge
@@ -62,7 +64,7 @@ def _registry(ctx) -> "weakref.WeakValueDictionary":
 _LOAD_LOCK = threading.Lock()
 
 
-def load(image: ImageLike, *, name: str | None = None, keep_debug: bool = False) -> "Module":
+def load(image: ImageLike, *, name: str | None = None, keep_debug: bool = False, lazy: bool = False) -> "Module":
     """Load PTX, a cubin or a fatbin into the current Numba context. Loading the same bytes
     twice in one context returns the same ``Module``.
 
@@ -72,6 +74,8 @@ def load(image: ImageLike, *, name: str | None = None, keep_debug: bool = False)
     name: a name for messages (default: the file name).
     keep_debug: keep PTX debug information (for debugger sessions; the driver then
         compiles unoptimised). By default it is stripped.
+    lazy: load on first use instead, into the context current then (no CUDA call now: a
+        module made on a machine without a GPU, to pickle and send to workers that have one).
 
     Raises
     ------
@@ -81,6 +85,8 @@ def load(image: ImageLike, *, name: str | None = None, keep_debug: bool = False)
     img = as_image(image, name)
     if name is not None and img.name != name:
         img = Image(img.data, img.kind, name, img.arch, img.lowered_names, img.log, img.declarations)
+    if lazy:
+        return Module._pending(img, keep_debug)
     ctx = _driver.current_context()
     reg = _registry(ctx)
     key = (img.sha256, keep_debug)
@@ -96,10 +102,18 @@ def load(image: ImageLike, *, name: str | None = None, keep_debug: bool = False)
 
 class Module:
     """An image loaded into one context. ``module["name"]`` / ``module.name`` give kernels,
-    ``module.kernels`` lists their names; ``get_global`` finds device variables."""
+    ``module.kernels`` lists their names; ``get_global`` finds device variables.
 
-    def __init__(self, image: Image, ctx, prepared: Plan, loaded: _driver.Loaded):
+    A module pickles as what it is made of (the bytes that were loaded, after stripping or
+    assembling, or the whole fatbin; names, declarations, Numba argument types), never a
+    handle: unpickled, it loads on first use into the context current then, sharing a module
+    already loaded there from the same bytes."""
+
+    def __init__(self, image: Image, ctx, prepared: Plan, loaded: _driver.Loaded, keep_debug: bool = False):
         self.image = image
+        self.keep_debug = keep_debug
+        # what travels in a pickle: the bytes loaded, or the whole fatbin (each device picks)
+        self._shipped = (image.data, "fatbin") if image.kind == "fatbin" else (prepared.data, prepared.kind)
         self.context = ctx
         self.device = ctx.device.id
         self._ctx_key = _driver.context_key(ctx)
@@ -125,7 +139,7 @@ class Module:
                                   nvjitlink=nvjitlink_version))
         what = f"{img.name} ({_describe(prepared)})"
         loaded = _driver.load_module(prepared.data, what)
-        mod = cls(img, ctx, prepared, loaded)
+        mod = cls(img, ctx, prepared, loaded, keep_debug)
         if prepared.note:
             warnings.warn(prepared.note, NbjitWarning, stacklevel=3)
         return mod
@@ -141,6 +155,54 @@ class Module:
                 for k in new:
                     self._states.pop(k, None)  # typed afresh on next use
 
+    # ------------------------------------------------------------ not loaded yet (lazy, unpickled)
+    @classmethod
+    def _pending(cls, img: Image, keep_debug: bool, numba: Mapping | None = None) -> "Module":
+        """A module that loads on first use, into the context current then (no CUDA call now)."""
+        m = cls.__new__(cls)
+        m.__dict__.update(image=img, keep_debug=keep_debug, _numba=dict(numba or {}), _pending=True,
+                          _shipped=(img.data, img.kind))
+        return m
+
+    def _loaded(self) -> "Module":
+        """This module, loaded (into the current context, if it was waiting for first use)."""
+        if self.__dict__.get("_pending"):
+            with _ATTACH_LOCK:
+                if self.__dict__.get("_pending"):
+                    self._attach()
+        return self
+
+    def _attach(self) -> None:
+        target = load(self.image, keep_debug=self.keep_debug)
+        with target._lock:
+            for k, v in self._numba.items():
+                if target._numba.get(k) != v:
+                    target._numba[k] = v
+                    target._states.pop(k, None)
+        # share the loaded module's handle, kernels and lifetime (it stays loaded while this lives)
+        shared = {k: v for k, v in target.__dict__.items() if k not in ("image", "keep_debug", "_wire_blob")}
+        self.__dict__.update(shared, _owner=target)
+        del self.__dict__["_pending"]
+
+    def __reduce__(self):
+        return (_restore_module, (self._wire(),))
+
+    def _wire(self) -> tuple:
+        """The pickled form: plain data, the bytes compressed once per module."""
+        d = self.__dict__
+        data, kind = self._shipped
+        blob = d.get("_wire_blob")
+        if blob is None:
+            if kind == "ptx":
+                data = data.rstrip(b"\0")
+            blob = d["_wire_blob"] = (_sha256(data), len(data), zlib.compress(data, 6))
+        img = self.image
+        names = d.get("_names", img.lowered_names)
+        decls = d.get("_decls", img.declarations)
+        facts = {"lowered_names": dict(names), "declarations": dict(decls), "numba": dict(self._numba),
+                 "keep_debug": self.keep_debug}
+        return (_WIRE_VERSION, img.name, kind, img.arch, *blob, facts)
+
     # ------------------------------------------------------------ kernels
     @property
     def name(self) -> str:
@@ -150,6 +212,11 @@ class Module:
     @property
     def kernels(self) -> tuple[str, ...]:
         """Names of the kernels in the module (mangled, as the driver knows them)."""
+        d = self.__dict__
+        if d.get("_pending"):
+            if "_pending_kernels" not in d:
+                d["_pending_kernels"] = _image_kernels(self.image)
+            return d["_pending_kernels"]
         src = self._ptx or self._info
         if src is not None:
             return tuple(e.name for e in src.entries)
@@ -169,9 +236,8 @@ class Module:
         return out
 
     def _resolve(self, name: str) -> str:
-        if name in self._names:
-            return self._names[name]
-        return name
+        names = self.__dict__.get("_names", self.image.lowered_names)
+        return names.get(name, name)
 
     def get_kernel(self, name: str, signature: str | None = None) -> Kernel:
         """The kernel ``name`` (a mangled name, or an NVRTC name expression such as
@@ -185,10 +251,16 @@ class Module:
 
     def _kernel(self, name: str, signature: str | None = None, extra_layouts=()) -> Kernel:
         """The one way a Kernel is made: shared per name unless it carries extra facts."""
-        _driver.check_not_forked()
         real = self._resolve(name)
+        if self.__dict__.get("_pending"):
+            if self.kernels and real not in self.kernels:
+                raise self._missing(name)
+            return Kernel._pending(self, (real, signature, tuple(extra_layouts)))
+        _driver.check_not_forked()
         if signature is not None or extra_layouts:
-            return Kernel(self, self._make_state(real, name, signature, extra_layouts))
+            st = self._make_state(real, name, signature, extra_layouts)
+            st.recipe = (real, signature, tuple(extra_layouts))
+            return Kernel(self, st)
         with self._lock:
             st = self._states.get(real)
             if st is None:
@@ -242,14 +314,22 @@ class Module:
         return _State(real, func, info, self._ctx_key, self.device)
 
     def _missing(self, name: str) -> KernelNotFoundError:
-        names = list(self.kernels) + [k for k in self._names if k not in self.kernels]
+        lowered = self.__dict__.get("_names", self.image.lowered_names)
+        names = list(self.kernels) + [k for k in lowered if k not in self.kernels]
         close = difflib.get_close_matches(name, names, n=len(names), cutoff=0.0)
         return KernelNotFoundError(f"no kernel {name!r} in {self.name}; it has: {', '.join(close) or '(none)'}")
 
     def __getitem__(self, name: str) -> Kernel:
+        # a kernel already made, by its own name: no look-up beyond two dicts
+        d = self.__dict__
+        st = d["_states"].get(name) if "_states" in d else None
+        if st is not None and d["_names"].get(name, name) == name and not _driver.forked():
+            return Kernel(self, st)
         return self.get_kernel(name)
 
     def __getattr__(self, name: str) -> Kernel:
+        if name in _LOADED_STATE and self.__dict__.get("_pending"):
+            return getattr(self._loaded(), name)
         if name.startswith("_"):
             raise AttributeError(name)
         try:
@@ -288,9 +368,81 @@ class Module:
         self._finalizer()
 
     def __repr__(self) -> str:
+        if self.__dict__.get("_pending"):
+            return f"<nbjit.Module {self.name} ({self.image.kind}): loads on first use>"
         route = f", {self.route}" if self.route else ""
         return f"<nbjit.Module {self.name} ({self.prepared_kind}{route}) on device {self.device}: " \
                f"{len(self.kernels)} kernels>"
+
+
+_ATTACH_LOCK = threading.Lock()
+# what a module waiting for first use gets from the module it loads as
+_LOADED_STATE = frozenset({"context", "device", "_ctx_key", "_handle", "jit_log", "route", "note", "prepared_kind",
+                           "_info", "_ptx", "_names", "_decls", "_states", "_lock", "_finalizer", "_owner"})
+_WIRE_VERSION = 1
+# the modules most recently unpickled in this process: tasks of one graph (each unpickled on
+# its own) share one module, and a worker keeps it loaded between tasks
+_RESTORED: "collections.OrderedDict[tuple, Module]" = collections.OrderedDict()
+_RESTORED_KEEP = 16
+
+
+def _restore_module(wire: tuple) -> Module:
+    """A pickled module (``Module._wire``), waiting for first use; the same object for the
+    same bytes while it is among the last ``_RESTORED_KEEP`` unpickled."""
+    if not isinstance(wire, tuple) or not wire or wire[0] != _WIRE_VERSION:
+        got = wire[0] if isinstance(wire, tuple) and wire else wire
+        raise NbjitLoadError(f"a pickled nbjit module of format {got!r}: this nbjit reads format {_WIRE_VERSION} "
+                             "(pickle and unpickle with the same nbjit version)")
+    _, name, kind, arch, sha, size, blob, facts = wire
+    key = (sha, facts["keep_debug"])
+    with _ATTACH_LOCK:
+        mod = _RESTORED.get(key)
+        if mod is not None:
+            _RESTORED.move_to_end(key)
+    if mod is None:
+        d = zlib.decompressobj()
+        data = d.decompress(blob, size + 1)
+        if len(data) != size or _sha256(data) != sha:
+            raise NbjitLoadError(f"a pickled nbjit module ({name}): its bytes do not match their SHA-256 (the pickle "
+                                 "is damaged)")
+        img = Image(data, kind, name, arch, facts["lowered_names"], "", facts["declarations"])
+        mod = Module._pending(img, facts["keep_debug"], facts["numba"])
+        with _ATTACH_LOCK:
+            mod = _RESTORED.setdefault(key, mod)
+            while len(_RESTORED) > _RESTORED_KEEP:
+                _RESTORED.popitem(last=False)
+    _learn_pickled(mod, facts)
+    return mod
+
+
+def _learn_pickled(mod: Module, facts: dict) -> None:
+    """Facts a later pickle of the same bytes carries (more name expressions, Numba types)."""
+    img = mod.image
+    names, decls = facts["lowered_names"], facts["declarations"]
+    if mod.__dict__.get("_pending"):
+        if any(k not in img.lowered_names for k in names) or any(k not in img.declarations for k in decls):
+            mod.__dict__["image"] = Image(img.data, img.kind, img.name, img.arch, {**names, **img.lowered_names},
+                                          img.log, {**decls, **img.declarations})
+        for k, v in facts["numba"].items():
+            mod._numba.setdefault(k, v)
+    else:
+        mod._learn(Image(img.data, img.kind, img.name, img.arch, names, "", decls))
+        with mod._lock:
+            for k, v in facts["numba"].items():
+                if mod._numba.get(k) != v:
+                    mod._numba[k] = v
+                    mod._states.pop(k, None)
+
+
+def _image_kernels(img: Image) -> tuple[str, ...]:
+    """The kernel names an image holds, read without a GPU (a fatbin: its first readable entry)."""
+    info = inspect_image(img)
+    if img.kind == "fatbin":
+        entry = next((e for e in info.entries if e.payload is not None), None)
+        if entry is None:
+            return ()
+        info = inspect_image(Image(entry.payload, entry.kind, img.name))
+    return tuple(e.name for e in info.entries)
 
 
 def carry_out(p: Plan, cache=None) -> Plan:
@@ -343,15 +495,38 @@ def _verify(entry: KernelInfo, driver_params: list[tuple[int, int]], source: str
 def compile(source: str, *, name: str | None = None, name_expressions: Iterable[str] = (),
             headers: Mapping[str, str] | None = None, include_paths: Iterable[str] = (),
             options: Iterable[str] = (), arch: str | None = None, output: str = "auto", keep_debug: bool = False,
-            cache: Any = None) -> "Module":
+            cache: Any = None, lazy: bool = False) -> "Module":
     """Compile CUDA C++ with NVRTC (through the disk cache) and load it into the current
     Numba context. Arguments as for ``nbjit.compile_image``; ``module["fill<float>"]``
-    then finds a kernel by the name expression written."""
+    then finds a kernel by the name expression written. ``lazy=True`` (with an explicit
+    ``arch`` where there is no GPU) loads on first use, as ``nbjit.load(..., lazy=True)``."""
+    call = None
+    if not include_paths and not lazy:  # files on include paths may change between calls
+        try:
+            call = (source, name, tuple(name_expressions), tuple(sorted(headers.items())) if headers else (),
+                    tuple(options), arch, output, keep_debug, _driver.current_context_key())
+            ref = _COMPILED.get(call)
+        except Exception:  # unhashable arguments, or no driver: the long way (which says what is wrong)
+            call = ref = None
+        mod = ref() if ref is not None else None
+        if mod is not None:
+            return mod
     from .compiler import compile_image
 
     img = compile_image(source, name=name, name_expressions=name_expressions, headers=headers,
                         include_paths=include_paths, options=options, arch=arch, output=output, cache=cache)
-    return load(img, keep_debug=keep_debug)
+    mod = load(img, keep_debug=keep_debug, lazy=lazy)
+    if call is not None and call[-1] == mod._ctx_key:
+        with _LOAD_LOCK:
+            if len(_COMPILED) >= 1024:  # drop the calls whose modules are gone
+                for k in [k for k, r in _COMPILED.items() if r() is None]:
+                    del _COMPILED[k]
+            _COMPILED[call] = weakref.ref(mod)
+    return mod
+
+
+# nbjit.compile's repeated calls, per context: one look-up while the module lives
+_COMPILED: "dict[tuple, weakref.ref]" = {}
 
 
 def from_numba(dispatcher: Any, signature: Any) -> Kernel:

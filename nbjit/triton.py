@@ -277,15 +277,19 @@ class TritonKernel:
     Triton's grid of programs; the user passes the runtime arguments only (constexprs are
     compiled in, scratch buffers nbjit supplies)."""
 
-    def __init__(self, kernel, meta: TritonMeta, route: str):
+    def __init__(self, kernel, meta: TritonMeta, route: str, rules: dict | None = None):
         self.kernel = kernel
         self.meta = meta
         self.route = route  # "cubin", or the PTX route ("driver", "nvjitlink", "lowered")
-        self.rules = launch_rules(meta, kernel.params)
+        self.rules = rules if rules is not None else launch_rules(meta, kernel.params)
         self._n = self.rules["user_params"]
         self._scratch: dict[Any, Any] = {}
         self._grids: dict[Any, _TritonLaunch] = {}
         self._lock = threading.Lock()
+
+    def __reduce__(self):
+        # pickles as its kernel (loaded on first use where it is unpickled) and metadata
+        return (TritonKernel, (self.kernel, self.meta, self.route, self.rules))
 
     @property
     def name(self) -> str:

@@ -130,3 +130,68 @@ def test_gpu_spawned_workers_just_work():
         results = list(pool.map(saxpy_in_worker, [40, 50]))
     for n, got in zip([40, 50], results):
         assert got == [1 + 2 * i for i in range(n)]
+
+
+def run_shipped(shipped, n: int) -> tuple[list[float], list[str]]:
+    """A spawned worker: kernels arrive pickled (or as cloudpickle bytes) and load here on
+    first use, with NVRTC forbidden and an empty cache: compiled once, in the parent."""
+    import numpy as np
+    from numba import cuda
+    from nbjit import compiler
+
+    def no_nvrtc(*a, **k):
+        raise AssertionError("NVRTC ran in the worker")
+    compiler._run_nvrtc = no_nvrtc
+    if isinstance(shipped, bytes):
+        import cloudpickle
+        shipped = cloudpickle.loads(shipped)
+    kernel, module, triton, numba_kernel = shipped
+    before = [repr(kernel), repr(module)]
+    x = cuda.to_device(np.arange(n, dtype=np.float32))
+    y = cuda.to_device(np.ones(n, np.float32))
+    kernel[1, 64](y, x, 2.0, n)  # y = 1 + 2x
+    module.saxpy[1, 64](y, x, np.float32(1.0), n)  # y = 1 + 3x
+    out = cuda.device_array(n, np.float32)
+    triton[(n + 1023) // 1024](x, y, out, n, np.float32(0.5))  # out = 0.5x + y
+    numba_kernel[1, 64](out)  # out += 1
+    return out.copy_to_host().tolist(), before
+
+
+def fresh_cache(path: str) -> None:
+    os.environ["NBJIT_CACHE_DIR"] = path
+
+
+@pytest.mark.gpu
+def test_gpu_kernels_travel_to_spawned_workers(cuda, tmp_path):
+    import pickle
+
+    import cloudpickle
+    import numpy as np
+    from conftest import DATA
+
+    @cuda.jit
+    def add_one(a):
+        i = cuda.grid(1)
+        if i < a.size:
+            a[i] += 1
+
+    m = nbjit.compile(SAXPY)
+    triton = nbjit.load_triton(DATA / "triton/add_kernel")
+    shipped = (m.saxpy, m, triton, nbjit.from_numba(add_one, "void(float32[::1])"))
+    want = [0.5 * i + 1 + 3 * i + 1 for i in range(50)]
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(2, mp_context=ctx, initializer=fresh_cache, initargs=(str(tmp_path),)) as pool:
+        a = pool.submit(run_shipped, shipped, 50)  # multiprocessing's pickle
+        b = pool.submit(run_shipped, cloudpickle.dumps(shipped), 50)
+        for f in (a, b):
+            got, before = f.result(timeout=300)
+            np.testing.assert_allclose(got, want, rtol=1e-6)
+            assert all("loads on first use" in r for r in before), before
+    assert not list(tmp_path.iterdir())  # the workers wrote nothing to their cache
+    # in this process, an unpickled kernel shares the module loaded from the same bytes
+    k2 = pickle.loads(pickle.dumps(m.saxpy))
+    x = cuda.to_device(np.arange(64, dtype=np.float32))
+    y = cuda.to_device(np.zeros(64, np.float32))
+    k2[1, 64](y, x, 2.0, 64)
+    np.testing.assert_array_equal(y.copy_to_host(), 2 * np.arange(64, dtype=np.float32))
+    assert k2.module._handle == m._handle and k2.module._owner is m and k2._s is m.saxpy._s

@@ -100,7 +100,27 @@ def context_cc(ctx) -> tuple[int, int]:
 def device_arch() -> int:
     """The current device's architecture number, e.g. 90 for sm_90."""
     from .arch import Arch
-    return Arch.parse(context_cc(current_context())).number
+    return Arch.parse(current_cc()).number
+
+
+def current_cc() -> tuple[int, int]:
+    """The compute capability of the current context's device (Numba's context made
+    current where none is): two driver calls once a context is current."""
+    if current_context_key():
+        cu = _cu()
+        return device_cc(int(check(cu.cuCtxGetDevice(), "cuCtxGetDevice")))
+    return context_cc(current_context())
+
+
+@functools.lru_cache(maxsize=None)
+def device_cc(ordinal: int) -> tuple[int, int]:
+    """The compute capability of device ``ordinal``."""
+    cu = _cu()
+    dev = check(cu.cuDeviceGet(ordinal), "cuDeviceGet")
+    A = cu.CUdevice_attribute
+    which = (A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
+    major, minor = (int(check(cu.cuDeviceGetAttribute(a, dev), "cuDeviceGetAttribute")) for a in which)
+    return major, minor
 
 
 def context_key(ctx) -> int:
@@ -110,6 +130,7 @@ def context_key(ctx) -> int:
 
 def current_context_key() -> int:
     """The handle of the context current on this thread (0 if none): cheap, no Numba call."""
+    check_not_forked()
     return int(check(_cu().cuCtxGetCurrent(), "cuCtxGetCurrent"))
 
 

@@ -12,6 +12,12 @@ import functools
 import re
 from dataclasses import dataclass
 
+# patterns used on every call, compiled once at import
+_EXTERN_C = re.compile(r'extern\s+"C"')
+_TRAILING_NAME = re.compile(r"([A-Za-z_]\w*)\s*$")
+_VOID = re.compile(r"\bvoid\b")
+_NOT_NEWLINE = re.compile(r"[^\n]")
+
 __all__ = ["CParam", "scalar_facts", "demangle", "demangled_text", "source_declarations", "triton_ir_signatures",
            "parse_ctype", "element_of"]
 
@@ -184,7 +190,7 @@ def source_declarations(source: str) -> dict[str, tuple[CParam, ...]]:
         head_start = max(code.rfind(";", 0, m.start()), code.rfind("}", 0, m.start()),
                          code.rfind("{", 0, m.start())) + 1
         head = _PREPROCESSOR.sub("", code[head_start:m.start()])
-        if not (re.search(r'extern\s+"C"', head) or _inside(spans, m.start())):
+        if not (_EXTERN_C.search(head) or _inside(spans, m.start())):
             continue
         if "template" in head or "#" in head:
             continue
@@ -192,8 +198,8 @@ def source_declarations(source: str) -> dict[str, tuple[CParam, ...]]:
         if open_ == -1:
             continue
         decl = code[m.end():open_]
-        name_m = re.search(r"([A-Za-z_]\w*)\s*$", decl)
-        if not name_m or "<" in decl or re.search(r"\b(?:void)\b", decl) is None:
+        name_m = _TRAILING_NAME.search(decl)
+        if not name_m or "<" in decl or _VOID.search(decl) is None:
             continue
         close = _matching_paren(code, open_)
         if close is None:
@@ -207,7 +213,7 @@ def source_declarations(source: str) -> dict[str, tuple[CParam, ...]]:
 def _blank_comment(m: re.Match) -> str:
     """Comments become blanks of the same length (offsets kept); strings stay."""
     s = m.group()
-    return s if s.startswith('"') else re.sub(r"[^\n]", " ", s)
+    return s if s.startswith('"') else _NOT_NEWLINE.sub(" ", s)
 
 
 def _extern_c_spans(source: str) -> list[tuple[int, int]]:

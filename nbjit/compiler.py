@@ -18,6 +18,10 @@ if TYPE_CHECKING:
 from .arch import Arch
 from .errors import CompileFailure, NbjitCompileError
 
+# patterns used on every call, compiled once at import
+_CCCL_VERSION = re.compile(r"#\s*define\s+CCCL_VERSION\s+(\d+)")
+_ARCH_NAME = re.compile(r"(sm|compute)_\d+[af]?")
+
 __all__ = ["AssembledCubin", "assemble_ptx", "assemble_cached", "nvjitlink_version", "compile_image", "nvrtc_version",
            "normalize_options", "CompileFailure"]
 
@@ -211,7 +215,7 @@ def cccl_version() -> int | None:
         text = Path(d, "cuda", "std", "__cccl", "version.h").read_text(errors="replace")
     except OSError:
         return None
-    m = re.search(r"#\s*define\s+CCCL_VERSION\s+(\d+)", text)
+    m = _CCCL_VERSION.search(text)
     return int(m.group(1)) if m else None
 
 
@@ -274,9 +278,9 @@ def _arch_for(arch: str | None) -> str:
     """The target to compile for: ``arch`` checked, or the current device's SASS."""
     if arch is None:
         from . import _driver
-        return str(Arch.parse(_driver.context_cc(_driver.current_context())))
+        return str(Arch.parse(_driver.current_cc()))
     a = str(arch).strip()
-    if not re.fullmatch(r"(sm|compute)_\d+[af]?", a):
+    if not _ARCH_NAME.fullmatch(a):
         raise NbjitCompileError(f"arch {arch!r} is not an architecture (expected e.g. 'sm_90', 'sm_90a', "
                                 "'compute_90')")
     return str(Arch.parse(a))
@@ -319,10 +323,13 @@ def compile_image(source: str, *, name: str | None = None, name_expressions: Ite
     call = None
     if not include_paths:
         try:
+            # without an arch, the current device's: one per context (devices may differ)
+            from . import _driver
+            where = arch if arch is not None else ("device of context", _driver.current_context_key())
             call = ("nvrtc", source, name, tuple(name_expressions), tuple(sorted((headers or {}).items())),
-                    tuple(options), arch, output, id(_toolchain_fingerprint()))
+                    tuple(options), where, output, id(_toolchain_fingerprint()))
             hash(call)
-        except TypeError:  # something unhashable: take the long way
+        except Exception:  # something unhashable, or no driver: take the long way (it says what is wrong)
             call = None
         hit = cache.recall(call) if call is not None else None
         if hit is not None:

@@ -21,6 +21,9 @@ from .cdecl import scalar_facts
 from .errors import NbjitLoadError
 from .signature import KernelInfo, KernelSignature, Param
 
+# patterns used on every call, compiled once at import
+_ABI_TAG = re.compile(r"B\d+v\d+B\d+")
+
 __all__ = ["NumbaArray", "NumbaScalar", "NumbaAbiError", "from_mangled", "from_numba_types", "is_numba_name",
            "fields", "signature", "C_CONTIGUOUS", "F_CONTIGUOUS"]
 
@@ -64,7 +67,7 @@ _NAMED = {"complex64": "complex64", "complex128": "complex128", "float16": "floa
 
 def is_numba_name(name: str) -> bool:
     """Whether a kernel name is Numba's (``_ZN<module><name>B<abi>...E<args>``: ABI tags)."""
-    return name.startswith("_ZN") and re.search(r"B\d+v\d+B\d+", name) is not None
+    return name.startswith("_ZN") and _ABI_TAG.search(name) is not None
 
 
 def _dtype_of(node) -> np.dtype | None:

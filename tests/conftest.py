@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import os
 from pathlib import Path
 
 import pytest
@@ -92,3 +93,12 @@ def kernels():
     """nvcc's test kernels loaded (GPU tests only)."""
     import nbjit
     return nbjit.load(DATA / "nvcc/kernels_sm90.ptx")
+
+
+def expected_path() -> str:
+    """The C launcher, unless it is switched off or several GPUs make nbjit check devices
+    (then every launch takes the Python path)."""
+    from nbjit import _driver
+    if os.environ.get("NBJIT_PURE_PYTHON", "") not in ("", "0") or _driver.device_count() > 1:
+        return "python"
+    return "c"

@@ -4,6 +4,8 @@ kernel's device."""
 from __future__ import annotations
 
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -12,6 +14,9 @@ from nbjit import NbjitArgumentError
 
 pytestmark = pytest.mark.gpu
 from conftest import DATA  # noqa: E402
+
+AXPY = ('extern "C" __global__ void axpy(float* y, const float* x, float a, int n) '
+        '{ int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i]; }')
 
 
 @pytest.fixture(scope="module")
@@ -73,3 +78,64 @@ def test_the_several_gpu_path_on_one_gpu(cuda, monkeypatch):
     tk[(n + 1023) // 1024](x, y, out, n, np.float32(0.5))
     cuda.synchronize()
     np.testing.assert_allclose(out.copy_to_host(), 0.5 * np.arange(n) + y.copy_to_host())
+
+
+def launch_on_device(shipped: bytes, device: int) -> tuple[int, list[float]]:
+    """A spawned child: unpickle first, pick the device afterwards (as a worker that learns
+    its local rank late), then launch: the kernel loads on that device."""
+    import pickle
+
+    from numba import cuda
+    kernel = pickle.loads(shipped)
+    cuda.select_device(device)
+    x = cuda.to_device(np.arange(100, dtype=np.float32))
+    y = cuda.to_device(np.ones(100, np.float32))
+    kernel[1, 128](y, x, 2.0, 100)
+    return kernel.module.device, y.copy_to_host().tolist()
+
+
+def test_unpickled_kernel_loads_on_the_device_chosen_later(two):
+    import multiprocessing
+    import pickle
+    from concurrent.futures import ProcessPoolExecutor
+
+    k = nbjit.compile(AXPY, name="axpy.cu")["axpy"]
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
+        runs = list(pool.map(launch_on_device, [pickle.dumps(k)] * 2, [1, 0]))
+    assert [dev for dev, _ in runs] == [1, 0]
+    for _, y in runs:
+        assert y == [1 + 2 * i for i in range(100)]
+
+
+def test_dask_example_on_every_gpu(cuda, monkeypatch):
+    """The core of examples/dask_multi_gpu.py on a LocalCUDACluster of every visible GPU."""
+    pytest.importorskip("cupy")
+    pytest.importorskip("dask_cuda")
+    import importlib
+
+    from dask_cuda import LocalCUDACluster
+    from distributed import Client
+
+    # importable by name here and in the workers (spawned with this sys.path), as a script's
+    # own module would be
+    monkeypatch.syspath_prepend(str(DATA.parent.parent / "examples"))
+    ex = importlib.import_module("dask_multi_gpu")
+    kernel = nbjit.compile(ex.SRC)["poly"]
+    with LocalCUDACluster() as cluster, Client(cluster) as client:
+        client.run(forbid_nvrtc_and_watch)
+        r = ex.run(client, 8_000_000 + 7, 500_000, kernel, timeout=120)
+    assert r["chunks"] == 17
+    assert set(r["per_gpu"]) == {str(i) for i in range(len(cuda.gpus))}, r
+
+
+def forbid_nvrtc_and_watch() -> None:
+    """On a worker: compiling is an error (the kernel was compiled on the client); a worker
+    stuck for a minute prints where."""
+    import faulthandler
+
+    from nbjit import compiler
+
+    def no_nvrtc(*a, **k):
+        raise AssertionError("NVRTC ran on a worker")
+    compiler._run_nvrtc = no_nvrtc
+    faulthandler.dump_traceback_later(60, exit=False, file=sys.stderr)

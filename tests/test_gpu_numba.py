@@ -5,7 +5,6 @@ is typed from its mangled name; what cannot be passed is refused."""
 from __future__ import annotations
 
 import importlib.util
-import os
 
 import numpy as np
 import pytest
@@ -14,6 +13,7 @@ torch = pytest.importorskip("torch") if importlib.util.find_spec("torch") else N
 
 import nbjit  # noqa: E402
 from nbjit import NbjitArgumentError, NbjitLoadError  # noqa: E402
+from conftest import expected_path  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -59,7 +59,7 @@ def test_1d_c_arrays_and_scalars(cuda):
     for _ in range(3):
         cfg(*args)
     cuda.synchronize()
-    assert cfg.path == ("python" if os.environ.get("NBJIT_PURE_PYTHON") else "c") and cfg.fallbacks == 0
+    assert cfg.path == expected_path() and cfg.fallbacks == 0
     with pytest.raises(NbjitArgumentError, match="float64 array was passed"):
         cfg(cuda.device_array(n, np.float64), args[1], 1.0, n)
     with pytest.raises(NbjitArgumentError, match="host numpy array"):

@@ -4,7 +4,6 @@ every everyday argument form takes the C fast path (``launcher.path``/``fallback
 from __future__ import annotations
 
 import importlib.util
-import os
 import warnings
 
 import numpy as np
@@ -17,7 +16,7 @@ import nbjit  # noqa: E402
 from nbjit import NbjitArgumentError, NbjitWarning  # noqa: E402
 
 pytestmark = pytest.mark.gpu
-from conftest import DATA  # noqa: E402
+from conftest import DATA, expected_path  # noqa: E402
 SCALE = "_Z6k_tmplIfEvPT_S0_i"  # k_tmpl<float>(float* out, float v, int n): out[i] = v * i
 SRC = r'''
 extern "C" __global__ void scale(float* __restrict__ out, float v, int n) {
@@ -27,15 +26,6 @@ extern "C" __global__ void scale(float* __restrict__ out, float v, int n) {
 '''
 N = 1000
 GRID, BLOCK = (N + 127) // 128, 128
-
-
-def expected_path() -> str:
-    """The C launcher, unless it is switched off or several GPUs make nbjit check devices
-    (then every launch takes the Python path)."""
-    from nbjit import _driver
-    if os.environ.get("NBJIT_PURE_PYTHON", "") not in ("", "0") or _driver.device_count() > 1:
-        return "python"
-    return "c"
 
 
 def route_kernel(route: str):

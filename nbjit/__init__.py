@@ -15,9 +15,10 @@ Inspection (pure data, no GPU):
                                         device code as bytes + kind, sniffed by content
 
 Loading and launching (needs a GPU):
-    load(image, name=None, keep_debug=False) -> Module
+    load(image, name=None, keep_debug=False, lazy=False) -> Module
                                         into the current Numba context; PTX newer than the
-                                        driver is assembled with nvJitLink (or lowered)
+                                        driver is assembled with nvJitLink (or lowered);
+                                        lazy=True: on first use (no GPU needed now)
     Module["kernel"], Module.kernel, Module.kernels, Module.get_kernel(name, signature=...),
     Module.get_global(name) -> DeviceGlobal (.ptr, .size, .as_array(dtype, shape))
     Kernel[grid, block, stream, shared](*args), Kernel.launch(...), Kernel.bind(...),
@@ -25,9 +26,12 @@ Loading and launching (needs a GPU):
 
 Compiling (NVRTC; no GPU needed with an explicit arch) and the cache:
     compile(source, name=..., name_expressions=(), headers=None, include_paths=(), options=(),
-            arch=None, output="auto") -> Module
+            arch=None, output="auto", lazy=False) -> Module
     compile_image(...same...) -> Image (.data, .kind, .arch, .lowered_names, .log)
     Cache(path), default_cache(), set_default_cache(cache)
+
+Processes: Module, Kernel and TritonKernel pickle as data (bytes and facts, no handle) and
+load on first use in the process that unpickles them, on its current device.
 
 Numba's own kernels through nbjit's launcher:
     from_numba(dispatcher, signature) -> Kernel

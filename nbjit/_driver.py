@@ -129,9 +129,17 @@ def context_key(ctx) -> int:
 
 
 def current_context_key() -> int:
-    """The handle of the context current on this thread (0 if none): cheap, no Numba call."""
+    """The handle of the context current on this thread (0 if none, CUDA not initialised
+    included): cheap, no Numba call."""
     check_not_forked()
-    return int(check(_cu().cuCtxGetCurrent(), "cuCtxGetCurrent"))
+    try:
+        cu = _cu()
+        res = cu.cuCtxGetCurrent()
+    except Exception:  # no driver library (cuda.pathfinder's error): no context either
+        return 0
+    if res[0] == cu.CUresult.CUDA_ERROR_NOT_INITIALIZED:
+        return 0
+    return int(check(res, "cuCtxGetCurrent"))
 
 
 @functools.lru_cache(maxsize=None)

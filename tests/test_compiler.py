@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+import nbjit
 from nbjit import NbjitCompileError, compile_image, inspect_cubin, inspect_ptx
 from nbjit.cache import Cache
 from nbjit.compiler import CompileFailure, normalize_options
@@ -90,3 +91,13 @@ def test_option_normalisation(tmp_path):
     assert normalize_options(["-Iinc"]) == normalize_options(["--include-path=inc"]) == normalize_options(["-I", "inc"])
     with pytest.raises(NbjitCompileError, match="needs a value"):
         normalize_options(["-I"])
+
+
+def test_compiling_for_the_current_device_without_one_says_what_to_do():
+    from conftest import gpu_available
+    if gpu_available()[0]:
+        pytest.skip("a GPU is present")
+    src = 'extern "C" __global__ void k(float* y) { y[0] = 1.0f; }'
+    for call in (lambda: nbjit.compile_image(src), lambda: nbjit.compile(src)):
+        with pytest.raises(nbjit.NbjitError, match="arch="):
+            call()

@@ -95,4 +95,7 @@ if __name__ == "__main__":
     with tempfile.TemporaryDirectory() as d:
         import os
         os.environ.setdefault("NBJIT_CACHE_DIR", d)
-        main()
+        try:
+            main()
+        except BrokenPipeError:  # output piped to `head`
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

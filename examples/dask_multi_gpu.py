@@ -84,10 +84,16 @@ def main() -> None:
     ap.add_argument("--chunk", type=int, default=10_000_000, help="values per chunk")
     ap.add_argument("--gpus", default=None, help="GPUs to use, e.g. 0,1 (default: all visible)")
     a = ap.parse_args()
-    from dask_cuda import LocalCUDACluster
-    from distributed import Client
-
-    kernel = nbjit.compile(SRC)["poly"]  # NVRTC runs here, once (and is cached on disk)
+    try:
+        import cupy  # noqa: F401
+        from dask_cuda import LocalCUDACluster
+        from distributed import Client
+    except ImportError as e:
+        raise SystemExit(f"{e}: this example needs Dask-CUDA and CuPy: pip install 'nbjit[cu13,dask]' cupy-cuda13x") from None
+    try:
+        kernel = nbjit.compile(SRC)["poly"]  # NVRTC runs here, once (and is cached on disk)
+    except nbjit.NbjitError as e:
+        raise SystemExit(str(e)) from None
     with LocalCUDACluster(CUDA_VISIBLE_DEVICES=a.gpus) as cluster, Client(cluster) as client:
         print(f"{len(client.scheduler_info()['workers'])} workers; kernel {kernel}")
         run(client, a.chunk * 2, a.chunk, kernel)  # warm-up: each worker loads the kernel

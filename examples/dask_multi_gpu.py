@@ -89,7 +89,8 @@ def main() -> None:
         from dask_cuda import LocalCUDACluster
         from distributed import Client
     except ImportError as e:
-        raise SystemExit(f"{e}: this example needs Dask-CUDA and CuPy: pip install 'nbjit[cu13,dask]' cupy-cuda13x") from None
+        need = "pip install 'nbjit[cu13,dask]' cupy-cuda13x"
+        raise SystemExit(f"{e}: this example needs Dask-CUDA and CuPy: {need}") from None
     try:
         kernel = nbjit.compile(SRC)["poly"]  # NVRTC runs here, once (and is cached on disk)
     except nbjit.NbjitError as e:

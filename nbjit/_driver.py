@@ -359,8 +359,10 @@ def stream_object(handle: int):
     return _cu().CUstream(handle)
 
 
-def launch_ex(func, grid, block, shared: int, stream, params: int, *, cooperative: bool, cluster) -> int:
-    """cuLaunchKernelEx with cooperative / cluster attributes; returns the CUresult."""
+def launch_ex(func, grid, block, shared: int, stream, params: int, *, cooperative: bool, cluster,
+              pdl: bool = False) -> int:
+    """cuLaunchKernelEx with cooperative / cluster / programmatic stream serialization
+    attributes; returns the CUresult."""
     cu = _cu()
     cfg = cu.CUlaunchConfig()
     cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
@@ -377,6 +379,11 @@ def launch_ex(func, grid, block, shared: int, stream, params: int, *, cooperativ
         a = cu.CUlaunchAttribute()
         a.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
         a.value.clusterDim.x, a.value.clusterDim.y, a.value.clusterDim.z = cluster
+        attrs.append(a)
+    if pdl:
+        a = cu.CUlaunchAttribute()
+        a.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        a.value.programmaticStreamSerializationAllowed = 1
         attrs.append(a)
     cfg.attrs = attrs
     cfg.numAttrs = len(attrs)

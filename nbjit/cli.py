@@ -102,6 +102,9 @@ def format_entries(entries, out: list[str]) -> None:
             out.append("  directives: " + ", ".join(
                 k if v is True else f"{k} {','.join(map(str, v)) if isinstance(v, list) else v}"
                 for k, v in d.items()))
+        if e.griddepcontrol:
+            out.append(f"  griddepcontrol: {', '.join(e.griddepcontrol)}"
+                       + (" (programmatic dependent launch by default)" if e.waits_for_grid else ""))
 
 
 def format_ptx(info: PtxInfo, path: str) -> str:

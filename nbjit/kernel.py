@@ -81,6 +81,8 @@ class _State:
         self.recipe = (name, None, ())  # what makes it again elsewhere: (name, signature, extra layouts)
         self.tls = threading.local()
         self.configs: dict = {}
+        # programmatic dependent launch by default: where the kernel waits for the grid before it
+        self.pdl = info.waits_for_grid
         self.optin = 0  # dynamic shared bytes this function has been opted in to
         self.attrs: KernelAttributes | None = None
         self.pointer_params = tuple(i for i, p in enumerate(info.params) if p.pointer or p.size == 8)
@@ -99,8 +101,10 @@ class _State:
 @dataclass(frozen=True)
 class LaunchConfig:
     """How to launch: grid and block (3 ints each), stream, dynamic shared memory bytes,
-    cluster shape and whether the launch is cooperative. ``LaunchConfig.make`` is the one
-    validator every launch path (C, Python, extended, Triton) goes through."""
+    cluster shape, whether the launch is cooperative and whether it is a programmatic
+    dependent launch (``pdl``: it may start before the grid before it on the stream ends).
+    ``LaunchConfig.make`` is the one validator every launch path (C, Python, extended,
+    Triton) goes through."""
 
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
@@ -108,18 +112,20 @@ class LaunchConfig:
     shared: int = 0
     cluster: tuple[int, int, int] | None = None
     cooperative: bool = False
+    pdl: bool = False
 
     @classmethod
     def make(cls, grid: Any, block: Any, stream: Any = None, shared: Any = 0, cluster: Any = None,
-             cooperative: Any = False, *, kernel: str = "<kernel>") -> "LaunchConfig":
+             cooperative: Any = False, pdl: Any = False, *, kernel: str = "<kernel>") -> "LaunchConfig":
         """A validated configuration; ``NbjitLaunchError`` names the kernel and the value."""
         if not isinstance(shared, int) or isinstance(shared, bool) or shared < 0:
             raise NbjitLaunchError(f"kernel {kernel!r}: dynamic shared memory must be a byte count >= 0, "
                                    f"got {shared!r}")
-        if not isinstance(cooperative, bool):
-            raise NbjitLaunchError(f"kernel {kernel!r}: cooperative must be True or False, got {cooperative!r}")
+        for what, v in (("cooperative", cooperative), ("pdl", pdl)):
+            if not isinstance(v, bool):
+                raise NbjitLaunchError(f"kernel {kernel!r}: {what} must be True or False, got {v!r}")
         return cls(_dims(grid, "grid", kernel), _dims(block, "block", kernel), stream, shared,
-                   None if cluster is None else _dims(cluster, "cluster", kernel), cooperative)
+                   None if cluster is None else _dims(cluster, "cluster", kernel), cooperative, pdl)
 
     @property
     def threads(self) -> int:
@@ -132,7 +138,7 @@ class LaunchConfig:
     @property
     def extended(self) -> bool:
         """Whether the launch needs cuLaunchKernelEx (launch attributes)."""
-        return self.cooperative or self.cluster is not None
+        return self.cooperative or self.pdl or self.cluster is not None
 
 
 def _dims(v, what: str, kernel: str) -> tuple[int, int, int]:
@@ -278,6 +284,39 @@ class Kernel(_indexing_base()):  # type: ignore[misc]
         return self._s.optin
 
     @property
+    def pdl(self) -> bool:
+        """Whether ``kernel[grid, block, ...]`` launches it as a programmatic dependent launch
+        (it may start while the kernel before it on the stream still runs, and must wait for
+        it with ``griddepcontrol.wait``). True by default for kernels whose PTX runs
+        ``griddepcontrol.wait``; settable. Devices before sm_90 launch plainly."""
+        return self._s.pdl
+
+    @pdl.setter
+    def pdl(self, value: bool) -> None:
+        if not isinstance(value, bool):
+            raise NbjitLaunchError(f"kernel {self.name!r}: pdl must be True or False, got {value!r}")
+        s = self._s
+        with s.lock:
+            s.pdl = value
+            s.configs.clear()  # launchers configured before follow the new default
+
+    def _pdl(self, requested: bool | None, default: bool | None = None) -> bool:
+        """Whether a launch is a programmatic dependent one: ``requested`` (the caller's
+        word), else ``default`` (Triton's launch_pdl), else the kernel's. Asked explicitly
+        where the device cannot, an error; by default there, a plain launch."""
+        want = requested if requested is not None else default if default is not None else self._s.pdl
+        if not want:
+            return False
+        cc = _driver.device_cc(self._s.device)
+        if cc >= (9, 0):
+            return True
+        if requested:
+            raise NbjitLaunchError(f"kernel {self.name!r}: programmatic dependent launch (pdl=True) needs a device "
+                                   f"of compute capability 9.0 or newer; device {self._s.device} is "
+                                   f"{cc[0]}.{cc[1]}")
+        return False
+
+    @property
     def attributes(self) -> KernelAttributes:
         """What the driver says about the loaded function (read once)."""
         s = self._s
@@ -320,9 +359,12 @@ class Kernel(_indexing_base()):  # type: ignore[misc]
         shared = config[3] if len(config) > 3 else 0
         return self._config(config[0], config[1], stream, shared)
 
-    def _config(self, grid, block, stream, shared, tail: int = 0, count_error=None) -> "_Config":
-        """A configured launcher for a plain launch (see ``_launcher``)."""
-        return self._launcher(LaunchConfig.make(grid, block, stream, shared, kernel=self.name), tail, count_error)
+    def _config(self, grid, block, stream, shared, tail: int = 0, count_error=None, pdl: bool | None = None,
+                pdl_default: bool | None = None) -> "_Config":
+        """A configured launcher for a launch without cooperative or cluster attributes (see
+        ``_launcher``); programmatic dependent as ``_pdl`` decides."""
+        cfg = LaunchConfig.make(grid, block, stream, shared, pdl=self._pdl(pdl, pdl_default), kernel=self.name)
+        return self._launcher(cfg, tail, count_error)
 
     def _launcher(self, cfg: LaunchConfig, tail: int = 0, count_error=None) -> "_Config":
         """The launcher for a validated configuration (the function opted in to its shared
@@ -362,11 +404,16 @@ class Kernel(_indexing_base()):  # type: ignore[misc]
         return nbytes
 
     def launch(self, grid: int | tuple, block: int | tuple, *args: Any, stream: Any = None, shared_mem: int = 0,
-               cooperative: bool = False, cluster: tuple | None = None) -> None:
+               cooperative: bool = False, cluster: tuple | None = None, pdl: bool | None = None) -> None:
         """Launch with keywords; ``cooperative=True`` for grid-wide synchronisation,
         ``cluster=(x, y, z)`` for thread-block clusters (by default the kernel's own
-        ``.reqnctapercluster`` / ``__cluster_dims__``, which needs nothing at launch)."""
-        cfg = LaunchConfig.make(grid, block, stream, shared_mem, cluster, cooperative, kernel=self.name)
+        ``.reqnctapercluster`` / ``__cluster_dims__``, which needs nothing at launch),
+        ``pdl=True`` / ``False`` for a programmatic dependent launch or not (default: the
+        kernel's ``pdl``)."""
+        if pdl is not None and not isinstance(pdl, bool):
+            raise NbjitLaunchError(f"kernel {self.name!r}: pdl must be True, False or None, got {pdl!r}")
+        cfg = LaunchConfig.make(grid, block, stream, shared_mem, cluster, cooperative, self._pdl(pdl),
+                                kernel=self.name)
         self._launcher(cfg)(*args)
 
     def bind(self, grid: int | tuple, block: int | tuple, *args: Any, stream: Any = None,
@@ -456,8 +503,8 @@ class _PyLauncher(_Config):
 
 
 class _ExtendedLauncher(_PyLauncher):
-    """Launches that carry attributes (cooperative, a cluster shape set at launch) go through
-    cuLaunchKernelEx with the same packing rules."""
+    """Launches that carry attributes (cooperative, a cluster shape set at launch,
+    programmatic dependent) go through cuLaunchKernelEx with the same packing rules."""
 
     path = "python (cuLaunchKernelEx)"
 
@@ -465,7 +512,7 @@ class _ExtendedLauncher(_PyLauncher):
         buf = self._packed(args)
         c = self.config
         err = _driver.launch_ex(self._s.func, c.grid, c.block, c.shared, self.stream, buf.address,
-                                cooperative=c.cooperative, cluster=c.cluster)
+                                cooperative=c.cooperative, cluster=c.cluster, pdl=c.pdl)
         if err:
             raise self.error(err)
 
@@ -526,8 +573,15 @@ class BoundLaunch:
         buf = _Buffer(s.info)
         s.packer.pack_into(buf.data, args)
         self._data, self._ptrs, self._address = buf.data, buf.ptrs, buf.address
-        self._cfg = launcher._cfg
-        self._launch = launcher._launch
+        c = launcher.config
+        if c.extended:  # launch attributes (a programmatic dependent launch): cuLaunchKernelEx
+            func, stream = s.func, launcher.stream
+            self._cfg = ()
+            self._launch = lambda address: _driver.launch_ex(func, c.grid, c.block, c.shared, stream, address,
+                                                             cooperative=c.cooperative, cluster=c.cluster, pdl=c.pdl)
+        else:
+            self._cfg = launcher._cfg
+            self._launch = launcher._launch
 
     def __call__(self) -> None:
         """Launch again with the packed arguments."""

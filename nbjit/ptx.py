@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .errors import PtxParseError
 from .signature import SCALAR_TYPES, Directives, KernelInfo, KernelSignature, find_entry, layout
@@ -42,10 +42,13 @@ class FuncInfo:
     linkage: str | None
     defined: bool
     noreturn: bool = False
+    griddepcontrol: tuple[str, ...] = ()  # as KernelInfo.griddepcontrol, for its own body
 
     def to_json(self) -> dict:
-        return {"name": self.name, "linkage": self.linkage, "defined": self.defined,
-                "noreturn": self.noreturn}
+        d = {"name": self.name, "linkage": self.linkage, "defined": self.defined, "noreturn": self.noreturn}
+        if self.griddepcontrol:
+            d["griddepcontrol"] = list(self.griddepcontrol)
+        return d
 
 
 @dataclass(frozen=True)
@@ -228,6 +231,8 @@ _IDENT = re.compile(r"[A-Za-z_$][\w$]*")
 _MAX_DIGITS = 19
 _VARTOK = re.compile(r"\.\w+|\d+|[A-Za-z_$%][\w$%]*|\[|\]|=")
 _LOC = re.compile(r"\.loc\b")
+_GRIDDEP = re.compile(r"\bgriddepcontrol\.(wait|launch_dependents)\b")
+_CALL = re.compile(r"\bcall(?:\.uni)?\b[^;]*?([A-Za-z_$%][\w$%]*)\s*(?:,\s*\(|;)")
 _FILE = re.compile(r'\.file\s+(\d+)\s+"')
 _PRAGMA = re.compile(r'\.pragma\s*"x*"\s*;')
 _SECTION = re.compile(r"\.section\s+(\.[\w.$]+)")
@@ -293,6 +298,7 @@ class _Parser:
         self.full = False  # whether self.v is the whole text with comments and strings blanked
         self._braces: dict[int, int] | None = None
         self._unclosed: list[int] = []
+        self._bodies: list[tuple[int, int | None, int | None]] = []  # (entry index, body start, end)
         self.v = text
         if "//" not in text and '"' not in text and "/*" not in text:
             self.full = True  # nothing to blank: the text is its own code view
@@ -433,6 +439,7 @@ class _Parser:
                 fn, pos = self.func(d.end(), linkage)
                 funcs.append(fn)
         funcs = _merge_functions(funcs)
+        entries = self.called_griddep(entries, funcs)
         self.braces()
         if self._unclosed:
             raise self.error("unbalanced '{': no '}' closes it (truncated text?)", self._unclosed[-1])
@@ -617,12 +624,46 @@ class _Parser:
         rest = h[p:]
         d = _NO_DIRECTIVES if not rest or rest.isspace() else self.directives(
             _PRAGMA.sub("", rest) if ".pragma" in rest else rest, pos + p, f"kernel {name!r}")
+        gdc: tuple[str, ...] = ()
         if defined:
             close = (self._braces if self._braces is not None else self.braces()).get(hend)
             end = close + 1 if close is not None else self.match_brace(hend, f"kernel {name!r}")
+            gdc = self.griddep(hend, end)
+            self._bodies.append((len(self._bodies), hend, end))
         else:
             end = hend + 1
-        return KernelInfo(name, sig, d, linkage), end
+            self._bodies.append((len(self._bodies), None, None))
+        return KernelInfo(name, sig, d, linkage, griddepcontrol=gdc), end
+
+    def called_griddep(self, entries: list[KernelInfo], funcs: list[FuncInfo]) -> list[KernelInfo]:
+        """Kernels also run the griddepcontrol instructions of the functions they call
+        (directly: compilers inline what they can, and Triton's and CUDA's wrappers are inline)."""
+        gdc = {f.name: f.griddepcontrol for f in funcs if f.griddepcontrol}
+        if not gdc:
+            return entries
+        out = list(entries)
+        for i, a, b in self._bodies:
+            if a is None:
+                continue
+            found = set(out[i].griddepcontrol)
+            pos = a
+            while (m := self.find_code(_CALL, pos, b)) is not None:
+                found.update(gdc.get(m.group(1), ()))
+                pos = m.end()
+            if found != set(out[i].griddepcontrol):
+                out[i] = replace(out[i], griddepcontrol=tuple(sorted(found, key=("wait", "launch_dependents").index)))
+        return out
+
+    def griddep(self, a: int, b: int) -> tuple[str, ...]:
+        """The griddepcontrol instructions in code between ``a`` and ``b`` (a body)."""
+        if self.v.find("griddepcontrol", a, b) == -1:  # the common case: one find, no regex
+            return ()
+        found = set()
+        pos = a
+        while (m := self.find_code(_GRIDDEP, pos, b)) is not None:
+            found.add(m.group(1))
+            pos = m.end()
+        return tuple(sorted(found, key=("wait", "launch_dependents").index))
 
     def func(self, pos: int, linkage: str | None) -> tuple[FuncInfo, int]:
         h, hend, defined = self.declaration(pos, "'.func'")
@@ -633,7 +674,7 @@ class _Parser:
         self.params(inner or "", pos + p, what)
         d = self.directives(_PRAGMA.sub("", h[p:]), pos + p, what)
         end = self.match_brace(hend, what) if defined else hend + 1
-        return FuncInfo(name, linkage, defined, d.noreturn), end
+        return FuncInfo(name, linkage, defined, d.noreturn, self.griddep(hend, end) if defined else ()), end
 
     def variables(self, g: str, off: int):
         pos = 0
@@ -713,7 +754,7 @@ def _merge_functions(funcs: list[FuncInfo]) -> list[FuncInfo]:
         have = by_name.get(f.name)
         if have is None or (f.defined and not have.defined):
             by_name[f.name] = f if have is None else FuncInfo(f.name, f.linkage or have.linkage, True,
-                                                              f.noreturn or have.noreturn)
+                                                              f.noreturn or have.noreturn, f.griddepcontrol)
     return list(by_name.values())
 
 

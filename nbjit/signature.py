@@ -193,6 +193,15 @@ class KernelInfo:
     # where the kernel's own parameters start, where arguments and parameters are not one to
     # one (a Numba array argument is 5 + 2·ndim parameters); None: the params' offsets
     launch_offsets: tuple[int, ...] | None = None
+    # the griddepcontrol instructions (PTX) the kernel or a function it calls runs: "wait"
+    # (it waits for the grid it depends on) and/or "launch_dependents"; () where none or unknown
+    griddepcontrol: tuple[str, ...] = ()
+
+    @property
+    def waits_for_grid(self) -> bool:
+        """Whether the kernel runs ``griddepcontrol.wait`` (so may be launched with
+        programmatic dependent launch: it waits itself for the grid before it)."""
+        return "wait" in self.griddepcontrol
 
     @property
     def params(self) -> tuple[Param, ...]:
@@ -216,6 +225,8 @@ class KernelInfo:
             v = getattr(self, k)
             if v is not None:
                 d[k] = v
+        if self.griddepcontrol:
+            d["griddepcontrol"] = list(self.griddepcontrol)
         return d
 
 
@@ -275,8 +286,9 @@ def merge(name: str, layouts: Iterable[tuple[str, KernelInfo | None]],
                                         f"{len(params)}: {name}{KernelSignature(tuple(params), base.param_size)}", lbl)
             continue
         params = [_typed(name, i, p, c, lbl) for i, (p, c) in enumerate(zip(params, cps))]
+    gdc = next((k.griddepcontrol for _, k in layouts if k.griddepcontrol), ())
     return KernelInfo(name, KernelSignature(tuple(params), base.param_size), info.directives, info.linkage,
-                      info.registers, info.shared, info.const, info.local, info.stack)
+                      info.registers, info.shared, info.const, info.local, info.stack, griddepcontrol=gdc)
 
 
 def build_table(names: Iterable[str], layouts_of: Callable[[str], list], ctypes_of: Callable[[str], list]

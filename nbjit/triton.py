@@ -348,6 +348,8 @@ class _TritonLaunch:
             raise NbjitLaunchError(f"Triton kernel {k.name!r}: grid must be an int or 1 to 3 ints >= 1, "
                                    f"got {grid!r}")
         m = k.meta
+        if m.pdl and not k.kernel.pdl:  # Triton's launch_pdl: programmatic dependent launches by default
+            k.kernel.pdl = True
         self.k = k
         self.grid = tuple(grid) + (1,) * (3 - len(grid))
         self.launch_grid = (self.grid[0] * m.num_ctas, self.grid[1], self.grid[2])

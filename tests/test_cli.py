@@ -319,3 +319,12 @@ def test_compile_arch_lists_that_make_no_sense(tmp_path, args, msg):
     src.write_text('extern "C" __global__ void k() {}\n')
     r = nbjit("compile", str(src), *args)
     assert r.returncode == 2 and msg in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_inspect_shows_griddepcontrol():
+    r = nbjit("inspect", str(DATA / "nvcc/pdl_sm90.ptx"))
+    assert r.returncode == 0, r.stderr
+    assert "griddepcontrol: wait, launch_dependents (programmatic dependent launch by default)" in r.stdout
+    assert "griddepcontrol: wait (programmatic dependent launch by default)" in r.stdout
+    j = json.loads(nbjit("inspect", "--json", str(DATA / "nvcc/pdl_sm90.ptx")).stdout)
+    assert [e.get("griddepcontrol") for e in j["entries"]] == [["wait", "launch_dependents"], ["wait"], None]

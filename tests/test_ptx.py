@@ -521,3 +521,28 @@ def test_fuzz_line_edits(src, data):
         if _DEBUG_LINE.match(ln) or ".target" in ln:
             continue
         assert ln in kept, ln
+
+
+# ------------------------------------------------------------------ programmatic dependent launch
+
+def test_griddepcontrol_found_in_kernels_and_the_functions_they_call():
+    info = inspect_ptx((DATA / "nvcc/pdl_sm90.ptx").read_text())
+    got = {e.name: e.griddepcontrol for e in info.entries}
+    assert got == {"pdl_producer": ("wait", "launch_dependents"),  # CUDA's device runtime calls, inlined
+                   "pdl_consumer": ("wait",),  # through a call to a .func
+                   "pdl_none": ()}
+    assert [e.waits_for_grid for e in info.entries] == [True, True, False]
+    assert [f.griddepcontrol for f in info.functions] == [("wait",)]
+    j = info.to_json()
+    assert j["entries"][0]["griddepcontrol"] == ["wait", "launch_dependents"]
+    assert "griddepcontrol" not in j["entries"][2]
+
+
+def test_griddepcontrol_in_a_comment_or_another_kernel_is_not_counted():
+    text = (DATA / "nvcc/pdl_sm90.ptx").read_text()
+    body = text.index("pdl_none(")
+    brace = text.index("{", body)
+    edited = text[:brace + 1] + "\n\t// griddepcontrol.wait;\n\t/* griddepcontrol.launch_dependents; */" + \
+        text[brace + 1:]
+    e = inspect_ptx(edited).entry("pdl_none")
+    assert e.griddepcontrol == () and not e.waits_for_grid

@@ -44,6 +44,9 @@ def nvcc() -> None:
     for arch in ("sm_80", "sm_90", "sm_90a", "sm_100"):
         run("nvcc", "-cubin", f"-arch={arch}", k, "-o", str(out / f"kernels_{arch}.cubin"))
     run("nvcc", "-cubin", "-arch=sm_90", c, "-o", str(out / "cluster_sm90.cubin"))
+    pdl = str(SRC / "pdl.cu")  # programmatic dependent launch (griddepcontrol)
+    run("nvcc", "-ptx", "-arch=sm_90", pdl, "-o", str(out / "pdl_sm90.ptx"))
+    run("nvcc", "-cubin", "-arch=sm_90", pdl, "-o", str(out / "pdl_sm_90.cubin"))
     # -G: called functions' stacks (EIATTR_MIN_STACK_SIZE); -rdc: globals as CUDA_OBJECT symbols
     run("nvcc", "-cubin", "-arch=sm_90", "-G", k, "-o", str(out / "kernels_G_sm_90.cubin"))
     run("nvcc", "-cubin", "-arch=sm_90", "-rdc=true", k, "-o", str(out / "kernels_rdc_sm_90.cubin"))

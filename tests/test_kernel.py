@@ -1,0 +1,58 @@
+"""The kernel stage without a GPU: launch configurations and the programmatic dependent
+launch default (the launches themselves are tested on the GPU: test_gpu_pdl.py)."""
+from __future__ import annotations
+
+import pytest
+
+from nbjit import NbjitLaunchError, _driver, inspect_ptx
+from nbjit import kernel as K
+
+from conftest import DATA  # noqa: E402
+
+
+def test_launch_config_pdl():
+    c = K.LaunchConfig.make(4, 128, pdl=True)
+    assert c.pdl and c.extended
+    assert not K.LaunchConfig.make(4, 128).extended
+    with pytest.raises(NbjitLaunchError, match="pdl must be True or False, got 1"):
+        K.LaunchConfig.make(4, 128, pdl=1, kernel="k")
+
+
+@pytest.fixture
+def pdl_kernels(monkeypatch):
+    """Kernels of the PDL fixture over a fake function handle, on a device of chosen arch."""
+    monkeypatch.setattr(K, "_MULTI", [False])
+    cc = {"value": (9, 0)}
+    monkeypatch.setattr(_driver, "device_cc", lambda ordinal: cc["value"])
+    info = inspect_ptx((DATA / "nvcc/pdl_sm90.ptx").read_text())
+    ks = {e.name: K.Kernel(None, K._State(e.name, None, e, 0, 0)) for e in info.entries}
+    return ks, cc
+
+
+def test_kernels_that_wait_for_the_grid_before_default_to_pdl(pdl_kernels):
+    ks, cc = pdl_kernels
+    assert ks["pdl_producer"].pdl and ks["pdl_consumer"].pdl and not ks["pdl_none"].pdl
+    assert ks["pdl_consumer"]._pdl(None) is True
+    assert ks["pdl_none"]._pdl(None) is False
+    assert ks["pdl_none"]._pdl(True) is True  # asked for
+    assert ks["pdl_consumer"]._pdl(False) is False
+    assert ks["pdl_none"]._pdl(None, default=True) is True  # Triton's launch_pdl
+
+
+def test_devices_before_hopper_launch_plainly_unless_asked(pdl_kernels):
+    ks, cc = pdl_kernels
+    cc["value"] = (8, 0)
+    assert ks["pdl_consumer"]._pdl(None) is False  # the default: a plain launch
+    assert ks["pdl_none"]._pdl(None, default=True) is False
+    with pytest.raises(NbjitLaunchError, match=r"pdl=True\) needs a device of compute capability 9.0 .* is 8.0"):
+        ks["pdl_none"]._pdl(True)
+
+
+def test_setting_pdl_drops_configured_launchers(pdl_kernels):
+    ks, _ = pdl_kernels
+    k = ks["pdl_none"]
+    k._s.configs[(1, 32)] = object()
+    k.pdl = True
+    assert k.pdl and k._s.configs == {}
+    with pytest.raises(NbjitLaunchError, match="pdl must be True or False"):
+        k.pdl = "yes"

@@ -821,7 +821,7 @@ def strip_debug(text: str | bytes, keep_lineinfo: bool = False) -> str:
     text = _as_text(text, None)
     if _BLOCK_OPEN.search(text):
         return _strip_view(text, _blank_text(text), keep_lineinfo)
-    out = (_DWARF_ONLY if keep_lineinfo else _DEBUG_LINES).sub("", text)
+    out = (_DWARF_ONLY if keep_lineinfo else _DEBUG_LINES).sub(_line_cut, text)
     if keep_lineinfo and "function_name" in out:
         out = _LOC_TAIL.sub(r"\1", out)
     t = _target_line(out)
@@ -835,21 +835,29 @@ def strip_debug(text: str | bytes, keep_lineinfo: bool = False) -> str:
 def _strip_view(text: str, view: str, keep_lineinfo: bool) -> str:
     """strip_debug deciding on ``view`` (comments blanked, same offsets), cutting ``text``:
     block comments could hide or fake any of the patterns."""
-    cuts = [(x.start(), x.end()) for x in (_DWARF_ONLY if keep_lineinfo else _DEBUG_LINES).finditer(view)]
+    cuts = [(x.start(), x.end(), _line_cut(x)) for x in (_DWARF_ONLY if keep_lineinfo else _DEBUG_LINES).finditer(view)]
     if keep_lineinfo and "function_name" in view:
-        cuts += [(x.end(1), x.end()) for x in _LOC_TAIL.finditer(view)]
+        cuts += [(x.end(1), x.end(), "") for x in _LOC_TAIL.finditer(view)]
     t = _target_line(view)
     if t is not None:
         x = _TARGET_DEBUG.match(view, *t)
         if x:
-            cuts.append((x.end(1), x.end()))
+            cuts.append((x.end(1), x.end(), ""))
     out = []
     pos = 0
-    for a, b in sorted(cuts):
+    for a, b, keep in sorted(cuts):
         out.append(text[pos:a])
+        out.append(keep)
         pos = b
     out.append(text[pos:])
     return "".join(out)
+
+
+def _line_cut(m: re.Match) -> str:
+    """What replaces a removed debug line or section (the newline before it included): nothing,
+    or a newline where the section's closing brace has more text after it on its line."""
+    s, e = m.string, m.end()
+    return "" if e >= len(s) or s[e] in "\r\n" else "\n"
 
 
 def _target_line(view: str) -> tuple[int, int] | None:

@@ -546,3 +546,16 @@ def test_griddepcontrol_in_a_comment_or_another_kernel_is_not_counted():
         text[brace + 1:]
     e = inspect_ptx(edited).entry("pdl_none")
     assert e.griddepcontrol == () and not e.waits_for_grid
+
+
+def test_strip_keeps_the_line_break_after_a_section_that_ends_mid_line():
+    # found by test_fuzz_line_edits: a debug section moved into code ends at the first '}',
+    # which is inside an instruction; the text after it must stay on a line of its own
+    text = (DATA / "triton/add_kernel/add_kernel.ptx").read_text()
+    lines = text.splitlines(keepends=True)
+    lines[21:21] = lines[0:21]
+    chunk = lines[68:98]
+    del lines[68:98]
+    lines[230:230] = chunk
+    out = strip_debug("".join(lines)).splitlines()
+    assert "}" in out and ", [ %rd1 + 0 ];" in out

@@ -40,6 +40,14 @@ Numba's own kernels through nbjit's launcher:
                                         cubins Numba made elsewhere load with load() and are
                                         typed from Numba's mangled names
 
+Hopper launch features:
+    Kernel.pdl, Kernel.launch(..., pdl=True)
+                                        programmatic dependent launch (default for kernels
+                                        that run griddepcontrol.wait, and Triton's launch_pdl)
+    tensor_map(array, box, swizzle=..., oob_fill=...) -> TensorMap
+                                        a TMA descriptor for a const __grid_constant__
+                                        CUtensorMap parameter (rules checked before the driver)
+
 CUDA graphs for Numba users (stream capture of nbjit and @cuda.jit work alike):
     capture(stream) -> Capture          with nbjit.capture(s) as g: ...; g.launch() replays;
                                         with g.update(): ... re-captures new arguments in place
@@ -75,7 +83,8 @@ from .compiler import compile_image
 from .cubin import CubinInfo, inspect_cubin
 from .fatbin import FatbinEntry, FatbinInfo, inspect_fatbin
 from .image import Image, as_image, inspect_image
-from .kernel import BoundLaunch, Kernel, KernelAttributes
+from .kernel import BoundLaunch, Kernel, KernelAttributes, tensor_map
+from .tma import TensorMap
 from .graph import Capture, capture
 from .module import DeviceGlobal, Module, compile, from_numba, load
 from .ptx import PtxInfo, inspect_ptx, strip_debug
@@ -101,6 +110,8 @@ __all__ = [
     "Kernel",
     "KernelAttributes",
     "BoundLaunch",
+    "tensor_map",
+    "TensorMap",
     "DeviceGlobal",
     "NbjitWarning",
     "inspect_ptx",

@@ -390,6 +390,27 @@ def launch_ex(func, grid, block, shared: int, stream, params: int, *, cooperativ
     return cu.cuLaunchKernelEx(cfg, func, params, 0)[0]
 
 
+def encode_tensor_map_tiled(plan) -> bytes:
+    """The 128 bytes of ``cuTensorMapEncodeTiled`` for a checked ``tma.TensorMapPlan``;
+    ``NbjitArgumentError`` with the driver's word where it still refuses."""
+    from .errors import NbjitArgumentError
+    cu = _cu()
+
+    def enum(kind, name):
+        return getattr(getattr(cu, kind), f"CU_TENSOR_MAP_{name}")
+    res = cu.cuTensorMapEncodeTiled(
+        enum("CUtensorMapDataType", f"DATA_TYPE_{plan.data_type}"), plan.rank, plan.address, list(plan.dims),
+        list(plan.strides), list(plan.box), list(plan.element_strides),
+        enum("CUtensorMapInterleave", f"INTERLEAVE_{plan.interleave}"),
+        enum("CUtensorMapSwizzle", f"SWIZZLE_{plan.swizzle}"),
+        enum("CUtensorMapL2promotion", f"L2_PROMOTION_{plan.l2_promotion}"),
+        enum("CUtensorMapFloatOOBfill", f"FLOAT_OOB_FILL_{plan.oob_fill}"))
+    if res[0] != 0:
+        raise NbjitArgumentError(f"tensor map: cuTensorMapEncodeTiled refused {plan.dtype}{list(plan.shape)} in boxes "
+                                 f"of {list(plan.box_shape)}: {error_text(res[0])}")
+    return b"".join(int(x).to_bytes(8, "little") for x in res[1].opaque)
+
+
 # ------------------------------------------------------------------ graphs (stream capture)
 
 CAPTURE_MODES = ("thread_local", "global", "relaxed")

@@ -18,6 +18,7 @@ import numpy as np
 
 from .errors import NbjitArgumentError
 from .signature import KernelSignature, Param
+from .tma import SIZE as TENSOR_MAP_SIZE, TensorMap, is_tensor_map_param
 
 __all__ = ["ArgPacker", "device_pointer", "parse_signature", "declare"]
 
@@ -268,6 +269,7 @@ class _Rule:
         # dtypes (and dtype-less array types) already found to fit: shared with the C path,
         # which compares by identity; only ever appended to, and capped
         self.accepted: list = []
+        self.tensor_map = not p.pointer and is_tensor_map_param(size, p.align, p.ctype)
         if t == "numba_array":
             self.fmt, self.fast, self.slow = f"{size}s", self.numba_array, self.numba_array
         elif t in ("c8", "c16"):
@@ -276,6 +278,8 @@ class _Rule:
             self.fmt, self.fast, self.slow = "Q", self.typed_fast, self.typed
         elif p.pointer:
             self.fmt, self.fast, self.slow = "Q", to_u64, self.pointer
+        elif self.tensor_map:
+            self.fmt, self.fast, self.slow = f"{size}s", self.tensor_map_value, self.tensor_map_value
         elif p.count is not None or t == "b128":
             self.fmt, self.slow = f"{size}s", self.blob
             self.fast = self.blob
@@ -478,6 +482,15 @@ class _Rule:
                                 if self.p.size == 2 and _is_float(v) else ""))
         return b
 
+    def tensor_map_value(self, v):
+        """A ``const __grid_constant__ CUtensorMap``: an ``nbjit.TensorMap`` (or its 128 bytes)."""
+        if isinstance(v, TensorMap):
+            return v.data
+        if isinstance(v, (bytes, bytearray, memoryview)) and len(v) == TENSOR_MAP_SIZE:
+            return bytes(v)
+        raise ValueError(f"{type(v).__name__} is not a tensor map: this parameter takes one, made with "
+                         "nbjit.tensor_map(array, box)")
+
     def unknown(self, v):
         """A cubin parameter: only its size is known."""
         size = self.p.size
@@ -553,6 +566,10 @@ class ArgPacker:
         out = []
         for i, (r, v) in enumerate(zip(self.rules, args)):
             try:
+                if isinstance(v, TensorMap) and not r.tensor_map:
+                    raise ValueError("a tensor map fits only a 128-byte, 64-byte-aligned parameter passed by value "
+                                     "(const __grid_constant__ CUtensorMap); this one is not (declare the kernel's "
+                                     "signature where its image does not say)")
                 out.append(r.slow(v))
             except ValueError as e:
                 p = r.p
@@ -615,8 +632,9 @@ def parse_signature(text: str, kernel: str = "<kernel>") -> list:
     Each item is a C type (``float*``, ``const double*``, ``unsigned long long``,
     ``__half``, ``float2*``, a struct name), a short name (``ptr``, ``i8``..``i64``,
     ``u8``..``u64``, ``f16``, ``bf16``, ``f32``, ``f64`` and the ``int32``, ``float32``
-    aliases; a short name with ``*`` is a typed pointer, ``f32*``) or ``bytesN`` for an
-    N-byte aggregate passed by value.
+    aliases; a short name with ``*`` is a typed pointer, ``f32*``), ``bytesN`` for an
+    N-byte aggregate passed by value, or ``CUtensorMap`` for a TMA descriptor (it takes an
+    ``nbjit.TensorMap``).
     """
     from .cdecl import CParam, parse_ctype, scalar_facts
 
@@ -628,6 +646,9 @@ def parse_signature(text: str, kernel: str = "<kernel>") -> list:
         if short.startswith("bytes") and short[5:].isdigit() and int(short[5:]) > 0 and not stars:
             out.append(CParam(f"bytes{int(short[5:])}"))
             continue
+        if not stars and short.split()[-1:] == ["cutensormap"]:  # const __grid_constant__ CUtensorMap
+            out.append(CParam("CUtensorMap"))
+            continue
         if short in _DECLARED and (stars == 0 or short not in ("ptr", "pointer")):
             base = _DECLARED[short]
             out.append(CParam("void", True) if base == "void*" else CParam(base, stars > 0))
@@ -636,7 +657,7 @@ def parse_signature(text: str, kernel: str = "<kernel>") -> list:
         if c is None or not (c.pointer or scalar_facts(c.base) or c.base in _VECTOR_TYPES):
             raise NbjitArgumentError(f"signature for {kernel!r}: parameter {i} {raw!r} is not a type (use C types "
                                      "such as float*, const double*, int, or ptr, i8..i64, u8..u64, f16, bf16, "
-                                     "f32, f64, bytesN)")
+                                     "f32, f64, bytesN, CUtensorMap)")
         out.append(c)
     return out
 

@@ -19,8 +19,9 @@ from . import _driver
 from .args import _EXTRACTORS, ArgPacker, device_pointer
 from .errors import NbjitArgumentError, NbjitLaunchError
 from .signature import KernelInfo, KernelSignature, Param
+from .tma import TensorMap, plan_for_array
 
-__all__ = ["Kernel", "KernelAttributes", "BoundLaunch"]
+__all__ = ["Kernel", "KernelAttributes", "BoundLaunch", "tensor_map"]
 
 _MAX_CONFIGS = 256
 # Several GPUs visible? Decided when the first kernel is made; with one GPU the launch
@@ -420,6 +421,32 @@ class Kernel(_indexing_base()):  # type: ignore[misc]
              shared_mem: int = 0) -> "BoundLaunch":
         """Pack ``args`` once; the returned object relaunches with them at the lowest cost."""
         return BoundLaunch(self._config(grid, block, stream, shared_mem), args)
+
+
+def tensor_map(array: Any, box: Any, *, element_strides: Any = None, interleave: str | None = None,
+               swizzle: str | None = None, l2_promotion: str | None = None,
+               oob_fill: str | None = None) -> TensorMap:
+    """A tiled TMA tensor map over a device array (a Numba device array, or anything with
+    ``__cuda_array_interface__``: CuPy, PyTorch), for a kernel's ``const __grid_constant__
+    CUtensorMap`` parameter.
+
+    Parameters
+    ----------
+    box: the tile, one size per axis in the array's order (e.g. ``(64, 32)``: 64 rows of 32).
+    element_strides: the step along each axis inside the box (1 to 8; default 1).
+    interleave: ``None``/``"none"``, ``"16B"`` or ``"32B"``.
+    swizzle: ``None``/``"none"``, ``"32B"``, ``"64B"`` or ``"128B"`` (shared-memory bank swizzling).
+    l2_promotion: ``None``/``"none"``, ``"64B"``, ``"128B"`` or ``"256B"``.
+    oob_fill: ``None``/``"zero"`` (elements outside the array read as 0) or ``"nan"`` (floats).
+
+    Raises
+    ------
+    NbjitArgumentError: the array or tile breaks a rule of the driver's (alignment, strides,
+    box sizes, swizzle span, ...): the message says which, and for which axis.
+    """
+    plan = plan_for_array(array, box, element_strides=element_strides, interleave=interleave, swizzle=swizzle,
+                          l2_promotion=l2_promotion, oob_fill=oob_fill)
+    return TensorMap(_driver.encode_tensor_map_tiled(plan), plan, array)
 
 
 _STATE_SLOT = Kernel.__dict__["_s"]

@@ -19,7 +19,7 @@ from .cubin import CubinInfo
 from .image import Image, ImageLike, _sha256, as_image, inspect_image
 from .kernel import Kernel, _State
 from .loader import Plan, plan
-from .signature import KernelInfo, KernelSignature, Param, SignatureConflict, merge
+from .signature import KernelInfo, KernelSignature, Param, SignatureConflict, merge, same_layout
 
 __all__ = ["Module", "DeviceGlobal", "load", "compile", "from_numba"]
 
@@ -486,7 +486,7 @@ def _from_driver(name: str, params: list[tuple[int, int]] | None) -> KernelInfo:
 
 def _verify(entry: KernelInfo, driver_params: list[tuple[int, int]], source: str) -> None:
     ours = [(p.offset, p.size) for p in entry.params]
-    if driver_params != ours:
+    if not same_layout(driver_params, ours, entry.params):
         raise NbjitLoadError(
             f"{source}: kernel {entry.name!r}: the driver lays out its parameters as (offset, size) "
             f"{driver_params}, the inspected image as {ours}: refusing to launch with a wrong layout")

@@ -249,6 +249,21 @@ class SignatureConflict(ValueError):
         self.source = source
 
 
+def same_layout(a: Sequence[tuple[int, int]], b: Sequence[tuple[int, int]], params: Iterable[Param]) -> bool:
+    """Whether two sources' ``(offset, size)`` lists describe one parameter list: the same
+    sizes in order, and the same offsets unless a parameter may be aligned beyond 16 bytes
+    (``params``: both sources' parameters). A ``__grid_constant__ CUtensorMap`` is aligned
+    to 64: the compiler places it by its address in the constant bank, whose parameter area
+    starts 16-aligned, so the cubin pads before it (offset 48, say) where PTX says 0. Each
+    parameter is handed to the driver through its own pointer, so the padding is the
+    driver's business."""
+    if [s for _, s in a] != [s for _, s in b]:
+        return False
+    if any(p.size > 16 and (p.align is None or p.align > 16) for p in params):
+        return True
+    return [o for o, _ in a] == [o for o, _ in b]
+
+
 def merge(name: str, layouts: Iterable[tuple[str, KernelInfo | None]],
           ctypes: Iterable[tuple[str, Sequence[Any] | None] | None] = ()) -> KernelInfo:
     """One ``KernelInfo`` for kernel ``name`` from every source that knows something of it.
@@ -271,7 +286,7 @@ def merge(name: str, layouts: Iterable[tuple[str, KernelInfo | None]],
     for lbl, other in layouts[1:]:
         ours = [(p.offset, p.size) for p in base.params]
         theirs = [(p.offset, p.size) for p in other.params]
-        if ours != theirs:
+        if not same_layout(ours, theirs, base.params + other.params):
             raise SignatureConflict(
                 f"kernel {name!r}: {label0} lays out its parameters as (offset, size) {ours}, {lbl} as {theirs}", lbl)
         params = [_layout_facts(p, q, lbl) for p, q in zip(params, other.params)]
@@ -346,6 +361,8 @@ def _typed(kernel: str, i: int, p: Param, c, label: str) -> Param:
 
     name = c.name or p.name
     known = dict(p.origin)
+    if not c.pointer and "CUtensorMap" in c.base and p.size != 128:
+        raise conflict(f"a tensor map (128 bytes), but the parameter takes {p.size} bytes")
     if c.pointer:
         if p.size != 8:
             raise conflict(f"a pointer (8 bytes), but the parameter takes {p.size} bytes")

@@ -1,0 +1,208 @@
+"""TMA tensor maps: the 128-byte descriptors (``CUtensorMap``) that Hopper kernels take by
+value (``const __grid_constant__ CUtensorMap``) to copy tiles with ``cp.async.bulk.tensor``.
+
+``plan_tiled`` checks an array and a tile against the driver's rules and gives the
+arguments of ``cuTensorMapEncodeTiled`` as plain data (no GPU); ``nbjit.tensor_map`` (in the
+launching stage, ``kernel.py``) has the driver encode them.
+Sizes and tiles are given in the array's own axis order (numpy's: the last axis varies
+fastest); the driver counts dimensions the other way round, innermost first.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .errors import NbjitArgumentError
+
+__all__ = ["TensorMap", "TensorMapPlan", "plan_tiled", "plan_for_array", "is_tensor_map_param"]
+
+SIZE = 128  # bytes of a CUtensorMap
+ALIGN = 64
+
+# numpy dtype -> CUtensorMapDataType name (ints of either sign are copied as their bits)
+_DTYPES = {
+    "u1": "UINT8", "i1": "UINT8", "b1": "UINT8",
+    "u2": "UINT16", "i2": "UINT16",
+    "u4": "UINT32", "i4": "INT32",
+    "u8": "UINT64", "i8": "INT64",
+    "f2": "FLOAT16", "f4": "FLOAT32", "f8": "FLOAT64",
+}
+_INTERLEAVE = {"none": "NONE", "16B": "16B", "32B": "32B"}
+_SWIZZLE = {"none": ("NONE", 0), "32B": ("32B", 32), "64B": ("64B", 64), "128B": ("128B", 128)}
+_L2 = {"none": "NONE", "64B": "L2_64B", "128B": "L2_128B", "256B": "L2_256B"}
+_OOB = {"zero": "NONE", "nan": "NAN_REQUEST_ZERO_FMA"}
+
+
+@dataclass(frozen=True)
+class TensorMapPlan:
+    """The arguments of ``cuTensorMapEncodeTiled``, checked: enum names (without their
+    ``CU_TENSOR_MAP_..._`` prefix) and the driver's dimension order (innermost first)."""
+
+    data_type: str
+    rank: int
+    address: int
+    dims: tuple[int, ...]
+    strides: tuple[int, ...]  # bytes, dimensions 1..rank-1
+    box: tuple[int, ...]
+    element_strides: tuple[int, ...]
+    interleave: str
+    swizzle: str
+    l2_promotion: str
+    oob_fill: str
+    dtype: str  # the numpy dtype, for messages
+    shape: tuple[int, ...]  # the array's, numpy order
+    box_shape: tuple[int, ...]  # the tile, numpy order
+
+
+def _option(value: Any, table: dict, what: str) -> str:
+    key = "none" if value is None and "none" in table else "zero" if value is None else value
+    if key not in table:
+        raise NbjitArgumentError(f"tensor map: {what} must be one of {', '.join(map(repr, table))}, got {value!r}")
+    return key
+
+
+def _ints(v: Any, rank: int, what: str, default: int | None = None) -> tuple[int, ...]:
+    if v is None and default is not None:
+        return (default,) * rank
+    if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+        v = (v,)
+    try:
+        out = tuple(int(x) for x in v)
+    except (TypeError, ValueError):
+        raise NbjitArgumentError(f"tensor map: {what} must be {rank} integers (one per axis), got {v!r}") from None
+    if len(out) != rank or any(isinstance(x, bool) for x in v):
+        raise NbjitArgumentError(f"tensor map: {what} must be {rank} integers (one per axis of the "
+                                 f"{rank}-D array), got {v!r}")
+    return out
+
+
+def plan_tiled(address: int, shape: tuple[int, ...], strides: tuple[int, ...] | None, dtype: Any,
+               box: Any, *, element_strides: Any = None, interleave: str | None = None,
+               swizzle: str | None = None, l2_promotion: str | None = None,
+               oob_fill: str | None = None) -> TensorMapPlan:
+    """Check an array (device ``address``, ``shape``, byte ``strides`` or None for C order,
+    ``dtype``) and a tile (``box``, one size per axis) against ``cuTensorMapEncodeTiled``'s
+    rules; each breach is an ``NbjitArgumentError`` naming the rule and the axis."""
+    dt = np.dtype(dtype)
+    shape = tuple(int(s) for s in shape)
+    rank = len(shape)
+    key = dt.str[1:] if dt.kind != "b" else "b1"
+    if dt.name == "bfloat16" or str(dt) == "bfloat16":
+        key = "bf16"
+    data_type = "BFLOAT16" if key == "bf16" else _DTYPES.get(key)
+    if data_type is None:
+        raise NbjitArgumentError(f"tensor map: arrays of {dt} cannot be described (TMA copies 1-, 2-, 4- and "
+                                 "8-byte integers, float16, bfloat16, float32 and float64)")
+    il, sw, l2, oob = (_option(interleave, _INTERLEAVE, "interleave"), _option(swizzle, _SWIZZLE, "swizzle"),
+                       _option(l2_promotion, _L2, "l2_promotion"), _option(oob_fill, _OOB, "oob_fill"))
+    if not 1 <= rank <= 5:
+        raise NbjitArgumentError(f"tensor map: the array has {rank} dimensions; a tensor map has 1 to 5")
+    if il != "none" and rank < 3:
+        raise NbjitArgumentError(f"tensor map: interleave {il!r} needs an array of 3 or more dimensions, this one "
+                                 f"has {rank}")
+    size = dt.itemsize
+    base = 32 if il == "32B" else 16
+    if address % base:
+        raise NbjitArgumentError(f"tensor map: the array's address {address:#x} is not {base}-byte aligned (the "
+                                 f"driver needs {base}" + (" with interleave '32B'" if base == 32 else "") + ")")
+    if strides is None:
+        strides = tuple(int(np.prod(shape[i + 1:], dtype=np.int64)) * size for i in range(rank))
+    strides = tuple(int(s) for s in strides)
+    for ax, n in enumerate(shape):
+        if not 1 <= n <= 1 << 32:
+            raise NbjitArgumentError(f"tensor map: axis {ax} has {n} elements; each axis must have 1 to 2**32")
+    if shape[-1] > 1 and strides[-1] != size:
+        raise NbjitArgumentError(f"tensor map: the last axis (axis {rank - 1}) must be contiguous (stride {size} "
+                                 f"bytes for {dt}), its stride is {strides[-1]} bytes")
+    sbase = 32 if il == "32B" else 16
+    for ax in range(rank - 1):
+        s = strides[ax]
+        if s <= 0 or s % sbase or s >= 1 << 40:
+            raise NbjitArgumentError(f"tensor map: axis {ax} has a stride of {s} bytes; strides must be positive "
+                                     f"multiples of {sbase} bytes below 2**40 (a {dt} row of {shape[-1]} elements is "
+                                     f"{shape[-1] * size} bytes: pad rows to a multiple of {sbase})")
+    box_shape = _ints(box, rank, "box")
+    for ax, b in enumerate(box_shape):
+        if not 1 <= b <= 256:
+            raise NbjitArgumentError(f"tensor map: box[{ax}] = {b}; a box side is 1 to 256 elements")
+    inner = box_shape[-1] * size
+    if il == "none" and inner % 16:
+        raise NbjitArgumentError(f"tensor map: the box's last axis is {box_shape[-1]} x {size} = {inner} bytes; "
+                                 "without interleave it must be a multiple of 16 bytes")
+    es = _ints(element_strides, rank, "element_strides", default=1)
+    for ax, e in enumerate(es):
+        if not 1 <= e <= 8:
+            raise NbjitArgumentError(f"tensor map: element_strides[{ax}] = {e}; element strides are 1 to 8")
+    sw_name, span = _SWIZZLE[sw]
+    if il == "none" and span and inner > span:
+        raise NbjitArgumentError(f"tensor map: swizzle {sw!r} takes a box whose last axis spans at most {span} "
+                                 f"bytes; it spans {inner} ({box_shape[-1]} x {size})")
+    if il == "32B" and sw != "32B":
+        raise NbjitArgumentError(f"tensor map: interleave '32B' needs swizzle '32B', got {sw!r}")
+    if oob == "nan" and dt.kind != "f" and key != "bf16":
+        raise NbjitArgumentError(f"tensor map: oob_fill 'nan' is for floating-point arrays, not {dt}")
+    return TensorMapPlan(data_type, rank, address, shape[::-1], strides[:-1][::-1], box_shape[::-1], es[::-1],
+                         _INTERLEAVE[il], sw_name, _L2[l2], _OOB[oob], str(dt), shape, box_shape)
+
+
+class TensorMap:
+    """A TMA descriptor (``CUtensorMap``, 128 bytes) for tiles of a device array, made by
+    ``nbjit.tensor_map``. Pass it to a kernel's ``const __grid_constant__ CUtensorMap``
+    parameter (and only there). It keeps the array alive; it describes that array's memory
+    as it was when made."""
+
+    __slots__ = ("data", "plan", "array")
+
+    def __init__(self, data: bytes, plan: TensorMapPlan, array: Any = None):
+        if len(data) != SIZE:
+            raise NbjitArgumentError(f"a tensor map is {SIZE} bytes, not {len(data)}")
+        self.data = bytes(data)
+        self.plan = plan
+        self.array = array
+
+    def __bytes__(self) -> bytes:
+        return self.data
+
+    def __repr__(self) -> str:
+        p = self.plan
+        opts = [f"{k} {v}" for k, v in (("swizzle", p.swizzle), ("interleave", p.interleave),
+                                       ("l2", p.l2_promotion), ("oob", p.oob_fill)) if v != "NONE"]
+        return (f"<nbjit.TensorMap {p.dtype}{list(p.shape)} in boxes of {list(p.box_shape)}"
+                + (f", {', '.join(opts)}" if opts else "") + ">")
+
+
+def plan_for_array(array: Any, box: Any, **options: Any) -> TensorMapPlan:
+    """``plan_tiled`` for a device array (a Numba device array, or anything with
+    ``__cuda_array_interface__``), read from its array interface."""
+    cai = getattr(array, "__cuda_array_interface__", None)
+    if cai is None:
+        raise NbjitArgumentError(f"tensor map: {type(array).__name__} is not a device array (expected a Numba "
+                                 "device array or an object with __cuda_array_interface__)")
+    return plan_tiled(int(cai["data"][0]), tuple(cai["shape"]), cai.get("strides"), _cai_dtype(cai, array), box,
+                      **options)
+
+
+def _cai_dtype(cai: dict, array: Any) -> np.dtype:
+    """The element type: torch's bfloat16 says only ``<V2`` in its interface."""
+    dt = getattr(array, "dtype", None)
+    if dt is not None and str(dt).endswith("bfloat16"):
+        try:
+            import ml_dtypes
+            return np.dtype(ml_dtypes.bfloat16)
+        except ImportError:
+            raise NbjitArgumentError("tensor map: a bfloat16 array needs the ml_dtypes package to be described "
+                                     "(pip install ml_dtypes)") from None
+    return np.dtype(cai["typestr"])
+
+
+def is_tensor_map_param(size: int, align: int | None, ctype: str | None) -> bool:
+    """Whether a parameter takes a tensor map: a 128-byte value declared ``CUtensorMap``,
+    or (where no C type says otherwise) aligned to 64 bytes, as ``__grid_constant__
+    CUtensorMap`` parameters are in PTX."""
+    if size != SIZE:
+        return False
+    if ctype is not None:
+        return "CUtensorMap" in ctype
+    return align == ALIGN

@@ -194,11 +194,27 @@ def format_triton(d: dict, path: str) -> str:
            f"  launch: kernel[grid](*args): block ({r['block'][0]}, 1, 1) = {d['num_warps']} warps, "
            f"{r['dynamic_shared']} bytes dynamic shared memory, grid x times {r['num_ctas']} CTA(s)"
            + (", cooperative" if r["cooperative"] else ""),
-           f"  arguments: the first {r['user_params']} parameters; nbjit passes {r['scratch_params']} scratch "
+           f"  arguments: {r['user_params']}, the first {r.get('kernel_params', r['user_params'])} parameters; "
+           f"nbjit passes {r['scratch_params']} scratch "
            f"pointer(s): global {r['global_scratch']['bytes_per_program']} B/program (align "
            f"{r['global_scratch']['align']}), profile {r['profile_scratch']['bytes_per_program']} B/program"]
-    rows = [[i, p["name"], p.get("ctype", "?"), p["type"], p["size"], p["offset"],
-             "scratch" if i >= r["user_params"] else "argument"] for i, p in enumerate(d["params"])]
+    role = {}
+    for x in r.get("descriptors", ()):
+        role[x["param"]] = f"argument {x['arg']}: tensor descriptor ({x['dtype']}, box {x['block']}, swizzle " \
+                           f"{x['swizzle']})"
+        for j in range(x["ndim"]):
+            role[x["param"] + 1 + j] = f"  its shape[{j}]"
+            role[x["param"] + 1 + x["ndim"] + j] = f"  its strides[{j}]"
+    rows, arg = [], 0
+    for i, p in enumerate(d["params"]):
+        if i >= r.get("kernel_params", r["user_params"]):
+            what = "scratch"
+        elif i in role:
+            what = role[i]
+            arg += not what.startswith(" ")
+        else:
+            what, arg = f"argument {arg}", arg + 1
+        rows.append([i, p["name"], p.get("ctype", "?"), p["type"], p["size"], p["offset"], what])
     out += ["  " + line for line in _table(rows, ["#", "name", "C type", "PTX type", "size", "offset", "role"])]
     return "\n".join(out)
 

@@ -81,17 +81,20 @@ def _ints(v: Any, rank: int, what: str, default: int | None = None) -> tuple[int
 def plan_tiled(address: int, shape: tuple[int, ...], strides: tuple[int, ...] | None, dtype: Any,
                box: Any, *, element_strides: Any = None, interleave: str | None = None,
                swizzle: str | None = None, l2_promotion: str | None = None,
-               oob_fill: str | None = None) -> TensorMapPlan:
+               oob_fill: str | None = None, data_type: str | None = None) -> TensorMapPlan:
     """Check an array (device ``address``, ``shape``, byte ``strides`` or None for C order,
     ``dtype``) and a tile (``box``, one size per axis) against ``cuTensorMapEncodeTiled``'s
-    rules; each breach is an ``NbjitArgumentError`` naming the rule and the axis."""
+    rules; each breach is an ``NbjitArgumentError`` naming the rule and the axis.
+    ``data_type`` names the driver's element type where the dtype does not say it
+    (``"BFLOAT16"``, ``"FLOAT32_FTZ"``: a Triton kernel's own)."""
     dt = np.dtype(dtype)
     shape = tuple(int(s) for s in shape)
     rank = len(shape)
     key = dt.str[1:] if dt.kind != "b" else "b1"
     if dt.name == "bfloat16" or str(dt) == "bfloat16":
         key = "bf16"
-    data_type = "BFLOAT16" if key == "bf16" else _DTYPES.get(key)
+    if data_type is None:
+        data_type = "BFLOAT16" if key == "bf16" else _DTYPES.get(key)
     if data_type is None:
         raise NbjitArgumentError(f"tensor map: arrays of {dt} cannot be described (TMA copies 1-, 2-, 4- and "
                                  "8-byte integers, float16, bfloat16, float32 and float64)")
@@ -141,7 +144,7 @@ def plan_tiled(address: int, shape: tuple[int, ...], strides: tuple[int, ...] | 
                                  f"bytes; it spans {inner} ({box_shape[-1]} x {size})")
     if il == "32B" and sw != "32B":
         raise NbjitArgumentError(f"tensor map: interleave '32B' needs swizzle '32B', got {sw!r}")
-    if oob == "nan" and dt.kind != "f" and key != "bf16":
+    if oob == "nan" and dt.kind != "f" and key != "bf16" and "FLOAT" not in data_type:
         raise NbjitArgumentError(f"tensor map: oob_fill 'nan' is for floating-point arrays, not {dt}")
     return TensorMapPlan(data_type, rank, address, shape[::-1], strides[:-1][::-1], box_shape[::-1], es[::-1],
                          _INTERLEAVE[il], sw_name, _L2[l2], _OOB[oob], str(dt), shape, box_shape)

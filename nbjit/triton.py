@@ -61,6 +61,7 @@ class TritonMeta:
     cooperative: bool = False
     pdl: bool = False
     source: str = "json"  # "json" or "ptx comments"
+    tensordescs: tuple = ()  # TensorDescMeta per host-side tensor descriptor argument, in order
     extra: dict = field(default_factory=dict)
 
     @property
@@ -72,6 +73,42 @@ class TritonMeta:
         """(global, profile) scratch bytes a launch of ``grid`` programs needs."""
         programs = grid[0] * grid[1] * grid[2] * self.num_ctas
         return self.global_scratch_size * programs, self.profile_scratch_size * programs
+
+
+@dataclass(frozen=True)
+class TensorDescMeta:
+    """How Triton compiled one host-side tensor descriptor argument (its ``tensordesc_meta``):
+    the tensor map's swizzle (0 none, 1 32B, 2 64B, 3 128B), element size and type (Triton's
+    device numbering), the box it loads (``block_size``, which Triton may have clamped)."""
+
+    swizzle: int
+    elem_size: int
+    elem_type: int
+    block_size: tuple[int, ...]
+    fp4_padded: bool = False
+    is_im2col: bool = False
+
+
+def _tensordescs(d: dict, source: str) -> tuple:
+    raw = d.get("tensordesc_meta")
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise _bad(source, "tensordesc_meta", f"expected a list, got {type(raw).__name__}")
+    out = []
+    for i, x in enumerate(raw):
+        key = f"tensordesc_meta[{i}]"
+        if not isinstance(x, dict):
+            raise _bad(source, key, f"expected an object, got {type(x).__name__}")
+        block = x.get("block_size")
+        if not isinstance(block, list) or not 1 <= len(block) <= 5:
+            raise _bad(source, f"{key}.block_size", f"expected 1 to 5 numbers, got {str(block)[:40]}")
+        out.append(TensorDescMeta(
+            swizzle=_int(x, "swizzle", 0, source, 0, 3), elem_size=_int(x, "elem_size", 1, source, 1, 16),
+            elem_type=_int(x, "elem_type", 0, source, 0, 15),
+            block_size=tuple(_int({"v": b}, "v", 1, source, 1, 256) for b in block),
+            fp4_padded=x.get("fp4_padded") is True, is_im2col=x.get("is_im2col") is True))
+    return tuple(out)
 
 
 def _scratch_params(meta: dict) -> int:
@@ -150,6 +187,7 @@ def _from_json(d, source: str) -> TritonMeta:
         cooperative=d.get("launch_cooperative_grid") is True,
         pdl=d.get("launch_pdl") is True,
         source="json",
+        tensordescs=_tensordescs(d, source),
     )
 
 
@@ -265,11 +303,96 @@ def launch_rules(meta: TritonMeta, params: Sequence[Param]) -> dict:
             f"Triton kernel {meta.name!r}: its metadata ({meta.triton_version or 'version unknown'}) means "
             f"{k} trailing scratch pointer parameter(s), but its parameter list ends in "
             f"{[f'{p.size} bytes' for p in params[max(0, n - k):]]}")
+    descs = _descriptor_params(meta, params[:n - k])
     return {"block": list(meta.block), "dynamic_shared": meta.shared, "num_ctas": meta.num_ctas,
-            "user_params": n - k, "scratch_params": k,
+            "user_params": n - k - sum(2 * d["ndim"] for d in descs), "kernel_params": n - k,
+            "descriptors": descs, "scratch_params": k,
             "global_scratch": {"bytes_per_program": meta.global_scratch_size, "align": meta.global_scratch_align},
             "profile_scratch": {"bytes_per_program": meta.profile_scratch_size, "align": meta.profile_scratch_align},
             "cooperative": meta.cooperative}
+
+
+# Triton's host-side tensor descriptors: how a version passes one to the kernel. Triton 3.9
+# (backends/nvidia/driver.py, make_tensordesc_arg): a CUtensorMap (128 bytes by value), then
+# the shape (one i32 per dimension) and the strides in elements (one i64 each).
+_DESCRIPTOR_ABI = ("3.9",)
+# Triton's device numbering of TMA element types -> (numpy dtype for sizes, the driver's type)
+_TMA_DEVICE_TYPES = {0: ("u1", "UINT8"), 1: ("u2", "UINT16"), 2: ("u4", "UINT32"), 3: ("i4", "INT32"),
+                     4: ("u8", "UINT64"), 5: ("i8", "INT64"), 6: ("f2", "FLOAT16"), 7: ("f4", "FLOAT32"),
+                     8: ("f4", "FLOAT32_FTZ"), 9: ("f8", "FLOAT64"), 10: ("u2", "BFLOAT16")}
+_TMA_SWIZZLE = {0: "none", 1: "32B", 2: "64B", 3: "128B"}
+
+
+def _descriptor_params(meta: TritonMeta, params: Sequence[Param]) -> list:
+    """Where each host-side tensor descriptor's parameters are (a CUtensorMap, then the
+    shape and strides): ``[{param, arg, ndim, block, swizzle, dtype}]``; an NbjitLoadError
+    where the version's way of passing them is not known or the parameters do not fit."""
+    if not meta.tensordescs:
+        return []
+    version = meta.triton_version or "unknown"
+    if not version.startswith(_DESCRIPTOR_ABI):
+        raise NbjitLoadError(f"Triton kernel {meta.name!r} takes host-side tensor descriptors; nbjit knows how Triton "
+                             f"{', '.join(_DESCRIPTOR_ABI)} passes them, this kernel was compiled by Triton {version}")
+    out, i, extra = [], 0, 0
+    for j, d in enumerate(meta.tensordescs):
+        what = f"Triton kernel {meta.name!r}, tensor descriptor {j}"
+        if d.is_im2col or d.fp4_padded:
+            raise NbjitLoadError(f"{what}: {'im2col' if d.is_im2col else 'padded fp4'} descriptors are not supported")
+        if d.elem_type not in _TMA_DEVICE_TYPES:
+            raise NbjitLoadError(f"{what}: element type {d.elem_type} (Triton's numbering) is not supported")
+        while i < len(params) and params[i].size != 128:
+            i += 1
+        n = len(d.block_size)
+        sizes = [p.size for p in params[i + 1:i + 1 + 2 * n]]
+        if i == len(params) or sizes != [4] * n + [8] * n:
+            raise NbjitLoadError(f"{what}: expected a 128-byte tensor map then {n} 4-byte sizes and {n} 8-byte "
+                                 f"strides among the parameters, found {[p.size for p in params[i:i + 1 + 2 * n]]}")
+        np_type, data_type = _TMA_DEVICE_TYPES[d.elem_type]
+        out.append({"param": i, "arg": i - extra, "ndim": n, "block": list(d.block_size),
+                    "swizzle": _TMA_SWIZZLE[d.swizzle], "dtype": np_type, "data_type": data_type,
+                    "elem_size": d.elem_size})
+        extra += 2 * n
+        i += 1 + 2 * n
+    return out
+
+
+def _descriptor_args(a: Any, d: dict, kernel: str) -> tuple:
+    """One tensor descriptor argument as the kernel takes it: (TensorMap, *shape, *strides).
+    ``a``: an ``nbjit.TensorMap`` made with the kernel's box and swizzle, or an object with
+    ``base``, ``shape``, ``strides`` and ``block_shape`` (Triton's ``TensorDescriptor``)."""
+    import numpy as np
+
+    from . import _driver
+    from .args import device_pointer
+    from .tma import TensorMap, plan_tiled
+
+    what = f"Triton kernel {kernel!r}, argument {d['arg']} (a tensor descriptor)"
+    n, block = d["ndim"], tuple(d["block"])
+    if isinstance(a, TensorMap):
+        p = a.plan
+        want_swizzle = {"none": "NONE"}.get(d["swizzle"], d["swizzle"])
+        if len(p.shape) != n or p.box_shape != block or p.swizzle != want_swizzle:
+            raise NbjitArgumentError(f"{what}: the kernel was compiled for boxes of {list(block)} with swizzle "
+                                     f"{d['swizzle']!r}; this tensor map has boxes of {list(p.box_shape)}, swizzle "
+                                     f"{p.swizzle}: make it with nbjit.tensor_map(array, {block}, swizzle="
+                                     f"{d['swizzle']!r})")
+        size = np.dtype(p.dtype).itemsize
+        return (a, *p.shape, *(s // size for s in p.strides[::-1]), 1)
+    if not all(hasattr(a, x) for x in ("base", "shape", "strides", "block_shape")):
+        raise NbjitArgumentError(f"{what}: pass a triton.tools.tensor_descriptor.TensorDescriptor (base, shape, "
+                                 f"strides, block_shape) or nbjit.tensor_map(array, {block}, swizzle="
+                                 f"{d['swizzle']!r}), not {type(a).__name__}")
+    if getattr(a, "round_f32_to_tf32", False):
+        raise NbjitArgumentError(f"{what}: round_f32_to_tf32 descriptors are not supported")
+    shape, strides = tuple(int(x) for x in a.shape), tuple(int(x) for x in a.strides)
+    if len(shape) != n or len(strides) != n:
+        raise NbjitArgumentError(f"{what}: the kernel takes a {n}-D descriptor, this one has shape {list(shape)} and "
+                                 f"strides {list(strides)}")
+    size = d["elem_size"]
+    plan = plan_tiled(device_pointer(a.base), shape, tuple(s * size for s in strides), d["dtype"], block,
+                      swizzle=d["swizzle"], l2_promotion="128B",
+                      oob_fill="nan" if getattr(a, "padding", "zero") == "nan" else None, data_type=d["data_type"])
+    return (TensorMap(_driver.encode_tensor_map_tiled(plan), plan, a.base), *shape, *strides)
 
 
 class TritonKernel:
@@ -283,6 +406,8 @@ class TritonKernel:
         self.route = route  # "cubin", or the PTX route ("driver", "nvjitlink", "lowered")
         self.rules = rules if rules is not None else launch_rules(meta, kernel.params)
         self._n = self.rules["user_params"]
+        self._nk = self.rules.get("kernel_params", self._n)  # after descriptors are expanded
+        self._descs = {d["arg"]: d for d in self.rules.get("descriptors", ())}
         self._scratch: dict[Any, Any] = {}
         self._grids: dict[Any, _TritonLaunch] = {}
         self._lock = threading.Lock()
@@ -372,11 +497,20 @@ class _TritonLaunch:
 
     def count_error(self, got: int) -> NbjitArgumentError:
         k = self.k
-        names = ", ".join(p.name for p in k.kernel.params[: k._n])
+        params = k.kernel.params
+        expanded = {d["param"] + j for d in k._descs.values() for j in range(1, 1 + 2 * d["ndim"])}
+        names = ", ".join(p.name + (" (tensor descriptor)" if i in {d["param"] for d in k._descs.values()} else "")
+                          for i, p in enumerate(params[: k._nk]) if i not in expanded)
         return NbjitArgumentError(f"Triton kernel {k.name!r} takes {k._n} runtime arguments ({names}), got {got} "
                                   "(constexpr arguments are compiled in; scratch buffers are nbjit's to pass)")
 
     def __call__(self, *args, stream=None) -> None:
+        k = self.k
+        if k._descs:  # host-side tensor descriptors: each becomes a tensor map, its shape and strides
+            if len(args) != k._n:
+                raise self.count_error(len(args))
+            args = tuple(x for i, a in enumerate(args)
+                         for x in (_descriptor_args(a, k._descs[i], k.name) if i in k._descs else (a,)))
         try:
             launch = self.by_stream[stream]
         except (KeyError, TypeError):  # TypeError: an unhashable stream object
@@ -403,7 +537,7 @@ class _TritonLaunch:
 
     def _launch_with_scratch(self, args: tuple, stream) -> None:
         k, m = self.k, self.k.meta
-        if len(args) != k._n:
+        if len(args) != k._nk:
             raise self.count_error(len(args))
         tail = self._tail(stream)
         if m.cooperative or self.cluster:

@@ -127,3 +127,35 @@ def test_ptx_with_meta_comments(cuda, tmp_path):
     k[4](out, cuda.to_device(x), 100, 100, 100)
     e = np.exp(x - x.max(axis=1, keepdims=True))
     np.testing.assert_allclose(out.copy_to_host(), e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-7)
+
+
+class _Descriptor:
+    """What Triton's TensorDescriptor carries (nbjit reads these attributes, imports no Triton)."""
+
+    def __init__(self, base, shape, strides, block_shape, padding="zero"):
+        self.base, self.shape, self.strides, self.block_shape, self.padding = base, shape, strides, block_shape, padding
+
+
+def test_host_tensor_descriptors(cuda):
+    k = nbjit.load_triton(T / "copy_hostdesc_kernel")
+    assert k._n == 3 and [d["param"] for d in k.rules["descriptors"]] == [0, 5]
+    m, n = 100, 72  # not multiples of the 32 x 64 block
+    a = (np.arange(m * n) % 1000).astype(np.float32).reshape(m, n)
+    src, dst = cuda.to_device(a), cuda.to_device(np.zeros((m, n), np.float32))
+    grid = (-(-m // 32), -(-n // 64))
+    k[grid](_Descriptor(src, (m, n), (n, 1), (32, 64)), _Descriptor(dst, (m, n), (n, 1), (32, 64)), np.float32(2.0))
+    np.testing.assert_array_equal(dst.copy_to_host(), 2 * a)
+    # nbjit's own tensor maps, made with the kernel's box and swizzle
+    k[grid](nbjit.tensor_map(src, (32, 32), swizzle="128B"), nbjit.tensor_map(dst, (32, 32), swizzle="128B"),
+            np.float32(3.0))
+    np.testing.assert_array_equal(dst.copy_to_host(), 3 * a)
+    with pytest.raises(NbjitArgumentError, match=r"takes 3 runtime arguments \(.*tensor descriptor"):
+        k[grid](src, dst)
+    if importlib.util.find_spec("triton") is not None and torch is not None:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+        ta = torch.from_numpy(a).cuda()
+        tout = torch.zeros_like(ta)
+        k[grid](TensorDescriptor.from_tensor(ta, [32, 64]), TensorDescriptor.from_tensor(tout, [32, 64]),
+                np.float32(0.5))
+        torch.cuda.synchronize()
+        np.testing.assert_array_equal(tout.cpu().numpy(), 0.5 * a)

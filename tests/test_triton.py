@@ -210,3 +210,87 @@ def test_ptx_meta_fallbacks_are_tritons():
     traps = (DATA / "hand/traps.ptx").read_text().replace("// meta:name=ignored_because_last_wins_no", "")
     m = ptx_meta(inspect_ptx("// meta:shared=0\n" + traps))
     assert m["num_warps"] == 2 and m["name"] == "k_all"  # k_weak .reqntid 8,4,2 = 64 threads, rounded up
+
+
+# ------------------------------------------------------------------ host-side tensor descriptors
+
+def test_host_descriptors_found_among_the_parameters():
+    meta = read_triton(T / "copy_hostdesc_kernel").meta
+    assert [(d.swizzle, d.elem_type, d.block_size) for d in meta.tensordescs] == [(3, 7, (32, 32))] * 2
+    r = describe(T / "copy_hostdesc_kernel")["launch"]
+    assert (r["user_params"], r["kernel_params"], r["scratch_params"]) == (3, 11, 2)
+    assert [(d["param"], d["arg"], d["ndim"], d["block"], d["swizzle"], d["data_type"]) for d in r["descriptors"]] \
+        == [(0, 0, 2, [32, 32], "128B", "FLOAT32"), (5, 1, 2, [32, 32], "128B", "FLOAT32")]
+    assert describe(T / "add_kernel")["launch"]["descriptors"] == []
+
+
+@pytest.mark.parametrize("edit, msg", [
+    (lambda d: d.update(triton_version="3.8.0"), "nbjit knows how Triton 3.9 passes them, this kernel was compiled by "
+                                                 "Triton 3.8.0"),
+    (lambda d: d["tensordesc_meta"][0].update(is_im2col=True), "im2col descriptors are not supported"),
+    (lambda d: d["tensordesc_meta"][1].update(block_size=[8, 8, 8]), "expected a 128-byte tensor map then 3 4-byte"),
+    (lambda d: d["tensordesc_meta"].append(d["tensordesc_meta"][0]), "tensor descriptor 2: expected a 128-byte"),
+    (lambda d: d["tensordesc_meta"][0].update(elem_type=13), "element type 13"),
+])
+def test_host_descriptor_misfits_are_load_errors(tmp_path, edit, msg):
+    with pytest.raises(NbjitLoadError, match=re.escape(msg)):
+        describe(copy_entry(tmp_path, "copy_hostdesc_kernel", edit))
+
+
+@pytest.mark.parametrize("meta, msg", [
+    ({"name": "k", "tensordesc_meta": {}}, "'tensordesc_meta': expected a list"),
+    ({"name": "k", "tensordesc_meta": [1]}, "'tensordesc_meta[0]': expected an object"),
+    ({"name": "k", "tensordesc_meta": [{"block_size": []}]}, "'tensordesc_meta[0].block_size'"),
+    ({"name": "k", "tensordesc_meta": [{"block_size": [512]}]}, "from 1 to 256"),
+    ({"name": "k", "tensordesc_meta": [{"block_size": [8], "swizzle": 9}]}, "'swizzle'"),
+])
+def test_malformed_descriptor_metadata(tmp_path, meta, msg):
+    bad = tmp_path / "k.json"
+    bad.write_text(json.dumps(meta))
+    with pytest.raises(NbjitLoadError, match=re.escape(msg)):
+        read_triton(bad)
+
+
+class FakeDeviceArray:
+    """An object with __cuda_array_interface__ (as CuPy's and torch's), no GPU behind it."""
+
+    def __init__(self, ptr, shape, dtype="<f4"):
+        self._cai = {"shape": shape, "typestr": dtype, "data": (ptr, False), "strides": None, "version": 3}
+
+    @property
+    def __cuda_array_interface__(self):
+        return self._cai
+
+
+class HostDescriptor:
+    """What Triton's TensorDescriptor carries (duck-typed: nbjit does not import Triton)."""
+
+    def __init__(self, base, shape, strides, block_shape, padding="zero"):
+        self.base, self.shape, self.strides, self.block_shape, self.padding = base, shape, strides, block_shape, padding
+
+
+def test_a_descriptor_argument_becomes_tensor_map_shape_and_strides(monkeypatch):
+    import nbjit
+    from nbjit import NbjitArgumentError, _driver
+    from nbjit.triton import _descriptor_args
+    from nbjit.tma import TensorMap, plan_tiled
+
+    d = describe(T / "copy_hostdesc_kernel")["launch"]["descriptors"][0]
+    plans = []
+    monkeypatch.setattr(_driver, "encode_tensor_map_tiled", lambda plan: plans.append(plan) or bytes(128))
+    base = FakeDeviceArray(0x7F0000000000, (100, 72))
+    tm, *rest = _descriptor_args(HostDescriptor(base, (100, 72), (72, 1), (32, 64), padding="nan"), d, "k")
+    assert isinstance(tm, TensorMap) and rest == [100, 72, 72, 1] and tm.array is base
+    p = plans[0]  # what the driver is asked for: Triton's own choices (box from its metadata, L2 128B)
+    assert (p.address, p.dims, p.strides, p.box, p.swizzle, p.l2_promotion, p.oob_fill, p.data_type) == \
+        (0x7F0000000000, (72, 100), (288,), (32, 32), "128B", "L2_128B", "NAN_REQUEST_ZERO_FMA", "FLOAT32")
+    # an nbjit tensor map made with the kernel's box and swizzle serves as well
+    mine = TensorMap(bytes(128), plan_tiled(0x7F0000000000, (100, 72), None, "f4", (32, 32), swizzle="128B"))
+    assert _descriptor_args(mine, d, "k")[1:] == (100, 72, 72, 1)
+    with pytest.raises(NbjitArgumentError, match=r"compiled for boxes of \[32, 32\] with swizzle '128B'"):
+        _descriptor_args(TensorMap(bytes(128), plan_tiled(0x7F0000000000, (100, 72), None, "f4", (32, 32))), d, "k")
+    with pytest.raises(NbjitArgumentError, match="argument 0 .*TensorDescriptor .* not FakeDeviceArray"):
+        _descriptor_args(base, d, "k")
+    with pytest.raises(NbjitArgumentError, match="axis 0 has a stride of 280 bytes"):
+        _descriptor_args(HostDescriptor(base, (100, 70), (70, 1), (32, 64)), d, "k")
+    assert nbjit.TensorMap is TensorMap

@@ -6,7 +6,7 @@ through cuda-bindings, numba-cuda); Triton (``pip install triton``, only for the
 ``triton/`` fixtures; point TRITON_PATH at a separate install dir if you keep it apart).
 No GPU is needed. Run from anywhere:
 
-    python tests/data/make_fixtures.py [nvcc] [cuda12] [nvrtc] [numba] [triton] [expected]
+    python tests/data/make_fixtures.py [nvcc] [cuda12] [nvrtc] [numba] [triton[:TAG,...]] [expected]
 
 ``cuda12`` needs Triton's bundled ptxas 12.9; ``expected`` needs cuobjdump (pip
 nvidia-cuda-cuobjdump) and records what it says about every cubin.
@@ -173,10 +173,16 @@ TRITON_KERNELS = {
                          {"in_ptr": "*fp32", "out_ptr": "*fp32", "M": "i32", "N": "i32",
                           "BLOCK_M": "constexpr", "BLOCK_N": "constexpr"},
                          {"BLOCK_M": 32, "BLOCK_N": 32}, {"num_warps": 4}),
+    # host-side tensor descriptors (TMA): each passed as CUtensorMap, shape (i32s), strides (i64s)
+    "copy_hostdesc_kernel": ("copy_hostdesc_kernel",
+                             {"in_desc": "tensordesc<fp32[32, 64]>", "out_desc": "tensordesc<fp32[32, 64]>",
+                              "scale": "fp32", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr"},
+                             {"BLOCK_M": 32, "BLOCK_N": 64}, {"num_warps": 4}),
 }
 
 
-def triton() -> None:
+def triton(only: tuple[str, ...] = ()) -> None:
+    """Triton 3.9's cache entries for TRITON_KERNELS (``only``: those tags, the others kept)."""
     tp = os.environ.get("TRITON_PATH")
     if tp:
         sys.path.insert(0, tp)
@@ -191,10 +197,14 @@ def triton() -> None:
         import triton_kernels
 
         out = HERE / "triton"
-        shutil.rmtree(out, ignore_errors=True)
-        out.mkdir()
+        if not only:
+            shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(exist_ok=True)
         target = GPUTarget("cuda", 90, 32)
         for tag, (fn, sig, consts, opts) in TRITON_KERNELS.items():
+            if only and tag not in only:
+                continue
+            shutil.rmtree(out / tag, ignore_errors=True)
             src = ASTSource(fn=getattr(triton_kernels, fn), signature=sig, constexprs=consts)
             k = T.compile(src, target=target, options=opts)
             name = k.metadata.name
@@ -211,10 +221,12 @@ def triton() -> None:
 
 
 def main(argv: list[str]) -> None:
+    """Steps by name (default: all); ``triton:TAG,TAG`` rebuilds only those Triton kernels."""
     steps = {"nvcc": nvcc, "cuda12": cuda12, "nvrtc": nvrtc, "numba": numba, "triton": triton,
              "expected": expected}
     for name in argv or list(steps):
-        steps[name]()
+        step, _, tags = name.partition(":")
+        steps[step](*((tuple(tags.split(",")),) if tags else ()))
 
 
 if __name__ == "__main__":

@@ -57,3 +57,12 @@ def copy_desc_kernel(in_ptr, out_ptr, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.c
     dst = tl.make_tensor_descriptor(out_ptr, shape=[M, N], strides=[N, 1], block_shape=[BLOCK_M, BLOCK_N])
     tile = src.load([pid_m * BLOCK_M, pid_n * BLOCK_N])
     dst.store([pid_m * BLOCK_M, pid_n * BLOCK_N], tile * 2.0)
+
+
+@triton.jit
+def copy_hostdesc_kernel(in_desc, out_desc, scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    # host-side TMA descriptors (triton.tools.tensor_descriptor.TensorDescriptor arguments)
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    tile = in_desc.load([pid_m * BLOCK_M, pid_n * BLOCK_N])
+    out_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], tile * scale)

@@ -335,12 +335,15 @@ def _with_origin(p: Param, facts) -> Param:
 
 
 def _layout_facts(p: Param, q: Param, label: str) -> Param:
-    """``p`` with what layout source ``q`` adds: pointer-ness and pointee alignment (cubins)."""
+    """``p`` with what layout source ``q`` adds: pointer-ness and pointee alignment (cubins),
+    the type and the parameter's alignment (PTX beside a cubin)."""
     if q.pointer and not p.pointer:
         p = replace(p, pointer=True, space=p.space or q.space, pointee_align=p.pointee_align or q.pointee_align)
         p = _with_origin(p, (("pointer", label),))
     if p.type == "unknown" and q.type != "unknown":
         p = _with_origin(replace(p, type=q.type, count=q.count), (("type", label),))
+    if p.align is None and q.align is not None:  # PTX declares it; a cubin does not say
+        p = _with_origin(replace(p, align=q.align), (("align", label),))
     return p
 
 

@@ -294,3 +294,17 @@ def test_a_descriptor_argument_becomes_tensor_map_shape_and_strides(monkeypatch)
     with pytest.raises(NbjitArgumentError, match="axis 0 has a stride of 280 bytes"):
         _descriptor_args(HostDescriptor(base, (100, 70), (70, 1), (32, 64)), d, "k")
     assert nbjit.TensorMap is TensorMap
+
+
+def test_the_cubin_route_knows_its_tensor_map_parameters():
+    # load_triton types a cubin with the PTX beside it: the cubin places the 64-aligned tensor
+    # maps at its own offsets (48, 240), the PTX gives their alignment; the packer must see them
+    from nbjit import args, inspect_cubin, signature
+
+    d = T / "copy_hostdesc_kernel"
+    ce = inspect_cubin((d / "copy_hostdesc_kernel.cubin").read_bytes()).entries[0]
+    pe = inspect_ptx((d / "copy_hostdesc_kernel.ptx").read_text()).entries[0]
+    info = signature.merge(ce.name, [("cubin", ce), ("triton ptx", pe)])
+    assert [p.offset for p in info.params][:6] == [48, 176, 180, 184, 192, 240]
+    assert [i for i, r in enumerate(args.ArgPacker(info.signature, ce.name).rules) if r.tensor_map] == [0, 5]
+    assert dict(info.params[0].origin)["align"] == "triton ptx"

@@ -19,7 +19,7 @@ from .arch import Arch
 from .errors import CompileFailure, NbjitCompileError
 
 # patterns used on every call, compiled once at import
-_CCCL_VERSION = re.compile(r"#\s*define\s+CCCL_VERSION\s+(\d+)")
+_CCCL_VERSION = re.compile(rb"#\s*define\s+CCCL_VERSION\s+(\d+)")
 _ARCH_NAME = re.compile(r"(sm|compute)_\d+[af]?")
 
 __all__ = ["AssembledCubin", "assemble_ptx", "assemble_cached", "nvjitlink_version", "compile_image", "nvrtc_version",
@@ -211,9 +211,10 @@ def cccl_version() -> int | None:
     d = cccl_include_dir()
     if d is None:
         return None
+    from .image import read_regular
     try:
-        text = Path(d, "cuda", "std", "__cccl", "version.h").read_text(errors="replace")
-    except OSError:
+        text = read_regular(os.path.join(d, "cuda", "std", "__cccl", "version.h"), 1 << 20)
+    except (OSError, ValueError):
         return None
     m = _CCCL_VERSION.search(text)
     return int(m.group(1)) if m else None

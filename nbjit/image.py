@@ -37,7 +37,11 @@ def read_regular(path: str | os.PathLike, limit: int = MAX_FILE_BYTES) -> bytes:
         if st.st_size > limit:
             raise ValueError(f"{st.st_size} bytes, more than nbjit reads ({limit})")
         with os.fdopen(fd, "rb", closefd=False) as f:
-            data = f.read(limit + 1)
+            # read what fstat says is there (asking for `limit` bytes would allocate that much
+            # first: 256 MiB for a cache entry of a few KiB), then anything it grew by since
+            data = f.read(st.st_size + 1)
+            if len(data) > st.st_size:
+                data += f.read(limit + 1 - len(data))
         if len(data) > limit:
             raise ValueError(f"more than {limit} bytes")
         return data

@@ -108,19 +108,8 @@ def current_cc() -> tuple[int, int]:
     current where none is): two driver calls once a context is current."""
     if current_context_key():
         cu = _cu()
-        return device_cc(int(check(cu.cuCtxGetDevice(), "cuCtxGetDevice")))
+        return device_info(int(check(cu.cuCtxGetDevice(), "cuCtxGetDevice"))).cc
     return context_cc(current_context())
-
-
-@functools.lru_cache(maxsize=None)
-def device_cc(ordinal: int) -> tuple[int, int]:
-    """The compute capability of device ``ordinal``."""
-    cu = _cu()
-    dev = check(cu.cuDeviceGet(ordinal), "cuDeviceGet")
-    A = cu.CUdevice_attribute
-    which = (A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
-    major, minor = (int(check(cu.cuDeviceGetAttribute(a, dev), "cuDeviceGetAttribute")) for a in which)
-    return major, minor
 
 
 def context_key(ctx) -> int:

@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 
 from . import _driver
-from .args import _EXTRACTORS, ArgPacker, device_pointer
+from .args import _EXTRACTORS, ArgPacker, array_element, device_pointer
 from .errors import NbjitArgumentError, NbjitLaunchError
 from .signature import KernelInfo, KernelSignature, Param
-from .tma import TensorMap, plan_for_array
+from .tma import TensorMap, TensorMapPlan, plan_tiled
 
 __all__ = ["Kernel", "KernelAttributes", "BoundLaunch", "tensor_map"]
 
@@ -308,7 +308,7 @@ class Kernel(_indexing_base()):  # type: ignore[misc]
         want = requested if requested is not None else default if default is not None else self._s.pdl
         if not want:
             return False
-        cc = _driver.device_cc(self._s.device)
+        cc = _driver.device_info(self._s.device).cc
         if cc >= (9, 0):
             return True
         if requested:
@@ -447,6 +447,19 @@ def tensor_map(array: Any, box: Any, *, element_strides: Any = None, interleave:
     plan = plan_for_array(array, box, element_strides=element_strides, interleave=interleave, swizzle=swizzle,
                           l2_promotion=l2_promotion, oob_fill=oob_fill)
     return TensorMap(_driver.encode_tensor_map_tiled(plan), plan, array)
+
+
+def plan_for_array(array: Any, box: Any, **options: Any) -> TensorMapPlan:
+    """``tma.plan_tiled`` for a device array (a Numba device array, or anything with
+    ``__cuda_array_interface__``), its element type read as the packer reads it."""
+    cai = getattr(array, "__cuda_array_interface__", None)
+    if cai is None:
+        raise NbjitArgumentError(f"tensor map: {type(array).__name__} is not a device array (expected a Numba "
+                                 "device array or an object with __cuda_array_interface__)")
+    kind, _, name = array_element(array)
+    dtype, data_type = ("u2", "BFLOAT16") if kind == "bf" else (name, None)
+    return plan_tiled(int(cai["data"][0]), tuple(cai["shape"]), cai.get("strides"), dtype, box,
+                      data_type=data_type, **options)
 
 
 _STATE_SLOT = Kernel.__dict__["_s"]

@@ -16,7 +16,7 @@ import numpy as np
 
 from .errors import NbjitArgumentError
 
-__all__ = ["TensorMap", "TensorMapPlan", "plan_tiled", "plan_for_array", "is_tensor_map_param"]
+__all__ = ["TensorMap", "TensorMapPlan", "plan_tiled", "is_tensor_map_param"]
 
 SIZE = 128  # bytes of a CUtensorMap
 ALIGN = 64
@@ -174,30 +174,6 @@ class TensorMap:
                                        ("l2", p.l2_promotion), ("oob", p.oob_fill)) if v != "NONE"]
         return (f"<nbjit.TensorMap {p.dtype}{list(p.shape)} in boxes of {list(p.box_shape)}"
                 + (f", {', '.join(opts)}" if opts else "") + ">")
-
-
-def plan_for_array(array: Any, box: Any, **options: Any) -> TensorMapPlan:
-    """``plan_tiled`` for a device array (a Numba device array, or anything with
-    ``__cuda_array_interface__``), read from its array interface."""
-    cai = getattr(array, "__cuda_array_interface__", None)
-    if cai is None:
-        raise NbjitArgumentError(f"tensor map: {type(array).__name__} is not a device array (expected a Numba "
-                                 "device array or an object with __cuda_array_interface__)")
-    return plan_tiled(int(cai["data"][0]), tuple(cai["shape"]), cai.get("strides"), _cai_dtype(cai, array), box,
-                      **options)
-
-
-def _cai_dtype(cai: dict, array: Any) -> np.dtype:
-    """The element type: torch's bfloat16 says only ``<V2`` in its interface."""
-    dt = getattr(array, "dtype", None)
-    if dt is not None and str(dt).endswith("bfloat16"):
-        try:
-            import ml_dtypes
-            return np.dtype(ml_dtypes.bfloat16)
-        except ImportError:
-            raise NbjitArgumentError("tensor map: a bfloat16 array needs the ml_dtypes package to be described "
-                                     "(pip install ml_dtypes)") from None
-    return np.dtype(cai["typestr"])
 
 
 def is_tensor_map_param(size: int, align: int | None, ctype: str | None) -> bool:

@@ -2,6 +2,8 @@
 launch default (the launches themselves are tested on the GPU: test_gpu_pdl.py)."""
 from __future__ import annotations
 
+import types
+
 import pytest
 
 from nbjit import NbjitLaunchError, _driver, inspect_ptx
@@ -23,7 +25,7 @@ def pdl_kernels(monkeypatch):
     """Kernels of the PDL fixture over a fake function handle, on a device of chosen arch."""
     monkeypatch.setattr(K, "_MULTI", [False])
     cc = {"value": (9, 0)}
-    monkeypatch.setattr(_driver, "device_cc", lambda ordinal: cc["value"])
+    monkeypatch.setattr(_driver, "device_info", lambda ordinal: types.SimpleNamespace(cc=cc["value"]))
     info = inspect_ptx((DATA / "nvcc/pdl_sm90.ptx").read_text())
     ks = {e.name: K.Kernel(None, K._State(e.name, None, e, 0, 0)) for e in info.entries}
     return ks, cc

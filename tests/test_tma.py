@@ -8,7 +8,8 @@ import pytest
 
 import nbjit
 from nbjit import NbjitArgumentError, args, cdecl, signature
-from nbjit.tma import TensorMap, plan_for_array, plan_tiled
+from nbjit.kernel import plan_for_array
+from nbjit.tma import TensorMap, plan_tiled
 
 from conftest import DATA  # noqa: E402
 

@@ -223,15 +223,6 @@ class Kernel(_indexing_base()):  # type: ignore[misc]
         self._configs = state.configs
         self._recipe = state.recipe
 
-    @classmethod
-    def _pending(cls, module, recipe: tuple) -> "Kernel":
-        """A kernel of a module not loaded yet: it loads on first use (``_s`` is then set)."""
-        k = cls.__new__(cls)
-        k.module = module
-        k._recipe = recipe
-        k._configs = {}
-        return k
-
     def __getattr__(self, name: str):
         # only reached while the slot `_s` is unset: a kernel waiting for its first use
         if name != "_s":
@@ -250,7 +241,7 @@ class Kernel(_indexing_base()):  # type: ignore[misc]
             return False
 
     def __reduce__(self):
-        return (_restore_kernel, (self.module, self._recipe))
+        return (pending_kernel, (self.module, self._recipe))
 
     # ------------------------------------------------------------ description
     @property
@@ -465,9 +456,14 @@ def plan_for_array(array: Any, box: Any, **options: Any) -> TensorMapPlan:
 _STATE_SLOT = Kernel.__dict__["_s"]
 
 
-def _restore_kernel(module, recipe: tuple) -> Kernel:
-    """An unpickled kernel: it loads on first use."""
-    return Kernel._pending(module, recipe)
+def pending_kernel(module, recipe: tuple) -> Kernel:
+    """A kernel of a module not loaded yet (lazy, or unpickled): it loads on first use, when
+    ``_s`` is first read. ``recipe``: (name, signature, extra layouts)."""
+    k = Kernel.__new__(Kernel)
+    k.module = module
+    k._recipe = recipe
+    k._configs = {}
+    return k
 
 
 class _Config:

@@ -17,7 +17,7 @@ from .numba_abi import is_numba_name
 from .errors import KernelNotFoundError, NbjitArgumentError, NbjitLoadError, NbjitWarning
 from .cubin import CubinInfo
 from .image import Image, ImageLike, _sha256, as_image, inspect_image
-from .kernel import Kernel, _State
+from .kernel import Kernel, _State, pending_kernel
 from .loader import Plan, plan
 from .signature import KernelInfo, KernelSignature, Param, SignatureConflict, merge, same_layout
 
@@ -155,6 +155,18 @@ class Module:
                 for k in new:
                     self._states.pop(k, None)  # typed afresh on next use
 
+    def _learn_numba(self, types: Mapping[str, tuple]) -> None:
+        """Numba argument types for kernels (``from_numba``, a pickle): they type them afresh."""
+        with self._lock:
+            for k, v in types.items():
+                if self._numba.get(k) != v:
+                    self._numba[k] = v
+                    self._states.pop(k, None)
+
+    def _lowered(self) -> Mapping[str, str]:
+        """Name expressions -> mangled names (the image's, while waiting for first use)."""
+        return self.__dict__.get("_names", self.image.lowered_names)
+
     # ------------------------------------------------------------ not loaded yet (lazy, unpickled)
     @classmethod
     def _pending(cls, img: Image, keep_debug: bool, numba: Mapping | None = None) -> "Module":
@@ -174,11 +186,7 @@ class Module:
 
     def _attach(self) -> None:
         target = load(self.image, keep_debug=self.keep_debug)
-        with target._lock:
-            for k, v in self._numba.items():
-                if target._numba.get(k) != v:
-                    target._numba[k] = v
-                    target._states.pop(k, None)
+        target._learn_numba(self._numba)
         # share the loaded module's handle, kernels and lifetime (it stays loaded while this lives)
         shared = {k: v for k, v in target.__dict__.items() if k not in ("image", "keep_debug", "_wire_blob")}
         self.__dict__.update(shared, _owner=target)
@@ -197,9 +205,8 @@ class Module:
                 data = data.rstrip(b"\0")
             blob = d["_wire_blob"] = (_sha256(data), len(data), zlib.compress(data, 6))
         img = self.image
-        names = d.get("_names", img.lowered_names)
-        decls = d.get("_decls", img.declarations)
-        facts = {"lowered_names": dict(names), "declarations": dict(decls), "numba": dict(self._numba),
+        facts = {"lowered_names": dict(self._lowered()), "declarations": dict(d.get("_decls", img.declarations)),
+                 "numba": dict(self._numba),
                  "keep_debug": self.keep_debug}
         return (_WIRE_VERSION, img.name, kind, img.arch, *blob, facts)
 
@@ -236,8 +243,7 @@ class Module:
         return out
 
     def _resolve(self, name: str) -> str:
-        names = self.__dict__.get("_names", self.image.lowered_names)
-        return names.get(name, name)
+        return self._lowered().get(name, name)
 
     def get_kernel(self, name: str, signature: str | None = None) -> Kernel:
         """The kernel ``name`` (a mangled name, or an NVRTC name expression such as
@@ -255,7 +261,7 @@ class Module:
         if self.__dict__.get("_pending"):
             if self.kernels and real not in self.kernels:
                 raise self._missing(name)
-            return Kernel._pending(self, (real, signature, tuple(extra_layouts)))
+            return pending_kernel(self, (real, signature, tuple(extra_layouts)))
         _driver.check_not_forked()
         if signature is not None or extra_layouts:
             st = self._make_state(real, name, signature, extra_layouts)
@@ -314,8 +320,7 @@ class Module:
         return _State(real, func, info, self._ctx_key, self.device)
 
     def _missing(self, name: str) -> KernelNotFoundError:
-        lowered = self.__dict__.get("_names", self.image.lowered_names)
-        names = list(self.kernels) + [k for k in lowered if k not in self.kernels]
+        names = list(self.kernels) + [k for k in self._lowered() if k not in self.kernels]
         close = difflib.get_close_matches(name, names, n=len(names), cutoff=0.0)
         return KernelNotFoundError(f"no kernel {name!r} in {self.name}; it has: {', '.join(close) or '(none)'}")
 
@@ -427,11 +432,7 @@ def _learn_pickled(mod: Module, facts: dict) -> None:
             mod._numba.setdefault(k, v)
     else:
         mod._learn(Image(img.data, img.kind, img.name, img.arch, names, "", decls))
-        with mod._lock:
-            for k, v in facts["numba"].items():
-                if mod._numba.get(k) != v:
-                    mod._numba[k] = v
-                    mod._states.pop(k, None)
+        mod._learn_numba(facts["numba"])
 
 
 def _image_kernels(img: Image) -> tuple[str, ...]:
@@ -579,8 +580,5 @@ def from_numba(dispatcher: Any, signature: Any) -> Kernel:
     names = [k for k in mod.kernels if numba_abi.is_numba_name(k)] or list(mod.kernels)
     if len(names) != 1:
         raise NbjitLoadError(f"{what}: expected one kernel in Numba's PTX, found {names}")
-    with mod._lock:
-        if mod._numba.get(names[0]) != nargs:
-            mod._numba[names[0]] = nargs
-            mod._states.pop(names[0], None)
+    mod._learn_numba({names[0]: nargs})
     return mod._kernel(names[0])

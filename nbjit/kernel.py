@@ -351,11 +351,11 @@ class Kernel(_indexing_base()):  # type: ignore[misc]
         shared = config[3] if len(config) > 3 else 0
         return self._config(config[0], config[1], stream, shared)
 
-    def _config(self, grid, block, stream, shared, tail: int = 0, count_error=None, pdl: bool | None = None,
-                pdl_default: bool | None = None) -> "_Config":
+    def _config(self, grid, block, stream, shared, tail: int = 0, count_error=None,
+                pdl: bool | None = None) -> "_Config":
         """A configured launcher for a launch without cooperative or cluster attributes (see
         ``_launcher``); programmatic dependent as ``_pdl`` decides."""
-        cfg = LaunchConfig.make(grid, block, stream, shared, pdl=self._pdl(pdl, pdl_default), kernel=self.name)
+        cfg = LaunchConfig.make(grid, block, stream, shared, pdl=self._pdl(pdl), kernel=self.name)
         return self._launcher(cfg, tail, count_error)
 
     def _launcher(self, cfg: LaunchConfig, tail: int = 0, count_error=None) -> "_Config":
@@ -545,12 +545,15 @@ class _ExtendedLauncher(_PyLauncher):
     path = "python (cuLaunchKernelEx)"
 
     def __call__(self, *args) -> None:
-        buf = self._packed(args)
-        c = self.config
-        err = _driver.launch_ex(self._s.func, c.grid, c.block, c.shared, self.stream, buf.address,
-                                cooperative=c.cooperative, cluster=c.cluster, pdl=c.pdl)
+        err = self.launch_at(self._packed(args).address)
         if err:
             raise self.error(err)
+
+    def launch_at(self, address: int) -> int:
+        """cuLaunchKernelEx with the parameters packed at ``address``; the CUresult."""
+        c = self.config
+        return _driver.launch_ex(self._s.func, c.grid, c.block, c.shared, self.stream, address,
+                                 cooperative=c.cooperative, cluster=c.cluster, pdl=c.pdl)
 
 
 try:
@@ -609,12 +612,9 @@ class BoundLaunch:
         buf = _Buffer(s.info)
         s.packer.pack_into(buf.data, args)
         self._data, self._ptrs, self._address = buf.data, buf.ptrs, buf.address
-        c = launcher.config
-        if c.extended:  # launch attributes (a programmatic dependent launch): cuLaunchKernelEx
-            func, stream = s.func, launcher.stream
+        if launcher.config.extended:  # launch attributes (a programmatic dependent launch)
             self._cfg = ()
-            self._launch = lambda address: _driver.launch_ex(func, c.grid, c.block, c.shared, stream, address,
-                                                             cooperative=c.cooperative, cluster=c.cluster, pdl=c.pdl)
+            self._launch = launcher.launch_at
         else:
             self._cfg = launcher._cfg
             self._launch = launcher._launch

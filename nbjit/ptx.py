@@ -232,6 +232,7 @@ _MAX_DIGITS = 19
 _VARTOK = re.compile(r"\.\w+|\d+|[A-Za-z_$%][\w$%]*|\[|\]|=")
 _LOC = re.compile(r"\.loc\b")
 _GRIDDEP = re.compile(r"\bgriddepcontrol\.(wait|launch_dependents)\b")
+_GRIDDEP_ORDER = ("wait", "launch_dependents").index  # the order KernelInfo.griddepcontrol lists them in
 _CALL = re.compile(r"\bcall(?:\.uni)?\b[^;]*?([A-Za-z_$%][\w$%]*)\s*(?:,\s*\(|;)")
 _FILE = re.compile(r'\.file\s+(\d+)\s+"')
 _PRAGMA = re.compile(r'\.pragma\s*"x*"\s*;')
@@ -651,7 +652,7 @@ class _Parser:
                 found.update(gdc.get(m.group(1), ()))
                 pos = m.end()
             if found != set(out[i].griddepcontrol):
-                out[i] = replace(out[i], griddepcontrol=tuple(sorted(found, key=("wait", "launch_dependents").index)))
+                out[i] = replace(out[i], griddepcontrol=tuple(sorted(found, key=_GRIDDEP_ORDER)))
         return out
 
     def griddep(self, a: int, b: int) -> tuple[str, ...]:
@@ -663,7 +664,7 @@ class _Parser:
         while (m := self.find_code(_GRIDDEP, pos, b)) is not None:
             found.add(m.group(1))
             pos = m.end()
-        return tuple(sorted(found, key=("wait", "launch_dependents").index))
+        return tuple(sorted(found, key=_GRIDDEP_ORDER))
 
     def func(self, pos: int, linkage: str | None) -> tuple[FuncInfo, int]:
         h, hend, defined = self.declaration(pos, "'.func'")

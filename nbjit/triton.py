@@ -320,7 +320,7 @@ _DESCRIPTOR_ABI = ("3.9",)
 _TMA_DEVICE_TYPES = {0: ("u1", "UINT8"), 1: ("u2", "UINT16"), 2: ("u4", "UINT32"), 3: ("i4", "INT32"),
                      4: ("u8", "UINT64"), 5: ("i8", "INT64"), 6: ("f2", "FLOAT16"), 7: ("f4", "FLOAT32"),
                      8: ("f4", "FLOAT32_FTZ"), 9: ("f8", "FLOAT64"), 10: ("u2", "BFLOAT16")}
-_TMA_SWIZZLE = {0: "none", 1: "32B", 2: "64B", 3: "128B"}
+_TMA_SWIZZLE = ("none", "32B", "64B", "128B")  # Triton's numbers, nbjit.tensor_map's names
 
 
 def _descriptor_params(meta: TritonMeta, params: Sequence[Param]) -> list:
@@ -364,14 +364,13 @@ def _descriptor_args(a: Any, d: dict, kernel: str) -> tuple:
 
     from . import _driver
     from .args import device_pointer
-    from .tma import TensorMap, plan_tiled
+    from .tma import _SWIZZLE, TensorMap, plan_tiled
 
     what = f"Triton kernel {kernel!r}, argument {d['arg']} (a tensor descriptor)"
     n, block = d["ndim"], tuple(d["block"])
     if isinstance(a, TensorMap):
         p = a.plan
-        want_swizzle = {"none": "NONE"}.get(d["swizzle"], d["swizzle"])
-        if len(p.shape) != n or p.box_shape != block or p.swizzle != want_swizzle:
+        if len(p.shape) != n or p.box_shape != block or p.swizzle != _SWIZZLE[d["swizzle"]][0]:
             raise NbjitArgumentError(f"{what}: the kernel was compiled for boxes of {list(block)} with swizzle "
                                      f"{d['swizzle']!r}; this tensor map has boxes of {list(p.box_shape)}, swizzle "
                                      f"{p.swizzle}: make it with nbjit.tensor_map(array, {block}, swizzle="

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
+import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -313,6 +314,7 @@ class Backend:
     name: str
     launch: Any
     handle: Any
+    extended: bool = False  # launch also takes launch attributes (cuLaunchKernelEx in C)
 
 
 @functools.lru_cache(maxsize=None)
@@ -329,7 +331,12 @@ def backend() -> Backend:
         if res[0] != 0 or not int(res[1]):
             raise RuntimeError("cuGetProcAddress(cuLaunchKernel) failed")
         _launch.set_entry_point(int(res[1]))
-        return Backend("c", _launch.launch, int)
+        ex = cu.cuGetProcAddress(b"cuLaunchKernelEx", driver_version(),
+                                 cu.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_DEFAULT)
+        extended = ex[0] == 0 and bool(int(ex[1]))
+        if extended:
+            _launch.set_entry_point_ex(int(ex[1]))
+        return Backend("c", _launch.launch, int, extended)
     except Exception:  # no C extension (or an unexpected driver): the portable path
         bound = cu.cuLaunchKernel
 
@@ -346,6 +353,23 @@ def _same(x):
 def stream_object(handle: int):
     """A CUstream for an integer handle (what cuLaunchKernel takes fastest)."""
     return _cu().CUstream(handle)
+
+
+_ATTR = struct.Struct("<I4x64s")  # CUlaunchAttribute: the id, padding, a 64-byte value
+
+
+def launch_attributes(*, cooperative: bool, cluster, pdl: bool) -> bytes:
+    """A launch's attributes as the driver's ``CUlaunchAttribute`` array (72 bytes each),
+    for nbjit's C launcher: cooperative, a cluster shape, programmatic stream serialization."""
+    ids = _cu().CUlaunchAttributeID
+    out = []
+    if cooperative:
+        out.append(_ATTR.pack(int(ids.CU_LAUNCH_ATTRIBUTE_COOPERATIVE), struct.pack("<i", 1)))
+    if cluster is not None:
+        out.append(_ATTR.pack(int(ids.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION), struct.pack("<3I", *cluster)))
+    if pdl:
+        out.append(_ATTR.pack(int(ids.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION), struct.pack("<i", 1)))
+    return b"".join(out)
 
 
 def launch_ex(func, grid, block, shared: int, stream, params: int, *, cooperative: bool, cluster,
@@ -379,21 +403,27 @@ def launch_ex(func, grid, block, shared: int, stream, params: int, *, cooperativ
     return cu.cuLaunchKernelEx(cfg, func, params, 0)[0]
 
 
+def tensor_map_call(cu, plan) -> tuple:
+    """``cuTensorMapEncodeTiled``'s arguments for a plan, in the binding's own types (its
+    size lists take ``cuuint64_t`` / ``cuuint32_t``, never plain ints)."""
+    def enum(kind, name):
+        return getattr(getattr(cu, kind), f"CU_TENSOR_MAP_{name}")
+    u64, u32 = cu.cuuint64_t, cu.cuuint32_t
+    return (enum("CUtensorMapDataType", f"DATA_TYPE_{plan.data_type}"), plan.rank, plan.address,
+            [u64(x) for x in plan.dims], [u64(x) for x in plan.strides], [u32(x) for x in plan.box],
+            [u32(x) for x in plan.element_strides],
+            enum("CUtensorMapInterleave", f"INTERLEAVE_{plan.interleave}"),
+            enum("CUtensorMapSwizzle", f"SWIZZLE_{plan.swizzle}"),
+            enum("CUtensorMapL2promotion", f"L2_PROMOTION_{plan.l2_promotion}"),
+            enum("CUtensorMapFloatOOBfill", f"FLOAT_OOB_FILL_{plan.oob_fill}"))
+
+
 def encode_tensor_map_tiled(plan) -> bytes:
     """The 128 bytes of ``cuTensorMapEncodeTiled`` for a checked ``tma.TensorMapPlan``;
     ``NbjitArgumentError`` with the driver's word where it still refuses."""
     from .errors import NbjitArgumentError
     cu = _cu()
-
-    def enum(kind, name):
-        return getattr(getattr(cu, kind), f"CU_TENSOR_MAP_{name}")
-    res = cu.cuTensorMapEncodeTiled(
-        enum("CUtensorMapDataType", f"DATA_TYPE_{plan.data_type}"), plan.rank, plan.address, list(plan.dims),
-        list(plan.strides), list(plan.box), list(plan.element_strides),
-        enum("CUtensorMapInterleave", f"INTERLEAVE_{plan.interleave}"),
-        enum("CUtensorMapSwizzle", f"SWIZZLE_{plan.swizzle}"),
-        enum("CUtensorMapL2promotion", f"L2_PROMOTION_{plan.l2_promotion}"),
-        enum("CUtensorMapFloatOOBfill", f"FLOAT_OOB_FILL_{plan.oob_fill}"))
+    res = cu.cuTensorMapEncodeTiled(*tensor_map_call(cu, plan))
     if res[0] != 0:
         raise NbjitArgumentError(f"tensor map: cuTensorMapEncodeTiled refused {plan.dtype}{list(plan.shape)} in boxes "
                                  f"of {list(plan.box_shape)}: {error_text(res[0])}")

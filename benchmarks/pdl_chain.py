@@ -32,6 +32,10 @@ extern "C" __global__ void step(float* out, const float* in, int n) {
 '''
 
 
+def _text(name) -> str:
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--chain", type=int, default=100, help="kernels in the chain")
@@ -81,7 +85,7 @@ def main() -> None:
         got = bufs[a.chain % 2].copy_to_host()
         assert np.all(got == a.chain), (k, got[:4])
     med = {k: statistics.median(v) for k, v in times.items()}
-    print(f"{a.chain} dependent kernels of {a.n:,} values on {cuda.get_current_device().name.decode()}; "
+    print(f"{a.chain} dependent kernels of {a.n:,} values on {_text(cuda.get_current_device().name)}; "
           f"median of {a.repeat} chains, microseconds")
     print(f"{'':12}{'plain':>10}{'PDL':>10}{'PDL/plain':>11}")
     out = {}

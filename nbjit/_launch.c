@@ -41,11 +41,67 @@ typedef int (*launch_fn)(void *f, unsigned gx, unsigned gy, unsigned gz, unsigne
 
 static launch_fn p_launch = NULL;
 
+/* cuLaunchKernelEx's configuration, laid out as CUlaunchConfig; its attributes are
+ * CUlaunchAttribute's 72 bytes each (an id, padding, a 64-byte value), built in Python. */
+typedef struct {
+    unsigned gx, gy, gz, bx, by, bz, shmem;
+    void *stream;
+    void *attrs;
+    unsigned nattrs;
+} launch_config;
+#define ATTR_WORDS 9 /* 72 bytes */
+#define MAX_ATTRS 4
+typedef int (*launch_ex_fn)(const launch_config *cfg, void *f, void **params, void **extra);
+static launch_ex_fn p_launch_ex = NULL;
+
 static PyObject *set_entry_point(PyObject *self, PyObject *arg) {
     void *p = PyLong_AsVoidPtr(arg);
     if (p == NULL && PyErr_Occurred()) return NULL;
     p_launch = (launch_fn)p;
     Py_RETURN_NONE;
+}
+
+static PyObject *set_entry_point_ex(PyObject *self, PyObject *arg) {
+    void *p = PyLong_AsVoidPtr(arg);
+    if (p == NULL && PyErr_Occurred()) return NULL;
+    p_launch_ex = (launch_ex_fn)p;
+    Py_RETURN_NONE;
+}
+
+/* Launch attributes from a bytes object (a multiple of 72 bytes, at most MAX_ATTRS) into
+ * `out`, 8-byte aligned as the driver reads them; the count, or -1 with an exception. */
+static int read_attrs(PyObject *o, unsigned long long *out) {
+    char *bytes;
+    Py_ssize_t len;
+    if (o == NULL || o == Py_None) return 0;
+    if (PyBytes_AsStringAndSize(o, &bytes, &len) < 0) return -1;
+    if (len % (ATTR_WORDS * 8) || len > MAX_ATTRS * ATTR_WORDS * 8) {
+        PyErr_SetString(PyExc_ValueError, "launch attributes must be up to 4 blocks of 72 bytes");
+        return -1;
+    }
+    if (len && p_launch_ex == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "nbjit._launch: no cuLaunchKernelEx entry point set");
+        return -1;
+    }
+    memcpy(out, bytes, len);
+    return (int)(len / (ATTR_WORDS * 8));
+}
+
+/* cuLaunchKernel, or cuLaunchKernelEx where there are attributes; the GIL released. */
+static int launch_any(void *f, const unsigned *d, void *stream, void **params, unsigned long long *attrs,
+                      int nattrs) {
+    int r;
+    if (nattrs == 0) {
+        Py_BEGIN_ALLOW_THREADS
+        r = p_launch(f, d[0], d[1], d[2], d[3], d[4], d[5], d[6], stream, params, NULL);
+        Py_END_ALLOW_THREADS
+    } else {
+        launch_config c = {d[0], d[1], d[2], d[3], d[4], d[5], d[6], stream, attrs, (unsigned)nattrs};
+        Py_BEGIN_ALLOW_THREADS
+        r = p_launch_ex(&c, f, params, NULL);
+        Py_END_ALLOW_THREADS
+    }
+    return r;
 }
 
 static int as_uint(PyObject *o, unsigned *out) {
@@ -59,15 +115,17 @@ static int as_uint(PyObject *o, unsigned *out) {
     return 0;
 }
 
-/* launch(func, gx, gy, gz, bx, by, bz, shared, stream, params) -> CUresult as int. */
+/* launch(func, gx, gy, gz, bx, by, bz, shared, stream, params[, attributes]) -> CUresult as int. */
 static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     unsigned d[7];
+    unsigned long long attrs[MAX_ATTRS * ATTR_WORDS];
     void *f, *stream, *params;
-    int i, r;
-    if (nargs != 10) {
-        PyErr_SetString(PyExc_TypeError, "launch takes 10 arguments");
+    int i, r, nattrs = 0;
+    if (nargs != 10 && nargs != 11) {
+        PyErr_SetString(PyExc_TypeError, "launch takes 10 or 11 arguments");
         return NULL;
     }
+    if (nargs == 11 && (nattrs = read_attrs(args[10], attrs)) < 0) return NULL;
     if (p_launch == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "nbjit._launch: no entry point set");
         return NULL;
@@ -80,9 +138,7 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (stream == NULL && PyErr_Occurred()) return NULL;
     params = PyLong_AsVoidPtr(args[9]);
     if (params == NULL && PyErr_Occurred()) return NULL;
-    Py_BEGIN_ALLOW_THREADS
-    r = p_launch(f, d[0], d[1], d[2], d[3], d[4], d[5], d[6], stream, (void **)params, NULL);
-    Py_END_ALLOW_THREADS
+    r = launch_any(f, d, stream, (void **)params, attrs, nattrs);
     return PyLong_FromLong(r);
 }
 
@@ -105,6 +161,8 @@ typedef struct {
     Py_ssize_t *param_offsets;
     Py_ssize_t fallbacks; /* calls the fast rules handed to `fallback` */
     PyObject *extractors, *numbers, *fallback, *on_error, *dict;
+    int nattrs;           /* launch attributes: cuLaunchKernelEx where there are any */
+    unsigned long long attrs[MAX_ATTRS * ATTR_WORDS];
 } Launcher;
 
 static PyObject *str_dtype = NULL, *str_shape = NULL, *str_strides = NULL;
@@ -170,12 +228,17 @@ static int launcher_clear(PyObject *op) {
 
 static int launcher_init(PyObject *op, PyObject *args, PyObject *kwds) {
     Launcher *self = (Launcher *)op;
-    PyObject *func, *stream, *layout, *extractors, *numbers, *fallback, *on_error, *poffs = NULL;
+    PyObject *func, *stream, *layout, *extractors, *numbers, *fallback, *on_error, *poffs = NULL, *attrs = NULL;
     unsigned long long dd[7];
     Py_ssize_t size, i;
-    if (!PyArg_ParseTuple(args, "OKKKKKKKOOnOOOO|O", &func, &dd[0], &dd[1], &dd[2], &dd[3], &dd[4], &dd[5],
-                          &dd[6], &stream, &layout, &size, &extractors, &numbers, &fallback, &on_error, &poffs))
+    if (!PyArg_ParseTuple(args, "OKKKKKKKOOnOOOO|OO", &func, &dd[0], &dd[1], &dd[2], &dd[3], &dd[4], &dd[5],
+                          &dd[6], &stream, &layout, &size, &extractors, &numbers, &fallback, &on_error, &poffs,
+                          &attrs))
         return -1;
+    if ((self->nattrs = read_attrs(attrs, self->attrs)) < 0) {
+        self->nattrs = 0;
+        return -1;
+    }
     for (i = 0; i < 7; i++) {
         if (dd[i] > 0xFFFFFFFFULL) {
             PyErr_SetString(PyExc_OverflowError, "launch dimension does not fit in 32 bits");
@@ -649,10 +712,7 @@ static PyObject *launcher_call(PyObject *op, PyObject *args, PyObject *kwds) {
         for (i = 0; i < self->nparams; i++) ptrs[i] = buf + self->param_offsets[i];
     else
         for (i = 0; i < self->n; i++) ptrs[i] = buf + self->offsets[i];
-    Py_BEGIN_ALLOW_THREADS
-    r = p_launch(self->func, self->dims[0], self->dims[1], self->dims[2], self->dims[3], self->dims[4],
-                 self->dims[5], self->dims[6], self->stream, self->nparams ? ptrs : NULL, NULL);
-    Py_END_ALLOW_THREADS
+    r = launch_any(self->func, self->dims, self->stream, self->nparams ? ptrs : NULL, self->attrs, self->nattrs);
     if (r != 0) {
         PyObject *code = PyLong_FromLong(r);
         if (code) {
@@ -789,6 +849,7 @@ static PyType_Spec kernelbase_spec = {
 
 static PyMethodDef methods[] = {
     {"set_entry_point", set_entry_point, METH_O, "Set the address of cuLaunchKernel."},
+    {"set_entry_point_ex", set_entry_point_ex, METH_O, "Set the address of cuLaunchKernelEx."},
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL,
      "launch(func, gx, gy, gz, bx, by, bz, shared, stream, params) -> CUresult"},
     {NULL, NULL, 0, NULL},

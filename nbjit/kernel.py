@@ -374,7 +374,9 @@ class Kernel(_indexing_base()):  # type: ignore[misc]
             if cfg.blocks > most:
                 raise NbjitLaunchError(f"kernel {self.name!r}: a cooperative launch of {cfg.blocks} blocks exceeds "
                                        f"the {most} that can be resident at once ({per_sm} per SM)")
-        kind = _ExtendedLauncher if cfg.extended else _launcher_type()
+        kind = _launcher_type()
+        if cfg.extended and not (kind is _CLauncher and _driver.backend().extended):
+            kind = _ExtendedLauncher
         return kind(self, cfg, tail, count_error)
 
     def _shared(self, nbytes: int) -> int:
@@ -404,9 +406,21 @@ class Kernel(_indexing_base()):  # type: ignore[misc]
         kernel's ``pdl``)."""
         if pdl is not None and not isinstance(pdl, bool):
             raise NbjitLaunchError(f"kernel {self.name!r}: pdl must be True, False or None, got {pdl!r}")
-        cfg = LaunchConfig.make(grid, block, stream, shared_mem, cluster, cooperative, self._pdl(pdl),
-                                kernel=self.name)
-        self._launcher(cfg)(*args)
+        pdl = self._pdl(pdl)
+        configs = self._s.configs
+        key = (_LAUNCH, grid, block, stream, shared_mem, cooperative, cluster, pdl)
+        try:
+            launcher = configs.get(key)
+        except TypeError:  # a list for a grid, say: configured anew each time
+            key = launcher = None
+        if launcher is None:
+            launcher = self._launcher(LaunchConfig.make(grid, block, stream, shared_mem, cluster, cooperative, pdl,
+                                                        kernel=self.name))
+            if key is not None:
+                if len(configs) >= _MAX_CONFIGS:
+                    configs.clear()
+                configs[key] = launcher
+        launcher(*args)
 
     def bind(self, grid: int | tuple, block: int | tuple, *args: Any, stream: Any = None,
              shared_mem: int = 0) -> "BoundLaunch":
@@ -454,6 +468,7 @@ def plan_for_array(array: Any, box: Any, **options: Any) -> TensorMapPlan:
 
 
 _STATE_SLOT = Kernel.__dict__["_s"]
+_LAUNCH = object()  # marks kernel.launch(...)'s configurations among kernel[...]'s
 
 
 def pending_kernel(module, recipe: tuple) -> Kernel:
@@ -573,8 +588,15 @@ if _CLauncherBase is not None:
             self._setup(kernel, cfg, tail, count_error)
             s = self._s
             layout = s.layout[:self.nargs] + tuple((off, "Z") for off, *_ in s.layout[self.nargs:])
+            c = cfg
+            self._attrs = _driver.launch_attributes(cooperative=c.cooperative, cluster=c.cluster,
+                                                    pdl=c.pdl) if c.extended else b""
             super().__init__(*self._cfg, layout, s.sig.size, _EXTRACTORS, _numbers(),
-                             self._pack if tail else s.packer.pack, self._raise, s.param_offsets)
+                             self._pack if tail else s.packer.pack, self._raise, s.param_offsets, self._attrs)
+
+        def launch_at(self, address: int) -> int:
+            """The launch with the parameters packed at ``address`` (``BoundLaunch``); the CUresult."""
+            return self._launch(*self._cfg, address, self._attrs)
 else:
     _CLauncher = None  # type: ignore[assignment,misc]
 

@@ -9,7 +9,7 @@ import pytest
 import nbjit
 
 pytestmark = pytest.mark.gpu
-from conftest import DATA  # noqa: E402
+from conftest import DATA, expected_path  # noqa: E402
 
 N = (1 << 20) + 5
 BLOCK = 256
@@ -46,8 +46,14 @@ def test_default_explicit_and_plain_launches_agree(pair):
         s.synchronize()
         np.testing.assert_array_equal(z.copy_to_host(), want(x), err_msg=str(form))
     cfg = cons[GRID, BLOCK, s]
-    assert cfg.config.pdl and cfg.path == "python (cuLaunchKernelEx)"
+    # the C launcher calls cuLaunchKernelEx itself; the Python path goes through cuda.bindings
+    assert cfg.config.pdl and cfg.path == ("c" if expected_path() == "c" else "python (cuLaunchKernelEx)")
     assert not zero[GRID, BLOCK, s].config.pdl
+    # launch(...) configures once per configuration, as kernel[...] does
+    n = len(cons._configs)
+    for _ in range(3):
+        cons.launch(GRID, BLOCK, z, y, N, stream=s, pdl=True)
+    assert len(cons._configs) == n
 
 
 def test_bound_and_captured_pdl_launches(pair):

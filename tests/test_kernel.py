@@ -20,6 +20,36 @@ def test_launch_config_pdl():
         K.LaunchConfig.make(4, 128, pdl=1, kernel="k")
 
 
+def test_launch_attributes_are_the_drivers_struct():
+    """The C launcher hands cuLaunchKernelEx attribute bytes built in Python: byte for byte
+    what cuda.bindings' own CUlaunchAttribute holds for the same attribute."""
+    import ctypes
+    cu = pytest.importorskip("cuda.bindings.driver")
+
+    def theirs(name, fill):
+        a = cu.CUlaunchAttribute()
+        a.id = getattr(cu.CUlaunchAttributeID, f"CU_LAUNCH_ATTRIBUTE_{name}")
+        fill(a.value)
+        return ctypes.string_at(a.getPtr(), 72)
+
+    def cluster(v):
+        v.clusterDim.x, v.clusterDim.y, v.clusterDim.z = 2, 3, 4
+    coop = theirs("COOPERATIVE", lambda v: setattr(v, "cooperative", 1))
+    clus = theirs("CLUSTER_DIMENSION", cluster)
+    pdl = theirs("PROGRAMMATIC_STREAM_SERIALIZATION", lambda v: setattr(v, "programmaticStreamSerializationAllowed", 1))
+    assert _driver.launch_attributes(cooperative=False, cluster=None, pdl=True) == pdl
+    assert _driver.launch_attributes(cooperative=True, cluster=(2, 3, 4), pdl=True) == coop + clus + pdl
+    assert _driver.launch_attributes(cooperative=False, cluster=None, pdl=False) == b""
+
+
+def test_c_launcher_refuses_malformed_attributes():
+    _launch = pytest.importorskip("nbjit._launch")
+    with pytest.raises(ValueError, match="up to 4 blocks of 72 bytes"):
+        _launch.launch(0, 1, 1, 1, 1, 1, 1, 0, 0, 0, b"x" * 71)
+    with pytest.raises(ValueError, match="up to 4 blocks of 72 bytes"):
+        _launch.launch(0, 1, 1, 1, 1, 1, 1, 0, 0, 0, b"\0" * 72 * 5)
+
+
 @pytest.fixture
 def pdl_kernels(monkeypatch):
     """Kernels of the PDL fixture over a fake function handle, on a device of chosen arch."""

@@ -3,7 +3,8 @@ cubins by nvJitLink): an in-process layer over a directory of self-checking file
 
 An entry is a file ``<key[:2]>/<key>.nbjit``: a fixed header (magic, format version, the
 length of a JSON description, a SHA-256 over description and payload), the description
-(kind, arch, lowered names, log, producer, key) and the payload. Anything that does not
+(kind, arch, lowered names, log, producer, key, and the facts nbjit read from the payload
+and its source, so that a hit need not read them again) and the payload. Anything that does not
 verify is a miss: it is rebuilt and replaced, with one warning. Files are written to a
 temporary name and renamed into place, so a reader sees a whole entry or none, and a
 writer killed half way leaves only a temporary file that is never read (and is pruned).
@@ -33,7 +34,7 @@ except ImportError:  # not POSIX: no cross-process lock, each process compiles
     fcntl = None  # type: ignore[assignment]
 
 from .errors import NbjitCacheError
-from .image import read_regular
+from .image import read_regular_stat
 
 __all__ = ["Cache", "CacheEntry", "default_cache", "set_default_cache", "cache_key", "FORMAT_VERSION"]
 
@@ -45,6 +46,7 @@ _LOCK_SUFFIX = ".lock"
 _TMP_PREFIX = ".tmp-"  # .tmp-<writer pid>-<random>: a writer that is gone leaves one to reclaim
 _KEY = re.compile(r"[0-9a-f]{64}")
 _MAX_ENTRY_BYTES = 1 << 30  # far past any cubin: a bigger file is not an entry
+_TOUCH_AFTER = 3600.0  # seconds: a hit on an entry older than this marks it used (pruning order)
 _KINDS = ("cubin", "ptx")
 DEFAULT_MAX_BYTES = 1 << 30
 _MEMORY_ENTRIES = 512
@@ -65,6 +67,7 @@ class CacheEntry:
     lowered_names: dict = field(default_factory=dict)
     log: str = ""
     producer: str = ""
+    facts: dict = field(default_factory=dict)  # JSON data: what nbjit read from the payload (see _facts)
 
 
 def cache_key(fields: dict) -> str:
@@ -181,23 +184,30 @@ class Cache:
         f = self.file(key)
         if f is None:
             return None
-        raw = _read_entry(f)
-        if raw is None:
+        got = _read_entry(f)
+        if got is None:
             return None
+        raw, mtime = got
         entry, why = _decode(raw, key)
         if entry is None:
             if warn:
                 _warn(f"nbjit cache: entry {f} is corrupt ({why}); rebuilding it")
             return None
-        try:
-            os.utime(f)  # least-recently-used order for pruning
-        except OSError:
-            pass
+        if time.time() - mtime > _TOUCH_AFTER:
+            try:
+                os.utime(f)  # least-recently-used order for pruning (to the hour: a hit writes no more often)
+            except OSError:
+                pass
         return entry
 
-    def write(self, key: str, entry: CacheEntry) -> None:
-        """Store ``entry`` on disk (a temporary file renamed into place); then prune to the limit."""
+    def write(self, key: str, entry: CacheEntry, *, refresh: bool = False) -> None:
+        """Store ``entry`` on disk (a temporary file renamed into place); then prune to the
+        limit. ``refresh``: the entry replaces one that is there (the same image with more
+        facts), in memory too; where the disk refuses, it stays as it was (a read-only cache
+        is still used)."""
         f = self.file(key)
+        if refresh:
+            self._remember(key, entry)
         if f is None:
             return
         tmp = f.parent / f"{_TMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
@@ -206,7 +216,8 @@ class Cache:
             # mode 0666 less the umask, as any file a user makes: a team can share a cache
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         except OSError as e:
-            self._give_up(e)
+            if not refresh:
+                self._give_up(e)
             return
         try:
             with os.fdopen(fd, "wb") as out:
@@ -216,14 +227,14 @@ class Cache:
             os.replace(tmp, f)
         except OSError as e:
             _remove(tmp)
-            if e.errno in (errno.ENOENT, errno.ESTALE):
+            if e.errno in (errno.ENOENT, errno.ESTALE) or refresh:
                 return  # the temporary file went (another process cleared the cache): this write failed
             self._give_up(e)
             return
         except BaseException:
             _remove(tmp)
             raise
-        if self.max_bytes is not None:
+        if self.max_bytes is not None and not refresh:
             self.prune(self.max_bytes, quiet=True)
 
     def _give_up(self, e: OSError) -> None:
@@ -316,9 +327,10 @@ class Cache:
         try:
             with tarfile.open(tmp, "w:gz") as tar:
                 for f, _, _ in self.entries():
-                    raw = _read_entry(f)
-                    if raw is None or _decode(raw, f.stem)[0] is None:
+                    got = _read_entry(f)
+                    if got is None or _decode(got[0], f.stem)[0] is None:
                         continue  # gone meanwhile, or corrupt: not worth shipping
+                    raw = got[0]
                     info = tarfile.TarInfo(f.name)
                     info.size, info.mtime, info.mode = len(raw), int(time.time()), 0o644
                     tar.addfile(info, io.BytesIO(raw))
@@ -405,19 +417,23 @@ def _remove(f) -> int:
         return 0
 
 
-def _read_entry(f: Path) -> bytes | None:
-    """The bytes of an entry file, or None: missing, not a regular file (a FIFO is never
-    waited on, a link to /dev/zero never read), or too large to be an entry."""
+def _read_entry(f: Path) -> tuple[bytes, float] | None:
+    """The bytes and modification time of an entry file, or None: missing, not a regular
+    file (a FIFO is never waited on, a link to /dev/zero never read), or too large to be an
+    entry."""
     try:
-        return read_regular(f, _MAX_ENTRY_BYTES)
+        data, st = read_regular_stat(f, _MAX_ENTRY_BYTES)
     except (OSError, ValueError):
         return None
+    return data, st.st_mtime
 
 
 def _encode(key: str, e: CacheEntry) -> bytes:
-    desc = json.dumps({"key": key, "kind": e.kind, "arch": e.arch, "lowered_names": e.lowered_names,
-                       "log": e.log, "producer": e.producer, "payload_bytes": len(e.payload)},
-                      sort_keys=True).encode()
+    d = {"key": key, "kind": e.kind, "arch": e.arch, "lowered_names": e.lowered_names, "log": e.log,
+         "producer": e.producer, "payload_bytes": len(e.payload)}
+    if e.facts:
+        d["facts"] = e.facts
+    desc = json.dumps(d, sort_keys=True).encode()
     digest = hashlib.sha256(desc + e.payload).digest()
     return _HEAD.pack(_MAGIC, FORMAT_VERSION, len(desc), digest) + desc + e.payload
 
@@ -446,12 +462,13 @@ def _decode(raw: bytes, key: str) -> tuple[CacheEntry | None, str]:
     if desc.get("key") != key or desc.get("payload_bytes") != len(payload):
         return None, "entry does not belong to this key"
     names, log, producer = desc.get("lowered_names") or {}, desc.get("log", ""), desc.get("producer", "")
+    facts = desc.get("facts", {})
     if desc.get("kind") not in _KINDS or not isinstance(desc.get("arch"), str):
         return None, f"kind {desc.get('kind')!r} / arch {desc.get('arch')!r} is not an image nbjit makes"
     if not (isinstance(names, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in names.items())
-            and isinstance(log, str) and isinstance(producer, str)):
+            and isinstance(log, str) and isinstance(producer, str) and isinstance(facts, dict)):
         return None, "malformed description"
-    return CacheEntry(desc["kind"], desc["arch"], payload, names, log, producer), ""
+    return CacheEntry(desc["kind"], desc["arch"], payload, names, log, producer, facts), ""
 
 
 # ------------------------------------------------------------------ the default instance

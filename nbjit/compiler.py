@@ -7,6 +7,7 @@ import hashlib
 import os
 import re
 import sys
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Mapping
@@ -15,6 +16,7 @@ if TYPE_CHECKING:
     from .cache import Cache
     from .image import Image
 
+from . import _facts
 from .arch import Arch
 from .errors import CompileFailure, NbjitCompileError
 
@@ -336,12 +338,50 @@ def compile_image(source: str, *, name: str | None = None, name_expressions: Ite
         if hit is not None:
             return hit
     req = _request(source, name, name_expressions, headers, include_paths, options, arch, output)
-    entry = cache.get_or_create(_key(req), lambda: _run_nvrtc(req))
-    decls = {k: ("source", v) for k, v in source_declarations(source).items()}
-    img = Image(entry.payload, entry.kind, req.name, entry.arch, dict(entry.lowered_names), entry.log, decls)
+    key = _key(req)
+    entry = cache.get_or_create(key, lambda: _with_facts(_run_nvrtc(req), req))
+    decls, info = _read_facts(entry)
+    if decls is None:  # an entry without facts, or facts another nbjit read: read them now, and keep them
+        entry = _with_facts(entry, req)
+        decls, info = _read_facts(entry)
+        if decls is not None:
+            cache.write(key, entry, refresh=True)
+        else:
+            decls, info = source_declarations(source), None
+    decls = {k: ("source", v) for k, v in decls.items()}
+    img = Image(entry.payload, entry.kind, req.name, entry.arch, dict(entry.lowered_names), entry.log, decls, info)
     if call is not None:
         cache.remember(call, img)
     return img
+
+
+def _with_facts(entry, req: "CompileRequest"):
+    """``entry`` with the facts nbjit reads from it and its request (see ``_facts``): the
+    source's C declarations and, for a cubin, its inspection; as it was where they cannot
+    be kept."""
+    from .cdecl import source_declarations
+    from .cubin import inspect_cubin
+
+    try:
+        info = inspect_cubin(entry.payload, source=req.name) if entry.kind == "cubin" else None
+        facts = {"stamp": _facts.stamp(), "info": _facts.encode(info),
+                 "declarations": _facts.encode(source_declarations(req.source))}
+    except Exception:  # an image nbjit cannot read (the loader reports it), or facts it cannot keep
+        return entry
+    return dataclasses.replace(entry, facts=facts)
+
+
+def _read_facts(entry) -> tuple[dict | None, object]:
+    """(declarations, CubinInfo or None) from an entry's facts; (None, None) where it has
+    none, or facts read by other code."""
+    f = entry.facts
+    if f.get("stamp") != _facts.stamp() or f.get("declarations") is None:
+        return None, None
+    try:
+        decls, info = _facts.decode(f["declarations"]), _facts.decode(f.get("info"))
+    except _facts.FactsError:
+        return None, None
+    return decls, info
 
 
 @dataclass(frozen=True)

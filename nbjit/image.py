@@ -9,7 +9,7 @@ import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, Union
+from typing import TYPE_CHECKING, Any, Mapping, Union
 
 if TYPE_CHECKING:
     from .cubin import CubinInfo
@@ -27,6 +27,11 @@ def read_regular(path: str | os.PathLike, limit: int = MAX_FILE_BYTES) -> bytes:
     """The bytes of a regular file of at most ``limit`` bytes. A FIFO is never waited on, a
     device (or a link to /dev/zero) never read: ``ValueError`` says what the path is instead;
     ``OSError`` for what the system refuses."""
+    return read_regular_stat(path, limit)[0]
+
+
+def read_regular_stat(path: str | os.PathLike, limit: int = MAX_FILE_BYTES) -> tuple[bytes, os.stat_result]:
+    """``read_regular`` with the file's ``fstat`` as it was opened."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     try:
         st = os.fstat(fd)
@@ -36,15 +41,18 @@ def read_regular(path: str | os.PathLike, limit: int = MAX_FILE_BYTES) -> bytes:
             raise ValueError(f"{kind}, not a regular file")
         if st.st_size > limit:
             raise ValueError(f"{st.st_size} bytes, more than nbjit reads ({limit})")
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            # read what fstat says is there (asking for `limit` bytes would allocate that much
-            # first: 256 MiB for a cache entry of a few KiB), then anything it grew by since
-            data = f.read(st.st_size + 1)
-            if len(data) > st.st_size:
-                data += f.read(limit + 1 - len(data))
-        if len(data) > limit:
+        # read what fstat says is there (asking for `limit` bytes would allocate that much
+        # first: 256 MiB for a cache entry of a few KiB), then anything it grew by since
+        parts, n = [b""], 0
+        while n <= limit:
+            chunk = os.read(fd, min(max(st.st_size + 1 - n, 1 << 16), limit + 1 - n))
+            if not chunk:
+                break
+            parts.append(chunk)
+            n += len(chunk)
+        if n > limit:
             raise ValueError(f"more than {limit} bytes")
-        return data
+        return (parts[-1] if len(parts) <= 2 else b"".join(parts)), st  # b"" for an empty file
     finally:
         os.close(fd)
 
@@ -73,6 +81,8 @@ class Image:
     lowered_names: Mapping[str, str] = field(default_factory=dict)
     log: str = ""
     declarations: Mapping[str, tuple] = field(default_factory=dict)
+    # what inspecting ``data`` gives (a CubinInfo), where already known (a cache entry's facts)
+    info: Any = field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
         if self.kind not in IMAGE_KINDS:
@@ -174,6 +184,8 @@ def as_image(obj: ImageLike, name: str | None = None) -> Image:
 def inspect_image(obj: ImageLike, name: str | None = None) -> "PtxInfo | CubinInfo | FatbinInfo":
     """Inspect any image: a ``PtxInfo``, ``CubinInfo`` or ``FatbinInfo`` by its kind."""
     img = as_image(obj, name)
+    if img.info is not None and name is None:
+        return img.info
     if img.kind == "ptx":
         from .ptx import inspect_ptx
         return inspect_ptx(img.data, source=img.name)

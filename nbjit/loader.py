@@ -66,7 +66,7 @@ def plan(img: Image, cc: tuple[int, int], driver: int, *, keep_debug: bool = Fal
     if img.kind == "ptx":
         return _plan_ptx(img.data, img.name, cc, driver, keep_debug, nvjitlink)
     if img.kind == "cubin":
-        info = inspect_cubin(img.data, source=img.name)
+        info = img.info if isinstance(img.info, CubinInfo) else inspect_cubin(img.data, source=img.name)
         if not Arch.parse(info.arch).runs_on(cc):
             dev = Arch.parse(cc)
             raise NbjitLoadError(

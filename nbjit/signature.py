@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 __all__ = ["Param", "KernelSignature", "Directives", "KernelInfo", "SCALAR_TYPES", "layout", "find_entry", "merge",
@@ -328,6 +328,17 @@ def typed_entries(entries: Iterable[KernelInfo], label: str, declarations: Mappi
         except SignatureConflict:
             out.append(e)
     return tuple(out)
+
+
+def replace(obj, **changes):
+    """A copy of one of these frozen dataclasses with ``changes`` (as ``dataclasses.replace``,
+    without running ``__init__`` again: they check nothing there, and merging makes many)."""
+    if not changes.keys() <= obj.__dict__.keys():
+        raise TypeError(f"{type(obj).__name__} has no field {sorted(changes.keys() - obj.__dict__.keys())}")
+    new = object.__new__(type(obj))
+    new.__dict__.update(obj.__dict__)
+    new.__dict__.update(changes)
+    return new
 
 
 def _with_origin(p: Param, facts) -> Param:

@@ -193,6 +193,19 @@ def test_size_limit_prunes_least_recently_used(tmp_path):
     assert left == {keys[0], keys[3], keys[4]}
 
 
+def test_a_hit_marks_an_entry_used_at_most_hourly(tmp_path):
+    c = Cache(tmp_path, max_bytes=None)
+    k = cache_key({"n": "touch"})
+    c.write(k, CacheEntry("cubin", "sm_90", b"x" * 100))
+    recent = time.time() - 60
+    os.utime(c.file(k), (recent, recent))
+    assert Cache(tmp_path).read(k) is not None
+    assert c.file(k).stat().st_mtime == pytest.approx(recent)  # used a minute ago: no write on this hit
+    os.utime(c.file(k), (1000, 1000))
+    assert Cache(tmp_path).read(k) is not None
+    assert c.file(k).stat().st_mtime > recent
+
+
 WORKER = textwrap.dedent('''
     import json, sys
     sys.path.insert(0, sys.argv[2])

@@ -1,0 +1,74 @@
+"""What nbjit reads from an image, kept beside the image in a cache entry: a lossless JSON
+form of the inspection results (``CubinInfo`` and the kernels, parameters and directives
+in it) and of a source's C declarations, so that a warm cache hit parses no ELF and no
+source. Facts carry a stamp of the code that read them; facts of other code are not used."""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from typing import Any
+
+from .cdecl import CParam
+from .cubin import CubinInfo, GlobalSymbol
+from .signature import Directives, KernelInfo, KernelSignature, Param
+
+_CLASSES = {c.__name__: c for c in (CubinInfo, GlobalSymbol, KernelInfo, KernelSignature, Param, Directives, CParam)}
+_FIELDS = {name: tuple(f.name for f in dataclasses.fields(c)) for name, c in _CLASSES.items()}
+# the modules whose code decides what inspection and declaration reading give
+_READERS = ("_elf.py", "arch.py", "cdecl.py", "cubin.py", "signature.py", "_facts.py")
+
+
+class FactsError(ValueError):
+    """Something in a facts record that this code does not write."""
+
+
+@functools.lru_cache(maxsize=None)
+def stamp() -> str:
+    """Identifies the code that reads images: the size and modification time of each module
+    that does (a new nbjit, or an edited one, reads afresh)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    parts = []
+    for name in _READERS:
+        st = os.stat(os.path.join(here, name))
+        parts.append(f"{name}:{st.st_size}:{st.st_mtime_ns}")
+    return ";".join(parts)
+
+
+def encode(obj: Any) -> Any:
+    """``obj`` (the dataclasses above, tuples, dicts with string keys, str, int, float,
+    bool, None) as JSON data: an instance as ``[class name, *fields]``, a tuple as
+    ``["", *items]``; ``FactsError`` for anything else."""
+    if obj is None or isinstance(obj, (str, bool, int, float)):
+        return obj
+    if isinstance(obj, tuple):
+        return ["", *(encode(x) for x in obj)]
+    name = type(obj).__name__
+    if _CLASSES.get(name) is type(obj):
+        return [name, *(encode(getattr(obj, f)) for f in _FIELDS[name])]
+    if isinstance(obj, dict) and all(isinstance(k, str) for k in obj):
+        return {k: encode(v) for k, v in obj.items()}
+    raise FactsError(f"cannot keep a {name} as facts")
+
+
+_PLAIN = (str, int, bool, float, type(None))
+
+
+def decode(data: Any) -> Any:
+    """The object ``encode`` made ``data`` from; ``FactsError`` where ``data`` is not such."""
+    t = type(data)
+    if t is list and data and type(data[0]) is str:
+        vals = [x if type(x) in _PLAIN else decode(x) for x in data[1:]]
+        tag = data[0]
+        if not tag:
+            return tuple(vals)
+        names = _FIELDS.get(tag)
+        if names is not None and len(vals) == len(names):
+            obj = object.__new__(_CLASSES[tag])  # frozen dataclasses without checks in __init__:
+            obj.__dict__.update(zip(names, vals))  # their fields set directly, as unpickling does
+            return obj
+    elif t is dict:
+        return {k: v if type(v) in _PLAIN else decode(v) for k, v in data.items()}
+    elif t in _PLAIN:
+        return data
+    raise FactsError(f"not a facts record: {str(data)[:80]}")

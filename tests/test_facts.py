@@ -1,0 +1,94 @@
+"""Facts kept in cache entries (nbjit/_facts.py): a lossless round trip of what inspection
+reads from every cubin fixture, and NVRTC entries that carry them, so that a warm hit reads
+no ELF and no source; facts from other code, or none, are read afresh and kept."""
+from __future__ import annotations
+
+import json
+import os
+import warnings
+
+import pytest
+
+from nbjit import _facts, compile_image, inspect_cubin
+from nbjit import cubin as cubin_mod
+from nbjit.cache import Cache
+from nbjit.cdecl import source_declarations
+
+from conftest import DATA  # noqa: E402
+
+CUBINS = sorted(DATA.rglob("*.cubin"))
+SRC = (DATA / "src/nvrtc_tmpl.cu").read_text()
+HDR = {"scale.cuh": (DATA / "src/scale.cuh").read_text()}
+PLAIN = 'extern "C" __global__ void axpy(float* y, const float* x, float a, int n) { y[n] += a * x[n]; }\n'
+
+
+@pytest.mark.parametrize("path", CUBINS, ids=[p.name for p in CUBINS])
+def test_every_cubin_fixture_round_trips_through_json(path):
+    info = inspect_cubin(path.read_bytes(), source=path.name)
+    back = _facts.decode(json.loads(json.dumps(_facts.encode(info))))
+    assert back == info
+    assert [type(e.signature.params) for e in back.entries] == [tuple] * len(back.entries)
+    assert hash(back.entries[0].directives) == hash(info.entries[0].directives) if info.entries else True
+
+
+def test_declarations_round_trip():
+    decls = source_declarations((DATA / "src/tma.cu").read_text() + PLAIN)
+    assert decls and _facts.decode(json.loads(json.dumps(_facts.encode(decls)))) == decls
+
+
+@pytest.mark.parametrize("bad", [["NoSuchClass", 1], ["Param", 1, 2], {"x": object()}, ["", {1, 2}], 3j, []])
+def test_what_is_not_a_facts_record_is_refused(bad):
+    with pytest.raises((_facts.FactsError, TypeError)):
+        _facts.decode(bad)
+
+
+def test_what_cannot_be_kept_is_refused():
+    with pytest.raises(_facts.FactsError, match="cannot keep a set"):
+        _facts.encode({1, 2})
+
+
+def test_a_warm_hit_reads_no_elf_and_no_source(tmp_path, monkeypatch):
+    first = compile_image(SRC, name_expressions=["fill<float>"], headers=HDR, arch="sm_90", cache=Cache(tmp_path))
+    assert first.info == inspect_cubin(first.data, source=first.name)
+
+    def refuse(*a, **k):
+        raise AssertionError("read again")
+    monkeypatch.setattr(cubin_mod, "inspect_cubin", refuse)
+    monkeypatch.setattr("nbjit.cdecl.source_declarations", refuse)
+    again = compile_image(SRC, name_expressions=["fill<float>"], headers=HDR, arch="sm_90", cache=Cache(tmp_path))
+    assert again.info == first.info and again.declarations == first.declarations and again.data == first.data
+
+
+def test_facts_of_other_code_are_read_afresh_and_kept(tmp_path, monkeypatch):
+    c = Cache(tmp_path)
+    img = compile_image(PLAIN, arch="sm_90", cache=c)
+    (entry_file,) = [f for f, _, _ in c.entries()]
+    monkeypatch.setattr(_facts, "stamp", lambda: "another nbjit")
+    before = entry_file.stat().st_mtime_ns
+    again = compile_image(PLAIN, arch="sm_90", cache=Cache(tmp_path))
+    assert again.info == img.info and again.declarations == img.declarations
+    assert entry_file.stat().st_mtime_ns != before  # rewritten with this code's facts
+    again2 = compile_image(PLAIN, arch="sm_90", cache=Cache(tmp_path))
+    assert again2.info == img.info
+
+
+def test_a_read_only_cache_is_still_used_when_its_facts_are_old(tmp_path, monkeypatch):
+    c = Cache(tmp_path)
+    compile_image(PLAIN, arch="sm_90", cache=c)
+    (entry_file,) = [f for f, _, _ in c.entries()]
+    before = entry_file.read_bytes()
+    monkeypatch.setattr(_facts, "stamp", lambda: "another nbjit")
+    real_open = os.open
+
+    def read_only(path, flags, *a):  # as a read-only file system (root ignores chmod)
+        if flags & os.O_CREAT:
+            raise PermissionError(13, "Read-only file system", str(path))
+        return real_open(path, flags, *a)
+    monkeypatch.setattr(os, "open", read_only)
+    ro = Cache(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "cannot write" warning either
+        img = compile_image(PLAIN, arch="sm_90", cache=ro)
+    assert img.info is not None and ro.path == tmp_path  # the refresh failed quietly; the cache is kept
+    assert entry_file.read_bytes() == before
+

@@ -120,8 +120,14 @@ def context_key(ctx) -> int:
 
 def current_context_key() -> int:
     """The handle of the context current on this thread (0 if none, CUDA not initialised
-    included): cheap, no Numba call."""
-    check_not_forked()
+    included): cheap, no Numba call (once a context exists, one C call)."""
+    if _STATE["forked"]:
+        raise NbjitError(FORK_MESSAGE)
+    fast = _CTX_GETTER[0]
+    if fast:
+        key = fast()
+        if key is not None:
+            return key
     try:
         cu = _cu()
         res = cu.cuCtxGetCurrent()
@@ -129,7 +135,30 @@ def current_context_key() -> int:
         return 0
     if res[0] == cu.CUresult.CUDA_ERROR_NOT_INITIALIZED:
         return 0
-    return int(check(res, "cuCtxGetCurrent"))
+    key = int(check(res, "cuCtxGetCurrent"))
+    if key and fast is None:
+        _CTX_GETTER[0] = _c_context_getter(cu)
+    return key
+
+
+def _c_context_getter(cu):
+    """nbjit's C call of the driver's cuCtxGetCurrent (a tenth of the binding's cost), or
+    False where the extension is not built or switched off (then never asked again)."""
+    try:
+        if os.environ.get("NBJIT_PURE_PYTHON", "") not in ("", "0"):
+            return False
+        from . import _launch
+        res = cu.cuGetProcAddress(b"cuCtxGetCurrent", driver_version(),
+                                  cu.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_DEFAULT)
+        if res[0] != 0 or not int(res[1]):
+            return False
+        _launch.set_context_getter(int(res[1]))
+        return _launch.current_context
+    except Exception:  # no C extension
+        return False
+
+
+_CTX_GETTER: list = [None]  # None: not set up yet; False: none; else the C function
 
 
 @functools.lru_cache(maxsize=None)

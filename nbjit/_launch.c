@@ -61,6 +61,32 @@ static PyObject *set_entry_point(PyObject *self, PyObject *arg) {
     Py_RETURN_NONE;
 }
 
+typedef int (*ctx_fn)(void **ctx);
+static ctx_fn p_ctx_current = NULL;
+
+static PyObject *set_context_getter(PyObject *self, PyObject *arg) {
+    void *p = PyLong_AsVoidPtr(arg);
+    if (p == NULL && PyErr_Occurred()) return NULL;
+    p_ctx_current = (ctx_fn)p;
+    Py_RETURN_NONE;
+}
+
+/* current_context() -> the handle of the context current on this thread (0: none, or CUDA
+ * not initialised), or None where the driver reports another error (the caller asks again
+ * through cuda.bindings for the message). */
+static PyObject *current_context(PyObject *self, PyObject *unused) {
+    void *ctx = NULL;
+    int r;
+    if (p_ctx_current == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "nbjit._launch: no cuCtxGetCurrent entry point set");
+        return NULL;
+    }
+    r = p_ctx_current(&ctx);
+    if (r == 3 /* CUDA_ERROR_NOT_INITIALIZED */) return PyLong_FromLong(0);
+    if (r != 0) Py_RETURN_NONE;
+    return PyLong_FromVoidPtr(ctx);
+}
+
 static PyObject *set_entry_point_ex(PyObject *self, PyObject *arg) {
     void *p = PyLong_AsVoidPtr(arg);
     if (p == NULL && PyErr_Occurred()) return NULL;
@@ -850,6 +876,9 @@ static PyType_Spec kernelbase_spec = {
 static PyMethodDef methods[] = {
     {"set_entry_point", set_entry_point, METH_O, "Set the address of cuLaunchKernel."},
     {"set_entry_point_ex", set_entry_point_ex, METH_O, "Set the address of cuLaunchKernelEx."},
+    {"set_context_getter", set_context_getter, METH_O, "Set the address of cuCtxGetCurrent."},
+    {"current_context", current_context, METH_NOARGS,
+     "current_context() -> the current context's handle (0: none), or None on another driver error"},
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL,
      "launch(func, gx, gy, gz, bx, by, bz, shared, stream, params) -> CUresult"},
     {NULL, NULL, 0, NULL},

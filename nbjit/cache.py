@@ -86,7 +86,7 @@ class Cache:
 
     def __init__(self, path: str | os.PathLike | None, *, max_bytes: int = DEFAULT_MAX_BYTES,
                  lock_timeout: float = 300.0):
-        self.path = Path(path) if path is not None else None
+        self.path = path  # type: ignore[assignment]  # a Path (the setter), kept as text for the hot path
         self.max_bytes = max_bytes
         self.lock_timeout = lock_timeout  # seconds a process waits for another making the same entry
         self._mem: OrderedDict[str, CacheEntry] = OrderedDict()
@@ -95,6 +95,18 @@ class Cache:
         self._calls: OrderedDict[object, object] = OrderedDict()
         self._lock = threading.Lock()
         self._warned = False
+
+    @property
+    def path(self) -> Path | None:
+        """The directory, or None: the in-process layer only."""
+        if self._path is None and self._root is not None:
+            self._path = Path(self._root)
+        return self._path
+
+    @path.setter
+    def path(self, value: str | os.PathLike | None) -> None:
+        self._root = os.fspath(value) if value is not None else None
+        self._path = None
 
     def __repr__(self) -> str:
         return f"<nbjit.Cache {self.path or '(memory only)'}>"
@@ -174,14 +186,19 @@ class Cache:
 
     def file(self, key: str) -> Path | None:
         """Where the entry for ``key`` (a cache key: 64 hex digits) lives."""
+        f = self._file(key)
+        return None if f is None else Path(f)
+
+    def _file(self, key: str) -> str | None:
+        """``file(key)`` as text (no Path made on a cache hit)."""
         if not isinstance(key, str) or not _KEY.fullmatch(key):
             raise NbjitCacheError(f"{key!r} is not a cache key (64 lower-case hex digits, as cache_key() makes)")
-        return None if self.path is None else self.path / key[:2] / (key + _SUFFIX)
+        return None if self._root is None else os.path.join(self._root, key[:2], key + _SUFFIX)
 
     def read(self, key: str, warn: bool = True) -> CacheEntry | None:
         """The entry on disk, or None (missing, or failing its checks: then warned, once
         per lookup: ``warn=False`` for a second look)."""
-        f = self.file(key)
+        f = self._file(key)
         if f is None:
             return None
         got = _read_entry(f)
@@ -417,7 +434,7 @@ def _remove(f) -> int:
         return 0
 
 
-def _read_entry(f: Path) -> tuple[bytes, float] | None:
+def _read_entry(f: str | Path) -> tuple[bytes, float] | None:
     """The bytes and modification time of an entry file, or None: missing, not a regular
     file (a FIFO is never waited on, a link to /dev/zero never read), or too large to be an
     entry."""
@@ -477,13 +494,13 @@ _DEFAULT: list[Cache] = []
 _DEFAULT_LOCK = threading.Lock()
 
 
-def _location_from_env() -> Path | None:
+def _location_from_env() -> str | None:
     if os.environ.get("NBJIT_CACHE", "1").strip().lower() in ("0", "false", "no", "off"):
         return None
     if os.environ.get("NBJIT_CACHE_DIR"):
-        return Path(os.environ["NBJIT_CACHE_DIR"]).expanduser()
+        return os.path.expanduser(os.environ["NBJIT_CACHE_DIR"])
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "nbjit"
+    return os.path.join(base, "nbjit")
 
 
 def default_cache() -> Cache:

@@ -328,7 +328,7 @@ class Module:
         # a kernel already made, by its own name: no look-up beyond two dicts
         d = self.__dict__
         st = d["_states"].get(name) if "_states" in d else None
-        if st is not None and d["_names"].get(name, name) == name and not _driver.forked():
+        if st is not None and d["_names"].get(name, name) == name and not _driver._STATE["forked"]:
             return Kernel(self, st)
         return self.get_kernel(name)
 

@@ -394,3 +394,19 @@ def test_pure_python_launch_path(cuda, monkeypatch):
     finally:
         _driver.backend.cache_clear()
         m["k_basic"]._s.configs.clear()
+
+
+def test_the_current_context_from_c_is_the_bindings(cuda):
+    """current_context_key (the memo of nbjit.compile, the several-GPU check) asks the driver
+    through nbjit's C extension once a context exists: the same handle as cuda.bindings'."""
+    import os
+
+    from cuda.bindings import driver as cu
+
+    from nbjit import _driver
+    ctx = cuda.current_context()
+    assert _driver.current_context_key() == int(cu.cuCtxGetCurrent()[1]) == _driver.context_key(ctx)
+    assert _driver.current_context_key() == _driver.context_key(ctx)  # the second time, from C where built
+    if os.environ.get("NBJIT_PURE_PYTHON", "") in ("", "0"):
+        from nbjit import _launch
+        assert _driver._CTX_GETTER[0] is _launch.current_context

@@ -21,7 +21,6 @@ from .arch import Arch
 from .errors import CompileFailure, NbjitCompileError
 
 # patterns used on every call, compiled once at import
-_CCCL_VERSION = re.compile(rb"#\s*define\s+CCCL_VERSION\s+(\d+)")
 _ARCH_NAME = re.compile(r"(sm|compute)_\d+[af]?")
 
 __all__ = ["AssembledCubin", "assemble_ptx", "assemble_cached", "nvjitlink_version", "compile_image", "nvrtc_version",
@@ -200,26 +199,24 @@ def cuda_include_dir() -> str | None:
 
 
 @functools.lru_cache(maxsize=None)
+def _cccl() -> tuple[str, list[int]] | None:
+    """CCCL's headers beside CUDA's (the CUDA wheel's include/cccl) and the identity of its
+    version header (size, modification time): one stat()."""
+    inc = cuda_include_dir()
+    if not inc:
+        return None
+    d = os.path.join(inc, "cccl")
+    try:
+        st = os.stat(os.path.join(d, "cuda", "std", "__cccl", "version.h"))
+    except OSError:
+        return None
+    return d, [st.st_size, st.st_mtime_ns]
+
+
 def cccl_include_dir() -> str | None:
     """CCCL's headers (CUB, Thrust, libcu++) beside CUDA's: the CUDA wheel's include/cccl."""
-    inc = cuda_include_dir()
-    d = os.path.join(inc, "cccl") if inc else None
-    return d if d and os.path.isfile(os.path.join(d, "cuda", "std", "__cccl", "version.h")) else None
-
-
-@functools.lru_cache(maxsize=None)
-def cccl_version() -> int | None:
-    """CCCL_VERSION (e.g. 3005000) of the headers compiles see, for the cache key."""
-    d = cccl_include_dir()
-    if d is None:
-        return None
-    from .image import read_regular
-    try:
-        text = read_regular(os.path.join(d, "cuda", "std", "__cccl", "version.h"), 1 << 20)
-    except (OSError, ValueError):
-        return None
-    m = _CCCL_VERSION.search(text)
-    return int(m.group(1)) if m else None
+    c = _cccl()
+    return c[0] if c else None
 
 
 _ALIASES = {"--std": "-std", "--device-debug": "-G", "--generate-line-info": "-lineinfo",
@@ -417,9 +414,10 @@ def _request(source: str, name: str | None, name_expressions, headers, include_p
 def _key(req: CompileRequest) -> str:
     """The cache key: everything that changes NVRTC's output (see cache.md)."""
     from .cache import cache_key
+    cccl = _cccl()
     return cache_key({
-        "producer": "nvrtc", "toolchain": _toolchain_fingerprint(), "cccl": cccl_version(), "source": req.source,
-        "name": req.name, "headers": [list(h) for h in req.headers], "options": list(req.options),
+        "producer": "nvrtc", "toolchain": _toolchain_fingerprint(), "cccl": cccl[1] if cccl else None,
+        "source": req.source, "name": req.name, "headers": [list(h) for h in req.headers], "options": list(req.options),
         "arch": req.arch, "output": req.output, "expressions": list(req.expressions),
         "includes": _include_digest([req.source, *(t for _, t in req.headers)], list(req.user_dirs)),
     })

@@ -45,11 +45,12 @@ def read_regular_stat(path: str | os.PathLike, limit: int = MAX_FILE_BYTES) -> t
         # first: 256 MiB for a cache entry of a few KiB), then anything it grew by since
         parts, n = [b""], 0
         while n <= limit:
-            chunk = os.read(fd, min(max(st.st_size + 1 - n, 1 << 16), limit + 1 - n))
-            if not chunk:
-                break
+            want = min(max(st.st_size + 1 - n, 1 << 16), limit + 1 - n)
+            chunk = os.read(fd, want)
             parts.append(chunk)
             n += len(chunk)
+            if not chunk or (len(chunk) < want and n >= st.st_size):
+                break  # the end: a regular file reads short only there
         if n > limit:
             raise ValueError(f"more than {limit} bytes")
         return (parts[-1] if len(parts) <= 2 else b"".join(parts)), st  # b"" for an empty file

@@ -378,6 +378,10 @@ def _read_facts(entry) -> tuple[dict | None, object]:
         decls, info = _facts.decode(f["declarations"]), _facts.decode(f.get("info"))
     except _facts.FactsError:
         return None, None
+    from .cubin import CubinInfo
+    if not isinstance(decls, dict) or not (info is None or isinstance(info, CubinInfo)) or \
+            (info is None) != (entry.kind != "cubin"):
+        return None, None  # not what _with_facts writes: read afresh
     return decls, info
 
 

@@ -3,6 +3,7 @@ reads from every cubin fixture, and NVRTC entries that carry them, so that a war
 no ELF and no source; facts from other code, or none, are read afresh and kept."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import warnings
@@ -92,3 +93,15 @@ def test_a_read_only_cache_is_still_used_when_its_facts_are_old(tmp_path, monkey
     assert img.info is not None and ro.path == tmp_path  # the refresh failed quietly; the cache is kept
     assert entry_file.read_bytes() == before
 
+
+
+@pytest.mark.parametrize("facts", [{"declarations": ["", 1]}, {"declarations": {}, "info": ["", 1]},
+                                   {"declarations": {}, "info": None}])
+def test_facts_of_the_wrong_shape_are_read_afresh(tmp_path, facts):
+    c = Cache(tmp_path)
+    good = compile_image(PLAIN, arch="sm_90", cache=c)
+    (key,) = [f.stem for f, _, _ in c.entries()]
+    entry = c.read(key)
+    c.write(key, dataclasses.replace(entry, facts={**facts, "stamp": _facts.stamp()}))
+    again = compile_image(PLAIN, arch="sm_90", cache=Cache(tmp_path))
+    assert again.info == good.info and again.declarations == good.declarations

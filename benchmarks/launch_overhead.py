@@ -156,6 +156,19 @@ def main() -> None:
           group="form", launcher=comp[GRID, BLOCK, s])
     bound = comp.bind(GRID, BLOCK, y, x, 2.0, N, stream=s)
     t.add("nbjit.compile: bound once", bound, sync, group="form")
+    from nbjit.kernel import _LAUNCH
+
+    def launched(pdl):  # kernel.launch's configured launcher, to report its path
+        comp.launch(GRID, BLOCK, y, x, a32, n32, stream=s, pdl=pdl)
+        return comp._s.configs[(_LAUNCH, GRID, BLOCK, s, 0, False, None, pdl)]
+    t.add("nbjit.compile: kernel.launch(..., stream=s) keywords",
+          lambda: comp.launch(GRID, BLOCK, y, x, a32, n32, stream=s), sync, group="form", launcher=launched(False))
+    if cuda.get_current_device().compute_capability >= (9, 0):
+        t.add("nbjit.compile: programmatic dependent launch, launch(..., pdl=True)",
+              lambda: comp.launch(GRID, BLOCK, y, x, a32, n32, stream=s, pdl=True), sync, group="form",
+              launcher=launched(True))
+    else:
+        t.skip("PDL row", "programmatic dependent launch needs sm_90")
     cp = None
     if importlib.util.find_spec("cupy"):
         import cupy as cp

@@ -55,6 +55,15 @@ def main() -> None:
         for i in range(a.chain):
             step.launch(grid, block, bufs[(i + 1) % 2], bufs[i % 2], a.n, stream=s, pdl=pdl)
 
+    def indexed(pdl: bool):
+        """The same chain in the kernel[grid, block, stream] form, PDL by the kernel's default."""
+        def run() -> None:
+            step.pdl = pdl
+            k = step[grid, block, s]
+            for i in range(a.chain):
+                k(bufs[(i + 1) % 2], bufs[i % 2], a.n)
+        return run
+
     graphs = {}
     for pdl in (False, True):
         with nbjit.capture(s) as g:
@@ -69,7 +78,8 @@ def main() -> None:
         end.synchronize()
         return cuda.event_elapsed_time(start, end) * 1e3  # microseconds
 
-    rows = {("launches", False): lambda: chain(False), ("launches", True): lambda: chain(True),
+    rows = {("launch()", False): lambda: chain(False), ("launch()", True): lambda: chain(True),
+            ("k[g, b, s]", False): indexed(False), ("k[g, b, s]", True): indexed(True),
             ("graph", False): lambda: graphs[False].launch(), ("graph", True): lambda: graphs[True].launch()}
     times: dict = {k: [] for k in rows}
     for run in rows.values():  # warm-up
@@ -89,7 +99,7 @@ def main() -> None:
           f"median of {a.repeat} chains, microseconds")
     print(f"{'':12}{'plain':>10}{'PDL':>10}{'PDL/plain':>11}")
     out = {}
-    for how in ("launches", "graph"):
+    for how in ("launch()", "k[g, b, s]", "graph"):
         p, q = med[(how, False)], med[(how, True)]
         print(f"{how:12}{p:10.1f}{q:10.1f}{q / p:11.2f}")
         out[how] = {"plain_us": p, "pdl_us": q, "ratio": q / p}

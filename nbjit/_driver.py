@@ -152,7 +152,7 @@ def _c_context_getter(cu):
                                   cu.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_DEFAULT)
         if res[0] != 0 or not int(res[1]):
             return False
-        _launch.set_context_getter(int(res[1]))
+        _launch.set_entry_point("cuCtxGetCurrent", int(res[1]))
         return _launch.current_context
     except Exception:  # no C extension
         return False
@@ -359,12 +359,12 @@ def backend() -> Backend:
                                   cu.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_DEFAULT)
         if res[0] != 0 or not int(res[1]):
             raise RuntimeError("cuGetProcAddress(cuLaunchKernel) failed")
-        _launch.set_entry_point(int(res[1]))
+        _launch.set_entry_point("cuLaunchKernel", int(res[1]))
         ex = cu.cuGetProcAddress(b"cuLaunchKernelEx", driver_version(),
                                  cu.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_DEFAULT)
         extended = ex[0] == 0 and bool(int(ex[1]))
         if extended:
-            _launch.set_entry_point_ex(int(ex[1]))
+            _launch.set_entry_point("cuLaunchKernelEx", int(ex[1]))
         return Backend("c", _launch.launch, int, extended)
     except Exception:  # no C extension (or an unexpected driver): the portable path
         bound = cu.cuLaunchKernel

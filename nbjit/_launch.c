@@ -54,20 +54,28 @@ typedef struct {
 typedef int (*launch_ex_fn)(const launch_config *cfg, void *f, void **params, void **extra);
 static launch_ex_fn p_launch_ex = NULL;
 
-static PyObject *set_entry_point(PyObject *self, PyObject *arg) {
-    void *p = PyLong_AsVoidPtr(arg);
-    if (p == NULL && PyErr_Occurred()) return NULL;
-    p_launch = (launch_fn)p;
-    Py_RETURN_NONE;
-}
-
 typedef int (*ctx_fn)(void **ctx);
 static ctx_fn p_ctx_current = NULL;
 
-static PyObject *set_context_getter(PyObject *self, PyObject *arg) {
-    void *p = PyLong_AsVoidPtr(arg);
+/* set_entry_point(name, address): the driver function nbjit calls for `name`
+ * ("cuLaunchKernel", "cuLaunchKernelEx" or "cuCtxGetCurrent"), as cuGetProcAddress gave it. */
+static PyObject *set_entry_point(PyObject *self, PyObject *args) {
+    const char *name;
+    PyObject *addr;
+    void *p;
+    if (!PyArg_ParseTuple(args, "sO", &name, &addr)) return NULL;
+    p = PyLong_AsVoidPtr(addr);
     if (p == NULL && PyErr_Occurred()) return NULL;
-    p_ctx_current = (ctx_fn)p;
+    if (strcmp(name, "cuLaunchKernel") == 0)
+        p_launch = (launch_fn)p;
+    else if (strcmp(name, "cuLaunchKernelEx") == 0)
+        p_launch_ex = (launch_ex_fn)p;
+    else if (strcmp(name, "cuCtxGetCurrent") == 0)
+        p_ctx_current = (ctx_fn)p;
+    else {
+        PyErr_Format(PyExc_ValueError, "no entry point called %s", name);
+        return NULL;
+    }
     Py_RETURN_NONE;
 }
 
@@ -85,13 +93,6 @@ static PyObject *current_context(PyObject *self, PyObject *unused) {
     if (r == 3 /* CUDA_ERROR_NOT_INITIALIZED */) return PyLong_FromLong(0);
     if (r != 0) Py_RETURN_NONE;
     return PyLong_FromVoidPtr(ctx);
-}
-
-static PyObject *set_entry_point_ex(PyObject *self, PyObject *arg) {
-    void *p = PyLong_AsVoidPtr(arg);
-    if (p == NULL && PyErr_Occurred()) return NULL;
-    p_launch_ex = (launch_ex_fn)p;
-    Py_RETURN_NONE;
 }
 
 /* Launch attributes from a bytes object (a multiple of 72 bytes, at most MAX_ATTRS) into
@@ -874,9 +875,8 @@ static PyType_Spec kernelbase_spec = {
 };
 
 static PyMethodDef methods[] = {
-    {"set_entry_point", set_entry_point, METH_O, "Set the address of cuLaunchKernel."},
-    {"set_entry_point_ex", set_entry_point_ex, METH_O, "Set the address of cuLaunchKernelEx."},
-    {"set_context_getter", set_context_getter, METH_O, "Set the address of cuCtxGetCurrent."},
+    {"set_entry_point", set_entry_point, METH_VARARGS,
+     "set_entry_point(name, address): cuLaunchKernel, cuLaunchKernelEx or cuCtxGetCurrent"},
     {"current_context", current_context, METH_NOARGS,
      "current_context() -> the current context's handle (0: none), or None on another driver error"},
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL,

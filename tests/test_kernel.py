@@ -88,3 +88,9 @@ def test_setting_pdl_drops_configured_launchers(pdl_kernels):
     assert k.pdl and k._s.configs == {}
     with pytest.raises(NbjitLaunchError, match="pdl must be True or False"):
         k.pdl = "yes"
+
+
+def test_c_entry_points_are_named():
+    _launch = pytest.importorskip("nbjit._launch")
+    with pytest.raises(ValueError, match="no entry point called cuNothing"):
+        _launch.set_entry_point("cuNothing", 0)

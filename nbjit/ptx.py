@@ -481,8 +481,13 @@ class _Parser:
             if "@@DWARF" in g:  # legacy DWARF lines name sections of their own, without bodies
                 g = _DWARF_LINE.sub(lambda m: " " * len(m.group()), g)
             for x in _SECTION.finditer(g):
-                if not _SECTION_BODY.match(g, x.end()):
+                body = _SECTION_BODY.match(g, x.end())
+                if not body:
                     raise self.error(f"section {x.group(1)} has no '{{' body", off + x.start())
+                nxt = _SECTION.search(g, body.end())
+                if nxt is not None and g.find("}", body.end(), nxt.start()) == -1:
+                    raise self.error(f"section {nxt.group(1)} starts inside section {x.group(1)} (a '}}' missing "
+                                     "before it?)", off + nxt.start())
                 if x.group(1).startswith(".debug"):
                     yield x.group(1)
 
@@ -804,8 +809,9 @@ def _metadata(meta: list[tuple[str, str, int, int]], number) -> dict:
 # pattern unambiguous: linear even on a truncated section with no closing brace.
 _SECTION_BLOCK = (r"\.section[ \t]+\.debug\w*[^\n{/]*(?://[^\n]*(?=\n))?\s*\{"
                   r"(?:[^}/.]|\.(?!section\b)|/(?!/)|//[^\n]*(?=\n))*\}[ \t]*(?://[^\n]*|\r)?")
-_DEBUG_LINES = re.compile(r"\n[ \t]*(?:\.(?:loc|file)\b[^\n]*|@@DWARF[^\n]*|" + _SECTION_BLOCK + ")")
-_DWARF_ONLY = re.compile(r"\n[ \t]*(?:@@DWARF[^\n]*|" + _SECTION_BLOCK + ")")
+# each from the newline before it (or the start of the text: a first line is debug information too)
+_DEBUG_LINES = re.compile(r"(?:\n|\A)[ \t]*(?:\.(?:loc|file)\b[^\n]*|@@DWARF[^\n]*|" + _SECTION_BLOCK + ")")
+_DWARF_ONLY = re.compile(r"(?:\n|\A)[ \t]*(?:@@DWARF[^\n]*|" + _SECTION_BLOCK + ")")
 _LOC_TAIL = re.compile(r"(\.loc[ \t]+\d+[ \t]+\d+[ \t]+\d+)[ \t]*,[ \t]*function_name[^\n/]*?"
                        r"(?=[ \t]*(?://|\r?\n|$))")
 _TARGET_DEBUG = re.compile(r"([ \t]*\.target[ \t]+[^\n]*?)(?:[ \t]*,[ \t]*debug\b|\bdebug[ \t]*,[ \t]*)")
@@ -821,15 +827,22 @@ def strip_debug(text: str | bytes, keep_lineinfo: bool = False) -> str:
     """
     text = _as_text(text, None)
     if _BLOCK_OPEN.search(text):
-        return _strip_view(text, _blank_text(text), keep_lineinfo)
-    out = (_DWARF_ONLY if keep_lineinfo else _DEBUG_LINES).sub(_line_cut, text)
-    if keep_lineinfo and "function_name" in out:
-        out = _LOC_TAIL.sub(r"\1", out)
-    t = _target_line(out)
-    if t is not None:
-        x = _TARGET_DEBUG.match(out, *t)
-        if x:
-            out = out[:x.end(1)] + out[x.end():]
+        out = _strip_view(text, _blank_text(text), keep_lineinfo)
+        view = _blank_text(out)
+    else:
+        out = (_DWARF_ONLY if keep_lineinfo else _DEBUG_LINES).sub(_line_cut, text)
+        if keep_lineinfo and "function_name" in out:
+            out = _LOC_TAIL.sub(r"\1", out)
+        t = _target_line(out)
+        if t is not None:
+            x = _TARGET_DEBUG.match(out, *t)
+            if x:
+                out = out[:x.end(1)] + out[x.end():]
+        view = out
+    left = _DEBUG_SECTION_LEFT.search(view)
+    if left:  # a header without its body, or a body holding another .section: not PTX ptxas takes
+        raise PtxParseError(f"cannot strip debug section {left.group(1)}: its '{{ ... }}' body is missing or "
+                            "holds another .section", line=_line(view, left.start(1)))
     return out
 
 
@@ -871,6 +884,8 @@ def _target_line(view: str) -> tuple[int, int] | None:
 
 
 _TARGET_LINE = re.compile(r"^[ \t]*\.target\b", re.M)
+# a debug section header that stripping left (not in a line comment: at a line's start or after ; { })
+_DEBUG_SECTION_LEFT = re.compile(r"(?:^|[;{}])[ \t]*\.section[ \t]+(\.debug\w*)", re.M)
 
 
 def _blank_text(text: str) -> str:

@@ -375,8 +375,9 @@ def test_strip_truncated_section_with_comments_is_linear():
     # section pattern backtrack exponentially (found by the fuzz test above)
     text = read("nvcc/kernels_G_sm90.ptx")
     cut = text[: text.index(".section\t.debug_info") + 200] + "\n// " + "x y " * 40 + "\n.b8 1 // z z z z z z z\n"
-    out = strip_debug(cut)
-    assert out.endswith(".b8 1 // z z z z z z z\n")  # nothing after an unclosed section is touched
+    with pytest.raises(PtxParseError, match=r"cannot strip debug section \.debug_info: its '\{ \.\.\. \}' body is "
+                                            "missing"):
+        strip_debug(cut)  # a section stripping cannot close is an error, not output that keeps it
 
 
 # ---------------------------------------------------------------- hostile input: linear time
@@ -559,3 +560,25 @@ def test_strip_keeps_the_line_break_after_a_section_that_ends_mid_line():
     lines[230:230] = chunk
     out = strip_debug("".join(lines)).splitlines()
     assert "}" in out and ", [ %rd1 + 0 ];" in out
+
+
+def test_strip_debug_at_the_very_start_of_the_text():
+    """A debug section or line that opens the text (no newline before it) goes too (the
+    line-edit fuzzer moved `.section .debug_macinfo { }` to the top of Triton's PTX)."""
+    body = read("triton/add_kernel/add_kernel.ptx")
+    for first in ("\t.section\t.debug_macinfo\t{\t}\n", ".loc 1 2 3\n", "@@DWARF .byte 1\n"):
+        out = strip_debug(first + body)
+        assert not out.lstrip().startswith((".section", ".loc", "@@DWARF")), first
+        assert not any(s.startswith(".debug") for s in inspect_ptx(out).debug.sections)
+    kept = strip_debug(".loc 1 2 3\n" + body, keep_lineinfo=True)
+    assert kept.startswith(".loc 1 2 3\n")
+
+
+def test_a_section_inside_another_is_an_error():
+    """The line-edit fuzzer moved `.section .debug_macinfo { }` into `.debug_abbrev`'s body:
+    the reader took both as sections (strip_debug, rightly, could not strip the outer one)."""
+    body = read("triton/add_kernel/add_kernel.ptx")
+    i = body.index(".b8 1", body.index(".section\t.debug_abbrev"))
+    bad = body[:i] + "\t.section\t.debug_macinfo\t{\t}\n" + body[i:]
+    with pytest.raises(PtxParseError, match=r"section \.debug_macinfo starts inside section \.debug_abbrev"):
+        inspect_ptx(bad)

@@ -84,6 +84,8 @@ class _State:
         self.configs: dict = {}
         # programmatic dependent launch by default: where the kernel waits for the grid before it
         self.pdl = info.waits_for_grid
+        self.pdl_chosen = False  # set by kernel.pdl = ...: a producer's default no longer applies
+        self.pdl_epoch = 0  # counts changes of pdl: launchers kept elsewhere (Triton's) compare it
         self.optin = 0  # dynamic shared bytes this function has been opted in to
         self.attrs: KernelAttributes | None = None
         self.pointer_params = tuple(i for i, p in enumerate(info.params) if p.pointer or p.size == 8)
@@ -290,13 +292,25 @@ class Kernel(_indexing_base()):  # type: ignore[misc]
         s = self._s
         with s.lock:
             s.pdl = value
+            s.pdl_chosen = True
+            s.pdl_epoch += 1
             s.configs.clear()  # launchers configured before follow the new default
 
-    def _pdl(self, requested: bool | None, default: bool | None = None) -> bool:
+    def _pdl_default(self, value: bool) -> None:
+        """A producer's default for ``pdl`` (Triton's ``launch_pdl``), unless the user has set
+        ``kernel.pdl``."""
+        s = self._s
+        with s.lock:
+            if not s.pdl_chosen and s.pdl != value:
+                s.pdl = value
+                s.pdl_epoch += 1
+                s.configs.clear()
+
+    def _pdl(self, requested: bool | None) -> bool:
         """Whether a launch is a programmatic dependent one: ``requested`` (the caller's
-        word), else ``default`` (Triton's launch_pdl), else the kernel's. Asked explicitly
-        where the device cannot, an error; by default there, a plain launch."""
-        want = requested if requested is not None else default if default is not None else self._s.pdl
+        word), else the kernel's ``pdl``. Asked explicitly where the device cannot, an error;
+        by default there, a plain launch."""
+        want = requested if requested is not None else self._s.pdl
         if not want:
             return False
         cc = _driver.device_info(self._s.device).cc

@@ -462,7 +462,7 @@ class TritonKernel:
 class _TritonLaunch:
     """A Triton kernel with its grid of programs; call it with the runtime arguments."""
 
-    __slots__ = ("k", "grid", "launch_grid", "cluster", "fixed_tail", "by_stream")
+    __slots__ = ("k", "grid", "launch_grid", "cluster", "fixed_tail", "by_stream", "epoch")
 
     def __init__(self, k: TritonKernel, grid):
         if isinstance(grid, int) and not isinstance(grid, bool):
@@ -472,8 +472,8 @@ class _TritonLaunch:
             raise NbjitLaunchError(f"Triton kernel {k.name!r}: grid must be an int or 1 to 3 ints >= 1, "
                                    f"got {grid!r}")
         m = k.meta
-        if m.pdl and not k.kernel.pdl:  # Triton's launch_pdl: programmatic dependent launches by default
-            k.kernel.pdl = True
+        if m.pdl:  # Triton's launch_pdl: programmatic dependent launches unless the user said otherwise
+            k.kernel._pdl_default(True)
         self.k = k
         self.grid = tuple(grid) + (1,) * (3 - len(grid))
         self.launch_grid = (self.grid[0] * m.num_ctas, self.grid[1], self.grid[2])
@@ -483,6 +483,7 @@ class _TritonLaunch:
         g, p = m.scratch_bytes(self.grid)
         self.fixed_tail = (0,) * m.scratch_params if not (g or p) else None
         self.by_stream: dict = {}  # stream -> configured launcher (plain launches only)
+        self.epoch = k.kernel._s.pdl_epoch  # the kernel's pdl as these launchers were configured
 
     def _tail(self, stream) -> tuple:
         if self.fixed_tail is not None:
@@ -510,6 +511,10 @@ class _TritonLaunch:
                 raise self.count_error(len(args))
             args = tuple(x for i, a in enumerate(args)
                          for x in (_descriptor_args(a, k._descs[i], k.name) if i in k._descs else (a,)))
+        epoch = k.kernel._s.pdl_epoch
+        if epoch != self.epoch:  # kernel.pdl changed: configure again
+            self.by_stream.clear()
+            self.epoch = epoch
         try:
             launch = self.by_stream[stream]
         except (KeyError, TypeError):  # TypeError: an unhashable stream object

@@ -159,3 +159,32 @@ def test_host_tensor_descriptors(cuda):
                 np.float32(0.5))
         torch.cuda.synchronize()
         np.testing.assert_array_equal(tout.cpu().numpy(), 0.5 * a)
+
+
+def test_launch_pdl_kernels_launch_as_programmatic_dependents(cuda):
+    """Triton 3.9 with launch_pdl=True and gdc_wait/gdc_launch_dependents: a chain of 60
+    dependent steps gives the right sum launched with PDL (Triton's default) and plainly (the
+    user's choice, which the default does not override)."""
+    if cuda.get_current_device().compute_capability < (9, 0):
+        pytest.skip("programmatic dependent launch needs sm_90")
+    from conftest import expected_path
+    k = nbjit.load_triton(T / "pdl_step_kernel")
+    n = 300_001
+    bufs = [cuda.to_device(np.zeros(n, np.float32)), cuda.device_array(n, np.float32)]
+    s = cuda.stream()
+    grid = k[(n + 1023) // 1024]
+    for pdl in (True, False):
+        if not pdl:
+            k.kernel.pdl = False  # the launchers configured for this grid follow
+        bufs[0].copy_to_device(np.zeros(n, np.float32), stream=s)
+        for i in range(60):
+            grid(bufs[i % 2], bufs[(i + 1) % 2], n, stream=s)
+        s.synchronize()
+        np.testing.assert_array_equal(bufs[0].copy_to_host(), np.full(n, 60, np.float32), err_msg=f"pdl={pdl}")
+        launcher = grid.by_stream[s]
+        assert launcher.config.pdl is pdl
+        assert launcher.path == ("c" if expected_path() == "c" else
+                                 "python (cuLaunchKernelEx)" if pdl else "python")
+        assert k.kernel.pdl is pdl
+    k[(n + 1023) // 1024]  # a new grid does not bring the default back
+    assert k.kernel.pdl is False

@@ -68,14 +68,25 @@ def test_kernels_that_wait_for_the_grid_before_default_to_pdl(pdl_kernels):
     assert ks["pdl_none"]._pdl(None) is False
     assert ks["pdl_none"]._pdl(True) is True  # asked for
     assert ks["pdl_consumer"]._pdl(False) is False
-    assert ks["pdl_none"]._pdl(None, default=True) is True  # Triton's launch_pdl
+
+
+def test_a_producers_default_yields_to_the_users_choice(pdl_kernels):
+    ks, _ = pdl_kernels
+    none, cons = ks["pdl_none"], ks["pdl_consumer"]
+    none._configs[("cfg",)] = "configured before"
+    none._pdl_default(True)  # Triton's launch_pdl
+    assert none.pdl and not none._configs  # configured launchers follow the new default
+    cons.pdl = False  # the user's word
+    cons._pdl_default(True)
+    assert cons.pdl is False
 
 
 def test_devices_before_hopper_launch_plainly_unless_asked(pdl_kernels):
     ks, cc = pdl_kernels
     cc["value"] = (8, 0)
     assert ks["pdl_consumer"]._pdl(None) is False  # the default: a plain launch
-    assert ks["pdl_none"]._pdl(None, default=True) is False
+    ks["pdl_none"]._pdl_default(True)
+    assert ks["pdl_none"]._pdl(None) is False
     with pytest.raises(NbjitLaunchError, match=r"pdl=True\) needs a device of compute capability 9.0 .* is 8.0"):
         ks["pdl_none"]._pdl(True)
 

@@ -32,6 +32,15 @@ def test_metadata_from_cache_entries(entry, name, warps, ctas, shared, gscratch)
     assert read_triton(T / entry / f"{name}.json").meta == m  # the .json itself works too
 
 
+def test_a_launch_pdl_kernel_says_so_twice():
+    """Triton 3.9 with launch_pdl=True: the metadata asks for programmatic dependent launch,
+    and the PTX runs griddepcontrol (tl.extra.cuda.gdc_wait / gdc_launch_dependents)."""
+    art = read_triton(T / "pdl_step_kernel")
+    assert art.meta.pdl and not read_triton(T / "add_kernel").meta.pdl
+    (entry,) = inspect_ptx(art.ptx.read_bytes()).entries
+    assert entry.griddepcontrol == ("wait", "launch_dependents") and entry.waits_for_grid
+
+
 def test_launch_rules_and_scratch_sizes():
     d = describe(T / "copy_desc_kernel")
     r = d["launch"]
@@ -308,3 +317,29 @@ def test_the_cubin_route_knows_its_tensor_map_parameters():
     assert [p.offset for p in info.params][:6] == [48, 176, 180, 184, 192, 240]
     assert [i for i, r in enumerate(args.ArgPacker(info.signature, ce.name).rules) if r.tensor_map] == [0, 5]
     assert dict(info.params[0].origin)["align"] == "triton ptx"
+
+
+def test_triton_launchers_follow_a_change_of_pdl(monkeypatch):
+    """A Triton grid's per-stream launchers are configured again when kernel.pdl changes
+    (without a GPU: the kernel's launcher factory is stood in for)."""
+    import types
+
+    from nbjit import _driver
+    from nbjit import kernel as K
+    from nbjit.triton import TritonKernel
+    monkeypatch.setattr(K, "_MULTI", [False])
+    monkeypatch.setattr(_driver, "device_info", lambda ordinal: types.SimpleNamespace(cc=(9, 0)))
+    art = read_triton(T / "pdl_step_kernel")
+    info = inspect_ptx(art.ptx.read_bytes()).entries[0]
+    kern = K.Kernel(None, K._State(info.name, None, info, 0, 0))
+    made = []
+    monkeypatch.setattr(K.Kernel, "_config", lambda self, *a, **kw: made.append(self._pdl(None)) or
+                        (lambda *args: None))
+    tk = TritonKernel(kern, art.meta, "ptx")
+    g = tk[4]
+    g(0, 0, 4, stream=7)
+    g(0, 0, 4, stream=7)
+    kern.pdl = False
+    g(0, 0, 4, stream=7)
+    tk[4](0, 0, 4, stream=7)
+    assert made == [True, False]  # configured once with Triton's launch_pdl, once after the change

@@ -173,6 +173,10 @@ TRITON_KERNELS = {
                          {"in_ptr": "*fp32", "out_ptr": "*fp32", "M": "i32", "N": "i32",
                           "BLOCK_M": "constexpr", "BLOCK_N": "constexpr"},
                          {"BLOCK_M": 32, "BLOCK_N": 32}, {"num_warps": 4}),
+    # programmatic dependent launch: griddepcontrol in the kernel, launch_pdl in the metadata
+    "pdl_step_kernel": ("pdl_step_kernel",
+                        {"x_ptr": "*fp32", "out_ptr": "*fp32", "n_elements": "i32", "BLOCK": "constexpr"},
+                        {"BLOCK": 1024}, {"num_warps": 4, "launch_pdl": True}),
     # host-side tensor descriptors (TMA): each passed as CUtensorMap, shape (i32s), strides (i64s)
     "copy_hostdesc_kernel": ("copy_hostdesc_kernel",
                              {"in_desc": "tensordesc<fp32[32, 64]>", "out_desc": "tensordesc<fp32[32, 64]>",

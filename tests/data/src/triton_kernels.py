@@ -66,3 +66,16 @@ def copy_hostdesc_kernel(in_desc, out_desc, scale, BLOCK_M: tl.constexpr, BLOCK_
     pid_n = tl.program_id(1)
     tile = in_desc.load([pid_m * BLOCK_M, pid_n * BLOCK_N])
     out_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], tile * scale)
+
+
+@triton.jit
+def pdl_step_kernel(x_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
+    """One step of a dependent chain, for programmatic dependent launch (compiled with
+    launch_pdl): waits for the grid before it, then lets the next one start."""
+    tl.extra.cuda.gdc_wait()
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n_elements
+    x = tl.load(x_ptr + offs, mask=mask)
+    tl.extra.cuda.gdc_launch_dependents()
+    tl.store(out_ptr + offs, x + 1.0, mask=mask)

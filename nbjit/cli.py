@@ -193,11 +193,14 @@ def format_triton(d: dict, path: str) -> str:
            f"  images: {', '.join(x for x in (d['cubin'], d['ptx']) if x)}",
            f"  launch: kernel[grid](*args): block ({r['block'][0]}, 1, 1) = {d['num_warps']} warps, "
            f"{r['dynamic_shared']} bytes dynamic shared memory, grid x times {r['num_ctas']} CTA(s)"
-           + (", cooperative" if r["cooperative"] else ""),
+           + (", cooperative" if r["cooperative"] else "")
+           + (", programmatic dependent (launch_pdl)" if d.get("launch_pdl") else ""),
            f"  arguments: {r['user_params']}, the first {r.get('kernel_params', r['user_params'])} parameters; "
            f"nbjit passes {r['scratch_params']} scratch "
            f"pointer(s): global {r['global_scratch']['bytes_per_program']} B/program (align "
            f"{r['global_scratch']['align']}), profile {r['profile_scratch']['bytes_per_program']} B/program"]
+    if d.get("griddepcontrol"):
+        out.append(f"  griddepcontrol: {', '.join(d['griddepcontrol'])}")
     role = {}
     for x in r.get("descriptors", ()):
         role[x["param"]] = f"argument {x['arg']}: tensor descriptor ({x['dtype']}, box {x['block']}, swizzle " \

@@ -620,5 +620,6 @@ def describe(path: str | os.PathLike) -> dict:
     return {"kind": "triton", "name": m.name, "triton_version": m.triton_version, "arch": m.arch,
             "metadata_from": m.source, "num_warps": m.num_warps, "num_ctas": m.num_ctas, "shared": m.shared,
             "cubin": str(art.cubin) if art.cubin else None, "ptx": str(art.ptx) if art.ptx else None,
-            "ttir": str(art.ttir) if art.ttir else None,
+            "ttir": str(art.ttir) if art.ttir else None, "launch_pdl": m.pdl,
+            "griddepcontrol": list(entry.griddepcontrol),
             "params": [p.to_json() for p in params], "launch": launch_rules(m, params)}

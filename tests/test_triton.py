@@ -129,6 +129,10 @@ def test_cli_inspect_triton():
     j = json.loads(subprocess.run([sys.executable, "-m", "nbjit", "inspect", "--json", str(T / "add_kernel")],
                                   capture_output=True, text=True, timeout=120).stdout)
     assert j["kind"] == "triton" and j["launch"]["user_params"] == 5
+    assert j["launch_pdl"] is False and j["griddepcontrol"] == []
+    r = subprocess.run([sys.executable, "-m", "nbjit", "inspect", str(T / "pdl_step_kernel")], capture_output=True,
+                       text=True, timeout=120)
+    assert "programmatic dependent (launch_pdl)" in r.stdout and "griddepcontrol: wait, launch_dependents" in r.stdout
 
 
 @pytest.mark.parametrize("meta,msg", [

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from . import _driver
+from .arch import Arch
 from .args import parse_signature
 from .cdecl import demangle
 from .numba_abi import is_numba_name
@@ -501,28 +502,33 @@ def compile(source: str, *, name: str | None = None, name_expressions: Iterable[
     Numba context. Arguments as for ``nbjit.compile_image``; ``module["fill<float>"]``
     then finds a kernel by the name expression written. ``lazy=True`` (with an explicit
     ``arch`` where there is no GPU) loads on first use, as ``nbjit.load(..., lazy=True)``."""
-    call = None
+    args = ref = None
     if not include_paths and not lazy:  # files on include paths may change between calls
         try:
-            call = (source, name, tuple(name_expressions), tuple(sorted(headers.items())) if headers else (),
-                    tuple(options), arch, output, keep_debug, _driver.current_context_key())
-            ref = _COMPILED.get(call)
+            args = (source, name, tuple(name_expressions), tuple(sorted(headers.items())) if headers else (),
+                    tuple(options), arch, output, keep_debug)
+            hash(args)
+            if _COMPILED:  # (a process's first call finds nothing: it asks the driver nothing here)
+                ref = _COMPILED.get(args + (_driver.current_context_key(),))
         except Exception:  # unhashable arguments, or no driver: the long way (which says what is wrong)
-            call = ref = None
+            args = ref = None
         mod = ref() if ref is not None else None
         if mod is not None:
             return mod
     from .compiler import compile_image
 
+    target = arch
+    if arch is None and not lazy:  # the device of the context the module loads into
+        target = str(Arch.parse(_driver.context_cc(_driver.current_context())))
     img = compile_image(source, name=name, name_expressions=name_expressions, headers=headers,
-                        include_paths=include_paths, options=options, arch=arch, output=output, cache=cache)
+                        include_paths=include_paths, options=options, arch=target, output=output, cache=cache)
     mod = load(img, keep_debug=keep_debug, lazy=lazy)
-    if call is not None and call[-1] == mod._ctx_key:
+    if args is not None:
         with _LOAD_LOCK:
             if len(_COMPILED) >= 1024:  # drop the calls whose modules are gone
                 for k in [k for k, r in _COMPILED.items() if r() is None]:
                     del _COMPILED[k]
-            _COMPILED[call] = weakref.ref(mod)
+            _COMPILED[args + (mod._ctx_key,)] = weakref.ref(mod)
     return mod
 
 

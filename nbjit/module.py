@@ -502,16 +502,14 @@ def compile(source: str, *, name: str | None = None, name_expressions: Iterable[
     Numba context. Arguments as for ``nbjit.compile_image``; ``module["fill<float>"]``
     then finds a kernel by the name expression written. ``lazy=True`` (with an explicit
     ``arch`` where there is no GPU) loads on first use, as ``nbjit.load(..., lazy=True)``."""
-    args = ref = None
-    if not include_paths and not lazy:  # files on include paths may change between calls
+    remember = not include_paths and not lazy  # files on include paths may change between calls
+    if remember and _COMPILED:  # (a process's first call finds nothing: it asks the driver nothing here)
         try:
-            args = (source, name, tuple(name_expressions), tuple(sorted(headers.items())) if headers else (),
-                    tuple(options), arch, output, keep_debug)
-            hash(args)
-            if _COMPILED:  # (a process's first call finds nothing: it asks the driver nothing here)
-                ref = _COMPILED.get(args + (_driver.current_context_key(),))
+            ref = _COMPILED.get((source, name, tuple(name_expressions),
+                                 tuple(sorted(headers.items())) if headers else (), tuple(options), arch, output,
+                                 keep_debug, _driver.current_context_key()))
         except Exception:  # unhashable arguments, or no driver: the long way (which says what is wrong)
-            args = ref = None
+            ref = None
         mod = ref() if ref is not None else None
         if mod is not None:
             return mod
@@ -523,12 +521,17 @@ def compile(source: str, *, name: str | None = None, name_expressions: Iterable[
     img = compile_image(source, name=name, name_expressions=name_expressions, headers=headers,
                         include_paths=include_paths, options=options, arch=target, output=output, cache=cache)
     mod = load(img, keep_debug=keep_debug, lazy=lazy)
-    if args is not None:
+    if remember:
+        call = (source, name, tuple(name_expressions), tuple(sorted(headers.items())) if headers else (),
+                tuple(options), arch, output, keep_debug, mod._ctx_key)
         with _LOAD_LOCK:
             if len(_COMPILED) >= 1024:  # drop the calls whose modules are gone
                 for k in [k for k, r in _COMPILED.items() if r() is None]:
                     del _COMPILED[k]
-            _COMPILED[args + (mod._ctx_key,)] = weakref.ref(mod)
+            try:
+                _COMPILED[call] = weakref.ref(mod)
+            except TypeError:  # unhashable arguments: not remembered
+                pass
     return mod
 
 

@@ -2,12 +2,12 @@
 device, e.g. when the driver is older than the PTX's producer). No GPU needed."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import os
 import re
 import sys
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Mapping

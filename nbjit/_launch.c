@@ -880,7 +880,7 @@ static PyMethodDef methods[] = {
     {"current_context", current_context, METH_NOARGS,
      "current_context() -> the current context's handle (0: none), or None on another driver error"},
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL,
-     "launch(func, gx, gy, gz, bx, by, bz, shared, stream, params) -> CUresult"},
+     "launch(func, gx, gy, gz, bx, by, bz, shared, stream, params[, attributes]) -> CUresult"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -43,17 +43,19 @@ def read_regular_stat(path: str | os.PathLike, limit: int = MAX_FILE_BYTES) -> t
             raise ValueError(f"{st.st_size} bytes, more than nbjit reads ({limit})")
         # read what fstat says is there (asking for `limit` bytes would allocate that much
         # first: 256 MiB for a cache entry of a few KiB), then anything it grew by since
-        parts, n = [b""], 0
+        parts, n = [], 0
         while n <= limit:
             want = min(max(st.st_size + 1 - n, 1 << 16), limit + 1 - n)
             chunk = os.read(fd, want)
+            if not chunk:
+                break
             parts.append(chunk)
             n += len(chunk)
-            if not chunk or (len(chunk) < want and n >= st.st_size):
+            if len(chunk) < want and n >= st.st_size:
                 break  # the end: a regular file reads short only there
         if n > limit:
             raise ValueError(f"more than {limit} bytes")
-        return (parts[-1] if len(parts) <= 2 else b"".join(parts)), st  # b"" for an empty file
+        return (parts[0] if len(parts) == 1 else b"".join(parts)), st
     finally:
         os.close(fd)
 

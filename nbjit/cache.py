@@ -344,10 +344,10 @@ class Cache:
         try:
             with tarfile.open(tmp, "w:gz") as tar:
                 for f, _, _ in self.entries():
-                    got = _read_entry(f)
-                    if got is None or _decode(got[0], f.stem)[0] is None:
+                    got = entry_file(f)
+                    if got is None or got[0] is None:
                         continue  # gone meanwhile, or corrupt: not worth shipping
-                    raw = got[0]
+                    raw = got[2]
                     info = tarfile.TarInfo(f.name)
                     info.size, info.mtime, info.mode = len(raw), int(time.time()), 0o644
                     tar.addfile(info, io.BytesIO(raw))
@@ -432,6 +432,16 @@ def _remove(f) -> int:
         return 1
     except OSError:
         return 0
+
+
+def entry_file(f: Path) -> tuple[CacheEntry | None, str, bytes] | None:
+    """An entry file on disk (``Cache.entries()``), checked: (the entry or None, why not, its
+    bytes); None where it is gone or not a regular file."""
+    got = _read_entry(f)
+    if got is None:
+        return None
+    entry, why = _decode(got[0], f.stem)
+    return entry, why, got[0]
 
 
 def _read_entry(f: str | Path) -> tuple[bytes, float] | None:

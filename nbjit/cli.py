@@ -35,12 +35,13 @@ def _read(path: str) -> bytes:
         raise _Usage(f"{path} is {e}") from None
 
 
-def _write(path: str, data: bytes, source: str, in_place: bool) -> None:
+def _write(path: str, data: bytes, source: str, in_place: bool, in_place_option: bool = True) -> None:
     """Write ``data`` to ``path`` through a temporary file renamed into place; an output
-    that is the input (also through a link) is refused unless ``in_place``."""
+    that is the input (also through a link) is refused unless ``in_place`` (the hint names
+    ``--in-place`` where the command has it)."""
     if not in_place and os.path.exists(path) and os.path.samefile(path, source):
-        raise _Usage(f"{path} is the input file {source}: refusing to overwrite it (pass --in-place to replace "
-                     "it, or choose another -o)")
+        hint = "pass --in-place to replace it, or choose another -o" if in_place_option else "choose another -o"
+        raise _Usage(f"{path} is the input file {source}: refusing to overwrite it ({hint})")
     target = os.path.realpath(path) if in_place else path
     folder = os.path.dirname(os.path.abspath(target)) or "."
     try:
@@ -300,12 +301,12 @@ def _cache(args) -> int:
                                              if i["temporary_files"] else ""))
         print(f"bytes:    {i['bytes']} (limit {i['max_bytes']})")
     elif args.action == "list":
-        from .cache import _decode, _read_entry
+        from .cache import entry_file
         for f, size, used in c.entries():
-            raw = _read_entry(f)
-            if raw is None:
+            got = entry_file(f)
+            if got is None:
                 continue  # removed meanwhile by another process
-            entry, why = _decode(raw, f.stem)
+            entry, why, _ = got
             what = f"{entry.kind} {entry.arch} {entry.producer}" if entry else f"corrupt: {why}"
             print(f"{f.stem[:16]}  {size:>9}  {time.strftime('%Y-%m-%d %H:%M', time.localtime(used))}  {what}")
     elif args.action == "clear":
@@ -359,7 +360,7 @@ def _compile(args) -> int:
             out = args.output or path.with_suffix("." + img.kind).name
         else:
             out = os.path.join(args.output or ".", f"{path.stem}.{arch}.{img.kind}")
-        _write(str(out), img.data, args.file, in_place=False)
+        _write(str(out), img.data, args.file, in_place=False, in_place_option=False)
         print(f"{args.file}: {img.kind} for {img.arch} -> {out} ({len(img.data)} bytes)", file=sys.stderr)
     return 0
 

@@ -288,6 +288,8 @@ def test_cli_cache_commands(tmp_path):
     info = run("cache", "info").stdout
     assert "entries:  2" in info and str(tmp_path) in info
     assert len(run("cache", "list").stdout.strip().splitlines()) == 2
+    listed = run("cache", "list").stdout
+    assert "cubin sm_90 NVRTC" in listed and "ptx compute_90 NVRTC" in listed and "corrupt" not in listed
     assert "removed 1 entries" in run("cache", "prune", "--max-bytes", "4000").stdout
     assert "removed 1 entries" in run("cache", "clear").stdout
     assert "entries:  0" in run("cache", "info").stdout

@@ -165,6 +165,7 @@ def test_output_onto_the_input_is_refused(tmp_path):
     cu.write_text('extern "C" __global__ void k(int* p) { p[0] = 1; }\n')
     r = nbjit("compile", str(cu), "--arch", "sm_90", "-o", str(cu))
     assert r.returncode == 2 and "refusing to overwrite" in r.stderr and "__global__" in cu.read_text()
+    assert "--in-place" not in r.stderr  # compile has no such option to suggest
 
 
 @pytest.mark.parametrize("content,msg", [

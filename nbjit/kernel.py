@@ -85,7 +85,6 @@ class _State:
         # programmatic dependent launch by default: where the kernel waits for the grid before it
         self.pdl = info.waits_for_grid
         self.pdl_chosen = False  # set by kernel.pdl = ...: a producer's default no longer applies
-        self.pdl_epoch = 0  # counts changes of pdl: launchers kept elsewhere (Triton's) compare it
         self.optin = 0  # dynamic shared bytes this function has been opted in to
         self.attrs: KernelAttributes | None = None
         self.pointer_params = tuple(i for i, p in enumerate(info.params) if p.pointer or p.size == 8)
@@ -289,22 +288,19 @@ class Kernel(_indexing_base()):  # type: ignore[misc]
     def pdl(self, value: bool) -> None:
         if not isinstance(value, bool):
             raise NbjitLaunchError(f"kernel {self.name!r}: pdl must be True or False, got {value!r}")
-        s = self._s
-        with s.lock:
-            s.pdl = value
-            s.pdl_chosen = True
-            s.pdl_epoch += 1
-            s.configs.clear()  # launchers configured before follow the new default
+        self._set_pdl(value, chosen=True)
 
-    def _pdl_default(self, value: bool) -> None:
-        """A producer's default for ``pdl`` (Triton's ``launch_pdl``), unless the user has set
-        ``kernel.pdl``."""
+    def _set_pdl(self, value: bool, chosen: bool) -> None:
+        """Set ``pdl``: the user's choice (``chosen``), or a producer's default (Triton's
+        ``launch_pdl``), which does not override the user's."""
         s = self._s
         with s.lock:
-            if not s.pdl_chosen and s.pdl != value:
-                s.pdl = value
-                s.pdl_epoch += 1
-                s.configs.clear()
+            if chosen:
+                s.pdl_chosen = True
+            elif s.pdl_chosen or s.pdl == value:
+                return
+            s.pdl = value
+            s.configs.clear()  # launchers configured before (Triton's included) follow the new default
 
     def _pdl(self, requested: bool | None) -> bool:
         """Whether a launch is a programmatic dependent one: ``requested`` (the caller's
@@ -347,14 +343,8 @@ class Kernel(_indexing_base()):  # type: ignore[misc]
     # ------------------------------------------------------------ launching
     def _configure_cached(self, config) -> "_Config":
         """``kernel[config]`` where it is not configured yet (the look-up is the base class's)."""
-        s = self._s
         launcher = self._configure(config)
-        try:
-            if len(s.configs) >= _MAX_CONFIGS:
-                s.configs.clear()
-            s.configs[config] = launcher
-        except TypeError:
-            pass
+        keep_launcher(self._s.configs, config, launcher)
         return launcher
 
     def _configure(self, config) -> "_Config":
@@ -426,14 +416,11 @@ class Kernel(_indexing_base()):  # type: ignore[misc]
         try:
             launcher = configs.get(key)
         except TypeError:  # a list for a grid, say: configured anew each time
-            key = launcher = None
+            launcher = None
         if launcher is None:
             launcher = self._launcher(LaunchConfig.make(grid, block, stream, shared_mem, cluster, cooperative, pdl,
                                                         kernel=self.name))
-            if key is not None:
-                if len(configs) >= _MAX_CONFIGS:
-                    configs.clear()
-                configs[key] = launcher
+            keep_launcher(configs, key, launcher)
         launcher(*args)
 
     def bind(self, grid: int | tuple, block: int | tuple, *args: Any, stream: Any = None,
@@ -479,6 +466,18 @@ def plan_for_array(array: Any, box: Any, **options: Any) -> TensorMapPlan:
     dtype, data_type = ("u2", "BFLOAT16") if kind == "bf" else (name, None)
     return plan_tiled(int(cai["data"][0]), tuple(cai["shape"]), cai.get("strides"), dtype, box,
                       data_type=data_type, **options)
+
+
+def keep_launcher(configs: dict, key, launcher) -> None:
+    """Keep a configured launcher among a kernel's (``kernel[...]``'s, ``launch()``'s,
+    Triton grids'): all are dropped together when there are too many or ``kernel.pdl``
+    changes. An unhashable key keeps nothing."""
+    try:
+        if len(configs) >= _MAX_CONFIGS:
+            configs.clear()
+        configs[key] = launcher
+    except TypeError:
+        pass
 
 
 _STATE_SLOT = Kernel.__dict__["_s"]

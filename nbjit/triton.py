@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 from .errors import NbjitArgumentError, NbjitLaunchError, NbjitLoadError
 from .image import read_regular
+from .kernel import keep_launcher
 from .ptx import PtxInfo, inspect_ptx
 
 # Triton's launch metadata where a PTX's // meta: comments say nothing.
@@ -462,7 +463,7 @@ class TritonKernel:
 class _TritonLaunch:
     """A Triton kernel with its grid of programs; call it with the runtime arguments."""
 
-    __slots__ = ("k", "grid", "launch_grid", "cluster", "fixed_tail", "by_stream", "epoch")
+    __slots__ = ("k", "grid", "launch_grid", "cluster", "fixed_tail", "token")
 
     def __init__(self, k: TritonKernel, grid):
         if isinstance(grid, int) and not isinstance(grid, bool):
@@ -473,7 +474,7 @@ class _TritonLaunch:
                                    f"got {grid!r}")
         m = k.meta
         if m.pdl:  # Triton's launch_pdl: programmatic dependent launches unless the user said otherwise
-            k.kernel._pdl_default(True)
+            k.kernel._set_pdl(True, chosen=False)
         self.k = k
         self.grid = tuple(grid) + (1,) * (3 - len(grid))
         self.launch_grid = (self.grid[0] * m.num_ctas, self.grid[1], self.grid[2])
@@ -482,8 +483,15 @@ class _TritonLaunch:
         # without scratch memory the trailing scratch pointers are NULL whatever the stream
         g, p = m.scratch_bytes(self.grid)
         self.fixed_tail = (0,) * m.scratch_params if not (g or p) else None
-        self.by_stream: dict = {}  # stream -> configured launcher (plain launches only)
-        self.epoch = k.kernel._s.pdl_epoch  # the kernel's pdl as these launchers were configured
+        # this grid's launchers are kept among the kernel's configured launchers, keyed
+        # (token, stream): they follow a change of kernel.pdl as kernel[...]'s do
+        self.token = object()
+
+    @property
+    def by_stream(self) -> dict:
+        """stream -> the launcher configured for this grid on it."""
+        return {key[1]: v for key, v in self.k.kernel._s.configs.items()
+                if type(key) is tuple and len(key) == 2 and key[0] is self.token}
 
     def _tail(self, stream) -> tuple:
         if self.fixed_tail is not None:
@@ -498,8 +506,9 @@ class _TritonLaunch:
     def count_error(self, got: int) -> NbjitArgumentError:
         k = self.k
         params = k.kernel.params
+        descs = {d["param"] for d in k._descs.values()}
         expanded = {d["param"] + j for d in k._descs.values() for j in range(1, 1 + 2 * d["ndim"])}
-        names = ", ".join(p.name + (" (tensor descriptor)" if i in {d["param"] for d in k._descs.values()} else "")
+        names = ", ".join(p.name + (" (tensor descriptor)" if i in descs else "")
                           for i, p in enumerate(params[: k._nk]) if i not in expanded)
         return NbjitArgumentError(f"Triton kernel {k.name!r} takes {k._n} runtime arguments ({names}), got {got} "
                                   "(constexpr arguments are compiled in; scratch buffers are nbjit's to pass)")
@@ -511,12 +520,8 @@ class _TritonLaunch:
                 raise self.count_error(len(args))
             args = tuple(x for i, a in enumerate(args)
                          for x in (_descriptor_args(a, k._descs[i], k.name) if i in k._descs else (a,)))
-        epoch = k.kernel._s.pdl_epoch
-        if epoch != self.epoch:  # kernel.pdl changed: configure again
-            self.by_stream.clear()
-            self.epoch = epoch
         try:
-            launch = self.by_stream[stream]
+            launch = k.kernel._s.configs[(self.token, stream)]
         except (KeyError, TypeError):  # TypeError: an unhashable stream object
             launch = self._configure(stream)
         launch(*args)
@@ -532,11 +537,7 @@ class _TritonLaunch:
         else:
             def launch(*args):
                 self._launch_with_scratch(args, stream)
-        if len(self.by_stream) < 64:
-            try:
-                self.by_stream[stream] = launch
-            except TypeError:
-                pass
+        keep_launcher(k.kernel._s.configs, (self.token, stream), launch)
         return launch
 
     def _launch_with_scratch(self, args: tuple, stream) -> None:

@@ -74,10 +74,10 @@ def test_a_producers_default_yields_to_the_users_choice(pdl_kernels):
     ks, _ = pdl_kernels
     none, cons = ks["pdl_none"], ks["pdl_consumer"]
     none._configs[("cfg",)] = "configured before"
-    none._pdl_default(True)  # Triton's launch_pdl
+    none._set_pdl(True, chosen=False)  # Triton's launch_pdl
     assert none.pdl and not none._configs  # configured launchers follow the new default
     cons.pdl = False  # the user's word
-    cons._pdl_default(True)
+    cons._set_pdl(True, chosen=False)
     assert cons.pdl is False
 
 
@@ -85,7 +85,7 @@ def test_devices_before_hopper_launch_plainly_unless_asked(pdl_kernels):
     ks, cc = pdl_kernels
     cc["value"] = (8, 0)
     assert ks["pdl_consumer"]._pdl(None) is False  # the default: a plain launch
-    ks["pdl_none"]._pdl_default(True)
+    ks["pdl_none"]._set_pdl(True, chosen=False)
     assert ks["pdl_none"]._pdl(None) is False
     with pytest.raises(NbjitLaunchError, match=r"pdl=True\) needs a device of compute capability 9.0 .* is 8.0"):
         ks["pdl_none"]._pdl(True)

@@ -85,8 +85,8 @@ def assemble_cached(ptx: str, arch: str, *, name: str = "<ptx>", cache: "Cache |
 
     have = nvjitlink_version()
     cache = cache or default_cache()
-    key = cache_key({"producer": "nvjitlink", "toolchain": _toolchain_fingerprint(), "nvjitlink": list(have or ()),
-                     "ptx": hashlib.sha256(ptx.encode()).hexdigest(), "arch": arch})
+    key = cache_key({"producer": "nvjitlink", "toolchain": _toolchain_fingerprint("nvJitLink"),
+                     "nvjitlink": list(have or ()), "ptx": hashlib.sha256(ptx.encode()).hexdigest(), "arch": arch})
 
     def make() -> CacheEntry:
         out = assemble_ptx(ptx, arch, name=name)
@@ -108,7 +108,7 @@ def _log(J, handle, *, error: bool) -> str:
 # ------------------------------------------------------------------ NVRTC
 
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"\n]+)[>"]', re.M)
-_NVRTC_FINGERPRINT: list = []
+_FINGERPRINTS: list = []  # (library, fingerprint): computed once per process
 
 
 def _nvrtc():
@@ -142,43 +142,52 @@ def supported_archs() -> tuple[int, ...]:
     return tuple(archs) if err == N.nvrtcResult.NVRTC_SUCCESS else ()
 
 
-# The library files a search for NVRTC / nvJitLink can load (their sonames and plain names).
-_LIB_NAMES = tuple(f"lib{lib}.so{v}" for lib in ("nvrtc", "nvJitLink") for v in (".13", ".12", ""))
-_WHEEL_LIB_DIRS = ("cu13", "cu12", "cuda_nvrtc", "nvjitlink")
+# Where pip wheels put each library (under an ``nvidia`` directory on sys.path), and the file
+# names a search for it can load (its sonames and plain name).
+_WHEEL_LIB_DIRS = {"nvrtc": ("cu13", "cu12", "cuda_nvrtc"), "nvJitLink": ("cu13", "cu12", "nvjitlink")}
+_SONAMES = (".so.13", ".so.12", ".so")
 
 
 @functools.lru_cache(maxsize=None)
 def _nvidia_dirs() -> tuple[str, ...]:
     """The ``nvidia`` package directories of the pip wheels on sys.path."""
-    return tuple(d for d in (os.path.join(p, "nvidia") for p in sys.path if p) if os.path.isdir(d))
+    return tuple(d for d in dict.fromkeys(os.path.join(p, "nvidia") for p in sys.path if p) if os.path.isdir(d))
 
 
-def _toolchain_fingerprint() -> dict:
-    """What identifies the NVRTC (and nvJitLink) a compile would use, without loading them:
-    path, size and modification time of every copy the library search could find (pip
-    wheels on sys.path, CUDA_HOME/CUDA_PATH, LD_LIBRARY_PATH), plus those variables. A new
-    or changed install changes it; importing and loading NVRTC costs tens of milliseconds,
-    these few stat() calls a fraction of one."""
-    if not _NVRTC_FINGERPRINT:
-        dirs = [os.path.join(n, sub, "lib") for n in _nvidia_dirs() for sub in _WHEEL_LIB_DIRS]
-        for var in ("CUDA_HOME", "CUDA_PATH"):
-            if os.environ.get(var):
-                dirs += [os.path.join(os.environ[var], d) for d in ("lib64", "lib")]
-        dirs += [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if d]
-        seen = []
-        for d in dirs:
-            if not os.path.isdir(d):
+def _copies(dirs, lib: str) -> list:
+    """[path, size, mtime] of each file named as ``lib`` can be loaded in ``dirs``."""
+    seen = []
+    for d in dirs:
+        if not os.path.isdir(d):
+            continue
+        for suffix in _SONAMES:
+            f = os.path.join(d, f"lib{lib}{suffix}")
+            try:
+                st = os.stat(f)
+            except OSError:
                 continue
-            for name in _LIB_NAMES:
-                f = os.path.join(d, name)
-                try:
-                    st = os.stat(f)
-                except OSError:
-                    continue
-                seen.append([f, st.st_size, st.st_mtime_ns])
-        _NVRTC_FINGERPRINT.append({"libs": seen, "env": [os.environ.get(v, "") for v in
-                                                         ("CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH")]})
-    return _NVRTC_FINGERPRINT[0]
+            seen.append([f, st.st_size, st.st_mtime_ns])
+    return seen
+
+
+def _toolchain_fingerprint(lib: str = "nvrtc") -> dict:
+    """What identifies the library ``lib`` ("nvrtc" or "nvJitLink") a compile would use,
+    without loading it (importing and loading NVRTC costs tens of milliseconds): path, size
+    and modification time of each copy in the pip wheels on sys.path, which cuda.bindings
+    loads before any other; only where no wheel has one, of each copy the system search
+    could find (CUDA_HOME/CUDA_PATH, LD_LIBRARY_PATH). Plus those variables. A new or
+    changed install changes it."""
+    for done in _FINGERPRINTS:
+        if done[0] == lib:
+            return done[1]
+    seen = _copies([os.path.join(n, sub, "lib") for n in _nvidia_dirs() for sub in _WHEEL_LIB_DIRS[lib]], lib)
+    if not seen:
+        dirs = [os.path.join(os.environ[v], d) for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)
+                for d in ("lib64", "lib")]
+        seen = _copies(dirs + [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if d], lib)
+    fp = {"libs": seen, "env": [os.environ.get(v, "") for v in ("CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH")]}
+    _FINGERPRINTS.append((lib, fp))
+    return fp
 
 
 @functools.lru_cache(maxsize=None)

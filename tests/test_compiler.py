@@ -101,3 +101,39 @@ def test_compiling_for_the_current_device_without_one_says_what_to_do():
     for call in (lambda: nbjit.compile_image(src), lambda: nbjit.compile(src)):
         with pytest.raises(nbjit.NbjitError, match="arch="):
             call()
+
+
+def test_toolchain_fingerprint_follows_the_library_that_loads(tmp_path, monkeypatch):
+    """A wheel's NVRTC (what cuda.bindings loads first) identifies the toolchain; the system
+    copies count only where no wheel has one; a changed file changes the fingerprint."""
+    import os
+    import sys
+
+    from nbjit import compiler as C
+
+    def fresh(lib="nvrtc"):
+        monkeypatch.setattr(C, "_FINGERPRINTS", [])
+        C._nvidia_dirs.cache_clear()
+        return C._toolchain_fingerprint(lib)
+
+    site, home = tmp_path / "site", tmp_path / "cuda"
+    (home / "lib64").mkdir(parents=True)
+    (home / "lib64" / "libnvrtc.so.13").write_bytes(b"system")
+    (home / "lib64" / "libnvJitLink.so.13").write_bytes(b"system")
+    monkeypatch.setattr(sys, "path", [str(site), str(site)])
+    monkeypatch.setenv("CUDA_HOME", str(home))
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    monkeypatch.setenv("LD_LIBRARY_PATH", "")
+    try:
+        assert [f for f, *_ in fresh()["libs"]] == [str(home / "lib64" / "libnvrtc.so.13")]
+        wheel = site / "nvidia" / "cu13" / "lib"
+        wheel.mkdir(parents=True)
+        (wheel / "libnvrtc.so.13").write_bytes(b"wheel")
+        first = fresh()
+        assert [f for f, *_ in first["libs"]] == [str(wheel / "libnvrtc.so.13")]  # the system copy no longer counts
+        assert [f for f, *_ in fresh("nvJitLink")["libs"]] == [str(home / "lib64" / "libnvJitLink.so.13")]
+        os.utime(wheel / "libnvrtc.so.13", ns=(1, 1))
+        assert fresh() != first
+        assert C._toolchain_fingerprint() is C._toolchain_fingerprint()  # once per process
+    finally:
+        C._nvidia_dirs.cache_clear()

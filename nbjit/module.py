@@ -88,7 +88,12 @@ def load(image: ImageLike, *, name: str | None = None, keep_debug: bool = False,
         img = Image(img.data, img.kind, name, img.arch, img.lowered_names, img.log, img.declarations)
     if lazy:
         return Module._pending(img, keep_debug)
-    ctx = _driver.current_context()
+    return _load_into(img, _driver.current_context(), keep_debug)
+
+
+def _load_into(img: Image, ctx, keep_debug: bool) -> "Module":
+    """``img`` loaded into Numba context ``ctx``, or the module already loaded there from
+    the same bytes."""
     reg = _registry(ctx)
     key = (img.sha256, keep_debug)
     with _LOAD_LOCK:
@@ -515,12 +520,14 @@ def compile(source: str, *, name: str | None = None, name_expressions: Iterable[
             return mod
     from .compiler import compile_image
 
-    target = arch
-    if arch is None and not lazy:  # the device of the context the module loads into
-        target = str(Arch.parse(_driver.context_cc(_driver.current_context())))
+    target, ctx = arch, None
+    if not lazy:
+        ctx = _driver.current_context()
+        if arch is None:  # the device of the context the module loads into
+            target = str(Arch.parse(_driver.context_cc(ctx)))
     img = compile_image(source, name=name, name_expressions=name_expressions, headers=headers,
                         include_paths=include_paths, options=options, arch=target, output=output, cache=cache)
-    mod = load(img, keep_debug=keep_debug, lazy=lazy)
+    mod = Module._pending(img, keep_debug) if lazy else _load_into(img, ctx, keep_debug)
     if remember:
         call = (source, name, tuple(name_expressions), tuple(sorted(headers.items())) if headers else (),
                 tuple(options), arch, output, keep_debug, mod._ctx_key)

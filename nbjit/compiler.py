@@ -321,7 +321,6 @@ def compile_image(source: str, *, name: str | None = None, name_expressions: Ite
     NbjitCompileError: NVRTC rejected the source (with its log, options and source name).
     """
     from .cache import default_cache
-    from .cdecl import source_declarations
     from .image import Image
 
     if not isinstance(source, str):
@@ -346,52 +345,65 @@ def compile_image(source: str, *, name: str | None = None, name_expressions: Ite
     req = _request(source, name, name_expressions, headers, include_paths, options, arch, output)
     key = _key(req)
     entry = cache.get_or_create(key, lambda: _with_facts(_run_nvrtc(req), req))
-    decls, info = _read_facts(entry)
+    decls, info, typed = _read_facts(entry)
     if decls is None:  # an entry without facts, or facts another nbjit read: read them now, and keep them
         entry = _with_facts(entry, req)
-        decls, info = _read_facts(entry)
+        decls, info, typed = _read_facts(entry)
         if decls is not None:
             cache.write(key, entry, refresh=True)
         else:
-            decls, info = source_declarations(source), None
-    decls = {k: ("source", v) for k, v in decls.items()}
-    img = Image(entry.payload, entry.kind, req.name, entry.arch, dict(entry.lowered_names), entry.log, decls, info)
+            decls, info, typed = _source_decls(source), None, {}
+    img = Image(entry.payload, entry.kind, req.name, entry.arch, dict(entry.lowered_names), entry.log, decls, info,
+                typed)
     if call is not None:
         cache.remember(call, img)
     return img
 
 
+def _source_decls(source: str) -> dict:
+    """The kernels' C declarations in ``source``, labelled as an image's declarations are."""
+    from .cdecl import source_declarations
+    return {k: ("source", v) for k, v in source_declarations(source).items()}
+
+
 def _with_facts(entry, req: "CompileRequest"):
     """``entry`` with the facts nbjit reads from it and its request (see ``_facts``): the
-    source's C declarations and, for a cubin, its inspection; as it was where they cannot
-    be kept."""
-    from .cdecl import source_declarations
+    source's C declarations and, for a cubin, its inspection and its kernels typed with
+    them; as it was where they cannot be kept."""
     from .cubin import inspect_cubin
+    from .signature import typed_entries
 
     try:
+        decls = _source_decls(req.source)
         info = inspect_cubin(entry.payload, source=req.name) if entry.kind == "cubin" else None
-        facts = {"stamp": _facts.stamp(), "info": _facts.encode(info),
-                 "declarations": _facts.encode(source_declarations(req.source))}
+        entries = info.entries if info is not None else ()
+        # kernels whose sources agree (the others are merged, and refused, when asked for)
+        typed = {e.name: t for e, t in zip(entries, typed_entries(entries, "cubin", decls)) if t is not e}
+        facts = {"stamp": _facts.stamp(), "info": _facts.encode(info), "declarations": _facts.encode(decls),
+                 "typed": _facts.encode(typed)}
     except Exception:  # an image nbjit cannot read (the loader reports it), or facts it cannot keep
         return entry
     return dataclasses.replace(entry, facts=facts)
 
 
-def _read_facts(entry) -> tuple[dict | None, object]:
-    """(declarations, CubinInfo or None) from an entry's facts; (None, None) where it has
-    none, or facts read by other code."""
+def _read_facts(entry) -> tuple[dict | None, object, dict]:
+    """(declarations, CubinInfo or None, typed kernels) from an entry's facts; (None, None,
+    {}) where it has none, or facts read by other code."""
     f = entry.facts
     if f.get("stamp") != _facts.stamp() or f.get("declarations") is None:
-        return None, None
+        return None, None, {}
     try:
         decls, info = _facts.decode(f["declarations"]), _facts.decode(f.get("info"))
+        typed = _facts.decode(f.get("typed"))
     except _facts.FactsError:
-        return None, None
+        return None, None, {}
     from .cubin import CubinInfo
+    from .signature import KernelInfo
     if not isinstance(decls, dict) or not (info is None or isinstance(info, CubinInfo)) or \
-            (info is None) != (entry.kind != "cubin"):
-        return None, None  # not what _with_facts writes: read afresh
-    return decls, info
+            (info is None) != (entry.kind != "cubin") or not isinstance(typed, dict) or \
+            not all(isinstance(v, KernelInfo) for v in typed.values()):
+        return None, None, {}  # not what _with_facts writes: read afresh
+    return decls, info, typed
 
 
 @dataclass(frozen=True)

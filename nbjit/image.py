@@ -86,6 +86,9 @@ class Image:
     declarations: Mapping[str, tuple] = field(default_factory=dict)
     # what inspecting ``data`` gives (a CubinInfo), where already known (a cache entry's facts)
     info: Any = field(default=None, compare=False, repr=False)
+    # {kernel: KernelInfo} typed from ``info`` with ``declarations`` and the mangled names,
+    # where already known (a cache entry's facts): what loading it would merge again
+    typed: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self):
         if self.kind not in IMAGE_KINDS:

@@ -132,6 +132,8 @@ class Module:
         self._ptx = prepared.ptx
         self._names = dict(image.lowered_names)
         self._decls = dict(image.declarations)
+        # kernels typed already (a cache entry's facts), valid while the image's inspection is the one used
+        self._typed = dict(image.typed) if image.info is not None and prepared.info is image.info else {}
         self._numba: dict[str, tuple] = {}  # kernel -> Numba argument types given by from_numba
         self._states: dict[str, _State] = {}
         self._lock = threading.Lock()
@@ -160,6 +162,7 @@ class Module:
                 self._decls.update(new)
                 for k in new:
                     self._states.pop(k, None)  # typed afresh on next use
+                    self._typed.pop(k, None)
 
     def _learn_numba(self, types: Mapping[str, tuple]) -> None:
         """Numba argument types for kernels (``from_numba``, a pickle): they type them afresh."""
@@ -294,18 +297,20 @@ class Module:
             driver_params = None
         if is_numba_name(real) or real in self._numba:
             return self._numba_state(real, func, layouts)
-        types = []
-        if signature is not None:
-            types.append(("declared", parse_signature(signature, real)))
-        if real in self._decls:
-            types.append(self._decls[real])
-        types.append(("mangled name", demangle(real)))
-        try:
-            info = merge(real, layouts, types)
-        except SignatureConflict as e:
-            if e.source == "declared":
-                raise NbjitArgumentError(f"signature {signature!r}: {e}") from None
-            raise NbjitLoadError(f"{self.name}: {e}") from None
+        info = self._typed.get(real) if signature is None and not extra_layouts else None
+        if info is None:
+            types = []
+            if signature is not None:
+                types.append(("declared", parse_signature(signature, real)))
+            if real in self._decls:
+                types.append(self._decls[real])
+            types.append(("mangled name", demangle(real)))
+            try:
+                info = merge(real, layouts, types)
+            except SignatureConflict as e:
+                if e.source == "declared":
+                    raise NbjitArgumentError(f"signature {signature!r}: {e}") from None
+                raise NbjitLoadError(f"{self.name}: {e}") from None
         if driver_params is not None:
             _verify(info, driver_params, self.name)
         return _State(real, func, info, self._ctx_key, self.device)
@@ -389,7 +394,7 @@ class Module:
 _ATTACH_LOCK = threading.Lock()
 # what a module waiting for first use gets from the module it loads as
 _LOADED_STATE = frozenset({"context", "device", "_ctx_key", "_handle", "jit_log", "route", "note", "prepared_kind",
-                           "_info", "_ptx", "_names", "_decls", "_states", "_lock", "_finalizer", "_owner"})
+                           "_info", "_ptx", "_names", "_decls", "_typed", "_states", "_lock", "_finalizer", "_owner"})
 _WIRE_VERSION = 1
 # the modules most recently unpickled in this process: tasks of one graph (each unpickled on
 # its own) share one module, and a worker keeps it loaded between tasks

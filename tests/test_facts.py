@@ -105,3 +105,62 @@ def test_facts_of_the_wrong_shape_are_read_afresh(tmp_path, facts):
     c.write(key, dataclasses.replace(entry, facts={**facts, "stamp": _facts.stamp()}))
     again = compile_image(PLAIN, arch="sm_90", cache=Cache(tmp_path))
     assert again.info == good.info and again.declarations == good.declarations
+
+
+@pytest.mark.parametrize("typed", [["", 1], {"axpy": ["", 1]}])
+def test_typed_kernels_of_the_wrong_shape_are_read_afresh(tmp_path, typed):
+    c = Cache(tmp_path)
+    good = compile_image(PLAIN, arch="sm_90", cache=c)
+    assert set(good.typed) == {"axpy"}
+    (key,) = [f.stem for f, _, _ in c.entries()]
+    entry = c.read(key)
+    c.write(key, dataclasses.replace(entry, facts={**entry.facts, "typed": typed}))
+    again = compile_image(PLAIN, arch="sm_90", cache=Cache(tmp_path))
+    assert again.typed == good.typed and again.info == good.info
+
+
+@pytest.fixture
+def fake_device(monkeypatch):
+    """Loading without a GPU: a context, module and functions that are only numbers (the
+    driver's own parameter check is tested on the GPU)."""
+    import types
+
+    from nbjit import _driver, kernel, module
+    ctx = types.SimpleNamespace(device=types.SimpleNamespace(id=0, compute_capability=(9, 0)), handle=7)
+    monkeypatch.setattr(_driver, "current_context", lambda: ctx)
+    monkeypatch.setattr(_driver, "current_context_key", lambda: 7)
+    monkeypatch.setattr(_driver, "driver_version", lambda: 13000)
+    monkeypatch.setattr(_driver, "load_module", lambda data, what: _driver.Loaded(1, ""))
+    monkeypatch.setattr(_driver, "unload_module", lambda handle: None)
+    monkeypatch.setattr(_driver, "get_function", lambda handle, name: 2)
+    monkeypatch.setattr(_driver, "param_info", lambda func: None)
+    monkeypatch.setattr(kernel, "_MULTI", [False])
+    monkeypatch.setattr(module, "_COMPILED", {})
+    return module
+
+
+def test_a_warm_hit_types_its_kernels_as_loading_would(tmp_path, fake_device, monkeypatch):
+    """The kernels kept typed in an entry are what merging the image, the source and the
+    mangled name gives: a hit merges nothing, and a new declaration types afresh."""
+    import nbjit
+    from nbjit import signature
+
+    kw = dict(name_expressions=["fill<float>"], headers=HDR, arch="sm_90")
+    cold = nbjit.compile(SRC, cache=Cache(tmp_path), **kw)
+    fake_device._COMPILED.clear()
+    fake_device._registry(nbjit._driver.current_context()).clear()
+    warm = nbjit.compile(SRC, cache=Cache(tmp_path), **kw)
+    assert warm is not cold and set(warm._typed) == set(warm.kernels) and len(warm.kernels) >= 2
+    cold._typed.clear()  # typed by merging, as a module without the facts is
+    for name in warm.kernels:
+        assert warm._make_state(name, name, None).info == cold._make_state(name, name, None).info
+
+    def refuse(*a, **k):
+        raise AssertionError("merged again")
+    monkeypatch.setattr("nbjit.module.merge", refuse)
+    k = warm["fill<float>"]
+    assert [p.ctype for p in k.params] == ["float*", "float", "int"]
+    monkeypatch.setattr("nbjit.module.merge", signature.merge)
+    real = warm.image.lowered_names["fill<float>"]
+    warm._learn(dataclasses.replace(warm.image, declarations={real: ("source", ())}, typed={}))
+    assert real not in warm._typed  # a new declaration: typed afresh (here it has no say: 0 parameters)

@@ -146,7 +146,7 @@ class Module:
         prepared = carry_out(plan(img, _driver.context_cc(ctx), _driver.driver_version(), keep_debug=keep_debug,
                                   nvjitlink=nvjitlink_version))
         what = f"{img.name} ({_describe(prepared)})"
-        loaded = _driver.load_module(prepared.data, what)
+        loaded = _driver.load_module(prepared.data, what, prepared.kind)
         mod = cls(img, ctx, prepared, loaded, keep_debug)
         if prepared.note:
             warnings.warn(prepared.note, NbjitWarning, stacklevel=3)

@@ -130,7 +130,7 @@ def fake_device(monkeypatch):
     monkeypatch.setattr(_driver, "current_context", lambda: ctx)
     monkeypatch.setattr(_driver, "current_context_key", lambda: 7)
     monkeypatch.setattr(_driver, "driver_version", lambda: 13000)
-    monkeypatch.setattr(_driver, "load_module", lambda data, what: _driver.Loaded(1, ""))
+    monkeypatch.setattr(_driver, "load_module", lambda data, what, kind: _driver.Loaded(1, ""))
     monkeypatch.setattr(_driver, "unload_module", lambda handle: None)
     monkeypatch.setattr(_driver, "get_function", lambda handle, name: 2)
     monkeypatch.setattr(_driver, "param_info", lambda func: None)

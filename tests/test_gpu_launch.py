@@ -119,6 +119,14 @@ def test_jit_log_and_load_error(cuda):
     assert "Unknown modifier '.bogus'" in msg  # the JIT's own error log
 
 
+def test_cubins_load_without_logs_and_refused_ones_say_why(cuda):
+    from nbjit import _driver
+    m = nbjit.load(DATA / "nvcc/kernels_sm_90.cubin")
+    assert m.prepared_kind == "cubin" and m.jit_log == ""
+    with pytest.raises(NbjitLoadError, match=r"^not a cubin: the driver could not load it: CUDA_ERROR_INVALID_IMAGE"):
+        _driver.load_module(b"\x7fELF" + bytes(60), "not a cubin", "cubin")
+
+
 def test_newer_ptx_nvjitlink_or_lowered(cuda):
     from nbjit.compiler import nvjitlink_version
     with pytest.warns(NbjitWarning) as w:

@@ -73,8 +73,11 @@ class CacheEntry:
 def cache_key(fields: dict) -> str:
     """The SHA-256 of a canonical JSON of everything that changes an output, plus the cache
     format version (so a new format never reads an old entry)."""
-    blob = json.dumps({"format": FORMAT_VERSION, **fields}, sort_keys=True, separators=(",", ":"))
+    blob = _KEY_JSON({"format": FORMAT_VERSION, **fields})
     return hashlib.sha256(blob.encode()).hexdigest()
+
+
+_KEY_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode  # made once: keys are on the warm path
 
 
 class Cache:

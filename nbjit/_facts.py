@@ -38,10 +38,13 @@ def stamp() -> str:
 def encode(obj: Any) -> Any:
     """``obj`` (the dataclasses above, tuples, dicts with string keys, str, int, float,
     bool, None) as JSON data: an instance as ``[class name, *fields]``, a tuple as
-    ``["", *items]``; ``FactsError`` for anything else."""
+    ``["", *items]`` (of tuples of plain values, ``["2", *rows]``); ``FactsError`` for
+    anything else."""
     if obj is None or isinstance(obj, (str, bool, int, float)):
         return obj
     if isinstance(obj, tuple):
+        if obj and all(type(x) is tuple and all(type(y) in _PLAIN for y in x) for x in obj):
+            return [_PAIRS, *(list(x) for x in obj)]  # a parameter's origin, say: decoded in one call
         return ["", *(encode(x) for x in obj)]
     name = type(obj).__name__
     if _CLASSES.get(name) is type(obj):
@@ -52,14 +55,24 @@ def encode(obj: Any) -> Any:
 
 
 _PLAIN = (str, int, bool, float, type(None))
+_PAIRS = "2"  # the tag of a tuple of tuples of plain values
+
+
+def _plain_tuples(rows: list) -> tuple:
+    try:
+        return tuple(map(tuple, rows))
+    except TypeError:  # a row that is not a list
+        raise FactsError(f"not a facts record: {str(rows)[:80]}") from None
 
 
 def decode(data: Any) -> Any:
     """The object ``encode`` made ``data`` from; ``FactsError`` where ``data`` is not such."""
     t = type(data)
     if t is list and data and type(data[0]) is str:
-        vals = [x if type(x) in _PLAIN else decode(x) for x in data[1:]]
         tag = data[0]
+        if tag == _PAIRS:
+            return _plain_tuples(data[1:])
+        vals = [x if type(x) in _PLAIN else decode(x) for x in data[1:]]
         if not tag:
             return tuple(vals)
         names = _FIELDS.get(tag)

@@ -32,12 +32,21 @@ def test_every_cubin_fixture_round_trips_through_json(path):
     assert hash(back.entries[0].directives) == hash(info.entries[0].directives) if info.entries else True
 
 
+def test_tuples_of_plain_tuples_round_trip_in_one_record():
+    origin = (("layout", "cubin"), ("ctype", "source"), (), ("n", 1, None, 2.5, True))
+    data = _facts.encode(origin)
+    assert data[0] == "2" and _facts.decode(json.loads(json.dumps(data))) == origin
+    mixed = ((1, 2), ((3,),))  # not all plain inside: the general form
+    assert _facts.encode(mixed)[0] == "" and _facts.decode(_facts.encode(mixed)) == mixed
+
+
 def test_declarations_round_trip():
     decls = source_declarations((DATA / "src/tma.cu").read_text() + PLAIN)
     assert decls and _facts.decode(json.loads(json.dumps(_facts.encode(decls)))) == decls
 
 
-@pytest.mark.parametrize("bad", [["NoSuchClass", 1], ["Param", 1, 2], {"x": object()}, ["", {1, 2}], 3j, []])
+@pytest.mark.parametrize("bad", [["NoSuchClass", 1], ["Param", 1, 2], {"x": object()}, ["", {1, 2}], 3j, [],
+                                 ["2", ["a", "b"], 1]])
 def test_what_is_not_a_facts_record_is_refused(bad):
     with pytest.raises((_facts.FactsError, TypeError)):
         _facts.decode(bad)

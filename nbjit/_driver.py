@@ -12,6 +12,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
+from .args import as_int
 from .errors import NbjitError, NbjitLaunchError, NbjitLoadError
 
 __all__: list[str] = []
@@ -114,7 +115,6 @@ def current_cc() -> tuple[int, int]:
 
 
 def context_key(ctx) -> int:
-    from .args import as_int
     return as_int(ctx.handle)
 
 

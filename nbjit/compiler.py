@@ -10,15 +10,16 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Mapping
+from typing import Iterable, Mapping
 
-if TYPE_CHECKING:
-    from .cache import Cache
-    from .image import Image
-
-from . import _facts
+from . import _driver, _facts
 from .arch import Arch
+from .cache import Cache, CacheEntry, cache_key, default_cache
+from .cdecl import source_declarations
+from .cubin import CubinInfo, inspect_cubin
 from .errors import CompileFailure, NbjitCompileError
+from .image import Image
+from .signature import KernelInfo, typed_entries
 
 # patterns used on every call, compiled once at import
 _ARCH_NAME = re.compile(r"(sm|compute)_\d+[af]?")
@@ -81,8 +82,6 @@ def assemble_ptx(ptx: str | bytes, arch: str, *, name: str = "<ptx>", options: t
 
 def assemble_cached(ptx: str, arch: str, *, name: str = "<ptx>", cache: "Cache | None" = None) -> bytes:
     """``assemble_ptx`` through the cache: the cubin nvJitLink makes of ``ptx`` for ``arch``."""
-    from .cache import CacheEntry, cache_key, default_cache
-
     have = nvjitlink_version()
     cache = cache or default_cache()
     key = cache_key({"producer": "nvjitlink", "toolchain": _toolchain_fingerprint("nvJitLink"),
@@ -286,7 +285,6 @@ def _include_digest(texts, include_paths: list[str]) -> list:
 def _arch_for(arch: str | None) -> str:
     """The target to compile for: ``arch`` checked, or the current device's SASS."""
     if arch is None:
-        from . import _driver
         return str(Arch.parse(_driver.current_cc()))
     a = str(arch).strip()
     if not _ARCH_NAME.fullmatch(a):
@@ -320,9 +318,6 @@ def compile_image(source: str, *, name: str | None = None, name_expressions: Ite
     ------
     NbjitCompileError: NVRTC rejected the source (with its log, options and source name).
     """
-    from .cache import default_cache
-    from .image import Image
-
     if not isinstance(source, str):
         raise NbjitCompileError(f"source must be CUDA C++ text (str), not {type(source).__name__}")
     cache = cache or default_cache()
@@ -332,7 +327,6 @@ def compile_image(source: str, *, name: str | None = None, name_expressions: Ite
     if not include_paths:
         try:
             # without an arch, the current device's: one per context (devices may differ)
-            from . import _driver
             where = arch if arch is not None else ("device of context", _driver.current_context_key())
             call = ("nvrtc", source, name, tuple(name_expressions), tuple(sorted((headers or {}).items())),
                     tuple(options), where, output, id(_toolchain_fingerprint()))
@@ -362,7 +356,6 @@ def compile_image(source: str, *, name: str | None = None, name_expressions: Ite
 
 def _source_decls(source: str) -> dict:
     """The kernels' C declarations in ``source``, labelled as an image's declarations are."""
-    from .cdecl import source_declarations
     return {k: ("source", v) for k, v in source_declarations(source).items()}
 
 
@@ -370,9 +363,6 @@ def _with_facts(entry, req: "CompileRequest"):
     """``entry`` with the facts nbjit reads from it and its request (see ``_facts``): the
     source's C declarations and, for a cubin, its inspection and its kernels typed with
     them; as it was where they cannot be kept."""
-    from .cubin import inspect_cubin
-    from .signature import typed_entries
-
     try:
         decls = _source_decls(req.source)
         info = inspect_cubin(entry.payload, source=req.name) if entry.kind == "cubin" else None
@@ -397,8 +387,6 @@ def _read_facts(entry) -> tuple[dict | None, object, dict]:
         typed = _facts.decode(f.get("typed"))
     except _facts.FactsError:
         return None, None, {}
-    from .cubin import CubinInfo
-    from .signature import KernelInfo
     if not isinstance(decls, dict) or not (info is None or isinstance(info, CubinInfo)) or \
             (info is None) != (entry.kind != "cubin") or not isinstance(typed, dict) or \
             not all(isinstance(v, KernelInfo) for v in typed.values()):
@@ -438,7 +426,6 @@ def _request(source: str, name: str | None, name_expressions, headers, include_p
 
 def _key(req: CompileRequest) -> str:
     """The cache key: everything that changes NVRTC's output (see cache.md)."""
-    from .cache import cache_key
     cccl = _cccl()
     return cache_key({
         "producer": "nvrtc", "toolchain": _toolchain_fingerprint(), "cccl": cccl[1] if cccl else None,
@@ -450,8 +437,6 @@ def _key(req: CompileRequest) -> str:
 
 def _run_nvrtc(req: CompileRequest):
     """Run NVRTC on a request: a CacheEntry (cubin or PTX), or CompileFailure."""
-    from .cache import CacheEntry
-
     source, name, exprs, headers, opts, arch, output = (req.source, req.name, req.expressions, dict(req.headers),
                                                         list(req.options), req.arch, req.output)
     N = _nvrtc()

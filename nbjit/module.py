@@ -16,6 +16,7 @@ from .args import parse_signature
 from .cdecl import demangle
 from .numba_abi import is_numba_name
 from .errors import KernelNotFoundError, NbjitArgumentError, NbjitLoadError, NbjitWarning
+from .compiler import compile_image, nvjitlink_version
 from .cubin import CubinInfo
 from .image import Image, ImageLike, _sha256, as_image, inspect_image
 from .kernel import Kernel, _State, pending_kernel
@@ -142,7 +143,6 @@ class Module:
 
     @classmethod
     def _load(cls, img: Image, ctx, keep_debug: bool) -> "Module":
-        from .compiler import nvjitlink_version
         prepared = carry_out(plan(img, _driver.context_cc(ctx), _driver.driver_version(), keep_debug=keep_debug,
                                   nvjitlink=nvjitlink_version))
         what = f"{img.name} ({_describe(prepared)})"
@@ -523,8 +523,6 @@ def compile(source: str, *, name: str | None = None, name_expressions: Iterable[
         mod = ref() if ref is not None else None
         if mod is not None:
             return mod
-    from .compiler import compile_image
-
     target, ctx = arch, None
     if not lazy:
         ctx = _driver.current_context()

@@ -10,7 +10,7 @@ import warnings
 
 import pytest
 
-from nbjit import _facts, compile_image, inspect_cubin
+from nbjit import _facts, compile_image, compiler, inspect_cubin
 from nbjit import cubin as cubin_mod
 from nbjit.cache import Cache
 from nbjit.cdecl import source_declarations
@@ -63,8 +63,10 @@ def test_a_warm_hit_reads_no_elf_and_no_source(tmp_path, monkeypatch):
 
     def refuse(*a, **k):
         raise AssertionError("read again")
-    monkeypatch.setattr(cubin_mod, "inspect_cubin", refuse)
+    for where in (cubin_mod, compiler):
+        monkeypatch.setattr(where, "inspect_cubin", refuse)
     monkeypatch.setattr("nbjit.cdecl.source_declarations", refuse)
+    monkeypatch.setattr(compiler, "source_declarations", refuse)
     again = compile_image(SRC, name_expressions=["fill<float>"], headers=HDR, arch="sm_90", cache=Cache(tmp_path))
     assert again.info == first.info and again.declarations == first.declarations and again.data == first.data
 

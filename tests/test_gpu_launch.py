@@ -141,8 +141,7 @@ def test_newer_ptx_nvjitlink_or_lowered(cuda):
 
 
 def test_lowered_route(cuda, monkeypatch):
-    import nbjit.compiler as C
-    monkeypatch.setattr(C, "nvjitlink_version", lambda: None)  # as if no nvJitLink were installed
+    monkeypatch.setattr("nbjit.module.nvjitlink_version", lambda: None)  # as if no nvJitLink were installed
     text = (DATA / "nvrtc/tmpl_sm90.ptx").read_text() + "\n// lowered-route copy\n"
     with pytest.warns(NbjitWarning, match="lowered"):
         m = nbjit.load(text, name="tmpl_lowered.ptx")

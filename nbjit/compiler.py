@@ -149,8 +149,19 @@ _SONAMES = (".so.13", ".so.12", ".so")
 
 @functools.lru_cache(maxsize=None)
 def _nvidia_dirs() -> tuple[str, ...]:
-    """The ``nvidia`` package directories of the pip wheels on sys.path."""
-    return tuple(d for d in dict.fromkeys(os.path.join(p, "nvidia") for p in sys.path if p) if os.path.isdir(d))
+    """The ``nvidia`` package directories of the pip wheels on sys.path (not looked for in
+    zip files or the standard library's own directories, where pip installs nothing)."""
+    stdlib = os.path.dirname(os.__file__)
+    skip = {stdlib, os.path.join(stdlib, "lib-dynload")}
+    return tuple(d for d in dict.fromkeys(os.path.join(p, "nvidia") for p in sys.path
+                                          if p and p not in skip and not p.endswith(".zip"))
+                 if os.path.isdir(d))
+
+
+def _site_dir(nvidia_dir: str) -> bool:
+    """Whether an ``nvidia`` directory is in a site-packages directory, where cuda.bindings
+    (cuda-pathfinder) looks for wheels before the system's libraries."""
+    return os.path.basename(os.path.dirname(nvidia_dir)) in ("site-packages", "dist-packages")
 
 
 def _copies(dirs, lib: str) -> list:
@@ -172,18 +183,19 @@ def _copies(dirs, lib: str) -> list:
 def _toolchain_fingerprint(lib: str = "nvrtc") -> dict:
     """What identifies the library ``lib`` ("nvrtc" or "nvJitLink") a compile would use,
     without loading it (importing and loading NVRTC costs tens of milliseconds): path, size
-    and modification time of each copy in the pip wheels on sys.path, which cuda.bindings
-    loads before any other; only where no wheel has one, of each copy the system search
-    could find (CUDA_HOME/CUDA_PATH, LD_LIBRARY_PATH). Plus those variables. A new or
-    changed install changes it."""
+    and modification time of each copy in the pip wheels on sys.path; where none of them is
+    in a site-packages directory (whose wheels cuda.bindings loads before any other copy),
+    of each copy the system search could find too (CUDA_HOME/CUDA_PATH, LD_LIBRARY_PATH).
+    Plus those variables. A new or changed install changes it."""
     for done in _FINGERPRINTS:
         if done[0] == lib:
             return done[1]
-    seen = _copies([os.path.join(n, sub, "lib") for n in _nvidia_dirs() for sub in _WHEEL_LIB_DIRS[lib]], lib)
-    if not seen:
+    wheels = [(n, _copies([os.path.join(n, sub, "lib") for sub in _WHEEL_LIB_DIRS[lib]], lib)) for n in _nvidia_dirs()]
+    seen = [c for _, copies in wheels for c in copies]
+    if not any(copies and _site_dir(n) for n, copies in wheels):
         dirs = [os.path.join(os.environ[v], d) for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)
                 for d in ("lib64", "lib")]
-        seen = _copies(dirs + [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if d], lib)
+        seen += _copies(dirs + [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if d], lib)
     fp = {"libs": seen, "env": [os.environ.get(v, "") for v in ("CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH")]}
     _FINGERPRINTS.append((lib, fp))
     return fp

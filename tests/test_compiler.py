@@ -104,8 +104,9 @@ def test_compiling_for_the_current_device_without_one_says_what_to_do():
 
 
 def test_toolchain_fingerprint_follows_the_library_that_loads(tmp_path, monkeypatch):
-    """A wheel's NVRTC (what cuda.bindings loads first) identifies the toolchain; the system
-    copies count only where no wheel has one; a changed file changes the fingerprint."""
+    """A site-packages wheel's NVRTC (what cuda.bindings loads first) identifies the
+    toolchain; the system copies count only where no such wheel has one; a changed file
+    changes the fingerprint."""
     import os
     import sys
 
@@ -116,7 +117,7 @@ def test_toolchain_fingerprint_follows_the_library_that_loads(tmp_path, monkeypa
         C._nvidia_dirs.cache_clear()
         return C._toolchain_fingerprint(lib)
 
-    site, home = tmp_path / "site", tmp_path / "cuda"
+    site, home = tmp_path / "lib" / "site-packages", tmp_path / "cuda"
     (home / "lib64").mkdir(parents=True)
     (home / "lib64" / "libnvrtc.so.13").write_bytes(b"system")
     (home / "lib64" / "libnvJitLink.so.13").write_bytes(b"system")
@@ -134,6 +135,14 @@ def test_toolchain_fingerprint_follows_the_library_that_loads(tmp_path, monkeypa
         assert [f for f, *_ in fresh("nvJitLink")["libs"]] == [str(home / "lib64" / "libnvJitLink.so.13")]
         os.utime(wheel / "libnvrtc.so.13", ns=(1, 1))
         assert fresh() != first
+        # a wheel outside site-packages (pip install --target, on PYTHONPATH) is not what
+        # cuda.bindings looks for first: the system copies count as well
+        target = tmp_path / "target"
+        (target / "nvidia" / "cu13" / "lib").mkdir(parents=True)
+        (target / "nvidia" / "cu13" / "lib" / "libnvrtc.so.13").write_bytes(b"target")
+        monkeypatch.setattr(sys, "path", [str(target), os.path.dirname(os.__file__)])
+        assert [f for f, *_ in fresh()["libs"]] == [str(target / "nvidia" / "cu13" / "lib" / "libnvrtc.so.13"),
+                                                    str(home / "lib64" / "libnvrtc.so.13")]
         assert C._toolchain_fingerprint() is C._toolchain_fingerprint()  # once per process
     finally:
         C._nvidia_dirs.cache_clear()

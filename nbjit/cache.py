@@ -2,7 +2,7 @@
 cubins by nvJitLink): an in-process layer over a directory of self-checking files.
 
 An entry is a file ``<key[:2]>/<key>.nbjit``: a fixed header (magic, format version, the
-length of a JSON description, a SHA-256 over description and payload), the description
+length of a JSON description, a BLAKE2b-256 over description and payload), the description
 (kind, arch, lowered names, log, producer, key, and the facts nbjit read from the payload
 and its source, so that a hit need not read them again) and the payload. Anything that does not
 verify is a miss: it is rebuilt and replaced, with one warning. Files are written to a
@@ -34,13 +34,13 @@ except ImportError:  # not POSIX: no cross-process lock, each process compiles
     fcntl = None  # type: ignore[assignment]
 
 from .errors import NbjitCacheError
-from .image import read_regular_stat
+from .image import content_digest, read_regular_stat
 
 __all__ = ["Cache", "CacheEntry", "default_cache", "set_default_cache", "cache_key", "FORMAT_VERSION"]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: BLAKE2b-256 keys and checksums (1 had SHA-256)
 _MAGIC = b"NBJITC\x00\x01"
-_HEAD = struct.Struct("<8sII32s")  # magic, format version, description length, sha256
+_HEAD = struct.Struct("<8sII32s")  # magic, format version, description length, checksum
 _SUFFIX = ".nbjit"
 _LOCK_SUFFIX = ".lock"
 _TMP_PREFIX = ".tmp-"  # .tmp-<writer pid>-<random>: a writer that is gone leaves one to reclaim
@@ -71,10 +71,13 @@ class CacheEntry:
 
 
 def cache_key(fields: dict) -> str:
-    """The SHA-256 of a canonical JSON of everything that changes an output, plus the cache
-    format version (so a new format never reads an old entry)."""
-    blob = _KEY_JSON({"format": FORMAT_VERSION, **fields})
-    return hashlib.sha256(blob.encode()).hexdigest()
+    """The BLAKE2b-256 (``content_digest``) of a canonical JSON of everything that changes an
+    output, plus the cache format version (so a new format never reads an old entry)."""
+    return content_digest(_KEY_JSON({"format": FORMAT_VERSION, **fields}).encode())
+
+
+def _checksum(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=32).digest()
 
 
 _KEY_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode  # made once: keys are on the warm path
@@ -464,7 +467,7 @@ def _encode(key: str, e: CacheEntry) -> bytes:
     if e.facts:
         d["facts"] = e.facts
     desc = json.dumps(d, sort_keys=True).encode()
-    digest = hashlib.sha256(desc + e.payload).digest()
+    digest = _checksum(desc + e.payload)
     return _HEAD.pack(_MAGIC, FORMAT_VERSION, len(desc), digest) + desc + e.payload
 
 
@@ -480,7 +483,7 @@ def _decode(raw: bytes, key: str) -> tuple[CacheEntry | None, str]:
     body = raw[_HEAD.size:]
     if dlen > len(body):
         return None, "truncated description"
-    if hashlib.sha256(body).digest() != digest:
+    if _checksum(body) != digest:
         return None, "checksum mismatch"
     try:
         desc = json.loads(body[:dlen])

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import os
 import re
 import sys
@@ -18,7 +17,7 @@ from .cache import Cache, CacheEntry, cache_key, default_cache
 from .cdecl import source_declarations
 from .cubin import CubinInfo, inspect_cubin
 from .errors import CompileFailure, NbjitCompileError
-from .image import Image
+from .image import Image, content_digest
 from .signature import KernelInfo, typed_entries
 
 # patterns used on every call, compiled once at import
@@ -85,7 +84,7 @@ def assemble_cached(ptx: str, arch: str, *, name: str = "<ptx>", cache: "Cache |
     have = nvjitlink_version()
     cache = cache or default_cache()
     key = cache_key({"producer": "nvjitlink", "toolchain": _toolchain_fingerprint("nvJitLink"),
-                     "nvjitlink": list(have or ()), "ptx": hashlib.sha256(ptx.encode()).hexdigest(), "arch": arch})
+                     "nvjitlink": list(have or ()), "ptx": content_digest(ptx.encode()), "arch": arch})
 
     def make() -> CacheEntry:
         out = assemble_ptx(ptx, arch, name=name)
@@ -288,7 +287,7 @@ def _include_digest(texts, include_paths: list[str]) -> list:
                     data = Path(f).read_text(errors="replace")
                 except OSError:
                     continue
-                seen[f] = hashlib.sha256(data.encode()).hexdigest()
+                seen[f] = content_digest(data.encode())
                 todo.append(data)
                 break
     return sorted(seen.items())

@@ -113,8 +113,14 @@ class Image:
 
     @functools.cached_property
     def sha256(self) -> str:
-        """The SHA-256 of the bytes (what identifies a module in a context)."""
+        """The SHA-256 of the bytes."""
         return _sha256(self.data)
+
+    @functools.cached_property
+    def digest(self) -> str:
+        """The BLAKE2b-256 of the bytes, as the cache's keys (what identifies a module in a
+        context: no OpenSSL, whose first digest in a process costs ~50 us, on a warm start)."""
+        return content_digest(self.data)
 
     def __repr__(self) -> str:
         return f"Image(kind={self.kind!r}, name={self.name!r}, {len(self.data)} bytes)"
@@ -122,6 +128,12 @@ class Image:
 
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def content_digest(data: bytes) -> str:
+    """64 hex digits of BLAKE2b-256: what nbjit's cache keys, entry checks and module
+    registry name content by."""
+    return hashlib.blake2b(data, digest_size=32).hexdigest()
 
 
 ImageLike = Union[Image, bytes, bytearray, memoryview, str, os.PathLike]

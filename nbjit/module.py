@@ -96,7 +96,7 @@ def _load_into(img: Image, ctx, keep_debug: bool) -> "Module":
     """``img`` loaded into Numba context ``ctx``, or the module already loaded there from
     the same bytes."""
     reg = _registry(ctx)
-    key = (img.sha256, keep_debug)
+    key = (img.digest, keep_debug)
     with _LOAD_LOCK:
         mod = reg.get(key)
         if mod is None:

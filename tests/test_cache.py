@@ -15,7 +15,7 @@ import pytest
 
 import nbjit.compiler as C
 from nbjit import NbjitWarning, compile_image
-from nbjit.cache import FORMAT_VERSION, Cache, CacheEntry, cache_key, default_cache
+from nbjit.cache import FORMAT_VERSION, Cache, CacheEntry, _checksum, cache_key, default_cache
 
 from conftest import DATA  # noqa: E402
 SRC = 'extern "C" __global__ void k(float* x, int n) { int i = threadIdx.x; if (i < n) x[i] = SCALE * i; }\n'
@@ -344,7 +344,6 @@ def test_a_fifo_or_a_link_to_dev_zero_is_a_miss(tmp_path):
 ])
 def test_descriptions_that_are_not_entries_are_misses(tmp_path, desc):
     """A checksummed file whose description is not one of nbjit's is rebuilt, never raised."""
-    import hashlib
     import struct
     payload = b"abc"
     if desc == "DEEP":
@@ -354,7 +353,7 @@ def test_descriptions_that_are_not_entries_are_misses(tmp_path, desc):
             desc = {"key": KEY, "payload_bytes": len(payload), **desc}
         raw_desc = json.dumps(desc).encode()
     body = raw_desc + payload
-    raw = struct.pack("<8sII32s", b"NBJITC\x00\x01", FORMAT_VERSION, len(raw_desc), hashlib.sha256(body).digest())
+    raw = struct.pack("<8sII32s", b"NBJITC\x00\x01", FORMAT_VERSION, len(raw_desc), _checksum(body))
     c = Cache(tmp_path)
     f = c.file(KEY)
     f.parent.mkdir(parents=True)

@@ -66,7 +66,8 @@ def test_as_image_forms(tmp_path):
     assert as_image(DATA / "nvcc/kernels_multi.fatbin").kind == "fatbin"
     img = as_image(text.encode(), name="k.ptx")
     assert img.name == "k.ptx" and as_image(img) is img
-    assert len(img.sha256) == 64
+    assert len(img.sha256) == 64 and len(img.digest) == 64 and img.digest != img.sha256
+    assert as_image(text.encode(), name="other.ptx").digest == img.digest  # the bytes name it, not the name
     with pytest.raises(ImageFormatError, match="no such file"):
         as_image(str(tmp_path / "missing.ptx"))
     with pytest.raises(TypeError):

@@ -469,9 +469,10 @@ def plan_for_array(array: Any, box: Any, **options: Any) -> TensorMapPlan:
 
 
 def keep_launcher(configs: dict, key, launcher) -> None:
-    """Keep a configured launcher among a kernel's (``kernel[...]``'s, ``launch()``'s,
-    Triton grids'): all are dropped together when there are too many or ``kernel.pdl``
-    changes. An unhashable key keeps nothing."""
+    """Keep a configured launcher under ``key`` in ``configs``: a kernel's launchers
+    (``kernel[...]``'s, ``launch()``'s, and each Triton grid's ``{stream: launcher}``), all
+    dropped together when there are too many or ``kernel.pdl`` changes, or such a grid's
+    own. An unhashable key keeps nothing."""
     try:
         if len(configs) >= _MAX_CONFIGS:
             configs.clear()

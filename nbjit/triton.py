@@ -483,15 +483,14 @@ class _TritonLaunch:
         # without scratch memory the trailing scratch pointers are NULL whatever the stream
         g, p = m.scratch_bytes(self.grid)
         self.fixed_tail = (0,) * m.scratch_params if not (g or p) else None
-        # this grid's launchers are kept among the kernel's configured launchers, keyed
-        # (token, stream): they follow a change of kernel.pdl as kernel[...]'s do
+        # this grid's launchers, {stream: launcher}, are kept among the kernel's configured
+        # launchers under this token: they follow a change of kernel.pdl as kernel[...]'s do
         self.token = object()
 
     @property
     def by_stream(self) -> dict:
         """stream -> the launcher configured for this grid on it."""
-        return {key[1]: v for key, v in self.k.kernel._s.configs.items()
-                if type(key) is tuple and len(key) == 2 and key[0] is self.token}
+        return dict(self.k.kernel._s.configs.get(self.token, {}))
 
     def _tail(self, stream) -> tuple:
         if self.fixed_tail is not None:
@@ -521,7 +520,7 @@ class _TritonLaunch:
             args = tuple(x for i, a in enumerate(args)
                          for x in (_descriptor_args(a, k._descs[i], k.name) if i in k._descs else (a,)))
         try:
-            launch = k.kernel._s.configs[(self.token, stream)]
+            launch = k.kernel._s.configs[self.token][stream]
         except (KeyError, TypeError):  # TypeError: an unhashable stream object
             launch = self._configure(stream)
         launch(*args)
@@ -537,7 +536,12 @@ class _TritonLaunch:
         else:
             def launch(*args):
                 self._launch_with_scratch(args, stream)
-        keep_launcher(k.kernel._s.configs, (self.token, stream), launch)
+        configs = k.kernel._s.configs
+        mine = configs.get(self.token)
+        if mine is None:
+            mine = {}
+            keep_launcher(configs, self.token, mine)
+        keep_launcher(mine, stream, launch)
         return launch
 
     def _launch_with_scratch(self, args: tuple, stream) -> None:

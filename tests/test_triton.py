@@ -347,3 +347,7 @@ def test_triton_launchers_follow_a_change_of_pdl(monkeypatch):
     g(0, 0, 4, stream=7)
     tk[4](0, 0, 4, stream=7)
     assert made == [True, False]  # configured once with Triton's launch_pdl, once after the change
+    assert list(g.by_stream) == [7]
+    g(0, 0, 4, stream=[7])  # an unhashable stream: configured each time, kept nowhere
+    g(0, 0, 4, stream=[7])
+    assert made == [True, False, False, False] and list(g.by_stream) == [7]

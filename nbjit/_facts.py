@@ -27,10 +27,10 @@ class FactsError(ValueError):
 def stamp() -> str:
     """Identifies the code that reads images: the size and modification time of each module
     that does (a new nbjit, or an edited one, reads afresh)."""
-    here = os.path.dirname(os.path.abspath(__file__))
+    here = os.path.dirname(__file__)  # (absolute: a module's __file__ is, since Python 3.9)
     parts = []
     for name in _READERS:
-        st = os.stat(os.path.join(here, name))
+        st = os.stat(f"{here}/{name}")
         parts.append(f"{name}:{st.st_size}:{st.st_mtime_ns}")
     return ";".join(parts)
 

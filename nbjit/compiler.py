@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import os
 import re
 import sys
@@ -152,8 +153,8 @@ def _nvidia_dirs() -> tuple[str, ...]:
     zip files or the standard library's own directories, where pip installs nothing)."""
     stdlib = os.path.dirname(os.__file__)
     skip = {stdlib, os.path.join(stdlib, "lib-dynload")}
-    return tuple(d for d in dict.fromkeys(os.path.join(p, "nvidia") for p in sys.path
-                                          if p and p not in skip and not p.endswith(".zip"))
+    return tuple(d for d in dict.fromkeys(f"{p}/nvidia" for p in sys.path  # (f-strings: the warm path's
+                                          if p and p not in skip and not p.endswith(".zip"))  # joins, cold)
                  if os.path.isdir(d))
 
 
@@ -170,7 +171,7 @@ def _copies(dirs, lib: str) -> list:
         if not os.path.isdir(d):
             continue
         for suffix in _SONAMES:
-            f = os.path.join(d, f"lib{lib}{suffix}")
+            f = f"{d}/lib{lib}{suffix}"
             try:
                 st = os.stat(f)
             except OSError:
@@ -189,10 +190,10 @@ def _toolchain_fingerprint(lib: str = "nvrtc") -> dict:
     for done in _FINGERPRINTS:
         if done[0] == lib:
             return done[1]
-    wheels = [(n, _copies([os.path.join(n, sub, "lib") for sub in _WHEEL_LIB_DIRS[lib]], lib)) for n in _nvidia_dirs()]
+    wheels = [(n, _copies([f"{n}/{sub}/lib" for sub in _WHEEL_LIB_DIRS[lib]], lib)) for n in _nvidia_dirs()]
     seen = [c for _, copies in wheels for c in copies]
     if not any(copies and _site_dir(n) for n, copies in wheels):
-        dirs = [os.path.join(os.environ[v], d) for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)
+        dirs = [f"{os.environ[v]}/{d}" for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)
                 for d in ("lib64", "lib")]
         seen += _copies(dirs + [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if d], lib)
     fp = {"libs": seen, "env": [os.environ.get(v, "") for v in ("CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH")]}
@@ -205,10 +206,10 @@ def cuda_include_dir() -> str | None:
     """The CUDA headers (cuda_fp16.h, ...) that NVRTC compiles should see: the pip wheels'
     (nvidia/cu13/include, nvidia/cuda_runtime/include), else CUDA_HOME / CUDA_PATH, else
     what cuda-pathfinder finds (importing it costs ~30 ms, so it comes last)."""
-    cands = [os.path.join(n, sub, "include") for n in _nvidia_dirs() for sub in ("cu13", "cuda_runtime", "cu12")]
-    cands += [os.path.join(os.environ[v], "include") for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)]
-    for d in cands:
-        if os.path.isfile(os.path.join(d, "cuda_runtime_api.h")):
+    wheels = (f"{n}/{sub}/include" for n in _nvidia_dirs() for sub in ("cu13", "cuda_runtime", "cu12"))
+    homes = (f"{os.environ[v]}/include" for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v))
+    for d in itertools.chain(wheels, homes):
+        if os.path.isfile(f"{d}/cuda_runtime_api.h"):
             return d
     try:
         from cuda.pathfinder import find_nvidia_header_directory
@@ -224,9 +225,9 @@ def _cccl() -> tuple[str, list[int]] | None:
     inc = cuda_include_dir()
     if not inc:
         return None
-    d = os.path.join(inc, "cccl")
+    d = f"{inc}/cccl"
     try:
-        st = os.stat(os.path.join(d, "cuda", "std", "__cccl", "version.h"))
+        st = os.stat(f"{d}/cuda/std/__cccl/version.h")
     except OSError:
         return None
     return d, [st.st_size, st.st_mtime_ns]

@@ -7,7 +7,8 @@ processes (imports and context creation excluded, everything after included):
   (c) in-process repeat of the same call (median of 200 calls);
 
 for nbjit.compile and, where CuPy is installed (needs a GPU), cupy.RawModule the same way.
-Prints a table (median of --runs processes) and writes JSON (--json).
+Prints a table (median of --runs processes, the warm range, the ratios) and writes JSON
+(--json) with every run's figures.
 
     python benchmarks/compile_cache.py [--runs 5] [--json out.json]
 """
@@ -64,18 +65,19 @@ def run(code: str, env: dict) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def measure(code: str, env_key: str, runs: int) -> dict:
-    cold, warm, repeat = [], [], []
-    for _ in range(runs):
-        with tempfile.TemporaryDirectory() as d:
-            env = {**os.environ, env_key: d, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-            a = run(code, env)
-            b = run(code, env)
-            cold.append(a["first"])
-            warm.append(b["first"])
-            repeat.append(b["repeat"])
+def measure_once(code: str, env_key: str) -> tuple[float, float, float]:
+    """(cold, warm, repeat) seconds: two fresh processes over a fresh cache directory."""
+    with tempfile.TemporaryDirectory() as d:
+        env = {**os.environ, env_key: d, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+        a = run(code, env)
+        b = run(code, env)
+    return a["first"], b["first"], b["repeat"]
+
+
+def summary(samples: list[tuple[float, float, float]]) -> dict:
+    cold, warm, repeat = (list(x) for x in zip(*samples))
     return {"cold": statistics.median(cold), "warm": statistics.median(warm),
-            "repeat": statistics.median(repeat)}
+            "repeat": statistics.median(repeat), "runs": {"cold": cold, "warm": warm, "repeat": repeat}}
 
 
 def main() -> None:
@@ -83,16 +85,27 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--json")
     a = ap.parse_args()
-    rows = {"nbjit.compile": measure(NBJIT, "NBJIT_CACHE_DIR", a.runs)}
+    routes = {"nbjit.compile": (NBJIT, "NBJIT_CACHE_DIR")}
     try:
         import cupy  # noqa: F401  (only to know whether CuPy's rows can run)
-        rows["cupy.RawModule"] = measure(CUPY, "CUPY_CACHE_DIR", a.runs)
+        routes["cupy.RawModule"] = (CUPY, "CUPY_CACHE_DIR")
     except ImportError:
         print("CuPy not installed: its rows are skipped")
-    print(f"{'':18}{'(a) cold ms':>13}{'(b) warm ms':>13}{'(c) repeat ms':>15}{'a/b':>8}")
+    samples: dict[str, list] = {k: [] for k in routes}
+    for _ in range(a.runs):  # the routes take turns, so a change in the host's load meets both
+        for k, (code, env_key) in routes.items():
+            samples[k].append(measure_once(code, env_key))
+    rows = {k: summary(v) for k, v in samples.items()}
+    print(f"medians of {a.runs} fresh processes each; warm's range in brackets")
+    print(f"{'':18}{'(a) cold ms':>13}{'(b) warm ms':>13}{'':>15}{'(c) repeat us':>15}{'a/b':>8}")
     for k, v in rows.items():
-        print(f"{k:18}{v['cold'] * 1e3:13.2f}{v['warm'] * 1e3:13.2f}{v['repeat'] * 1e3:15.3f}"
-              f"{v['cold'] / v['warm']:8.0f}")
+        w = v["runs"]["warm"]
+        print(f"{k:18}{v['cold'] * 1e3:13.2f}{v['warm'] * 1e3:13.2f}{f'[{min(w) * 1e3:.2f}-{max(w) * 1e3:.2f}]':>15}"
+              f"{v['repeat'] * 1e6:15.2f}{v['cold'] / v['warm']:8.0f}")
+    if len(rows) == 2:
+        (na, a_), (nb, b_) = rows.items()
+        print(f"{na} / {nb}: cold {a_['cold'] / b_['cold']:.2f}, warm {a_['warm'] / b_['warm']:.3f}, "
+              f"repeat {a_['repeat'] / b_['repeat']:.2f}")
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=2))
 

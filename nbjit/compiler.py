@@ -275,6 +275,8 @@ def normalize_options(options: Iterable[object]) -> list[str]:
 def _include_digest(texts, include_paths: list[str]) -> list:
     """Contents of the files a source may #include from the user's include directories,
     followed recursively: the cache key then changes when a header on disk does."""
+    if not include_paths:  # nothing on disk to follow
+        return []
     seen: dict[str, str] = {}
     todo = [t for t in texts]
     while todo:

@@ -39,6 +39,7 @@ from .image import content_digest, read_regular_stat
 __all__ = ["Cache", "CacheEntry", "default_cache", "set_default_cache", "cache_key", "FORMAT_VERSION"]
 
 FORMAT_VERSION = 2  # 2: BLAKE2b-256 keys and checksums (1 had SHA-256)
+OTHER_FORMAT = "cache format"  # how a reason given for an entry of another format begins
 _MAGIC = b"NBJITC\x00\x01"
 _HEAD = struct.Struct("<8sII32s")  # magic, format version, description length, checksum
 _SUFFIX = ".nbjit"
@@ -479,7 +480,7 @@ def _decode(raw: bytes, key: str) -> tuple[CacheEntry | None, str]:
     if magic != _MAGIC:
         return None, "wrong magic"
     if version != FORMAT_VERSION:
-        return None, f"format version {version}, expected {FORMAT_VERSION}"
+        return None, f"{OTHER_FORMAT} {version} (this nbjit's is {FORMAT_VERSION}): never read, it ages out"
     body = raw[_HEAD.size:]
     if dlen > len(body):
         return None, "truncated description"

@@ -301,13 +301,14 @@ def _cache(args) -> int:
                                              if i["temporary_files"] else ""))
         print(f"bytes:    {i['bytes']} (limit {i['max_bytes']})")
     elif args.action == "list":
-        from .cache import entry_file
+        from .cache import OTHER_FORMAT, entry_file
         for f, size, used in c.entries():
             got = entry_file(f)
             if got is None:
                 continue  # removed meanwhile by another process
             entry, why, _ = got
-            what = f"{entry.kind} {entry.arch} {entry.producer}" if entry else f"corrupt: {why}"
+            what = (f"{entry.kind} {entry.arch} {entry.producer}" if entry else
+                    f"unused: {why}" if why.startswith(OTHER_FORMAT) else f"corrupt: {why}")
             print(f"{f.stem[:16]}  {size:>9}  {time.strftime('%Y-%m-%d %H:%M', time.localtime(used))}  {what}")
     elif args.action == "clear":
         print(f"removed {c.clear()} entries from {c.path}")

@@ -227,6 +227,24 @@ def test_cache_on_a_read_only_directory(tmp_path):
         os.chmod(c / "ab", 0o755)
 
 
+def test_cache_list_tells_entries_of_another_format_from_corrupt_ones(tmp_path, monkeypatch):
+    import nbjit.cache as C
+    entry = C.CacheEntry("cubin", "sm_90", b"x" * 100)
+    C.Cache(tmp_path).write(C.cache_key({"i": 1}), entry)
+    monkeypatch.setattr(C, "FORMAT_VERSION", C.FORMAT_VERSION - 1)  # as an older nbjit writes
+    C.Cache(tmp_path).write(C.cache_key({"i": 2}), entry)
+    monkeypatch.undo()
+    (f,) = [f for f in tmp_path.glob("??/*.nbjit") if f.read_bytes()[8] == C.FORMAT_VERSION]
+    f.write_bytes(f.read_bytes()[:-1] + b"y")  # a flipped byte
+    env = {**os.environ, "NBJIT_CACHE_DIR": str(tmp_path)}
+    cmd = [EXE] if EXE else [sys.executable, "-m", "nbjit"]
+    r = subprocess.run([*cmd, "cache", "list"], capture_output=True, text=True, env=env, timeout=60)
+    lines = sorted(line.split(":", 1)[1].split("  ", 1)[1].strip() for line in r.stdout.splitlines())
+    assert lines == ["corrupt: checksum mismatch",
+                     f"unused: cache format {C.FORMAT_VERSION - 1} (this nbjit's is {C.FORMAT_VERSION}): never read, "
+                     "it ages out"], r.stdout
+
+
 def test_cache_list_while_entries_come_and_go(tmp_path):
     from nbjit.cache import Cache, CacheEntry, cache_key
     cache = Cache(tmp_path, max_bytes=None)

@@ -5,6 +5,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from .cdecl import demangle, element_of, scalar_facts
+
 __all__ = ["Param", "KernelSignature", "Directives", "KernelInfo", "SCALAR_TYPES", "layout", "find_entry", "merge",
            "build_table", "typed_entries", "SignatureConflict"]
 
@@ -58,7 +60,6 @@ class Param:
         None)`` for non-pointers, ``void*`` and pointers whose element type is unknown."""
         if not self.pointer or self.pointee is None:
             return ("void", None)
-        from .cdecl import element_of
         return element_of(self.pointee)
 
     @property
@@ -318,8 +319,6 @@ def typed_entries(entries: Iterable[KernelInfo], label: str, declarations: Mappi
     """``entries`` of one image (``label`` "ptx" or "cubin") with the C types their mangled
     names and ``declarations`` (``{name: (label, params)}``) give; an entry whose sources
     contradict each other is left as the image says."""
-    from .cdecl import demangle
-
     out = []
     for e in entries:
         try:
@@ -367,8 +366,6 @@ def _resources(a: KernelInfo, b: KernelInfo) -> KernelInfo:
 
 def _typed(kernel: str, i: int, p: Param, c, label: str) -> Param:
     """``p`` with the facts of C type ``c`` from ``label``, or SignatureConflict."""
-    from .cdecl import element_of, scalar_facts
-
     def conflict(why: str) -> SignatureConflict:
         return SignatureConflict(f"kernel {kernel!r}, parameter {i} ({p.name}): the {label} type is {c.text}, "
                                  f"{why}", label)

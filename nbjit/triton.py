@@ -20,9 +20,14 @@ from typing import TYPE_CHECKING, Any, Sequence
 if TYPE_CHECKING:
     from .signature import Param
 
+import numpy as np
+
+from . import _driver
+from .args import device_pointer
 from .errors import NbjitArgumentError, NbjitLaunchError, NbjitLoadError
 from .image import read_regular
 from .kernel import keep_launcher
+from .tma import _SWIZZLE, TensorMap, plan_tiled
 from .ptx import PtxInfo, inspect_ptx
 
 # Triton's launch metadata where a PTX's // meta: comments say nothing.
@@ -361,12 +366,6 @@ def _descriptor_args(a: Any, d: dict, kernel: str) -> tuple:
     """One tensor descriptor argument as the kernel takes it: (TensorMap, *shape, *strides).
     ``a``: an ``nbjit.TensorMap`` made with the kernel's box and swizzle, or an object with
     ``base``, ``shape``, ``strides`` and ``block_shape`` (Triton's ``TensorDescriptor``)."""
-    import numpy as np
-
-    from . import _driver
-    from .args import device_pointer
-    from .tma import _SWIZZLE, TensorMap, plan_tiled
-
     what = f"Triton kernel {kernel!r}, argument {d['arg']} (a tensor descriptor)"
     n, block = d["ndim"], tuple(d["block"])
     if isinstance(a, TensorMap):
@@ -447,15 +446,14 @@ class TritonKernel:
         """A scratch buffer of at least ``nbytes`` for launches on ``stream`` (kept, grown)."""
         if nbytes == 0:
             return 0
-        from numba import cuda
         key = (kind, id(stream) if stream is not None and not isinstance(stream, int) else stream)
         with self._lock:
             have = self._scratch.get(key)
             if have is None or have[1] < nbytes:
+                from numba import cuda
                 arr = cuda.device_array(nbytes + align, dtype="u1")
                 self._scratch[key] = (arr, nbytes, stream)
                 have = self._scratch[key]
-        from .args import device_pointer
         ptr = device_pointer(have[0])
         return (ptr + align - 1) // align * align
 
@@ -564,7 +562,6 @@ def load_triton(path: str | os.PathLike) -> TritonKernel:
     cubin is used when it runs on this device, else the PTX (assembled by nvJitLink when it
     is newer than the driver). Raises ``NbjitLoadError`` for unusable metadata.
     """
-    from . import _driver
     from .image import Image
     from .errors import NbjitWarning
     from .module import load

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import json
 import os
 import re
@@ -34,7 +33,7 @@ except ImportError:  # not POSIX: no cross-process lock, each process compiles
     fcntl = None  # type: ignore[assignment]
 
 from .errors import NbjitCacheError
-from .image import content_digest, read_regular_stat
+from .image import content_digest, content_hash, read_regular_stat
 
 __all__ = ["Cache", "CacheEntry", "default_cache", "set_default_cache", "cache_key", "FORMAT_VERSION"]
 
@@ -71,17 +70,14 @@ class CacheEntry:
     facts: dict = field(default_factory=dict)  # JSON data: what nbjit read from the payload (see _facts)
 
 
+_KEY_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode  # made once: keys are on the warm path
+_checksum = content_hash  # an entry's check over its description and payload
+
+
 def cache_key(fields: dict) -> str:
     """The BLAKE2b-256 (``content_digest``) of a canonical JSON of everything that changes an
     output, plus the cache format version (so a new format never reads an old entry)."""
     return content_digest(_KEY_JSON({"format": FORMAT_VERSION, **fields}).encode())
-
-
-def _checksum(data: bytes) -> bytes:
-    return hashlib.blake2b(data, digest_size=32).digest()
-
-
-_KEY_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode  # made once: keys are on the warm path
 
 
 class Cache:

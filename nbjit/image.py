@@ -130,10 +130,15 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def content_digest(data: bytes) -> str:
-    """64 hex digits of BLAKE2b-256: what nbjit's cache keys, entry checks and module
+def content_hash(data: bytes) -> bytes:
+    """The BLAKE2b-256 of ``data``: what nbjit's cache keys, entry checksums and module
     registry name content by."""
-    return hashlib.blake2b(data, digest_size=32).hexdigest()
+    return hashlib.blake2b(data, digest_size=32).digest()
+
+
+def content_digest(data: bytes) -> str:
+    """``content_hash`` as 64 hex digits."""
+    return content_hash(data).hex()
 
 
 ImageLike = Union[Image, bytes, bytearray, memoryview, str, os.PathLike]

@@ -202,7 +202,7 @@ def format_triton(d: dict, path: str) -> str:
            f"{r['global_scratch']['align']}), profile {r['profile_scratch']['bytes_per_program']} B/program"]
     if d.get("griddepcontrol"):
         out.append(f"  griddepcontrol: {', '.join(d['griddepcontrol'])}")
-    role = {}
+    role, descs = {}, {x["param"] for x in r.get("descriptors", ())}
     for x in r.get("descriptors", ()):
         role[x["param"]] = f"argument {x['arg']}: tensor descriptor ({x['dtype']}, box {x['block']}, swizzle " \
                            f"{x['swizzle']})"
@@ -215,7 +215,7 @@ def format_triton(d: dict, path: str) -> str:
             what = "scratch"
         elif i in role:
             what = role[i]
-            arg += not what.startswith(" ")
+            arg += i in descs  # a descriptor is one argument; its shape and strides are not
         else:
             what, arg = f"argument {arg}", arg + 1
         rows.append([i, p["name"], p.get("ctype", "?"), p["type"], p["size"], p["offset"], what])

@@ -602,9 +602,8 @@ if _CLauncherBase is not None:
             self._setup(kernel, cfg, tail, count_error)
             s = self._s
             layout = s.layout[:self.nargs] + tuple((off, "Z") for off, *_ in s.layout[self.nargs:])
-            c = cfg
-            self._attrs = _driver.launch_attributes(cooperative=c.cooperative, cluster=c.cluster,
-                                                    pdl=c.pdl) if c.extended else b""
+            self._attrs = _driver.launch_attributes(cooperative=cfg.cooperative, cluster=cfg.cluster,
+                                                    pdl=cfg.pdl) if cfg.extended else b""
             super().__init__(*self._cfg, layout, s.sig.size, _EXTRACTORS, _numbers(),
                              self._pack if tail else s.packer.pack, self._raise, s.param_offsets, self._attrs)
 

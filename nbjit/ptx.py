@@ -329,6 +329,12 @@ class _Parser:
         b = self.v.find("\n", i)
         return self.v.rfind("\n", 0, i) + 1, len(self.v) if b == -1 else b
 
+    def code_matches(self, rx: re.Pattern, pos: int, end: int):
+        """Every match of ``rx`` in code between ``pos`` and ``end`` (see ``find_code``)."""
+        while (m := self.find_code(rx, pos, end)) is not None:
+            yield m
+            pos = m.end()
+
     def find_code(self, rx: re.Pattern, pos: int, end: int | None = None) -> re.Match | None:
         """The first match of ``rx`` in code (not in a comment or string) from ``pos``. A
         match is checked by blanking its line; the first one that is not code (or sits on a
@@ -652,10 +658,8 @@ class _Parser:
             if a is None:
                 continue
             found = set(out[i].griddepcontrol)
-            pos = a
-            while (m := self.find_code(_CALL, pos, b)) is not None:
+            for m in self.code_matches(_CALL, a, b):
                 found.update(gdc.get(m.group(1), ()))
-                pos = m.end()
             if found != set(out[i].griddepcontrol):
                 out[i] = replace(out[i], griddepcontrol=tuple(sorted(found, key=_GRIDDEP_ORDER)))
         return out
@@ -664,11 +668,7 @@ class _Parser:
         """The griddepcontrol instructions in code between ``a`` and ``b`` (a body)."""
         if self.v.find("griddepcontrol", a, b) == -1:  # the common case: one find, no regex
             return ()
-        found = set()
-        pos = a
-        while (m := self.find_code(_GRIDDEP, pos, b)) is not None:
-            found.add(m.group(1))
-            pos = m.end()
+        found = {m.group(1) for m in self.code_matches(_GRIDDEP, a, b)}
         return tuple(sorted(found, key=_GRIDDEP_ORDER))
 
     def func(self, pos: int, linkage: str | None) -> tuple[FuncInfo, int]:

@@ -15,6 +15,7 @@ from .signature import Directives, KernelInfo, KernelSignature, Param
 
 _CLASSES = {c.__name__: c for c in (CubinInfo, GlobalSymbol, KernelInfo, KernelSignature, Param, Directives, CParam)}
 _FIELDS = {name: tuple(f.name for f in dataclasses.fields(c)) for name, c in _CLASSES.items()}
+_HERE = os.path.dirname(__file__)  # (absolute: a module's __file__ is, since Python 3.9)
 # the modules whose code decides what inspection and declaration reading give
 _READERS = ("_elf.py", "arch.py", "cdecl.py", "cubin.py", "signature.py", "_facts.py")
 
@@ -27,10 +28,9 @@ class FactsError(ValueError):
 def stamp() -> str:
     """Identifies the code that reads images: the size and modification time of each module
     that does (a new nbjit, or an edited one, reads afresh)."""
-    here = os.path.dirname(__file__)  # (absolute: a module's __file__ is, since Python 3.9)
     parts = []
     for name in _READERS:
-        st = os.stat(f"{here}/{name}")
+        st = os.stat(f"{_HERE}/{name}")
         parts.append(f"{name}:{st.st_size}:{st.st_mtime_ns}")
     return ";".join(parts)
 

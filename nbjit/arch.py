@@ -18,6 +18,7 @@ from typing import Union
 __all__ = ["Arch", "ArchLike"]
 
 _PATTERN = re.compile(r"(sm|compute)?_?(\d+)([af]?)")
+_PARSED: dict = {}  # (text or (major, minor), virtual) -> Arch: each parsed once per process
 
 
 @dataclass(frozen=True)
@@ -41,15 +42,25 @@ class Arch:
         ``virtual`` overrides what the text says (a bare number is real unless told)."""
         if isinstance(arch, Arch):
             return arch if virtual is None or arch.virtual == virtual else cls(arch.number, arch.variant, virtual)
+        t = type(arch)
+        if t is str or t is tuple:  # (an Arch is immutable: one per text, shared)
+            try:
+                return _PARSED[arch, virtual]
+            except (KeyError, TypeError):  # not parsed yet; a tuple of something unhashable
+                pass
         if isinstance(arch, tuple) and len(arch) == 2 and all(isinstance(x, int) for x in arch):
-            return cls(arch[0] * 10 + arch[1], "", bool(virtual))
-        if isinstance(arch, int) and not isinstance(arch, bool):
+            a = cls(arch[0] * 10 + arch[1], "", bool(virtual))
+        elif isinstance(arch, int) and not isinstance(arch, bool):
             return cls(arch, "", bool(virtual))
-        m = _PATTERN.fullmatch(str(arch).strip().lower()) if isinstance(arch, str) else None
-        if m is None:
-            raise ValueError(f"not an architecture: {arch!r} (expected e.g. 'sm_90', 'sm_90a', 'compute_90' or "
-                             "(9, 0))")
-        return cls(int(m.group(2)), m.group(3), m.group(1) == "compute" if virtual is None else virtual)
+        else:
+            m = _PATTERN.fullmatch(str(arch).strip().lower()) if isinstance(arch, str) else None
+            if m is None:
+                raise ValueError(f"not an architecture: {arch!r} (expected e.g. 'sm_90', 'sm_90a', 'compute_90' or "
+                                 "(9, 0))")
+            a = cls(int(m.group(2)), m.group(3), m.group(1) == "compute" if virtual is None else virtual)
+        if (t is str or t is tuple) and len(_PARSED) < 1024:
+            _PARSED[arch, virtual] = a
+        return a
 
     @property
     def major(self) -> int:

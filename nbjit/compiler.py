@@ -147,15 +147,21 @@ _WHEEL_LIB_DIRS = {"nvrtc": ("cu13", "cu12", "cuda_nvrtc"), "nvJitLink": ("cu13"
 _SONAMES = (".so.13", ".so.12", ".so")
 
 
+_STDLIB = os.path.dirname(os.__file__)
+_NOT_WHEEL_DIRS = (_STDLIB, f"{_STDLIB}/lib-dynload")  # where pip installs nothing
+
+
 @functools.lru_cache(maxsize=None)
 def _nvidia_dirs() -> tuple[str, ...]:
     """The ``nvidia`` package directories of the pip wheels on sys.path (not looked for in
     zip files or the standard library's own directories, where pip installs nothing)."""
-    stdlib = os.path.dirname(os.__file__)
-    skip = {stdlib, os.path.join(stdlib, "lib-dynload")}
-    return tuple(d for d in dict.fromkeys(f"{p}/nvidia" for p in sys.path  # (f-strings: the warm path's
-                                          if p and p not in skip and not p.endswith(".zip"))  # joins, cold)
-                 if os.path.isdir(d))
+    out: list[str] = []
+    for p in sys.path:
+        if p and p not in _NOT_WHEEL_DIRS and not p.endswith(".zip"):
+            d = f"{p}/nvidia"  # (f-strings: the warm path's joins, cold)
+            if d not in out and os.path.isdir(d):
+                out.append(d)
+    return tuple(out)
 
 
 def _site_dir(nvidia_dir: str) -> bool:

@@ -340,7 +340,7 @@ def test_a_fifo_or_a_link_to_dev_zero_is_a_miss(tmp_path):
 @pytest.mark.parametrize("desc", [
     [1, 2], "text", {"key": KEY, "payload_bytes": 3}, {"kind": "shared-library", "arch": "sm_90"},
     {"kind": "cubin", "arch": 90}, {"kind": "cubin", "arch": "sm_90", "lowered_names": [1]},
-    "DEEP",
+    "DEEP", "TRAILING", "NOT UTF-8",
 ])
 def test_descriptions_that_are_not_entries_are_misses(tmp_path, desc):
     """A checksummed file whose description is not one of nbjit's is rebuilt, never raised."""
@@ -348,6 +348,11 @@ def test_descriptions_that_are_not_entries_are_misses(tmp_path, desc):
     payload = b"abc"
     if desc == "DEEP":
         raw_desc = b"[" * 100_000 + b"]" * 100_000
+    elif desc == "TRAILING":  # a whole entry's description, and more after it
+        raw_desc = json.dumps({"key": KEY, "payload_bytes": len(payload), "kind": "cubin", "arch": "sm_90"}).encode() \
+            + b" {}"
+    elif desc == "NOT UTF-8":
+        raw_desc = b'{"key": "\xff"}'
     else:
         if isinstance(desc, dict) and "kind" in desc:
             desc = {"key": KEY, "payload_bytes": len(payload), **desc}

@@ -64,6 +64,7 @@ def _registry(ctx) -> "weakref.WeakValueDictionary":
 
 
 _LOAD_LOCK = threading.Lock()
+_DRIVER_STATE = _driver._STATE  # (whether this process is a forked child: read on every kernel look-up)
 
 
 def load(image: ImageLike, *, name: str | None = None, keep_debug: bool = False, lazy: bool = False) -> "Module":
@@ -336,12 +337,16 @@ class Module:
         return KernelNotFoundError(f"no kernel {name!r} in {self.name}; it has: {', '.join(close) or '(none)'}")
 
     def __getitem__(self, name: str) -> Kernel:
-        # a kernel already made, by its own name: no look-up beyond two dicts
+        # a kernel already made, asked for by its own name: two dict look-ups
         d = self.__dict__
-        st = d["_states"].get(name) if "_states" in d else None
-        if st is not None and d["_names"].get(name, name) == name and not _driver._STATE["forked"]:
-            return Kernel(self, st)
-        return self.get_kernel(name)
+        try:
+            st = d["_states"][name]
+        except (KeyError, TypeError):  # not made yet, not loaded yet, or not a name: the long way
+            return self.get_kernel(name)
+        names = d["_names"]
+        if (names and names.get(name, name) != name) or _DRIVER_STATE["forked"]:
+            return self.get_kernel(name)  # a name expression for another kernel; a forked child (its error)
+        return Kernel(self, st)
 
     def __getattr__(self, name: str) -> Kernel:
         if name in _LOADED_STATE and self.__dict__.get("_pending"):

@@ -45,9 +45,11 @@ class Arch:
         t = type(arch)
         if t is str or t is tuple:  # (an Arch is immutable: one per text, shared)
             try:
-                return _PARSED[arch, virtual]
-            except (KeyError, TypeError):  # not parsed yet; a tuple of something unhashable
-                pass
+                hit = _PARSED.get((arch, virtual))
+            except TypeError:  # a tuple of something unhashable
+                hit = None
+            if hit is not None:
+                return hit
         if isinstance(arch, tuple) and len(arch) == 2 and all(isinstance(x, int) for x in arch):
             a = cls(arch[0] * 10 + arch[1], "", bool(virtual))
         elif isinstance(arch, int) and not isinstance(arch, bool):

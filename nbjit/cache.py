@@ -2,7 +2,9 @@
 cubins by nvJitLink): an in-process layer over a directory of self-checking files.
 
 An entry is a file ``<key[:2]>/<key>.nbjit``: a fixed header (magic, format version, the
-length of a JSON description, a BLAKE2b-256 over description and payload), the description
+length of a JSON description, a BLAKE2b-256 over the description and the payload's own
+BLAKE2b-256, so that a hit hashes the payload once and hands its digest to the module
+registry), the description
 (kind, arch, lowered names, log, producer, key, and the facts nbjit read from the payload
 and its source, so that a hit need not read them again) and the payload. Anything that does not
 verify is a miss: it is rebuilt and replaced, with one warning. Files are written to a
@@ -14,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import json.encoder
 import os
 import re
 import secrets
@@ -37,7 +40,7 @@ from .image import content_digest, content_hash, read_regular_stat
 
 __all__ = ["Cache", "CacheEntry", "default_cache", "set_default_cache", "cache_key", "FORMAT_VERSION"]
 
-FORMAT_VERSION = 2  # 2: BLAKE2b-256 keys and checksums (1 had SHA-256)
+FORMAT_VERSION = 3  # 3: the checksum over the payload's digest; 2: BLAKE2b-256 keys and checksums (1: SHA-256)
 OTHER_FORMAT = "cache format"  # how a reason given for an entry of another format begins
 _MAGIC = b"NBJITC\x00\x01"
 _HEAD = struct.Struct("<8sII32s")  # magic, format version, description length, checksum
@@ -68,13 +71,33 @@ class CacheEntry:
     log: str = ""
     producer: str = ""
     facts: dict = field(default_factory=dict)  # JSON data: what nbjit read from the payload (see _facts)
+    # the payload's content_digest where a read computed it (checking the entry), else ""
+    payload_digest: str = field(default="", compare=False, repr=False)
 
 
-_KEY_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode  # made once: keys are on the warm path
+def _key_json():
+    """Canonical JSON (sorted keys, no spaces): json's C encoder made once, where this Python
+    has it (``JSONEncoder.encode`` makes it again on every call: ~12 us of a warm start)."""
+    enc = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is not None:
+        try:
+            c = make(None, enc.default, json.encoder.encode_basestring_ascii, None, ":", ",", True, False, True)
+        except TypeError:  # another Python's C encoder (a key that differs is a miss, never a wrong hit)
+            return enc.encode
+        return lambda obj: "".join(c(obj, 0))
+    return enc.encode
+
+
+_KEY_JSON = _key_json()
 # json's own scanner, called directly: a description is one JSON object with nothing around
 # it (json.dumps writes it so), and json.loads's Python layers cost a warm start ~15 us
 _SCAN = json.JSONDecoder().scan_once
-_checksum = content_hash  # an entry's check over its description and payload
+
+
+def _checksum(desc: bytes, payload_hash: bytes) -> bytes:
+    """An entry's check: over its description and its payload's ``content_hash``."""
+    return content_hash(desc + payload_hash)
 
 
 def cache_key(fields: dict) -> str:
@@ -467,15 +490,15 @@ def _encode(key: str, e: CacheEntry) -> bytes:
     if e.facts:
         d["facts"] = e.facts
     desc = json.dumps(d, sort_keys=True).encode()
-    digest = _checksum(desc + e.payload)
-    return _HEAD.pack(_MAGIC, FORMAT_VERSION, len(desc), digest) + desc + e.payload
+    check = _checksum(desc, content_hash(e.payload))
+    return _HEAD.pack(_MAGIC, FORMAT_VERSION, len(desc), check) + desc + e.payload
 
 
 def _decode(raw: bytes, key: str) -> tuple[CacheEntry | None, str]:
     """The entry in ``raw``, or None and why not: anything that does not verify is a miss."""
     if len(raw) < _HEAD.size:
         return None, "truncated header"
-    magic, version, dlen, digest = _HEAD.unpack_from(raw)
+    magic, version, dlen, check = _HEAD.unpack_from(raw)
     if magic != _MAGIC:
         return None, "wrong magic"
     if version != FORMAT_VERSION:
@@ -483,7 +506,8 @@ def _decode(raw: bytes, key: str) -> tuple[CacheEntry | None, str]:
     body = raw[_HEAD.size:]
     if dlen > len(body):
         return None, "truncated description"
-    if _checksum(body) != digest:
+    payload_hash = content_hash(body[dlen:])
+    if _checksum(body[:dlen], payload_hash) != check:
         return None, "checksum mismatch"
     try:
         text = body[:dlen].decode()
@@ -504,7 +528,7 @@ def _decode(raw: bytes, key: str) -> tuple[CacheEntry | None, str]:
     if not (isinstance(names, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in names.items())
             and isinstance(log, str) and isinstance(producer, str) and isinstance(facts, dict)):
         return None, "malformed description"
-    return CacheEntry(desc["kind"], desc["arch"], payload, names, log, producer, facts), ""
+    return CacheEntry(desc["kind"], desc["arch"], payload, names, log, producer, facts, payload_hash.hex()), ""
 
 
 # ------------------------------------------------------------------ the default instance

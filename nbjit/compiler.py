@@ -369,6 +369,8 @@ def compile_image(source: str, *, name: str | None = None, name_expressions: Ite
             decls, info, typed = _source_decls(source), None, {}
     img = Image(entry.payload, entry.kind, req.name, entry.arch, dict(entry.lowered_names), entry.log, decls, info,
                 typed)
+    if entry.payload_digest:  # hashed once already, checking the entry
+        img.__dict__["digest"] = entry.payload_digest
     if call is not None:
         cache.remember(call, img)
     return img

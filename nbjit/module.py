@@ -65,6 +65,7 @@ def _registry(ctx) -> "weakref.WeakValueDictionary":
 
 _LOAD_LOCK = threading.Lock()
 _DRIVER_STATE = _driver._STATE  # (whether this process is a forked child: read on every kernel look-up)
+_NO_STATES: dict = {}
 
 
 def load(image: ImageLike, *, name: str | None = None, keep_debug: bool = False, lazy: bool = False) -> "Module":
@@ -340,12 +341,12 @@ class Module:
         # a kernel already made, asked for by its own name: two dict look-ups
         d = self.__dict__
         try:
-            st = d["_states"][name]
-        except (KeyError, TypeError):  # not made yet, not loaded yet, or not a name: the long way
+            st = d.get("_states", _NO_STATES).get(name)
+        except TypeError:  # not a name
+            st = None
+        if st is None or (d["_names"] and d["_names"].get(name, name) != name) or _DRIVER_STATE["forked"]:
+            # not made yet, not loaded yet, a name expression for another kernel, a forked child
             return self.get_kernel(name)
-        names = d["_names"]
-        if (names and names.get(name, name) != name) or _DRIVER_STATE["forked"]:
-            return self.get_kernel(name)  # a name expression for another kernel; a forked child (its error)
         return Kernel(self, st)
 
     def __getattr__(self, name: str) -> Kernel:

@@ -16,6 +16,7 @@ import pytest
 import nbjit.compiler as C
 from nbjit import NbjitWarning, compile_image
 from nbjit.cache import FORMAT_VERSION, Cache, CacheEntry, _checksum, cache_key, default_cache
+from nbjit.image import content_digest, content_hash
 
 from conftest import DATA  # noqa: E402
 SRC = 'extern "C" __global__ void k(float* x, int n) { int i = threadIdx.x; if (i < n) x[i] = SCALE * i; }\n'
@@ -51,6 +52,33 @@ def test_hit_in_process_and_on_disk(tmp_path, counted):
     d = build(Cache(tmp_path))  # a fresh object: from disk
     assert len(counted) == 1 and d.data == a.data and d.lowered_names == a.lowered_names
     assert len(Cache(tmp_path).entries()) == 1
+
+
+def test_a_disk_hit_hands_on_the_payload_digest_it_checked(tmp_path, counted):
+    """Reading an entry hashes the payload once: its digest (what the module registry names
+    bytes by) comes with the entry, and is the payload's own."""
+    a = build(Cache(tmp_path))
+    assert "digest" not in a.__dict__  # made here: the digest is computed when asked for
+    b = build(Cache(tmp_path))
+    assert b.__dict__["digest"] == content_digest(b.data) == a.digest and len(counted) == 1
+    entry = Cache(tmp_path).read(Cache(tmp_path).entries()[0][0].stem)
+    assert entry.payload_digest == content_digest(entry.payload)
+
+
+@pytest.mark.parametrize("fields", [
+    {"source": "__global__ void k() {}\n\t\u00e9\u4e2d\U0001f600", "n": [1, -2, 3.5, 1e300, None, True, False],
+     "nested": {"z": [{"b": 1, "a": [2]}], "a": ""}},
+    {"options": [], "headers": [["h.cuh", "x\"y\\"]], "arch": "sm_90a", "big": 2 ** 70},
+])
+def test_keys_are_the_canonical_json_of_their_fields(fields):
+    """The key encoder (json's C encoder, made once) writes what json.dumps with sorted keys
+    and no spaces writes, so keys do not change with how they are encoded."""
+    from nbjit.cache import _KEY_JSON
+    want = json.dumps({"format": FORMAT_VERSION, **fields}, sort_keys=True, separators=(",", ":"))
+    assert _KEY_JSON({"format": FORMAT_VERSION, **fields}) == want
+    assert cache_key(fields) == content_digest(want.encode())
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        cache_key({"source": object()})
 
 
 @pytest.mark.parametrize("change", [
@@ -358,7 +386,8 @@ def test_descriptions_that_are_not_entries_are_misses(tmp_path, desc):
             desc = {"key": KEY, "payload_bytes": len(payload), **desc}
         raw_desc = json.dumps(desc).encode()
     body = raw_desc + payload
-    raw = struct.pack("<8sII32s", b"NBJITC\x00\x01", FORMAT_VERSION, len(raw_desc), _checksum(body))
+    raw = struct.pack("<8sII32s", b"NBJITC\x00\x01", FORMAT_VERSION, len(raw_desc),
+                      _checksum(raw_desc, content_hash(payload)))
     c = Cache(tmp_path)
     f = c.file(KEY)
     f.parent.mkdir(parents=True)

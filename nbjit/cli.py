@@ -342,7 +342,9 @@ def _compile(args) -> int:
     if args.cache_only and args.output is not None:
         raise _Usage("--cache-only writes no file: drop -o")
     if len(archs) > 1 and args.output is not None and not os.path.isdir(args.output):
-        raise _Usage(f"-o {args.output}: with several architectures -o names a directory (one file each)")
+        what = "a file" if os.path.exists(args.output) else "nothing"
+        raise _Usage(f"-o {args.output}: with several architectures -o names an existing directory (one file "
+                     f"each), and there is {what} at that path")
     raw = _read(args.file)
     _check_source(raw, args.file)
     source = raw.decode("utf-8")

@@ -330,13 +330,14 @@ def test_compile_several_architectures_prewarms_the_cache(tmp_path, monkeypatch)
     (["--arch", "sm_80,,sm_90"], "once each"),
     (["--arch", "sm_80,sm_80"], "once each"),
     (["--arch", "sm_80,bogus"], "not an architecture"),
-    (["--arch", "sm_80,sm_90", "-o", "x.cubin"], "names a directory"),
+    (["--arch", "sm_80,sm_90", "-o", "x.cubin"], "an existing directory (one file each), and there is nothing at"),
+    (["--arch", "sm_80,sm_90", "-o", "k.cu"], "and there is a file at that path"),
     (["--arch", "sm_90", "--cache-only", "-o", "x.cubin"], "drop -o"),
 ])
 def test_compile_arch_lists_that_make_no_sense(tmp_path, args, msg):
     src = tmp_path / "k.cu"
     src.write_text('extern "C" __global__ void k() {}\n')
-    r = nbjit("compile", str(src), *args)
+    r = nbjit("compile", str(src), *[str(tmp_path / a) if a.endswith((".cubin", ".cu")) else a for a in args])
     assert r.returncode == 2 and msg in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 

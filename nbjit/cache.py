@@ -503,20 +503,20 @@ def _decode(raw: bytes, key: str) -> tuple[CacheEntry | None, str]:
         return None, "wrong magic"
     if version != FORMAT_VERSION:
         return None, f"{OTHER_FORMAT} {version} (this nbjit's is {FORMAT_VERSION}): never read, it ages out"
-    body = raw[_HEAD.size:]
-    if dlen > len(body):
+    start = _HEAD.size + dlen  # where the payload starts (each part copied out once)
+    if start > len(raw):
         return None, "truncated description"
-    payload_hash = content_hash(body[dlen:])
-    if _checksum(body[:dlen], payload_hash) != check:
+    desc_bytes, payload = raw[_HEAD.size:start], raw[start:]
+    payload_hash = content_hash(payload)
+    if _checksum(desc_bytes, payload_hash) != check:
         return None, "checksum mismatch"
     try:
-        text = body[:dlen].decode()
+        text = desc_bytes.decode()
         desc, end = _SCAN(text, 0)
         if end != len(text):
             raise ValueError("more after the description")
     except (ValueError, RecursionError, StopIteration):
         return None, "unreadable description"
-    payload = body[dlen:]
     if not isinstance(desc, dict):
         return None, "the description is not a JSON object"
     if desc.get("key") != key or desc.get("payload_bytes") != len(payload):

@@ -11,6 +11,7 @@ The rule (CUDA's compatibility rules for SASS and PTX):
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Union
@@ -18,7 +19,6 @@ from typing import Union
 __all__ = ["Arch", "ArchLike"]
 
 _PATTERN = re.compile(r"(sm|compute)?_?(\d+)([af]?)")
-_PARSED: dict = {}  # (text or (major, minor), virtual) -> Arch: each parsed once per process
 
 
 @dataclass(frozen=True)
@@ -42,27 +42,12 @@ class Arch:
         ``virtual`` overrides what the text says (a bare number is real unless told)."""
         if isinstance(arch, Arch):
             return arch if virtual is None or arch.virtual == virtual else cls(arch.number, arch.variant, virtual)
-        t = type(arch)
-        if t is str or t is tuple:  # (an Arch is immutable: one per text, shared)
+        if type(arch) is str or type(arch) is tuple:  # (an Arch is immutable: one per text, shared)
             try:
-                hit = _PARSED.get((arch, virtual))
-            except TypeError:  # a tuple of something unhashable
-                hit = None
-            if hit is not None:
-                return hit
-        if isinstance(arch, tuple) and len(arch) == 2 and all(isinstance(x, int) for x in arch):
-            a = cls(arch[0] * 10 + arch[1], "", bool(virtual))
-        elif isinstance(arch, int) and not isinstance(arch, bool):
-            return cls(arch, "", bool(virtual))
-        else:
-            m = _PATTERN.fullmatch(str(arch).strip().lower()) if isinstance(arch, str) else None
-            if m is None:
-                raise ValueError(f"not an architecture: {arch!r} (expected e.g. 'sm_90', 'sm_90a', 'compute_90' or "
-                                 "(9, 0))")
-            a = cls(int(m.group(2)), m.group(3), m.group(1) == "compute" if virtual is None else virtual)
-        if (t is str or t is tuple) and len(_PARSED) < 1024:
-            _PARSED[arch, virtual] = a
-        return a
+                return _parse_text(arch, virtual)
+            except TypeError:  # a tuple of something unhashable: refused below
+                pass
+        return _parse(arch, virtual)
 
     @property
     def major(self) -> int:
@@ -96,3 +81,17 @@ class Arch:
 
 
 ArchLike = Union[Arch, str, int, "tuple[int, int]"]
+
+
+def _parse(arch, virtual: bool | None) -> Arch:
+    if isinstance(arch, tuple) and len(arch) == 2 and all(isinstance(x, int) for x in arch):
+        return Arch(arch[0] * 10 + arch[1], "", bool(virtual))
+    if isinstance(arch, int) and not isinstance(arch, bool):
+        return Arch(arch, "", bool(virtual))
+    m = _PATTERN.fullmatch(str(arch).strip().lower()) if isinstance(arch, str) else None
+    if m is None:
+        raise ValueError(f"not an architecture: {arch!r} (expected e.g. 'sm_90', 'sm_90a', 'compute_90' or (9, 0))")
+    return Arch(int(m.group(2)), m.group(3), m.group(1) == "compute" if virtual is None else virtual)
+
+
+_parse_text = functools.lru_cache(maxsize=1024)(_parse)  # texts and (major, minor) pairs: parsed once each

@@ -107,7 +107,7 @@ def _log(J, handle, *, error: bool) -> str:
 # ------------------------------------------------------------------ NVRTC
 
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"\n]+)[>"]', re.M)
-_FINGERPRINTS: list = []  # (library, fingerprint): computed once per process
+_FINGERPRINTS: dict = {}  # library -> fingerprint: computed once per process
 
 
 def _nvrtc():
@@ -193,9 +193,9 @@ def _toolchain_fingerprint(lib: str = "nvrtc") -> dict:
     in a site-packages directory (whose wheels cuda.bindings loads before any other copy),
     of each copy the system search could find too (CUDA_HOME/CUDA_PATH, LD_LIBRARY_PATH).
     Plus those variables. A new or changed install changes it."""
-    for done in _FINGERPRINTS:
-        if done[0] == lib:
-            return done[1]
+    fp = _FINGERPRINTS.get(lib)
+    if fp is not None:
+        return fp
     wheels = [(n, _copies([f"{n}/{sub}/lib" for sub in _WHEEL_LIB_DIRS[lib]], lib)) for n in _nvidia_dirs()]
     seen = [c for _, copies in wheels for c in copies]
     if not any(copies and _site_dir(n) for n, copies in wheels):
@@ -203,7 +203,7 @@ def _toolchain_fingerprint(lib: str = "nvrtc") -> dict:
                 for d in ("lib64", "lib")]
         seen += _copies(dirs + [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if d], lib)
     fp = {"libs": seen, "env": [os.environ.get(v, "") for v in ("CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH")]}
-    _FINGERPRINTS.append((lib, fp))
+    _FINGERPRINTS[lib] = fp
     return fp
 
 

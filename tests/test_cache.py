@@ -123,7 +123,7 @@ def test_include_file_contents_are_keyed(tmp_path, counted):
 def test_toolchain_and_format_are_keyed(tmp_path, counted, monkeypatch):
     c = Cache(tmp_path)
     build(c)
-    monkeypatch.setattr(C, "_FINGERPRINTS", [("nvrtc", {"libs": [["/other/libnvrtc.so.13", 1, 2]], "env": []})])
+    monkeypatch.setattr(C, "_FINGERPRINTS", {"nvrtc": {"libs": [["/other/libnvrtc.so.13", 1, 2]], "env": []}})
     build(c)
     assert len(counted) == 2
     monkeypatch.setattr("nbjit.cache.FORMAT_VERSION", FORMAT_VERSION + 1)

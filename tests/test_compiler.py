@@ -113,7 +113,7 @@ def test_toolchain_fingerprint_follows_the_library_that_loads(tmp_path, monkeypa
     from nbjit import compiler as C
 
     def fresh(lib="nvrtc"):
-        monkeypatch.setattr(C, "_FINGERPRINTS", [])
+        monkeypatch.setattr(C, "_FINGERPRINTS", {})
         C._nvidia_dirs.cache_clear()
         return C._toolchain_fingerprint(lib)
 

@@ -37,7 +37,8 @@ def stamp() -> str:
 
 def encode(obj: Any) -> Any:
     """``obj`` (the dataclasses above, tuples, dicts with string keys, str, int, float,
-    bool, None) as JSON data: an instance as ``[class name, *fields]``, a tuple as
+    bool, None) as JSON data: an instance as ``[class name, bit mask of the fields that
+    are records, *fields]``, a tuple as
     ``["", *items]`` (of tuples of plain values, ``["2", *rows]``); ``FactsError`` for
     anything else."""
     if obj is None or isinstance(obj, (str, bool, int, float)):
@@ -48,7 +49,10 @@ def encode(obj: Any) -> Any:
         return ["", *(encode(x) for x in obj)]
     name = type(obj).__name__
     if _CLASSES.get(name) is type(obj):
-        return [name, *(encode(getattr(obj, f)) for f in _FIELDS[name])]
+        fields = [encode(getattr(obj, f)) for f in _FIELDS[name]]
+        # which fields hold records (bit i: field i), so that decoding visits only those
+        nested = sum(1 << i for i, v in enumerate(fields) if type(v) in (list, dict))
+        return [name, nested, *fields]
     if isinstance(obj, dict) and all(isinstance(k, str) for k in obj):
         return {k: encode(v) for k, v in obj.items()}
     raise FactsError(f"cannot keep a {name} as facts")
@@ -72,11 +76,16 @@ def decode(data: Any) -> Any:
         tag = data[0]
         if tag == _PAIRS:
             return _plain_tuples(data[1:])
-        vals = [x if type(x) in _PLAIN else decode(x) for x in data[1:]]
         if not tag:
-            return tuple(vals)
+            return tuple([x if type(x) in _PLAIN else decode(x) for x in data[1:]])
         names = _FIELDS.get(tag)
-        if names is not None and len(vals) == len(names):
+        nested = data[1] if len(data) > 1 else None
+        if names is not None and len(data) == len(names) + 2 and type(nested) is int and 0 <= nested < 1 << len(names):
+            vals = data[2:]
+            while nested:  # only the fields the mask names are records
+                i = (nested & -nested).bit_length() - 1
+                vals[i] = decode(vals[i])
+                nested &= nested - 1
             obj = object.__new__(_CLASSES[tag])  # frozen dataclasses without checks in __init__:
             obj.__dict__.update(zip(names, vals))  # their fields set directly, as unpickling does
             return obj

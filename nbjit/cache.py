@@ -135,6 +135,7 @@ class Cache:
     @path.setter
     def path(self, value: str | os.PathLike | None) -> None:
         self._root = os.fspath(value) if value is not None else None
+        self._prefix = os.path.join(self._root, "") if self._root is not None else ""  # what entries' paths start with
         self._path = None
 
     def __repr__(self) -> str:
@@ -222,7 +223,7 @@ class Cache:
         """``file(key)`` as text (no Path made on a cache hit)."""
         if not isinstance(key, str) or not _KEY.fullmatch(key):
             raise NbjitCacheError(f"{key!r} is not a cache key (64 lower-case hex digits, as cache_key() makes)")
-        return None if self._root is None else os.path.join(self._root, key[:2], key + _SUFFIX)
+        return None if self._root is None else f"{self._prefix}{key[:2]}{os.sep}{key}{_SUFFIX}"
 
     def read(self, key: str, warn: bool = True) -> CacheEntry | None:
         """The entry on disk, or None (missing, or failing its checks: then warned, once
@@ -542,7 +543,7 @@ def _location_from_env() -> str | None:
         return None
     d = os.environ.get("NBJIT_CACHE_DIR")
     if d:
-        return os.path.expanduser(d)
+        return os.path.expanduser(d) if d.startswith("~") else d
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "nbjit")
 

@@ -32,6 +32,15 @@ def test_every_cubin_fixture_round_trips_through_json(path):
     assert hash(back.entries[0].directives) == hash(info.entries[0].directives) if info.entries else True
 
 
+def test_a_record_marks_the_fields_that_hold_records():
+    info = inspect_cubin((DATA / "nvcc/kernels_sm_90.cubin").read_bytes())
+    data = _facts.encode(info.entries[0])
+    fields = data[2:]
+    assert data[0] == "KernelInfo"
+    assert data[1] == sum(1 << i for i, v in enumerate(fields) if isinstance(v, (list, dict)))
+    assert data[1] and _facts.decode(data) == info.entries[0]
+
+
 def test_tuples_of_plain_tuples_round_trip_in_one_record():
     origin = (("layout", "cubin"), ("ctype", "source"), (), ("n", 1, None, 2.5, True))
     data = _facts.encode(origin)
@@ -46,7 +55,10 @@ def test_declarations_round_trip():
 
 
 @pytest.mark.parametrize("bad", [["NoSuchClass", 1], ["Param", 1, 2], {"x": object()}, ["", {1, 2}], 3j, [],
-                                 ["2", ["a", "b"], 1]])
+                                 ["2", ["a", "b"], 1],
+                                 # the mask of record fields: an int naming fields the class has
+                                 ["CParam", 16, "float", True, False, "y"], ["CParam", -1, "float", True, False, "y"],
+                                 ["CParam", True, "float", True, False, "y"], ["CParam", "float", True, False, "y"]])
 def test_what_is_not_a_facts_record_is_refused(bad):
     with pytest.raises((_facts.FactsError, TypeError)):
         _facts.decode(bad)

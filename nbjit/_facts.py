@@ -78,10 +78,10 @@ def decode(data: Any) -> Any:
             return _plain_tuples(data[1:])
         if not tag:
             return tuple([x if type(x) in _PLAIN else decode(x) for x in data[1:]])
-        names = _FIELDS.get(tag)
-        nested = data[1] if len(data) > 1 else None
-        if names is not None and len(data) == len(names) + 2 and type(nested) is int and 0 <= nested < 1 << len(names):
-            vals = data[2:]
+        names = _FIELDS.get(tag)  # [class, mask of the fields that hold records, *fields]
+        if names is not None and len(data) == len(names) + 2 and type(data[1]) is int and \
+                0 <= data[1] < 1 << len(names):
+            nested, vals = data[1], data[2:]
             while nested:  # only the fields the mask names are records
                 i = (nested & -nested).bit_length() - 1
                 vals[i] = decode(vals[i])

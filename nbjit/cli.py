@@ -39,9 +39,8 @@ def _write(path: str, data: bytes, source: str, in_place: bool, in_place_option:
     """Write ``data`` to ``path`` through a temporary file renamed into place; an output
     that is the input (also through a link) is refused unless ``in_place`` (the hint names
     ``--in-place`` where the command has it)."""
-    if not in_place and os.path.exists(path) and os.path.samefile(path, source):
-        hint = "pass --in-place to replace it, or choose another -o" if in_place_option else "choose another -o"
-        raise _Usage(f"{path} is the input file {source}: refusing to overwrite it ({hint})")
+    if not in_place:
+        _refuse_input(path, source, in_place_option)
     target = os.path.realpath(path) if in_place else path
     folder = os.path.dirname(os.path.abspath(target)) or "."
     try:
@@ -60,6 +59,13 @@ def _write(path: str, data: bytes, source: str, in_place: bool, in_place_option:
         except OSError:
             pass
         raise _Usage(f"cannot write {path}: {e.strerror}") from None
+
+
+def _refuse_input(path: str, source: str, in_place_option: bool = True) -> None:
+    """Refuse an output that is the input (also through a link)."""
+    if os.path.exists(path) and os.path.samefile(path, source):
+        hint = "pass --in-place to replace it, or choose another -o" if in_place_option else "choose another -o"
+        raise _Usage(f"{path} is the input file {source}: refusing to overwrite it ({hint})")
 
 
 def _umask() -> int:
@@ -345,6 +351,8 @@ def _compile(args) -> int:
         what = "a file" if os.path.exists(args.output) else "nothing"
         raise _Usage(f"-o {args.output}: with several architectures -o names an existing directory (one file "
                      f"each), and there is {what} at that path")
+    if len(archs) == 1 and args.output is not None:  # said before NVRTC runs, not after
+        _refuse_input(args.output, args.file, in_place_option=False)
     raw = _read(args.file)
     _check_source(raw, args.file)
     source = raw.decode("utf-8")

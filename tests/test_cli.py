@@ -168,6 +168,18 @@ def test_output_onto_the_input_is_refused(tmp_path):
     assert "--in-place" not in r.stderr  # compile has no such option to suggest
 
 
+def test_compile_refuses_output_onto_the_input_before_compiling(tmp_path, monkeypatch, capsys):
+    from nbjit import cli
+
+    def refuse(*a, **k):
+        raise AssertionError("compiled although the output is the input")
+    monkeypatch.setattr("nbjit.compiler.compile_image", refuse)
+    cu = tmp_path / "k.cu"
+    cu.write_text('extern "C" __global__ void k(int* p) { p[0] = 1; }\n')
+    assert cli.main(["compile", str(cu), "--arch", "sm_90", "-o", str(cu)]) == 2
+    assert "refusing to overwrite" in capsys.readouterr().err and "__global__" in cu.read_text()
+
+
 @pytest.mark.parametrize("content,msg", [
     (b"\xff\xfe\x00k", "not UTF-8 text"),
     ('extern "C" __global__ void k() {} // caf\xe9\n'.encode("latin-1"), "not UTF-8 text"),

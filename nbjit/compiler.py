@@ -457,6 +457,28 @@ def _key(req: CompileRequest) -> str:
     })
 
 
+def _nvrtc_arch(target: Arch, output: str, name: str, nvrtc: str) -> str:
+    """The -arch NVRTC compiles ``target`` for: ``target`` where this NVRTC knows it; for
+    output "auto" and a device it does not know (newer than it, say), PTX for the newest
+    architecture it knows below the device's, which the driver compiles for the device;
+    else an ``NbjitCompileError`` naming the architectures it knows."""
+    known = supported_archs()
+    if not known or target.number in known:
+        return str(target)
+    below = [k for k in known if k < target.number]
+    if output == "auto" and not target.virtual and not target.variant and below:
+        return f"compute_{max(below)}"
+    if not below:
+        why = "older than any it knows (an older CUDA's NVRTC may know it)"
+    elif target.variant:
+        why = f"'{target.variant}' code runs on that architecture{' family' * (target.variant == 'f')} only"
+    else:
+        why = ("PTX" if target.virtual or output == "ptx" else "a cubin") + " for exactly that architecture was " \
+            "asked for (output='auto' with a real architecture compiles PTX for the newest it knows below)"
+    known_text = ", ".join(f"sm_{k}" for k in known)
+    raise NbjitCompileError(f"{name}: {nvrtc} cannot compile for {target}: {why}. It compiles for {known_text}")
+
+
 def _run_nvrtc(req: CompileRequest):
     """Run NVRTC on a request: a CacheEntry (cubin or PTX), or CompileFailure."""
     source, name, exprs, headers, opts, arch, output = (req.source, req.name, req.expressions, dict(req.headers),
@@ -464,9 +486,7 @@ def _run_nvrtc(req: CompileRequest):
     N = _nvrtc()
     ok = N.nvrtcResult.NVRTC_SUCCESS
     major, minor = nvrtc_version()
-    target = Arch.parse(arch)
-    if output == "auto" and not target.virtual and target.number not in supported_archs():
-        arch = str(Arch(target.number, target.variant, True))  # no SASS from this NVRTC: PTX for the driver
+    arch = _nvrtc_arch(Arch.parse(arch), output, name, f"NVRTC {major}.{minor}")
     full = [f"-arch={arch}", *opts]
     err, prog = N.nvrtcCreateProgram(source.encode(), name.encode(), len(headers),
                                      [t.encode() for t in headers.values()], [k.encode() for k in headers])

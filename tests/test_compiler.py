@@ -146,3 +146,26 @@ def test_toolchain_fingerprint_follows_the_library_that_loads(tmp_path, monkeypa
         assert C._toolchain_fingerprint() is C._toolchain_fingerprint()  # once per process
     finally:
         C._nvidia_dirs.cache_clear()
+
+
+def test_architectures_nvrtc_does_not_know(tmp_path):
+    """A device newer than NVRTC gets PTX for the newest architecture NVRTC knows below it
+    (output "auto"); what cannot be compiled says which architectures can."""
+    from nbjit.compiler import supported_archs
+    known = supported_archs()
+    src = 'extern "C" __global__ void k(float* p) { p[0] = 1.0f; }'
+    newer, gap = max(known) + 7, next(k + 1 for k in known if k + 1 not in known and k + 1 < max(known))
+    for arch, below in ((f"sm_{newer}", max(known)), (f"sm_{gap}", max(k for k in known if k < gap))):
+        img = compile_image(src, arch=arch, cache=Cache(tmp_path))
+        assert (img.kind, img.arch) == ("ptx", f"compute_{below}")
+        assert inspect_ptx(img.data).arch == f"sm_{below}"
+    listed = ", ".join(f"sm_{k}" for k in known)
+    refused = ((f"sm_{newer}", "cubin", "a cubin for exactly"), (f"sm_{newer}", "ptx", "PTX for exactly"),
+               (f"compute_{newer}", "auto", "PTX for exactly"), (f"sm_{newer}a", "auto", "'a' code"),
+               (f"sm_{min(known) - 5}", "auto", "older than any"))
+    for arch, output, why in refused:
+        with pytest.raises(NbjitCompileError) as e:
+            compile_image(src, name="k.cu", arch=arch, output=output, cache=Cache(tmp_path))
+        assert "k.cu: NVRTC" in str(e.value) and f"cannot compile for {arch}: {why}" in str(e.value)
+        assert str(e.value).endswith(f"It compiles for {listed}")
+    assert len(list(tmp_path.glob("*/*.nbjit"))) == 2  # the two PTX; a refusal stores nothing

@@ -5,6 +5,9 @@ from numba import cuda
 
 import nbjit
 
+if not cuda.is_available():
+    raise SystemExit("graph_replay.py needs a CUDA GPU and driver (examples/inspect_kernels.py runs without one)")
+
 AXPY = r'''extern "C" __global__ void axpy(float* y, const float* x, float a, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = a * x[i] + y[i];

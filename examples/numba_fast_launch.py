@@ -7,6 +7,9 @@ from numba import cuda, types
 
 import nbjit
 
+if not cuda.is_available():
+    raise SystemExit("numba_fast_launch.py needs a CUDA GPU and driver (examples/inspect_kernels.py runs without one)")
+
 
 @cuda.jit
 def step(y, x, a):

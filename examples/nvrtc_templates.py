@@ -12,6 +12,9 @@ from numba import cuda
 
 import nbjit
 
+if not cuda.is_available():
+    raise SystemExit("nvrtc_templates.py needs a CUDA GPU and driver (examples/inspect_kernels.py runs without one)")
+
 SOURCE = r'''
 #include "ops.cuh"
 

@@ -13,6 +13,9 @@ from numba import cuda
 
 import nbjit
 
+if not cuda.is_available():
+    raise SystemExit("quickstart.py needs a CUDA GPU and driver (examples/inspect_kernels.py runs without one)")
+
 PTX = Path(__file__).resolve().parent.parent / "tests/data/nvcc/kernels_sm90.ptx"
 
 module = nbjit.load(PTX)

@@ -27,7 +27,8 @@ def main() -> int:
     rows, cols = (int(v) for v in sys.argv[1:3]) if len(sys.argv) >= 3 else (1000, 1000)
     from numba import cuda
     if not cuda.is_available():
-        print("tma_tiles: needs a CUDA GPU", file=sys.stderr)
+        print("tma_tiles.py needs a CUDA GPU and driver (examples/inspect_kernels.py runs without one)",
+              file=sys.stderr)
         return 1
     dev = cuda.get_current_device()
     if dev.compute_capability < (9, 0):

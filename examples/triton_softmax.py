@@ -10,6 +10,9 @@ from numba import cuda
 
 import nbjit
 
+if not cuda.is_available():
+    raise SystemExit("triton_softmax.py needs a CUDA GPU and driver (examples/inspect_kernels.py runs without one)")
+
 ENTRY = Path(__file__).resolve().parent.parent / "tests/data/triton/softmax_kernel"
 
 softmax = nbjit.load_triton(ENTRY)  # reads softmax_kernel.json beside the .cubin / .ptx

@@ -88,7 +88,9 @@ def current_context():
         _STATE["used"] = True
         return ctx
     except Exception as e:  # numba's CudaSupportError and driver errors: dozens of lines of text
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        # its first line, or two where the first only introduces the second ("Error at driver init:")
+        lines = [line.strip() for line in str(e).splitlines() if line.strip(": \t")]
+        first = " ".join(lines[:2] if lines and lines[0].endswith(":") else lines[:1]) or type(e).__name__
         raise NbjitLoadError(
             f"no usable CUDA GPU or driver ({first[:200]}): loading and launching need one; nbjit can still "
             "inspect, strip and compile (give compile an explicit arch=, e.g. 'sm_90')") from None

@@ -38,7 +38,11 @@ def _read(path: str) -> bytes:
 def _write(path: str, data: bytes, source: str, in_place: bool, in_place_option: bool = True) -> None:
     """Write ``data`` to ``path`` through a temporary file renamed into place; an output
     that is the input (also through a link) is refused unless ``in_place`` (the hint names
-    ``--in-place`` where the command has it)."""
+    ``--in-place`` where the command has it). ``-`` is standard output."""
+    if path == "-":
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+        return
     if not in_place:
         _refuse_input(path, source, in_place_option)
     target = os.path.realpath(path) if in_place else path
@@ -347,11 +351,14 @@ def _compile(args) -> int:
             raise _Usage(f"--arch {a!r}: {e}") from None
     if args.cache_only and args.output is not None:
         raise _Usage("--cache-only writes no file: drop -o")
+    if args.output == "-" and (len(archs) > 1 or not args.ptx and sys.stdout.isatty()):
+        raise _Usage("-o - writes one architecture's output to standard output" if len(archs) > 1 else
+                     "-o -: a cubin is binary, not for a terminal: redirect standard output, or add --ptx")
     if len(archs) > 1 and args.output is not None and not os.path.isdir(args.output):
         what = "a file" if os.path.exists(args.output) else "nothing"
         raise _Usage(f"-o {args.output}: with several architectures -o names an existing directory (one file "
                      f"each), and there is {what} at that path")
-    if len(archs) == 1 and args.output is not None:  # said before NVRTC runs, not after
+    if len(archs) == 1 and args.output not in (None, "-"):  # said before NVRTC runs, not after
         _refuse_input(args.output, args.file, in_place_option=False)
     raw = _read(args.file)
     _check_source(raw, args.file)
@@ -408,7 +415,8 @@ def _parser() -> argparse.ArgumentParser:
     i.set_defaults(func=_inspect)
     s = sub.add_parser("strip", help="remove debug information from PTX")
     s.add_argument("file")
-    s.add_argument("-o", "--output", help="where to write the stripped PTX (never the input, unless --in-place)")
+    s.add_argument("-o", "--output", help="where to write the stripped PTX (never the input, unless --in-place; "
+                   "- for standard output)")
     s.add_argument("--in-place", action="store_true", help="replace the input file")
     s.add_argument("--keep-lineinfo", action="store_true", help="keep .file/.loc line information")
     s.set_defaults(func=_strip)
@@ -424,7 +432,7 @@ def _parser() -> argparse.ArgumentParser:
     k.add_argument("--cache-only", action="store_true", help="fill the compile cache, write no file")
     k.add_argument("--ptx", action="store_true", help="write PTX instead of a cubin")
     k.add_argument("-o", "--output", help="output file (default: FILE's name with .cubin or .ptx, in the current "
-                   "directory; never the input)")
+                   "directory; never the input; - for standard output)")
     k.add_argument("-I", dest="include", action="append", default=[], metavar="DIR")
     k.add_argument("-D", dest="define", action="append", default=[], metavar="NAME=VALUE")
     k.add_argument("--expr", action="append", default=[], help="a name expression to instantiate")

@@ -194,7 +194,8 @@ def test_compile_says_what_a_file_is(tmp_path, content, msg):
 
 
 @pytest.mark.parametrize("args", [["inspect", str(DATA / "nvcc/kernels_G_sm90.ptx")],
-                                  ["inspect", "--json", str(DATA / "nvcc/kernels_G_sm90.ptx")]])
+                                  ["inspect", "--json", str(DATA / "nvcc/kernels_G_sm90.ptx")],
+                                  ["strip", str(DATA / "nvcc/kernels_G_sm90.ptx"), "-o", "-"]])
 def test_output_piped_to_head_exits_quietly(args):
     cmd = [EXE] if EXE else [sys.executable, "-m", "nbjit"]
     for _ in range(5):
@@ -202,7 +203,8 @@ def test_output_piped_to_head_exits_quietly(args):
         p.stdout.readline()
         p.stdout.close()  # what `| head -1` does
         err = p.stderr.read().decode()
-        assert p.wait(timeout=60) == 0 and err == "", err
+        said = f"{args[1]}: debug info dwarf -> - (37499 -> 19593 bytes)\n"  # strip's report (standard error)
+        assert p.wait(timeout=60) == 0 and err in ("", said), err
 
 
 def test_options_that_make_no_sense(tmp_path):
@@ -360,3 +362,32 @@ def test_inspect_shows_griddepcontrol():
     assert "griddepcontrol: wait (programmatic dependent launch by default)" in r.stdout
     j = json.loads(nbjit("inspect", "--json", str(DATA / "nvcc/pdl_sm90.ptx")).stdout)
     assert [e.get("griddepcontrol") for e in j["entries"]] == [["wait", "launch_dependents"], ["wait"], None]
+
+
+def test_output_to_standard_output(tmp_path):
+    """-o - writes to standard output (the messages stay on standard error), never a file named '-'."""
+    import os
+    from nbjit import strip_debug
+    cmd = [EXE] if EXE else [sys.executable, "-m", "nbjit"]
+    env = {**os.environ, "NBJIT_CACHE_DIR": str(tmp_path / "cache")}
+    run = lambda *a, **kw: subprocess.run([*cmd, *a], capture_output=True, env=env, cwd=tmp_path, timeout=120, **kw)
+    ptx = DATA / "nvcc/kernels_G_sm90.ptx"
+    r = run("strip", str(ptx), "-o", "-")
+    assert r.returncode == 0 and r.stdout == strip_debug(ptx.read_bytes()).encode() and b"-> -" in r.stderr
+    src = tmp_path / "k.cu"
+    src.write_text('extern "C" __global__ void k(float* p) { p[0] = 1.0f; }\n')
+    r = run("compile", str(src), "--arch", "sm_90", "--ptx", "-o", "-")
+    assert r.returncode == 0 and r.stdout.startswith(b"//") and b".target sm_90" in r.stdout
+    r = run("compile", str(src), "--arch", "sm_90", "-o", "-")  # a pipe, not a terminal: the cubin
+    assert r.returncode == 0 and r.stdout.startswith(b"\x7fELF") and b"cubin for sm_90" in r.stderr
+    r = run("compile", str(src), "--arch", "sm_80,sm_90", "-o", "-")
+    assert r.returncode == 2 and b"one architecture's output" in r.stderr and not r.stdout
+    leader, follower = os.openpty()  # a terminal: no binary there
+    try:
+        r = subprocess.run([*cmd, "compile", str(src), "--arch", "sm_90", "-o", "-"], stdout=follower,
+                           stderr=subprocess.PIPE, env=env, cwd=tmp_path, timeout=120)
+    finally:
+        os.close(follower)
+        os.close(leader)
+    assert r.returncode == 2 and b"a cubin is binary, not for a terminal" in r.stderr
+    assert not (tmp_path / "-").exists()

@@ -177,7 +177,8 @@ def sniff(data: bytes, name: str = "<image>") -> str:
     if _PTX_VERSION.search(sample):
         return "ptx"
     if re.search(rb"__global__|#include", sample):
-        raise ImageFormatError(f"{name}: CUDA C++ source, not compiled code: compile it with nbjit.compile()")
+        raise ImageFormatError(f"{name}: CUDA C++ source, not compiled code: compile it first "
+                               "(nbjit.compile(), or 'nbjit compile FILE --arch sm_XX')")
     if re.search(rb"^(?:target (?:triple|datalayout)|define |; ModuleID)", sample, re.M):
         raise ImageFormatError(f"{name}: LLVM IR text, which the driver cannot load: compile it to PTX first")
     raise ImageFormatError(f"{name}: not PTX (no '.version' directive), a cubin or a fatbin")

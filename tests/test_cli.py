@@ -70,6 +70,14 @@ def test_bad_input_one_line_exit_2(tmp_path, content):
     assert "bad.bin" in lines[0]
 
 
+def test_inspect_of_cuda_source_says_how_to_compile_it(tmp_path):
+    f = tmp_path / "k.cu"
+    f.write_text('extern "C" __global__ void k(float* p) { p[0] = 1.0f; }\n')
+    r = nbjit("inspect", str(f))
+    assert r.returncode == 2 and r.stderr == (f"nbjit inspect: error: {f}: CUDA C++ source, not compiled code: compile "
+                                              "it first (nbjit.compile(), or 'nbjit compile FILE --arch sm_XX')\n")
+
+
 def test_missing_file_exit_2(tmp_path):
     r = nbjit("inspect", str(tmp_path / "nope.ptx"))
     assert r.returncode == 2 and "cannot read" in r.stderr and "Traceback" not in r.stderr

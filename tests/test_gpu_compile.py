@@ -34,12 +34,15 @@ def test_compile_templates_and_launch_by_expression(cuda):
         m["fill<double>"]
 
 
-@pytest.mark.parametrize("arch", ["sm_90", "compute_90"])
+@pytest.mark.parametrize("arch", ["sm_90", "compute_90", "sm_85"])
 def test_sm90_cubin_and_compute90_ptx_both_run(cuda, arch):
+    """Also for an architecture NVRTC does not know (sm_85): PTX for the newest below it (compute_80), as
+    for a device newer than NVRTC, which the driver compiles for this one."""
     src = 'extern "C" __global__ void k(float* x, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; ' \
           'if (i < n) x[i] = 3.0f * i; }'
     img = nbjit.compile_image(src, name=f"k_{arch}.cu", arch=arch)
-    assert img.kind == ("cubin" if arch == "sm_90" else "ptx")
+    assert (img.kind, img.arch) == {"sm_90": ("cubin", "sm_90"), "compute_90": ("ptx", "compute_90"),
+                                    "sm_85": ("ptx", "compute_80")}[arch]
     import warnings
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", nbjit.NbjitWarning)  # newer NVRTC than driver: a route note

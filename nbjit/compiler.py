@@ -302,6 +302,46 @@ def _include_digest(texts, include_paths: list[str]) -> list:
     return sorted(seen.items())
 
 
+def one_or_many(value):
+    """A str given where a list of them goes (``options="-O3"``) as the one item it is."""
+    return (value,) if isinstance(value, str) else value
+
+
+def _text_items(values, what: str, *, paths: bool = False) -> list[str]:
+    """``values`` (str or paths; one of them alone is one item, an empty one none) as a list
+    of str; ``NbjitCompileError`` naming ``what`` and the item that is not one."""
+    if isinstance(values, str) or (paths and isinstance(values, os.PathLike)):
+        values = (values,)
+    kind = "path" if paths else "str"
+    try:
+        items = list(values)
+    except TypeError:
+        raise NbjitCompileError(f"{what} must be a list of {'paths' if paths else 'str'}, not "
+                                f"{type(values).__name__}") from None
+    out = []
+    for v in items:
+        if isinstance(v, os.PathLike):
+            v = os.fspath(v)
+        if not isinstance(v, str):
+            raise NbjitCompileError(f"{what}: {v!r} ({type(v).__name__}) is not a {kind}")
+        if v.strip():  # (an empty one is none, as NVRTC's options go)
+            out.append(v)
+    return out
+
+
+def _headers(headers) -> dict[str, str]:
+    """``headers`` checked: {include name: text}, both str."""
+    if headers is None:
+        return {}
+    if not isinstance(headers, Mapping):
+        raise NbjitCompileError(f"headers must be a dict {{include name: text}}, not {type(headers).__name__}")
+    for k, v in headers.items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise NbjitCompileError(f"headers: {k!r} -> {type(v).__name__}: both the include name and the header's "
+                                    "text must be str")
+    return dict(headers)
+
+
 def _arch_for(arch: str | None) -> str:
     """The target to compile for: ``arch`` checked, or the current device's SASS."""
     if arch is None:
@@ -329,6 +369,7 @@ def compile_image(source: str, *, name: str | None = None, name_expressions: Ite
     headers: {include name: text} for ``#include "name"`` without files on disk.
     include_paths: real directories to search.
     options: further NVRTC options (``-std=c++17``, ``-DN=4``, ``--use_fast_math`` ...).
+        ``options``, ``name_expressions`` and ``include_paths`` are lists; one str alone is one item.
     arch: ``"sm_90"``, ``"sm_90a"``, ``"compute_90"``; default: the current device's.
     output: ``"auto"`` (a cubin where this NVRTC can target the arch, else PTX), ``"cubin"``
         or ``"ptx"``.
@@ -336,10 +377,14 @@ def compile_image(source: str, *, name: str | None = None, name_expressions: Ite
 
     Raises
     ------
-    NbjitCompileError: NVRTC rejected the source (with its log, options and source name).
+    NbjitCompileError: NVRTC rejected the source (with its log, options and source name), an
+    architecture it cannot compile for, or an argument of the wrong kind (named).
     """
     if not isinstance(source, str):
         raise NbjitCompileError(f"source must be CUDA C++ text (str), not {type(source).__name__}")
+    if cache is not None and not isinstance(cache, Cache):
+        raise NbjitCompileError(f"cache must be an nbjit.Cache (or None for the default), not {type(cache).__name__}")
+    name_expressions, options = one_or_many(name_expressions), one_or_many(options)
     cache = cache or default_cache()
     # A repeated call is one look-up in the cache's first level. Not with include_paths,
     # whose files may change on disk between calls (the disk key sees that).
@@ -435,6 +480,11 @@ def _request(source: str, name: str | None, name_expressions, headers, include_p
     """The compile request, checked, with options normalised (no NVRTC needed)."""
     if output not in ("auto", "cubin", "ptx"):
         raise NbjitCompileError(f"output must be 'auto', 'cubin' or 'ptx', not {output!r}")
+    if name is not None and not isinstance(name, str):
+        raise NbjitCompileError(f"name must be the source's name (str), not {type(name).__name__}")
+    include_paths = _text_items(include_paths, "include_paths", paths=True)
+    options, name_expressions = _text_items(options, "options"), _text_items(name_expressions, "name_expressions")
+    headers = _headers(headers)
     a = _arch_for(arch)
     if output == "cubin" and a.startswith("compute_"):
         raise NbjitCompileError(f"a cubin needs a real architecture (sm_XX), not {a}")
@@ -442,8 +492,8 @@ def _request(source: str, name: str | None, name_expressions, headers, include_p
     ours = [f"--include-path={d}" for d in (cuda_include_dir(), cccl_include_dir()) if d]
     user_dirs = tuple(o.split("=", 1)[1] for o in opts if o.startswith("--include-path=") and o not in ours)
     opts += [o for o in ours if o not in opts]  # CUDA's headers, then CCCL's (<cub/...>, <cuda/std/...>)
-    return CompileRequest(source, name or "kernel.cu", tuple(str(e) for e in name_expressions),
-                          tuple(sorted(dict(headers or {}).items())), tuple(opts), user_dirs, a, output)
+    return CompileRequest(source, name or "kernel.cu", tuple(name_expressions), tuple(sorted(headers.items())),
+                          tuple(opts), user_dirs, a, output)
 
 
 def _key(req: CompileRequest) -> str:

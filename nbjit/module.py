@@ -16,7 +16,7 @@ from .args import parse_signature
 from .cdecl import demangle
 from .numba_abi import is_numba_name
 from .errors import KernelNotFoundError, NbjitArgumentError, NbjitLoadError, NbjitWarning
-from .compiler import compile_image, nvjitlink_version
+from .compiler import compile_image, nvjitlink_version, one_or_many
 from .cubin import CubinInfo
 from .image import Image, ImageLike, _sha256, as_image, inspect_image
 from .kernel import Kernel, _State, pending_kernel
@@ -518,6 +518,7 @@ def compile(source: str, *, name: str | None = None, name_expressions: Iterable[
     Numba context. Arguments as for ``nbjit.compile_image``; ``module["fill<float>"]``
     then finds a kernel by the name expression written. ``lazy=True`` (with an explicit
     ``arch`` where there is no GPU) loads on first use, as ``nbjit.load(..., lazy=True)``."""
+    name_expressions, options = one_or_many(name_expressions), one_or_many(options)
     remember = not include_paths and not lazy  # files on include paths may change between calls
     if remember and _COMPILED:  # (a process's first call finds nothing: it asks the driver nothing here)
         try:

@@ -84,6 +84,40 @@ def test_bad_arguments(tmp_path):
         compile_image(SRC, headers=HDR, name_expressions=["nothere<int>"], arch="sm_90", cache=Cache(tmp_path))
 
 
+def test_arguments_of_the_wrong_kind_are_named(tmp_path):
+    src = 'extern "C" __global__ void k() {}'
+    bad = [({"headers": ["a.h"]}, "headers must be a dict {include name: text}, not list"),
+           ({"headers": {"a.h": 5}}, "headers: 'a.h' -> int: both the include name and the header's text must be str"),
+           ({"include_paths": [123]}, "include_paths: 123 (int) is not a path"),
+           ({"options": [None]}, "options: None (NoneType) is not a str"),
+           ({"options": 5}, "options must be a list of str, not int"),
+           ({"name_expressions": [1]}, "name_expressions: 1 (int) is not a str"),
+           ({"name": 5}, "name must be the source's name (str), not int"),
+           ({"cache": str(tmp_path)}, "cache must be an nbjit.Cache (or None for the default), not str")]
+    for kwargs, msg in bad:
+        with pytest.raises(NbjitCompileError) as e:
+            compile_image(src, arch="sm_90", **{"cache": Cache(tmp_path), **kwargs})
+        assert str(e.value) == msg
+
+
+def test_one_str_where_a_list_goes_is_one_item(tmp_path):
+    """options="-DN=4", name_expressions="fill<float>", include_paths="dir" (or a Path): one
+    item each, the same compile (and cache entry) as the list of it."""
+    inc = tmp_path / "inc"
+    inc.mkdir()
+    (inc / "scale.cuh").write_text(HDR["scale.cuh"])
+    src = '#include "scale.cuh"\ntemplate <class T> __global__ void fill(T* p) { p[0] = scale<T>(T(1), N); }\n'
+    cache = Cache(tmp_path / "cache")
+    one = compile_image(src, options="-DN=4", name_expressions="fill<float>", include_paths=str(inc), arch="sm_90",
+                        cache=cache)
+    assert one.lowered_names == {"fill<float>": "_Z4fillIfEvPT_"}
+    for paths in ([str(inc)], inc, [inc]):
+        many = compile_image(src, options=["-DN=4"], name_expressions=["fill<float>"], include_paths=paths,
+                             arch="sm_90", cache=cache)
+        assert many.data == one.data and many.lowered_names == one.lowered_names
+    assert len(cache.entries()) == 1
+
+
 def test_option_normalisation(tmp_path):
     assert normalize_options(["-I", "inc", "-Dx=1", "--define-macro=y", "--std=c++17", "-use_fast_math",
                               "--generate-line-info", "  -G "]) == [

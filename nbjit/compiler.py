@@ -310,6 +310,8 @@ def one_or_many(value):
 def _text_items(values, what: str, *, paths: bool = False) -> list[str]:
     """``values`` (str or paths; one of them alone is one item, an empty one none) as a list
     of str; ``NbjitCompileError`` naming ``what`` and the item that is not one."""
+    if type(values) is tuple and not values:  # (the default)
+        return []
     if isinstance(values, str) or (paths and isinstance(values, os.PathLike)):
         values = (values,)
     kind = "path" if paths else "str"

@@ -113,9 +113,13 @@ class Cache:
     A directory that cannot be created or written is given up with one warning.
     """
 
-    def __init__(self, path: str | os.PathLike | None, *, max_bytes: int = DEFAULT_MAX_BYTES,
+    def __init__(self, path: str | os.PathLike | None, *, max_bytes: int | None = DEFAULT_MAX_BYTES,
                  lock_timeout: float = 300.0):
         self.path = path  # type: ignore[assignment]  # a Path (the setter), kept as text for the hot path
+        if max_bytes is not None and (type(max_bytes) is bool or not isinstance(max_bytes, int) or max_bytes < 0):
+            raise NbjitCacheError(f"max_bytes must be a byte count >= 0 (or None: no limit), not {max_bytes!r}")
+        if type(lock_timeout) is bool or not isinstance(lock_timeout, (int, float)) or not lock_timeout >= 0:
+            raise NbjitCacheError(f"lock_timeout must be seconds >= 0, not {lock_timeout!r}")
         self.max_bytes = max_bytes
         self.lock_timeout = lock_timeout  # seconds a process waits for another making the same entry
         self._mem: OrderedDict[str, CacheEntry] = OrderedDict()
@@ -134,6 +138,9 @@ class Cache:
 
     @path.setter
     def path(self, value: str | os.PathLike | None) -> None:
+        if value is not None and not isinstance(value, (str, os.PathLike)):
+            raise NbjitCacheError(f"a cache's path must be a directory (str or path) or None (memory only), not "
+                                  f"{type(value).__name__}")
         self._root = os.fspath(value) if value is not None else None
         self._prefix = os.path.join(self._root, "") if self._root is not None else ""  # what entries' paths start with
         self._path = None
@@ -571,8 +578,14 @@ def _limit_from_env() -> int:
     return limit
 
 
-def set_default_cache(cache: Cache | None) -> None:
-    """Replace the default cache (``None``: build it again from the environment)."""
+def set_default_cache(cache: "Cache | str | os.PathLike | None") -> None:
+    """Replace the default cache: a ``Cache``, or a directory for one (``None``: build it
+    again from the environment)."""
+    if isinstance(cache, (str, os.PathLike)):
+        cache = Cache(cache)
+    elif cache is not None and not isinstance(cache, Cache):
+        raise NbjitCacheError("set_default_cache takes an nbjit.Cache, a directory or None, not "
+                              f"{type(cache).__name__}")
     with _DEFAULT_LOCK:
         _DEFAULT.clear()
         if cache is not None:

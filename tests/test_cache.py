@@ -450,6 +450,34 @@ def test_limits_that_make_no_sense(tmp_path, monkeypatch):
     set_default_cache(None)
 
 
+@pytest.mark.parametrize("kwargs,msg", [
+    ({"path": 123}, "a cache's path must be a directory (str or path) or None (memory only), not int"),
+    ({"max_bytes": -1}, "max_bytes must be a byte count >= 0 (or None: no limit), not -1"),
+    ({"max_bytes": "1G"}, "max_bytes must be a byte count >= 0 (or None: no limit), not '1G'"),
+    ({"max_bytes": True}, "max_bytes must be a byte count >= 0 (or None: no limit), not True"),
+    ({"lock_timeout": -3}, "lock_timeout must be seconds >= 0, not -3"),
+    ({"lock_timeout": float("nan")}, "lock_timeout must be seconds >= 0, not nan")])
+def test_cache_settings_that_make_no_sense(tmp_path, kwargs, msg):
+    with pytest.raises(NbjitCacheError) as e:
+        Cache(**{"path": tmp_path, **kwargs})
+    assert str(e.value) == msg
+
+
+def test_set_default_cache_takes_a_cache_or_a_directory(tmp_path):
+    try:
+        set_default_cache(tmp_path / "d")
+        c = default_cache()
+        assert isinstance(c, Cache) and c.path == tmp_path / "d"
+        mine = Cache(tmp_path / "e")
+        set_default_cache(mine)
+        assert default_cache() is mine
+        with pytest.raises(NbjitCacheError, match="takes an nbjit.Cache, a directory or None, not int"):
+            set_default_cache(5)
+        assert default_cache() is mine  # a refused one changes nothing
+    finally:
+        set_default_cache(None)
+
+
 # ---------------------------------------------------------------- compile once, however many ask
 
 ONCE = textwrap.dedent(r'''

@@ -202,7 +202,11 @@ def as_image(obj: ImageLike, name: str | None = None) -> Image:
         raise ImageFormatError(f"{obj[:200]!r}: no such file, and not PTX text either")
     if isinstance(obj, (bytes, bytearray, memoryview)):
         return Image.from_bytes(bytes(obj), name or "<image>")
-    raise TypeError(f"an image is a path, bytes, PTX text or nbjit.Image, not {type(obj).__name__}")
+    raise _NotAnImage(f"an image is a path, bytes, PTX text or nbjit.Image, not {type(obj).__name__}")
+
+
+class _NotAnImage(ImageFormatError, TypeError):
+    """An object of a type no image comes in (an ImageFormatError, and a TypeError as Python's own are)."""
 
 
 def inspect_image(obj: ImageLike, name: str | None = None) -> "PtxInfo | CubinInfo | FatbinInfo":

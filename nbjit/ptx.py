@@ -9,6 +9,7 @@ whole-text regular expressions; Python-level work is per declaration, not per li
 from __future__ import annotations
 
 import difflib
+import os
 import re
 import sys
 from dataclasses import dataclass, field, replace
@@ -282,6 +283,9 @@ def _as_text(text: str | bytes, source: str | None) -> str:
             raise PtxParseError(f"not UTF-8 text (byte {e.start})", source=source) from None
     elif not isinstance(text, str):
         raise PtxParseError(f"PTX is text (str or bytes), not {type(text).__name__} (read the file first, or use "
+                            "nbjit.inspect_image(path))", source=source)
+    elif "\n" not in text and ".version" not in text and os.path.isfile(text):
+        raise PtxParseError(f"{text!r} is a file's path, not PTX text (read the file first, or use "
                             "nbjit.inspect_image(path))", source=source)
     return text.rstrip("\0")
 

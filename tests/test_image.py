@@ -72,6 +72,8 @@ def test_as_image_forms(tmp_path):
         as_image(str(tmp_path / "missing.ptx"))
     with pytest.raises(TypeError):
         as_image(42)
+    with pytest.raises(ImageFormatError, match="an image is a path, bytes, PTX text or nbjit.Image, not list"):
+        as_image([1, 2])
 
 
 def test_a_str_is_text_when_it_spans_lines_else_a_path(tmp_path, monkeypatch):

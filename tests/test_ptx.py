@@ -582,3 +582,13 @@ def test_a_section_inside_another_is_an_error():
     bad = body[:i] + "\t.section\t.debug_macinfo\t{\t}\n" + body[i:]
     with pytest.raises(PtxParseError, match=r"section \.debug_macinfo starts inside section \.debug_abbrev"):
         inspect_ptx(bad)
+
+
+def test_a_path_given_for_ptx_text_is_named_as_one():
+    import nbjit
+    path = str(DATA / "nvcc/kernels_sm90.ptx")
+    for f in (nbjit.inspect_ptx, nbjit.strip_debug):
+        with pytest.raises(PtxParseError, match="is a file's path, not PTX text \\(read the file first, or use "
+                                                "nbjit.inspect_image\\(path\\)\\)"):
+            f(path)
+    assert nbjit.inspect_image(path).entries  # the way that takes a path

@@ -25,16 +25,26 @@ def _cu():
     return driver
 
 
+# Errors after which "any further CUDA work will return the same error" (the driver's
+# documentation): a kernel faulted, and the process must start again to use CUDA.
+STICKY_ERRORS = frozenset({700, 702, 710, 714, 715, 716, 717, 718, 719})
+STICKY_HINT = ("a kernel launched earlier in this process faulted, and after that every CUDA call fails the same "
+               "way: start the process again (compute-sanitizer, or CUDA_LAUNCH_BLOCKING=1, finds the kernel)")
+
+
 def error_text(err) -> str:
-    """``"CUDA_ERROR_INVALID_VALUE (1): invalid argument"``."""
-    cu = _cu()
+    """``"CUDA_ERROR_INVALID_VALUE (1): invalid argument"``; for an error that leaves the
+    process unable to use CUDA, what happened and what to do."""
+    code = int(err)
     try:
-        err = cu.CUresult(int(err))
-        _, name = cu.cuGetErrorName(err)
-        _, text = cu.cuGetErrorString(err)
-        return f"{name.decode()} ({int(err)}): {text.decode()}"
+        cu = _cu()
+        e = cu.CUresult(code)
+        _, name = cu.cuGetErrorName(e)
+        _, text = cu.cuGetErrorString(e)
+        out = f"{name.decode()} ({code}): {text.decode()}"
     except Exception:  # an unknown code must not hide the failure being reported
-        return f"CUDA error {int(err)}"
+        out = f"CUDA error {code}"
+    return f"{out} ({STICKY_HINT})" if code in STICKY_ERRORS else out
 
 
 def check(res, what: str, exc: type[NbjitError] = NbjitError):
@@ -272,20 +282,32 @@ def unload_module(handle) -> None:
         pass
 
 
+_NOT_FOUND = 500  # CUDA_ERROR_NOT_FOUND
+
+
 def get_function(module_handle, name: str):
+    """The kernel ``name`` of a loaded module, or None where it has none."""
     check_not_forked()
-    cu = _cu()
-    res = cu.cuModuleGetFunction(module_handle, name.encode())
+    res = _cu().cuModuleGetFunction(module_handle, name.encode())
     if res[0] != 0:
-        return None
+        return _not_found(res[0], f"kernel {name!r}")
     return res[1]
 
 
 def get_global(module_handle, name: str) -> tuple[int, int] | None:
+    """(address, size) of the device variable ``name`` of a loaded module, or None."""
     res = _cu().cuModuleGetGlobal(module_handle, name.encode())
     if res[0] != 0:
-        return None
+        return _not_found(res[0], f"global {name!r}")
     return int(res[1]), int(res[2])
+
+
+def _not_found(err, what: str) -> None:
+    """None where the driver did not find ``what``; NbjitLoadError for any other failure
+    (a context an earlier kernel broke, say), which "not found" would misname."""
+    if int(err) != _NOT_FOUND:
+        raise NbjitLoadError(f"looking up {what} failed: {error_text(err)}")
+    return None
 
 
 def function_attributes(func) -> dict:

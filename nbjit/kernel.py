@@ -521,7 +521,7 @@ class _Config:
         return self._s.packer.pack(args + (0,) * self.tail if self.tail else args)
 
     def error(self, err) -> NbjitLaunchError:
-        why = _driver.FORK_MESSAGE if _driver.forked() else _driver.error_text(err)
+        why = _driver.FORK_MESSAGE if _driver.forked() else _driver.error_text(err) + self._shape_problem(err)
         e = NbjitLaunchError(
             f"launch of kernel {self._s.name!r} failed (grid {self.grid}, block {self.block}, "
             f"{self.shared} bytes dynamic shared memory): {why}")
@@ -530,6 +530,27 @@ class _Config:
 
     def _raise(self, err) -> None:
         raise self.error(err)
+
+    def _shape_problem(self, err) -> str:
+        """For an invalid-value refusal, the limit of CUDA's the grid or block passes, if one
+        does (asked of the driver only now, on the way to an error)."""
+        if int(err) != 1:  # CUDA_ERROR_INVALID_VALUE
+            return ""
+        (gx, gy, gz), (bx, by, bz) = self.grid, self.block
+        threads = bx * by * bz
+        try:
+            most = _driver.function_attributes(self._s.func)["max_threads_per_block"]
+        except Exception:  # no answer: the other limits may still tell
+            most = 1024
+        if threads > most:
+            return f": a block of {threads} threads, and this kernel runs at most {most} per block"
+        for axis, v, limit in (("x", bx, 1024), ("y", by, 1024), ("z", bz, 64)):
+            if v > limit:
+                return f": block {axis} is {v}, and CUDA allows at most {limit}"
+        for axis, v, limit in (("x", gx, 2 ** 31 - 1), ("y", gy, 65535), ("z", gz, 65535)):
+            if v > limit:
+                return f": grid {axis} is {v}, and CUDA allows at most {limit}"
+        return ""
 
 
 class _PyLauncher(_Config):

@@ -417,3 +417,47 @@ def test_the_current_context_from_c_is_the_bindings(cuda):
     if os.environ.get("NBJIT_PURE_PYTHON", "") in ("", "0"):
         from nbjit import _launch
         assert _driver._CTX_GETTER[0] is _launch.current_context
+
+
+FAULT = r'''
+import numpy as np, nbjit
+from numba import cuda
+m = nbjit.compile('extern "C" __global__ void poke(float* p) { p[0] = 1.0f; }\n'
+                  'extern "C" __global__ void other(float* p) { }')
+m["poke"][1, 1](None)  # NULL: the kernel faults on the device
+try:
+    cuda.synchronize()
+except Exception as e:
+    print(f"sync|{type(e).__name__}")
+for what, f in (("lookup", lambda: m["other"]), ("launch", lambda: m["poke"][1, 1](None))):
+    try:
+        f()
+        print(f"{what}|ok")
+    except nbjit.NbjitError as e:
+        print(f"{what}|{type(e).__name__} " + str(e).replace("\n", " "))
+'''
+
+
+def test_after_a_kernel_faulted_errors_say_so(cuda):
+    """A kernel that faults breaks the context for good (a sticky error): what fails after it
+    says that, not "no kernel 'other'" (a look-up the broken context refused)."""
+    r = subprocess.run([sys.executable, "-c", FAULT], capture_output=True, text=True, timeout=120)
+    lines = dict(line.split("|", 1) for line in r.stdout.splitlines() if "|" in line)
+    assert {"sync", "lookup", "launch"} <= set(lines), r.stdout + r.stderr
+    hint = nbjit._driver.STICKY_HINT
+    assert lines["lookup"].startswith("NbjitLoadError looking up kernel 'other' failed: CUDA_ERROR_ILLEGAL_ADDRESS")
+    assert lines["lookup"].endswith(f"({hint})")
+    assert lines["launch"].startswith("NbjitLaunchError ") and lines["launch"].endswith(f"({hint})")
+
+
+def test_launch_shapes_past_cuda_limits_are_named(cuda, kernels):
+    k = kernels["k_basic"]
+    y = cuda.device_array(4, np.float32)
+    with pytest.raises(NbjitLaunchError) as e:
+        k[1, 2048](y, y, 1.0, 4)
+    assert str(e.value).endswith("invalid argument: a block of 2048 threads, and this kernel runs at most "
+                                 f"{k.attributes.max_threads_per_block} per block")
+    with pytest.raises(NbjitLaunchError, match="grid y is 70000, and CUDA allows at most 65535$"):
+        k[(1, 70000), 32](y, y, 1.0, 4)
+    k[1, 4](y, y, 1.0, 4)  # the refusals left the context usable
+    cuda.synchronize()

@@ -105,3 +105,23 @@ def test_c_entry_points_are_named():
     _launch = pytest.importorskip("nbjit._launch")
     with pytest.raises(ValueError, match="no entry point called cuNothing"):
         _launch.set_entry_point("cuNothing", 0)
+
+
+@pytest.mark.parametrize("grid,block,most,said", [
+    ((4, 1, 1), (2048, 1, 1), 1024, ": a block of 2048 threads, and this kernel runs at most 1024 per block"),
+    ((4, 1, 1), (512, 1, 1), 256, ": a block of 512 threads, and this kernel runs at most 256 per block"),
+    ((4, 1, 1), (1, 1, 128), 1024, ": block z is 128, and CUDA allows at most 64"),
+    ((4, 70000, 1), (32, 1, 1), 1024, ": grid y is 70000, and CUDA allows at most 65535"),
+    ((4, 1, 1), (32, 1, 1), 1024, "")])
+def test_an_invalid_launch_shape_is_named(monkeypatch, grid, block, most, said):
+    """A launch the driver refuses as an invalid value says which limit the shape passes (the
+    kernel's own thread limit asked of the driver only then)."""
+    monkeypatch.setattr(_driver, "function_attributes", lambda f: {"max_threads_per_block": most})
+    monkeypatch.setattr(_driver, "error_text", lambda err: f"E{int(err)}")
+    cfg = object.__new__(K._PyLauncher)
+    cfg.grid, cfg.block, cfg.shared, cfg._s = grid, block, 0, types.SimpleNamespace(name="k", func=None)
+    e = cfg.error(1)
+    head = f"launch of kernel 'k' failed (grid {grid}, block {block}, 0 bytes dynamic shared memory)"
+    assert str(e) == f"{head}: E1{said}"
+    assert e.code == 1
+    assert str(cfg.error(700)).endswith("memory): E700")  # another error: no shapes looked at

@@ -819,11 +819,33 @@ typedef struct {
 
 static PyObject *str_configure = NULL;
 
+/* Whether a value in a config key is a float, bool or complex: equal to an int (4.0 == 4,
+ * True == 1) and hashed as it is, so it would find that int's cached configuration, where
+ * configuring it afresh refuses it. */
+static int not_an_int(PyObject *v) {
+    return PyFloat_Check(v) || PyBool_Check(v) || PyComplex_Check(v);
+}
+
+static int inexact_key(PyObject *key) {
+    if (!PyTuple_Check(key)) return not_an_int(key);
+    Py_ssize_t n = PyTuple_Size(key);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = PyTuple_GetItem(key, i); /* borrowed */
+        if (not_an_int(v)) return 1;
+        if (PyTuple_Check(v)) {
+            Py_ssize_t m = PyTuple_Size(v);
+            for (Py_ssize_t j = 0; j < m; j++)
+                if (not_an_int(PyTuple_GetItem(v, j))) return 1;
+        }
+    }
+    return 0;
+}
+
 static PyObject *kernelbase_subscript(PyObject *op, PyObject *key) {
     KernelBase *self = (KernelBase *)op;
     if (self->configs != NULL && PyDict_Check(self->configs)) {
         PyObject *hit = PyDict_GetItemWithError(self->configs, key); /* borrowed */
-        if (hit != NULL) {
+        if (hit != NULL && !inexact_key(key)) {
             Py_INCREF(hit);
             return hit;
         }

@@ -188,9 +188,18 @@ class _PyIndexing:
 
     def __getitem__(self, config):
         try:
-            return self._configs[config]
+            hit = self._configs[config]
         except (KeyError, TypeError):  # TypeError: an unhashable config (lists)
             return self._configure_cached(config)
+        return self._configure_cached(config) if _inexact(config) else hit
+
+
+def _inexact(config) -> bool:
+    """Whether a config holds a float, bool or complex (equal to an int, 4.0 == 4, so it finds
+    that int's cached configuration, where configuring it afresh refuses it)."""
+    parts = config if isinstance(config, tuple) else (config,)
+    return any(isinstance(v, (float, bool, complex)) or
+               (isinstance(v, tuple) and any(isinstance(x, (float, bool, complex)) for x in v)) for v in parts)
 
 
 def _indexing_base() -> type:

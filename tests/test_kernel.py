@@ -125,3 +125,30 @@ def test_an_invalid_launch_shape_is_named(monkeypatch, grid, block, most, said):
     assert str(e) == f"{head}: E1{said}"
     assert e.code == 1
     assert str(cfg.error(700)).endswith("memory): E700")  # another error: no shapes looked at
+
+
+@pytest.mark.parametrize("pure", [False, True])
+def test_a_cached_configuration_answers_only_exact_ints(pure):
+    """kernel[4.0, 256] equals kernel[4, 256] as a dict key (4.0 == 4, True == 1): once (4, 256)
+    is configured it must still be refused, as it is before, not find (4, 256)'s launcher."""
+    base = K._PyIndexing if pure else K._indexing_base()
+    made = []
+
+    class Indexed(base):
+        __slots__ = ()
+
+        def _configure_cached(self, config):
+            made.append(config)
+            if K._inexact(config):
+                raise NbjitLaunchError(f"refused {config!r}")
+            self._configs[config] = ("launcher", config)
+            return self._configs[config]
+
+    k = object.__new__(Indexed)
+    k._configs = {}
+    assert k[4, 256] == ("launcher", (4, 256)) and k[4, 256] is k[4, 256] and made == [(4, 256)]
+    k[1, 256], k[(4, 1), 256]
+    for bad in [(4.0, 256), (4, 256.0), (True, 256), ((4, 1.0), 256), (4 + 0j, 256)]:
+        assert bad in k._configs  # the trap: an equal key is cached
+        with pytest.raises(NbjitLaunchError, match="refused"):
+            k[bad]

@@ -106,6 +106,15 @@ def current_context():
             "inspect, strip and compile (give compile an explicit arch=, e.g. 'sm_90')") from None
 
 
+def make_current(device: int) -> None:
+    """Make Numba's context of ``device`` current in this thread, as Numba's own first call
+    in a thread does (its primary context, pushed)."""
+    check_not_forked()
+    from numba import cuda
+    cuda.current_context(device)
+    _STATE["used"] = True
+
+
 def context_cc(ctx) -> tuple[int, int]:
     """The compute capability of a Numba context's device, e.g. (9, 0)."""
     return tuple(ctx.device.compute_capability)  # type: ignore[return-value]

@@ -19,7 +19,8 @@
  *              chain ends in an int-like object} for device arrays (Numba, CuPy, torch, ...)
  *   numbers    dict {type: kind + size} for numpy scalar types: "f4", "i8", "u2", ...
  *   fallback   fallback(args) -> bytes of the whole buffer, or raises (the precise rules)
- *   on_error   on_error(CUresult) raises the launch error
+ *   on_error   on_error(CUresult) raises the launch error, or returns True where the launch
+ *              may go again (once): it made a context current in a thread that had none
  *   param_offsets  (optional) where each kernel parameter starts, where arguments and
  *              parameters are not one to one (Numba kernels); default: the layout's offsets
  * Anything the fast rules do not take exactly goes to `fallback`, so both paths always agree.
@@ -739,16 +740,22 @@ static PyObject *launcher_call(PyObject *op, PyObject *args, PyObject *kwds) {
         for (i = 0; i < self->nparams; i++) ptrs[i] = buf + self->param_offsets[i];
     else
         for (i = 0; i < self->n; i++) ptrs[i] = buf + self->offsets[i];
-    r = launch_any(self->func, self->dims, self->stream, self->nparams ? ptrs : NULL, self->attrs, self->nattrs);
-    if (r != 0) {
+    /* on a failure, on_error raises, or returns True once it has put right what failed (a
+     * thread with no current context): then the launch goes again, once */
+    for (int attempt = 0;; attempt++) {
+        r = launch_any(self->func, self->dims, self->stream, self->nparams ? ptrs : NULL, self->attrs,
+                       self->nattrs);
+        if (r == 0) break;
         PyObject *code = PyLong_FromLong(r);
-        if (code) {
-            PyObject *x = PyObject_CallFunctionObjArgs(self->on_error, code, NULL); /* raises */
-            Py_DECREF(code);
-            Py_XDECREF(x);
+        if (code == NULL) goto done;
+        PyObject *x = PyObject_CallFunctionObjArgs(self->on_error, code, NULL);
+        Py_DECREF(code);
+        int again = x == Py_True && attempt == 0;
+        Py_XDECREF(x);
+        if (!again) {
             if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "kernel launch failed");
+            goto done;
         }
-        goto done;
     }
     Py_INCREF(Py_None);
     result = Py_None;

@@ -426,7 +426,8 @@ class Kernel(_indexing_base()):  # type: ignore[misc]
             launcher = configs.get(key)
         except TypeError:  # a list for a grid, say: configured anew each time
             launcher = None
-        if launcher is None:
+        if launcher is None or type(cooperative) is not bool or _inexact((grid, block, shared_mem, cluster)):
+            # (a launcher for equal values of other types, 4.0 == 4, is not for these: they are checked)
             launcher = self._launcher(LaunchConfig.make(grid, block, stream, shared_mem, cluster, cooperative, pdl,
                                                         kernel=self.name))
             keep_launcher(configs, key, launcher)
@@ -537,8 +538,18 @@ class _Config:
         e.code = int(err)  # the CUresult, as numba's CudaAPIError has it (a capture reads it)
         return e
 
-    def _raise(self, err) -> None:
+    def _raise(self, err) -> bool:
+        """The C launcher's report of a failed launch: True where it may launch again (see
+        ``_recover``), else the error raised."""
+        if self._recover(err):
+            return True
         raise self.error(err)
+
+    def _recover(self, err) -> bool:
+        """Whether a launch that failed for want of a context in this thread (one that made
+        no CUDA call before) can go again: the kernel's context made current, as Numba's
+        first call in a thread makes one current."""
+        return int(err) == _INVALID_CONTEXT and _adopt_context(self._s)
 
     def _shape_problem(self, err) -> str:
         """For an invalid-value refusal, the limit of CUDA's the grid or block passes, if one
@@ -580,6 +591,8 @@ class _PyLauncher(_Config):
                 return other(*args, *(0,) * self.tail)
         buf = self._packed(args)
         err = self._launch(*self._cfg, buf.address)
+        if err and self._recover(err):
+            err = self._launch(*self._cfg, buf.address)
         if err:
             raise self.error(err)
 
@@ -604,7 +617,10 @@ class _ExtendedLauncher(_PyLauncher):
     path = "python (cuLaunchKernelEx)"
 
     def __call__(self, *args) -> None:
-        err = self.launch_at(self._packed(args).address)
+        address = self._packed(args).address
+        err = self.launch_at(address)
+        if err and self._recover(err):
+            err = self.launch_at(address)
         if err:
             raise self.error(err)
 
@@ -687,6 +703,8 @@ class BoundLaunch:
     def __call__(self) -> None:
         """Launch again with the packed arguments."""
         err = self._launch(*self._cfg, self._address)
+        if err and self.launcher._recover(err):
+            err = self._launch(*self._cfg, self._address)
         if err:
             raise self.launcher.error(err)
 
@@ -697,10 +715,23 @@ def _on_current_device(launcher: _Config):
     """With several GPUs, launching under another device than the kernel's: the same
     kernel of the module's copy in the current context (loaded on first use)."""
     s = launcher._s
-    if _driver.current_context_key() == s.ctx_key:
+    key = _driver.current_context_key()
+    if key == s.ctx_key or (key == 0 and _adopt_context(s)):  # (no device chosen in this thread: the kernel's)
         return None
     twin = launcher.kernel.module.on_current_device()[s.name]
     return twin[launcher.grid, launcher.block, launcher._stream_obj, launcher.shared]
+
+
+_INVALID_CONTEXT = 201  # CUDA_ERROR_INVALID_CONTEXT: what a launch in a thread with no context gets
+
+
+def _adopt_context(s: _State) -> bool:
+    """In a thread with no current CUDA context, make the kernel's context current; True
+    where that is now the current one."""
+    if _driver.current_context_key() != 0:
+        return False
+    _driver.make_current(s.device)
+    return _driver.current_context_key() == s.ctx_key
 
 
 def _check_devices(launcher: _Config, args: tuple) -> None:

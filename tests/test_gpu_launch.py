@@ -461,3 +461,56 @@ def test_launch_shapes_past_cuda_limits_are_named(cuda, kernels):
         k[(1, 70000), 32](y, y, 1.0, 4)
     k[1, 4](y, y, 1.0, 4)  # the refusals left the context usable
     cuda.synchronize()
+
+
+FRESH_THREAD = r'''
+import sys, threading, numpy as np, nbjit
+from numba import cuda
+k = nbjit.load(sys.argv[1])["k_basic"]  # y = a*x + y
+n = 1000
+x = cuda.to_device(np.arange(n, dtype=np.float32))
+ways = {"index": lambda y: k[4, 256](y, x, np.float32(1), n),
+        "bind": lambda y: k.bind(4, 256, y, x, np.float32(1), n)(),
+        "launch": lambda y: k.launch(4, 256, y, x, np.float32(1), n, pdl=True),
+        "twice": lambda y: (k[4, 256](y, x, np.float32(1), n), k[4, 256](y, x, np.float32(1), n))}
+ys = {w: cuda.to_device(np.zeros(n, np.float32)) for w in ways}
+said = {}
+def run(w):  # a thread that has made no CUDA call: no context is current in it
+    try:
+        ways[w](ys[w])
+        cuda.synchronize()
+        said[w] = "ok"
+    except Exception as e:
+        said[w] = repr(e)
+for w in ways:
+    t = threading.Thread(target=run, args=(w,))
+    t.start()
+    t.join()
+for w in ways:
+    right = np.allclose(ys[w].copy_to_host(), (2 if w == "twice" else 1) * np.arange(n))
+    print(f"{w}|{said[w]}|{right}")
+'''
+
+
+@pytest.mark.parametrize("pure", [False, True], ids=["c", "python"])
+def test_a_thread_that_made_no_cuda_call_launches(cuda, pure):
+    """As with Numba's kernels, a thread needs no CUDA call of its own before launching: the
+    kernel's context is made current there (the launch failed with CUDA_ERROR_INVALID_CONTEXT)."""
+    import os
+    env = {**os.environ, "NBJIT_PURE_PYTHON": "1" if pure else "0"}
+    r = subprocess.run([sys.executable, "-c", FRESH_THREAD, str(DATA / "nvcc/kernels_sm90.ptx")], env=env,
+                       capture_output=True, text=True, timeout=120)
+    rows = [line.split("|") for line in r.stdout.splitlines() if line.count("|") == 2]
+    assert rows == [[w, "ok", "True"] for w in ("index", "bind", "launch", "twice")], r.stdout + r.stderr
+
+
+def test_launch_keywords_refuse_floats_after_the_ints(cuda, kernels):
+    """kernel.launch(4.0, ...) after kernel.launch(4, ...): refused as on its own (the cached
+    launcher of the equal ints is not taken)."""
+    k = kernels["k_basic"]
+    y = cuda.device_array(4, np.float32)
+    k.launch(1, 4, y, y, 1.0, 4)
+    for grid, block, kw in ((1.0, 4, {}), (1, 4.0, {}), (True, 4, {}), (1, 4, {"cooperative": 0})):
+        with pytest.raises(NbjitLaunchError):
+            k.launch(grid, block, y, y, 1.0, 4, **kw)
+    cuda.synchronize()

@@ -338,10 +338,12 @@ class Kernel(_indexing_base()):  # type: ignore[misc]
     def max_active_blocks_per_sm(self, block: int | tuple, dynamic_shared: int = 0) -> int:
         """How many blocks of this size can be resident on one SM at once."""
         threads = LaunchConfig.make(1, block, kernel=self.name).threads
+        _adopt_context(self._s)  # (the occupancy queries need a current context)
         return _driver.max_active_blocks(self._s.func, threads, dynamic_shared)
 
     def suggested_block_size(self, dynamic_shared: int = 0) -> tuple[int, int]:
         """(minimum grid size for full occupancy, block size) from the occupancy calculator."""
+        _adopt_context(self._s)
         return _driver.potential_block_size(self._s.func, dynamic_shared)
 
     def __repr__(self) -> str:

@@ -472,7 +472,10 @@ x = cuda.to_device(np.arange(n, dtype=np.float32))
 ways = {"index": lambda y: k[4, 256](y, x, np.float32(1), n),
         "bind": lambda y: k.bind(4, 256, y, x, np.float32(1), n)(),
         "launch": lambda y: k.launch(4, 256, y, x, np.float32(1), n, pdl=True),
-        "twice": lambda y: (k[4, 256](y, x, np.float32(1), n), k[4, 256](y, x, np.float32(1), n))}
+        "twice": lambda y: (k[4, 256](y, x, np.float32(1), n), k[4, 256](y, x, np.float32(1), n)),
+        "cooperative": lambda y: k.launch(4, 256, y, x, np.float32(1), n, cooperative=True),
+        "occupancy": lambda y: k.max_active_blocks_per_sm(256) > 0 and k.suggested_block_size()[1] > 0
+                               and k[4, 256](y, x, np.float32(1), n)}
 ys = {w: cuda.to_device(np.zeros(n, np.float32)) for w in ways}
 said = {}
 def run(w):  # a thread that has made no CUDA call: no context is current in it
@@ -501,7 +504,8 @@ def test_a_thread_that_made_no_cuda_call_launches(cuda, pure):
     r = subprocess.run([sys.executable, "-c", FRESH_THREAD, str(DATA / "nvcc/kernels_sm90.ptx")], env=env,
                        capture_output=True, text=True, timeout=120)
     rows = [line.split("|") for line in r.stdout.splitlines() if line.count("|") == 2]
-    assert rows == [[w, "ok", "True"] for w in ("index", "bind", "launch", "twice")], r.stdout + r.stderr
+    ways = ("index", "bind", "launch", "twice", "cooperative", "occupancy")
+    assert rows == [[w, "ok", "True"] for w in ways], r.stdout + r.stderr
 
 
 def test_launch_keywords_refuse_floats_after_the_ints(cuda, kernels):

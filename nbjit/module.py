@@ -518,13 +518,18 @@ def compile(source: str, *, name: str | None = None, name_expressions: Iterable[
     Numba context. Arguments as for ``nbjit.compile_image``; ``module["fill<float>"]``
     then finds a kernel by the name expression written. ``lazy=True`` (with an explicit
     ``arch`` where there is no GPU) loads on first use, as ``nbjit.load(..., lazy=True)``."""
-    name_expressions, options = one_or_many(name_expressions), one_or_many(options)
+    exprs, opts = name_expressions, options
+    if type(exprs) is not tuple or type(opts) is not tuple:  # (the defaults are: nothing to do)
+        exprs, opts = one_or_many(exprs), one_or_many(opts)  # a str is one item
+        try:
+            exprs, opts = tuple(exprs), tuple(opts)
+        except TypeError:  # not a list at all: compile_image says so
+            pass
     remember = not include_paths and not lazy  # files on include paths may change between calls
     if remember and _COMPILED:  # (a process's first call finds nothing: it asks the driver nothing here)
         try:
-            ref = _COMPILED.get((source, name, tuple(name_expressions),
-                                 tuple(sorted(headers.items())) if headers else (), tuple(options), arch, output,
-                                 keep_debug, _driver.current_context_key()))
+            ref = _COMPILED.get((source, name, exprs, tuple(sorted(headers.items())) if headers else (), opts, arch,
+                                 output, keep_debug, _driver.current_context_key()))
         except Exception:  # unhashable arguments, or no driver: the long way (which says what is wrong)
             ref = None
         mod = ref() if ref is not None else None
@@ -535,12 +540,12 @@ def compile(source: str, *, name: str | None = None, name_expressions: Iterable[
         ctx = _driver.current_context()
         if arch is None:  # the device of the context the module loads into
             target = str(Arch.parse(_driver.context_cc(ctx)))
-    img = compile_image(source, name=name, name_expressions=name_expressions, headers=headers,
-                        include_paths=include_paths, options=options, arch=target, output=output, cache=cache)
+    img = compile_image(source, name=name, name_expressions=exprs, headers=headers, include_paths=include_paths,
+                        options=opts, arch=target, output=output, cache=cache)
     mod = Module._pending(img, keep_debug) if lazy else _load_into(img, ctx, keep_debug)
     if remember:
-        call = (source, name, tuple(name_expressions), tuple(sorted(headers.items())) if headers else (),
-                tuple(options), arch, output, keep_debug, mod._ctx_key)
+        call = (source, name, exprs, tuple(sorted(headers.items())) if headers else (), opts, arch, output,
+                keep_debug, mod._ctx_key)
         with _LOAD_LOCK:
             if len(_COMPILED) >= 1024:  # drop the calls whose modules are gone
                 for k in [k for k, r in _COMPILED.items() if r() is None]:

@@ -116,6 +116,10 @@ def test_one_str_where_a_list_goes_is_one_item(tmp_path):
                              arch="sm_90", cache=cache)
         assert many.data == one.data and many.lowered_names == one.lowered_names
     assert len(cache.entries()) == 1
+    mod = nbjit.compile(src, options="-DN=4", name_expressions="fill<float>", arch="sm_90", lazy=True,
+                        include_paths=inc, cache=cache)  # the module route: the same entry
+    assert mod.image.data == one.data and mod.image.lowered_names == {"fill<float>": "_Z4fillIfEvPT_"}
+    assert len(cache.entries()) == 1
 
 
 def test_option_normalisation(tmp_path):

@@ -393,6 +393,8 @@ class _Rule:
         nitems = 1
         for n in shape:
             nitems *= n
+        if type(v) not in _EXTRACTORS:  # how the C path gets the address: known from now on
+            device_pointer(v)
         key = getattr(v, "dtype", None)
         if key is not None and len(self.accepted) < 8 and not any(x is key for x in self.accepted):
             try:

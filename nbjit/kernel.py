@@ -67,12 +67,13 @@ class _State:
     """Per (module, kernel name): the function handle and everything derived from the
     signature. Holds no reference back to the module (no cycles: unloading stays prompt)."""
 
-    def __init__(self, name: str, func, info: KernelInfo, ctx_key: int, device: int):
+    def __init__(self, name: str, func, info: KernelInfo, ctx_key: int, device: int, label: str | None = None):
         self.name = name
+        self.label = label or name  # what messages call it (a @cuda.jit kernel's Python name)
         self.func = func
         self.info = info
         self.sig = info.signature
-        self.packer = ArgPacker(info.signature, name)
+        self.packer = ArgPacker(info.signature, self.label)
         self.n = self.packer.n
         self.layout = tuple((p.offset, *r.code) for p, r in zip(info.params, self.packer.rules))
         # the kernel's own parameters where they are not the arguments (Numba kernels)
@@ -296,7 +297,7 @@ class Kernel(_indexing_base()):  # type: ignore[misc]
     @pdl.setter
     def pdl(self, value: bool) -> None:
         if not isinstance(value, bool):
-            raise NbjitLaunchError(f"kernel {self.name!r}: pdl must be True or False, got {value!r}")
+            raise NbjitLaunchError(f"kernel {self._s.label!r}: pdl must be True or False, got {value!r}")
         self._set_pdl(value, chosen=True)
 
     def _set_pdl(self, value: bool, chosen: bool) -> None:
@@ -322,7 +323,7 @@ class Kernel(_indexing_base()):  # type: ignore[misc]
         if cc >= (9, 0):
             return True
         if requested:
-            raise NbjitLaunchError(f"kernel {self.name!r}: programmatic dependent launch (pdl=True) needs a device "
+            raise NbjitLaunchError(f"kernel {self._s.label!r}: programmatic dependent launch (pdl=True) needs a device "
                                    f"of compute capability 9.0 or newer; device {self._s.device} is "
                                    f"{cc[0]}.{cc[1]}")
         return False
@@ -337,7 +338,7 @@ class Kernel(_indexing_base()):  # type: ignore[misc]
 
     def max_active_blocks_per_sm(self, block: int | tuple, dynamic_shared: int = 0) -> int:
         """How many blocks of this size can be resident on one SM at once."""
-        threads = LaunchConfig.make(1, block, kernel=self.name).threads
+        threads = LaunchConfig.make(1, block, kernel=self._s.label).threads
         _adopt_context(self._s)  # (the occupancy queries need a current context)
         return _driver.max_active_blocks(self._s.func, threads, dynamic_shared)
 
@@ -360,8 +361,8 @@ class Kernel(_indexing_base()):  # type: ignore[misc]
 
     def _configure(self, config) -> "_Config":
         if not isinstance(config, tuple) or not 2 <= len(config) <= 4:
-            raise NbjitLaunchError(f"kernel {self.name!r}: launch as kernel[grid, block], kernel[grid, block, stream] "
-                                   f"or kernel[grid, block, stream, shared_bytes], got [{config!r}]")
+            raise NbjitLaunchError(f"kernel {self._s.label!r}: launch as kernel[grid, block], kernel[grid, block, "
+                                   f"stream] or kernel[grid, block, stream, shared_bytes], got [{config!r}]")
         stream = config[2] if len(config) > 2 else None
         shared = config[3] if len(config) > 3 else 0
         return self._config(config[0], config[1], stream, shared)
@@ -370,7 +371,7 @@ class Kernel(_indexing_base()):  # type: ignore[misc]
                 pdl: bool | None = None) -> "_Config":
         """A configured launcher for a launch without cooperative or cluster attributes (see
         ``_launcher``); programmatic dependent as ``_pdl`` decides."""
-        cfg = LaunchConfig.make(grid, block, stream, shared, pdl=self._pdl(pdl), kernel=self.name)
+        cfg = LaunchConfig.make(grid, block, stream, shared, pdl=self._pdl(pdl), kernel=self._s.label)
         return self._launcher(cfg, tail, count_error)
 
     def _launcher(self, cfg: LaunchConfig, tail: int = 0, count_error=None) -> "_Config":
@@ -381,13 +382,13 @@ class Kernel(_indexing_base()):  # type: ignore[misc]
         self._shared(cfg.shared)
         shape = cfg.cluster or self._s.info.directives.cluster
         if shape and any(g % c for g, c in zip(cfg.grid, shape)):
-            raise NbjitLaunchError(f"kernel {self.name!r}: grid {cfg.grid} is not a multiple of its cluster "
+            raise NbjitLaunchError(f"kernel {self._s.label!r}: grid {cfg.grid} is not a multiple of its cluster "
                                    f"shape {tuple(shape)}")
         if cfg.cooperative:
             per_sm = self.max_active_blocks_per_sm(cfg.block, cfg.shared)
             most = per_sm * _driver.device_info(self._s.device).sm_count
             if cfg.blocks > most:
-                raise NbjitLaunchError(f"kernel {self.name!r}: a cooperative launch of {cfg.blocks} blocks exceeds "
+                raise NbjitLaunchError(f"kernel {self._s.label!r}: a cooperative launch of {cfg.blocks} blocks exceeds "
                                        f"the {most} that can be resident at once ({per_sm} per SM)")
         kind = _launcher_type()
         if cfg.extended and not (kind is _CLauncher and _driver.backend().extended):
@@ -403,7 +404,7 @@ class Kernel(_indexing_base()):  # type: ignore[misc]
         static = self.attributes.shared
         if static + nbytes > dev.max_shared_optin:
             raise NbjitLaunchError(
-                f"kernel {self.name!r}: {nbytes} bytes of dynamic shared memory plus {static} static exceed the "
+                f"kernel {self._s.label!r}: {nbytes} bytes of dynamic shared memory plus {static} static exceed the "
                 f"{dev.max_shared_optin} bytes a block can have on this device")
         if static + nbytes > dev.max_shared_default:
             with s.lock:
@@ -420,7 +421,7 @@ class Kernel(_indexing_base()):  # type: ignore[misc]
         ``pdl=True`` / ``False`` for a programmatic dependent launch or not (default: the
         kernel's ``pdl``)."""
         if pdl is not None and not isinstance(pdl, bool):
-            raise NbjitLaunchError(f"kernel {self.name!r}: pdl must be True, False or None, got {pdl!r}")
+            raise NbjitLaunchError(f"kernel {self._s.label!r}: pdl must be True, False or None, got {pdl!r}")
         pdl = self._pdl(pdl)
         configs = self._s.configs
         key = (_LAUNCH, grid, block, stream, shared_mem, cooperative, cluster, pdl)
@@ -431,7 +432,7 @@ class Kernel(_indexing_base()):  # type: ignore[misc]
         if launcher is None or type(cooperative) is not bool or _inexact((grid, block, shared_mem, cluster)):
             # (a launcher for equal values of other types, 4.0 == 4, is not for these: they are checked)
             launcher = self._launcher(LaunchConfig.make(grid, block, stream, shared_mem, cluster, cooperative, pdl,
-                                                        kernel=self.name))
+                                                        kernel=self._s.label))
             keep_launcher(configs, key, launcher)
         launcher(*args)
 
@@ -535,7 +536,7 @@ class _Config:
     def error(self, err) -> NbjitLaunchError:
         why = _driver.FORK_MESSAGE if _driver.forked() else _driver.error_text(err) + self._shape_problem(err)
         e = NbjitLaunchError(
-            f"launch of kernel {self._s.name!r} failed (grid {self.grid}, block {self.block}, "
+            f"launch of kernel {self._s.label!r} failed (grid {self.grid}, block {self.block}, "
             f"{self.shared} bytes dynamic shared memory): {why}")
         e.code = int(err)  # the CUresult, as numba's CudaAPIError has it (a capture reads it)
         return e
@@ -751,5 +752,5 @@ def _check_devices(launcher: _Config, args: tuple) -> None:
             continue
         dev = _driver.context_device(ctx)
         if dev is not None and dev != s.device:
-            raise NbjitArgumentError(f"kernel {s.name!r}, parameter {i}: the array lives on device {dev}, the "
+            raise NbjitArgumentError(f"kernel {s.label!r}, parameter {i}: the array lives on device {dev}, the "
                                      f"kernel on device {s.device}")

@@ -330,7 +330,7 @@ class Module:
         driver_params = _driver.param_info(func)
         if driver_params is not None:
             _verify(image, driver_params, self.name)
-        return _State(real, func, info, self._ctx_key, self.device)
+        return _State(real, func, info, self._ctx_key, self.device, numba_abi.readable_name(real))
 
     def _missing(self, name: str) -> KernelNotFoundError:
         names = list(self.kernels) + [k for k in self._lowered() if k not in self.kernels]

@@ -70,6 +70,17 @@ def is_numba_name(name: str) -> bool:
     return name.startswith("_ZN") and _ABI_TAG.search(name) is not None
 
 
+def readable_name(name: str) -> str:
+    """A Numba kernel's Python name from its mangled one (``__main__.axpy``), for messages;
+    the mangled name where it cannot be read."""
+    try:
+        from itanium_demangler import parse
+        text = re.sub(r"\[abi:[^\]]*\]", "", str(parse(name).name))
+    except Exception:  # not a name the demangler reads
+        return name
+    return text.replace("::", ".").replace("_3clocals_3e", "<locals>") or name  # (Numba's escape of '<locals>')
+
+
 def _dtype_of(node) -> np.dtype | None:
     """The numpy dtype of a C builtin (by cdecl's table) or of a Numba type name."""
     text = str(node)

@@ -60,8 +60,9 @@ def test_1d_c_arrays_and_scalars(cuda):
         cfg(*args)
     cuda.synchronize()
     assert cfg.path == expected_path() and cfg.fallbacks == 0
-    with pytest.raises(NbjitArgumentError, match="float64 array was passed"):
+    with pytest.raises(NbjitArgumentError, match="float64 array was passed") as e:
         cfg(cuda.device_array(n, np.float64), args[1], 1.0, n)
+    assert str(e.value).startswith(f"kernel '{axpy.__module__}.{axpy.__qualname__}'"), str(e.value)[:200]
     with pytest.raises(NbjitArgumentError, match="host numpy array"):
         cfg(np.zeros(n, np.float32), args[1], 1.0, n)
 

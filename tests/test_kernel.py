@@ -119,7 +119,7 @@ def test_an_invalid_launch_shape_is_named(monkeypatch, grid, block, most, said):
     monkeypatch.setattr(_driver, "function_attributes", lambda f: {"max_threads_per_block": most})
     monkeypatch.setattr(_driver, "error_text", lambda err: f"E{int(err)}")
     cfg = object.__new__(K._PyLauncher)
-    cfg.grid, cfg.block, cfg.shared, cfg._s = grid, block, 0, types.SimpleNamespace(name="k", func=None)
+    cfg.grid, cfg.block, cfg.shared, cfg._s = grid, block, 0, types.SimpleNamespace(name="k", label="k", func=None)
     e = cfg.error(1)
     head = f"launch of kernel 'k' failed (grid {grid}, block {block}, 0 bytes dynamic shared memory)"
     assert str(e) == f"{head}: E1{said}"

@@ -126,6 +126,21 @@ def test_packing_by_hand():
     assert struct.unpack_from("<ff", raw, info.params[2].offset) == (1.5, -2.0)
 
 
+def test_the_precise_rules_teach_the_c_path_the_array_type():
+    """The C launcher finds an array's address by its type in the extractor table; packing a
+    Numba-kernel array by the precise rules must put its type there (else a process that
+    launches only @cuda.jit kernels through nbjit never left the Python rules)."""
+    from nbjit.args import _EXTRACTORS
+
+    class OtherDevArray(DevArray):
+        pass
+
+    _, p = packer_for((types.float32[::1],))
+    assert OtherDevArray not in _EXTRACTORS
+    p.pack((OtherDevArray(0x40, (4,), "f4"),))
+    assert _EXTRACTORS[OtherDevArray](OtherDevArray(0x80, (4,), "f4")) == 0x80
+
+
 @pytest.mark.parametrize("arg,msg", [
     (np.zeros(4, np.float32), "host numpy array: Numba copies"),
     (DevArray(0x10, (4,), "f8"), "float64 array was passed; the parameter is array(float32, 1d, C)"),
@@ -227,3 +242,15 @@ def test_a_numba_cubin_is_typed_by_its_name_too():
     info = signature(e.name, e, from_mangled(e.name), "numba mangled name")
     assert [p.type for p in info.params] == ["numba_array", "numba_array", "s32"]
     assert len(info.launch_offsets) == 7 + 9 + 1
+
+
+def test_messages_call_a_numba_kernel_by_its_python_name():
+    from conftest import DATA
+    from nbjit.numba_abi import readable_name
+    real = next(e.name for e in inspect_ptx((DATA / "numba/axpy_plain.ptx").read_text()).entries)
+    assert real.startswith("_ZN13numba_kernels4axpyB2v1") and readable_name(real) == "numba_kernels.axpy"
+    assert readable_name("not_a_mangled_name") == "not_a_mangled_name"
+    from numba.core import itanium_mangler
+    local = itanium_mangler.mangle("pkg.mod.test_x.<locals>.axpy", [types.float32[::1], types.float32],
+                                   abi_tags=("v1",))
+    assert readable_name(local) == "pkg.mod.test_x.<locals>.axpy"

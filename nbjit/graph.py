@@ -71,6 +71,7 @@ class Capture:
         self.nodes = 0
         self.instantiations = 0
         self._finalizer = None
+        self._closed = False
 
     # ------------------------------------------------------------ capturing
     def __enter__(self) -> "Capture":
@@ -97,6 +98,7 @@ class Capture:
         """Make ``graph`` this capture's graph: update the instantiated one in place where
         the driver can, else instantiate it."""
         old_graph = self._graph
+        self._closed = False  # (captured again after close())
         if self._exec is not None:
             done, _why = _driver.exec_update(self._exec, graph)
             if not done:
@@ -118,7 +120,7 @@ class Capture:
     def launch(self, stream: Any = None) -> None:
         """Replay the graph on ``stream`` (default: the captured one)."""
         if self._exec is None:
-            raise NbjitGraphError("nothing captured yet: use the capture as `with nbjit.capture(stream) as g:`")
+            raise self._nothing("use the capture as `with nbjit.capture(stream) as g:`")
         from .kernel import stream_handle
         err = _driver.graph_launch(self._exec, self._handle if stream is None else stream_handle(stream))
         if err:
@@ -132,14 +134,20 @@ class Capture:
         shape: other kernels, more nodes), it is instantiated anew (``instantiations``
         counts). Use as ``with g.update(): ...``."""
         if self._exec is None:
-            raise NbjitGraphError("nothing captured yet: capture first")
+            raise self._nothing("capture first")
         return self
+
+    def _nothing(self, what_to_do: str) -> NbjitGraphError:
+        if self._closed:
+            return NbjitGraphError("this capture was closed (its graph is freed): capture the work again")
+        return NbjitGraphError(f"nothing captured yet: {what_to_do}")
 
     def close(self) -> None:
         """Free the graph now (replays are refused afterwards)."""
         if self._finalizer is not None:
             self._finalizer()
         self._graph = self._exec = None
+        self._closed = True
 
     def __repr__(self) -> str:
         state = f"{self.nodes} nodes" if self._exec is not None else "not captured"

@@ -175,5 +175,5 @@ def test_update_with_new_arguments_in_place(cuda, parts):
     assert g.instantiations == 2 and g.nodes == 1
     np.testing.assert_allclose(y2.copy_to_host(), 7.0)
     g.close()
-    with pytest.raises(NbjitGraphError, match="nothing captured"):
+    with pytest.raises(NbjitGraphError, match="this capture was closed"):
         g.launch()

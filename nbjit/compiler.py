@@ -7,6 +7,7 @@ import functools
 import itertools
 import os
 import re
+import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -303,8 +304,20 @@ def _include_digest(texts, include_paths: list[str]) -> list:
 
 
 def one_or_many(value):
-    """A str given where a list of them goes (``options="-O3"``) as the one item it is."""
+    """A str given where a list of them goes (``name_expressions="fill<float>"``) as the
+    one item it is."""
     return (value,) if isinstance(value, str) else value
+
+
+def option_list(options):
+    """Options given as one str (``"-std=c++17 -DN=4"``) split as a shell splits a command
+    line; a list as it is."""
+    if not isinstance(options, str):
+        return options
+    try:
+        return tuple(shlex.split(options))
+    except ValueError as e:  # an unclosed quote
+        raise NbjitCompileError(f"options {options!r}: {e}") from None
 
 
 def _text_items(values, what: str, *, paths: bool = False) -> list[str]:
@@ -371,7 +384,8 @@ def compile_image(source: str, *, name: str | None = None, name_expressions: Ite
     headers: {include name: text} for ``#include "name"`` without files on disk.
     include_paths: real directories to search.
     options: further NVRTC options (``-std=c++17``, ``-DN=4``, ``--use_fast_math`` ...).
-        ``options``, ``name_expressions`` and ``include_paths`` are lists; one str alone is one item.
+        ``options``, ``name_expressions`` and ``include_paths`` are lists; one str alone is one item
+        (options in one str are split as a shell splits them).
     arch: ``"sm_90"``, ``"sm_90a"``, ``"compute_90"``; default: the current device's.
     output: ``"auto"`` (a cubin where this NVRTC can target the arch, else PTX), ``"cubin"``
         or ``"ptx"``.
@@ -386,7 +400,7 @@ def compile_image(source: str, *, name: str | None = None, name_expressions: Ite
         raise NbjitCompileError(f"source must be CUDA C++ text (str), not {type(source).__name__}")
     if cache is not None and not isinstance(cache, Cache):
         raise NbjitCompileError(f"cache must be an nbjit.Cache (or None for the default), not {type(cache).__name__}")
-    name_expressions, options = one_or_many(name_expressions), one_or_many(options)
+    name_expressions, options = one_or_many(name_expressions), option_list(options)
     cache = cache or default_cache()
     # A repeated call is one look-up in the cache's first level. Not with include_paths,
     # whose files may change on disk between calls (the disk key sees that).

@@ -16,7 +16,7 @@ from .args import parse_signature
 from .cdecl import demangle
 from .numba_abi import is_numba_name
 from .errors import KernelNotFoundError, NbjitArgumentError, NbjitLoadError, NbjitWarning
-from .compiler import compile_image, nvjitlink_version, one_or_many
+from .compiler import compile_image, nvjitlink_version, one_or_many, option_list
 from .cubin import CubinInfo
 from .image import Image, ImageLike, _sha256, as_image, inspect_image
 from .kernel import Kernel, _State, pending_kernel
@@ -520,7 +520,7 @@ def compile(source: str, *, name: str | None = None, name_expressions: Iterable[
     ``arch`` where there is no GPU) loads on first use, as ``nbjit.load(..., lazy=True)``."""
     exprs, opts = name_expressions, options
     if type(exprs) is not tuple or type(opts) is not tuple:  # (the defaults are: nothing to do)
-        exprs, opts = one_or_many(exprs), one_or_many(opts)  # a str is one item
+        exprs, opts = one_or_many(exprs), option_list(opts)  # a str is one item; options split as a shell does
         try:
             exprs, opts = tuple(exprs), tuple(opts)
         except TypeError:  # not a list at all: compile_image says so

@@ -101,22 +101,25 @@ def test_arguments_of_the_wrong_kind_are_named(tmp_path):
 
 
 def test_one_str_where_a_list_goes_is_one_item(tmp_path):
-    """options="-DN=4", name_expressions="fill<float>", include_paths="dir" (or a Path): one
-    item each, the same compile (and cache entry) as the list of it."""
+    """name_expressions="fill<float>", include_paths="dir" (or a Path): one item each;
+    options="-DN=4 -std=c++17": split as a shell splits it; the same compile (and cache entry)
+    as the lists."""
     inc = tmp_path / "inc"
     inc.mkdir()
     (inc / "scale.cuh").write_text(HDR["scale.cuh"])
     src = '#include "scale.cuh"\ntemplate <class T> __global__ void fill(T* p) { p[0] = scale<T>(T(1), N); }\n'
     cache = Cache(tmp_path / "cache")
-    one = compile_image(src, options="-DN=4", name_expressions="fill<float>", include_paths=str(inc), arch="sm_90",
-                        cache=cache)
+    one = compile_image(src, options="-DN=4 -std=c++17", name_expressions="fill<float>", include_paths=str(inc),
+                        arch="sm_90", cache=cache)  # options in one str: split as a shell splits them
     assert one.lowered_names == {"fill<float>": "_Z4fillIfEvPT_"}
     for paths in ([str(inc)], inc, [inc]):
-        many = compile_image(src, options=["-DN=4"], name_expressions=["fill<float>"], include_paths=paths,
-                             arch="sm_90", cache=cache)
+        many = compile_image(src, options=["-DN=4", "-std=c++17"], name_expressions=["fill<float>"],
+                             include_paths=paths, arch="sm_90", cache=cache)
         assert many.data == one.data and many.lowered_names == one.lowered_names
     assert len(cache.entries()) == 1
-    mod = nbjit.compile(src, options="-DN=4", name_expressions="fill<float>", arch="sm_90", lazy=True,
+    with pytest.raises(NbjitCompileError, match="options '-DMSG=\"a b': No closing quotation"):
+        compile_image(src, options='-DMSG="a b', arch="sm_90", cache=cache)
+    mod = nbjit.compile(src, options="-DN=4 -std=c++17", name_expressions="fill<float>", arch="sm_90", lazy=True,
                         include_paths=inc, cache=cache)  # the module route: the same entry
     assert mod.image.data == one.data and mod.image.lowered_names == {"fill<float>": "_Z4fillIfEvPT_"}
     assert len(cache.entries()) == 1

@@ -267,7 +267,8 @@ def read_triton(path: str | os.PathLike) -> TritonArtifacts:
             ptxs = sorted(p.glob("*.ptx"))
             if len(ptxs) == 1:
                 return read_triton(ptxs[0])
-            raise NbjitLoadError(f"{p}: no Triton metadata (<name>.json) in this directory")
+            raise NbjitLoadError(f"{p}: no Triton metadata (<name>.json) in this directory: give a Triton cache "
+                                 "entry's directory or its .json, or an image file (PTX, cubin, fatbin)")
         if len(jsons) > 1:
             raise NbjitLoadError(f"{p}: several kernels' metadata here ({', '.join(j.name for j in jsons)}): "
                                  "pass the .json of the one to load")

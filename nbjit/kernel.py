@@ -350,7 +350,7 @@ class Kernel(_indexing_base()):  # type: ignore[misc]
     def __repr__(self) -> str:
         if not self._is_loaded():
             return f"<nbjit.Kernel {self._recipe[0]}: loads on first use>"
-        return f"<nbjit.Kernel {self.name}{self._s.sig}>"
+        return f"<nbjit.Kernel {self._s.label}{self._s.sig}>"
 
     # ------------------------------------------------------------ launching
     def _configure_cached(self, config) -> "_Config":

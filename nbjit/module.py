@@ -15,7 +15,7 @@ from .arch import Arch
 from .args import parse_signature
 from .cdecl import demangle
 from .numba_abi import is_numba_name
-from .errors import KernelNotFoundError, NbjitArgumentError, NbjitLoadError, NbjitWarning
+from .errors import KernelNotFoundError, NbjitArgumentError, NbjitCompileError, NbjitLoadError, NbjitWarning
 from .compiler import compile_image, nvjitlink_version, one_or_many, option_list
 from .cubin import CubinInfo
 from .image import Image, ImageLike, _sha256, as_image, inspect_image
@@ -86,12 +86,23 @@ def load(image: ImageLike, *, name: str | None = None, keep_debug: bool = False,
     ImageFormatError: not PTX, a cubin or a fatbin. NbjitLoadError: the driver refused it
     (the message holds its JIT log).
     """
+    keep_debug, lazy = _flag(keep_debug, "keep_debug", NbjitLoadError), _flag(lazy, "lazy", NbjitLoadError)
     img = as_image(image, name)
     if name is not None and img.name != name:
         img = Image(img.data, img.kind, name, img.arch, img.lowered_names, img.log, img.declarations)
     if lazy:
         return Module._pending(img, keep_debug)
     return _load_into(img, _driver.current_context(), keep_debug)
+
+
+def _flag(value, what: str, error: type) -> bool:
+    """A yes/no argument: True, False (or 1, 0); ``error`` naming ``what`` for anything else
+    (a string such as "no" would be taken as yes)."""
+    if value is True or value is False:
+        return value
+    if type(value) is int and value in (0, 1):
+        return bool(value)
+    raise error(f"{what} must be True or False, not {value!r}")
 
 
 def _load_into(img: Image, ctx, keep_debug: bool) -> "Module":
@@ -518,6 +529,8 @@ def compile(source: str, *, name: str | None = None, name_expressions: Iterable[
     Numba context. Arguments as for ``nbjit.compile_image``; ``module["fill<float>"]``
     then finds a kernel by the name expression written. ``lazy=True`` (with an explicit
     ``arch`` where there is no GPU) loads on first use, as ``nbjit.load(..., lazy=True)``."""
+    if keep_debug is not False or lazy is not False:  # (the defaults: nothing to check)
+        keep_debug, lazy = _flag(keep_debug, "keep_debug", NbjitCompileError), _flag(lazy, "lazy", NbjitCompileError)
     exprs, opts = name_expressions, options
     if type(exprs) is not tuple or type(opts) is not tuple:  # (the defaults are: nothing to do)
         exprs, opts = one_or_many(exprs), option_list(opts)  # a str is one item; options split as a shell does

@@ -132,3 +132,16 @@ def test_triton_kernel_round_trip(data):
     assert tk2.meta == tk.meta and tk2.rules == tk.rules and tk2.route == "cubin"
     assert tk2.kernel._recipe == k._recipe and tk2._n == tk._n
     assert tk2.kernel.module.image.data == k.module.image.data
+
+
+@pytest.mark.parametrize("kwargs", [{"lazy": "no"}, {"keep_debug": "yes"}, {"lazy": 2}, {"keep_debug": None}])
+def test_yes_no_arguments_take_only_yes_or_no(kwargs):
+    """lazy="no" would have been taken as yes (and keep_debug="yes" made a second module)."""
+    from conftest import DATA
+    what, value = next(iter(kwargs.items()))
+    with pytest.raises(nbjit.NbjitLoadError, match=f"{what} must be True or False, not {value!r}"):
+        nbjit.load(DATA / "nvcc/kernels_sm90.ptx", **kwargs)
+    with pytest.raises(nbjit.NbjitCompileError, match=f"{what} must be True or False, not {value!r}"):
+        nbjit.compile('extern "C" __global__ void k() {}', arch="sm_90", **kwargs)
+    m = nbjit.load(DATA / "nvcc/kernels_sm90.ptx", lazy=1, keep_debug=0)  # 1 and 0 are yes and no
+    assert "loads on first use" in repr(m)

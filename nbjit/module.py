@@ -100,7 +100,7 @@ def _flag(value, what: str, error: type) -> bool:
     (a string such as "no" would be taken as yes)."""
     if value is True or value is False:
         return value
-    if type(value) is int and value in (0, 1):
+    if (type(value) is int and value in (0, 1)) or type(value).__name__ in ("bool", "bool_"):  # (numpy's bools)
         return bool(value)
     raise error(f"{what} must be True or False, not {value!r}")
 

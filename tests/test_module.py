@@ -145,3 +145,5 @@ def test_yes_no_arguments_take_only_yes_or_no(kwargs):
         nbjit.compile('extern "C" __global__ void k() {}', arch="sm_90", **kwargs)
     m = nbjit.load(DATA / "nvcc/kernels_sm90.ptx", lazy=1, keep_debug=0)  # 1 and 0 are yes and no
     assert "loads on first use" in repr(m)
+    import numpy as np
+    assert "loads on first use" in repr(nbjit.load(DATA / "nvcc/kernels_sm90.ptx", lazy=np.True_))

@@ -195,12 +195,23 @@ class _PyIndexing:
         return self._configure_cached(config) if _inexact(config) else hit
 
 
+_NOT_INTS = (float, bool, complex)
+
+
 def _inexact(config) -> bool:
     """Whether a config holds a float, bool or complex (equal to an int, 4.0 == 4, so it finds
-    that int's cached configuration, where configuring it afresh refuses it)."""
-    parts = config if isinstance(config, tuple) else (config,)
-    return any(isinstance(v, (float, bool, complex)) or
-               (isinstance(v, tuple) and any(isinstance(x, (float, bool, complex)) for x in v)) for v in parts)
+    that int's cached configuration, where configuring it afresh refuses it). On every
+    launch: plain ints cost one type test each."""
+    for v in config if type(config) is tuple else (config,):
+        if type(v) is int:
+            continue
+        if type(v) is tuple:
+            for x in v:
+                if type(x) is not int and isinstance(x, _NOT_INTS):
+                    return True
+        elif isinstance(v, _NOT_INTS):
+            return True
+    return False
 
 
 def _indexing_base() -> type:
@@ -555,8 +566,8 @@ class _Config:
         return int(err) == _INVALID_CONTEXT and _adopt_context(self._s)
 
     def _shape_problem(self, err) -> str:
-        """For an invalid-value refusal, the limit of CUDA's the grid or block passes, if one
-        does (asked of the driver only now, on the way to an error)."""
+        """For an invalid-value refusal, which CUDA limit the grid or block exceeds, if one
+        does (the kernel's own limit asked of the driver only now, on the way to an error)."""
         if int(err) != 1:  # CUDA_ERROR_INVALID_VALUE
             return ""
         (gx, gy, gz), (bx, by, bz) = self.grid, self.block

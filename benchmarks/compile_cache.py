@@ -7,8 +7,12 @@ processes (imports and context creation excluded, everything after included):
   (c) in-process repeat of the same call (median of 200 calls);
 
 for nbjit.compile and, where CuPy is installed (needs a GPU), cupy.RawModule the same way.
-Prints a table (median of --runs processes, the warm range, the ratios) and writes JSON
-(--json) with every run's figures.
+Each process also times a fixed pure-Python workload right after (the host's speed at that
+moment: building and sorting a dict, the best of 5), because on a shared machine
+the same code's warm start moves with the host by a factor of two (1.0 ms here could be 1.4 ms
+in a busy hour, nbjit and CuPy alike). Prints a table (median of --runs processes, the warm
+range, the ratios, warm start in units of that reference) and writes JSON (--json) with every
+run's figures.
 
     python benchmarks/compile_cache.py [--runs 5] [--json out.json]
 """
@@ -31,7 +35,23 @@ extern "C" __global__ void saxpy(float* y, const float* x, float a, int n) {
 }
 '''
 
-NBJIT = r'''
+REFERENCE = r'''
+def host_reference():
+    """Seconds for a fixed pure-Python workload (best of 5): the host's speed right now.
+    (Run after the measured calls, so that it changes neither their caches nor when the
+    garbage collector runs; it touches nothing nbjit or CuPy use.)"""
+    import time as _time
+    best = None
+    for _ in range(5):
+        t = _time.perf_counter()
+        d = {str(i): (i, i * 2, None) for i in range(300)}
+        "".join(k for k, _ in sorted(d.items(), key=lambda kv: -kv[1][1]))
+        dt = _time.perf_counter() - t
+        best = dt if best is None or dt < best else best
+    return best
+'''
+
+NBJIT = REFERENCE + r'''
 import json, sys, time
 import nbjit
 from numba import cuda
@@ -41,10 +61,10 @@ t0 = time.perf_counter(); k = nbjit.compile(src)["saxpy"]; t1 = time.perf_counte
 ts = []
 for _ in range(200):
     t = time.perf_counter(); nbjit.compile(src)["saxpy"]; ts.append(time.perf_counter() - t)
-print(json.dumps({"first": t1 - t0, "repeat": sorted(ts)[len(ts) // 2]}))
+print(json.dumps({"first": t1 - t0, "repeat": sorted(ts)[len(ts) // 2], "reference": host_reference()}))
 '''
 
-CUPY = r'''
+CUPY = REFERENCE + r'''
 import json, sys, time
 import cupy as cp
 cp.cuda.Device(0).use(); cp.zeros(1)
@@ -53,7 +73,7 @@ t0 = time.perf_counter(); k = cp.RawModule(code=src).get_function("saxpy"); t1 =
 ts = []
 for _ in range(200):
     t = time.perf_counter(); cp.RawModule(code=src).get_function("saxpy"); ts.append(time.perf_counter() - t)
-print(json.dumps({"first": t1 - t0, "repeat": sorted(ts)[len(ts) // 2]}))
+print(json.dumps({"first": t1 - t0, "repeat": sorted(ts)[len(ts) // 2], "reference": host_reference()}))
 '''
 
 
@@ -65,19 +85,22 @@ def run(code: str, env: dict) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def measure_once(code: str, env_key: str) -> tuple[float, float, float]:
-    """(cold, warm, repeat) seconds: two fresh processes over a fresh cache directory."""
+def measure_once(code: str, env_key: str) -> tuple[float, float, float, float]:
+    """(cold, warm, repeat, host reference during warm) seconds: two fresh processes over a
+    fresh cache directory."""
     with tempfile.TemporaryDirectory() as d:
         env = {**os.environ, env_key: d, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
         a = run(code, env)
         b = run(code, env)
-    return a["first"], b["first"], b["repeat"]
+    return a["first"], b["first"], b["repeat"], b["reference"]
 
 
-def summary(samples: list[tuple[float, float, float]]) -> dict:
-    cold, warm, repeat = (list(x) for x in zip(*samples))
+def summary(samples: list[tuple[float, float, float, float]]) -> dict:
+    cold, warm, repeat, ref = (list(x) for x in zip(*samples))
     return {"cold": statistics.median(cold), "warm": statistics.median(warm),
-            "repeat": statistics.median(repeat), "runs": {"cold": cold, "warm": warm, "repeat": repeat}}
+            "repeat": statistics.median(repeat), "reference": statistics.median(ref),
+            "warm_in_references": statistics.median(w / r for w, r in zip(warm, ref)),
+            "runs": {"cold": cold, "warm": warm, "repeat": repeat, "reference": ref}}
 
 
 def main() -> None:
@@ -96,12 +119,15 @@ def main() -> None:
         for k, (code, env_key) in routes.items():
             samples[k].append(measure_once(code, env_key))
     rows = {k: summary(v) for k, v in samples.items()}
-    print(f"medians of {a.runs} fresh processes each; warm's range in brackets")
-    print(f"{'':18}{'(a) cold ms':>13}{'(b) warm ms':>13}{'':>15}{'(c) repeat us':>15}{'a/b':>8}")
+    print(f"medians of {a.runs} fresh processes each; warm's range in brackets; host reference: the fixed "
+          "pure-Python workload's time in the warm process, and warm start in units of it")
+    print(f"{'':18}{'(a) cold ms':>13}{'(b) warm ms':>13}{'':>15}{'(c) repeat us':>15}{'a/b':>8}"
+          f"{'host ref us':>13}{'b / ref':>9}")
     for k, v in rows.items():
         w = v["runs"]["warm"]
         print(f"{k:18}{v['cold'] * 1e3:13.2f}{v['warm'] * 1e3:13.2f}{f'[{min(w) * 1e3:.2f}-{max(w) * 1e3:.2f}]':>15}"
-              f"{v['repeat'] * 1e6:15.2f}{v['cold'] / v['warm']:8.0f}")
+              f"{v['repeat'] * 1e6:15.2f}{v['cold'] / v['warm']:8.0f}{v['reference'] * 1e6:13.1f}"
+              f"{v['warm_in_references']:9.2f}")
     if len(rows) == 2:
         (na, a_), (nb, b_) = rows.items()
         print(f"{na} / {nb}: cold {a_['cold'] / b_['cold']:.2f}, warm {a_['warm'] / b_['warm']:.3f}, "

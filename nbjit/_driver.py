@@ -92,6 +92,10 @@ def current_context():
     """numba-cuda's current context (created and made current on first use); an
     NbjitLoadError where there is no CUDA GPU or driver."""
     check_not_forked()
+    ctx = _numba_primary_current()
+    if ctx is not None:
+        _STATE["used"] = True
+        return ctx
     from numba import cuda
     try:
         ctx = cuda.current_context()
@@ -101,9 +105,39 @@ def current_context():
         # its first line, or two where the first only introduces the second ("Error at driver init:")
         lines = [line.strip() for line in str(e).splitlines() if line.strip(": \t")]
         first = " ".join(lines[:2] if lines and lines[0].endswith(":") else lines[:1]) or type(e).__name__
+        if "non-primary" in first:  # a context someone else created is current on this thread
+            raise NbjitLoadError(
+                f"the CUDA context current on this thread is not a device's primary context ({first[:200]}), and "
+                "Numba, whose context nbjit loads into, works only in those: pop that context (cuCtxPopCurrent) "
+                "before using nbjit or Numba in this thread") from None
         raise NbjitLoadError(
             f"no usable CUDA GPU or driver ({first[:200]}): loading and launching need one; nbjit can still "
             "inspect, strip and compile (give compile an explicit arch=, e.g. 'sm_90')") from None
+
+
+def _numba_primary_current():
+    """What ``cuda.current_context()`` returns where the context current on this thread is a
+    primary context Numba has already made (the usual case once Numba ran): Numba's object
+    for it, found with two driver calls instead of Numba's own look-up (a fresh process's
+    first call to it took 45-60 us on the H200, this 10-20); None in every other case (no
+    context, or one Numba has not made: then Numba's own call decides, or says what is
+    wrong)."""
+    try:
+        cu = _cu()
+        err, handle = cu.cuCtxGetCurrent()
+        if err != 0 or not int(handle):
+            return None
+        err, dev = cu.cuCtxGetDevice()
+        if err != 0:
+            return None
+        from numba import cuda
+        ctx = cuda.gpus[int(dev)].primary_context  # (the device ordinal, as Numba reads it)
+        if ctx is None or as_int(ctx.handle) != int(handle):
+            return None
+        ctx.prepare_for_use()  # (what Numba's call does too: nothing once it has run)
+        return ctx
+    except Exception:  # no driver library, no Numba device list: Numba's own call reports it
+        return None
 
 
 def make_current(device: int) -> None:

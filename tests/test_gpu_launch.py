@@ -419,6 +419,52 @@ def test_the_current_context_from_c_is_the_bindings(cuda):
         assert _driver._CTX_GETTER[0] is _launch.current_context
 
 
+CONTEXTS = r'''
+import threading
+from cuda.bindings import driver as cu
+import cupy as cp
+import nbjit
+from nbjit import _driver
+cp.zeros(1)  # CuPy makes the device's primary context current; Numba has made nothing yet
+print(f"cupy-first|{_driver._numba_primary_current() is None}")
+from numba import cuda
+ctx = _driver.current_context()  # Numba's own call makes its object for that context
+print(f"numba|{ctx is cuda.current_context()}|{_driver.context_key(ctx) == int(cu.cuCtxGetCurrent()[1])}")
+print(f"fast|{_driver._numba_primary_current() is ctx}|{_driver.current_context() is ctx}")
+out = []
+def thread():
+    out.append(_driver._numba_primary_current() is None)  # no context in a new thread
+    out.append(_driver.current_context() is ctx)  # Numba's call makes it current there
+    out.append(_driver._numba_primary_current() is ctx)
+t = threading.Thread(target=thread)
+t.start(); t.join()
+print("thread|" + "|".join(map(str, out)))
+err, other = cu.cuCtxCreate(None, 0, cu.cuDeviceGet(0)[1])  # a context Numba did not make, made current
+print(f"other|{int(err)}|{_driver._numba_primary_current() is None}")
+try:
+    _driver.current_context()
+    print("refused|no")
+except nbjit.NbjitError as e:
+    print(f"refused|{type(e).__name__}|{'is not a device' in str(e)}")
+cu.cuCtxPopCurrent()
+cu.cuCtxDestroy(other)
+print(f"back|{_driver.current_context() is ctx}")
+'''
+
+
+def test_the_current_context_is_numbas_object_found_cheaply_or_by_numba(cuda):
+    """What nbjit loads into is what cuda.current_context() returns: found with two driver
+    calls where Numba has made the current context (a warm start's first call), by Numba's own
+    call otherwise (a context CuPy made first, a new thread, and a context Numba did not make,
+    which Numba refuses: nbjit says what to do)."""
+    pytest.importorskip("cupy")
+    r = subprocess.run([sys.executable, "-c", CONTEXTS], capture_output=True, text=True, timeout=120)
+    rows = [line.split("|") for line in r.stdout.splitlines() if "|" in line]
+    assert rows == [["cupy-first", "True"], ["numba", "True", "True"], ["fast", "True", "True"],
+                    ["thread", "True", "True", "True"], ["other", "0", "True"],
+                    ["refused", "NbjitLoadError", "True"], ["back", "True"]], r.stdout + r.stderr
+
+
 FAULT = r'''
 import numpy as np, nbjit
 from numba import cuda

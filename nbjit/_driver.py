@@ -93,14 +93,17 @@ def current_context():
     NbjitLoadError where there is no CUDA GPU or driver."""
     check_not_forked()
     ctx = _numba_primary_current()
-    if ctx is not None:
-        _STATE["used"] = True
-        return ctx
+    if ctx is None:
+        ctx = _numba_current_context()
+    _STATE["used"] = True
+    return ctx
+
+
+def _numba_current_context():
+    """``cuda.current_context()``, its errors told in one line as an NbjitLoadError."""
     from numba import cuda
     try:
-        ctx = cuda.current_context()
-        _STATE["used"] = True
-        return ctx
+        return cuda.current_context()
     except Exception as e:  # numba's CudaSupportError and driver errors: dozens of lines of text
         # its first line, or two where the first only introduces the second ("Error at driver init:")
         lines = [line.strip() for line in str(e).splitlines() if line.strip(": \t")]

@@ -32,25 +32,40 @@ def pytest_collection_modifyitems(config, items):
             it.add_marker(skip)
 
 
-def best_times(fn, *inputs, rounds: int = 3) -> list[float]:
-    """The best of ``rounds`` timings of ``fn`` on each input, with the garbage collector
-    off (for tests that a reader scales linearly: a ratio, never an absolute time)."""
+def scaling_ratio(fn, small, big, rounds: int = 5) -> float:
+    """How many times longer ``fn(big)`` takes than ``fn(small)``: CPU time of this thread
+    (not wall time, so other processes on a busy machine do not count), the best of
+    ``rounds`` for each, the two sizes taking turns, the garbage collector off."""
     import gc
     import time
-    out = []
-    for x in inputs:
-        best = float("inf")
-        for _ in range(rounds):
+    best = [float("inf"), float("inf")]
+    for _ in range(rounds):
+        for i, x in enumerate((small, big)):
             gc.collect()
             gc.disable()
             try:
-                t0 = time.perf_counter()
+                t0 = time.thread_time()
                 fn(x)
-                best = min(best, time.perf_counter() - t0)
+                best[i] = min(best[i], time.thread_time() - t0)
             finally:
                 gc.enable()
-        out.append(best)
-    return out
+    return best[1] / max(best[0], 1e-4)
+
+
+def assert_linear(fn, make, n: int, factor: int = 8, rounds: int = 5) -> None:
+    """``fn(make(factor * n))`` takes at most ~2.5x ``factor`` times ``fn(make(n))``: a
+    linear reader passes with room for noise, a quadratic one (``factor**2``: 64x at the
+    default) cannot. A failing measurement is taken once more before it counts (a
+    timer's noise is transient, a quadratic reader's cost is not)."""
+    small, big = make(n), make(factor * n)
+    limit = 2.5 * factor
+    ratios = []
+    for _ in range(2):
+        ratios.append(scaling_ratio(fn, small, big, rounds))
+        if ratios[-1] < limit:
+            return
+    raise AssertionError(f"{factor}x the input took {ratios} x the time (linear: about {factor}x, "
+                         f"limit {limit:g}x, quadratic: {factor * factor}x)")
 
 
 @pytest.fixture

@@ -300,9 +300,9 @@ def load_module(data: bytes, what: str, kind: str = "ptx") -> Loaded:
         if res[0] == 0:
             return Loaded(res[1], "")
         # refused: load again with the logs, for the driver's own words in the error
-    # cuda.bindings takes the log buffers as bytes objects and has the driver write into them
-    info = bytes(_LOG_BYTES)
-    errlog = bytes(_LOG_BYTES)
+    # the driver writes its logs into these: mutable buffers, never bytes objects
+    info = bytearray(_LOG_BYTES)
+    errlog = bytearray(_LOG_BYTES)
     J = cu.CUjit_option
     opts = [J.CU_JIT_INFO_LOG_BUFFER, J.CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
             J.CU_JIT_ERROR_LOG_BUFFER, J.CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, J.CU_JIT_LOG_VERBOSE]
@@ -315,7 +315,7 @@ def load_module(data: bytes, what: str, kind: str = "ptx") -> Loaded:
     return Loaded(res[1], _text(info))
 
 
-def _text(buf: bytes) -> str:
+def _text(buf: bytes | bytearray) -> str:
     return buf.split(b"\0", 1)[0].decode(errors="replace").strip()
 
 

@@ -573,12 +573,12 @@ def _run_nvrtc(req: CompileRequest):
             names[e] = lowered.decode()
         if arch.startswith("sm_") and output != "ptx":
             err, size = N.nvrtcGetCUBINSize(prog)
-            buf = b" " * size
+            buf = bytearray(size)  # NVRTC writes here: never a bytes object (CPython shares small ones)
             N.nvrtcGetCUBIN(prog, buf)
             kind, payload = "cubin", buf
         else:
             err, size = N.nvrtcGetPTXSize(prog)
-            buf = b" " * size
+            buf = bytearray(size)
             N.nvrtcGetPTX(prog, buf)
             kind, payload = "ptx", buf.rstrip(b"\0")
         return CacheEntry(kind, arch, bytes(payload), names, log, f"NVRTC {major}.{minor}")
@@ -588,6 +588,6 @@ def _run_nvrtc(req: CompileRequest):
 
 def _nvrtc_log(N, prog) -> str:
     err, size = N.nvrtcGetProgramLogSize(prog)
-    buf = b" " * size
+    buf = bytearray(size)  # written by NVRTC: b" " * 1 would be the interpreter's shared b" "
     N.nvrtcGetProgramLog(prog, buf)
     return buf.rstrip(b"\0").decode(errors="replace").strip()

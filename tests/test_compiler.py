@@ -210,3 +210,32 @@ def test_architectures_nvrtc_does_not_know(tmp_path):
         assert "k.cu: NVRTC" in str(e.value) and f"cannot compile for {arch}: {why}" in str(e.value)
         assert str(e.value).endswith(f"It compiles for {listed}")
     assert len(list(tmp_path.glob("*/*.nbjit"))) == 2  # the two PTX; a refusal stores nothing
+
+
+def test_compiles_leave_python_bytes_alone(tmp_path):
+    """NVRTC and nvJitLink write into mutable buffers only: a compile whose log is empty once
+    wrote NUL into CPython's shared one-byte b" ", after which print('a', 'b') wrote 'a\\0b'
+    and b"GET / HTTP".split(b" ") no longer split. In a fresh process (the damage is global):
+    compiles with an empty and a non-empty log, a PTX output, an nvJitLink assembly."""
+    import subprocess
+    import sys
+    code = f'''
+import nbjit
+from nbjit.cache import Cache
+from nbjit.compiler import assemble_ptx, nvjitlink_version
+c = Cache(None)
+img = nbjit.compile_image('extern "C" __global__ void k(){{}}', arch="sm_90", cache=c)
+assert img.log == "", img.log
+nbjit.compile_image('extern "C" __global__ void w(){{ int unused; }}', arch="sm_90", cache=c)
+ptx = nbjit.compile_image('extern "C" __global__ void p(){{}}', arch="sm_90", output="ptx", cache=c)
+if nvjitlink_version():
+    assemble_ptx(ptx.data, "sm_90")
+assert bytes([32]) == b"\\x20" and " ".encode() == b"\\x20", bytes([32])
+assert b"GET / HTTP".split(b" ") == [b"GET", b"/", b"HTTP"]
+assert b" ".join([b"a", b"b"]) == b"a\\x20b"
+print("a", "b")
+'''
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True, cwd=tmp_path,
+                         env={**__import__("os").environ, "NBJIT_CACHE": "0",
+                              "PYTHONPATH": str(Path(nbjit.__file__).parents[1])})
+    assert out.stdout == b"a b\n", out.stdout

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Union
 
-__all__ = ["Arch", "ArchLike"]
+__all__ = ["Arch", "ArchLike", "existence_problem"]
 
 _PATTERN = re.compile(r"(sm|compute)?_?(\d+)([af]?)")
 
@@ -81,6 +81,24 @@ class Arch:
 
 
 ArchLike = Union[Arch, str, int, "tuple[int, int]"]
+
+# The compute capabilities of the chips NVIDIA has shipped (CUDA 13's list; sm_101 was renamed
+# sm_110). A number between them names no device; one above the last may be a newer chip.
+SHIPPED = (50, 52, 53, 60, 61, 62, 70, 72, 75, 80, 86, 87, 88, 89, 90, 100, 101, 103, 107, 110, 120, 121)
+# CUDA has arch-specific ('a') builds from sm_90 on and family ('f') builds from sm_100 on.
+VARIANTS_FROM = {"a": 90, "f": 100}
+
+
+def existence_problem(arch: Arch) -> str | None:
+    """Why ``arch`` names no chip CUDA builds for (``sm_91``, ``sm_89a``, ``sm_90f``), or None
+    where it names a shipped chip or one newer than every shipped chip."""
+    if arch.variant and arch.number < VARIANTS_FROM[arch.variant]:
+        kind = "arch-specific ('a')" if arch.variant == "a" else "family ('f')"
+        return f"{kind} builds exist from sm_{VARIANTS_FROM[arch.variant]}{arch.variant} on"
+    if arch.number not in SHIPPED and arch.number < SHIPPED[-1]:
+        near = ", ".join(f"sm_{n}" for n in SHIPPED if abs(n - arch.number) <= 10)
+        return "no chip has that compute capability" + (f" (near it: {near})" if near else "")
+    return None
 
 
 def _parse(arch, virtual: bool | None) -> Arch:

@@ -364,9 +364,12 @@ def _compile(args) -> int:
     _check_source(raw, args.file)
     source = raw.decode("utf-8")
     opts = [o for d in args.include for o in ("-I", d)] + [f"-D{d}" for d in args.define] + list(args.option)
+    # an output file named .cubin or .ptx asks for that kind: never PTX written as k.cubin
+    named = Path(args.output).suffix.lower() if len(archs) == 1 and args.output not in (None, "-") else ""
+    output = "ptx" if args.ptx or named == ".ptx" else "cubin" if named == ".cubin" else "auto"
     for arch in archs:
-        img = compile_image(source, name=path.name, options=opts, arch=arch,
-                            output="ptx" if args.ptx else "auto", name_expressions=args.expr)
+        img = compile_image(source, name=path.name, options=opts, arch=arch, output=output,
+                            name_expressions=args.expr)
         if img.log:
             print(img.log, file=sys.stderr)
         for e, m in img.lowered_names.items():

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 from . import _driver, _facts
-from .arch import Arch
+from .arch import Arch, existence_problem
 from .cache import Cache, CacheEntry, cache_key, default_cache
 from .cdecl import source_declarations
 from .cubin import CubinInfo, inspect_cubin
@@ -525,23 +525,28 @@ def _key(req: CompileRequest) -> str:
 
 def _nvrtc_arch(target: Arch, output: str, name: str, nvrtc: str) -> str:
     """The -arch NVRTC compiles ``target`` for: ``target`` where this NVRTC knows it; for
-    output "auto" and a device it does not know (newer than it, say), PTX for the newest
-    architecture it knows below the device's, which the driver compiles for the device;
-    else an ``NbjitCompileError`` naming the architectures it knows."""
+    output "auto" and a real device newer than this NVRTC, PTX for the newest architecture it
+    knows, which the driver compiles for the device; else an ``NbjitCompileError`` naming the
+    architectures it knows (an architecture no chip has is refused before NVRTC sees it)."""
     known = supported_archs()
-    if not known or target.number in known:
+    problem = existence_problem(target)
+    if problem is None and (not known or target.number in known):
         return str(target)
-    below = [k for k in known if k < target.number]
-    if output == "auto" and not target.virtual and not target.variant and below:
-        return f"compute_{max(below)}"
-    if not below:
+    newer = bool(known) and target.number > max(known)
+    if problem is None and output == "auto" and not target.virtual and not target.variant and newer:
+        return f"compute_{max(known)}"
+    if problem is not None:
+        why = problem
+    elif not newer and target.number < min(known):
         why = "older than any it knows (an older CUDA's NVRTC may know it)"
+    elif not newer:
+        why = "it is not one this NVRTC knows (another CUDA's NVRTC may know it)"
     elif target.variant:
         why = f"'{target.variant}' code runs on that architecture{' family' * (target.variant == 'f')} only"
     else:
         why = ("PTX" if target.virtual or output == "ptx" else "a cubin") + " for exactly that architecture was " \
             "asked for (output='auto' with a real architecture compiles PTX for the newest it knows below)"
-    known_text = ", ".join(f"sm_{k}" for k in known)
+    known_text = ", ".join(f"sm_{k}" for k in known) if known else "the architectures it lists"
     raise NbjitCompileError(f"{name}: {nvrtc} cannot compile for {target}: {why}. It compiles for {known_text}")
 
 

@@ -399,3 +399,24 @@ def test_output_to_standard_output(tmp_path):
         os.close(leader)
     assert r.returncode == 2 and b"a cubin is binary, not for a terminal" in r.stderr
     assert not (tmp_path / "-").exists()
+
+
+def test_compile_never_writes_ptx_as_a_cubin(tmp_path, capsys):
+    """--arch sm_91 -o k.cubin once exited 0 and wrote PTX text into k.cubin. An output
+    named .cubin asks for a cubin; .ptx for PTX; an architecture no chip has is refused."""
+    from nbjit import cli
+    from nbjit.arch import SHIPPED
+    cu = tmp_path / "k.cu"
+    cu.write_text('extern "C" __global__ void k(int* p) { p[0] = 1; }\n')
+    newer = f"sm_{max(SHIPPED) + 9}"
+    for arch, out in (("sm_91", "k.cubin"), (newer, "k.cubin"), ("sm_91", "k.ptx")):
+        assert cli.main(["compile", str(cu), "--arch", arch, "-o", str(tmp_path / out)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("nbjit compile: error: k.cu: NVRTC") and f"cannot compile for {arch}" in err
+        assert not (tmp_path / out).exists()
+    assert cli.main(["compile", str(cu), "--arch", "sm_90", "-o", str(tmp_path / "k.ptx")]) == 0
+    assert (tmp_path / "k.ptx").read_bytes().lstrip().startswith(b"//")
+    assert cli.main(["compile", str(cu), "--arch", "sm_90", "-o", str(tmp_path / "k.cubin")]) == 0
+    assert (tmp_path / "k.cubin").read_bytes()[:4] == b"\x7fELF"
+    assert cli.main(["compile", str(cu), "--arch", newer, "-o", str(tmp_path / "dir")]) == 0  # no suffix: PTX
+    assert (tmp_path / "dir").read_bytes().lstrip().startswith(b"//") and "ptx for compute_" in capsys.readouterr().err

@@ -190,26 +190,35 @@ def test_toolchain_fingerprint_follows_the_library_that_loads(tmp_path, monkeypa
 
 
 def test_architectures_nvrtc_does_not_know(tmp_path):
-    """A device newer than NVRTC gets PTX for the newest architecture NVRTC knows below it
-    (output "auto"); what cannot be compiled says which architectures can."""
+    """A device newer than NVRTC gets PTX for the newest architecture NVRTC knows (output
+    "auto"); what cannot be compiled says which architectures can. An architecture no chip
+    has (sm_91 once compiled to PTX that the CLI wrote as k.cubin) or a variant CUDA does not
+    define (sm_90f, sm_89a) is refused by nbjit before NVRTC sees it."""
+    from nbjit.arch import SHIPPED
     from nbjit.compiler import supported_archs
     known = supported_archs()
     src = 'extern "C" __global__ void k(float* p) { p[0] = 1.0f; }'
-    newer, gap = max(known) + 7, next(k + 1 for k in known if k + 1 not in known and k + 1 < max(known))
-    for arch, below in ((f"sm_{newer}", max(known)), (f"sm_{gap}", max(k for k in known if k < gap))):
-        img = compile_image(src, arch=arch, cache=Cache(tmp_path))
-        assert (img.kind, img.arch) == ("ptx", f"compute_{below}")
-        assert inspect_ptx(img.data).arch == f"sm_{below}"
+    newer = max(max(known), max(SHIPPED)) + 7
+    img = compile_image(src, arch=f"sm_{newer}", cache=Cache(tmp_path))
+    assert (img.kind, img.arch) == ("ptx", f"compute_{max(known)}")
+    assert inspect_ptx(img.data).arch == f"sm_{max(known)}"
     listed = ", ".join(f"sm_{k}" for k in known)
     refused = ((f"sm_{newer}", "cubin", "a cubin for exactly"), (f"sm_{newer}", "ptx", "PTX for exactly"),
                (f"compute_{newer}", "auto", "PTX for exactly"), (f"sm_{newer}a", "auto", "'a' code"),
-               (f"sm_{min(known) - 5}", "auto", "older than any"))
+               ("sm_40", "auto", "no chip has that compute capability (near it: sm_50)"),
+               ("sm_91", "auto", "no chip has that compute capability (near it: sm_86, "),
+               ("sm_91", "ptx", "no chip has that compute capability"),
+               ("sm_90f", "auto", "family ('f') builds exist from sm_100f on"),
+               ("sm_89a", "auto", "arch-specific ('a') builds exist from sm_90a on"),
+               ("compute_86a", "auto", "arch-specific ('a') builds exist from sm_90a on"))
+    if 101 not in known:  # a shipped chip this NVRTC does not list (CUDA 13 renamed it sm_110)
+        refused += (("sm_101", "auto", "it is not one this NVRTC knows"),)
     for arch, output, why in refused:
         with pytest.raises(NbjitCompileError) as e:
             compile_image(src, name="k.cu", arch=arch, output=output, cache=Cache(tmp_path))
         assert "k.cu: NVRTC" in str(e.value) and f"cannot compile for {arch}: {why}" in str(e.value)
         assert str(e.value).endswith(f"It compiles for {listed}")
-    assert len(list(tmp_path.glob("*/*.nbjit"))) == 2  # the two PTX; a refusal stores nothing
+    assert len(list(tmp_path.glob("*/*.nbjit"))) == 1  # the PTX; a refusal stores nothing
 
 
 def test_compiles_leave_python_bytes_alone(tmp_path):

@@ -269,22 +269,25 @@ class Kernel(_indexing_base()):  # type: ignore[misc]
     @property
     def name(self) -> str:
         """The kernel's (mangled) name."""
-        return self._s.name
+        return self._s.name if self._is_loaded() else self._recipe[0]
 
     @property
     def info(self) -> KernelInfo:
-        """The kernel's merged description: signature, directives, resources."""
+        """The kernel's merged description: signature, directives, resources (a kernel whose
+        module waits for first use describes itself from the image, loading nothing)."""
+        if not self._is_loaded():
+            return self.module._offline_info(self._recipe)
         return self._s.info
 
     @property
     def params(self) -> tuple[Param, ...]:
         """The parameters, with C types where a source gives them."""
-        return self._s.info.params
+        return self.info.params
 
     @property
     def signature(self) -> KernelSignature:
         """The parameter list and the size of the parameter buffer."""
-        return self._s.sig
+        return self.info.signature
 
     @property
     def handle(self):

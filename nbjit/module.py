@@ -243,13 +243,20 @@ class Module:
         """Names of the kernels in the module (mangled, as the driver knows them)."""
         d = self.__dict__
         if d.get("_pending"):
-            if "_pending_kernels" not in d:
-                d["_pending_kernels"] = _image_kernels(self.image)
-            return d["_pending_kernels"]
+            return tuple(e.name for e in self._pending_source()[1])
         src = self._ptx or self._info
         if src is not None:
             return tuple(e.name for e in src.entries)
         return ()
+
+    def _pending_source(self) -> tuple[str, tuple[KernelInfo, ...]]:
+        """("ptx" or "cubin", the kernels it describes): what a module waiting for first use knows of its
+        kernels, read without a GPU (a fatbin: its first readable entry). Read once."""
+        d = self.__dict__
+        src = d.get("_pending_src")
+        if src is None:
+            src = d["_pending_src"] = _image_source(self.image)
+        return src
 
     def _layouts(self, name: str) -> list[tuple[str, KernelInfo]]:
         """The parameter layouts the inspected images give for kernel ``name``: the PTX first
@@ -283,7 +290,13 @@ class Module:
         if self.__dict__.get("_pending"):
             if self.kernels and real not in self.kernels:
                 raise self._missing(name)
-            return pending_kernel(self, (real, signature, tuple(extra_layouts)))
+            recipe = (real, signature, tuple(extra_layouts))
+            if signature is not None:  # a declaration is checked against the image now, not at first use
+                try:
+                    self._offline_info(recipe)
+                except NbjitLoadError:  # nothing to check it against before loading
+                    pass
+            return pending_kernel(self, recipe)
         _driver.check_not_forked()
         if signature is not None or extra_layouts:
             st = self._make_state(real, name, signature, extra_layouts)
@@ -308,40 +321,32 @@ class Module:
         if not layouts:
             layouts = [("driver", _from_driver(real, driver_params))]
             driver_params = None
-        if is_numba_name(real) or real in self._numba:
-            return self._numba_state(real, func, layouts)
-        info = self._typed.get(real) if signature is None and not extra_layouts else None
-        if info is None:
-            types = []
-            if signature is not None:
-                types.append(("declared", parse_signature(signature, real)))
-            if real in self._decls:
-                types.append(self._decls[real])
-            types.append(("mangled name", demangle(real)))
-            try:
-                info = merge(real, layouts, types)
-            except SignatureConflict as e:
-                if e.source == "declared":
-                    raise NbjitArgumentError(f"signature {signature!r}: {e}") from None
-                raise NbjitLoadError(f"{self.name}: {e}") from None
-        if driver_params is not None:
-            _verify(info, driver_params, self.name)
-        return _State(real, func, info, self._ctx_key, self.device)
-
-    def _numba_state(self, real: str, func, layouts) -> _State:
-        """A @cuda.jit kernel: one argument per Python argument, as Numba passes them."""
-        from . import numba_abi
-        try:
-            image = merge(real, layouts)
-        except SignatureConflict as e:
-            raise NbjitLoadError(f"{self.name}: {e}") from None
-        args = self._numba.get(real)
-        source = "numba types" if args is not None else "numba mangled name"
-        info = numba_abi.signature(real, image, args if args is not None else numba_abi.from_mangled(real), source)
-        driver_params = _driver.param_info(func)
+        info, image, label = _kernel_info(self.name, real, layouts, signature, bool(extra_layouts), self._decls,
+                                          self._typed, self._numba)
         if driver_params is not None:
             _verify(image, driver_params, self.name)
-        return _State(real, func, info, self._ctx_key, self.device, numba_abi.readable_name(real))
+        return _State(real, func, info, self._ctx_key, self.device, label)
+
+    def _offline_info(self, recipe: tuple) -> KernelInfo:
+        """A kernel's merged description while its module waits for first use: from the
+        image's own facts, no GPU needed (the driver's parameter list is checked at loading)."""
+        d = self.__dict__
+        if not d.get("_pending"):
+            return self._kernel(*recipe).info
+        known = d.setdefault("_offline", {})
+        info = known.get(recipe)
+        if info is None:
+            real, signature, extra = recipe
+            kind, entries = self._pending_source()
+            layouts = [(kind, e) for e in entries if e.name == real] + list(extra)
+            if not layouts:
+                raise NbjitLoadError(f"{self.name}: kernel {real!r}: the image does not describe its parameters; the "
+                                     "driver's list of them is read when the module loads (on a GPU)")
+            typed = self.image.typed if self.image.info is not None else {}
+            info = _kernel_info(self.name, real, layouts, signature, bool(extra), self.image.declarations, typed,
+                                self._numba)[0]
+            known[recipe] = info
+        return info
 
     def _missing(self, name: str) -> KernelNotFoundError:
         names = list(self.kernels) + [k for k in self._lowered() if k not in self.kernels]
@@ -463,15 +468,51 @@ def _learn_pickled(mod: Module, facts: dict) -> None:
         mod._learn_numba(facts["numba"])
 
 
-def _image_kernels(img: Image) -> tuple[str, ...]:
-    """The kernel names an image holds, read without a GPU (a fatbin: its first readable entry)."""
+def _image_source(img: Image) -> tuple[str, tuple[KernelInfo, ...]]:
+    """("ptx" or "cubin", the kernels it describes) of an image, read without a GPU (a fatbin:
+    its first readable entry)."""
+    if img.info is not None:  # a cache entry's facts
+        return img.kind, img.info.entries
     info = inspect_image(img)
     if img.kind == "fatbin":
         entry = next((e for e in info.entries if e.payload is not None), None)
         if entry is None:
-            return ()
-        info = inspect_image(Image(entry.payload, entry.kind, img.name))
-    return tuple(e.name for e in info.entries)
+            return "cubin", ()
+        return _image_source(Image(entry.payload, entry.kind, img.name))
+    return img.kind, info.entries
+
+
+def _kernel_info(module: str, real: str, layouts: list, signature: str | None, extra: bool, decls: Mapping,
+                 typed: Mapping, numba: Mapping) -> tuple[KernelInfo, KernelInfo, str | None]:
+    """(kernel ``real``'s merged description, the image's parameter layout that the driver's
+    must match, the name messages give it) from ``layouts`` [(source, KernelInfo)], the C
+    declarations ``decls``, kernels already ``typed``, Numba argument types ``numba`` and the
+    user's ``signature``. ``module`` names the image in errors."""
+    if is_numba_name(real) or real in numba:  # a @cuda.jit kernel: one argument per Python argument
+        from . import numba_abi
+        try:
+            image = merge(real, layouts)
+        except SignatureConflict as e:
+            raise NbjitLoadError(f"{module}: {e}") from None
+        args = numba.get(real)
+        source = "numba types" if args is not None else "numba mangled name"
+        info = numba_abi.signature(real, image, args if args is not None else numba_abi.from_mangled(real), source)
+        return info, image, numba_abi.readable_name(real)
+    info = typed.get(real) if signature is None and not extra else None
+    if info is None:
+        types = []
+        if signature is not None:
+            types.append(("declared", parse_signature(signature, real)))
+        if real in decls:
+            types.append(decls[real])
+        types.append(("mangled name", demangle(real)))
+        try:
+            info = merge(real, layouts, types)
+        except SignatureConflict as e:
+            if e.source == "declared":
+                raise NbjitArgumentError(f"signature {signature!r}: {e}") from None
+            raise NbjitLoadError(f"{module}: {e}") from None
+    return info, info, None
 
 
 def carry_out(p: Plan, cache=None) -> Plan:

@@ -9,7 +9,7 @@ import cloudpickle
 import pytest
 
 import nbjit
-from nbjit import _driver, module as module_stage
+from nbjit import _driver, inspect_ptx, module as module_stage
 from nbjit.triton import TritonKernel, describe, read_triton
 
 FILL = r'''template <typename T> __global__ void fill(T* out, T v, int n) {
@@ -117,10 +117,31 @@ def test_lazy_kernel_names_are_checked_without_a_gpu(ptx_module, data):
 def test_first_use_of_a_lazy_kernel_loads_it(ptx_module, monkeypatch):
     k = pickle.loads(pickle.dumps(ptx_module["k_basic"]))
     monkeypatch.setattr(_driver, "current_context", lambda: (_ for _ in ()).throw(nbjit.NbjitLoadError("no GPU")))
-    for use in (lambda: k.params, lambda: k[1, 32], lambda: k.module.get_global("g"), lambda: k.module.route):
+    for use in (lambda: k[1, 32], lambda: k.module.get_global("g"), lambda: k.module.route):
         with pytest.raises(nbjit.NbjitLoadError, match="no GPU"):
             use()
     assert "loads on first use" in repr(k)
+    assert [p.type for p in k.params] == [p.type for p in inspect_ptx(ptx_module.image.data).entries[0].params]
+    assert "loads on first use" in repr(k)  # describing it loaded nothing
+
+
+@pytest.mark.parametrize("path,kernel", [("nvcc/kernels_sm90.ptx", "k_basic"), ("nvcc/kernels_sm_90.cubin", "k_basic"),
+                                         ("nvcc/kernels_multi.fatbin", "k_basic")])
+def test_a_lazy_kernel_describes_itself_without_a_gpu(data, monkeypatch, path, kernel):
+    """A lazy kernel on a machine without a GPU shows its signature from the image (it asked
+    for a device), and a declared signature that does not fit the image is refused at once
+    (it was accepted, to fail at first use on the GPU)."""
+    monkeypatch.setattr(_driver, "current_context", lambda: (_ for _ in ()).throw(nbjit.NbjitLoadError("no GPU")))
+    m = nbjit.load(data / path, lazy=True)
+    k = m[kernel]
+    assert k.name == kernel and [(p.offset, p.size) for p in k.params] == [(0, 8), (8, 8), (16, 4), (20, 4)]
+    assert k.signature.size == 24 and k.info.name == kernel
+    typed = m.get_kernel(kernel, signature="float*, const float*, float, int")
+    assert [p.ctype for p in typed.params][:3] == ["float*", "const float*", "float"]
+    for bad in ("float*, const float*, float", "float*, const float*, double, int", "f32, f32, f32, i32"):
+        with pytest.raises(nbjit.NbjitArgumentError, match="signature"):
+            m.get_kernel(kernel, signature=bad)
+    assert "loads on first use" in repr(m)
 
 
 def test_triton_kernel_round_trip(data):

@@ -9,8 +9,9 @@ import os
 import re
 import shlex
 import sys
+import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Iterable, Mapping
 
 from . import _driver, _facts
@@ -18,8 +19,8 @@ from .arch import Arch, existence_problem
 from .cache import Cache, CacheEntry, cache_key, default_cache
 from .cdecl import source_declarations
 from .cubin import CubinInfo, inspect_cubin
-from .errors import CompileFailure, NbjitCompileError
-from .image import Image, content_digest
+from .errors import CompileFailure, NbjitCompileError, NbjitWarning
+from .image import Image, content_digest, read_regular
 from .signature import KernelInfo, typed_entries
 
 # patterns used on every call, compiled once at import
@@ -279,26 +280,49 @@ def normalize_options(options: Iterable[object]) -> list[str]:
     return out
 
 
-def _include_digest(texts, include_paths: list[str]) -> list:
+# what the walk over a source's #includes reads at most (a header including itself under
+# thousands of spellings once drove it to 1.9 GiB)
+MAX_INCLUDED_FILES = 4096
+MAX_INCLUDED_BYTES = 256 << 20
+
+
+def _include_digest(texts, include_paths: list[str], name: str = "kernel.cu") -> list:
     """Contents of the files a source may #include from the user's include directories,
-    followed recursively: the cache key then changes when a header on disk does."""
+    followed recursively: the cache key then changes when a header on disk does. Each file
+    is read once, however it is spelled; a FIFO or device is refused (NVRTC would wait on
+    it or read it forever)."""
     if not include_paths:  # nothing on disk to follow
         return []
     seen: dict[str, str] = {}
+    real_seen: dict[str, str] = {}  # the file itself (resolved) -> its digest
     todo = [t for t in texts]
+    total = 0
     while todo:
         text = todo.pop()
-        for name in _INCLUDE.findall(text):
+        for inc in _INCLUDE.findall(text):
             for d in include_paths:
-                f = os.path.join(d, name)
-                if f in seen or not os.path.isfile(f):
+                f = os.path.join(d, inc)
+                if f in seen or not os.path.exists(f):
+                    continue
+                real = os.path.realpath(f)
+                if real in real_seen:
+                    seen[f] = real_seen[real]
+                    break
+                if os.path.isdir(real):
                     continue
                 try:
-                    data = Path(f).read_text(errors="replace")
+                    data = read_regular(real, MAX_INCLUDED_BYTES)
+                except ValueError as e:  # a FIFO, a device, a directory
+                    raise NbjitCompileError(f"{name}: #include \"{inc}\" finds {f}, which is {e}: headers must be "
+                                            "regular files") from None
                 except OSError:
                     continue
-                seen[f] = content_digest(data.encode())
-                todo.append(data)
+                total += len(data)
+                if len(real_seen) >= MAX_INCLUDED_FILES or total > MAX_INCLUDED_BYTES:
+                    raise NbjitCompileError(f"{name}: its #includes reach more than {MAX_INCLUDED_FILES} files or "
+                                            f"{MAX_INCLUDED_BYTES >> 20} MiB in {', '.join(include_paths)}")
+                seen[f] = real_seen[real] = content_digest(data)
+                todo.append(data.decode(errors="replace"))
                 break
     return sorted(seen.items())
 
@@ -342,6 +366,22 @@ def _text_items(values, what: str, *, paths: bool = False) -> list[str]:
         if v.strip():  # (an empty one is none, as NVRTC's options go)
             out.append(v)
     return out
+
+
+MAX_OPTIONS = 4096
+MAX_OPTION_BYTES = 1 << 20
+
+
+def _check_encodable(text: str, what: str, name: str) -> None:
+    """``text`` goes to NVRTC as UTF-8: a lone surrogate (from a file name read with
+    ``surrogateescape``, say) cannot, and is named with its position."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        where = f"{what} {text[:60]!r}" if what != "source" else "the source"
+        at = f" (line {text.count(chr(10), 0, e.start) + 1})" if what == "source" else ""
+        raise NbjitCompileError(f"{name}: {where} holds {text[e.start]!r}{at}, which is not Unicode text (a lone "
+                                "surrogate): it cannot be given to NVRTC") from None
 
 
 def _headers(headers) -> dict[str, str]:
@@ -396,11 +436,12 @@ def compile_image(source: str, *, name: str | None = None, name_expressions: Ite
     NbjitCompileError: NVRTC rejected the source (with its log, options and source name), an
     architecture it cannot compile for, or an argument of the wrong kind (named).
     """
-    if not isinstance(source, str):
-        raise NbjitCompileError(f"source must be CUDA C++ text (str), not {type(source).__name__}")
+    source, name, include_paths = source_text(source, name, include_paths)
     if cache is not None and not isinstance(cache, Cache):
         raise NbjitCompileError(f"cache must be an nbjit.Cache (or None for the default), not {type(cache).__name__}")
-    name_expressions, options = one_or_many(name_expressions), option_list(options)
+    # read once: a generator would be consumed by the look-up key below and reach NVRTC empty
+    name_expressions, options = read_once(one_or_many(name_expressions)), read_once(option_list(options))
+    include_paths = read_once(include_paths)
     cache = cache or default_cache()
     # A repeated call is one look-up in the cache's first level. Not with include_paths,
     # whose files may change on disk between calls (the disk key sees that).
@@ -432,9 +473,67 @@ def compile_image(source: str, *, name: str | None = None, name_expressions: Ite
                 typed)
     if entry.payload_digest:  # hashed once already, checking the entry
         img.__dict__["digest"] = entry.payload_digest
+    if _no_kernels(img):
+        warnings.warn(f"{img.name}: NVRTC compiled no kernel (the {img.kind} for {img.arch} holds none): a template "
+                      "kernel is compiled only where it is instantiated (name_expressions=['kern<float>'], or --expr "
+                      "with nbjit compile), and a kernel is declared __global__", NbjitWarning, stacklevel=2)
     if call is not None:
         cache.remember(call, img)
     return img
+
+
+def _no_kernels(img: Image) -> bool:
+    """Whether a compiled image has no kernel (where that can be told without parsing it)."""
+    if img.kind == "ptx":
+        return _PTX_ENTRY.search(img.data) is None
+    return img.info is not None and not img.info.entries
+
+
+_PTX_ENTRY = re.compile(rb"\.entry\s")
+SOURCE_SUFFIXES = (".cu", ".cuh", ".cuda")
+MAX_SOURCE_BYTES = 256 << 20
+
+
+def source_text(source, name: str | None, include_paths) -> tuple[str, str | None, object]:
+    """(CUDA C++ text, name, include paths) for ``source`` given as text or as a file: a
+    ``pathlib.Path`` or a str naming a ``.cu``/``.cuh`` file (one line, no code). A file's
+    name is the default name and its directory is searched first for ``#include "..."``, as
+    nvcc does."""
+    if isinstance(source, os.PathLike):
+        path = os.fspath(source)
+    elif isinstance(source, str) and "\n" not in source and source.rstrip().lower().endswith(SOURCE_SUFFIXES):
+        path = source.rstrip()
+    elif isinstance(source, str):
+        return source, name, include_paths
+    else:
+        raise NbjitCompileError(f"source must be CUDA C++ text (str) or a .cu file's path, not "
+                                f"{type(source).__name__}")
+    path = os.fsdecode(path)
+    try:
+        raw = read_regular(path, MAX_SOURCE_BYTES)
+    except FileNotFoundError:
+        raise NbjitCompileError(f"{path}: no such file (a str ending in {'/'.join(SOURCE_SUFFIXES)} is taken as a "
+                                "source file's path; pass the file's text to compile it as text)") from None
+    except (OSError, ValueError) as e:
+        raise NbjitCompileError(f"{path}: cannot read it as CUDA source: {e}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise NbjitCompileError(f"{path}: not UTF-8 text (byte {e.start}): CUDA source must be UTF-8") from None
+    here = os.path.dirname(os.path.abspath(path))
+    if isinstance(include_paths, (str, os.PathLike)):
+        include_paths = (include_paths,)
+    try:
+        include_paths = (here, *include_paths)
+    except TypeError:  # not a list of paths: the request's check names it
+        pass
+    return text, name if name is not None else os.path.basename(path), include_paths
+
+
+def read_once(values):
+    """``values`` as a tuple where reading it would use it up (a generator, an iterator); as
+    it is otherwise (a str, a list, something that is not a list: checked later)."""
+    return tuple(values) if isinstance(values, Iterator) else values
 
 
 def _source_decls(source: str) -> dict:
@@ -501,6 +600,16 @@ def _request(source: str, name: str | None, name_expressions, headers, include_p
     include_paths = _text_items(include_paths, "include_paths", paths=True)
     options, name_expressions = _text_items(options, "options"), _text_items(name_expressions, "name_expressions")
     headers = _headers(headers)
+    label = name or "kernel.cu"
+    if len(options) > MAX_OPTIONS or sum(map(len, options)) > MAX_OPTION_BYTES:
+        raise NbjitCompileError(f"{label}: {len(options)} options ({sum(map(len, options))} characters): more than "
+                                f"NVRTC is given ({MAX_OPTIONS} options, {MAX_OPTION_BYTES >> 10} KiB); NVRTC crashed "
+                                "on millions")
+    for what, texts in (("source", (source,)), ("name", (label,)), ("options", options),
+                        ("name_expressions", name_expressions), ("include_paths", include_paths),
+                        ("headers", [t for kv in headers.items() for t in kv])):
+        for t in texts:
+            _check_encodable(t, what, label)
     a = _arch_for(arch)
     if output == "cubin" and a.startswith("compute_"):
         raise NbjitCompileError(f"a cubin needs a real architecture (sm_XX), not {a}")
@@ -519,7 +628,7 @@ def _key(req: CompileRequest) -> str:
         "producer": "nvrtc", "toolchain": _toolchain_fingerprint(), "cccl": cccl[1] if cccl else None,
         "source": req.source, "name": req.name, "headers": [list(h) for h in req.headers], "options": list(req.options),
         "arch": req.arch, "output": req.output, "expressions": list(req.expressions),
-        "includes": _include_digest([req.source, *(t for _, t in req.headers)], list(req.user_dirs)),
+        "includes": _include_digest([req.source, *(t for _, t in req.headers)], list(req.user_dirs), req.name),
     })
 
 
@@ -569,7 +678,7 @@ def _run_nvrtc(req: CompileRequest):
         res = N.nvrtcCompileProgram(prog, len(full), [o.encode() for o in full])[0]
         log = _nvrtc_log(N, prog)
         if res != ok:
-            raise CompileFailure(name, source, full, log, f"NVRTC {major}.{minor}")
+            raise CompileFailure(name, source, full, log, f"NVRTC {major}.{minor}", _header_hint(log))
         names = {}
         for e in exprs:
             err, lowered = N.nvrtcGetLoweredName(prog, e.encode())
@@ -589,6 +698,27 @@ def _run_nvrtc(req: CompileRequest):
         return CacheEntry(kind, arch, bytes(payload), names, log, f"NVRTC {major}.{minor}")
     finally:
         N.nvrtcDestroyProgram(prog)
+
+
+_MISSING_HEADER = re.compile(r'cannot open source file "([^"\n]+)"')
+_C_HEADERS = {"stdint.h": "cstdint", "stddef.h": "cstddef", "limits.h": "climits", "float.h": "cfloat",
+              "math.h": "cmath", "assert.h": "cassert", "string.h": "cstring", "stdlib.h": "cstdlib"}
+
+
+def _header_hint(log: str) -> str:
+    """What to include instead of a standard header NVRTC has not got (it compiles device
+    code only: no host C++ library), where CCCL's libcu++ has the same under cuda/std."""
+    hints = []
+    for h in dict.fromkeys(_MISSING_HEADER.findall(log)):
+        std = _C_HEADERS.get(h, h)
+        cccl = cccl_include_dir()
+        if "/" not in std and cccl and os.path.isfile(os.path.join(cccl, "cuda", "std", std)):
+            hints.append(f"hint: NVRTC has no C++ standard library headers; for <{h}> include <cuda/std/{std}> "
+                         "(CCCL's libcu++, on nbjit's include path) and use cuda::std::")
+        elif "/" not in h and "." not in h:
+            hints.append(f"hint: <{h}> is a host C++ standard library header, which NVRTC does not have (it "
+                         "compiles device code only)")
+    return "\n".join(hints)
 
 
 def _nvrtc_log(N, prog) -> str:

@@ -47,7 +47,7 @@ class CompileFailure(NbjitCompileError):
     """NVRTC rejected a source: ``log``, ``options``, ``name`` and ``source`` are kept, and
     the message shows the log and the source lines it points at, numbered."""
 
-    def __init__(self, name: str, source: str, options: list[str], log: str, producer: str):
+    def __init__(self, name: str, source: str, options: list[str], log: str, producer: str, hint: str = ""):
         self.name, self.source, self.options, self.log = name, source, list(options), log
         lines = source.splitlines()
         marks = sorted({int(m) for m in re.findall(re.escape(name) + r"\((\d+)\)", log)})
@@ -57,7 +57,7 @@ class CompileFailure(NbjitCompileError):
                 shown.append(f"{'>' if i == n else ' '}{i:5d} | {lines[i - 1]}")
             shown.append("")
         super().__init__(f"{name}: {producer} could not compile it (options: {' '.join(options)})\n{log}"
-                         + ("\n\n" + "\n".join(shown).rstrip() if shown else ""))
+                         + ("\n\n" + "\n".join(shown).rstrip() if shown else "") + (f"\n\n{hint}" if hint else ""))
 
     def source_with_line_numbers(self) -> str:
         """The whole source, each line numbered."""

@@ -16,7 +16,7 @@ from .args import parse_signature
 from .cdecl import demangle
 from .numba_abi import is_numba_name
 from .errors import KernelNotFoundError, NbjitArgumentError, NbjitCompileError, NbjitLoadError, NbjitWarning
-from .compiler import compile_image, nvjitlink_version, one_or_many, option_list
+from .compiler import SOURCE_SUFFIXES, compile_image, nvjitlink_version, one_or_many, option_list, source_text
 from .cubin import CubinInfo
 from .image import Image, ImageLike, _sha256, as_image, inspect_image
 from .kernel import Kernel, _State, pending_kernel
@@ -572,6 +572,8 @@ def compile(source: str, *, name: str | None = None, name_expressions: Iterable[
     ``arch`` where there is no GPU) loads on first use, as ``nbjit.load(..., lazy=True)``."""
     if keep_debug is not False or lazy is not False:  # (the defaults: nothing to check)
         keep_debug, lazy = _flag(keep_debug, "keep_debug", NbjitCompileError), _flag(lazy, "lazy", NbjitCompileError)
+    if type(source) is not str or source[-1:] in _PATH_ENDS:  # a file's path: its text (and its directory)
+        source, name, include_paths = source_text(source, name, include_paths)
     exprs, opts = name_expressions, options
     if type(exprs) is not tuple or type(opts) is not tuple:  # (the defaults are: nothing to do)
         exprs, opts = one_or_many(exprs), option_list(opts)  # a str is one item; options split as a shell does
@@ -611,6 +613,7 @@ def compile(source: str, *, name: str | None = None, name_expressions: Iterable[
     return mod
 
 
+_PATH_ENDS = frozenset(x[-1] for x in SOURCE_SUFFIXES) | frozenset(x[-1].upper() for x in SOURCE_SUFFIXES)
 # nbjit.compile's repeated calls, per context: one look-up while the module lives
 _COMPILED: "dict[tuple, weakref.ref]" = {}
 

@@ -1,6 +1,7 @@
 """NVRTC through nbjit.compile_image (no GPU: the arch is always given)."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -248,3 +249,110 @@ print("a", "b")
                          env={**__import__("os").environ, "NBJIT_CACHE": "0",
                               "PYTHONPATH": str(Path(nbjit.__file__).parents[1])})
     assert out.stdout == b"a b\n", out.stdout
+
+
+def test_source_given_as_a_path(tmp_path):
+    """compile_image("/path/k.cu") compiled the path string as CUDA source ("expected a
+    declaration"). A Path, or a str naming a .cu/.cuh file, is read; its directory is searched
+    for #include "..." as nvcc does, and its name names the image."""
+    (tmp_path / "h.cuh").write_text("#define V 3.0f\n")
+    cu = tmp_path / "k.cu"
+    cu.write_text('#include "h.cuh"\nextern "C" __global__ void k(float* x) { x[0] = V; }\n')
+    for src in (cu, str(cu)):
+        img = compile_image(src, arch="sm_90", cache=Cache(tmp_path / "c"))
+        assert img.name == "k.cu" and [e.name for e in inspect_cubin(img.data).entries] == ["k"]
+    (tmp_path / "h.cuh").write_text("#define V 4.0f\n")  # the header is in the key: a new compile
+    assert compile_image(cu, arch="sm_90", cache=Cache(tmp_path / "c")).data != img.data
+    m = nbjit.compile(cu, arch="sm_90", lazy=True)
+    assert m.kernels == ("k",) and m.name == "k.cu"
+    for src, msg in ((str(tmp_path / "nope.cu"), "nope.cu: no such file (a str ending in .cu"),
+                     (tmp_path, "cannot read it as CUDA source: a directory"),
+                     (3, "source must be CUDA C++ text (str) or a .cu file's path, not int")):
+        with pytest.raises(NbjitCompileError, match=re.escape(msg)):
+            compile_image(src, arch="sm_90", cache=Cache(tmp_path / "c"))
+    (tmp_path / "bad.cu").write_bytes(b"// caf\xe9\n")
+    with pytest.raises(NbjitCompileError, match="bad.cu: not UTF-8 text"):
+        compile_image(tmp_path / "bad.cu", arch="sm_90")
+
+
+def test_generators_are_read_once(tmp_path):
+    """Options and name expressions given as generators: the call's look-up key consumed
+    them, NVRTC compiled without them, and the result was remembered under the key that had
+    them (a later options=["-DN=5"] got the -DN=0 image)."""
+    src = '#ifndef N\n#error N undefined\n#endif\ntemplate<int M> __global__ void f(int* p) { p[0] = N + M; }\n'
+    c = Cache(tmp_path)
+    a = compile_image(src, options=(o for o in ["-DN=5"]), name_expressions=(e for e in ["f<1>"]), arch="sm_90",
+                      cache=c)
+    b = compile_image(src, options=["-DN=5"], name_expressions=["f<1>"], arch="sm_90", cache=c)
+    assert a.data == b.data and set(a.lowered_names) == {"f<1>"}
+    other = compile_image(src, options=["-DN=6"], name_expressions=["f<1>"], arch="sm_90", cache=c)
+    assert other.data != a.data
+    m = nbjit.compile(src, options=(o for o in ["-DN=5"]), name_expressions=iter(["f<1>"]), arch="sm_90", lazy=True,
+                      cache=c)
+    assert m.image.data == a.data
+    inc = tmp_path / "inc"
+    inc.mkdir()
+    (inc / "n.h").write_text("#define N 7\n")
+    d = compile_image('#include "n.h"\n' + src, name_expressions=["f<1>"], include_paths=(p for p in [inc]),
+                      arch="sm_90", cache=c)
+    assert d.data != a.data
+
+
+def test_compile_inputs_that_cannot_reach_nvrtc(tmp_path):
+    """Lone surrogates raised UnicodeEncodeError; 4 million options crashed NVRTC; a FIFO
+    header hung it; a header including itself under 2,000 spellings took 1.9 GiB."""
+    import os
+    c = Cache(tmp_path / "c")
+    ok = 'extern "C" __global__ void k() {}\n'
+    for kw, msg in (({"options": ["-DX=\udcff"]}, "options '-DX=\\udcff' holds '\\udcff'"),
+                    ({"source": ok + "// \udc80\n"}, "the source holds '\\udc80' (line 2)"),
+                    ({"name": "k\udc80.cu"}, "name 'k\\udc80.cu' holds"),
+                    ({"name_expressions": ["f<\udc80>"]}, "name_expressions"),
+                    ({"headers": {"h\udc80": "x"}}, "headers"),
+                    ({"options": ["-DX"] * 5000}, "5000 options (15000 characters): more than NVRTC is given"),
+                    ({"options": ["-D" + "X" * (2 << 20)]}, "1 options")):
+        args = {"source": ok, "arch": "sm_90", "cache": c, **kw}
+        with pytest.raises(NbjitCompileError, match=re.escape(msg)):
+            compile_image(args.pop("source"), **args)
+    inc = tmp_path / "inc"
+    inc.mkdir()
+    os.mkfifo(inc / "fifo.h")
+    with pytest.raises(NbjitCompileError, match=r"#include \"fifo.h\" finds .*fifo.h, which is a FIFO, not a regular"):
+        compile_image('#include "fifo.h"\n' + ok, include_paths=[inc], arch="sm_90", cache=c)
+    spellings = "".join(f'#include "{"./" * i}self.h"\n' for i in range(1, 400))
+    (inc / "self.h").write_text("#pragma once\n" + spellings)
+    from nbjit import compiler as C
+    reads, read = [], C.read_regular
+    C.read_regular = lambda path, limit: reads.append(path) or read(path, limit)
+    try:
+        assert len(C._include_digest([spellings], [str(inc)])) == 399  # each spelling once
+    finally:
+        C.read_regular = read
+    assert reads == [str(inc / "self.h")]  # one read of the file (it was read and queued once per spelling)
+    img = compile_image('#include "self.h"\n' + ok, include_paths=[inc], arch="sm_90", cache=c)
+    assert [e.name for e in inspect_cubin(img.data).entries] == ["k"]
+
+
+def test_output_without_kernels_is_said(tmp_path):
+    """A template-only source without name expressions, or an empty one, compiled to a cubin
+    with no kernel and said nothing."""
+    c = Cache(tmp_path)
+    for src, output in (("template <class T> __global__ void t(T* p) { p[0] = 1; }\n", "auto"), ("", "auto"),
+                        ("", "ptx"), ("__device__ float g;\n", "auto")):
+        with pytest.warns(nbjit.NbjitWarning, match="NVRTC compiled no kernel .*name_expressions"):
+            compile_image(src, name="t.cu", arch="sm_90", output=output, cache=c)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        compile_image("template <class T> __global__ void t(T* p) { p[0] = 1; }\n", name_expressions=["t<int>"],
+                      arch="sm_90", cache=c)
+
+
+@pytest.mark.parametrize("header,hint", [("cstdint", "include <cuda/std/cstdint>"),
+                                         ("stdint.h", "include <cuda/std/cstdint>"),
+                                         ("vector", "<vector> is a host C++ standard library header")])
+def test_a_standard_header_nvrtc_has_not_got_gets_a_hint(tmp_path, header, hint):
+    with pytest.raises(CompileFailure) as e:
+        compile_image(f'#include <{header}>\nextern "C" __global__ void k() {{}}\n', arch="sm_90",
+                      cache=Cache(tmp_path))
+    assert f'cannot open source file "{header}"' in e.value.log and hint in str(e.value).splitlines()[-1]

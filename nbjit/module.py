@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import collections
 import difflib
+import re
 import threading
 import warnings
 import weakref
@@ -13,7 +14,7 @@ from typing import Any, Iterable, Mapping
 from . import _driver
 from .arch import Arch
 from .args import parse_signature
-from .cdecl import demangle
+from .cdecl import demangle, demangled_text
 from .numba_abi import is_numba_name
 from .errors import KernelNotFoundError, NbjitArgumentError, NbjitCompileError, NbjitLoadError, NbjitWarning
 from .compiler import SOURCE_SUFFIXES, compile_image, nvjitlink_version, one_or_many, option_list, source_text
@@ -272,7 +273,33 @@ class Module:
         return out
 
     def _resolve(self, name: str) -> str:
-        return self._lowered().get(name, name)
+        real = self._lowered().get(name, name)
+        if type(name) is not str or real in self.kernels:
+            return real
+        return self._by_demangled_name(name) or real
+
+    def _by_demangled_name(self, name: str) -> str | None:
+        """The kernel whose demangled name is ``name`` (``fill<float>(float*, int)``) or begins
+        with it up to its template or parameter list (``fill<float>``, or ``fill`` where one
+        kernel is so named), spaces aside; None where none is; ``KernelNotFoundError`` where
+        several are."""
+        want = _NO_SPACE.sub("", name.strip().removeprefix("void "))
+        if not want:
+            return None
+        found = []
+        for k in self.kernels:
+            text = demangled_text(k)
+            if text is None:
+                continue
+            t = _NO_SPACE.sub("", text.removeprefix("void "))  # (a template kernel's return type)
+            if t == want:
+                return k
+            if t.startswith(want) and t[len(want)] in "<(":
+                found.append((k, text))
+        if len(found) > 1:
+            raise KernelNotFoundError(f"{name!r} could be any of {len(found)} kernels in {self.name}: "
+                                      + "; ".join(text for _, text in found) + " (give more of the name)")
+        return found[0][0] if found else None
 
     def get_kernel(self, name: str, signature: str | None = None) -> Kernel:
         """The kernel ``name`` (a mangled name, or an NVRTC name expression such as
@@ -351,7 +378,8 @@ class Module:
     def _missing(self, name: str) -> KernelNotFoundError:
         names = list(self.kernels) + [k for k in self._lowered() if k not in self.kernels]
         close = difflib.get_close_matches(name, names, n=len(names), cutoff=0.0)
-        return KernelNotFoundError(f"no kernel {name!r} in {self.name}; it has: {', '.join(close) or '(none)'}")
+        shown = [f"{k} ({demangled_text(k)})" if demangled_text(k) else k for k in close]
+        return KernelNotFoundError(f"no kernel {name!r} in {self.name}; it has: {', '.join(shown) or '(none)'}")
 
     def __getitem__(self, name: str) -> Kernel:
         # a kernel already made, asked for by its own name: two dict look-ups
@@ -384,7 +412,7 @@ class Module:
     # ------------------------------------------------------------ globals
     def get_global(self, name: str) -> DeviceGlobal:
         """A ``__device__`` / ``__constant__`` variable: address and size, and ``as_array``."""
-        g = _driver.get_global(self._handle, self._resolve(name))
+        g = _driver.get_global(self._handle, self._lowered().get(name, name))
         if g is None:
             names = self._global_names()
             raise KernelNotFoundError(f"no global {name!r} in {self.name}; it has: {', '.join(names) or '(none)'}")
@@ -613,6 +641,7 @@ def compile(source: str, *, name: str | None = None, name_expressions: Iterable[
     return mod
 
 
+_NO_SPACE = re.compile(r"\s+")
 _PATH_ENDS = frozenset(x[-1] for x in SOURCE_SUFFIXES) | frozenset(x[-1].upper() for x in SOURCE_SUFFIXES)
 # nbjit.compile's repeated calls, per context: one look-up while the module lives
 _COMPILED: "dict[tuple, weakref.ref]" = {}

@@ -3,6 +3,7 @@ and cloudpickle) as data. Loading them on first use is tested on the GPU (test_p
 from __future__ import annotations
 
 import pickle
+import re
 import zlib
 
 import cloudpickle
@@ -168,3 +169,23 @@ def test_yes_no_arguments_take_only_yes_or_no(kwargs):
     assert "loads on first use" in repr(m)
     import numpy as np
     assert "loads on first use" in repr(nbjit.load(DATA / "nvcc/kernels_sm90.ptx", lazy=np.True_))
+
+
+def test_kernels_found_by_their_demangled_names():
+    """module["fill<float>"] without name expressions, module["ns::op(double)"]: a kernel by
+    its C++ name (the demangled name, or its start up to the template or parameter list,
+    where one kernel fits), not only by the mangled one."""
+    src = ("template <class T> __global__ void fill(T* p, int n) { p[0] = n; }\n"
+           "template __global__ void fill<float>(float*, int);\ntemplate __global__ void fill<int>(int*, int);\n"
+           "__global__ void fill_rows(float* p) {}\nnamespace ns { __global__ void op(double x) {} }\n")
+    m = nbjit.compile(src, arch="sm_90", lazy=True)
+    for name, real in (("fill<float>(float*, int)", "_Z4fillIfEvPT_i"), ("void fill<float>(float *, int)",
+                       "_Z4fillIfEvPT_i"), ("fill<int>", "_Z4fillIiEvPT_i"), ("fill_rows", "_Z9fill_rowsPf"),
+                       ("ns::op", "_ZN2ns2opEd"), ("ns::op(double)", "_ZN2ns2opEd")):
+        assert m[name].name == real and name in m
+    with pytest.raises(nbjit.KernelNotFoundError, match=r"'fill' could be any of 2 kernels in kernel.cu: "
+                       r"void fill<\w+>\(\w+\*, int\); void fill"):
+        m["fill"]
+    for name in ("fil", "ns", "fill<double>"):
+        with pytest.raises(nbjit.KernelNotFoundError, match=re.escape("_Z9fill_rowsPf (fill_rows(float*))")):
+            m[name]

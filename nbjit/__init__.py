@@ -64,6 +64,9 @@ Errors: every error nbjit raises on bad input derives from NbjitError
 the source lines it points at), NbjitLoadError, NbjitLaunchError, NbjitArgumentError,
 NbjitCacheError, KernelNotFoundError); NbjitWarning says what nbjit did on the user's behalf.
 """
+import importlib
+from typing import TYPE_CHECKING
+
 from .errors import (
     CompileFailure,
     ImageFormatError,
@@ -78,18 +81,51 @@ from .errors import (
     NbjitWarning,
     PtxParseError,
 )
-from .cache import Cache, default_cache, set_default_cache
-from .compiler import compile_image
-from .cubin import CubinInfo, inspect_cubin
-from .fatbin import FatbinEntry, FatbinInfo, inspect_fatbin
-from .image import Image, as_image, inspect_image
-from .kernel import BoundLaunch, Kernel, KernelAttributes, tensor_map
-from .tma import TensorMap
-from .graph import Capture, capture
-from .module import DeviceGlobal, Module, compile, from_numba, load
-from .ptx import PtxInfo, inspect_ptx, strip_debug
-from .triton import TritonKernel, TritonMeta, load_triton
-from .signature import Directives, KernelInfo, KernelSignature, Param
+# The public names load with the module that defines them, on first use (PEP 562): `import
+# nbjit` stays cheap (no numpy, no readers) and `nbjit inspect` imports only what it runs.
+_HOMES = {
+    "cache": ("Cache", "default_cache", "set_default_cache"),
+    "compiler": ("compile_image",),
+    "cubin": ("CubinInfo", "inspect_cubin"),
+    "fatbin": ("FatbinEntry", "FatbinInfo", "inspect_fatbin"),
+    "image": ("Image", "as_image", "inspect_image"),
+    "kernel": ("BoundLaunch", "Kernel", "KernelAttributes", "tensor_map"),
+    "tma": ("TensorMap",),
+    "graph": ("Capture", "capture"),
+    "module": ("DeviceGlobal", "Module", "compile", "from_numba", "load"),
+    "ptx": ("PtxInfo", "inspect_ptx", "strip_debug"),
+    "triton": ("TritonKernel", "TritonMeta", "load_triton"),
+    "signature": ("Directives", "KernelInfo", "KernelSignature", "Param"),
+}
+_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
+
+if TYPE_CHECKING:  # what type checkers and the API reference read
+    from .cache import Cache, default_cache, set_default_cache
+    from .compiler import compile_image
+    from .cubin import CubinInfo, inspect_cubin
+    from .fatbin import FatbinEntry, FatbinInfo, inspect_fatbin
+    from .image import Image, as_image, inspect_image
+    from .kernel import BoundLaunch, Kernel, KernelAttributes, tensor_map
+    from .tma import TensorMap
+    from .graph import Capture, capture
+    from .module import DeviceGlobal, Module, compile, from_numba, load
+    from .ptx import PtxInfo, inspect_ptx, strip_debug
+    from .triton import TritonKernel, TritonMeta, load_triton
+    from .signature import Directives, KernelInfo, KernelSignature, Param
+
+
+def __getattr__(name: str):
+    home = _HOME_OF.get(name)
+    if home is None:
+        raise AttributeError(f"module 'nbjit' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{home}", __name__), name)
+    globals()[name] = value  # found directly from now on
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOME_OF))
+
 
 __version__ = "0.1.0"
 

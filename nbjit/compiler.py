@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from . import _driver, _facts
+from . import _facts
 from .arch import Arch, existence_problem
 from .cache import Cache, CacheEntry, cache_key, default_cache
 from .cdecl import source_declarations
@@ -400,6 +400,7 @@ def _headers(headers) -> dict[str, str]:
 def _arch_for(arch: str | None) -> str:
     """The target to compile for: ``arch`` checked, or the current device's SASS."""
     if arch is None:
+        from . import _driver  # (only here: compiling for a given arch needs no driver, nor numpy)
         return str(Arch.parse(_driver.current_cc()))
     a = str(arch).strip()
     if not _ARCH_NAME.fullmatch(a):
@@ -449,7 +450,7 @@ def compile_image(source: str, *, name: str | None = None, name_expressions: Ite
     if not include_paths:
         try:
             # without an arch, the current device's: one per context (devices may differ)
-            where = arch if arch is not None else ("device of context", _driver.current_context_key())
+            where = arch if arch is not None else ("device of context", _current_context_key())
             call = ("nvrtc", source, name, tuple(name_expressions), tuple(sorted((headers or {}).items())),
                     tuple(options), where, output, id(_toolchain_fingerprint()))
             hash(call)
@@ -480,6 +481,11 @@ def compile_image(source: str, *, name: str | None = None, name_expressions: Ite
     if call is not None:
         cache.remember(call, img)
     return img
+
+
+def _current_context_key():
+    from . import _driver
+    return _driver.current_context_key()
 
 
 def _no_kernels(img: Image) -> bool:

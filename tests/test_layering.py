@@ -6,6 +6,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 PKG = Path(__file__).resolve().parent.parent / "nbjit"
 MODULES = {p.stem: p for p in PKG.glob("*.py")}
 
@@ -72,3 +74,26 @@ def test_only_the_driver_module_calls_the_driver():
             if isinstance(node, ast.Attribute) and node.attr in ("current_context", "get_current_device") \
                     and not via_driver:
                 raise AssertionError(f"{name}.py:{node.lineno} reaches numba's context ({node.attr}); use _driver")
+
+
+def test_import_nbjit_loads_what_is_used():
+    """`import nbjit` took 0.55-0.7 s, importing every stage and numpy: it now imports its
+    errors only, each public name loads its module on first use, and compiling for a given
+    architecture or inspecting never imports numpy, Numba or the driver module."""
+    import subprocess
+    import sys
+    code = """
+import sys, nbjit
+mods = lambda: sorted(m for m in sys.modules if m.startswith("nbjit.") or m in ("numpy", "numba", "nbjit._driver"))
+print(mods())
+nbjit.inspect_ptx; nbjit.strip_debug; nbjit.inspect_cubin; nbjit.compile_image; nbjit.Cache
+print("numpy" in sys.modules, "numba" in sys.modules, "nbjit._driver" in sys.modules)
+from nbjit import *
+import nbjit as n
+print(sorted(set(n.__all__) - set(dir(n))), n.load.__module__, n.Module.__module__)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out == ["['nbjit.errors']", "False False False", "[] nbjit.module nbjit.module"]
+    import nbjit
+    with pytest.raises(AttributeError, match="module 'nbjit' has no attribute 'lod'"):
+        getattr(nbjit, "lod")  # noqa: B009 (the module's own attribute look-up is the point)

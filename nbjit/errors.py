@@ -20,7 +20,19 @@ __all__ = [
 
 
 class NbjitError(Exception):
-    """Base class of every error nbjit raises."""
+    """Base class of every error nbjit raises. Each pickles as what it holds (message and
+    attributes, such as NVRTC's log), so it crosses to the parent of a worker process."""
+
+    def __reduce__(self):
+        # not cls(*args): subclasses' constructors take other arguments than their message
+        return _rebuild, (type(self), self.args, dict(self.__dict__))
+
+
+def _rebuild(cls: type, args: tuple, attrs: dict) -> NbjitError:
+    e = cls.__new__(cls)
+    Exception.__init__(e, *args)
+    e.__dict__.update(attrs)
+    return e
 
 
 class PtxParseError(NbjitError, ValueError):

@@ -3,12 +3,13 @@ name, symbols and note records. It decodes; what the sections mean for CUDA is c
 Pure data, standard library only."""
 from __future__ import annotations
 
+import os
 import struct
 from dataclasses import dataclass
 
 from .errors import ImageFormatError
 
-__all__ = ["ElfFile", "Section", "Symbol"]
+__all__ = ["ElfFile", "Section", "Symbol", "gnu_build_id"]
 
 SHT_SYMTAB = 2
 SHT_NOTE = 7
@@ -140,3 +141,42 @@ def cstr(blob: bytes, off: int) -> str:
         return ""
     end = blob.find(b"\0", off)
     return blob[off: end if end != -1 else len(blob)].decode("utf-8", "replace")
+
+
+_PT_NOTE, _NT_GNU_BUILD_ID = 4, 3
+
+
+def gnu_build_id(path: str) -> bytes | None:
+    """The GNU build ID of an ELF64 little-endian file on disk (a shared library), read through
+    its program headers (a few hundred bytes, not the file), or None where it has none."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return None
+    try:
+        head = os.pread(fd, 64, 0)
+        if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
+            return None
+        (phoff,) = struct.unpack_from("<Q", head, 32)
+        phentsize, phnum = struct.unpack_from("<HH", head, 54)
+        if phentsize < 56 or phnum > 512:
+            return None
+        ph = os.pread(fd, phentsize * phnum, phoff)
+        for i in range(len(ph) // phentsize):
+            p_type, _, p_offset, _, _, p_filesz = struct.unpack_from("<IIQQQQ", ph, i * phentsize)
+            if p_type != _PT_NOTE or p_filesz > 1 << 16:
+                continue
+            notes, pos = os.pread(fd, p_filesz, p_offset), 0
+            while pos + 12 <= len(notes):
+                namesz, descsz, kind = struct.unpack_from("<III", notes, pos)
+                name_at = pos + 12
+                desc_at = name_at + (namesz + 3) // 4 * 4  # name and desc are 4-byte aligned
+                if kind == _NT_GNU_BUILD_ID and notes[name_at:name_at + namesz] == b"GNU\0":
+                    desc = notes[desc_at:desc_at + descsz]
+                    return desc if len(desc) == descsz and desc else None
+                pos = desc_at + (descsz + 3) // 4 * 4
+    except (OSError, struct.error):
+        return None
+    finally:
+        os.close(fd)
+    return None

@@ -20,6 +20,7 @@ from .cache import Cache, CacheEntry, cache_key, default_cache
 from .cdecl import source_declarations
 from .cubin import CubinInfo, inspect_cubin
 from .errors import CompileFailure, NbjitCompileError, NbjitWarning
+from ._elf import gnu_build_id
 from .image import Image, content_digest, read_regular
 from .signature import KernelInfo, typed_entries
 
@@ -172,41 +173,58 @@ def _site_dir(nvidia_dir: str) -> bool:
     return os.path.basename(os.path.dirname(nvidia_dir)) in ("site-packages", "dist-packages")
 
 
-def _copies(dirs, lib: str) -> list:
-    """[path, size, mtime] of each file named as ``lib`` can be loaded in ``dirs``."""
-    seen = []
+def _copies(dirs, lib: str) -> list[str]:
+    """The files in ``dirs`` named as ``lib`` can be loaded (each file once, however linked)."""
+    seen: list[str] = []
     for d in dirs:
         if not os.path.isdir(d):
             continue
         for suffix in _SONAMES:
             f = f"{d}/lib{lib}{suffix}"
-            try:
-                st = os.stat(f)
-            except OSError:
-                continue
-            seen.append([f, st.st_size, st.st_mtime_ns])
+            if os.path.isfile(f) and f not in seen:
+                seen.append(f)
     return seen
 
 
-def _toolchain_fingerprint(lib: str = "nvrtc") -> dict:
-    """What identifies the library ``lib`` ("nvrtc" or "nvJitLink") a compile would use,
-    without loading it (importing and loading NVRTC costs tens of milliseconds): path, size
-    and modification time of each copy in the pip wheels on sys.path; where none of them is
-    in a site-packages directory (whose wheels cuda.bindings loads before any other copy),
-    of each copy the system search could find too (CUDA_HOME/CUDA_PATH, LD_LIBRARY_PATH).
-    Plus those variables. A new or changed install changes it."""
-    fp = _FINGERPRINTS.get(lib)
-    if fp is not None:
-        return fp
+def _toolchain_copies(lib: str = "nvrtc") -> list[str]:
+    """The copies of the library ``lib`` ("nvrtc" or "nvJitLink") a compile may load, found
+    without loading it (importing and loading NVRTC costs tens of milliseconds): those in the
+    pip wheels on sys.path; where none of them is in a site-packages directory (whose wheels
+    cuda.bindings loads before any other copy), also those the system search could find
+    (CUDA_HOME/CUDA_PATH, LD_LIBRARY_PATH)."""
     wheels = [(n, _copies([f"{n}/{sub}/lib" for sub in _WHEEL_LIB_DIRS[lib]], lib)) for n in _nvidia_dirs()]
     seen = [c for _, copies in wheels for c in copies]
     if not any(copies and _site_dir(n) for n, copies in wheels):
         dirs = [f"{os.environ[v]}/{d}" for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)
                 for d in ("lib64", "lib")]
         seen += _copies(dirs + [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if d], lib)
-    fp = {"libs": seen, "env": [os.environ.get(v, "") for v in ("CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH")]}
+    return seen
+
+
+def _toolchain_fingerprint(lib: str = "nvrtc") -> dict:
+    """What identifies the library ``lib`` a compile would use, wherever it is installed: the
+    GNU build ID of each copy it may load (the build of that exact version; a content digest
+    where a copy has none). No path, file time or environment variable: the same wheels in
+    another venv, reinstalled, or under another LD_LIBRARY_PATH give the same fingerprint;
+    another NVRTC gives another. Once per process."""
+    fp = _FINGERPRINTS.get(lib)
+    if fp is not None:
+        return fp
+    fp = {"lib": lib, "builds": sorted({_library_id(f) for f in _toolchain_copies(lib)})}
     _FINGERPRINTS[lib] = fp
     return fp
+
+
+def _library_id(path: str) -> str:
+    """A library file's identity: its GNU build ID, else its size and content digest."""
+    build = gnu_build_id(path)
+    if build is not None:
+        return "build-id:" + build.hex()
+    try:
+        data = read_regular(path)
+    except (OSError, ValueError):
+        return "unreadable"
+    return f"content:{len(data)}:{content_digest(data)}"
 
 
 @functools.lru_cache(maxsize=None)
@@ -227,18 +245,37 @@ def cuda_include_dir() -> str | None:
 
 
 @functools.lru_cache(maxsize=None)
-def _cccl() -> tuple[str, list[int]] | None:
+def _cccl() -> tuple[str, str] | None:
     """CCCL's headers beside CUDA's (the CUDA wheel's include/cccl) and the identity of its
-    version header (size, modification time): one stat()."""
+    version: a digest of its version header (a few hundred bytes; no path, no file time)."""
     inc = cuda_include_dir()
     if not inc:
         return None
     d = f"{inc}/cccl"
     try:
-        st = os.stat(f"{d}/cuda/std/__cccl/version.h")
+        version = read_regular(f"{d}/cuda/std/__cccl/version.h", 1 << 20)
+    except (OSError, ValueError):
+        return None
+    return d, content_digest(version)
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_headers_id() -> str | None:
+    """The identity of CUDA's headers on the include path: CUDART_VERSION and the size of
+    cuda_runtime_api.h (no path, no file time); None where there are none."""
+    inc = cuda_include_dir()
+    if not inc:
+        return None
+    try:
+        fd = os.open(f"{inc}/cuda_runtime_api.h", os.O_RDONLY)
+        try:
+            head, size = os.pread(fd, 1 << 15, 0), os.fstat(fd).st_size
+        finally:
+            os.close(fd)
     except OSError:
         return None
-    return d, [st.st_size, st.st_mtime_ns]
+    m = re.search(rb"#define\s+CUDART_VERSION\s+(\d+)", head)
+    return f"{m.group(1).decode() if m else '?'}:{size}"
 
 
 def cccl_include_dir() -> str | None:
@@ -632,10 +669,20 @@ def _key(req: CompileRequest) -> str:
     cccl = _cccl()
     return cache_key({
         "producer": "nvrtc", "toolchain": _toolchain_fingerprint(), "cccl": cccl[1] if cccl else None,
-        "source": req.source, "name": req.name, "headers": [list(h) for h in req.headers], "options": list(req.options),
+        "cuda_headers": _cuda_headers_id(),
+        "source": req.source, "name": req.name, "headers": [list(h) for h in req.headers],
+        "options": _portable_options(req.options),
         "arch": req.arch, "output": req.output, "expressions": list(req.expressions),
         "includes": _include_digest([req.source, *(t for _, t in req.headers)], list(req.user_dirs), req.name),
     })
+
+
+def _portable_options(options) -> list[str]:
+    """Options as the key holds them: CUDA's and CCCL's include directories by what they
+    are (the toolchain's fingerprint and CCCL's version identify them), not where they are."""
+    ours = {f"--include-path={d}": f"--include-path=<{what}>"
+            for what, d in (("cuda", cuda_include_dir()), ("cccl", cccl_include_dir())) if d}
+    return [ours.get(o, o) for o in options]
 
 
 def _nvrtc_arch(target: Arch, output: str, name: str, nvrtc: str) -> str:

@@ -157,7 +157,7 @@ def test_toolchain_fingerprint_follows_the_library_that_loads(tmp_path, monkeypa
     def fresh(lib="nvrtc"):
         monkeypatch.setattr(C, "_FINGERPRINTS", {})
         C._nvidia_dirs.cache_clear()
-        return C._toolchain_fingerprint(lib)
+        return {"libs": C._toolchain_copies(lib), "fp": C._toolchain_fingerprint(lib)}
 
     site, home = tmp_path / "lib" / "site-packages", tmp_path / "cuda"
     (home / "lib64").mkdir(parents=True)
@@ -168,23 +168,25 @@ def test_toolchain_fingerprint_follows_the_library_that_loads(tmp_path, monkeypa
     monkeypatch.delenv("CUDA_PATH", raising=False)
     monkeypatch.setenv("LD_LIBRARY_PATH", "")
     try:
-        assert [f for f, *_ in fresh()["libs"]] == [str(home / "lib64" / "libnvrtc.so.13")]
+        assert fresh()["libs"] == [str(home / "lib64" / "libnvrtc.so.13")]
         wheel = site / "nvidia" / "cu13" / "lib"
         wheel.mkdir(parents=True)
         (wheel / "libnvrtc.so.13").write_bytes(b"wheel")
         first = fresh()
-        assert [f for f, *_ in first["libs"]] == [str(wheel / "libnvrtc.so.13")]  # the system copy no longer counts
-        assert [f for f, *_ in fresh("nvJitLink")["libs"]] == [str(home / "lib64" / "libnvJitLink.so.13")]
+        assert first["libs"] == [str(wheel / "libnvrtc.so.13")]  # the system copy no longer counts
+        assert fresh("nvJitLink")["libs"] == [str(home / "lib64" / "libnvJitLink.so.13")]
         os.utime(wheel / "libnvrtc.so.13", ns=(1, 1))
-        assert fresh() != first
+        assert fresh()["fp"] == first["fp"]  # a file time is not what the library is
+        (wheel / "libnvrtc.so.13").write_bytes(b"wheel, another build")
+        assert fresh()["fp"] != first["fp"]
         # a wheel outside site-packages (pip install --target, on PYTHONPATH) is not what
         # cuda.bindings looks for first: the system copies count as well
         target = tmp_path / "target"
         (target / "nvidia" / "cu13" / "lib").mkdir(parents=True)
         (target / "nvidia" / "cu13" / "lib" / "libnvrtc.so.13").write_bytes(b"target")
         monkeypatch.setattr(sys, "path", [str(target), os.path.dirname(os.__file__)])
-        assert [f for f, *_ in fresh()["libs"]] == [str(target / "nvidia" / "cu13" / "lib" / "libnvrtc.so.13"),
-                                                    str(home / "lib64" / "libnvrtc.so.13")]
+        assert fresh()["libs"] == [str(target / "nvidia" / "cu13" / "lib" / "libnvrtc.so.13"),
+                                   str(home / "lib64" / "libnvrtc.so.13")]
         assert C._toolchain_fingerprint() is C._toolchain_fingerprint()  # once per process
     finally:
         C._nvidia_dirs.cache_clear()
@@ -356,3 +358,52 @@ def test_a_standard_header_nvrtc_has_not_got_gets_a_hint(tmp_path, header, hint)
         compile_image(f'#include <{header}>\nextern "C" __global__ void k() {{}}\n', arch="sm_90",
                       cache=Cache(tmp_path))
     assert f'cannot open source file "{header}"' in e.value.log and hint in str(e.value).splitlines()[-1]
+
+
+def test_cache_entries_travel_between_environments(tmp_path):
+    """The key named where NVRTC was installed (path, size, file time of the library; CUDA_HOME,
+    LD_LIBRARY_PATH): a cache exported from one environment missed in a second one with the
+    same wheels at another path. It now names what the toolchain is: a second environment
+    (another path, fresh copies of the library, other variables, no site-packages at all)
+    hits the imported entry without NVRTC; another NVRTC build misses."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from nbjit import compiler as C
+    src = 'extern "C" __global__ void travel(float* p) { p[0] = 42.0f; }\n'
+    first = compile_image(src, name="t.cu", arch="sm_90", options=["-DX=1"], cache=Cache(tmp_path / "a"))
+    Cache(tmp_path / "a").export_archive(tmp_path / "a.tar.gz")
+    Cache(tmp_path / "b").import_archive(tmp_path / "a.tar.gz")
+    lib = next(f for f in C._toolchain_copies() if "site-packages" in f)
+    inc = C.cuda_include_dir()
+
+    def other_env(name: str, nvrtc: bytes | None) -> subprocess.CompletedProcess:
+        site = tmp_path / name / "lib" / "site-packages"
+        (site / "nvidia" / "cu13" / "lib").mkdir(parents=True)
+        os.symlink(inc, site / "nvidia" / "cu13" / "include")  # the same headers, reached by another path
+        copy = site / "nvidia" / "cu13" / "lib" / "libnvrtc.so.13"
+        if nvrtc is None:
+            shutil.copyfile(lib, copy)  # a fresh copy: another path, another file time
+        else:
+            copy.write_bytes(nvrtc)
+        code = f"""
+import sys
+sys.path[:0] = [{str(Path(nbjit.__file__).parents[1])!r}, {str(site)!r}]
+from nbjit import compiler as C
+from nbjit.cache import Cache
+def nvrtc(req):
+    raise SystemExit("NVRTC called")
+C._run_nvrtc = nvrtc
+img = C.compile_image({src!r}, name="t.cu", arch="sm_90", options=["-DX=1"], cache=Cache({str(tmp_path / "b")!r}))
+sys.stdout.buffer.write(img.data)
+"""
+        env = {"PATH": os.environ.get("PATH", ""), "LD_LIBRARY_PATH": str(tmp_path / "elsewhere"),
+               "CUDA_HOME": str(tmp_path / "cuda-home"), "NBJIT_CACHE_DIR": str(tmp_path / "unused")}
+        # -S: no site-packages, so this environment's NVRTC is the only one there is
+        return subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, env=env, timeout=120)
+
+    same = other_env("venv2", None)
+    assert same.returncode == 0 and same.stdout == first.data, same.stderr[-2000:]
+    other = other_env("venv3", b"\x7fELF another NVRTC")
+    assert other.returncode == 1 and b"NVRTC called" in other.stderr, other.stderr[-2000:]

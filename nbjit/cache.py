@@ -36,7 +36,7 @@ except ImportError:  # not POSIX: no cross-process lock, each process compiles
     fcntl = None  # type: ignore[assignment]
 
 from .errors import NbjitCacheError
-from .image import content_digest, content_hash, read_regular_stat
+from .image import content_digest, content_hash, read_regular_stat, write_output
 
 __all__ = ["Cache", "CacheEntry", "default_cache", "set_default_cache", "cache_key", "FORMAT_VERSION"]
 
@@ -375,11 +375,11 @@ class Cache:
         import tarfile
         if self.path is None:
             raise NbjitCacheError("cannot export: the disk cache is off (NBJIT_CACHE=0)")
-        dest = Path(dest)
-        tmp = dest.with_name(f"{_TMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}-{dest.name}")
         n = 0
-        try:
-            with tarfile.open(tmp, "w:gz") as tar:
+
+        def fill(out) -> None:
+            nonlocal n
+            with tarfile.open(fileobj=out, mode="w:gz") as tar:
                 for f, _, _ in self.entries():
                     got = entry_file(f)
                     if got is None or got[0] is None:
@@ -389,10 +389,12 @@ class Cache:
                     info.size, info.mtime, info.mode = len(raw), int(time.time()), 0o644
                     tar.addfile(info, io.BytesIO(raw))
                     n += 1
-            os.replace(tmp, dest)
+        try:
+            write_output(dest, fill)
         except OSError as e:
-            _remove(tmp)
             raise NbjitCacheError(f"cannot write the cache archive {dest}: {e.strerror or e}") from None
+        except ValueError as e:
+            raise NbjitCacheError(f"cannot write the cache archive {dest}: it is {e}") from None
         return n
 
     def import_archive(self, src: str | os.PathLike) -> tuple[int, list[str]]:

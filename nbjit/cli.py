@@ -5,14 +5,13 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from .cubin import CubinInfo
 from .errors import NbjitError
 from .fatbin import FatbinInfo, parse_arch
-from .image import Image, inspect_image, read_regular
+from .image import Image, inspect_image, read_regular, write_output
 from .ptx import PtxInfo, inspect_ptx, strip_debug
 from .cdecl import demangled_text
 from .signature import typed_entries
@@ -36,33 +35,22 @@ def _read(path: str) -> bytes:
 
 
 def _write(path: str, data: bytes, source: str, in_place: bool, in_place_option: bool = True) -> None:
-    """Write ``data`` to ``path`` through a temporary file renamed into place; an output
-    that is the input (also through a link) is refused unless ``in_place`` (the hint names
-    ``--in-place`` where the command has it). ``-`` is standard output."""
+    """Write ``data`` to ``path`` (see ``write_output``: a file is replaced whole, a device
+    written through); an output that is the input (also through a link) is refused unless
+    ``in_place`` (the hint names ``--in-place`` where the command has it). ``-`` is
+    standard output."""
     if path == "-":
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
         return
     if not in_place:
         _refuse_input(path, source, in_place_option)
-    target = os.path.realpath(path) if in_place else path
-    folder = os.path.dirname(os.path.abspath(target)) or "."
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".nbjit-", dir=folder)
+        write_output(path, lambda f: f.write(data))
     except OSError as e:
-        raise _Usage(f"cannot write {path}: {e.strerror}") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        mode = os.stat(target).st_mode & 0o777 if os.path.exists(target) else 0o666 & ~_umask()
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
-    except OSError as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise _Usage(f"cannot write {path}: {e.strerror}") from None
+        raise _Usage(f"cannot write {path}: {e.strerror or e}") from None
+    except ValueError as e:
+        raise _Usage(f"cannot write {path}: it is {e}") from None
 
 
 def _refuse_input(path: str, source: str, in_place_option: bool = True) -> None:
@@ -70,12 +58,6 @@ def _refuse_input(path: str, source: str, in_place_option: bool = True) -> None:
     if os.path.exists(path) and os.path.samefile(path, source):
         hint = "pass --in-place to replace it, or choose another -o" if in_place_option else "choose another -o"
         raise _Usage(f"{path} is the input file {source}: refusing to overwrite it ({hint})")
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _table(rows: list[list[str]], header: list[str]) -> list[str]:

@@ -5,6 +5,7 @@ import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -399,3 +400,69 @@ def test_output_to_standard_output(tmp_path):
         os.close(leader)
     assert r.returncode == 2 and b"a cubin is binary, not for a terminal" in r.stderr
     assert not (tmp_path / "-").exists()
+
+
+def test_an_output_that_is_a_device_is_written_through_never_replaced(tmp_path):
+    """-o onto a character device (here links to /dev/null and /dev/full, and where root may
+    make one a device node in tmp_path) writes into it; the node stays a device. A FIFO is
+    written through to its reader; one nobody reads, a directory, are refused."""
+    import stat
+    ptx = str(DATA / "nvcc/kernels_G_sm90.ptx")
+    env = {**os.environ, "NBJIT_CACHE_DIR": str(tmp_path / "cache")}
+    cmd = [EXE] if EXE else [sys.executable, "-m", "nbjit"]
+    run = lambda *a: subprocess.run([*cmd, *a], capture_output=True, text=True, env=env, timeout=120)
+    null, full = tmp_path / "null", tmp_path / "full"
+    null.symlink_to("/dev/null")
+    full.symlink_to("/dev/full")
+    outs = [null]
+    if os.geteuid() == 0:
+        node = tmp_path / "node"
+        os.mknod(node, stat.S_IFCHR | 0o666, os.makedev(1, 3))  # what /dev/null is
+        outs.append(node)
+    for out in outs:
+        r = run("strip", ptx, "-o", str(out))
+        assert r.returncode == 0, r.stderr
+        r = run("cache", "export", str(out))
+        assert r.returncode == 0 and "exported 0 entries" in r.stdout, r.stderr
+    for args in (["strip", ptx, "-o", str(full)], ["cache", "export", str(full)]):
+        r = run(*args)
+        assert r.returncode == 2 and "No space left on device" in r.stderr and len(r.stderr.splitlines()) == 1, \
+            r.stderr
+    assert null.is_symlink() and full.is_symlink()
+    for dev in ("/dev/null", "/dev/full", *map(str, outs[1:])):
+        assert stat.S_ISCHR(os.stat(dev).st_mode), f"{dev} is no longer a character device"
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary file left
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    r = run("strip", ptx, "-o", str(fifo))  # nobody reads it: refused, not waited on
+    assert r.returncode == 2 and "a FIFO that no process is reading" in r.stderr, r.stderr
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    try:
+        for _ in range(100):  # until the reader has it open
+            r = run("strip", ptx, "-o", str(fifo))
+            if "no process is reading" not in r.stderr:
+                break
+    finally:
+        if r.returncode != 0:
+            os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # let the reader go
+        reader.join(timeout=60)
+    from nbjit import strip_debug
+    assert r.returncode == 0 and got == [strip_debug(Path(ptx).read_bytes()).encode()], r.stderr
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    r = run("cache", "export", str(tmp_path))
+    assert r.returncode == 2 and f"cannot write the cache archive {tmp_path}: it is a directory" in r.stderr
+
+
+def test_an_output_through_a_link_replaces_the_file_it_names(tmp_path):
+    """-o a link to a regular file: the file is replaced (its permissions kept), the link stays."""
+    real = tmp_path / "real.ptx"
+    real.write_text("old")
+    os.chmod(real, 0o640)
+    link = tmp_path / "link.ptx"
+    link.symlink_to(real)
+    r = nbjit("strip", str(DATA / "nvcc/kernels_G_sm90.ptx"), "-o", str(link))
+    assert r.returncode == 0, r.stderr
+    assert link.is_symlink() and ".entry" in real.read_text() and (real.stat().st_mode & 0o777) == 0o640

@@ -345,7 +345,9 @@ def _compile(args) -> int:
     raw = _read(args.file)
     _check_source(raw, args.file)
     source = raw.decode("utf-8")
-    opts = [o for d in args.include for o in ("-I", d)] + [f"-D{d}" for d in args.define] + list(args.option)
+    opts = ([o for d in args.include for o in ("-I", d)] + [f"-D{d}" for d in args.define]
+            + ([f"-std={args.std}"] if args.std else []) + (["-G"] if args.G else [])
+            + (["-lineinfo"] if args.lineinfo else []) + list(args.option))
     for arch in archs:
         img = compile_image(source, name=path.name, options=opts, arch=arch,
                             output="ptx" if args.ptx else "auto", name_expressions=args.expr)
@@ -408,19 +410,43 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--max-bytes", type=int, help="for prune: the size to prune to (default: the cache's limit)")
     c.set_defaults(func=_cache)
     k = sub.add_parser("compile", help="compile CUDA C++ with NVRTC (through the cache)")
-    k.add_argument("file")
+    k.add_argument("file", help="the CUDA C++ source (.cu)")
     k.add_argument("--arch", required=True, help="sm_90, sm_90a, compute_90, ...; several separated by commas "
                    "(sm_80,sm_90,sm_100): one output each")
     k.add_argument("--cache-only", action="store_true", help="fill the compile cache, write no file")
     k.add_argument("--ptx", action="store_true", help="write PTX instead of a cubin")
     k.add_argument("-o", "--output", help="output file (default: FILE's name with .cubin or .ptx, in the current "
                    "directory; never the input; - for standard output)")
-    k.add_argument("-I", dest="include", action="append", default=[], metavar="DIR")
-    k.add_argument("-D", dest="define", action="append", default=[], metavar="NAME=VALUE")
-    k.add_argument("--expr", action="append", default=[], help="a name expression to instantiate")
-    k.add_argument("--option", action="append", default=[], help="another NVRTC option")
+    k.add_argument("-I", dest="include", action="append", default=[], metavar="DIR",
+                   help="a directory to search for #include files (repeatable)")
+    k.add_argument("-D", dest="define", action="append", default=[], metavar="NAME[=VALUE]",
+                   help="define a preprocessor macro (repeatable)")
+    k.add_argument("--std", metavar="DIALECT", help="the C++ dialect: c++11, c++14, c++17, c++20 (NVRTC -std=)")
+    k.add_argument("-G", action="store_true", help="device debug information, optimisation off (NVRTC -G)")
+    k.add_argument("--lineinfo", action="store_true", help="line information for profilers (NVRTC -lineinfo)")
+    k.add_argument("--expr", action="append", default=[], help="a name expression to instantiate "
+                   "(e.g. 'fill<float>'; repeatable)")
+    k.add_argument("--option", action="append", default=[], metavar="NVRTC_OPTION",
+                   help="any other NVRTC option, e.g. --option -use_fast_math or --option=-maxrregcount=64 "
+                   "(repeatable)")
     k.set_defaults(func=_compile)
     return p
+
+
+def _option_values(argv: list[str]) -> list[str]:
+    """``--option -X`` as ``--option=-X``: every NVRTC option starts with ``-``, which
+    argparse would take for an option of nbjit's own."""
+    out, it = [], iter(argv)
+    for a in it:
+        if a == "--":
+            out += [a, *it]
+            break
+        if len(a) >= 4 and "--option".startswith(a):  # (argparse accepts --op, --opti, ...)
+            nxt = next(it, None)
+            out.append(a if nxt is None else f"--option={nxt}")
+        else:
+            out.append(a)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -429,7 +455,7 @@ def main(argv: list[str] | None = None) -> int:
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
     parser = _parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_option_values(sys.argv[1:] if argv is None else list(argv)))
     try:
         try:
             return args.func(args)

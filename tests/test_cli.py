@@ -466,3 +466,28 @@ def test_an_output_through_a_link_replaces_the_file_it_names(tmp_path):
     r = nbjit("strip", str(DATA / "nvcc/kernels_G_sm90.ptx"), "-o", str(link))
     assert r.returncode == 0, r.stderr
     assert link.is_symlink() and ".entry" in real.read_text() and (real.stat().st_mode & 0o777) == 0o640
+
+
+def test_compile_options_that_start_with_a_dash(tmp_path, monkeypatch, capsys):
+    """--option -lineinfo (the documented form) reaches NVRTC as -lineinfo, as --option=-X does;
+    -G, --lineinfo, --std, -D, -I are shortcuts."""
+    from nbjit import cli
+    from nbjit.image import Image
+    seen = []
+
+    def fake(source, *, name, options, arch, output, name_expressions):
+        seen.append(list(options))
+        return Image(b"//\n.version 8.0\n.target sm_90\n.address_size 64\n", "ptx", name, arch=arch)
+    monkeypatch.setattr("nbjit.compiler.compile_image", fake)
+    cu = tmp_path / "k.cu"
+    cu.write_text('extern "C" __global__ void k() {}\n')
+    out = str(tmp_path / "k.ptx")
+    assert cli.main(["compile", str(cu), "--arch", "sm_90", "--option", "-lineinfo", "--option=-use_fast_math",
+                     "--opt", "--extra-device-vectorization", "-o", out]) == 0, capsys.readouterr().err
+    assert seen[-1] == ["-lineinfo", "-use_fast_math", "--extra-device-vectorization"]
+    assert cli.main(["compile", str(cu), "--arch", "sm_90", "-G", "--lineinfo", "--std", "c++17", "-D", "N=4",
+                     "-DM", "-I", "inc", "-o", out]) == 0
+    assert seen[-1] == ["-I", "inc", "-DN=4", "-DM", "-std=c++17", "-G", "-lineinfo"]
+    assert "--option -use_fast_math" in nbjit("compile", "--help").stdout
+    r = nbjit("compile", str(cu), "--arch", "sm_90", "--ptx", "--option", "-lineinfo", "-o", "-")
+    assert r.returncode == 0 and ".loc" in r.stdout, r.stderr  # and NVRTC took it

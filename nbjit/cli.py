@@ -2,11 +2,15 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
+import re
 import sys
 import time
+import warnings
 from pathlib import Path
+from typing import NoReturn
 
 from .cubin import CubinInfo
 from .errors import NbjitError
@@ -21,6 +25,35 @@ __all__ = ["main"]
 
 class _Usage(Exception):
     pass
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors as nbjit's: one line, ``nbjit <command>: error: ...``, and
+    a did-you-mean where a close name exists."""
+
+    commands: dict[str, "_Parser"]  # the top level's: each command's parser
+
+    def error(self, message: str) -> NoReturn:
+        m = re.search(r"invalid choice: '(.*?)' \(choose from (.*)\)$", message)
+        if m:
+            near = difflib.get_close_matches(m[1], re.findall(r"'([^']*)'", m[2]), n=1)
+            if near:
+                message += f"; did you mean '{near[0]}'?"
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+    def unrecognized(self, extra: list[str]) -> NoReturn:
+        """Refuse arguments this command does not take, suggesting the option meant."""
+        options = [o for a in self._actions for o in a.option_strings if o not in ("-h", "--help")]
+        hints = []
+        for a in extra:
+            if not a.startswith("-") or a == "-":
+                continue
+            near = difflib.get_close_matches(a.split("=", 1)[0], options, n=1, cutoff=0.6)
+            if near:
+                hints.append(f"did you mean {near[0]}?" if len(extra) == 1 else f"{a}: did you mean {near[0]}?")
+            elif "--option" in options:
+                hints.append(f"an NVRTC option goes as --option {a}")
+        self.error(f"unrecognized arguments: {' '.join(extra)}" + (f" ({'; '.join(hints)})" if hints else ""))
 
 
 def _read(path: str) -> bytes:
@@ -389,9 +422,10 @@ def _check_source(raw: bytes, path: str) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     from . import __version__
-    p = argparse.ArgumentParser(prog="nbjit", description="Inspect and prepare externally compiled GPU kernels.")
+    p = _Parser(prog="nbjit", description="Inspect and prepare externally compiled GPU kernels.")
     p.add_argument("--version", action="version", version=f"nbjit {__version__}")
-    sub = p.add_subparsers(dest="cmd", required=True)
+    sub = p.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=_Parser)
+    p.commands = sub.choices
     i = sub.add_parser("inspect", help="show the kernels, parameters and metadata of an image")
     i.add_argument("file")
     i.add_argument("--json", action="store_true", help="machine-readable output (see docs/cli.md)")
@@ -455,12 +489,21 @@ def main(argv: list[str] | None = None) -> int:
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
     parser = _parser()
-    args = parser.parse_args(_option_values(sys.argv[1:] if argv is None else list(argv)))
+    args, extra = parser.parse_known_args(_option_values(sys.argv[1:] if argv is None else list(argv)))
+    if args.cmd is None:
+        parser.error("give a command: inspect, strip, compile or cache (nbjit --help, nbjit COMMAND --help)")
+    if extra:
+        parser.commands[args.cmd].unrecognized(extra)
+
+    def warn(message, category, filename, lineno, file=None, line=None) -> None:
+        print(f"nbjit {args.cmd}: warning: {message}", file=sys.stderr)
     try:
-        try:
-            return args.func(args)
-        finally:
-            sys.stdout.flush()
+        with warnings.catch_warnings():
+            warnings.showwarning = warn  # (restored on leaving: main may run in a host process)
+            try:
+                return args.func(args)
+            finally:
+                sys.stdout.flush()
     except BrokenPipeError:
         # the reader went away (nbjit inspect x | head -1): stop quietly, as Unix tools do
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -469,7 +512,6 @@ def main(argv: list[str] | None = None) -> int:
     except (NbjitError, _Usage) as e:
         print(f"nbjit {args.cmd}: error: {e}", file=sys.stderr)
         return 2
-
 
 if __name__ == "__main__":
     sys.exit(main())

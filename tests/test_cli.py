@@ -491,3 +491,35 @@ def test_compile_options_that_start_with_a_dash(tmp_path, monkeypatch, capsys):
     assert "--option -use_fast_math" in nbjit("compile", "--help").stdout
     r = nbjit("compile", str(cu), "--arch", "sm_90", "--ptx", "--option", "-lineinfo", "-o", "-")
     assert r.returncode == 0 and ".loc" in r.stdout, r.stderr  # and NVRTC took it
+
+
+@pytest.mark.parametrize("args, line", [
+    (["inspect", "--jsn", "k.ptx"], "nbjit inspect: error: unrecognized arguments: --jsn (did you mean --json?)"),
+    (["compile", "k.cu", "--arch", "sm_90", "-lineinfo"],
+     "nbjit compile: error: unrecognized arguments: -lineinfo (did you mean --lineinfo?)"),
+    (["compile", "k.cu", "--arch", "sm_90", "-use_fast_math"],
+     "nbjit compile: error: unrecognized arguments: -use_fast_math (an NVRTC option goes as --option -use_fast_math)"),
+    (["compile", "k.cu"], "nbjit compile: error: the following arguments are required: --arch"),
+    (["cache", "lst"], "nbjit cache: error: argument action: invalid choice: 'lst' (choose from 'info', 'list', "
+                       "'clear', 'prune', 'export', 'import'); did you mean 'list'?"),
+    (["inspct", "k.ptx"], "nbjit: error: argument COMMAND: invalid choice: 'inspct' (choose from 'inspect', "
+                          "'strip', 'cache', 'compile'); did you mean 'inspect'?"),
+    ([], "nbjit: error: give a command: inspect, strip, compile or cache (nbjit --help, nbjit COMMAND --help)"),
+])
+def test_usage_errors_are_one_line_naming_the_command(args, line):
+    r = nbjit(*args)
+    assert r.returncode == 2 and r.stderr == line + "\n" and not r.stdout
+
+
+def test_warnings_are_one_line_naming_the_command(tmp_path):
+    (tmp_path / "file").write_text("")
+    cu = tmp_path / "k.cu"
+    cu.write_text('extern "C" __global__ void k() {}\n')
+    cmd = [EXE] if EXE else [sys.executable, "-m", "nbjit"]
+    r = subprocess.run([*cmd, "compile", str(cu), "--arch", "sm_90", "-o", str(tmp_path / "k.cubin")],
+                       env={**os.environ, "NBJIT_CACHE_DIR": str(tmp_path / "file" / "cache")}, capture_output=True,
+                       text=True, timeout=120)
+    lines = r.stderr.splitlines()
+    assert r.returncode == 0 and len(lines) == 2 and lines[0] == (
+        f"nbjit compile: warning: nbjit cache: cannot write to {tmp_path}/file/cache (Not a directory); going on "
+        "without the disk cache") and lines[1].startswith(f"{cu}: cubin for sm_90 -> "), r.stderr

@@ -102,6 +102,8 @@ def _table(rows: list[list[str]], header: list[str]) -> list[str]:
 
 def format_entries(entries, out: list[str]) -> None:
     """Append a person-readable description of kernel entries to ``out``."""
+    if not entries:
+        out += ["", "no kernels"]  # (a template never instantiated, an empty source: nothing to launch)
     for e in entries:
         head = f"entry {e.name}"
         if e.linkage:

@@ -523,3 +523,20 @@ def test_warnings_are_one_line_naming_the_command(tmp_path):
     assert r.returncode == 0 and len(lines) == 2 and lines[0] == (
         f"nbjit compile: warning: nbjit cache: cannot write to {tmp_path}/file/cache (Not a directory); going on "
         "without the disk cache") and lines[1].startswith(f"{cu}: cubin for sm_90 -> "), r.stderr
+
+
+def test_inspect_says_no_kernels(tmp_path):
+    """A cubin of an empty source, a template never instantiated, a PTX of device functions only."""
+    env = {**os.environ, "NBJIT_CACHE_DIR": str(tmp_path / "cache")}
+    cmd = [EXE] if EXE else [sys.executable, "-m", "nbjit"]
+    run = lambda *a: subprocess.run([*cmd, *a], capture_output=True, text=True, env=env, timeout=120)
+    (tmp_path / "t.cu").write_text("template <class T> __global__ void fill(T* p) { p[0] = T(1); }\n")
+    (tmp_path / "f.ptx").write_text(".version 8.0\n.target sm_90\n.address_size 64\n\n"
+                                    ".visible .func f()\n{\n\tret;\n}\n")
+    r = run("compile", str(tmp_path / "t.cu"), "--arch", "sm_90", "-o", str(tmp_path / "t.cubin"))
+    assert r.returncode == 0, r.stderr
+    for f in ("t.cubin", "f.ptx"):
+        r = run("inspect", str(tmp_path / f))
+        assert r.returncode == 0 and "\nno kernels\n" in r.stdout, r.stdout
+    r = run("inspect", str(DATA / "nvcc/kernels_sm90.ptx"))
+    assert r.returncode == 0 and "no kernels" not in r.stdout

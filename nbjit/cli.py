@@ -100,11 +100,19 @@ def _table(rows: list[list[str]], header: list[str]) -> list[str]:
         [fmt.format(*map(str, r)).rstrip() for r in rows]
 
 
-def format_entries(entries, out: list[str]) -> None:
-    """Append a person-readable description of kernel entries to ``out``."""
+def _ptx_type(p) -> str:
+    """A parameter's type as the PTX declares it: ``.u32``, ``.b8[2]``, ``.u64 .ptr .global``."""
+    return (f".{p.type}" + (f"[{p.count}]" if p.count is not None else "")
+            + (" .ptr" + (f" .{p.space}" if p.space else "") if p.pointer else ""))
+
+
+def format_entries(entries, out: list[str], declared=None) -> None:
+    """Append a person-readable description of kernel entries to ``out``: ``entries`` typed
+    (C types from mangled names), ``declared`` the same entries as the PTX declares them
+    (None for a cubin, which declares no types)."""
     if not entries:
         out += ["", "no kernels"]  # (a template never instantiated, an empty source: nothing to launch)
-    for e in entries:
+    for k, e in enumerate(entries):
         head = f"entry {e.name}"
         if e.linkage:
             head += f"  ({e.linkage})"
@@ -118,12 +126,11 @@ def format_entries(entries, out: list[str]) -> None:
         if res:
             out.append("  resources: " + ", ".join(res))
         if e.params:
-            rows = [[i, p.name, p.ctype or "?", ("?" if p.type == "unknown" else p.type)
-                     + (f"[{p.count}]" if p.count is not None else "")
-                     + (" .ptr" + (f" .{p.space}" if p.space else "") if p.pointer else ""),
+            own = declared[k].params if declared is not None else None
+            rows = [[i, p.name, p.ctype or "?", *([_ptx_type(own[i])] if own else []),
                      p.size, "?" if p.align is None else p.align, p.offset] for i, p in enumerate(e.params)]
-            out += ["  " + line for line in _table(rows, ["#", "name", "C type", "PTX type", "size", "align",
-                                                          "offset"])]
+            out += ["  " + line for line in _table(rows, ["#", "name", "C type", *(["PTX type"] if own else []),
+                                                          "size", "align", "offset"])]
         out.append(f"  parameter buffer: {e.param_size} bytes")
         d = e.directives.to_json()
         if d:
@@ -139,7 +146,7 @@ def format_ptx(info: PtxInfo, path: str) -> str:
     out = [f"{path}: PTX {info.version[0]}.{info.version[1]}, target {', '.join(info.targets)}"
            + (" (debug)" if info.debug.target_debug else "")
            + (f", address size {info.address_size}" if info.address_size else "")]
-    format_entries(typed_entries(info.entries, "ptx"), out)
+    format_entries(typed_entries(info.entries, "ptx"), out, info.entries)
     if info.functions:
         out.append("")
         out.append("device functions: " + ", ".join(

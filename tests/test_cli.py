@@ -540,3 +540,15 @@ def test_inspect_says_no_kernels(tmp_path):
         assert r.returncode == 0 and "\nno kernels\n" in r.stdout, r.stdout
     r = run("inspect", str(DATA / "nvcc/kernels_sm90.ptx"))
     assert r.returncode == 0 and "no kernels" not in r.stdout
+
+
+def test_ptx_type_column_is_what_the_ptx_declares():
+    """fill<int>(int*, int, int) is declared .u64, .u32, .u32: the C type (from the mangled name)
+    goes in its own column, never into the PTX type (it showed s32, and .ptr nowhere in the PTX)."""
+    r = nbjit("inspect", str(DATA / "nvrtc/tmpl_sm90.ptx"))
+    assert r.returncode == 0, r.stderr
+    block = r.stdout.split("entry _Z4fillIiEvPT_S0_i")[1].split("parameter buffer")[0]
+    rows = [line.split()[2:4] for line in block.splitlines() if line.strip()[:1].isdigit()]
+    assert rows == [["int*", ".u64"], ["int", ".u32"], ["int", ".u32"]], block
+    r = nbjit("inspect", str(DATA / "nvcc/kernels_sm_90.cubin"))  # a cubin declares no types: no such column
+    assert r.returncode == 0 and "PTX type" not in r.stdout and "  0  param_0  int*    8" in r.stdout, r.stdout

@@ -552,3 +552,14 @@ def test_ptx_type_column_is_what_the_ptx_declares():
     assert rows == [["int*", ".u64"], ["int", ".u32"], ["int", ".u32"]], block
     r = nbjit("inspect", str(DATA / "nvcc/kernels_sm_90.cubin"))  # a cubin declares no types: no such column
     assert r.returncode == 0 and "PTX type" not in r.stdout and "  0  param_0  int*    8" in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("rel, said", [("nvcc/kernels_lineinfo_sm90.ptx", "line info"),
+                                       ("nvrtc/tmpl_lineinfo_sm90.ptx", "line info"),
+                                       ("nvcc/kernels_G_sm90.ptx", "DWARF"), ("nvrtc/tmpl_G_sm90.ptx", "DWARF")])
+def test_lineinfo_builds_are_not_called_dwarf(rel, said):
+    """-lineinfo emits .loc/.file and a .debug_str (names of inlined code): line info, not -G's DWARF."""
+    r = nbjit("inspect", str(DATA / rel))
+    assert r.returncode == 0 and r.stdout.splitlines()[-1].startswith(f"debug info: {said} "), r.stdout
+    r = nbjit("strip", str(DATA / rel), "-o", "-")
+    assert r.returncode == 0 and f"debug info {said.replace(' ', '').lower()} -> -" in r.stderr, r.stderr

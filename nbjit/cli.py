@@ -318,10 +318,17 @@ def _inspect(args) -> int:
 
 
 def _strip(args) -> int:
+    from .image import sniff
+    if args.in_place and args.output is not None:
+        raise _Usage(f"--in-place replaces {args.file} and -o {args.output} writes elsewhere: give one of them")
     data = _read(args.file)
-    info = inspect_ptx(data, source=args.file)  # refuse what is not PTX
+    kind = sniff(data, args.file)  # refuse what is not PTX, saying what it is
+    if kind != "ptx":
+        raise _Usage(f"{args.file} is a {kind}, not PTX: 'nbjit strip' removes debug information from PTX text "
+                     f"(for a {kind} without it, build without -G and -lineinfo)")
+    info = inspect_ptx(data, source=args.file)
     out = strip_debug(data, keep_lineinfo=args.keep_lineinfo).encode("utf-8")
-    output = args.file if args.in_place and args.output is None else args.output
+    output = args.file if args.in_place else args.output
     if output is None:
         raise _Usage("give -o OUT (or --in-place to replace the input)")
     _write(output, out, args.file, args.in_place)

@@ -563,3 +563,19 @@ def test_lineinfo_builds_are_not_called_dwarf(rel, said):
     assert r.returncode == 0 and r.stdout.splitlines()[-1].startswith(f"debug info: {said} "), r.stdout
     r = nbjit("strip", str(DATA / rel), "-o", "-")
     assert r.returncode == 0 and f"debug info {said.replace(' ', '').lower()} -> -" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("rel, kind", [("nvcc/kernels_G_sm_90.cubin", "cubin"),
+                                       ("nvcc/kernels_multi.fatbin", "fatbin")])
+def test_strip_says_what_a_compiled_file_is(tmp_path, rel, kind):
+    r = nbjit("strip", str(DATA / rel), "-o", str(tmp_path / "out"))
+    assert r.returncode == 2 and f"{DATA / rel} is a {kind}, not PTX" in r.stderr and "UTF-8" not in r.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_strip_refuses_in_place_with_an_output(tmp_path):
+    src = tmp_path / "g.ptx"
+    src.write_bytes((DATA / "nvcc/kernels_G_sm90.ptx").read_bytes())
+    r = nbjit("strip", str(src), "--in-place", "-o", str(tmp_path / "x.ptx"))
+    assert r.returncode == 2 and "give one of them" in r.stderr, r.stderr
+    assert src.read_bytes() == (DATA / "nvcc/kernels_G_sm90.ptx").read_bytes() and not (tmp_path / "x.ptx").exists()

@@ -567,16 +567,25 @@ def default_cache() -> Cache:
         return _DEFAULT[0]
 
 
+_SIZE = re.compile(r"(\d+(?:\.\d*)?)\s*(?:([kmgt])i?)?b?", re.I)
+
+
+def parse_size(text: str) -> int | None:
+    """A byte count written as ``1073741824``, ``100k``, ``512M``, ``1G``, ``1.5GiB`` (K, M,
+    G, T: powers of 1024); None if ``text`` is not one."""
+    m = _SIZE.fullmatch(text.strip())
+    if not m:
+        return None
+    return int(float(m[1]) * 1024 ** ("kmgt".index(m[2].lower()) + 1 if m[2] else 0))
+
+
 def _limit_from_env() -> int:
     raw = os.environ.get("NBJIT_CACHE_MAX_BYTES", "").strip()
     if not raw:
         return DEFAULT_MAX_BYTES
-    try:
-        limit = int(raw)
-    except ValueError:
-        limit = -1
-    if limit < 0:
-        raise NbjitCacheError(f"NBJIT_CACHE_MAX_BYTES={raw!r} is not a byte count (e.g. 1073741824 for 1 GiB)")
+    limit = parse_size(raw)
+    if limit is None:
+        raise NbjitCacheError(f"NBJIT_CACHE_MAX_BYTES={raw!r} is not a byte count (e.g. 1073741824, 512M or 1G)")
     return limit
 
 

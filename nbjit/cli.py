@@ -342,8 +342,6 @@ def _cache(args) -> int:
 
     if args.max_bytes is not None and args.action != "prune":
         raise _Usage(f"--max-bytes applies to 'cache prune', not 'cache {args.action}'")
-    if args.max_bytes is not None and args.max_bytes < 0:
-        raise _Usage(f"--max-bytes must be a byte count >= 0, not {args.max_bytes}")
     if (args.file is None) == (args.action in ("export", "import")):
         raise _Usage(f"'cache {args.action}' takes an archive FILE" if args.file is None
                      else f"'cache {args.action}' takes no FILE (only export and import do)")
@@ -449,6 +447,15 @@ def _check_source(raw: bytes, path: str) -> None:
         raise _Usage(f"{path} holds NUL bytes: binary data, not CUDA source")
 
 
+def _size(text: str) -> int:
+    """--max-bytes's value: a byte count, with a unit or without."""
+    from .cache import parse_size
+    n = parse_size(text)
+    if n is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a byte count >= 0 (e.g. 1073741824, 100k, 512M, 1G)")
+    return n
+
+
 def _parser() -> argparse.ArgumentParser:
     from . import __version__
     p = _Parser(prog="nbjit", description="Inspect and prepare externally compiled GPU kernels.")
@@ -470,7 +477,8 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("cache", help="show, list, clear, prune, export or import nbjit's compile cache")
     c.add_argument("action", choices=["info", "list", "clear", "prune", "export", "import"])
     c.add_argument("file", nargs="?", help="for export and import: the archive (a .tar.gz)")
-    c.add_argument("--max-bytes", type=int, help="for prune: the size to prune to (default: the cache's limit)")
+    c.add_argument("--max-bytes", type=_size, metavar="SIZE", help="for prune: the size to prune to, in bytes "
+                   "or with a unit: 100k, 512M, 1G (powers of 1024; default: the cache's limit)")
     c.set_defaults(func=_cache)
     k = sub.add_parser("compile", help="compile CUDA C++ with NVRTC (through the cache)")
     k.add_argument("file", help="the CUDA C++ source (.cu)")

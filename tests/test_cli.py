@@ -579,3 +579,16 @@ def test_strip_refuses_in_place_with_an_output(tmp_path):
     r = nbjit("strip", str(src), "--in-place", "-o", str(tmp_path / "x.ptx"))
     assert r.returncode == 2 and "give one of them" in r.stderr, r.stderr
     assert src.read_bytes() == (DATA / "nvcc/kernels_G_sm90.ptx").read_bytes() and not (tmp_path / "x.ptx").exists()
+
+
+def test_sizes_with_units(tmp_path):
+    env = {**os.environ, "NBJIT_CACHE_DIR": str(tmp_path)}
+    cmd = [EXE] if EXE else [sys.executable, "-m", "nbjit"]
+    run = lambda *a, **kw: subprocess.run([*cmd, *a], capture_output=True, text=True, env={**env, **kw}, timeout=60)
+    r = run("cache", "prune", "--max-bytes", "100k")
+    assert r.returncode == 0 and "(limit 102400)" in r.stdout, r.stderr
+    for raw, n in (("1G", 1 << 30), ("512M", 512 << 20), ("1.5GiB", 3 << 29), ("4096", 4096)):
+        r = run("cache", "info", NBJIT_CACHE_MAX_BYTES=raw)
+        assert r.returncode == 0 and f"(limit {n})" in r.stdout, (raw, r.stdout, r.stderr)
+    r = run("cache", "prune", "--max-bytes", "1x")
+    assert r.returncode == 2 and "'1x' is not a byte count" in r.stderr and len(r.stderr.splitlines()) == 1

@@ -345,8 +345,12 @@ def _cache(args) -> int:
     if (args.file is None) == (args.action in ("export", "import")):
         raise _Usage(f"'cache {args.action}' takes an archive FILE" if args.file is None
                      else f"'cache {args.action}' takes no FILE (only export and import do)")
+    if args.json and args.action not in ("info", "list"):
+        raise _Usage(f"--json applies to 'cache info' and 'cache list', not 'cache {args.action}'")
     c = default_cache()
-    if args.action == "info":
+    if args.action == "info" and args.json:
+        print(json.dumps(c.info(), indent=2, default=str))
+    elif args.action == "info":
         i = c.info()
         print(f"location: {i['location'] or '(disk cache off: NBJIT_CACHE=0)'}")
         print(f"entries:  {i['entries']}" + (f" (and {i['temporary_files']} temporary files of writers)"
@@ -354,14 +358,21 @@ def _cache(args) -> int:
         print(f"bytes:    {i['bytes']} (limit {i['max_bytes']})")
     elif args.action == "list":
         from .cache import OTHER_FORMAT, entry_file
+        rows = []
         for f, size, used in c.entries():
             got = entry_file(f)
             if got is None:
                 continue  # removed meanwhile by another process
             entry, why, _ = got
-            what = (f"{entry.kind} {entry.arch} {entry.producer}" if entry else
-                    f"unused: {why}" if why.startswith(OTHER_FORMAT) else f"corrupt: {why}")
+            status = "ok" if entry else "unused" if why.startswith(OTHER_FORMAT) else "corrupt"
+            if args.json:
+                rows.append({"key": f.stem, "bytes": size, "used": used, "status": status, "why": why or None,
+                             **({"kind": entry.kind, "arch": entry.arch, "producer": entry.producer} if entry else {})})
+                continue
+            what = f"{entry.kind} {entry.arch} {entry.producer}" if entry else f"{status}: {why}"
             print(f"{f.stem[:16]}  {size:>9}  {time.strftime('%Y-%m-%d %H:%M', time.localtime(used))}  {what}")
+        if args.json:
+            print(json.dumps(rows, indent=2))
     elif args.action == "clear":
         print(f"removed {c.clear()} entries from {c.path}")
     elif args.action == "export":
@@ -391,6 +402,8 @@ def _compile(args) -> int:
             Arch.parse(a)
         except ValueError as e:
             raise _Usage(f"--arch {a!r}: {e}") from None
+    if args.json and args.output == "-":
+        raise _Usage("--json prints to standard output, and so does -o -: choose one")
     if args.cache_only and args.output is not None:
         raise _Usage("--cache-only writes no file: drop -o")
     if args.output == "-" and (len(archs) > 1 or not args.ptx and sys.stdout.isatty()):
@@ -408,6 +421,7 @@ def _compile(args) -> int:
     opts = ([o for d in args.include for o in ("-I", d)] + [f"-D{d}" for d in args.define]
             + ([f"-std={args.std}"] if args.std else []) + (["-G"] if args.G else [])
             + (["-lineinfo"] if args.lineinfo else []) + list(args.option))
+    made = []
     for arch in archs:
         img = compile_image(source, name=path.name, options=opts, arch=arch,
                             output="ptx" if args.ptx else "auto", name_expressions=args.expr)
@@ -415,6 +429,8 @@ def _compile(args) -> int:
             print(img.log, file=sys.stderr)
         for e, m in img.lowered_names.items():
             print(f"{e} -> {m}", file=sys.stderr)
+        made.append({"arch": img.arch, "kind": img.kind, "bytes": len(img.data), "file": None,
+                     "lowered_names": dict(img.lowered_names)})
         if args.cache_only:
             print(f"{args.file}: {img.kind} for {img.arch} in the cache ({len(img.data)} bytes)", file=sys.stderr)
             continue
@@ -423,7 +439,11 @@ def _compile(args) -> int:
         else:
             out = os.path.join(args.output or ".", f"{path.stem}.{arch}.{img.kind}")
         _write(str(out), img.data, args.file, in_place=False, in_place_option=False)
+        made[-1]["file"] = str(out)
         print(f"{args.file}: {img.kind} for {img.arch} -> {out} ({len(img.data)} bytes)", file=sys.stderr)
+    if args.json:
+        print(json.dumps({"source": args.file, "lowered_names": made[-1]["lowered_names"], "outputs": made},
+                         indent=2))
     return 0
 
 
@@ -479,6 +499,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("file", nargs="?", help="for export and import: the archive (a .tar.gz)")
     c.add_argument("--max-bytes", type=_size, metavar="SIZE", help="for prune: the size to prune to, in bytes "
                    "or with a unit: 100k, 512M, 1G (powers of 1024; default: the cache's limit)")
+    c.add_argument("--json", action="store_true", help="for info and list: machine-readable output")
     c.set_defaults(func=_cache)
     k = sub.add_parser("compile", help="compile CUDA C++ with NVRTC (through the cache)")
     k.add_argument("file", help="the CUDA C++ source (.cu)")
@@ -495,6 +516,8 @@ def _parser() -> argparse.ArgumentParser:
     k.add_argument("--std", metavar="DIALECT", help="the C++ dialect: c++11, c++14, c++17, c++20 (NVRTC -std=)")
     k.add_argument("-G", action="store_true", help="device debug information, optimisation off (NVRTC -G)")
     k.add_argument("--lineinfo", action="store_true", help="line information for profilers (NVRTC -lineinfo)")
+    k.add_argument("--json", action="store_true", help="print what was made as JSON: each name expression's "
+                   "mangled name, and each architecture's output")
     k.add_argument("--expr", action="append", default=[], help="a name expression to instantiate "
                    "(e.g. 'fill<float>'; repeatable)")
     k.add_argument("--option", action="append", default=[], metavar="NVRTC_OPTION",

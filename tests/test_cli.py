@@ -592,3 +592,24 @@ def test_sizes_with_units(tmp_path):
         assert r.returncode == 0 and f"(limit {n})" in r.stdout, (raw, r.stdout, r.stderr)
     r = run("cache", "prune", "--max-bytes", "1x")
     assert r.returncode == 2 and "'1x' is not a byte count" in r.stderr and len(r.stderr.splitlines()) == 1
+
+
+def test_json_of_compile_and_cache(tmp_path):
+    env = {**os.environ, "NBJIT_CACHE_DIR": str(tmp_path / "cache")}
+    cmd = [EXE] if EXE else [sys.executable, "-m", "nbjit"]
+    run = lambda *a: subprocess.run([*cmd, *a], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    src = tmp_path / "t.cu"
+    src.write_text("template <class T> __global__ void fill(T* p, T v) { p[threadIdx.x] = v; }\n")
+    r = run("compile", str(src), "--arch", "sm_90", "--expr", "fill<float>", "--json")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert j["lowered_names"] == {"fill<float>": "_Z4fillIfEvPT_S0_"}
+    assert [(o["arch"], o["kind"], o["file"]) for o in j["outputs"]] == [("sm_90", "cubin", "t.cubin")]
+    r = run("compile", str(src), "--arch", "sm_90", "--json", "-o", "-")
+    assert r.returncode == 2 and "choose one" in r.stderr
+    info = json.loads(run("cache", "info", "--json").stdout)
+    assert info["entries"] == 1 and info["location"] == str(tmp_path / "cache")
+    (e,) = json.loads(run("cache", "list", "--json").stdout)
+    assert (e["status"], e["kind"], e["arch"], len(e["key"])) == ("ok", "cubin", "sm_90", 64)
+    r = run("cache", "clear", "--json")
+    assert r.returncode == 2 and "--json applies to 'cache info' and 'cache list'" in r.stderr

@@ -58,7 +58,13 @@ class _Parser(argparse.ArgumentParser):
 
 def _read(path: str) -> bytes:
     """A regular file's bytes: FIFOs, devices and directories are refused, never waited on
-    or read without end."""
+    or read without end. ``-`` is standard input (up to the same limit)."""
+    if path == "-":
+        from .image import MAX_FILE_BYTES
+        data = sys.stdin.buffer.read(MAX_FILE_BYTES + 1)
+        if len(data) > MAX_FILE_BYTES:
+            raise _Usage(f"standard input holds more than nbjit reads ({MAX_FILE_BYTES} bytes)")
+        return data
     try:
         return read_regular(path)
     except OSError as e:
@@ -88,7 +94,7 @@ def _write(path: str, data: bytes, source: str, in_place: bool, in_place_option:
 
 def _refuse_input(path: str, source: str, in_place_option: bool = True) -> None:
     """Refuse an output that is the input (also through a link)."""
-    if os.path.exists(path) and os.path.samefile(path, source):
+    if source != "-" and os.path.exists(path) and os.path.samefile(path, source):
         hint = "pass --in-place to replace it, or choose another -o" if in_place_option else "choose another -o"
         raise _Usage(f"{path} is the input file {source}: refusing to overwrite it ({hint})")
 
@@ -293,14 +299,14 @@ def _inspect(args) -> int:
             parse_arch(args.arch)
         except ValueError as e:
             raise _Usage(str(e)) from None
-    if Path(args.file).is_dir() or args.file.endswith(".json"):
+    if args.file != "-" and (Path(args.file).is_dir() or args.file.endswith(".json")):
         if args.arch:
             raise _Usage("--arch chooses a fatbin's image; a Triton kernel has its own")
         from .triton import describe
         d = describe(args.file)
         print(json.dumps(d, indent=2) if args.json else format_triton(d, args.file))
         return 0
-    img = Image.from_bytes(_read(args.file), args.file)
+    img = Image.from_bytes(_read(args.file), "<stdin>" if args.file == "-" else args.file)
     if args.arch and img.kind != "fatbin":
         raise _Usage(f"--arch chooses a fatbin's image; {args.file} is {img.kind}, not a fatbin")
     if args.json:
@@ -319,20 +325,23 @@ def _inspect(args) -> int:
 
 def _strip(args) -> int:
     from .image import sniff
+    if args.in_place and args.file == "-":
+        raise _Usage("--in-place replaces a file; standard input (-) is none: give -o OUT")
     if args.in_place and args.output is not None:
         raise _Usage(f"--in-place replaces {args.file} and -o {args.output} writes elsewhere: give one of them")
     data = _read(args.file)
-    kind = sniff(data, args.file)  # refuse what is not PTX, saying what it is
+    name = "<stdin>" if args.file == "-" else args.file
+    kind = sniff(data, name)  # refuse what is not PTX, saying what it is
     if kind != "ptx":
-        raise _Usage(f"{args.file} is a {kind}, not PTX: 'nbjit strip' removes debug information from PTX text "
+        raise _Usage(f"{name} is a {kind}, not PTX: 'nbjit strip' removes debug information from PTX text "
                      f"(for a {kind} without it, build without -G and -lineinfo)")
-    info = inspect_ptx(data, source=args.file)
+    info = inspect_ptx(data, source=name)
     out = strip_debug(data, keep_lineinfo=args.keep_lineinfo).encode("utf-8")
     output = args.file if args.in_place else args.output
     if output is None:
         raise _Usage("give -o OUT (or --in-place to replace the input)")
     _write(output, out, args.file, args.in_place)
-    print(f"{args.file}: debug info {_debug_kind(info.debug)} -> {output} ({len(data)} -> {len(out)} bytes)",
+    print(f"{name}: debug info {_debug_kind(info.debug)} -> {output} ({len(data)} -> {len(out)} bytes)",
           file=sys.stderr)
     return 0
 
@@ -483,12 +492,12 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=_Parser)
     p.commands = sub.choices
     i = sub.add_parser("inspect", help="show the kernels, parameters and metadata of an image")
-    i.add_argument("file")
+    i.add_argument("file", help="a PTX, cubin or fatbin file (- for standard input), or a Triton cache entry")
     i.add_argument("--json", action="store_true", help="machine-readable output (see docs/cli.md)")
     i.add_argument("--arch", help="for a fatbin: show the image this architecture (e.g. sm_90) would use")
     i.set_defaults(func=_inspect)
     s = sub.add_parser("strip", help="remove debug information from PTX")
-    s.add_argument("file")
+    s.add_argument("file", help="a PTX file (- for standard input)")
     s.add_argument("-o", "--output", help="where to write the stripped PTX (never the input, unless --in-place; "
                    "- for standard output)")
     s.add_argument("--in-place", action="store_true", help="replace the input file")

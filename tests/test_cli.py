@@ -613,3 +613,19 @@ def test_json_of_compile_and_cache(tmp_path):
     assert (e["status"], e["kind"], e["arch"], len(e["key"])) == ("ok", "cubin", "sm_90", 64)
     r = run("cache", "clear", "--json")
     assert r.returncode == 2 and "--json applies to 'cache info' and 'cache list'" in r.stderr
+
+
+def test_standard_input(tmp_path):
+    cmd = [EXE] if EXE else [sys.executable, "-m", "nbjit"]
+    run = lambda data, *a: subprocess.run([*cmd, *a], input=data, capture_output=True, timeout=60)
+    r = run((DATA / "nvcc/kernels_sm_90.cubin").read_bytes(), "inspect", "-")
+    assert r.returncode == 0 and r.stdout.startswith(b"<stdin>: cubin for sm_90"), r.stderr
+    ptx = (DATA / "nvcc/kernels_G_sm90.ptx").read_bytes()
+    r = run(ptx, "strip", "-", "-o", str(tmp_path / "s.ptx"))
+    assert r.returncode == 0 and r.stderr.startswith(b"<stdin>: debug info dwarf -> "), r.stderr
+    from nbjit import strip_debug
+    assert (tmp_path / "s.ptx").read_text() == strip_debug(ptx)
+    r = run(ptx, "strip", "-", "--in-place")
+    assert r.returncode == 2 and b"give -o OUT" in r.stderr
+    r = run(b"", "inspect", "-")
+    assert r.returncode == 2 and b"<stdin>: empty image" in r.stderr

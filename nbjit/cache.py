@@ -36,7 +36,7 @@ except ImportError:  # not POSIX: no cross-process lock, each process compiles
     fcntl = None  # type: ignore[assignment]
 
 from .errors import NbjitCacheError
-from .image import content_digest, content_hash, read_regular_stat
+from .image import content_digest, content_hash, read_regular_stat, write_output
 
 __all__ = ["Cache", "CacheEntry", "default_cache", "set_default_cache", "cache_key", "FORMAT_VERSION"]
 
@@ -375,11 +375,11 @@ class Cache:
         import tarfile
         if self.path is None:
             raise NbjitCacheError("cannot export: the disk cache is off (NBJIT_CACHE=0)")
-        dest = Path(dest)
-        tmp = dest.with_name(f"{_TMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}-{dest.name}")
         n = 0
-        try:
-            with tarfile.open(tmp, "w:gz") as tar:
+
+        def fill(out) -> None:
+            nonlocal n
+            with tarfile.open(fileobj=out, mode="w:gz") as tar:
                 for f, _, _ in self.entries():
                     got = entry_file(f)
                     if got is None or got[0] is None:
@@ -389,10 +389,12 @@ class Cache:
                     info.size, info.mtime, info.mode = len(raw), int(time.time()), 0o644
                     tar.addfile(info, io.BytesIO(raw))
                     n += 1
-            os.replace(tmp, dest)
+        try:
+            write_output(dest, fill)
         except OSError as e:
-            _remove(tmp)
             raise NbjitCacheError(f"cannot write the cache archive {dest}: {e.strerror or e}") from None
+        except ValueError as e:
+            raise NbjitCacheError(f"cannot write the cache archive {dest}: it is {e}") from None
         return n
 
     def import_archive(self, src: str | os.PathLike) -> tuple[int, list[str]]:
@@ -565,16 +567,25 @@ def default_cache() -> Cache:
         return _DEFAULT[0]
 
 
+_SIZE = re.compile(r"(\d+(?:\.\d*)?)\s*(?:([kmgt])i?)?b?", re.I)
+
+
+def parse_size(text: str) -> int | None:
+    """A byte count written as ``1073741824``, ``100k``, ``512M``, ``1G``, ``1.5GiB`` (K, M,
+    G, T: powers of 1024); None if ``text`` is not one."""
+    m = _SIZE.fullmatch(text.strip())
+    if not m:
+        return None
+    return int(float(m[1]) * 1024 ** ("kmgt".index(m[2].lower()) + 1 if m[2] else 0))
+
+
 def _limit_from_env() -> int:
     raw = os.environ.get("NBJIT_CACHE_MAX_BYTES", "").strip()
     if not raw:
         return DEFAULT_MAX_BYTES
-    try:
-        limit = int(raw)
-    except ValueError:
-        limit = -1
-    if limit < 0:
-        raise NbjitCacheError(f"NBJIT_CACHE_MAX_BYTES={raw!r} is not a byte count (e.g. 1073741824 for 1 GiB)")
+    limit = parse_size(raw)
+    if limit is None:
+        raise NbjitCacheError(f"NBJIT_CACHE_MAX_BYTES={raw!r} is not a byte count (e.g. 1073741824, 512M or 1G)")
     return limit
 
 

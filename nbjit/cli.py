@@ -2,17 +2,20 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
+import re
 import sys
-import tempfile
 import time
+import warnings
 from pathlib import Path
+from typing import NoReturn
 
 from .cubin import CubinInfo
 from .errors import NbjitError
 from .fatbin import FatbinInfo, parse_arch
-from .image import Image, inspect_image, read_regular
+from .image import Image, inspect_image, read_regular, write_output
 from .ptx import PtxInfo, inspect_ptx, strip_debug
 from .cdecl import demangled_text
 from .signature import typed_entries
@@ -24,9 +27,44 @@ class _Usage(Exception):
     pass
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors as nbjit's: one line, ``nbjit <command>: error: ...``, and
+    a did-you-mean where a close name exists."""
+
+    commands: dict[str, "_Parser"]  # the top level's: each command's parser
+
+    def error(self, message: str) -> NoReturn:
+        m = re.search(r"invalid choice: '(.*?)' \(choose from (.*)\)$", message)
+        if m:
+            near = difflib.get_close_matches(m[1], re.findall(r"'([^']*)'", m[2]), n=1)
+            if near:
+                message += f"; did you mean '{near[0]}'?"
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+    def unrecognized(self, extra: list[str]) -> NoReturn:
+        """Refuse arguments this command does not take, suggesting the option meant."""
+        options = [o for a in self._actions for o in a.option_strings if o not in ("-h", "--help")]
+        hints = []
+        for a in extra:
+            if not a.startswith("-") or a == "-":
+                continue
+            near = difflib.get_close_matches(a.split("=", 1)[0], options, n=1, cutoff=0.6)
+            if near:
+                hints.append(f"did you mean {near[0]}?" if len(extra) == 1 else f"{a}: did you mean {near[0]}?")
+            elif "--option" in options:
+                hints.append(f"an NVRTC option goes as --option {a}")
+        self.error(f"unrecognized arguments: {' '.join(extra)}" + (f" ({'; '.join(hints)})" if hints else ""))
+
+
 def _read(path: str) -> bytes:
     """A regular file's bytes: FIFOs, devices and directories are refused, never waited on
-    or read without end."""
+    or read without end. ``-`` is standard input (up to the same limit)."""
+    if path == "-":
+        from .image import MAX_FILE_BYTES
+        data = sys.stdin.buffer.read(MAX_FILE_BYTES + 1)
+        if len(data) > MAX_FILE_BYTES:
+            raise _Usage(f"standard input holds more than nbjit reads ({MAX_FILE_BYTES} bytes)")
+        return data
     try:
         return read_regular(path)
     except OSError as e:
@@ -36,46 +74,29 @@ def _read(path: str) -> bytes:
 
 
 def _write(path: str, data: bytes, source: str, in_place: bool, in_place_option: bool = True) -> None:
-    """Write ``data`` to ``path`` through a temporary file renamed into place; an output
-    that is the input (also through a link) is refused unless ``in_place`` (the hint names
-    ``--in-place`` where the command has it). ``-`` is standard output."""
+    """Write ``data`` to ``path`` (see ``write_output``: a file is replaced whole, a device
+    written through); an output that is the input (also through a link) is refused unless
+    ``in_place`` (the hint names ``--in-place`` where the command has it). ``-`` is
+    standard output."""
     if path == "-":
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
         return
     if not in_place:
         _refuse_input(path, source, in_place_option)
-    target = os.path.realpath(path) if in_place else path
-    folder = os.path.dirname(os.path.abspath(target)) or "."
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".nbjit-", dir=folder)
+        write_output(path, lambda f: f.write(data))
     except OSError as e:
-        raise _Usage(f"cannot write {path}: {e.strerror}") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        mode = os.stat(target).st_mode & 0o777 if os.path.exists(target) else 0o666 & ~_umask()
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
-    except OSError as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise _Usage(f"cannot write {path}: {e.strerror}") from None
+        raise _Usage(f"cannot write {path}: {e.strerror or e}") from None
+    except ValueError as e:
+        raise _Usage(f"cannot write {path}: it is {e}") from None
 
 
 def _refuse_input(path: str, source: str, in_place_option: bool = True) -> None:
     """Refuse an output that is the input (also through a link)."""
-    if os.path.exists(path) and os.path.samefile(path, source):
+    if source != "-" and os.path.exists(path) and os.path.samefile(path, source):
         hint = "pass --in-place to replace it, or choose another -o" if in_place_option else "choose another -o"
         raise _Usage(f"{path} is the input file {source}: refusing to overwrite it ({hint})")
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _table(rows: list[list[str]], header: list[str]) -> list[str]:
@@ -85,9 +106,19 @@ def _table(rows: list[list[str]], header: list[str]) -> list[str]:
         [fmt.format(*map(str, r)).rstrip() for r in rows]
 
 
-def format_entries(entries, out: list[str]) -> None:
-    """Append a person-readable description of kernel entries to ``out``."""
-    for e in entries:
+def _ptx_type(p) -> str:
+    """A parameter's type as the PTX declares it: ``.u32``, ``.b8[2]``, ``.u64 .ptr .global``."""
+    return (f".{p.type}" + (f"[{p.count}]" if p.count is not None else "")
+            + (" .ptr" + (f" .{p.space}" if p.space else "") if p.pointer else ""))
+
+
+def format_entries(entries, out: list[str], declared=None) -> None:
+    """Append a person-readable description of kernel entries to ``out``: ``entries`` typed
+    (C types from mangled names), ``declared`` the same entries as the PTX declares them
+    (None for a cubin, which declares no types)."""
+    if not entries:
+        out += ["", "no kernels"]  # (a template never instantiated, an empty source: nothing to launch)
+    for k, e in enumerate(entries):
         head = f"entry {e.name}"
         if e.linkage:
             head += f"  ({e.linkage})"
@@ -101,12 +132,11 @@ def format_entries(entries, out: list[str]) -> None:
         if res:
             out.append("  resources: " + ", ".join(res))
         if e.params:
-            rows = [[i, p.name, p.ctype or "?", ("?" if p.type == "unknown" else p.type)
-                     + (f"[{p.count}]" if p.count is not None else "")
-                     + (" .ptr" + (f" .{p.space}" if p.space else "") if p.pointer else ""),
+            own = declared[k].params if declared is not None else None
+            rows = [[i, p.name, p.ctype or "?", *([_ptx_type(own[i])] if own else []),
                      p.size, "?" if p.align is None else p.align, p.offset] for i, p in enumerate(e.params)]
-            out += ["  " + line for line in _table(rows, ["#", "name", "C type", "PTX type", "size", "align",
-                                                          "offset"])]
+            out += ["  " + line for line in _table(rows, ["#", "name", "C type", *(["PTX type"] if own else []),
+                                                          "size", "align", "offset"])]
         out.append(f"  parameter buffer: {e.param_size} bytes")
         d = e.directives.to_json()
         if d:
@@ -118,11 +148,24 @@ def format_entries(entries, out: list[str]) -> None:
                        + (" (programmatic dependent launch by default)" if e.waits_for_grid else ""))
 
 
+_LINE_SECTIONS = {".debug_line", ".debug_str"}  # what -lineinfo emits beside .loc (names of inlined code)
+
+
+def _debug_kind(d) -> str:
+    """``"none"``, ``"lineinfo"`` or ``"dwarf"``, as ``DebugInfo.kind`` but telling a
+    ``-lineinfo`` build (``.loc``/``.file`` and at most ``.debug_line``/``.debug_str``) from
+    ``-G``'s full DWARF."""
+    if (d.kind == "dwarf" and not d.target_debug and not d.dwarf_legacy and (d.lineinfo or d.files)
+            and set(d.sections) <= _LINE_SECTIONS):
+        return "lineinfo"
+    return d.kind
+
+
 def format_ptx(info: PtxInfo, path: str) -> str:
     out = [f"{path}: PTX {info.version[0]}.{info.version[1]}, target {', '.join(info.targets)}"
            + (" (debug)" if info.debug.target_debug else "")
            + (f", address size {info.address_size}" if info.address_size else "")]
-    format_entries(typed_entries(info.entries, "ptx"), out)
+    format_entries(typed_entries(info.entries, "ptx"), out, info.entries)
     if info.functions:
         out.append("")
         out.append("device functions: " + ", ".join(
@@ -137,7 +180,7 @@ def format_ptx(info: PtxInfo, path: str) -> str:
         out.append("metadata comments: " + ", ".join(f"{k}={v}" for k, v in info.metadata.items()))
     d = info.debug
     out.append("")
-    desc = {"none": "none", "lineinfo": "line info (.file/.loc)", "dwarf": "DWARF"}[d.kind]
+    desc = {"none": "none", "lineinfo": "line info (.file/.loc)", "dwarf": "DWARF"}[_debug_kind(d)]
     extra = []
     if d.sections:
         extra.append("sections " + " ".join(d.sections))
@@ -256,14 +299,14 @@ def _inspect(args) -> int:
             parse_arch(args.arch)
         except ValueError as e:
             raise _Usage(str(e)) from None
-    if Path(args.file).is_dir() or args.file.endswith(".json"):
+    if args.file != "-" and (Path(args.file).is_dir() or args.file.endswith(".json")):
         if args.arch:
             raise _Usage("--arch chooses a fatbin's image; a Triton kernel has its own")
         from .triton import describe
         d = describe(args.file)
         print(json.dumps(d, indent=2) if args.json else format_triton(d, args.file))
         return 0
-    img = Image.from_bytes(_read(args.file), args.file)
+    img = Image.from_bytes(_read(args.file), "<stdin>" if args.file == "-" else args.file)
     if args.arch and img.kind != "fatbin":
         raise _Usage(f"--arch chooses a fatbin's image; {args.file} is {img.kind}, not a fatbin")
     if args.json:
@@ -281,14 +324,24 @@ def _inspect(args) -> int:
 
 
 def _strip(args) -> int:
+    from .image import sniff
+    if args.in_place and args.file == "-":
+        raise _Usage("--in-place replaces a file; standard input (-) is none: give -o OUT")
+    if args.in_place and args.output is not None:
+        raise _Usage(f"--in-place replaces {args.file} and -o {args.output} writes elsewhere: give one of them")
     data = _read(args.file)
-    info = inspect_ptx(data, source=args.file)  # refuse what is not PTX
+    name = "<stdin>" if args.file == "-" else args.file
+    kind = sniff(data, name)  # refuse what is not PTX, saying what it is
+    if kind != "ptx":
+        raise _Usage(f"{name} is a {kind}, not PTX: 'nbjit strip' removes debug information from PTX text "
+                     f"(for a {kind} without it, build without -G and -lineinfo)")
+    info = inspect_ptx(data, source=name)
     out = strip_debug(data, keep_lineinfo=args.keep_lineinfo).encode("utf-8")
-    output = args.file if args.in_place and args.output is None else args.output
+    output = args.file if args.in_place else args.output
     if output is None:
         raise _Usage("give -o OUT (or --in-place to replace the input)")
     _write(output, out, args.file, args.in_place)
-    print(f"{args.file}: debug info {info.debug.kind} -> {output} ({len(data)} -> {len(out)} bytes)",
+    print(f"{name}: debug info {_debug_kind(info.debug)} -> {output} ({len(data)} -> {len(out)} bytes)",
           file=sys.stderr)
     return 0
 
@@ -298,13 +351,15 @@ def _cache(args) -> int:
 
     if args.max_bytes is not None and args.action != "prune":
         raise _Usage(f"--max-bytes applies to 'cache prune', not 'cache {args.action}'")
-    if args.max_bytes is not None and args.max_bytes < 0:
-        raise _Usage(f"--max-bytes must be a byte count >= 0, not {args.max_bytes}")
     if (args.file is None) == (args.action in ("export", "import")):
         raise _Usage(f"'cache {args.action}' takes an archive FILE" if args.file is None
                      else f"'cache {args.action}' takes no FILE (only export and import do)")
+    if args.json and args.action not in ("info", "list"):
+        raise _Usage(f"--json applies to 'cache info' and 'cache list', not 'cache {args.action}'")
     c = default_cache()
-    if args.action == "info":
+    if args.action == "info" and args.json:
+        print(json.dumps(c.info(), indent=2, default=str))
+    elif args.action == "info":
         i = c.info()
         print(f"location: {i['location'] or '(disk cache off: NBJIT_CACHE=0)'}")
         print(f"entries:  {i['entries']}" + (f" (and {i['temporary_files']} temporary files of writers)"
@@ -312,14 +367,21 @@ def _cache(args) -> int:
         print(f"bytes:    {i['bytes']} (limit {i['max_bytes']})")
     elif args.action == "list":
         from .cache import OTHER_FORMAT, entry_file
+        rows = []
         for f, size, used in c.entries():
             got = entry_file(f)
             if got is None:
                 continue  # removed meanwhile by another process
             entry, why, _ = got
-            what = (f"{entry.kind} {entry.arch} {entry.producer}" if entry else
-                    f"unused: {why}" if why.startswith(OTHER_FORMAT) else f"corrupt: {why}")
+            status = "ok" if entry else "unused" if why.startswith(OTHER_FORMAT) else "corrupt"
+            if args.json:
+                rows.append({"key": f.stem, "bytes": size, "used": used, "status": status, "why": why or None,
+                             **({"kind": entry.kind, "arch": entry.arch, "producer": entry.producer} if entry else {})})
+                continue
+            what = f"{entry.kind} {entry.arch} {entry.producer}" if entry else f"{status}: {why}"
             print(f"{f.stem[:16]}  {size:>9}  {time.strftime('%Y-%m-%d %H:%M', time.localtime(used))}  {what}")
+        if args.json:
+            print(json.dumps(rows, indent=2))
     elif args.action == "clear":
         print(f"removed {c.clear()} entries from {c.path}")
     elif args.action == "export":
@@ -349,6 +411,8 @@ def _compile(args) -> int:
             Arch.parse(a)
         except ValueError as e:
             raise _Usage(f"--arch {a!r}: {e}") from None
+    if args.json and args.output == "-":
+        raise _Usage("--json prints to standard output, and so does -o -: choose one")
     if args.cache_only and args.output is not None:
         raise _Usage("--cache-only writes no file: drop -o")
     if args.output == "-" and (len(archs) > 1 or not args.ptx and sys.stdout.isatty()):
@@ -363,10 +427,13 @@ def _compile(args) -> int:
     raw = _read(args.file)
     _check_source(raw, args.file)
     source = raw.decode("utf-8")
-    opts = [o for d in args.include for o in ("-I", d)] + [f"-D{d}" for d in args.define] + list(args.option)
+    opts = ([o for d in args.include for o in ("-I", d)] + [f"-D{d}" for d in args.define]
+            + ([f"-std={args.std}"] if args.std else []) + (["-G"] if args.G else [])
+            + (["-lineinfo"] if args.lineinfo else []) + list(args.option))
     # an output file named .cubin or .ptx asks for that kind: never PTX written as k.cubin
     named = Path(args.output).suffix.lower() if len(archs) == 1 and args.output not in (None, "-") else ""
     output = "ptx" if args.ptx or named == ".ptx" else "cubin" if named == ".cubin" else "auto"
+    made = []
     for arch in archs:
         img = compile_image(source, name=path.name, options=opts, arch=arch, output=output,
                             name_expressions=args.expr)
@@ -374,6 +441,8 @@ def _compile(args) -> int:
             print(img.log, file=sys.stderr)
         for e, m in img.lowered_names.items():
             print(f"{e} -> {m}", file=sys.stderr)
+        made.append({"arch": img.arch, "kind": img.kind, "bytes": len(img.data), "file": None,
+                     "lowered_names": dict(img.lowered_names)})
         if args.cache_only:
             print(f"{args.file}: {img.kind} for {img.arch} in the cache ({len(img.data)} bytes)", file=sys.stderr)
             continue
@@ -382,7 +451,11 @@ def _compile(args) -> int:
         else:
             out = os.path.join(args.output or ".", f"{path.stem}.{arch}.{img.kind}")
         _write(str(out), img.data, args.file, in_place=False, in_place_option=False)
+        made[-1]["file"] = str(out)
         print(f"{args.file}: {img.kind} for {img.arch} -> {out} ({len(img.data)} bytes)", file=sys.stderr)
+    if args.json:
+        print(json.dumps({"source": args.file, "lowered_names": made[-1]["lowered_names"], "outputs": made},
+                         indent=2))
     return 0
 
 
@@ -406,18 +479,28 @@ def _check_source(raw: bytes, path: str) -> None:
         raise _Usage(f"{path} holds NUL bytes: binary data, not CUDA source")
 
 
+def _size(text: str) -> int:
+    """--max-bytes's value: a byte count, with a unit or without."""
+    from .cache import parse_size
+    n = parse_size(text)
+    if n is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a byte count >= 0 (e.g. 1073741824, 100k, 512M, 1G)")
+    return n
+
+
 def _parser() -> argparse.ArgumentParser:
     from . import __version__
-    p = argparse.ArgumentParser(prog="nbjit", description="Inspect and prepare externally compiled GPU kernels.")
+    p = _Parser(prog="nbjit", description="Inspect and prepare externally compiled GPU kernels.")
     p.add_argument("--version", action="version", version=f"nbjit {__version__}")
-    sub = p.add_subparsers(dest="cmd", required=True)
+    sub = p.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=_Parser)
+    p.commands = sub.choices
     i = sub.add_parser("inspect", help="show the kernels, parameters and metadata of an image")
-    i.add_argument("file")
+    i.add_argument("file", help="a PTX, cubin or fatbin file (- for standard input), or a Triton cache entry")
     i.add_argument("--json", action="store_true", help="machine-readable output (see docs/cli.md)")
     i.add_argument("--arch", help="for a fatbin: show the image this architecture (e.g. sm_90) would use")
     i.set_defaults(func=_inspect)
     s = sub.add_parser("strip", help="remove debug information from PTX")
-    s.add_argument("file")
+    s.add_argument("file", help="a PTX file (- for standard input)")
     s.add_argument("-o", "--output", help="where to write the stripped PTX (never the input, unless --in-place; "
                    "- for standard output)")
     s.add_argument("--in-place", action="store_true", help="replace the input file")
@@ -426,22 +509,50 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("cache", help="show, list, clear, prune, export or import nbjit's compile cache")
     c.add_argument("action", choices=["info", "list", "clear", "prune", "export", "import"])
     c.add_argument("file", nargs="?", help="for export and import: the archive (a .tar.gz)")
-    c.add_argument("--max-bytes", type=int, help="for prune: the size to prune to (default: the cache's limit)")
+    c.add_argument("--max-bytes", type=_size, metavar="SIZE", help="for prune: the size to prune to, in bytes "
+                   "or with a unit: 100k, 512M, 1G (powers of 1024; default: the cache's limit)")
+    c.add_argument("--json", action="store_true", help="for info and list: machine-readable output")
     c.set_defaults(func=_cache)
     k = sub.add_parser("compile", help="compile CUDA C++ with NVRTC (through the cache)")
-    k.add_argument("file")
+    k.add_argument("file", help="the CUDA C++ source (.cu)")
     k.add_argument("--arch", required=True, help="sm_90, sm_90a, compute_90, ...; several separated by commas "
                    "(sm_80,sm_90,sm_100): one output each")
     k.add_argument("--cache-only", action="store_true", help="fill the compile cache, write no file")
     k.add_argument("--ptx", action="store_true", help="write PTX instead of a cubin")
     k.add_argument("-o", "--output", help="output file (default: FILE's name with .cubin or .ptx, in the current "
                    "directory; never the input; - for standard output)")
-    k.add_argument("-I", dest="include", action="append", default=[], metavar="DIR")
-    k.add_argument("-D", dest="define", action="append", default=[], metavar="NAME=VALUE")
-    k.add_argument("--expr", action="append", default=[], help="a name expression to instantiate")
-    k.add_argument("--option", action="append", default=[], help="another NVRTC option")
+    k.add_argument("-I", dest="include", action="append", default=[], metavar="DIR",
+                   help="a directory to search for #include files (repeatable)")
+    k.add_argument("-D", dest="define", action="append", default=[], metavar="NAME[=VALUE]",
+                   help="define a preprocessor macro (repeatable)")
+    k.add_argument("--std", metavar="DIALECT", help="the C++ dialect: c++11, c++14, c++17, c++20 (NVRTC -std=)")
+    k.add_argument("-G", action="store_true", help="device debug information, optimisation off (NVRTC -G)")
+    k.add_argument("--lineinfo", action="store_true", help="line information for profilers (NVRTC -lineinfo)")
+    k.add_argument("--json", action="store_true", help="print what was made as JSON: each name expression's "
+                   "mangled name, and each architecture's output")
+    k.add_argument("--expr", action="append", default=[], help="a name expression to instantiate "
+                   "(e.g. 'fill<float>'; repeatable)")
+    k.add_argument("--option", action="append", default=[], metavar="NVRTC_OPTION",
+                   help="any other NVRTC option, e.g. --option -use_fast_math or --option=-maxrregcount=64 "
+                   "(repeatable)")
     k.set_defaults(func=_compile)
     return p
+
+
+def _option_values(argv: list[str]) -> list[str]:
+    """``--option -X`` as ``--option=-X``: every NVRTC option starts with ``-``, which
+    argparse would take for an option of nbjit's own."""
+    out, it = [], iter(argv)
+    for a in it:
+        if a == "--":
+            out += [a, *it]
+            break
+        if len(a) >= 4 and "--option".startswith(a):  # (argparse accepts --op, --opti, ...)
+            nxt = next(it, None)
+            out.append(a if nxt is None else f"--option={nxt}")
+        else:
+            out.append(a)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -450,12 +561,21 @@ def main(argv: list[str] | None = None) -> int:
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
     parser = _parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(_option_values(sys.argv[1:] if argv is None else list(argv)))
+    if args.cmd is None:
+        parser.error("give a command: inspect, strip, compile or cache (nbjit --help, nbjit COMMAND --help)")
+    if extra:
+        parser.commands[args.cmd].unrecognized(extra)
+
+    def warn(message, category, filename, lineno, file=None, line=None) -> None:
+        print(f"nbjit {args.cmd}: warning: {message}", file=sys.stderr)
     try:
-        try:
-            return args.func(args)
-        finally:
-            sys.stdout.flush()
+        with warnings.catch_warnings():
+            warnings.showwarning = warn  # (restored on leaving: main may run in a host process)
+            try:
+                return args.func(args)
+            finally:
+                sys.stdout.flush()
     except BrokenPipeError:
         # the reader went away (nbjit inspect x | head -1): stop quietly, as Unix tools do
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -464,7 +584,6 @@ def main(argv: list[str] | None = None) -> int:
     except (NbjitError, _Usage) as e:
         print(f"nbjit {args.cmd}: error: {e}", file=sys.stderr)
         return 2
-
 
 if __name__ == "__main__":
     sys.exit(main())

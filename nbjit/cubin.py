@@ -147,10 +147,11 @@ def inspect_cubin(data: bytes, *, source: str | None = None) -> CubinInfo:
                                 info_sec.name if info_sec else f".nv.info.{sym.name}")
         shared_sec = e.by_name.get(f".nv.shared.{sym.name}")
         const_sec = e.by_name.get(f".nv.constant0.{sym.name}")
+        local_sec = e.by_name.get(f".nv.local.{sym.name}")
         entries.append(KernelInfo(
             sym.name, kinfo[0], kinfo[1], linkage=_BINDINGS.get(sym.bind), registers=regs.get(sym.index),
             shared=max(0, shared_sec.size - reserved) if shared_sec else 0,
-            const=const_sec.size if const_sec else None, local=frame.get(sym.index, 0),
+            const=const_sec.size if const_sec else None, local=local_sec.size if local_sec else 0,
             # a relocatable cubin's callees are resolved at link time: only its own frame is known
             stack=stack.get(sym.index, frame.get(sym.index, 0))))
         if maxreg is not None:

@@ -189,7 +189,7 @@ class KernelInfo:
     registers: int | None = None
     shared: int | None = None
     const: int | None = None
-    local: int | None = None  # this kernel's own stack frame, bytes
+    local: int | None = None  # local memory outside the stack (.nv.local.<kernel>; cuobjdump's LOCAL), bytes
     stack: int | None = None  # the stack it needs with the functions it calls (cuobjdump's STACK)
     # where the kernel's own parameters start, where arguments and parameters are not one to
     # one (a Numba array argument is 5 + 2·ndim parameters); None: the params' offsets

@@ -5,6 +5,7 @@ import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -420,3 +421,232 @@ def test_compile_never_writes_ptx_as_a_cubin(tmp_path, capsys):
     assert (tmp_path / "k.cubin").read_bytes()[:4] == b"\x7fELF"
     assert cli.main(["compile", str(cu), "--arch", newer, "-o", str(tmp_path / "dir")]) == 0  # no suffix: PTX
     assert (tmp_path / "dir").read_bytes().lstrip().startswith(b"//") and "ptx for compute_" in capsys.readouterr().err
+
+
+def test_an_output_that_is_a_device_is_written_through_never_replaced(tmp_path):
+    """-o onto a character device (here links to /dev/null and /dev/full, and where root may
+    make one a device node in tmp_path) writes into it; the node stays a device. A FIFO is
+    written through to its reader; one nobody reads, a directory, are refused."""
+    import stat
+    ptx = str(DATA / "nvcc/kernels_G_sm90.ptx")
+    env = {**os.environ, "NBJIT_CACHE_DIR": str(tmp_path / "cache")}
+    cmd = [EXE] if EXE else [sys.executable, "-m", "nbjit"]
+    run = lambda *a: subprocess.run([*cmd, *a], capture_output=True, text=True, env=env, timeout=120)
+    null, full = tmp_path / "null", tmp_path / "full"
+    null.symlink_to("/dev/null")
+    full.symlink_to("/dev/full")
+    outs = [null]
+    if os.geteuid() == 0:
+        node = tmp_path / "node"
+        os.mknod(node, stat.S_IFCHR | 0o666, os.makedev(1, 3))  # what /dev/null is
+        outs.append(node)
+    for out in outs:
+        r = run("strip", ptx, "-o", str(out))
+        assert r.returncode == 0, r.stderr
+        r = run("cache", "export", str(out))
+        assert r.returncode == 0 and "exported 0 entries" in r.stdout, r.stderr
+    for args in (["strip", ptx, "-o", str(full)], ["cache", "export", str(full)]):
+        r = run(*args)
+        assert r.returncode == 2 and "No space left on device" in r.stderr and len(r.stderr.splitlines()) == 1, \
+            r.stderr
+    assert null.is_symlink() and full.is_symlink()
+    for dev in ("/dev/null", "/dev/full", *map(str, outs[1:])):
+        assert stat.S_ISCHR(os.stat(dev).st_mode), f"{dev} is no longer a character device"
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary file left
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    r = run("strip", ptx, "-o", str(fifo))  # nobody reads it: refused, not waited on
+    assert r.returncode == 2 and "a FIFO that no process is reading" in r.stderr, r.stderr
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    try:
+        for _ in range(100):  # until the reader has it open
+            r = run("strip", ptx, "-o", str(fifo))
+            if "no process is reading" not in r.stderr:
+                break
+    finally:
+        if r.returncode != 0:
+            os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # let the reader go
+        reader.join(timeout=60)
+    from nbjit import strip_debug
+    assert r.returncode == 0 and got == [strip_debug(Path(ptx).read_bytes()).encode()], r.stderr
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    r = run("cache", "export", str(tmp_path))
+    assert r.returncode == 2 and f"cannot write the cache archive {tmp_path}: it is a directory" in r.stderr
+
+
+def test_an_output_through_a_link_replaces_the_file_it_names(tmp_path):
+    """-o a link to a regular file: the file is replaced (its permissions kept), the link stays."""
+    real = tmp_path / "real.ptx"
+    real.write_text("old")
+    os.chmod(real, 0o640)
+    link = tmp_path / "link.ptx"
+    link.symlink_to(real)
+    r = nbjit("strip", str(DATA / "nvcc/kernels_G_sm90.ptx"), "-o", str(link))
+    assert r.returncode == 0, r.stderr
+    assert link.is_symlink() and ".entry" in real.read_text() and (real.stat().st_mode & 0o777) == 0o640
+
+
+def test_compile_options_that_start_with_a_dash(tmp_path, monkeypatch, capsys):
+    """--option -lineinfo (the documented form) reaches NVRTC as -lineinfo, as --option=-X does;
+    -G, --lineinfo, --std, -D, -I are shortcuts."""
+    from nbjit import cli
+    from nbjit.image import Image
+    seen = []
+
+    def fake(source, *, name, options, arch, output, name_expressions):
+        seen.append(list(options))
+        return Image(b"//\n.version 8.0\n.target sm_90\n.address_size 64\n", "ptx", name, arch=arch)
+    monkeypatch.setattr("nbjit.compiler.compile_image", fake)
+    cu = tmp_path / "k.cu"
+    cu.write_text('extern "C" __global__ void k() {}\n')
+    out = str(tmp_path / "k.ptx")
+    assert cli.main(["compile", str(cu), "--arch", "sm_90", "--option", "-lineinfo", "--option=-use_fast_math",
+                     "--opt", "--extra-device-vectorization", "-o", out]) == 0, capsys.readouterr().err
+    assert seen[-1] == ["-lineinfo", "-use_fast_math", "--extra-device-vectorization"]
+    assert cli.main(["compile", str(cu), "--arch", "sm_90", "-G", "--lineinfo", "--std", "c++17", "-D", "N=4",
+                     "-DM", "-I", "inc", "-o", out]) == 0
+    assert seen[-1] == ["-I", "inc", "-DN=4", "-DM", "-std=c++17", "-G", "-lineinfo"]
+    assert "--option -use_fast_math" in nbjit("compile", "--help").stdout
+    r = nbjit("compile", str(cu), "--arch", "sm_90", "--ptx", "--option", "-lineinfo", "-o", "-")
+    assert r.returncode == 0 and ".loc" in r.stdout, r.stderr  # and NVRTC took it
+
+
+@pytest.mark.parametrize("args, line", [
+    (["inspect", "--jsn", "k.ptx"], "nbjit inspect: error: unrecognized arguments: --jsn (did you mean --json?)"),
+    (["compile", "k.cu", "--arch", "sm_90", "-lineinfo"],
+     "nbjit compile: error: unrecognized arguments: -lineinfo (did you mean --lineinfo?)"),
+    (["compile", "k.cu", "--arch", "sm_90", "-use_fast_math"],
+     "nbjit compile: error: unrecognized arguments: -use_fast_math (an NVRTC option goes as --option -use_fast_math)"),
+    (["compile", "k.cu"], "nbjit compile: error: the following arguments are required: --arch"),
+    (["cache", "lst"], "nbjit cache: error: argument action: invalid choice: 'lst' (choose from 'info', 'list', "
+                       "'clear', 'prune', 'export', 'import'); did you mean 'list'?"),
+    (["inspct", "k.ptx"], "nbjit: error: argument COMMAND: invalid choice: 'inspct' (choose from 'inspect', "
+                          "'strip', 'cache', 'compile'); did you mean 'inspect'?"),
+    ([], "nbjit: error: give a command: inspect, strip, compile or cache (nbjit --help, nbjit COMMAND --help)"),
+])
+def test_usage_errors_are_one_line_naming_the_command(args, line):
+    r = nbjit(*args)
+    assert r.returncode == 2 and r.stderr == line + "\n" and not r.stdout
+
+
+def test_warnings_are_one_line_naming_the_command(tmp_path):
+    (tmp_path / "file").write_text("")
+    cu = tmp_path / "k.cu"
+    cu.write_text('extern "C" __global__ void k() {}\n')
+    cmd = [EXE] if EXE else [sys.executable, "-m", "nbjit"]
+    r = subprocess.run([*cmd, "compile", str(cu), "--arch", "sm_90", "-o", str(tmp_path / "k.cubin")],
+                       env={**os.environ, "NBJIT_CACHE_DIR": str(tmp_path / "file" / "cache")}, capture_output=True,
+                       text=True, timeout=120)
+    lines = r.stderr.splitlines()
+    assert r.returncode == 0 and len(lines) == 2 and lines[0] == (
+        f"nbjit compile: warning: nbjit cache: cannot write to {tmp_path}/file/cache (Not a directory); going on "
+        "without the disk cache") and lines[1].startswith(f"{cu}: cubin for sm_90 -> "), r.stderr
+
+
+def test_inspect_says_no_kernels(tmp_path):
+    """A cubin of an empty source, a template never instantiated, a PTX of device functions only."""
+    env = {**os.environ, "NBJIT_CACHE_DIR": str(tmp_path / "cache")}
+    cmd = [EXE] if EXE else [sys.executable, "-m", "nbjit"]
+    run = lambda *a: subprocess.run([*cmd, *a], capture_output=True, text=True, env=env, timeout=120)
+    (tmp_path / "t.cu").write_text("template <class T> __global__ void fill(T* p) { p[0] = T(1); }\n")
+    (tmp_path / "f.ptx").write_text(".version 8.0\n.target sm_90\n.address_size 64\n\n"
+                                    ".visible .func f()\n{\n\tret;\n}\n")
+    r = run("compile", str(tmp_path / "t.cu"), "--arch", "sm_90", "-o", str(tmp_path / "t.cubin"))
+    assert r.returncode == 0, r.stderr
+    for f in ("t.cubin", "f.ptx"):
+        r = run("inspect", str(tmp_path / f))
+        assert r.returncode == 0 and "\nno kernels\n" in r.stdout, r.stdout
+    r = run("inspect", str(DATA / "nvcc/kernels_sm90.ptx"))
+    assert r.returncode == 0 and "no kernels" not in r.stdout
+
+
+def test_ptx_type_column_is_what_the_ptx_declares():
+    """fill<int>(int*, int, int) is declared .u64, .u32, .u32: the C type (from the mangled name)
+    goes in its own column, never into the PTX type (it showed s32, and .ptr nowhere in the PTX)."""
+    r = nbjit("inspect", str(DATA / "nvrtc/tmpl_sm90.ptx"))
+    assert r.returncode == 0, r.stderr
+    block = r.stdout.split("entry _Z4fillIiEvPT_S0_i")[1].split("parameter buffer")[0]
+    rows = [line.split()[2:4] for line in block.splitlines() if line.strip()[:1].isdigit()]
+    assert rows == [["int*", ".u64"], ["int", ".u32"], ["int", ".u32"]], block
+    r = nbjit("inspect", str(DATA / "nvcc/kernels_sm_90.cubin"))  # a cubin declares no types: no such column
+    assert r.returncode == 0 and "PTX type" not in r.stdout and "  0  param_0  int*    8" in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("rel, said", [("nvcc/kernels_lineinfo_sm90.ptx", "line info"),
+                                       ("nvrtc/tmpl_lineinfo_sm90.ptx", "line info"),
+                                       ("nvcc/kernels_G_sm90.ptx", "DWARF"), ("nvrtc/tmpl_G_sm90.ptx", "DWARF")])
+def test_lineinfo_builds_are_not_called_dwarf(rel, said):
+    """-lineinfo emits .loc/.file and a .debug_str (names of inlined code): line info, not -G's DWARF."""
+    r = nbjit("inspect", str(DATA / rel))
+    assert r.returncode == 0 and r.stdout.splitlines()[-1].startswith(f"debug info: {said} "), r.stdout
+    r = nbjit("strip", str(DATA / rel), "-o", "-")
+    assert r.returncode == 0 and f"debug info {said.replace(' ', '').lower()} -> -" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("rel, kind", [("nvcc/kernels_G_sm_90.cubin", "cubin"),
+                                       ("nvcc/kernels_multi.fatbin", "fatbin")])
+def test_strip_says_what_a_compiled_file_is(tmp_path, rel, kind):
+    r = nbjit("strip", str(DATA / rel), "-o", str(tmp_path / "out"))
+    assert r.returncode == 2 and f"{DATA / rel} is a {kind}, not PTX" in r.stderr and "UTF-8" not in r.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_strip_refuses_in_place_with_an_output(tmp_path):
+    src = tmp_path / "g.ptx"
+    src.write_bytes((DATA / "nvcc/kernels_G_sm90.ptx").read_bytes())
+    r = nbjit("strip", str(src), "--in-place", "-o", str(tmp_path / "x.ptx"))
+    assert r.returncode == 2 and "give one of them" in r.stderr, r.stderr
+    assert src.read_bytes() == (DATA / "nvcc/kernels_G_sm90.ptx").read_bytes() and not (tmp_path / "x.ptx").exists()
+
+
+def test_sizes_with_units(tmp_path):
+    env = {**os.environ, "NBJIT_CACHE_DIR": str(tmp_path)}
+    cmd = [EXE] if EXE else [sys.executable, "-m", "nbjit"]
+    run = lambda *a, **kw: subprocess.run([*cmd, *a], capture_output=True, text=True, env={**env, **kw}, timeout=60)
+    r = run("cache", "prune", "--max-bytes", "100k")
+    assert r.returncode == 0 and "(limit 102400)" in r.stdout, r.stderr
+    for raw, n in (("1G", 1 << 30), ("512M", 512 << 20), ("1.5GiB", 3 << 29), ("4096", 4096)):
+        r = run("cache", "info", NBJIT_CACHE_MAX_BYTES=raw)
+        assert r.returncode == 0 and f"(limit {n})" in r.stdout, (raw, r.stdout, r.stderr)
+    r = run("cache", "prune", "--max-bytes", "1x")
+    assert r.returncode == 2 and "'1x' is not a byte count" in r.stderr and len(r.stderr.splitlines()) == 1
+
+
+def test_json_of_compile_and_cache(tmp_path):
+    env = {**os.environ, "NBJIT_CACHE_DIR": str(tmp_path / "cache")}
+    cmd = [EXE] if EXE else [sys.executable, "-m", "nbjit"]
+    run = lambda *a: subprocess.run([*cmd, *a], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    src = tmp_path / "t.cu"
+    src.write_text("template <class T> __global__ void fill(T* p, T v) { p[threadIdx.x] = v; }\n")
+    r = run("compile", str(src), "--arch", "sm_90", "--expr", "fill<float>", "--json")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert j["lowered_names"] == {"fill<float>": "_Z4fillIfEvPT_S0_"}
+    assert [(o["arch"], o["kind"], o["file"]) for o in j["outputs"]] == [("sm_90", "cubin", "t.cubin")]
+    r = run("compile", str(src), "--arch", "sm_90", "--json", "-o", "-")
+    assert r.returncode == 2 and "choose one" in r.stderr
+    info = json.loads(run("cache", "info", "--json").stdout)
+    assert info["entries"] == 1 and info["location"] == str(tmp_path / "cache")
+    (e,) = json.loads(run("cache", "list", "--json").stdout)
+    assert (e["status"], e["kind"], e["arch"], len(e["key"])) == ("ok", "cubin", "sm_90", 64)
+    r = run("cache", "clear", "--json")
+    assert r.returncode == 2 and "--json applies to 'cache info' and 'cache list'" in r.stderr
+
+
+def test_standard_input(tmp_path):
+    cmd = [EXE] if EXE else [sys.executable, "-m", "nbjit"]
+    run = lambda data, *a: subprocess.run([*cmd, *a], input=data, capture_output=True, timeout=60)
+    r = run((DATA / "nvcc/kernels_sm_90.cubin").read_bytes(), "inspect", "-")
+    assert r.returncode == 0 and r.stdout.startswith(b"<stdin>: cubin for sm_90"), r.stderr
+    ptx = (DATA / "nvcc/kernels_G_sm90.ptx").read_bytes()
+    r = run(ptx, "strip", "-", "-o", str(tmp_path / "s.ptx"))
+    assert r.returncode == 0 and r.stderr.startswith(b"<stdin>: debug info dwarf -> "), r.stderr
+    from nbjit import strip_debug
+    assert (tmp_path / "s.ptx").read_text() == strip_debug(ptx)
+    r = run(ptx, "strip", "-", "--in-place")
+    assert r.returncode == 2 and b"give -o OUT" in r.stderr
+    r = run(b"", "inspect", "-")
+    assert r.returncode == 2 and b"<stdin>: empty image" in r.stderr

@@ -15,9 +15,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
+import hashlib
+import hmac
 import json
 import json.encoder
 import os
+import random
 import re
 import secrets
 import stat
@@ -36,7 +40,7 @@ except ImportError:  # not POSIX: no cross-process lock, each process compiles
     fcntl = None  # type: ignore[assignment]
 
 from .errors import NbjitCacheError
-from .image import content_digest, content_hash, read_regular_stat, write_output
+from .image import content_digest, content_hash, read_regular, read_regular_stat, write_output
 
 __all__ = ["Cache", "CacheEntry", "default_cache", "set_default_cache", "cache_key", "FORMAT_VERSION"]
 
@@ -53,6 +57,26 @@ _TOUCH_AFTER = 3600.0  # seconds: a hit on an entry older than this marks it use
 _KINDS = ("cubin", "ptx")
 DEFAULT_MAX_BYTES = 1 << 30
 _MEMORY_ENTRIES = 512
+_SHARD = re.compile(r"[0-9a-f]{2}")
+# the size limit is checked by a scan of the whole cache (every entry stat()ed), so not on
+# every write: when this process has written a tenth of the limit since its last scan, when
+# its own count says the limit is passed, or at random with the chance that makes every
+# process together scan about once per tenth of the limit written (short-lived processes
+# never write a tenth alone); a scan over the limit prunes to 90% of it, so that the next
+# one is a tenth of the limit away
+_SCAN_FRACTION = 10
+_PRUNE_TO = 0.9
+# archives (import_archive): what one member or header may be, before any of it is read
+_MAX_HEADER_BYTES = 1 << 20  # a GNU long name or pax header (export writes none; a real one is < 1 KiB)
+_MAX_GLOBAL_HEADER_BYTES = 1 << 20  # all global pax headers together (each is kept for every later member)
+_MAX_DESC_BYTES = 16 << 20  # an entry's JSON description (one kernel's: ~2 KB)
+_CHUNK = 1 << 20  # members are copied through this much memory at a time
+_MAX_REFUSALS_LISTED = 1000
+_SIGNATURE = "nbjit-archive.hmac-sha256"  # the signature member: the last of a signed archive
+_SIGNATURE_CONTEXT = b"nbjit cache archive signature 1\0"
+_MIN_ARCHIVE_KEY = 16  # bytes: shorter secrets are guessable
+ARCHIVE_KEY_ENV = "NBJIT_CACHE_ARCHIVE_KEY"
+ARCHIVE_KEY_FILE_ENV = "NBJIT_CACHE_ARCHIVE_KEY_FILE"
 
 
 def _warn(msg: str) -> None:
@@ -170,31 +194,36 @@ class Cache:
     def _key_lock(self, key: str):
         """An exclusive ``flock`` on ``<key>.lock`` while an entry is made, so that processes
         asking for the same entry at once run the compiler once. The OS drops the lock of a
-        process that dies; after ``lock_timeout`` seconds a waiter goes on without it."""
+        process that dies; after ``lock_timeout`` seconds a waiter goes on without it. The
+        holder removes the file as it lets go (so none pile up), and a waiter that then holds
+        a removed file's lock takes the one at the path instead."""
         f = self.file(key)
         fd = None
         if f is not None and fcntl is not None:
-            try:
-                f.parent.mkdir(parents=True, exist_ok=True)
-                fd = os.open(f.with_suffix(_LOCK_SUFFIX), os.O_RDWR | os.O_CREAT, 0o666)
-            except OSError:
-                fd = None  # an unwritable cache: no lock, as no write
-        if fd is not None:
+            lock = f.with_suffix(_LOCK_SUFFIX)
             deadline = time.monotonic() + self.lock_timeout
-            while True:
+            while fd is None:
                 try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
+                    f.parent.mkdir(parents=True, exist_ok=True)
+                    # never through a link: a planted one would make a file outside the cache
+                    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
                 except OSError:
+                    break  # an unwritable cache (no lock, as no write), or a link there: no lock
+                if not _flock(fd, deadline):
+                    os.close(fd)  # a holder that takes too long: make it ourselves
+                    fd = None
+                    break
+                if not _is_at(fd, lock):
+                    os.close(fd)  # its holder finished and removed it: lock the file there now
+                    fd = None
                     if time.monotonic() >= deadline:
-                        os.close(fd)  # a holder that takes too long: make it ourselves
-                        fd = None
                         break
-                    time.sleep(0.01)
         try:
             yield
         finally:
             if fd is not None:
+                if _is_at(fd, lock):
+                    _remove(lock)  # still holding it: a waiter that has it open sees it gone
                 os.close(fd)  # closing releases the lock
 
     def recall(self, call: object) -> object | None:
@@ -255,27 +284,25 @@ class Cache:
         return entry
 
     def write(self, key: str, entry: CacheEntry, *, refresh: bool = False) -> None:
-        """Store ``entry`` on disk (a temporary file renamed into place); then prune to the
-        limit. ``refresh``: the entry replaces one that is there (the same image with more
-        facts), in memory too; where the disk refuses, it stays as it was (a read-only cache
-        is still used)."""
+        """Store ``entry`` on disk (a temporary file renamed into place), keeping the cache
+        near its limit. ``refresh``: the entry replaces one that is there (the same image with
+        more facts), in memory too; where the disk refuses, it stays as it was (a read-only
+        cache is still used)."""
         f = self.file(key)
         if refresh:
             self._remember(key, entry)
         if f is None:
             return
-        tmp = f.parent / f"{_TMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
         try:
-            f.parent.mkdir(parents=True, exist_ok=True)
-            # mode 0666 less the umask, as any file a user makes: a team can share a cache
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            tmp, fd = _new_temporary(f)
         except OSError as e:
             if not refresh:
                 self._give_up(e)
             return
+        data = _encode(key, entry)
         try:
             with os.fdopen(fd, "wb") as out:
-                out.write(_encode(key, entry))
+                out.write(data)
                 out.flush()
                 os.fsync(out.fileno())
             os.replace(tmp, f)
@@ -288,8 +315,33 @@ class Cache:
         except BaseException:
             _remove(tmp)
             raise
-        if self.max_bytes is not None and not refresh:
-            self.prune(self.max_bytes, quiet=True)
+        if not refresh:
+            self._wrote(len(data))
+
+    def _wrote(self, n: int) -> None:
+        """Count ``n`` bytes this process added; prune when a scan is due (see _SCAN_FRACTION)."""
+        limit = self.max_bytes
+        if limit is None or self._root is None:
+            return
+        with _USAGE_LOCK:
+            u = _USAGE.setdefault(self._root, [None, 0])  # bytes at the last scan, bytes written since
+            u[1] += n
+            due = (limit == 0 or u[1] * _SCAN_FRACTION >= limit or (u[0] is not None and u[0] + u[1] > limit)
+                   or random.random() * limit < n * _SCAN_FRACTION)
+        if due:
+            self._shrink(limit)
+
+    def _shrink(self, limit: int) -> None:
+        """Scan the cache; over ``limit``, prune it to 90% of the limit."""
+        try:
+            listing = self._scan(strict=False)
+            total = listing.bytes
+            if total > limit:
+                total -= self._prune(listing, int(limit * _PRUNE_TO), quiet=True)[1]
+        except OSError:
+            return  # another process is clearing the cache: the next scan counts again
+        with _USAGE_LOCK:
+            _USAGE[self._root] = [total, 0]
 
     def _give_up(self, e: OSError) -> None:
         if not self._warned:
@@ -300,81 +352,131 @@ class Cache:
     # ------------------------------------------------------------ management
     def entries(self) -> list[tuple[Path, int, float]]:
         """(file, bytes, last use) of every entry on disk, oldest use first."""
-        return sorted(self._files(_SUFFIX), key=lambda t: t[2])
+        return sorted(self._scan().entries, key=lambda t: t[2])
 
-    def _files(self, pattern: str) -> list[tuple[Path, int, float]]:
-        """(file, bytes, mtime) of the regular files matching ``??/*pattern``; files that go
-        while the directory is read (other processes prune or clear) are left out."""
-        if self.path is None or not self.path.is_dir():
-            return []
-        out = []
-        for f in self.path.glob("??/*" + pattern):
+    def _scan(self, strict: bool = True) -> "_Listing":
+        """Every entry, writer's temporary file and lock file, in one pass over the directory
+        (files that go meanwhile, as other processes prune or clear, are left out). A cache
+        directory that cannot be read is an ``NbjitCacheError`` (``strict=False``: left out)."""
+        out = _Listing()
+        root = self._root
+        if root is None:
+            return out
+        try:
+            shards = [d.path for d in os.scandir(root) if _SHARD.fullmatch(d.name) and d.is_dir(follow_symlinks=False)]
+        except FileNotFoundError:
+            return out  # nothing written yet
+        except OSError as e:
+            if strict:
+                raise NbjitCacheError(f"cannot read the cache directory {root}: {e.strerror or e}") from None
+            return out
+        for shard in shards:
             try:
-                st = f.lstat()
-            except OSError:
+                with os.scandir(shard) as it:
+                    for d in it:
+                        name = d.name
+                        kind = (out.entries if name.endswith(_SUFFIX) else out.locks if name.endswith(_LOCK_SUFFIX)
+                                else out.temporary if name.startswith(_TMP_PREFIX) else None)
+                        if kind is None:
+                            continue
+                        try:
+                            st = d.stat(follow_symlinks=False)
+                        except OSError:
+                            continue
+                        if stat.S_ISREG(st.st_mode) or kind is out.locks and stat.S_ISLNK(st.st_mode):
+                            kind.append((Path(d.path), st.st_size, st.st_mtime))
+            except FileNotFoundError:
                 continue
-            if stat.S_ISREG(st.st_mode):
-                out.append((f, st.st_size, st.st_mtime))
+            except OSError as e:
+                if strict:
+                    raise NbjitCacheError(f"cannot read the cache directory {shard}: {e.strerror or e}") from None
         return out
 
     def temporary_files(self) -> list[tuple[Path, int, float]]:
         """(file, bytes, mtime) of writers' temporary files (in flight, or left by a killed one)."""
-        return [t for t in self._files("") if t[0].name.startswith(_TMP_PREFIX)]
+        return self._scan().temporary
 
     def info(self) -> dict:
         """Location, entries, writers' temporary files, bytes and limit."""
-        es, tmps = self.entries(), self.temporary_files()
-        return {"location": str(self.path) if self.path else None, "entries": len(es),
-                "bytes": sum(e[1] for e in es) + sum(t[1] for t in tmps), "temporary_files": len(tmps),
-                "max_bytes": self.max_bytes}
+        listing = self._scan()
+        return {"location": str(self.path) if self.path else None, "entries": len(listing.entries),
+                "bytes": listing.bytes, "temporary_files": len(listing.temporary), "max_bytes": self.max_bytes}
 
     def clear(self) -> int:
-        """Remove every entry, and temporary files whose writer is gone; returns how many
-        entries went. Writers still running lose nothing but the write in progress."""
+        """Remove every entry, lock files nobody holds, and temporary files whose writer is
+        gone; returns how many entries went. Writers still running lose nothing but the write
+        in progress; a process making an entry keeps its lock. An entry that cannot be removed
+        (a read-only cache) is an ``NbjitCacheError``."""
         with self._lock:
             self._mem.clear()
             self._calls.clear()
-        n = sum(_remove(f) for f, _, _ in self.entries())
-        for f, _, _ in self._files(_LOCK_SUFFIX):
-            _remove(f)
-        self._reclaim(max_age=0)
+        listing = self._scan()
+        n = 0
+        for f, _, _ in listing.entries:
+            try:
+                os.unlink(f)
+                n += 1
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                raise NbjitCacheError(f"cannot remove {f}: {e.strerror or e} ({n} entries removed)") from None
+        for f, _, _ in listing.locks:
+            _remove_lock(f)
+        _reclaim(listing, max_age=0)
+        with _USAGE_LOCK:
+            _USAGE.pop(self._root, None)
         return n
 
     def prune(self, max_bytes: int | None = None, *, quiet: bool = False) -> int:
         """Remove least-recently-used entries until the cache (entries and temporary files)
         holds at most ``max_bytes`` (default: its own limit); first reclaims temporary files
-        of writers that are gone, or older than an hour. Returns how many entries went."""
+        of writers that are gone, or older than an hour, and lock files nobody holds.
+        Returns how many entries went."""
         if max_bytes is None:
             max_bytes = self.max_bytes
-        if max_bytes is None or max_bytes < 0:
+        if max_bytes is None or type(max_bytes) is bool or not isinstance(max_bytes, int) or max_bytes < 0:
             raise NbjitCacheError(f"prune needs a byte count >= 0, not {max_bytes!r}")
-        if self.path is None or not self.path.is_dir():
+        if self._root is None:
             return 0
-        self._reclaim(max_age=3600)
-        es = self.entries()
-        total = sum(e[1] for e in es) + sum(t[1] for t in self.temporary_files())
+        n, _ = self._prune(self._scan(strict=not quiet), max_bytes, quiet)
+        return n
+
+    def _prune(self, listing: "_Listing", max_bytes: int, quiet: bool) -> tuple[int, int]:
+        """``prune`` over a scan: (entries removed, bytes freed)."""
+        freed = _reclaim(listing, max_age=3600)
+        for f, _, _ in listing.locks:
+            _remove_lock(f)
+        total = listing.bytes - freed
         n = 0
-        for f, size, _ in es:
+        for f, size, _ in sorted(listing.entries, key=lambda t: t[2]):
             if total <= max_bytes:
                 break
             try:
                 f.unlink()
-                total -= size
                 n += 1
             except FileNotFoundError:
-                total -= size
+                pass
             except OSError as e:
                 if not quiet:
                     raise NbjitCacheError(f"cannot remove {f}: {e.strerror}") from None
-        return n
+                continue
+            total -= size
+            freed += size
+        return n, freed
 
-    def export_archive(self, dest: str | os.PathLike) -> int:
+    def export_archive(self, dest: str | os.PathLike, *, archive_key: bytes | str | None = None,
+                       archive_key_file: str | os.PathLike | None = None) -> int:
         """Write every entry that verifies into the tar archive ``dest`` (gzip-compressed);
-        returns how many. Corrupt entries are left out."""
+        returns how many. Corrupt entries are left out. With an archive key (``archive_key``,
+        ``archive_key_file``, else ``NBJIT_CACHE_ARCHIVE_KEY_FILE`` or
+        ``NBJIT_CACHE_ARCHIVE_KEY``) the archive ends with an HMAC-SHA256 signature of
+        everything in it, which ``import_archive`` with the same key checks."""
         import io
         import tarfile
         if self.path is None:
             raise NbjitCacheError("cannot export: the disk cache is off (NBJIT_CACHE=0)")
+        secret = _archive_key(archive_key, archive_key_file)
+        mac = None if secret is None else hmac.new(secret, _SIGNATURE_CONTEXT, hashlib.sha256)
         n = 0
 
         def fill(out) -> None:
@@ -387,8 +489,16 @@ class Cache:
                     raw = got[2]
                     info = tarfile.TarInfo(f.name)
                     info.size, info.mtime, info.mode = len(raw), int(time.time()), 0o644
+                    if mac is not None:
+                        mac.update(_member_record(info.name, info.type, info.size))
+                        mac.update(raw)
                     tar.addfile(info, io.BytesIO(raw))
                     n += 1
+                if mac is not None:
+                    sig = mac.hexdigest().encode()
+                    info = tarfile.TarInfo(_SIGNATURE)
+                    info.size, info.mtime, info.mode = len(sig), int(time.time()), 0o644
+                    tar.addfile(info, io.BytesIO(sig))
         try:
             write_output(dest, fill)
         except OSError as e:
@@ -397,55 +507,165 @@ class Cache:
             raise NbjitCacheError(f"cannot write the cache archive {dest}: it is {e}") from None
         return n
 
-    def import_archive(self, src: str | os.PathLike) -> tuple[int, list[str]]:
+    def import_archive(self, src: str | os.PathLike, *, archive_key: bytes | str | None = None,
+                       archive_key_file: str | os.PathLike | None = None) -> tuple[int, list[str]]:
         """Add the entries of an archive made by ``export_archive``, each verified again
-        against its key; returns how many were new here and why others were refused."""
+        against its key; returns how many were new here and why others were refused (the
+        first 1000 reasons, then how many more). An archive is trusted like code: an entry
+        carries the image its key's compile will use. With an archive key (as for
+        ``export_archive``) an archive not signed with that key is refused whole, before
+        anything is imported. Archives that are not one (too large headers or descriptions,
+        sparse members, damage) are an ``NbjitCacheError``."""
         import tarfile
         import zlib
         if self.path is None:
             raise NbjitCacheError("cannot import: the disk cache is off (NBJIT_CACHE=0)")
+        secret = _archive_key(archive_key, archive_key_file)
         try:
-            st = os.stat(src)
-        except OSError as e:
-            raise NbjitCacheError(f"cannot read the cache archive {src}: {e.strerror}") from None
-        if not stat.S_ISREG(st.st_mode):
-            raise NbjitCacheError(f"{src} is not a regular file, so not a cache archive")
-        added, refused = 0, []
-        try:
-            with tarfile.open(src, "r:*") as tar:
-                for m in tar:
-                    if m.isdir():
-                        continue
-                    key = m.name[: -len(_SUFFIX)] if m.name.endswith(_SUFFIX) else ""
-                    if not (m.isreg() and _KEY.fullmatch(key)):
-                        refused.append(f"{m.name}: not a cache entry (expected <64 hex digits>{_SUFFIX})")
-                        continue
-                    if m.size > _MAX_ENTRY_BYTES:
-                        refused.append(f"{m.name}: {m.size} bytes, more than an entry can be")
-                        continue
-                    entry, why = _decode(tar.extractfile(m).read(m.size + 1), key)
-                    if entry is None:
-                        refused.append(f"{m.name}: {why}")
-                        continue
-                    if self.read(key, warn=False) is None:
-                        self.write(key, entry)
-                        if self.path is None:
-                            raise NbjitCacheError(f"cannot import into the cache: writing {key[:16]}… failed")
-                        added += 1
-        except tarfile.ReadError:
-            raise NbjitCacheError(f"{src}: not a tar archive (plain, gzip, bzip2 or xz), so not a cache "
-                                  f"archive (make one with 'nbjit cache export')") from None
-        except (tarfile.TarError, EOFError, zlib.error, OSError) as e:
-            why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise NbjitCacheError(f"{src}: a damaged cache archive ({why})") from None
+            fd = os.open(src, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except (OSError, ValueError) as e:
+            raise NbjitCacheError(f"cannot read the cache archive {src}: {getattr(e, 'strerror', None) or e}") from None
+        with os.fdopen(fd, "rb") as fobj:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise NbjitCacheError(f"{src} is not a regular file, so not a cache archive")
+            try:
+                digests = None if secret is None else _check_signature(fobj, src, secret)
+                fobj.seek(0)
+                return self._import_members(_open_archive(fobj, src), digests)
+            except _NotAnArchive as e:
+                raise NbjitCacheError(f"{src}: {e}") from None
+            except _Damaged as e:
+                raise NbjitCacheError(f"{src}: a damaged cache archive ({e})") from None
+            except RecursionError:
+                raise NbjitCacheError(f"{src}: headers nested too deep, so not a cache archive") from None
+            except (tarfile.TarError, EOFError, zlib.error, OSError, ValueError) as e:
+                why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                raise NbjitCacheError(f"{src}: a damaged cache archive ({why})") from None
+
+    def _import_members(self, tar, digests: list | None) -> tuple[int, list[str]]:
+        """``import_archive`` of an open archive; ``digests``: what each member of a signed
+        archive was when its signature was checked."""
+        added, refused, more = 0, [], 0
+        with tar:
+            for i, m in enumerate(_members(tar)):
+                if m.isdir() or m.name == _SIGNATURE and m.isreg():
+                    continue
+                key = m.name[: -len(_SUFFIX)] if m.name.endswith(_SUFFIX) else ""
+                why = ""
+                if not (m.isreg() and _KEY.fullmatch(key)):
+                    why = f"not a cache entry (expected <64 hex digits>{_SUFFIX})"
+                elif m.size > _MAX_ENTRY_BYTES:
+                    why = f"{m.size} bytes, more than an entry can be"
+                elif self.read(key, warn=False) is None:
+                    signed = None if digests is None else (m.name, m.type, digests[i] if i < len(digests) else b"")
+                    why = self._import_entry(key, tar.extractfile(m), m.size, signed)
+                    added += not why
+                if why:
+                    if len(refused) < _MAX_REFUSALS_LISTED:
+                        refused.append(f"{_shown(m.name)}: {why}")
+                    else:
+                        more += 1
+        if more:
+            refused.append(f"... and {more} more members (reasons not listed)")
         return added, refused
 
-    def _reclaim(self, max_age: float) -> None:
-        """Remove temporary files whose writer process is gone, or older than ``max_age``."""
-        now = time.time()
-        for t, _, mtime in self.temporary_files():
-            if not _writer_alive(t.name) or now - mtime > max_age and max_age > 0:
-                _remove(t)
+    def _import_entry(self, key: str, src, size: int, signed: tuple | None) -> str:
+        """Copy one archive member of ``size`` bytes into the cache as the entry for ``key``,
+        checked as it streams through; returns why it was refused, or "". ``signed``: the
+        member's (name, type, digest) when the archive's signature was checked."""
+        head = _read_exactly(src, min(size, _HEAD.size))
+        dlen, check, why = _check_head(head)
+        if why:
+            return why
+        if dlen > size - _HEAD.size:
+            return "truncated description"
+        if dlen > _MAX_DESC_BYTES:
+            return f"a description of {dlen} bytes (nbjit reads at most {_MAX_DESC_BYTES})"
+        desc = _read_exactly(src, dlen)
+        f = self.file(key)
+        try:
+            tmp, fd = _new_temporary(f)
+        except OSError as e:
+            raise NbjitCacheError(f"cannot import into the cache {self.path}: {e.strerror or e}") from None
+        try:
+            payload = _hasher()
+            whole = None
+            if signed is not None:
+                whole = _hasher()
+                whole.update(_member_record(signed[0], signed[1], size))
+                whole.update(head)
+                whole.update(desc)
+            with os.fdopen(fd, "wb") as out:
+                out.write(head)
+                out.write(desc)
+                left = size - len(head) - dlen
+                while left:
+                    chunk = _read_exactly(src, min(left, _CHUNK))
+                    payload.update(chunk)
+                    if whole is not None:
+                        whole.update(chunk)
+                    out.write(chunk)
+                    left -= len(chunk)
+                if whole is not None and whole.digest() != signed[2]:
+                    raise _NotAnArchive("changed while it was imported (it no longer matches its signature)")
+                if _checksum(desc, payload.digest()) != check:
+                    why = "checksum mismatch"
+                else:
+                    why = _describe(desc, key, size - _HEAD.size - dlen)[1]
+                if not why:
+                    out.flush()
+                    os.fsync(out.fileno())
+            if not why:
+                os.replace(tmp, f)
+        except OSError as e:
+            _remove(tmp)
+            raise NbjitCacheError(f"cannot import into the cache {self.path}: {e.strerror or e}") from None
+        except BaseException:
+            _remove(tmp)
+            raise
+        if why:
+            _remove(tmp)
+            return why
+        self._wrote(size)
+        return ""
+
+
+
+@dataclass
+class _Listing:
+    """One scan of a cache directory: (file, bytes, mtime) of each kind of file in it."""
+
+    entries: list = field(default_factory=list)
+    temporary: list = field(default_factory=list)
+    locks: list = field(default_factory=list)
+
+    @property
+    def bytes(self) -> int:
+        """What counts toward the size limit: entries and writers' temporary files."""
+        return sum(e[1] for e in self.entries) + sum(t[1] for t in self.temporary)
+
+
+# per cache directory, in this process: [bytes at the last scan (None: none yet), bytes written since]
+_USAGE: dict[str, list] = {}
+_USAGE_LOCK = threading.Lock()
+
+
+def _reclaim(listing: _Listing, max_age: float) -> int:
+    """Remove temporary files whose writer process is gone, or older than ``max_age``;
+    returns the bytes freed."""
+    now, freed = time.time(), 0
+    for t, size, mtime in listing.temporary:
+        if (not _writer_alive(t.name) or now - mtime > max_age and max_age > 0) and _remove(t):
+            freed += size
+    return freed
+
+
+def _new_temporary(f: Path) -> tuple[Path, int]:
+    """A new temporary file beside entry ``f`` (made with its directory), open for writing."""
+    tmp = f.parent / f"{_TMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
+    f.parent.mkdir(parents=True, exist_ok=True)
+    # mode 0666 less the umask, as any file a user makes: a team can share a cache
+    return tmp, os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
 
 
 def _writer_alive(name: str) -> bool:
@@ -471,6 +691,46 @@ def _remove(f) -> int:
         return 1
     except OSError:
         return 0
+
+
+def _flock(fd: int, deadline: float) -> bool:
+    """Take an exclusive ``flock`` on ``fd``, waiting until ``deadline`` (monotonic) at most."""
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except OSError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
+
+
+def _is_at(fd: int, path) -> bool:
+    """Whether the open file ``fd`` is still the one at ``path`` (not removed or replaced)."""
+    try:
+        a, b = os.fstat(fd), os.stat(path, follow_symlinks=False)
+    except OSError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def _remove_lock(path) -> int:
+    """Remove a lock file nobody holds (one a killed process left); a held one stays, so
+    that nobody makes its entry a second time meanwhile. A link is removed, never followed."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        return _remove(path) if e.errno == errno.ELOOP else 0
+    try:
+        if fcntl is None:
+            return 0
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return 0  # held: an entry is being made
+        return _remove(path) if _is_at(fd, path) else 0
+    finally:
+        os.close(fd)
 
 
 def entry_file(f: Path) -> tuple[CacheEntry | None, str, bytes] | None:
@@ -504,15 +764,23 @@ def _encode(key: str, e: CacheEntry) -> bytes:
     return _HEAD.pack(_MAGIC, FORMAT_VERSION, len(desc), check) + desc + e.payload
 
 
+def _check_head(head: bytes) -> tuple[int, bytes, str]:
+    """An entry's header: (description length, checksum, ""), or why it is not one."""
+    if len(head) < _HEAD.size:
+        return 0, b"", "truncated header"
+    magic, version, dlen, check = _HEAD.unpack_from(head)
+    if magic != _MAGIC:
+        return 0, b"", "wrong magic"
+    if version != FORMAT_VERSION:
+        return 0, b"", f"{OTHER_FORMAT} {version} (this nbjit's is {FORMAT_VERSION}): never read, it ages out"
+    return dlen, check, ""
+
+
 def _decode(raw: bytes, key: str) -> tuple[CacheEntry | None, str]:
     """The entry in ``raw``, or None and why not: anything that does not verify is a miss."""
-    if len(raw) < _HEAD.size:
-        return None, "truncated header"
-    magic, version, dlen, check = _HEAD.unpack_from(raw)
-    if magic != _MAGIC:
-        return None, "wrong magic"
-    if version != FORMAT_VERSION:
-        return None, f"{OTHER_FORMAT} {version} (this nbjit's is {FORMAT_VERSION}): never read, it ages out"
+    dlen, check, why = _check_head(raw)
+    if why:
+        return None, why
     start = _HEAD.size + dlen  # where the payload starts (each part copied out once)
     if start > len(raw):
         return None, "truncated description"
@@ -520,6 +788,16 @@ def _decode(raw: bytes, key: str) -> tuple[CacheEntry | None, str]:
     payload_hash = content_hash(payload)
     if _checksum(desc_bytes, payload_hash) != check:
         return None, "checksum mismatch"
+    desc, why = _describe(desc_bytes, key, len(payload))
+    if desc is None:
+        return None, why
+    return CacheEntry(desc["kind"], desc["arch"], payload, desc["lowered_names"], desc["log"], desc["producer"],
+                      desc["facts"], payload_hash.hex()), ""
+
+
+def _describe(desc_bytes: bytes, key: str, payload_bytes: int) -> tuple[dict | None, str]:
+    """An entry's description, its optional fields filled in, or None and why it is not the
+    one an entry for ``key`` with a payload of ``payload_bytes`` has."""
     try:
         text = desc_bytes.decode()
         desc, end = _SCAN(text, 0)
@@ -529,7 +807,7 @@ def _decode(raw: bytes, key: str) -> tuple[CacheEntry | None, str]:
         return None, "unreadable description"
     if not isinstance(desc, dict):
         return None, "the description is not a JSON object"
-    if desc.get("key") != key or desc.get("payload_bytes") != len(payload):
+    if desc.get("key") != key or desc.get("payload_bytes") != payload_bytes:
         return None, "entry does not belong to this key"
     names, log, producer = desc.get("lowered_names") or {}, desc.get("log", ""), desc.get("producer", "")
     facts = desc.get("facts", {})
@@ -538,7 +816,170 @@ def _decode(raw: bytes, key: str) -> tuple[CacheEntry | None, str]:
     if not (isinstance(names, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in names.items())
             and isinstance(log, str) and isinstance(producer, str) and isinstance(facts, dict)):
         return None, "malformed description"
-    return CacheEntry(desc["kind"], desc["arch"], payload, names, log, producer, facts, payload_hash.hex()), ""
+    desc.update(lowered_names=names, log=log, producer=producer, facts=facts)
+    return desc, ""
+
+
+def _hasher():
+    """``content_hash``, fed in parts."""
+    return hashlib.blake2b(digest_size=32)
+
+
+# ------------------------------------------------------------------ archives
+
+
+class _NotAnArchive(Exception):
+    """An archive import_archive refuses whole (the message says why)."""
+
+
+class _Damaged(Exception):
+    """An archive that cannot be read to its end."""
+
+
+def _read_exactly(src, n: int) -> bytes:
+    """``n`` bytes of an archive member (``n`` bounded by the caller)."""
+    import zlib
+    try:
+        data = src.read(n)
+    except (OSError, EOFError, zlib.error) as e:
+        raise _Damaged(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__) from None
+    if len(data) != n:
+        raise _Damaged("a member shorter than its header says")
+    return data
+
+
+def _shown(name: str) -> str:
+    """A member's name for a message: at most 100 characters, control characters escaped."""
+    short = name if len(name) <= 100 else name[:100] + "..."
+    return short if short.isprintable() else ascii(short)
+
+
+def _member_record(name: str, type_: bytes, size: int) -> bytes:
+    """What a signature covers of a member besides its bytes: its name, type and size."""
+    raw = name.encode("utf-8", "surrogateescape")
+    return struct.pack("<QQ", len(raw), size) + raw + type_
+
+
+@functools.lru_cache(maxsize=None)
+def _bounded_tarinfo():
+    """tarfile's TarInfo, refusing what an nbjit archive never holds before tarfile reads
+    it into memory: long-name and pax headers over a MiB, global headers over a MiB in all,
+    and sparse members (their holes are read as zeros: a few KB claim gigabytes)."""
+    import tarfile
+
+    class BoundedTarInfo(tarfile.TarInfo):
+        def _proc_member(self, tar):
+            if self.type in (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE,
+                             tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE):
+                if self.size > _MAX_HEADER_BYTES:
+                    raise _NotAnArchive(f"a tar header of {self.size} bytes at offset {self.offset} (nbjit reads "
+                                        f"at most {_MAX_HEADER_BYTES}), so not a cache archive")
+                if self.type == tarfile.XGLTYPE:
+                    seen = getattr(tar, "_nbjit_global_bytes", 0) + self.size
+                    if seen > _MAX_GLOBAL_HEADER_BYTES:
+                        raise _NotAnArchive(f"global tar headers of more than {_MAX_GLOBAL_HEADER_BYTES} bytes, "
+                                            f"so not a cache archive")
+                    tar._nbjit_global_bytes = seen
+            elif self.type == tarfile.GNUTYPE_SPARSE:
+                self._refuse_sparse()
+            return super()._proc_member(tar)
+
+        def _refuse_sparse(self, *_):
+            raise _NotAnArchive(f"a sparse member at offset {self.offset} (nbjit never writes one), "
+                                f"so not a cache archive")
+
+        _proc_gnusparse_00 = _proc_gnusparse_01 = _proc_gnusparse_10 = _refuse_sparse
+
+    return BoundedTarInfo
+
+
+def _open_archive(fobj, src):
+    """``fobj`` opened as a tar archive (plain or compressed), headers bounded."""
+    import tarfile
+    try:
+        return tarfile.open(fileobj=fobj, mode="r:*", tarinfo=_bounded_tarinfo())
+    except tarfile.ReadError:
+        raise _NotAnArchive("not a tar archive (plain, gzip, bzip2 or xz), so not a cache archive (make one "
+                            "with 'nbjit cache export')") from None
+
+
+def _members(tar):
+    """The members of ``tar`` one by one, none kept (tarfile keeps every one it has read: a
+    small archive of millions of empty members would fill memory)."""
+    while True:
+        m = tar.next()
+        tar.members.clear()
+        if m is None:
+            return
+        yield m
+
+
+def _check_signature(fobj, src, secret: bytes) -> list:
+    """Check a signed archive against ``secret``: every member's (name, type, digest of its
+    bytes), in order, for the import to match; ``_NotAnArchive`` where it is not signed with
+    this key."""
+    mac = hmac.new(secret, _SIGNATURE_CONTEXT, hashlib.sha256)
+    digests, sig = [], None
+    with _open_archive(fobj, src) as tar:
+        for m in _members(tar):
+            if sig is not None:
+                raise _NotAnArchive("members after the archive's signature: not signed as a whole")
+            if m.name == _SIGNATURE and m.isreg():
+                sig = _read_exactly(tar.extractfile(m), min(m.size, 1024))
+                digests.append(None)
+                continue
+            record = _member_record(m.name, m.type, m.size)
+            mac.update(record)
+            h = _hasher()
+            h.update(record)
+            if m.isreg():
+                f, left = tar.extractfile(m), m.size
+                while left:
+                    chunk = _read_exactly(f, min(left, _CHUNK))
+                    mac.update(chunk)
+                    h.update(chunk)
+                    left -= len(chunk)
+            digests.append(h.digest())
+    if sig is None:
+        raise _NotAnArchive("not signed (an archive key is set: only archives 'nbjit cache export' signed with "
+                            "it are imported)")
+    if not hmac.compare_digest(sig, mac.hexdigest().encode()):
+        raise _NotAnArchive("signed with another key, or changed since it was signed: refused")
+    return digests
+
+
+def _archive_key(given: bytes | str | None, given_file: str | os.PathLike | None) -> bytes | None:
+    """The archive key: ``given``, the file ``given_file``, else the environment's (the file
+    ``NBJIT_CACHE_ARCHIVE_KEY_FILE`` or ``NBJIT_CACHE_ARCHIVE_KEY`` itself); None: unsigned.
+    A key file is read with surrounding white space dropped. Messages never show a key."""
+    if given is not None and given_file is not None:
+        raise NbjitCacheError("give an archive key or a key file, not both")
+    where = "the archive key"
+    if given is None and given_file is None:
+        env_file, env_key = os.environ.get(ARCHIVE_KEY_FILE_ENV), os.environ.get(ARCHIVE_KEY_ENV)
+        if env_file and env_key:
+            raise NbjitCacheError(f"both {ARCHIVE_KEY_FILE_ENV} and {ARCHIVE_KEY_ENV} are set: set one")
+        if env_key:
+            given, where = env_key, ARCHIVE_KEY_ENV
+        elif env_file:
+            given_file = env_file
+            where = f"{ARCHIVE_KEY_FILE_ENV}={env_file}"
+        else:
+            return None
+    if given_file is not None:
+        where = where if where != "the archive key" else f"the archive key file {os.fspath(given_file)}"
+        try:
+            given = read_regular(given_file, 1 << 16).strip()
+        except (OSError, ValueError) as e:
+            raise NbjitCacheError(f"cannot read {where}: {getattr(e, 'strerror', None) or e}") from None
+    if isinstance(given, str):
+        given = given.encode()
+    if not isinstance(given, (bytes, bytearray)):
+        raise NbjitCacheError(f"an archive key is bytes or text, not {type(given).__name__}")
+    if len(given) < _MIN_ARCHIVE_KEY:
+        raise NbjitCacheError(f"{where} is {len(given)} bytes long; an archive key needs at least "
+                              f"{_MIN_ARCHIVE_KEY} (e.g. 'head -c 32 /dev/urandom | base64 > key')")
+    return bytes(given)
 
 
 # ------------------------------------------------------------------ the default instance

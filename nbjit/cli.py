@@ -351,6 +351,8 @@ def _cache(args) -> int:
 
     if args.max_bytes is not None and args.action != "prune":
         raise _Usage(f"--max-bytes applies to 'cache prune', not 'cache {args.action}'")
+    if args.key_file is not None and args.action not in ("export", "import"):
+        raise _Usage(f"--key-file applies to 'cache export' and 'cache import', not 'cache {args.action}'")
     if (args.file is None) == (args.action in ("export", "import")):
         raise _Usage(f"'cache {args.action}' takes an archive FILE" if args.file is None
                      else f"'cache {args.action}' takes no FILE (only export and import do)")
@@ -385,9 +387,9 @@ def _cache(args) -> int:
     elif args.action == "clear":
         print(f"removed {c.clear()} entries from {c.path}")
     elif args.action == "export":
-        print(f"exported {c.export_archive(args.file)} entries to {args.file}")
+        print(f"exported {c.export_archive(args.file, archive_key_file=args.key_file)} entries to {args.file}")
     elif args.action == "import":
-        added, refused = c.import_archive(args.file)
+        added, refused = c.import_archive(args.file, archive_key_file=args.key_file)
         for why in refused:
             print(f"refused {why}", file=sys.stderr)
         print(f"imported {added} new entries into {c.path}" + (f"; refused {len(refused)}" if refused else ""))
@@ -512,6 +514,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--max-bytes", type=_size, metavar="SIZE", help="for prune: the size to prune to, in bytes "
                    "or with a unit: 100k, 512M, 1G (powers of 1024; default: the cache's limit)")
     c.add_argument("--json", action="store_true", help="for info and list: machine-readable output")
+    c.add_argument("--key-file", help="for export and import: sign with, or import only archives signed with, "
+                   "the archive key in this file (default: $NBJIT_CACHE_ARCHIVE_KEY_FILE, $NBJIT_CACHE_ARCHIVE_KEY)")
     c.set_defaults(func=_cache)
     k = sub.add_parser("compile", help="compile CUDA C++ with NVRTC (through the cache)")
     k.add_argument("file", help="the CUDA C++ source (.cu)")

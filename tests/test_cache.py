@@ -297,8 +297,9 @@ def test_writer_killed_mid_write_leaves_nothing_read(tmp_path, counted):
         img = compile_image('extern "C" __global__ void k(float* x) { x[0] = 1.0f; }', arch="sm_90",
                             cache=Cache(cache))
     assert img.kind == "cubin" and len(counted) == 1 and len(Cache(cache).entries()) == 1
-    # the write pruned the cache, which reclaimed the killed writer's file: its process is gone
-    assert not list(cache.glob("??/.tmp-*"))
+    # the next scan (a prune, or a write when one is due) reclaims the killed writer's file: its process is gone
+    assert Cache(cache).prune() == 0
+    assert not list(cache.glob("??/.tmp-*")) and len(Cache(cache).entries()) == 1
 
 
 def test_cli_cache_commands(tmp_path):
@@ -635,3 +636,347 @@ def test_import_of_a_truncated_archive_is_a_cache_error(tmp_path):
     with pytest.raises(NbjitCacheError, match="t.tar.gz: a damaged cache archive"):
         Cache(tmp_path / "b").import_archive(tmp_path / "t.tar.gz")
     assert Cache(tmp_path / "b").entries() == []
+
+
+# ------------------------------------------------------------------ signed archives (#25 item 11)
+
+ARCHIVE_KEY = "k3y-for-this-fleet-only-0123456789"
+
+
+def poisoned(tmp_path) -> tuple[Cache, str, bytes]:
+    """A cache with a compiled entry, and the bytes of an entry that is valid for the same key
+    but carries another kernel's cubin: what an attacker would ship."""
+    good = Cache(tmp_path / "a")
+    build(good)
+    key = entry_file(good).stem
+    other = build(Cache(tmp_path / "other"), source=SRC.replace("SCALE * i", "SCALE + 7"))
+    from nbjit.cache import _encode
+    return good, key, _encode(key, CacheEntry("cubin", "sm_90", other.data, producer="NVRTC"))
+
+
+def test_an_archive_is_trusted_like_code_unless_a_key_is_set(tmp_path, monkeypatch):
+    good, key, evil = poisoned(tmp_path)
+    tar_with(tmp_path / "evil.tar.gz", [(key + ".nbjit", evil)])
+    # without a key an entry that verifies is imported: its key is a digest of the inputs, not of the output
+    trusting = Cache(tmp_path / "trusting")
+    assert trusting.import_archive(tmp_path / "evil.tar.gz") == (1, [])
+    assert build(Cache(tmp_path / "trusting")).data != build(good).data
+    # with a key, the unsigned archive is refused whole, and nothing is imported
+    monkeypatch.setenv("NBJIT_CACHE_ARCHIVE_KEY", ARCHIVE_KEY)
+    fleet = Cache(tmp_path / "fleet")
+    with pytest.raises(NbjitCacheError, match="evil.tar.gz: not signed") as e:
+        fleet.import_archive(tmp_path / "evil.tar.gz")
+    assert ARCHIVE_KEY not in str(e.value) and fleet.entries() == []
+    # signed with another key: refused
+    assert good.export_archive(tmp_path / "other-key.tar.gz", archive_key="another-fleet's-key-0123456") == 1
+    with pytest.raises(NbjitCacheError, match="signed with another key"):
+        fleet.import_archive(tmp_path / "other-key.tar.gz")
+    # signed with this key: imported, and the compile is a hit with the real image
+    assert good.export_archive(tmp_path / "ours.tar.gz") == 1
+    assert fleet.import_archive(tmp_path / "ours.tar.gz") == (1, [])
+    assert build(Cache(tmp_path / "fleet")).data == build(good).data
+    # a signed archive with the poisoned entry put in, before its signature or after it: refused
+    import tarfile
+    with tarfile.open(tmp_path / "ours.tar.gz") as tar:
+        members = [(m.name, tar.extractfile(m).read()) for m in tar]
+    for spliced in ([(key + ".nbjit", evil), members[1]], [members[0], members[1], (key + ".nbjit", evil)]):
+        tar_with(tmp_path / "spliced.tar.gz", spliced)
+        with pytest.raises(NbjitCacheError, match="spliced.tar.gz"):
+            Cache(tmp_path / "again").import_archive(tmp_path / "spliced.tar.gz")
+        assert Cache(tmp_path / "again").entries() == []
+    # an importer without a key takes a signed archive as any other
+    monkeypatch.delenv("NBJIT_CACHE_ARCHIVE_KEY")
+    assert Cache(tmp_path / "keyless").import_archive(tmp_path / "ours.tar.gz") == (1, [])
+
+
+def test_archive_keys_that_make_no_sense(tmp_path, monkeypatch):
+    c = Cache(tmp_path / "c")
+    build(c)
+    keyfile = tmp_path / "key"
+    keyfile.write_text(ARCHIVE_KEY + "\n")  # as `echo KEY > key` writes it
+    assert c.export_archive(tmp_path / "a.tar.gz", archive_key_file=keyfile) == 1
+    assert Cache(tmp_path / "d").import_archive(tmp_path / "a.tar.gz", archive_key=ARCHIVE_KEY) == (1, [])
+    for kwargs, msg in [(dict(archive_key="short"), "at least 16"),
+                        (dict(archive_key_file=tmp_path / "missing"), "cannot read the archive key file"),
+                        (dict(archive_key_file=tmp_path), "cannot read the archive key file"),
+                        (dict(archive_key=ARCHIVE_KEY, archive_key_file=keyfile), "not both"),
+                        (dict(archive_key=12345678901234567890), "bytes or text")]:
+        with pytest.raises(NbjitCacheError, match=msg) as e:
+            c.export_archive(tmp_path / "b.tar.gz", **kwargs)
+        assert ARCHIVE_KEY not in str(e.value)
+    monkeypatch.setenv("NBJIT_CACHE_ARCHIVE_KEY", "tooshort")
+    with pytest.raises(NbjitCacheError, match="NBJIT_CACHE_ARCHIVE_KEY is 8 bytes") as e:
+        c.import_archive(tmp_path / "a.tar.gz")
+    assert "tooshort" not in str(e.value)
+    monkeypatch.setenv("NBJIT_CACHE_ARCHIVE_KEY_FILE", str(keyfile))
+    with pytest.raises(NbjitCacheError, match="both"):
+        c.import_archive(tmp_path / "a.tar.gz")
+    monkeypatch.delenv("NBJIT_CACHE_ARCHIVE_KEY")
+    assert Cache(tmp_path / "e").import_archive(tmp_path / "a.tar.gz") == (1, [])
+    assert not list(tmp_path.glob(".tmp-*"))
+
+
+def test_cli_signed_export_import(tmp_path):
+    build(Cache(tmp_path / "a"))
+    keyfile = tmp_path / "key"
+    keyfile.write_text(ARCHIVE_KEY)
+    run = lambda cache, *a: subprocess.run([sys.executable, "-m", "nbjit", "cache", *a], capture_output=True,
+                                           text=True, env={**os.environ, "NBJIT_CACHE_DIR": str(tmp_path / cache)},
+                                           timeout=60)
+    r = run("a", "export", str(tmp_path / "s.tar.gz"), "--key-file", str(keyfile))
+    assert r.returncode == 0 and r.stdout.startswith("exported 1 entries"), r.stderr
+    r = run("a", "export", str(tmp_path / "u.tar.gz"))
+    assert r.returncode == 0, r.stderr
+    r = run("b", "import", str(tmp_path / "u.tar.gz"), "--key-file", str(keyfile))
+    assert r.returncode == 2 and "not signed" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert ARCHIVE_KEY not in r.stderr + r.stdout
+    r = run("b", "import", str(tmp_path / "s.tar.gz"), "--key-file", str(keyfile))
+    assert r.returncode == 0 and r.stdout.startswith("imported 1 new entries"), r.stderr
+    r = run("b", "info", "--key-file", str(keyfile))
+    assert r.returncode == 2 and "--key-file applies to" in r.stderr
+
+
+# ------------------------------------------------------------------ writes scan rarely (#25 item 13)
+
+
+def entry_archive(path, n, size=200, tag=""):
+    """An archive of ``n`` made-up entries of ``size`` payload bytes (no compiler)."""
+    import io
+    import tarfile
+    from nbjit.cache import _encode
+    with tarfile.open(path, "w") as tar:
+        for i in range(n):
+            k = cache_key({"i": i, "tag": tag})
+            raw = _encode(k, CacheEntry("cubin", "sm_90", bytes([i % 256]) * size))
+            info = tarfile.TarInfo(k + ".nbjit")
+            info.size = len(raw)
+            tar.addfile(info, io.BytesIO(raw))
+    return path
+
+
+def test_import_is_linear(tmp_path):
+    """Importing 1,000 entries took 58 s: every write scanned the whole cache."""
+    from conftest import assert_linear
+    fresh = iter(range(1 << 20))
+    assert_linear(lambda a: Cache(tmp_path / f"c{next(fresh)}").import_archive(a),
+                  lambda n: entry_archive(tmp_path / f"a{n}.tar", n, tag=str(n)), 25)
+
+
+def test_writes_scan_the_cache_rarely_and_keep_its_limit(tmp_path, monkeypatch):
+    scans = []
+    real = Cache._scan
+    monkeypatch.setattr(Cache, "_scan", lambda self, *a, **k: scans.append(1) or real(self, *a, **k))
+    c = Cache(tmp_path / "big")  # the default limit, 1 GiB
+    assert c.import_archive(entry_archive(tmp_path / "a.tar", 1000)) == (1000, [])
+    assert len(scans) <= 3  # at random, about once per 100 MiB written: 1000 scans before
+    # a small limit: the cache stays under it, each scan pruning it to 90%
+    limit = 50_000
+    small = Cache(tmp_path / "small", max_bytes=limit)
+    scans.clear()
+    for i in range(200):
+        small.write(cache_key({"w": i}), CacheEntry("cubin", "sm_90", b"x" * 1000))
+        assert small.info()["bytes"] <= limit
+    assert 40 <= small.info()["entries"] <= limit // 1000
+    # other processes' writes (unknown here) are found within a tenth of the limit written
+    other = Cache(tmp_path / "small", max_bytes=None)
+    for i in range(100):
+        other.write(cache_key({"o": i}), CacheEntry("cubin", "sm_90", b"y" * 1000))
+    assert small.info()["bytes"] > 2 * limit
+    for i in range(limit // 10 // 1000 + 1):
+        small.write(cache_key({"s": i}), CacheEntry("cubin", "sm_90", b"z" * 1000))
+    assert small.info()["bytes"] <= limit
+
+
+# ------------------------------------------------------------------ archive bombs (#25 item 14)
+
+
+def gz(path, *parts):
+    import gzip
+    with gzip.open(path, "wb", compresslevel=1) as f:
+        for p in parts:
+            f.write(p)
+    return path
+
+
+def tar_header(name, size, type_=b"0", **fields):
+    import tarfile
+    info = tarfile.TarInfo(name)
+    info.size, info.type = size, type_
+    for k, v in fields.items():
+        setattr(info, k, v)
+    return info.tobuf(tarfile.USTAR_FORMAT)
+
+
+def bounded(fn):
+    """fn()'s result or exception, and the most memory Python allocated meanwhile."""
+    import tracemalloc
+    tracemalloc.start()
+    try:
+        try:
+            return fn(), tracemalloc.get_traced_memory()[1]
+        except Exception as e:
+            return e, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_an_entry_too_large_for_memory_is_streamed(tmp_path):
+    """A 64 KiB .tar.gz of one member: an entry header and 64 MiB of zeros (1 MB of gzip made
+    1 GiB, a MemoryError): copied through a MiB at a time, then refused by its checksum."""
+    import struct
+    key = cache_key({"bomb": 1})
+    desc = json.dumps({"key": key, "kind": "cubin", "arch": "sm_90", "payload_bytes": 64 << 20}).encode()
+    head = struct.pack("<8sII32s", b"NBJITC\x00\x01", FORMAT_VERSION, len(desc), b"\0" * 32)
+    size = len(head) + len(desc) + (64 << 20)
+    zeros = b"\0" * (1 << 20)
+    p = gz(tmp_path / "z.tar.gz", tar_header(key + ".nbjit", size), head, desc, *[zeros] * 64, b"\0" * 2048)
+    c = Cache(tmp_path / "c")
+    got, peak = bounded(lambda: c.import_archive(p))
+    assert got == (0, [f"{key}.nbjit: checksum mismatch"]) and peak < 16 << 20, (got, peak)
+    assert c.entries() == [] and c.temporary_files() == []
+
+
+@pytest.mark.parametrize("what", ["long name", "long link", "pax header", "global pax headers", "gnu sparse",
+                                  "pax sparse", "nested long names"])
+def test_archive_bombs_are_cache_errors_in_bounded_memory(tmp_path, what):
+    import tarfile
+    key = cache_key({"bomb": what})
+    huge = 1_500_000_000
+    if what == "long name":  # a GNU long name claiming 1.5 GB, 1 MiB of it there
+        parts = [tar_header("././@LongLink", huge, tarfile.GNUTYPE_LONGNAME), b"a" * (1 << 20)]
+    elif what == "long link":
+        parts = [tar_header("././@LongLink", huge, tarfile.GNUTYPE_LONGLINK), b"a" * (1 << 20)]
+    elif what == "pax header":
+        parts = [tar_header("pax", huge, tarfile.XHDTYPE), b"9 a=b\n" * 1000]
+    elif what == "global pax headers":  # each 520 KB, a new key in every 13 bytes: all kept, copied to each member
+        parts = []
+        for h in range(20):
+            records = b"".join(b"13 k%07d=\n" % (h * 40000 + i) for i in range(40000))
+            parts.append(tar_header("g", len(records), tarfile.XGLTYPE) + records + b"\0" * (-len(records) % 512))
+    elif what == "gnu sparse":  # a 1 KB member that would read as 1 GiB of holes
+        h = bytearray(tar_header(key + ".nbjit", 0, tarfile.GNUTYPE_SPARSE))
+        h[483:495] = b"%011o\0" % ((1 << 30) - 1)
+        h[148:156] = b"        "
+        h[148:156] = b"%06o\0 " % sum(h)
+        parts = [bytes(h), b"\0" * 1024]
+    elif what == "pax sparse":
+        info = tarfile.TarInfo(key + ".nbjit")
+        info.pax_headers = {"GNU.sparse.map": "0,0", "GNU.sparse.realsize": str((1 << 30) - 1),
+                            "GNU.sparse.name": key + ".nbjit"}
+        parts = [info.tobuf(tarfile.PAX_FORMAT), b"\0" * 1024]
+    else:  # long names each naming the next: a chain deeper than Python's stack
+        link = tar_header("././@LongLink", 100, tarfile.GNUTYPE_LONGNAME) + b"n" * 100 + b"\0" * 412
+        parts = [link * 5000, b"\0" * 1024]
+    p = gz(tmp_path / "bomb.tar.gz", *parts)
+    c = Cache(tmp_path / "c")
+    t0 = time.thread_time()
+    got, peak = bounded(lambda: c.import_archive(p))
+    assert isinstance(got, NbjitCacheError) and "bomb.tar.gz" in str(got), got
+    assert peak < 16 << 20 and time.thread_time() - t0 < 10, (peak, got)
+    assert c.entries() == [] and c.temporary_files() == []
+
+
+def test_many_refusals_are_listed_up_to_a_thousand(tmp_path):
+    tar_with(tmp_path / "x.tar.gz", [(f"n{i}.txt", b"") for i in range(1100)])
+    added, refused = Cache(tmp_path / "c").import_archive(tmp_path / "x.tar.gz")
+    assert added == 0 and len(refused) == 1001 and refused[-1].startswith("... and 100 more members")
+
+
+# ------------------------------------------------------------------ lock files (#25 item 20)
+
+
+def test_a_lock_file_that_is_a_link_is_never_followed(tmp_path):
+    c = Cache(tmp_path / "c")
+    lock = c.file(KEY).with_suffix(".lock")
+    lock.parent.mkdir(parents=True)
+    lock.symlink_to(tmp_path / "outside")
+    assert c.get_or_create(KEY, lambda: ENTRY) == ENTRY
+    assert not (tmp_path / "outside").exists() and Cache(tmp_path / "c").read(KEY) == ENTRY
+    c.clear()  # a link among the lock files is removed, never followed
+    assert not lock.is_symlink() and not (tmp_path / "outside").exists()
+
+
+def test_lock_files_do_not_pile_up(tmp_path):
+    """100 compiles with max_bytes=0 left 100 .lock files and no entry."""
+    c = Cache(tmp_path, max_bytes=0)
+    for i in range(100):
+        c.get_or_create(cache_key({"lock": i}), lambda: ENTRY)
+    assert list(tmp_path.glob("??/*")) == []
+    # one a killed process left (nobody holds it) goes at the next prune
+    stale = Cache(tmp_path).file(KEY).with_suffix(".lock")
+    stale.parent.mkdir(parents=True, exist_ok=True)
+    stale.touch()
+    Cache(tmp_path).prune()
+    assert not stale.exists()
+
+
+def test_clear_keeps_a_held_lock(tmp_path):
+    """clear() unlinked the lock of a process making an entry, so a second one made it too."""
+    import fcntl
+    c = Cache(tmp_path, lock_timeout=0.3)
+    c.write(cache_key({"other": 1}), ENTRY)
+    lock = c.file(KEY).with_suffix(".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # another process making KEY's entry
+        assert c.clear() == 1
+        assert lock.exists() and os.stat(lock).st_ino == os.fstat(held.fileno()).st_ino
+        made = []
+        assert c.get_or_create(KEY, lambda: made.append(time.monotonic()) or ENTRY) == ENTRY
+        assert made  # made only once the holder's lock was given up on: it still held
+
+
+def test_a_waiter_for_a_removed_lock_takes_the_new_one(tmp_path, monkeypatch):
+    """The holder removes its lock file as it finishes; a process that opened it before then
+    locks a file nobody else can find, so it takes the one at the path."""
+    c = Cache(tmp_path)
+    lock = c.file(KEY).with_suffix(".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    lock.touch()
+    real_open = os.open
+    removed = []
+
+    def open_then_remove(path, *a, **k):
+        fd = real_open(path, *a, **k)
+        if str(path).endswith(".lock") and not removed:
+            removed.append(path)
+            os.unlink(path)  # its holder finished right after we opened it
+        return fd
+
+    import nbjit.cache as cache_mod
+    monkeypatch.setattr(cache_mod.os, "open", open_then_remove)
+    with c._key_lock(KEY):
+        assert removed and lock.exists()  # the lock it holds is the one at the path
+    assert not lock.exists()
+
+
+@pytest.mark.parametrize("call", ["info", "clear", "prune", "entries"])
+def test_an_unreadable_cache_is_an_error_not_empty(tmp_path, monkeypatch, call):
+    """On an unreadable cache info, clear and prune reported 0 entries (simulated: the tests
+    may run as root, whom permissions do not stop)."""
+    c = Cache(tmp_path)
+    c.write(KEY, ENTRY)
+    import nbjit.cache as cache_mod
+    real = os.scandir
+
+    def refused(path="."):
+        if str(path) == str(tmp_path):
+            raise PermissionError(13, "Permission denied")
+        return real(path)
+
+    monkeypatch.setattr(cache_mod.os, "scandir", refused)
+    with pytest.raises(NbjitCacheError, match=f"cannot read the cache directory {tmp_path}: Permission denied"):
+        getattr(c, call)()
+    c.write(cache_key({"more": 1}), ENTRY)  # a write's own scan gives up quietly: the cache is still used
+
+
+def test_a_read_only_cache_cannot_be_cleared_silently(tmp_path, monkeypatch):
+    c = Cache(tmp_path)
+    c.write(KEY, ENTRY)
+    import nbjit.cache as cache_mod
+    monkeypatch.setattr(cache_mod.os, "unlink", lambda *a, **k: (_ for _ in ()).throw(
+        OSError(30, "Read-only file system")))
+    with pytest.raises(NbjitCacheError, match="cannot remove .*: Read-only file system"):
+        c.clear()
+    with pytest.raises(NbjitCacheError, match="Read-only file system"):
+        c.prune(0)

@@ -17,6 +17,7 @@ import nbjit
 from nbjit import BundleError, build_bundle, inspect_bundle, load_bundle
 from nbjit.bundle import MAX_MEMBERS, read_bundle
 from nbjit.cache import Cache
+from nbjit.compiler import _toolchain_fingerprint, nvrtc_version
 from nbjit.fatbin import inspect_fatbin
 
 from conftest import DATA  # noqa: E402
@@ -45,8 +46,8 @@ def test_build_from_source_holds_every_arch_and_the_manifest(built):
     assert [e.kind for e in img.entries] == ["cubin"] * 5 + ["ptx"]
     assert img.lowered_names == {"fill<float>": "_Z4fillIfEvPT_S0_i", "fill<int>": "_Z4fillIiEvPT_S0_i",
                                  "ns::op<float, 4>": "_ZN2ns2opIfLi4EEEvPT_PKS1_i"}
-    assert img.producer == "NVRTC %d.%d" % nbjit.compiler.nvrtc_version()
-    assert img.toolchain == nbjit.compiler._toolchain_fingerprint()
+    assert img.producer == "NVRTC %d.%d" % nvrtc_version()
+    assert img.toolchain == _toolchain_fingerprint()
     assert img.options == ("-DUNUSED=1",)
     assert img.sources == ({"name": "nvrtc_tmpl.cu", "kind": "cuda",
                             "sha256": hashlib.sha256(TMPL.read_bytes()).hexdigest()},)

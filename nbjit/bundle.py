@@ -402,12 +402,8 @@ def _declarations_json(decls: Mapping[str, tuple]) -> dict:
 
 
 def _signature_json(k: "KernelInfo") -> dict:
-    """A kernel as the manifest lists it: its parameters and directives (per-architecture
-    resources, such as registers, are the cubins' own)."""
-    d = k.to_json()
-    for r in ("registers", "shared", "const", "local", "stack"):
-        d.pop(r, None)
-    return d
+    """A kernel as the manifest lists it: its parameters and directives (``KernelInfo.to_json``)."""
+    return k.to_json()
 
 
 def _kernels(name: str, entries: Iterable[BundleEntry], decls: Mapping, bad) -> tuple["KernelInfo", ...]:
@@ -416,7 +412,7 @@ def _kernels(name: str, entries: Iterable[BundleEntry], decls: Mapping, bad) -> 
     from .cdecl import demangle
     from .cubin import inspect_cubin
     from .ptx import inspect_ptx
-    from .signature import SignatureConflict, merge
+    from .signature import SignatureConflict, merge, replace
 
     per = []
     for e in sorted(entries, key=lambda e: e.kind != "ptx"):
@@ -435,9 +431,11 @@ def _kernels(name: str, entries: Iterable[BundleEntry], decls: Mapping, bad) -> 
     out = []
     for k in names:
         try:
-            out.append(merge(k, [(e.kind, ks[k]) for e, ks in per], [decls.get(k), ("mangled name", demangle(k))]))
+            info = merge(k, [(e.kind, ks[k]) for e, ks in per], [decls.get(k), ("mangled name", demangle(k))])
         except SignatureConflict as x:
             raise bad(str(x)) from None
+        # registers, shared memory...: each cubin's own, not the image's
+        out.append(replace(info, registers=None, shared=None, const=None, local=None, stack=None))
     return tuple(out)
 
 

@@ -322,3 +322,43 @@ def test_what_is_not_a_bundle(tmp_path):
     with pytest.raises(BundleError, match="not int"):
         read_bundle(3)
     assert issubclass(BundleError, ValueError) and issubclass(BundleError, nbjit.NbjitError)
+
+
+# ------------------------------------------------------------------ the command line
+
+
+def test_cli_bundle_and_inspect(tmp_path, capsys):
+    from nbjit.cli import main
+
+    out = tmp_path / "k.nbjit"
+    assert main(["bundle", str(TMPL), "--arch", "sm_91", "-o", str(out)]) == 2
+    assert "nbjit bundle: error: " in capsys.readouterr().err and not out.exists()
+    assert main(["bundle", str(TMPL), "--arch", "sm_80,sm_90", "--ptx", "compute_80", "--expr", "fill<float>",
+                 "-I", str(DATA / "src"), "-D", "UNUSED=1", "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert f"{out}: nvrtc_tmpl: sm_80, sm_90, compute_80 (2 kernels)" in err and "fill<float> ->" in err
+    img = inspect_bundle(out).image()
+    assert img.options[-1] == "-DUNUSED=1" and img.lowered_names == {"fill<float>": "_Z4fillIfEvPT_S0_i"}
+
+    assert main(["inspect", str(out), "--arch", "sm_86"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith(f"{out}: nbjit bundle (format 1, made by nbjit {nbjit.__version__}), 1 image")
+    assert "image nvrtc_tmpl: from nvrtc_tmpl.cu (cuda), NVRTC" in text
+    assert re.search(r"cubin\s+sm_80\s+\d+\s+nvrtc_tmpl/sm_80.cubin  <- sm_86", text)
+    assert re.search(r"ptx\s+compute_80\s+\d+\s+nvrtc_tmpl/compute_80.ptx\n", text)
+    assert "= void fill<float>(float*, float, int)" in text and "resources:" not in text
+    assert main(["inspect", str(out), "--json", "--arch", "sm_120"]) == 0
+    j = json.loads(capsys.readouterr().out)
+    assert j["kind"] == "bundle" and j["selected"] == {"nvrtc_tmpl": "nvrtc_tmpl/compute_80.ptx"}
+    assert j["images"] == [img.to_json()]
+
+    cubin = DATA / "nvcc/kernels_sm_80.cubin"
+    assert main(["bundle", str(cubin), "-o", str(cubin)]) == 2
+    assert "is an input" in capsys.readouterr().err
+    assert main(["bundle", str(cubin), str(DATA / "nvcc/kernels_sm_90.cubin"), "--name", "kernels",
+                 "-o", str(tmp_path / "two.nbjit")]) == 0
+    assert inspect_bundle(tmp_path / "two.nbjit").image("kernels").archs == ("sm_80", "sm_90")
+    damaged = tmp_path / "bad.nbjit"
+    damaged.write_bytes(out.read_bytes()[:-100])
+    assert main(["inspect", str(damaged)]) == 2
+    assert f"nbjit inspect: error: {damaged}: a damaged bundle" in capsys.readouterr().err

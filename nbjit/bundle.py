@@ -81,6 +81,7 @@ class BundleImage:
 
     @property
     def archs(self) -> tuple[str, ...]:
+        """The entries' architectures, in order: ``("sm_80", "sm_90", "compute_80")``."""
         return tuple(e.arch for e in self.entries)
 
     def to_json(self) -> dict:

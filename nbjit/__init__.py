@@ -52,6 +52,16 @@ CUDA graphs for Numba users (stream capture of nbjit and @cuda.jit work alike):
     capture(stream) -> Capture          with nbjit.capture(s) as g: ...; g.launch() replays;
                                         with g.update(): ... re-captures new arguments in place
 
+Kernel bundles (one file: cubins for several architectures, PTX, a manifest; loads with no
+NVRTC and no CUDA headers, also as package data through importlib.resources):
+    build_bundle(inputs, dest, archs=..., ptx=..., ...) -> BundleInfo
+                                        .cu sources compiled per architecture, PTX, cubins,
+                                        fatbins and Triton kernels taken as they are
+    load_bundle(bundle, name=None, lazy=False) -> Module
+                                        the device's SASS, else compatible SASS, else the PTX
+    inspect_bundle(bundle) -> BundleInfo
+                                        images, entries (kind, arch, size), kernels
+
 Triton kernels compiled ahead of time (no Triton import at run time):
     load_triton(path) -> TritonKernel   a cache entry dir, its <name>.json, or PTX with
                                         // meta: comments; kernel[grid](*args, stream=...)
@@ -62,12 +72,13 @@ Param, Directives.
 Errors: every error nbjit raises on bad input derives from NbjitError
 (PtxParseError, ImageFormatError, NbjitCompileError and its CompileFailure (NVRTC's log and
 the source lines it points at), NbjitLoadError, NbjitLaunchError, NbjitArgumentError,
-NbjitCacheError, KernelNotFoundError); NbjitWarning says what nbjit did on the user's behalf.
+NbjitCacheError, KernelNotFoundError, BundleError); NbjitWarning says what nbjit did on the user's behalf.
 """
 import importlib
 from typing import TYPE_CHECKING
 
 from .errors import (
+    BundleError,
     CompileFailure,
     ImageFormatError,
     KernelNotFoundError,
@@ -84,6 +95,7 @@ from .errors import (
 # The public names load with the module that defines them, on first use (PEP 562): `import
 # nbjit` stays cheap (no numpy, no readers) and `nbjit inspect` imports only what it runs.
 _HOMES = {
+    "bundle": ("BundleEntry", "BundleImage", "BundleInfo", "build_bundle", "inspect_bundle", "load_bundle"),
     "cache": ("Cache", "default_cache", "set_default_cache"),
     "compiler": ("compile_image",),
     "cubin": ("CubinInfo", "inspect_cubin"),
@@ -100,6 +112,7 @@ _HOMES = {
 _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 
 if TYPE_CHECKING:  # what type checkers and the API reference read
+    from .bundle import BundleEntry, BundleImage, BundleInfo, build_bundle, inspect_bundle, load_bundle
     from .cache import Cache, default_cache, set_default_cache
     from .compiler import compile_image
     from .cubin import CubinInfo, inspect_cubin
@@ -132,6 +145,12 @@ __version__ = "0.1.0"
 __all__ = [
     "load",
     "load_triton",
+    "load_bundle",
+    "build_bundle",
+    "inspect_bundle",
+    "BundleInfo",
+    "BundleImage",
+    "BundleEntry",
     "from_numba",
     "capture",
     "Capture",
@@ -176,4 +195,5 @@ __all__ = [
     "NbjitGraphError",
     "NbjitCacheError",
     "KernelNotFoundError",
+    "BundleError",
 ]

@@ -14,7 +14,7 @@ from typing import NoReturn
 
 from .cubin import CubinInfo
 from .errors import NbjitError
-from .fatbin import FatbinInfo, parse_arch
+from .fatbin import FatbinInfo, inspect_fatbin, parse_arch
 from .image import Image, inspect_image, read_regular, write_output
 from .ptx import PtxInfo, inspect_ptx, strip_debug
 from .cdecl import demangled_text
@@ -306,7 +306,10 @@ def _inspect(args) -> int:
         d = describe(args.file)
         print(json.dumps(d, indent=2) if args.json else format_triton(d, args.file))
         return 0
-    img = Image.from_bytes(_read(args.file), "<stdin>" if args.file == "-" else args.file)
+    raw = _read(args.file)
+    if raw.startswith(b"PK\x03\x04"):  # a ZIP archive: a kernel bundle, or refused as not one
+        return _inspect_bundle(args, raw)
+    img = Image.from_bytes(raw, "<stdin>" if args.file == "-" else args.file)
     if args.arch and img.kind != "fatbin":
         raise _Usage(f"--arch chooses a fatbin's image; {args.file} is {img.kind}, not a fatbin")
     if args.json:
@@ -320,6 +323,58 @@ def _inspect(args) -> int:
         print(json.dumps(j, indent=2))
     else:
         print(_describe(img, args.arch))
+    return 0
+
+
+def _inspect_bundle(args, raw: bytes) -> int:
+    from .bundle import image_of, read_bundle
+
+    label = "<stdin>" if args.file == "-" else args.file
+    info = read_bundle(raw, label)
+    chosen = {}
+    if args.arch:
+        for img in info.images:
+            e = inspect_fatbin(image_of(info, img).data).select(args.arch)
+            chosen[img.name] = None if e is None else f"{img.name}/{e.arch}.{e.kind}"
+    if args.json:
+        j = info.to_json()
+        if args.arch:
+            j["selected"] = chosen
+        print(json.dumps(j, indent=2))
+        return 0
+    out = [f"{label}: nbjit bundle (format {info.version}, made by nbjit {info.nbjit or '?'}), "
+           f"{len(info.images)} image{'s' * (len(info.images) != 1)}"]
+    for img in info.images:
+        out += ["", f"image {img.name}: from " + ", ".join(f"{s.get('name')} ({s.get('kind')})" for s in img.sources)
+                + (f", {img.producer}" if img.producer else "") + (f", options {' '.join(img.options)}"
+                                                                    if img.options else "")]
+        rows = [[e.kind, e.arch, e.size, e.file + ("  <- " + args.arch if chosen.get(img.name) == e.file else "")]
+                for e in img.entries]
+        out += ["  " + line for line in _table(rows, ["kind", "arch", "bytes", "member"])]
+        if args.arch and chosen.get(img.name) is None:
+            out.append(f"  no entry runs on {args.arch}")
+        for e, m in img.lowered_names.items():
+            out.append(f"  {e} -> {m}")
+        if img.triton is not None:
+            out.append(f"  Triton metadata: num_warps {img.triton.get('num_warps')}, shared {img.triton.get('shared')}")
+        format_entries(img.kernels, out)
+    print("\n".join(out))
+    return 0
+
+
+def _bundle(args) -> int:
+    from .bundle import build_bundle
+
+    if any(os.path.abspath(f) == os.path.abspath(args.output) for f in args.files):
+        raise _Usage(f"-o {args.output}: is an input; write the bundle elsewhere")
+    opts = [o for d in args.include for o in ("-I", d)] + [f"-D{d}" for d in args.define] + list(args.option)
+    inputs = {args.name: args.files} if args.name else args.files
+    info = build_bundle(inputs, args.output, archs=args.arch or (), ptx=args.ptx or (), options=opts,
+                        name_expressions=args.expr)
+    for img in info.images:
+        print(f"{args.output}: {img.name}: {', '.join(img.archs)} ({len(img.kernels)} kernels)", file=sys.stderr)
+        for e, m in img.lowered_names.items():
+            print(f"  {e} -> {m}", file=sys.stderr)
     return 0
 
 
@@ -540,6 +595,19 @@ def _parser() -> argparse.ArgumentParser:
                    help="any other NVRTC option, e.g. --option -use_fast_math or --option=-maxrregcount=64 "
                    "(repeatable)")
     k.set_defaults(func=_compile)
+    b = sub.add_parser("bundle", help="build a kernel bundle: cubins for several architectures, PTX and a manifest "
+                       "in one file that loads with no NVRTC (nbjit.load_bundle)")
+    b.add_argument("files", nargs="+", metavar="FILE", help=".cu sources (compiled), PTX, cubins, fatbins, Triton "
+                   "cache entries; each one image named after its file")
+    b.add_argument("--arch", help="SASS to compile each .cu for: sm_80,sm_90,sm_100,...")
+    b.add_argument("--ptx", help="virtual architecture(s) to compile each .cu to PTX for: compute_80")
+    b.add_argument("-o", "--output", required=True, help="the bundle to write (e.g. kernels.nbjit)")
+    b.add_argument("--name", help="put every FILE in one image of this name (cubins nvcc built per architecture)")
+    b.add_argument("-I", dest="include", action="append", default=[], metavar="DIR")
+    b.add_argument("-D", dest="define", action="append", default=[], metavar="NAME=VALUE")
+    b.add_argument("--expr", action="append", default=[], help="a name expression to instantiate")
+    b.add_argument("--option", action="append", default=[], help="another NVRTC option")
+    b.set_defaults(func=_bundle)
     return p
 
 
@@ -567,7 +635,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args, extra = parser.parse_known_args(_option_values(sys.argv[1:] if argv is None else list(argv)))
     if args.cmd is None:
-        parser.error("give a command: inspect, strip, compile or cache (nbjit --help, nbjit COMMAND --help)")
+        parser.error("give a command: inspect, strip, compile, bundle or cache (nbjit --help, nbjit COMMAND --help)")
     if extra:
         parser.commands[args.cmd].unrecognized(extra)
 

@@ -15,6 +15,7 @@ __all__ = [
     "NbjitGraphError",
     "NbjitCacheError",
     "KernelNotFoundError",
+    "BundleError",
     "NbjitWarning",
 ]
 
@@ -101,6 +102,11 @@ class KernelNotFoundError(NbjitError, KeyError):
 
     def __str__(self) -> str:  # KeyError would repr() the message
         return str(self.args[0]) if self.args else ""
+
+
+class BundleError(NbjitError, ValueError):
+    """A kernel bundle that cannot be read (not one, damaged or altered, made by a newer
+    nbjit) or built from the inputs given."""
 
 
 class NbjitWarning(UserWarning):

@@ -524,8 +524,9 @@ def test_compile_options_that_start_with_a_dash(tmp_path, monkeypatch, capsys):
     (["cache", "lst"], "nbjit cache: error: argument action: invalid choice: 'lst' (choose from 'info', 'list', "
                        "'clear', 'prune', 'export', 'import'); did you mean 'list'?"),
     (["inspct", "k.ptx"], "nbjit: error: argument COMMAND: invalid choice: 'inspct' (choose from 'inspect', "
-                          "'strip', 'cache', 'compile'); did you mean 'inspect'?"),
-    ([], "nbjit: error: give a command: inspect, strip, compile or cache (nbjit --help, nbjit COMMAND --help)"),
+                          "'strip', 'cache', 'compile', 'bundle'); did you mean 'inspect'?"),
+    ([], "nbjit: error: give a command: inspect, strip, compile, bundle or cache (nbjit --help, nbjit COMMAND "
+         "--help)"),
 ])
 def test_usage_errors_are_one_line_naming_the_command(args, line):
     r = nbjit(*args)
@@ -650,3 +651,10 @@ def test_standard_input(tmp_path):
     assert r.returncode == 2 and b"give -o OUT" in r.stderr
     r = run(b"", "inspect", "-")
     assert r.returncode == 2 and b"<stdin>: empty image" in r.stderr
+
+
+def test_inspect_a_bundle_from_standard_input():
+    bundle = (DATA.parent.parent / "examples/bundle_package/src/nbjit_demo_kernels/kernels.nbjit").read_bytes()
+    cmd = [EXE] if EXE else [sys.executable, "-m", "nbjit"]
+    r = subprocess.run([*cmd, "inspect", "-"], input=bundle, capture_output=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.startswith(b"<stdin>: nbjit bundle (format 1"), r.stderr

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import re
 import struct
+import subprocess
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -10,9 +11,10 @@ from hypothesis import strategies as st
 
 from nbjit import ImageFormatError, inspect_ptx
 from nbjit.cubin import inspect_cubin
-from nbjit.fatbin import FatbinEntry, inspect_fatbin, parse_arch, select_entry
+from nbjit.fatbin import FatbinEntry, build_fatbin, inspect_fatbin, parse_arch, select_entry
 
 from conftest import DATA  # noqa: E402
+from cuobjdump_oracle import find_cuobjdump  # noqa: E402
 
 
 def fatbin(name: str):
@@ -202,3 +204,83 @@ def test_fuzz_mutated_fatbins(src, data):
         inspect_fatbin(bytes(raw))
     except ImageFormatError:
         pass
+
+
+# ------------------------------------------------------------------ the writer
+
+
+def _triples(entries):
+    return [(e.kind, e.target, e.payload) for e in entries]
+
+
+@pytest.mark.parametrize("name", ["kernels_multi_none.fatbin", "kernels_multi_lz4.fatbin", "kernels_multi.fatbin",
+                                  "kernels_90a.fatbin"])
+def test_build_fatbin_round_trips_nvcc_entries(name):
+    """nvcc's entries (decompressed) written again read back as the same entries."""
+    before = fatbin(name).entries
+    after = inspect_fatbin(build_fatbin(_triples(before))).entries
+    assert [(e.kind, e.arch, e.ptx_version, e.payload) for e in after] == \
+        [(e.kind, e.arch, e.ptx_version, e.payload) for e in before]
+    assert not any(e.compressed or e.debug for e in after)
+
+
+MIXED = [("cubin", "sm_90", "nvrtc/tmpl_sm90.cubin"),  # 8340 bytes: not a multiple of 8
+         ("ptx", "compute_90a", "nvrtc/tmpl_compute90.ptx"),
+         ("cubin", "sm_90a", "nvcc/kernels_sm_90a.cubin"),
+         ("ptx", "compute_80", "nvcc/kernels_sm80.ptx"),
+         ("cubin", "sm_100", "nvcc/kernels_sm_100.cubin"),
+         ("ptx", "compute_100f", "nvcc/kernels_sm80.ptx"),
+         ("cubin", "sm_80", "nvcc/kernels_sm_80.cubin")]
+
+
+def test_build_fatbin_kinds_variants_and_versions():
+    data = build_fatbin([(k, a, (DATA / f).read_bytes()) for k, a, f in MIXED])
+    got = inspect_fatbin(data).entries
+    assert [(e.kind, e.arch) for e in got] == [(k, a) for k, a, _ in MIXED]
+    for e, (_, _, f) in zip(got, MIXED):
+        raw = (DATA / f).read_bytes()
+        assert e.payload == (raw.rstrip(b"\0") if e.kind == "ptx" else raw)
+        want = inspect_ptx(e.payload).version if e.kind == "ptx" else None
+        assert e.ptx_version == want
+    assert [e.arch_specific for e in got] == [False, True, True, False, False, False, False]
+    assert [e.family for e in got] == [False, False, False, False, False, True, False]
+    # what a device picks from it follows the Arch rules
+    assert select_entry(got, "sm_90").arch == "sm_90a"
+    assert select_entry(got, "sm_89").arch == "sm_80"
+    assert select_entry(got, "sm_103").arch == "sm_100"
+    assert select_entry(got, "sm_120").arch == "compute_80"
+
+
+@pytest.mark.skipif(find_cuobjdump() is None, reason="cuobjdump not installed (pip install nvidia-cuda-cuobjdump)")
+def test_build_fatbin_against_cuobjdump(tmp_path):
+    """cuobjdump, an independent reader, lists and extracts the same entries."""
+    path = tmp_path / "mixed.fatbin"
+    path.write_bytes(build_fatbin([(k, a, (DATA / f).read_bytes()) for k, a, f in MIXED]))
+    exe = find_cuobjdump()
+    listed = subprocess.run([exe, "-lelf", "-lptx", str(path)], capture_output=True, text=True, check=True).stdout
+    # cuobjdump lists ELF and PTX files each numbered on their own; an ELF by its own flags'
+    # architecture (sm_100 for any sm_100 cubin), a PTX entry by the header's
+    names = re.findall(r"(ELF|PTX) file\s+\d+: mixed\.\d+\.(\w+)\.(?:cubin|ptx)", listed)
+    assert names == [("ELF", "sm_90"), ("PTX", "sm_90a"), ("ELF", "sm_90a"), ("PTX", "sm_80"), ("ELF", "sm_100"),
+                     ("PTX", "sm_100f"), ("ELF", "sm_80")], listed
+    subprocess.run([exe, "-xelf", "all", "-xptx", "all", str(path)], cwd=tmp_path, capture_output=True, check=True)
+    assert (tmp_path / "mixed.1.sm_90.cubin").read_bytes() == (DATA / "nvrtc/tmpl_sm90.cubin").read_bytes()
+    assert (tmp_path / "mixed.2.sm_90a.cubin").read_bytes() == (DATA / "nvcc/kernels_sm_90a.cubin").read_bytes()
+    assert (tmp_path / "mixed.1.sm_90a.ptx").read_bytes() == (DATA / "nvrtc/tmpl_compute90.ptx").read_bytes()
+    assert (tmp_path / "mixed.2.sm_80.ptx").read_bytes() == (DATA / "nvcc/kernels_sm80.ptx").read_bytes()
+
+
+@pytest.mark.parametrize("entries,msg", [
+    ([], "at least one entry"),
+    ([("elf", "sm_90", b"\x7fELF")], "kind must be 'cubin' or 'ptx'"),
+    ([("cubin", "compute_90", (DATA / "nvcc/kernels_sm_90.cubin").read_bytes())], "real architecture"),
+    ([("cubin", "sm_9x", (DATA / "nvcc/kernels_sm_90.cubin").read_bytes())], "not an architecture"),
+    ([("cubin", "sm_90", b"not an elf at all")], "not a CUDA ELF"),
+    ([("ptx", "compute_90", b".target sm_90\n.entry k() { ret; }")], "no '.version'"),
+    ([("ptx", "compute_90", "\n.version 9.0\n")], "payload is bytes, not str"),
+    ([("ptx", "compute_90")], "not (kind, arch, payload)"),
+    ([None], "not (kind, arch, payload)"),
+])
+def test_build_fatbin_refuses(entries, msg):
+    with pytest.raises(ImageFormatError, match=re.escape(msg)):
+        build_fatbin(entries, source="x.fatbin")

@@ -1,0 +1,24 @@
+"""CUDA kernels shipped in this package as an nbjit bundle (``kernels.nbjit``: cubins for
+sm_80, sm_90, sm_100 and sm_120, PTX for every newer device), loaded with no NVRTC.
+
+    from nbjit_demo_kernels import kernels
+    mod = kernels()                      # loads on first use (no GPU needed until then)
+    mod.axpy[blocks, 256](2.0, x, y, n)  # y = 2 x + y
+    mod["scale<float>"][blocks, 256](x, 0.5, n)
+"""
+from __future__ import annotations
+
+from importlib.resources import files
+
+import nbjit
+
+__all__ = ["BUNDLE", "kernels"]
+
+# the bundle as package data: a file in site-packages, or a member of a zip on sys.path
+BUNDLE = files(__name__) / "kernels.nbjit"
+
+
+def kernels(lazy: bool = True) -> "nbjit.Module":
+    """The package's kernels (axpy, scale<float>, scale<double>) as an nbjit Module; with
+    ``lazy`` it loads into the current device's context on first use."""
+    return nbjit.load_bundle(BUNDLE, lazy=lazy)

@@ -1,0 +1,364 @@
+"""Kernel bundles without a GPU: built from NVRTC sources and from compiled images, read back
+verified, loaded lazily (typed as a direct compile is), and refused when damaged or hostile."""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import pickle
+import re
+import sys
+import warnings
+import zipfile
+
+import pytest
+
+import nbjit
+from nbjit import BundleError, build_bundle, inspect_bundle, load_bundle
+from nbjit.bundle import MAX_MEMBERS, read_bundle
+from nbjit.cache import Cache
+from nbjit.compiler import _toolchain_fingerprint, nvrtc_version
+from nbjit.fatbin import inspect_fatbin
+
+from conftest import DATA  # noqa: E402
+
+TMPL = DATA / "src/nvrtc_tmpl.cu"
+HDR = {"scale.cuh": (DATA / "src/scale.cuh").read_text()}
+EXPRS = ["fill<float>", "fill<int>", "ns::op<float, 4>"]
+ARCHS = ["sm_80", "sm_90", "sm_90a", "sm_100", "sm_120"]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """One bundle of the NVRTC fixture for five architectures and PTX for compute_80."""
+    d = tmp_path_factory.mktemp("bundle")
+    cache = Cache(d / "cache")
+    info = build_bundle(TMPL, d / "tmpl.nbjit", archs=",".join(ARCHS), ptx="compute_80", name_expressions=EXPRS,
+                        headers=HDR, options=["-DUNUSED=1"], cache=cache)
+    return d / "tmpl.nbjit", info, cache
+
+
+def test_build_from_source_holds_every_arch_and_the_manifest(built):
+    path, info, cache = built
+    img = info.image()
+    assert img.name == "nvrtc_tmpl" and info.source == str(path)
+    assert img.archs == (*ARCHS, "compute_80")
+    assert [e.kind for e in img.entries] == ["cubin"] * 5 + ["ptx"]
+    assert img.lowered_names == {"fill<float>": "_Z4fillIfEvPT_S0_i", "fill<int>": "_Z4fillIiEvPT_S0_i",
+                                 "ns::op<float, 4>": "_ZN2ns2opIfLi4EEEvPT_PKS1_i"}
+    assert img.producer == "NVRTC %d.%d" % nvrtc_version()
+    assert img.toolchain == _toolchain_fingerprint()
+    assert img.options == ("-DUNUSED=1",)
+    assert img.sources == ({"name": "nvrtc_tmpl.cu", "kind": "cuda",
+                            "sha256": hashlib.sha256(TMPL.read_bytes()).hexdigest()},)
+    assert img.declarations["plain"][0] == "source"
+    # the payloads are NVRTC's own output, byte for byte, and readable as they are
+    with zipfile.ZipFile(path) as zf:
+        assert zf.namelist() == ["manifest.json"] + [f"nvrtc_tmpl/{a}.cubin" for a in ARCHS] + \
+            ["nvrtc_tmpl/compute_80.ptx"]
+        assert all(zi.compress_type == zipfile.ZIP_STORED for zi in zf.infolist())
+        for a in ARCHS:
+            direct = nbjit.compile_image(TMPL, name_expressions=EXPRS, headers=HDR, options=["-DUNUSED=1"], arch=a,
+                                         output="cubin", cache=cache)
+            assert zf.read(f"nvrtc_tmpl/{a}.cubin") == direct.data
+            assert nbjit.inspect_cubin(direct.data).arch == a
+        ptx = zf.read("nvrtc_tmpl/compute_80.ptx")
+        assert nbjit.inspect_ptx(ptx).arch == "sm_80"
+        manifest = json.loads(zf.read("manifest.json"))
+    assert (manifest["format"], manifest["version"], manifest["nbjit"]) == ("nbjit-bundle", 1, nbjit.__version__)
+    assert manifest["images"] == [img.to_json()]
+    for e in manifest["images"][0]["entries"]:
+        with zipfile.ZipFile(path) as zf:
+            assert hashlib.sha256(zf.read(e["file"])).hexdigest() == e["sha256"]
+    sig = manifest["images"][0]["kernels"]["_Z4fillIfEvPT_S0_i"]
+    assert [p["ctype"] for p in sig["params"]] == ["float*", "float", "int"]
+    assert "registers" not in sig  # per-architecture facts are the cubins' own
+
+
+def test_the_same_inputs_give_the_same_bytes(built, tmp_path):
+    path, _, cache = built
+    again = build_bundle(TMPL, tmp_path / "again.nbjit", archs=ARCHS, ptx=["compute_80"], name_expressions=EXPRS,
+                         headers=HDR, options="-DUNUSED=1", cache=cache)
+    assert (tmp_path / "again.nbjit").read_bytes() == path.read_bytes()
+    assert again.image().archs == inspect_bundle(path).image().archs
+
+
+def test_lazy_load_is_typed_as_a_direct_compile(built):
+    path, _, cache = built
+    mod = load_bundle(path, lazy=True)
+    assert repr(mod).endswith("(fatbin): loads on first use>") and mod.name == f"{path}:nvrtc_tmpl"
+    assert set(mod.kernels) == {"_Z4fillIfEvPT_S0_i", "_Z4fillIiEvPT_S0_i", "_ZN2ns2opIfLi4EEEvPT_PKS1_i", "plain"}
+    direct = nbjit.compile(TMPL, name_expressions=EXPRS, headers=HDR, options=["-DUNUSED=1"], arch="sm_90",
+                           lazy=True, cache=cache)
+    for k in ("fill<float>", "fill<int>", "ns::op<float, 4>", "plain"):
+        ours = [(p.ctype, p.size, p.offset, p.pointer, p.const, p.pointee) for p in mod[k].params]
+        theirs = [(p.ctype, p.size, p.offset, p.pointer, p.const, p.pointee) for p in direct[k].params]
+        assert ours == theirs and all(c is not None for c, *_ in ours), k
+    # the manifest lists what the module shows (its layouts merged from every entry)
+    seen = lambda ps: [(p.name, p.type, p.ctype, p.size, p.offset, p.pointer, p.const) for p in ps]
+    listed = {k.name: seen(k.params) for k in inspect_bundle(path).image().kernels}
+    assert listed == {k: seen(mod[k].params) for k in mod.kernels}
+    # a kernel pickles as the whole fatbin (each worker's device picks its entry), typed alike
+    k2 = pickle.loads(pickle.dumps(mod["fill<float>"]))
+    assert k2.params == mod["fill<float>"].params
+    shipped = inspect_fatbin(k2.module.image.data).entries
+    assert sorted(e.arch for e in shipped) == sorted([*ARCHS, "compute_80"])
+
+
+def test_loads_from_bytes_and_from_a_zip_imported_package(built, tmp_path, monkeypatch):
+    path, _, _ = built
+    assert load_bundle(path.read_bytes(), lazy=True).kernels == load_bundle(path, lazy=True).kernels
+    wheel_like = tmp_path / "pkgs.zip"
+    with zipfile.ZipFile(wheel_like, "w") as zf:
+        zf.writestr("zpkg_bundle/__init__.py", "")
+        zf.write(path, "zpkg_bundle/k.nbjit")
+    monkeypatch.syspath_prepend(str(wheel_like))
+    import importlib.resources
+    res = importlib.resources.files(importlib.import_module("zpkg_bundle")) / "k.nbjit"
+    assert not isinstance(res, type(path))  # a zipfile.Path: no file on disk
+    mod = load_bundle(res, lazy=True)
+    assert mod["fill<float>"].params[0].ctype == "float*" and mod.name == "k.nbjit:nvrtc_tmpl"
+    assert inspect_bundle(res).image().archs == (*ARCHS, "compute_80")
+    sys.modules.pop("zpkg_bundle", None)
+
+
+def test_inputs_as_they_are(tmp_path):
+    """PTX, cubins and fatbins go in at their own architectures; a dict names images and
+    gathers several files into one."""
+    nv = DATA / "nvcc"
+    info = build_bundle({"kernels": [nv / "kernels_sm_80.cubin", nv / "kernels_sm_90a.cubin", nv / "kernels_sm80.ptx"],
+                         "multi": nv / "kernels_multi_none.fatbin", "tmpl": DATA / "nvrtc/tmpl_sm90.cubin"},
+                        tmp_path / "k.nbjit")
+    assert [(i.name, i.archs) for i in info.images] == [
+        ("kernels", ("sm_80", "sm_90a", "compute_80")), ("multi", ("sm_80", "compute_90", "sm_90")),
+        ("tmpl", ("sm_90",))]
+    assert [s["kind"] for s in info.image("kernels").sources] == ["cubin", "cubin", "ptx"]
+    assert info.image("kernels").producer is None
+    with zipfile.ZipFile(tmp_path / "k.nbjit") as zf:
+        assert zf.read("kernels/sm_90a.cubin") == (nv / "kernels_sm_90a.cubin").read_bytes()
+        assert zf.read("multi/compute_90.ptx") == inspect_fatbin((nv / "kernels_multi_none.fatbin").read_bytes()
+                                                                 ).entries[1].payload
+    # without a name, an image is named after its file
+    one = build_bundle([nv / "pdl_sm_90.cubin", nv / "cluster_sm90.ptx"], tmp_path / "two.nbjit")
+    assert [i.name for i in one.images] == ["pdl_sm_90", "cluster_sm90"]
+    with pytest.raises(BundleError, match=r"holds 2 images \(pdl_sm_90, cluster_sm90\): say which with name="):
+        load_bundle(tmp_path / "two.nbjit", lazy=True)
+    with pytest.raises(BundleError, match=r"no image 'pdl'; it holds pdl_sm_90, cluster_sm90"):
+        load_bundle(tmp_path / "two.nbjit", name="pdl", lazy=True)
+    assert load_bundle(tmp_path / "two.nbjit", name="cluster_sm90", lazy=True).kernels
+
+
+def test_triton_kernel_keeps_its_metadata_and_ir_types(tmp_path):
+    src = DATA / "triton/add_kernel"
+    info = build_bundle(src, tmp_path / "t.nbjit")
+    img = info.image()
+    assert img.name == "add_kernel" and img.archs == ("sm_90a", "compute_90a")
+    assert img.triton == json.loads((src / "add_kernel.json").read_text())
+    assert img.declarations["add_kernel"][0] == "triton ir"
+    mod = load_bundle(tmp_path / "t.nbjit", lazy=True)
+    assert [p.ctype for p in mod.add_kernel.params][:4] == ["float*", "float*", "float*", "int"]
+
+
+def test_build_refuses(tmp_path):
+    nv = DATA / "nvcc"
+    cases = [
+        (lambda: build_bundle({"x": [nv / "kernels_sm_80.cubin", DATA / "nvrtc/tmpl_sm90.cubin"]}, tmp_path / "a"),
+         "hold different kernels"),
+        (lambda: build_bundle({"x": [nv / "kernels_sm_80.cubin", nv / "kernels_sm_80.cubin"]}, tmp_path / "a"),
+         "has a cubin for sm_80 already"),
+        (lambda: build_bundle([nv / "kernels_sm_80.cubin", DATA / "expected/nvcc__kernels_sm_80.cubin.json"],
+                              tmp_path / "a"), "unreadable Triton metadata|no Triton|metadata"),
+        (lambda: build_bundle([nv / "kernels_sm_80.cubin", nv / "kernels_sm_80.cubin"], tmp_path / "a"),
+         "two images would be called 'kernels_sm_80'"),
+        (lambda: build_bundle(nv / "kernels_sm_80.cubin", tmp_path / "a", archs="sm_90"), "the inputs hold none"),
+        (lambda: build_bundle(TMPL, tmp_path / "a"), "say what to compile it for"),
+        (lambda: build_bundle(TMPL, tmp_path / "a", archs="compute_90"), "virtual architecture"),
+        (lambda: build_bundle(TMPL, tmp_path / "a", archs="sm_9x"), "not an architecture"),
+        (lambda: build_bundle({"../up": nv / "kernels_sm_80.cubin"}, tmp_path / "a"), "image name '../up'"),
+        (lambda: build_bundle(b"\x7fELF" + bytes(60), tmp_path / "a"), "give it a name|cubin|ELF"),
+        (lambda: build_bundle(tmp_path / "missing.ptx", tmp_path / "a"), "no such file"),
+        (lambda: build_bundle([], tmp_path / "a"), "no inputs"),
+        (lambda: build_bundle(42, tmp_path / "a"), "not int"),
+        (lambda: build_bundle(nv / "kernels_sm_80.cubin", tmp_path / "no/such/dir/a"), "cannot write there"),
+    ]
+    for call, msg in cases:
+        with pytest.raises(BundleError, match=msg):
+            call()
+    assert not (tmp_path / "a").exists()
+
+
+def test_build_never_overwrites_an_input(tmp_path):
+    cubin = tmp_path / "k.cubin"
+    cubin.write_bytes((DATA / "nvcc/kernels_sm_80.cubin").read_bytes())
+    with pytest.raises(BundleError, match="is an input"):
+        build_bundle(cubin, cubin)
+    assert cubin.read_bytes() == (DATA / "nvcc/kernels_sm_80.cubin").read_bytes()
+    build_bundle(cubin, tmp_path / "out.nbjit")
+    build_bundle(cubin, tmp_path / "out.nbjit")  # replaced whole; no temporary file stays
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k.cubin", "out.nbjit"]
+
+
+# ------------------------------------------------------------------ damaged and hostile bundles
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    d = tmp_path_factory.mktemp("small")
+    build_bundle({"k": [DATA / "nvcc/kernels_sm_80.cubin", DATA / "nvcc/kernels_sm80.ptx"]}, d / "k.nbjit")
+    return (d / "k.nbjit").read_bytes()
+
+
+def _rezip(data: bytes, change) -> bytes:
+    """The bundle's members, passed through ``change({name: bytes})``, in a new archive."""
+    with zipfile.ZipFile(io.BytesIO(data)) as zf:
+        members = {n: zf.read(n) for n in zf.namelist()}
+    members = change(members)
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for n, b in members.items():
+            zf.writestr(n, b)
+    return buf.getvalue()
+
+
+def _manifest(change):
+    def edit(members):
+        m = json.loads(members["manifest.json"])
+        change(m)
+        members["manifest.json"] = json.dumps(m).encode()
+        return members
+    return edit
+
+
+def test_a_changed_payload_is_found_before_the_driver(small):
+    def tamper(members):
+        b = bytearray(members["k/sm_80.cubin"])
+        b[-1] ^= 1
+        members["k/sm_80.cubin"] = bytes(b)
+        return members
+    with pytest.raises(BundleError, match=r"member 'k/sm_80.cubin': its bytes do not match the manifest's size and "
+                                          r"SHA-256 \(the bundle is damaged or was altered\)"):
+        load_bundle(_rezip(small, tamper), lazy=True)
+    # a flipped byte in the archive itself: the ZIP's own CRC names the member
+    raw = bytearray(small)
+    at = raw.index((DATA / "nvcc/kernels_sm_80.cubin").read_bytes()[:64]) + 100
+    raw[at] ^= 0xFF
+    with pytest.raises(BundleError, match=r"member 'k/sm_80.cubin' is damaged"):
+        read_bundle(bytes(raw))
+
+
+def test_a_newer_format_is_refused_plainly(small):
+    data = _rezip(small, _manifest(lambda m: m.update(version=2)))
+    with pytest.raises(BundleError, match=re.escape("<bundle>: made by a newer nbjit (format 2; this one reads 1): "
+                                                    "upgrade nbjit")):
+        load_bundle(data, lazy=True)
+
+
+def _stored(names_payloads, compress=zipfile.ZIP_STORED) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compress) as zf, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (zipfile warns of the duplicate name it writes)
+        for n, b in names_payloads:
+            zf.writestr(n, b)
+    return buf.getvalue()
+
+
+def _deflated(small: bytes) -> bytes:
+    with zipfile.ZipFile(io.BytesIO(small)) as zf:
+        members = [(n, zf.read(n)) for n in zf.namelist()]
+    return _stored(members, zipfile.ZIP_DEFLATED)
+
+
+def _encrypted(small: bytes) -> bytes:
+    raw = bytearray(small)
+    for sig, at in ((b"PK\x03\x04", 6), (b"PK\x01\x02", 8)):  # the general-purpose flags, bit 0
+        i = raw.index(sig)
+        raw[i + at] |= 1
+    return bytes(raw)
+
+
+@pytest.mark.parametrize("make,msg", [
+    (lambda s: _deflated(s), "is compressed; bundle members are stored uncompressed"),
+    (lambda s: _encrypted(s), "is encrypted"),
+    (lambda s: _rezip(s, lambda m: {**m, "../evil": b"x"}), r"member '../evil': a name outside the archive"),
+    (lambda s: _rezip(s, lambda m: {**m, "/etc/x": b"x"}), r"member '/etc/x': a name outside the archive"),
+    (lambda s: _rezip(s, lambda m: {**m, "k/extra.cubin": b"x"}), "member 'k/extra.cubin' is in no image"),
+    (lambda s: _rezip(s, lambda m: {k: v for k, v in m.items() if k != "k/compute_80.ptx"}),
+     "entry 'k/compute_80.ptx': the archive has no such member"),
+    (lambda s: _rezip(s, lambda m: {k: v for k, v in m.items() if k != "manifest.json"}), "no manifest.json"),
+    (lambda s: _rezip(s, lambda m: {**m, "manifest.json": b"{not json"}), "manifest.json is not JSON"),
+    (lambda s: _rezip(s, lambda m: {**m, "manifest.json": b'{"format": "nbjit-bundle", "version": NaN}'}),
+     "not JSON"),
+    (lambda s: _rezip(s, _manifest(lambda m: m.update(format="zip"))), "not an nbjit bundle manifest"),
+    (lambda s: _rezip(s, _manifest(lambda m: m.update(version="1"))), "format version '1'"),
+    (lambda s: _rezip(s, _manifest(lambda m: m.update(images=[]))), "no images"),
+    (lambda s: _rezip(s, _manifest(lambda m: m["images"][0].update(name="../k"))), "not an image name"),
+    (lambda s: _rezip(s, _manifest(lambda m: m["images"].append(m["images"][0]))), "two images are called 'k'"),
+    (lambda s: _rezip(s, _manifest(lambda m: m["images"][0]["entries"][0].update(kind="elf"))),
+     "kind 'elf' is not 'cubin' or 'ptx'"),
+    (lambda s: _rezip(s, _manifest(lambda m: m["images"][0]["entries"][0].update(arch="compute_80"))),
+     "'compute_80' is not a real"),
+    (lambda s: _rezip(s, _manifest(lambda m: m["images"][0]["entries"][0].update(sha256="00"))), "no sha256"),
+    (lambda s: _rezip(s, _manifest(lambda m: m["images"][0].update(declarations={"k_basic": [1]}))),
+     "declaration of 'k_basic' is not"),
+    (lambda s: _rezip(s, _manifest(lambda m: m["images"][0].update(name_expressions={"a": 1}))),
+     "name_expressions is not"),
+    (lambda s: _stored([("manifest.json", b"{}"), ("manifest.json", b"{}")]), "appears twice"),
+    (lambda s: _stored([(f"m{i}", b"") for i in range(MAX_MEMBERS + 1)]), "more than a bundle has"),
+    (lambda s: s[: len(s) // 2], "a damaged bundle"),
+    (lambda s: (DATA / "nvcc/kernels_sm_80.cubin").read_bytes(), r"not an nbjit bundle .*it is a cubin: load it with "
+                                                                 "nbjit.load"),
+    (lambda s: b"", "not an nbjit bundle"),
+])
+def test_hostile_bundles_are_refused(small, make, msg):
+    with pytest.raises(BundleError, match=msg):
+        read_bundle(make(small))
+
+
+def test_what_is_not_a_bundle(tmp_path):
+    with pytest.raises(BundleError, match="no such file"):
+        read_bundle(tmp_path / "nope.nbjit")
+    with pytest.raises(BundleError, match="a directory, not a regular file"):
+        read_bundle(tmp_path)
+    with pytest.raises(BundleError, match="not int"):
+        read_bundle(3)
+    assert issubclass(BundleError, ValueError) and issubclass(BundleError, nbjit.NbjitError)
+
+
+# ------------------------------------------------------------------ the command line
+
+
+def test_cli_bundle_and_inspect(tmp_path, capsys):
+    from nbjit.cli import main
+
+    out = tmp_path / "k.nbjit"
+    assert main(["bundle", str(TMPL), "--arch", "sm_91", "-o", str(out)]) == 2
+    assert "nbjit bundle: error: " in capsys.readouterr().err and not out.exists()
+    assert main(["bundle", str(TMPL), "--arch", "sm_80,sm_90", "--ptx", "compute_80", "--expr", "fill<float>",
+                 "-I", str(DATA / "src"), "-D", "UNUSED=1", "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert f"{out}: nvrtc_tmpl: sm_80, sm_90, compute_80 (2 kernels)" in err and "fill<float> ->" in err
+    img = inspect_bundle(out).image()
+    assert img.options[-1] == "-DUNUSED=1" and img.lowered_names == {"fill<float>": "_Z4fillIfEvPT_S0_i"}
+
+    assert main(["inspect", str(out), "--arch", "sm_86"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith(f"{out}: nbjit bundle (format 1, made by nbjit {nbjit.__version__}), 1 image")
+    assert "image nvrtc_tmpl: from nvrtc_tmpl.cu (cuda), NVRTC" in text
+    assert re.search(r"cubin\s+sm_80\s+\d+\s+nvrtc_tmpl/sm_80.cubin  <- sm_86", text)
+    assert re.search(r"ptx\s+compute_80\s+\d+\s+nvrtc_tmpl/compute_80.ptx\n", text)
+    assert "= void fill<float>(float*, float, int)" in text and "resources:" not in text
+    assert main(["inspect", str(out), "--json", "--arch", "sm_120"]) == 0
+    j = json.loads(capsys.readouterr().out)
+    assert j["kind"] == "bundle" and j["selected"] == {"nvrtc_tmpl": "nvrtc_tmpl/compute_80.ptx"}
+    assert j["images"] == [img.to_json()]
+
+    cubin = DATA / "nvcc/kernels_sm_80.cubin"
+    assert main(["bundle", str(cubin), "-o", str(cubin)]) == 2
+    assert "is an input" in capsys.readouterr().err
+    assert main(["bundle", str(cubin), str(DATA / "nvcc/kernels_sm_90.cubin"), "--name", "kernels",
+                 "-o", str(tmp_path / "two.nbjit")]) == 0
+    assert inspect_bundle(tmp_path / "two.nbjit").image("kernels").archs == ("sm_80", "sm_90")
+    damaged = tmp_path / "bad.nbjit"
+    damaged.write_bytes(out.read_bytes()[:-100])
+    assert main(["inspect", str(damaged)]) == 2
+    assert f"nbjit inspect: error: {damaged}: a damaged bundle" in capsys.readouterr().err

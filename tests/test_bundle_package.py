@@ -1,0 +1,148 @@
+"""examples/bundle_package as a user installs it: its wheel (the bundle as package data) in a
+fresh virtual environment that has nbjit and what loading needs (numpy, itanium-demangler),
+but no NVRTC, no cuda-bindings, no CUDA headers and no numba. The kernels load lazily and
+describe themselves there; tests/test_gpu_bundle.py launches them.
+
+nbjit goes into the environment as the files its wheel installs (the package directory):
+building nbjit's own wheel needs setuptools >= 77, which the test environment need not have,
+and reaching PyPI for it would make the test depend on the network. numpy and
+itanium-demangler are linked in from this environment through a .pth file naming a
+directory that holds only them, so nothing else of this environment is importable."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+
+import nbjit
+from nbjit import inspect_bundle
+from nbjit.compiler import _toolchain_fingerprint
+
+from conftest import DATA  # noqa: E402
+
+ROOT = DATA.parent.parent
+EXAMPLE = ROOT / "examples" / "bundle_package"
+BUNDLE = EXAMPLE / "src" / "nbjit_demo_kernels" / "kernels.nbjit"
+
+SCRIPT = r"""
+import json, sys
+import nbjit_demo_kernels as demo
+import nbjit
+
+mod = demo.kernels(lazy=True)
+out = {"module": repr(mod), "bundle_type": type(demo.BUNDLE).__name__, "kernels": sorted(mod.kernels),
+       "params": {k: [p.ctype for p in mod[k].params] for k in ("axpy", "scale<float>", "scale<double>")},
+       "archs": list(nbjit.inspect_bundle(demo.BUNDLE).image().archs)}
+missing = []
+for name in ("cuda.bindings.nvrtc", "cuda", "numba", "cuda.pathfinder"):
+    try:
+        __import__(name)
+    except ImportError:
+        missing.append(name)
+out["missing"] = missing
+from nbjit.compiler import cuda_include_dir
+out["cuda_headers"] = cuda_include_dir()
+out["nbjit_from"] = nbjit.__file__
+out["demo_from"] = demo.__file__
+out["sys_path"] = sys.path
+print(json.dumps(out))
+"""
+
+
+def test_committed_bundle_is_small_and_complete():
+    info = inspect_bundle(BUNDLE)
+    img = info.image()
+    assert BUNDLE.stat().st_size < 100_000
+    assert img.archs == ("sm_80", "sm_90", "sm_100", "sm_120", "compute_80")
+    assert set(img.lowered_names) == {"scale<float>", "scale<double>"}
+    assert img.sources[0]["name"] == "axpy.cu"
+    import hashlib
+    assert img.sources[0]["sha256"] == hashlib.sha256((EXAMPLE / "kernels" / "axpy.cu").read_bytes()).hexdigest(), \
+        "kernels/axpy.cu changed: run examples/bundle_package/build_bundle.py"
+
+
+def _can_build_wheels() -> bool:
+    """Whether this environment's setuptools builds wheels itself (from 70.1) or has ``wheel``."""
+    import importlib.metadata
+    import importlib.util
+    try:
+        text = importlib.metadata.version("setuptools")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    version = tuple(int(x) for x in text.split(".")[:2] if x.isdigit())
+    return version >= (70, 1) or importlib.util.find_spec("wheel") is not None
+
+
+def _module_dir(name: str) -> Path:
+    import importlib
+    return Path(importlib.import_module(name).__file__).parent
+
+
+def test_wheel_installs_and_loads_without_nvrtc(tmp_path):
+    # the wheel, built from a copy (an in-tree build would leave build/ and egg-info behind)
+    src = tmp_path / "src"
+    shutil.copytree(EXAMPLE, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    dist = tmp_path / "dist"
+    # with this environment's setuptools where it builds wheels (offline, seconds); else as pip
+    # builds any package, in an isolated environment with setuptools from the index
+    local = ["--no-build-isolation", "--no-index"] if _can_build_wheels() else []
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", *local, "--quiet", "-w", str(dist),
+                            str(src)], capture_output=True, text=True, timeout=300)
+    assert build.returncode == 0, build.stdout[-2000:] + build.stderr[-2000:]
+    wheel, = dist.glob("nbjit_demo_kernels-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        assert zf.read("nbjit_demo_kernels/kernels.nbjit") == BUNDLE.read_bytes()
+
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=False, system_site_packages=False).create(env_dir)
+    py = env_dir / "bin" / "python"
+    site = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet", "--target",
+                    str(site), str(wheel)], check=True, capture_output=True, timeout=120)
+    shutil.copytree(Path(nbjit.__file__).parent, site / "nbjit", ignore=shutil.ignore_patterns("__pycache__"))
+    deps = tmp_path / "deps"  # numpy and the demangler only: not this environment's site-packages
+    deps.mkdir()
+    for name in ("numpy", "itanium_demangler"):
+        d = _module_dir(name)
+        (deps / d.name).symlink_to(d)
+        libs = d.parent / f"{name}.libs"  # (numpy's bundled libraries, where the wheel has them)
+        if libs.is_dir():
+            (deps / libs.name).symlink_to(libs)
+    (site / "deps.pth").write_text(f"{deps}\n")
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "CUDA_", "NBJIT_"))}
+    env.update(PYTHONNOUSERSITE="1", NBJIT_CACHE_DIR=str(tmp_path / "cache"))
+    run = subprocess.run([str(py), "-c", SCRIPT], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = json.loads(run.stdout)
+    assert out["missing"] == ["cuda.bindings.nvrtc", "cuda", "numba", "cuda.pathfinder"], out
+    assert out["cuda_headers"] is None
+    assert out["nbjit_from"].startswith(str(site)) and out["demo_from"].startswith(str(site))
+    assert not any(p.startswith(str(Path(nbjit.__file__).parent.parent)) for p in out["sys_path"][1:])
+    assert out["module"].endswith("kernels.nbjit:axpy (fatbin): loads on first use>")
+    assert out["kernels"] == sorted(["axpy", "_Z5scaleIfEvPT_S0_i", "_Z5scaleIdEvPT_S0_i"])
+    assert out["params"] == {"axpy": ["float", "const float*", "float*", "int"],
+                             "scale<float>": ["float*", "float", "int"], "scale<double>": ["double*", "double", "int"]}
+    assert out["archs"] == ["sm_80", "sm_90", "sm_100", "sm_120", "compute_80"]
+
+
+@pytest.mark.skipif(not (EXAMPLE / "build_bundle.py").exists(), reason="no example")
+def test_build_script_rebuilds_the_committed_bundle(tmp_path):
+    """The script regenerates the committed bytes (same NVRTC build: the manifest names it)."""
+    info = inspect_bundle(BUNDLE)
+    if info.image().toolchain != _toolchain_fingerprint():
+        pytest.skip("another NVRTC build made the committed bundle")
+    copy = tmp_path / "ex"
+    shutil.copytree(EXAMPLE, copy, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    subprocess.run([sys.executable, str(copy / "build_bundle.py")], check=True, capture_output=True, env=env,
+                   timeout=300)
+    assert (copy / "src/nbjit_demo_kernels/kernels.nbjit").read_bytes() == BUNDLE.read_bytes()

@@ -472,6 +472,13 @@ def _compile(args) -> int:
         raise _Usage("--json prints to standard output, and so does -o -: choose one")
     if args.cache_only and args.output is not None:
         raise _Usage("--cache-only writes no file: drop -o")
+    cache = None
+    if args.cache_only:
+        from .cache import default_cache
+        cache = default_cache()
+        if cache.path is None:
+            raise _Usage("--cache-only would store nothing: the disk cache is off (NBJIT_CACHE=0); set "
+                         "NBJIT_CACHE_DIR to a writable directory")
     if args.output == "-" and (len(archs) > 1 or not args.ptx and sys.stdout.isatty()):
         raise _Usage("-o - writes one architecture's output to standard output" if len(archs) > 1 else
                      "-o -: a cubin is binary, not for a terminal: redirect standard output, or add --ptx")
@@ -501,7 +508,11 @@ def _compile(args) -> int:
         made.append({"arch": img.arch, "kind": img.kind, "bytes": len(img.data), "file": None,
                      "lowered_names": dict(img.lowered_names)})
         if args.cache_only:
-            print(f"{args.file}: {img.kind} for {img.arch} in the cache ({len(img.data)} bytes)", file=sys.stderr)
+            if cache.path is None:  # the cache gave up writing (a warning said why)
+                raise _Usage(f"--cache-only: {img.kind} for {img.arch} was compiled but not stored: the cache "
+                             "directory cannot be written (set NBJIT_CACHE_DIR to a writable directory)")
+            print(f"{args.file}: {img.kind} for {img.arch} in the cache {cache.path} ({len(img.data)} bytes)",
+                  file=sys.stderr)
             continue
         if len(archs) == 1:
             out = args.output or path.with_suffix("." + img.kind).name
@@ -640,7 +651,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.commands[args.cmd].unrecognized(extra)
 
     def warn(message, category, filename, lineno, file=None, line=None) -> None:
-        print(f"nbjit {args.cmd}: warning: {message}", file=sys.stderr)
+        text = str(message)
+        text = text[len("nbjit cache: "):] if text.startswith("nbjit cache: ") and args.cmd == "cache" else text
+        print(f"nbjit {args.cmd}: warning: {text}", file=sys.stderr)
     try:
         with warnings.catch_warnings():
             warnings.showwarning = warn  # (restored on leaving: main may run in a host process)

@@ -658,3 +658,23 @@ def test_inspect_a_bundle_from_standard_input():
     cmd = [EXE] if EXE else [sys.executable, "-m", "nbjit"]
     r = subprocess.run([*cmd, "inspect", "-"], input=bundle, capture_output=True, timeout=120)
     assert r.returncode == 0 and r.stdout.startswith(b"<stdin>: nbjit bundle (format 1"), r.stderr
+
+
+def test_cache_only_says_when_nothing_was_stored(tmp_path):
+    """--cache-only said "in the cache" with NBJIT_CACHE=0 or an unwritable cache directory:
+    a container's prewarm step passed and stored nothing. Now it exits 2 saying why."""
+    import os
+    cu = tmp_path / "k.cu"
+    cu.write_text('extern "C" __global__ void k(int* p) { p[0] = 1; }\n')
+    cmd = [EXE] if EXE else [sys.executable, "-m", "nbjit"]
+    run = lambda **env: subprocess.run([*cmd, "compile", str(cu), "--arch", "sm_90", "--cache-only"],
+                                       capture_output=True, text=True, env={**os.environ, **env}, timeout=120)
+    r = run(NBJIT_CACHE="0")
+    assert r.returncode == 2 and r.stderr == ("nbjit compile: error: --cache-only would store nothing: the disk cache "
+                                              "is off (NBJIT_CACHE=0); set NBJIT_CACHE_DIR to a writable directory\n")
+    r = run(NBJIT_CACHE_DIR=str(cu / "cache"))  # under a file: cannot be made
+    assert r.returncode == 2 and "cubin for sm_90 was compiled but not stored" in r.stderr.splitlines()[-1]
+    assert r.stderr.startswith("nbjit compile: warning: nbjit cache: cannot write to")
+    r = run(NBJIT_CACHE_DIR=str(tmp_path / "cache"))
+    assert r.returncode == 0 and f"in the cache {tmp_path / 'cache'}" in r.stderr
+    assert len(list((tmp_path / "cache").glob("*/*.nbjit"))) == 1

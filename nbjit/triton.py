@@ -28,7 +28,7 @@ from .args import device_pointer
 from .errors import NbjitArgumentError, NbjitLaunchError, NbjitLoadError
 from .image import MAX_FILE_BYTES, read_regular
 from .kernel import keep_launcher
-from .tma import _SWIZZLE, TensorMap, plan_tiled
+from .tma import _SWIZZLE, TensorMap, plan_tiled, whole_numbers
 from .ptx import PtxInfo, inspect_ptx
 
 # Triton's launch metadata where a PTX's // meta: comments say nothing.
@@ -409,7 +409,7 @@ def _descriptor_args(a: Any, d: dict, kernel: str) -> tuple:
                                  f"{d['swizzle']!r}), not {type(a).__name__}")
     if getattr(a, "round_f32_to_tf32", False):
         raise NbjitArgumentError(f"{what}: round_f32_to_tf32 descriptors are not supported")
-    shape, strides = tuple(int(x) for x in a.shape), tuple(int(x) for x in a.strides)
+    shape, strides = whole_numbers(a.shape, f"{what}: its shape"), whole_numbers(a.strides, f"{what}: its strides")
     if len(shape) != n or len(strides) != n:
         raise NbjitArgumentError(f"{what}: the kernel takes a {n}-D descriptor, this one has shape {list(shape)} and "
                                  f"strides {list(strides)}")

@@ -416,6 +416,11 @@ def test_a_descriptor_argument_becomes_tensor_map_shape_and_strides(monkeypatch)
         _descriptor_args(base, d, "k")
     with pytest.raises(NbjitArgumentError, match="axis 0 has a stride of 280 bytes"):
         _descriptor_args(HostDescriptor(base, (100, 70), (70, 1), (32, 64)), d, "k")
+    for shape, strides, bad in (((100.5, 72), (72, 1), "its shape must be integers"),
+                                ((100, 72), (72.0, 1), "its strides must be integers"),
+                                ((100, 72), (72, 1, 1), "the kernel takes a 2-D descriptor")):  # never truncated
+        with pytest.raises(NbjitArgumentError, match=rf"argument 0 \(a tensor descriptor\): {bad}"):
+            _descriptor_args(HostDescriptor(base, shape, strides, (32, 64)), d, "k")
     assert nbjit.TensorMap is TensorMap
 
 

@@ -335,6 +335,29 @@ def test_ptx_meta_fallbacks_are_tritons():
     assert m["num_warps"] == 2 and m["name"] == "k_all"  # k_weak .reqntid 8,4,2 = 64 threads, rounded up
 
 
+
+@pytest.mark.parametrize("block_comment", [False, True])
+def test_meta_comments_count_at_module_scope_whatever_else_the_file_holds(tmp_path, block_comment):
+    """A '// meta:' line inside a kernel's body counted only in a file with a /* */ comment
+    somewhere, so strip_debug (which removes the debug sections such a comment may sit in)
+    changed num_warps. Module scope only, whatever else the file holds."""
+    from nbjit import strip_debug
+    ptx = (T / "softmax_kernel/softmax_kernel.ptx").read_text()
+    body = ptx.index("{", ptx.index(".reqntid")) + 1
+    text = ("// meta:name=softmax_kernel\n" + ptx[:body] + "\n\t// meta:num_warps=2\n\t// TRITON_SHARED_MEM_BYTES: 64\n"
+            + ptx[body:] + "\n// meta:shared=32\n")
+    if block_comment:
+        at = text.index("{", text.index(".section\t.debug_str")) + 1
+        text = text[:at] + "\n/* the producer's note */" + text[at:]
+    stripped = strip_debug(text)
+    assert ("/*" in text, "/*" in stripped) == (block_comment, False)
+    for t in (text, stripped):
+        assert inspect_ptx(t).metadata == {"name": "softmax_kernel", "shared": 32}
+        p = tmp_path / "k.ptx"
+        p.write_text(t)
+        m = read_triton(p).meta
+        assert (m.name, m.num_warps, m.shared) == ("softmax_kernel", 8, 32)  # 8: .reqntid 256, not the body's 2
+
 # ------------------------------------------------------------------ host-side tensor descriptors
 
 def test_host_descriptors_found_among_the_parameters():

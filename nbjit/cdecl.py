@@ -313,9 +313,14 @@ def triton_ir_signatures(ttir: str) -> dict[str, tuple[CParam, ...]]:
     is ``float*``, ``i32`` is ``int``; element types without a C counterpart (fp8) become
     one-byte opaque structs (``f8E4M3FN``)."""
     out = {}
-    for m in _TT_FUNC.finditer(ttir):
-        close = _matching_paren(ttir, m.end() - 1)
+    m = _TT_FUNC.search(ttir)
+    while m is not None:
+        # A parameter list ends before the next function begins: each character is scanned
+        # for parentheses once, however many lists are left open (linear in the text).
+        nxt = _TT_FUNC.search(ttir, m.end())
+        close = _list_end(ttir, m.end(), len(ttir) if nxt is None else nxt.start())
         if close is None:
+            m = nxt
             continue
         params = []
         for a in _split_top(ttir[m.end():close]):
@@ -331,7 +336,21 @@ def triton_ir_signatures(ttir: str) -> dict[str, tuple[CParam, ...]]:
                 params.append(CParam(_TT_SCALARS.get(ty, ty), False, False, name))
         else:
             out[m.group(1)] = tuple(params)
+        m = nxt
     return out
+
+
+_PARENS = re.compile(r"[()]")
+
+
+def _list_end(text: str, start: int, end: int) -> int | None:
+    """Where the parameter list opened just before ``start`` closes, if before ``end``."""
+    depth = 1
+    for p in _PARENS.finditer(text, start, end):
+        depth += 1 if p.group() == "(" else -1
+        if depth == 0:
+            return p.start()
+    return None
 
 
 def _split_top(text: str) -> list[str]:

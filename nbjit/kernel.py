@@ -19,7 +19,7 @@ from . import _driver
 from .args import _EXTRACTORS, ArgPacker, array_element, device_pointer
 from .errors import NbjitArgumentError, NbjitLaunchError
 from .signature import KernelInfo, KernelSignature, Param
-from .tma import TensorMap, TensorMapPlan, plan_tiled
+from .tma import TensorMap, TensorMapPlan, plan_from_interface
 
 __all__ = ["Kernel", "KernelAttributes", "BoundLaunch", "tensor_map"]
 
@@ -483,16 +483,21 @@ def tensor_map(array: Any, box: Any, *, element_strides: Any = None, interleave:
 
 
 def plan_for_array(array: Any, box: Any, **options: Any) -> TensorMapPlan:
-    """``tma.plan_tiled`` for a device array (a Numba device array, or anything with
-    ``__cuda_array_interface__``), its element type read as the packer reads it."""
-    cai = getattr(array, "__cuda_array_interface__", None)
+    """``tma.plan_from_interface`` for a device array (a Numba device array, or anything
+    with ``__cuda_array_interface__``), its element type read as the packer reads it."""
+    try:
+        cai = array.__cuda_array_interface__
+    except AttributeError:
+        cai = None
+    except Exception as e:  # the exporter refused (torch: a dtype the interface has no typestr for)
+        raise NbjitArgumentError(f"tensor map: {type(array).__name__}.__cuda_array_interface__ raised "
+                                 f"{type(e).__name__}: {str(e)[:200]}") from None
     if cai is None:
         raise NbjitArgumentError(f"tensor map: {type(array).__name__} is not a device array (expected a Numba "
                                  "device array or an object with __cuda_array_interface__)")
-    kind, _, name = array_element(array)
-    dtype, data_type = ("u2", "BFLOAT16") if kind == "bf" else (name, None)
-    return plan_tiled(int(cai["data"][0]), tuple(cai["shape"]), cai.get("strides"), dtype, box,
-                      data_type=data_type, **options)
+    if (array_element(array) or ("",))[0] == "bf":  # typestr '<V2': the array's own dtype says bfloat16
+        return plan_from_interface(cai, box, dtype="u2", data_type="BFLOAT16", **options)
+    return plan_from_interface(cai, box, **options)
 
 
 def keep_launcher(configs: dict, key, launcher) -> None:

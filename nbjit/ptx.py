@@ -8,6 +8,7 @@ whole-text regular expressions; Python-level work is per declaration, not per li
 """
 from __future__ import annotations
 
+import bisect
 import difflib
 import os
 import re
@@ -422,12 +423,14 @@ class _Parser:
         entries: list[KernelInfo] = []
         funcs: list[FuncInfo] = []
         gaps: list[tuple[int, str]] = []  # (offset, blanked module-scope text)
+        spans: list[int] = []  # where module scope is: [start, end, start, end, ...]
         pos = 0
         header = None
         while True:
             d = self.find_code(_DECL, pos)
             gap_end = len(v) if d is None else d.start()
             g = self.blank(pos, gap_end, self.meta)
+            spans += (pos, gap_end)
             plain = g.strip()
             if not plain:  # the usual gap between two kernels: nothing in it to read
                 lk = ""
@@ -464,7 +467,9 @@ class _Parser:
             dwarf_legacy=any("@@DWARF" in g for _, g in gaps),
             target_debug=target_debug,
         )
-        metadata = _metadata(self.meta, self.number)
+        # Metadata comments count at module scope only, whichever view found them: the
+        # fully blanked one (a file with a /* */ comment) sees those in bodies too.
+        metadata = _metadata([m for m in self.meta if bisect.bisect_right(spans, m[3]) % 2], self.number)
         return PtxInfo(version, targets, addr, tuple(entries), tuple(funcs), tuple(globals_), debug,
                        metadata, self.source)
 

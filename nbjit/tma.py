@@ -9,14 +9,18 @@ fastest); the driver counts dimensions the other way round, innermost first.
 """
 from __future__ import annotations
 
+import itertools
+import operator
+import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
 from .errors import NbjitArgumentError
 
-__all__ = ["TensorMap", "TensorMapPlan", "plan_tiled", "is_tensor_map_param"]
+__all__ = ["TensorMap", "TensorMapPlan", "plan_tiled", "plan_from_interface", "whole_numbers",
+           "is_tensor_map_param"]
 
 SIZE = 128  # bytes of a CUtensorMap
 ALIGN = 64
@@ -63,19 +67,65 @@ def _option(value: Any, table: dict, what: str) -> str:
     return key
 
 
+_MAX_ITEMS = 64  # entries read from a shape, strides or box (the rest is an error)
+
+
+def _show(v: Any) -> str:
+    r = repr(v)
+    return r if len(r) <= 80 else r[:77] + "..."
+
+
+def _whole(v: Any) -> int | None:
+    """``v`` as an int where it is one (a Python or numpy integer, anything with
+    ``__index__``), else None: a bool, a float (2.5 is not truncated to 2), a string."""
+    if isinstance(v, (bool, np.bool_)):
+        return None
+    try:
+        return operator.index(v)
+    except TypeError:
+        return None
+
+
+def whole_numbers(v: Any, what: str, rank: int | None = None) -> tuple[int, ...]:
+    """``v``, a sequence of whole numbers (``rank`` of them where given), as ints; anything
+    else is an ``NbjitArgumentError`` naming ``what``."""
+    try:
+        items = list(itertools.islice(v, _MAX_ITEMS + 1))  # bounded: a tensor map has at most 5 axes
+    except TypeError:  # not iterable
+        items = None
+    out = None if items is None else [_whole(x) for x in items]
+    if out is None or None in out:
+        raise NbjitArgumentError(f"tensor map: {what} must be {'' if rank is None else f'{rank} '}integers, "
+                                 f"got {_show(v)}")
+    if len(out) > _MAX_ITEMS:
+        raise NbjitArgumentError(f"tensor map: {what} has more than {_MAX_ITEMS} entries; a tensor map has 1 to 5 "
+                                 "dimensions")
+    if rank is not None and len(out) != rank:
+        raise NbjitArgumentError(f"tensor map: {what} must be {rank} integers (one per axis of the "
+                                 f"{rank}-D array), got {len(out)}: {_show(v)}")
+    return tuple(x for x in out if x is not None)
+
+
 def _ints(v: Any, rank: int, what: str, default: int | None = None) -> tuple[int, ...]:
     if v is None and default is not None:
         return (default,) * rank
-    if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+    if _whole(v) is not None:
         v = (v,)
+    return whole_numbers(v, what, rank)
+
+
+def as_dtype(dtype: Any) -> np.dtype:
+    """``dtype`` as a numpy dtype in the machine's byte order (what the GPU reads); else
+    an ``NbjitArgumentError``."""
     try:
-        out = tuple(int(x) for x in v)
-    except (TypeError, ValueError):
-        raise NbjitArgumentError(f"tensor map: {what} must be {rank} integers (one per axis), got {v!r}") from None
-    if len(out) != rank or any(isinstance(x, bool) for x in v):
-        raise NbjitArgumentError(f"tensor map: {what} must be {rank} integers (one per axis of the "
-                                 f"{rank}-D array), got {v!r}")
-    return out
+        dt = np.dtype(dtype)
+    except Exception:  # numpy raises TypeError, ValueError, SyntaxError for what it cannot read
+        raise NbjitArgumentError(f"tensor map: {_show(dtype)} is not a numpy dtype") from None
+    if not dt.isnative:
+        raise NbjitArgumentError(f"tensor map: the elements are {dt.str} ({'big' if dt.byteorder == '>' else 'little'}"
+                                 "-endian), not in the GPU's byte order: convert the array (e.g. "
+                                 f"astype({dt.newbyteorder('=').str!r})) first")
+    return dt
 
 
 def plan_tiled(address: int, shape: tuple[int, ...], strides: tuple[int, ...] | None, dtype: Any,
@@ -87,8 +137,8 @@ def plan_tiled(address: int, shape: tuple[int, ...], strides: tuple[int, ...] | 
     rules; each breach is an ``NbjitArgumentError`` naming the rule and the axis.
     ``data_type`` names the driver's element type where the dtype does not say it
     (``"BFLOAT16"``, ``"FLOAT32_FTZ"``: a Triton kernel's own)."""
-    dt = np.dtype(dtype)
-    shape = tuple(int(s) for s in shape)
+    dt = as_dtype(dtype)
+    shape = whole_numbers(shape, "the shape")
     rank = len(shape)
     key = dt.str[1:] if dt.kind != "b" else "b1"
     if dt.name == "bfloat16" or str(dt) == "bfloat16":
@@ -107,12 +157,17 @@ def plan_tiled(address: int, shape: tuple[int, ...], strides: tuple[int, ...] | 
                                  f"has {rank}")
     size = dt.itemsize
     base = 32 if il == "32B" else 16
+    addr = _whole(address)
+    if addr is None or not 0 < addr < 1 << 64:
+        raise NbjitArgumentError(f"tensor map: the array's address {_show(address)} is not a device address (a "
+                                 "whole number from 1 to 2**64 - 1)")
+    address = addr
     if address % base:
         raise NbjitArgumentError(f"tensor map: the array's address {address:#x} is not {base}-byte aligned (the "
                                  f"driver needs {base}" + (" with interleave '32B'" if base == 32 else "") + ")")
     if strides is None:
         strides = tuple(int(np.prod(shape[i + 1:], dtype=np.int64)) * size for i in range(rank))
-    strides = tuple(int(s) for s in strides)
+    strides = whole_numbers(strides, "strides (bytes, one per axis)", rank)
     for ax, n in enumerate(shape):
         if not 1 <= n <= 1 << 32:
             raise NbjitArgumentError(f"tensor map: axis {ax} has {n} elements; each axis must have 1 to 2**32")
@@ -148,6 +203,54 @@ def plan_tiled(address: int, shape: tuple[int, ...], strides: tuple[int, ...] | 
         raise NbjitArgumentError(f"tensor map: oob_fill 'nan' is for floating-point arrays, not {dt}")
     return TensorMapPlan(data_type, rank, address, shape[::-1], strides[:-1][::-1], box_shape[::-1], es[::-1],
                          _INTERLEAVE[il], sw_name, _L2[l2], _OOB[oob], str(dt), shape, box_shape)
+
+
+_TYPESTR = re.compile(r"[<>|=][a-zA-Z]\d{1,3}(?:\[\w{1,8}\])?")
+_CAI_VERSIONS = range(0, 4)
+
+
+def plan_from_interface(cai: Any, box: Any, *, dtype: Any = None, data_type: str | None = None,
+                        **options: Any) -> TensorMapPlan:
+    """``plan_tiled`` for the array a ``__cuda_array_interface__`` dict describes (versions 0
+    to 3), each of its entries checked first: ``data`` (address, read-only flag), ``shape``,
+    ``typestr``, ``strides``, ``version``, ``mask``. ``dtype``, ``data_type``: the element
+    type where the array's own dtype says more than its typestr (bfloat16)."""
+    def bad(key: str, why: str) -> NbjitArgumentError:
+        return NbjitArgumentError(f"tensor map: the array's __cuda_array_interface__ {key!r} {why}")
+
+    if not isinstance(cai, Mapping):
+        raise NbjitArgumentError(f"tensor map: __cuda_array_interface__ must be a dict, not {type(cai).__name__}")
+    for key in ("version", "shape", "typestr", "data"):
+        if key not in cai:
+            raise bad(key, "is missing (it must hold version, shape, typestr and data)")
+    version = _whole(cai["version"])
+    if version not in _CAI_VERSIONS:
+        raise bad("version", f"is {_show(cai['version'])}; nbjit reads versions 0 to 3")
+    if cai.get("mask") is not None:
+        raise bad("mask", "is set: a masked array cannot be described by a tensor map")
+    data = cai["data"]
+    if not isinstance(data, (tuple, list)) or len(data) != 2:
+        raise bad("data", f"must be (address, read-only flag), got {_show(data)}")
+    if not isinstance(data[1], (bool, np.bool_)):
+        raise bad("data", f"must be (address, read-only flag): the flag is {_show(data[1])}, not True or False")
+    shape = cai["shape"]
+    if not isinstance(shape, (tuple, list)):
+        raise bad("shape", f"must be a tuple of whole numbers, got {_show(shape)}")
+    shape = whole_numbers(shape, "the shape")
+    strides = cai.get("strides")
+    if strides is not None:
+        if not isinstance(strides, (tuple, list)):
+            raise bad("strides", f"must be None or a tuple of whole numbers, got {_show(strides)}")
+        strides = whole_numbers(strides, "strides (bytes, one per axis)", len(shape))
+    typestr = cai["typestr"]
+    if not isinstance(typestr, str) or not _TYPESTR.fullmatch(typestr):
+        raise bad("typestr", f"is {_show(typestr)}, not a type string such as '<f4'")
+    own = as_dtype(typestr)
+    if dtype is not None and as_dtype(dtype).itemsize != own.itemsize:
+        raise bad("typestr", f"is {typestr!r} ({own.itemsize} bytes), but the array's dtype is {dtype} "
+                             f"({as_dtype(dtype).itemsize} bytes)")
+    return plan_tiled(data[0], shape, strides, own if dtype is None else dtype, box, data_type=data_type,
+                      **options)
 
 
 class TensorMap:

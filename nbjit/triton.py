@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import threading
 import warnings
 from dataclasses import dataclass, field
@@ -25,9 +26,9 @@ import numpy as np
 from . import _driver
 from .args import device_pointer
 from .errors import NbjitArgumentError, NbjitLaunchError, NbjitLoadError
-from .image import read_regular
+from .image import MAX_FILE_BYTES, read_regular
 from .kernel import keep_launcher
-from .tma import _SWIZZLE, TensorMap, plan_tiled
+from .tma import _SWIZZLE, TensorMap, plan_tiled, whole_numbers
 from .ptx import PtxInfo, inspect_ptx
 
 # Triton's launch metadata where a PTX's // meta: comments say nothing.
@@ -244,10 +245,7 @@ class TritonArtifacts:
         if self.ttir is None:
             return {}
         from .cdecl import CParam, triton_ir_signatures
-        try:
-            sigs = triton_ir_signatures(self.ttir.read_text(errors="replace"))
-        except OSError:
-            return {}
+        sigs = triton_ir_signatures(_read(self.ttir, TTIR_BYTES).decode(errors="replace"))
         names = ("global_scratch", "profile_scratch")[: self.meta.scratch_params]
         return {k: ("triton ir", v + tuple(CParam("void", True, False, n) for n in names))
                 for k, v in sigs.items() if k == self.meta.name}
@@ -255,6 +253,38 @@ class TritonArtifacts:
 
 def _no_constant(word: str):
     raise ValueError(f"{word} is not a JSON number")
+
+
+# Triton IR is read for its parameter types only: the largest kernels' is a few hundred KiB.
+TTIR_BYTES = 1 << 24
+
+
+def _read(path: Path, limit: int = MAX_FILE_BYTES) -> bytes:
+    """The bytes of one of a Triton kernel's files; what is not a regular file of at most
+    ``limit`` bytes is an ``NbjitLoadError`` naming it."""
+    try:
+        return read_regular(path, limit)
+    except OSError as e:
+        raise NbjitLoadError(f"{path}: cannot read: {e.strerror or e}") from None
+    except ValueError as e:
+        raise NbjitLoadError(f"{path}: {e}") from None
+
+
+def _beside(stem: Path, suffix: str) -> Path | None:
+    """``stem`` + ``suffix`` where that file exists. Something else of that name (a
+    directory, a FIFO, a device) is an ``NbjitLoadError``, found without opening it: a FIFO
+    would block whoever opens it to read."""
+    p = stem.with_suffix(suffix)
+    try:
+        mode = os.stat(p).st_mode
+    except OSError:  # absent, or a dangling link
+        return None
+    if not stat.S_ISREG(mode):
+        kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else \
+            "a device or other special file"
+        raise NbjitLoadError(f"{p}: {kind}, not a regular file: a Triton kernel's {suffix} is a file its compiler "
+                             "wrote (remove or replace this one)")
+    return p
 
 
 def read_triton(path: str | os.PathLike) -> TritonArtifacts:
@@ -265,14 +295,15 @@ def read_triton(path: str | os.PathLike) -> TritonArtifacts:
         jsons = [j for j in sorted(p.glob("*.json")) if not j.name.startswith("__grp__")]
         if not jsons:
             ptxs = sorted(p.glob("*.ptx"))
-            if len(ptxs) == 1:
-                return read_triton(ptxs[0])
-            raise NbjitLoadError(f"{p}: no Triton metadata (<name>.json) in this directory: give a Triton cache "
-                                 "entry's directory or its .json, or an image file (PTX, cubin, fatbin)")
-        if len(jsons) > 1:
+            if len(ptxs) != 1:
+                raise NbjitLoadError(f"{p}: no Triton metadata (<name>.json) in this directory: give a Triton "
+                                     "cache entry's directory or its .json, or an image file (PTX, cubin, fatbin)")
+            p = ptxs[0]  # read below as a file, whatever it turns out to be
+        elif len(jsons) > 1:
             raise NbjitLoadError(f"{p}: several kernels' metadata here ({', '.join(j.name for j in jsons)}): "
                                  "pass the .json of the one to load")
-        p = jsons[0]
+        else:
+            p = jsons[0]
     if not p.exists():
         raise NbjitLoadError(f"{p}: no such file or directory")
     if p.suffix == ".json":
@@ -282,22 +313,16 @@ def read_triton(path: str | os.PathLike) -> TritonArtifacts:
             raise NbjitLoadError(f"{p}: unreadable Triton metadata: {str(e)[:200]}") from None
         meta = _from_json(d, str(p))
         stem = p.parent / meta.name
-        cubin, ptx, ttir = (stem.with_suffix(x) if stem.with_suffix(x).exists() else None
-                            for x in (".cubin", ".ptx", ".ttir"))
+        cubin, ptx, ttir = (_beside(stem, x) for x in (".cubin", ".ptx", ".ttir"))
         if cubin is None and ptx is None:
             raise NbjitLoadError(f"{p}: neither {meta.name}.cubin nor {meta.name}.ptx is beside it")
         return TritonArtifacts(meta, cubin, ptx, ttir=ttir)
-    try:
-        data = read_regular(p)
-    except (OSError, ValueError) as e:
-        raise NbjitLoadError(f"{p}: cannot read: {e}") from None
+    data = _read(p)
     info = inspect_ptx(data, source=str(p))
     if not info.metadata:
         raise NbjitLoadError(f"{p}: PTX without '// meta:' comments and no Triton JSON beside it: load it with "
                              "nbjit.load() and launch it with explicit grid and block instead")
-    ttir = p.with_suffix(".ttir")
-    return TritonArtifacts(_from_ptx_comments(ptx_meta(info), str(p)), None, p, data,
-                           ttir=ttir if ttir.exists() else None)
+    return TritonArtifacts(_from_ptx_comments(ptx_meta(info), str(p)), None, p, data, ttir=_beside(p, ".ttir"))
 
 
 def launch_rules(meta: TritonMeta, params: Sequence[Param]) -> dict:
@@ -384,7 +409,7 @@ def _descriptor_args(a: Any, d: dict, kernel: str) -> tuple:
                                  f"{d['swizzle']!r}), not {type(a).__name__}")
     if getattr(a, "round_f32_to_tf32", False):
         raise NbjitArgumentError(f"{what}: round_f32_to_tf32 descriptors are not supported")
-    shape, strides = tuple(int(x) for x in a.shape), tuple(int(x) for x in a.strides)
+    shape, strides = whole_numbers(a.shape, f"{what}: its shape"), whole_numbers(a.strides, f"{what}: its strides")
     if len(shape) != n or len(strides) != n:
         raise NbjitArgumentError(f"{what}: the kernel takes a {n}-D descriptor, this one has shape {list(shape)} and "
                                  f"strides {list(strides)}")
@@ -580,7 +605,7 @@ def load_triton(path: str | os.PathLike) -> TritonKernel:
         except NbjitLoadError as e:  # e.g. a cubin for another chip: try the PTX
             errors.append(str(e))
     if art.ptx is not None:
-        data = art.ptx_text or read_regular(art.ptx)
+        data = art.ptx_text or _read(art.ptx)
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always", NbjitWarning)
             mod = load(Image(data, "ptx", str(art.ptx), declarations=decls))
@@ -598,7 +623,7 @@ def _kernel(mod, meta: TritonMeta, art: TritonArtifacts | None):
                              f"{', '.join(mod.kernels)}")
     extra = []
     if art is not None and art.ptx is not None:
-        data = art.ptx_text or read_regular(art.ptx)
+        data = art.ptx_text or _read(art.ptx)
         extra.append(("triton ptx", inspect_ptx(data, source=str(art.ptx)).entry(meta.name)))
     return mod._kernel(meta.name, extra_layouts=extra)
 
@@ -608,12 +633,12 @@ def describe(path: str | os.PathLike) -> dict:
     from .signature import typed_entries
 
     art = read_triton(path)
-    image = art.ptx_text or (read_regular(art.ptx) if art.ptx else None)
+    image = art.ptx_text or (_read(art.ptx) if art.ptx else None)
     if image is not None:
         info, label = inspect_ptx(image, source=str(art.ptx)), "ptx"
     else:
         from .cubin import inspect_cubin
-        info, label = inspect_cubin(read_regular(art.cubin), source=str(art.cubin)), "cubin"
+        info, label = inspect_cubin(_read(art.cubin), source=str(art.cubin)), "cubin"
     entry = next((e for e in info.entries if e.name == art.meta.name), None)
     if entry is None:
         raise NbjitLoadError(f"{path}: the metadata names kernel {art.meta.name!r}; the image has "

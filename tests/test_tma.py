@@ -95,6 +95,102 @@ def test_plan_read_from_the_array_interface():
         plan_for_array(np.zeros((4, 4), np.float32), (4, 4))
 
 
+def _interface(**change):
+    cai = {"shape": (100, 72), "typestr": "<f4", "data": (A, False), "strides": None, "version": 3}
+    cai.update(change)
+    return {k: v for k, v in cai.items() if v is not _DROP}
+
+
+_DROP = object()
+
+
+class Exported:
+    """A plain object carrying an array interface dict, as it is given."""
+
+    def __init__(self, cai):
+        self.__cuda_array_interface__ = cai
+
+
+@pytest.mark.parametrize("cai, match", [
+    ([("shape", (4,))], "__cuda_array_interface__ must be a dict, not list"),
+    (_interface(data=(None, False)), "the array's address None is not a device address \\(a whole number"),
+    (_interface(data=(-A, False)), f"the array's address {-A} is not a device address"),
+    (_interface(data=(2 ** 80, False)), "the array's address 1208925819614629174706176 is not"),
+    (_interface(data=(0, False)), "the array's address 0 is not"),
+    (_interface(data=(float(A), False)), f"the array's address {float(A)} is not"),
+    (_interface(data=(A,)), "'data' must be \\(address, read-only flag\\)"),
+    (_interface(data=A), "'data' must be \\(address, read-only flag\\)"),
+    (_interface(data=(A, "no")), "the flag is 'no', not True or False"),
+    (_interface(shape=_DROP), "'shape' is missing"),
+    (_interface(typestr=_DROP), "'typestr' is missing"),
+    (_interface(data=_DROP), "'data' is missing"),
+    (_interface(version=_DROP), "'version' is missing"),
+    (_interface(version=4), "'version' is 4; nbjit reads versions 0 to 3"),
+    (_interface(version="3"), "'version' is '3'"),
+    (_interface(version=True), "'version' is True"),
+    (_interface(mask=object()), "'mask' is set: a masked array cannot be described"),
+    (_interface(shape="ab"), "'shape' must be a tuple of whole numbers, got 'ab'"),
+    (_interface(shape=100), "'shape' must be a tuple"),
+    (_interface(shape=(100.5, 72)), "the shape must be integers, got \\(100.5, 72\\)"),
+    (_interface(shape=(100.0, 72)), "the shape must be integers"),
+    (_interface(shape=(True, 72)), "the shape must be integers"),
+    (_interface(shape=(2,) * 100, strides=None), "the shape has more than 64 entries"),
+    (_interface(strides=()), "strides \\(bytes, one per axis\\) must be 2 integers .* got 0"),
+    (_interface(strides=(288, 4, 4)), "must be 2 integers .* got 3"),
+    (_interface(strides=(288.0, 4)), "strides .* must be 2 integers"),
+    (_interface(strides="288"), "'strides' must be None or a tuple"),
+    (_interface(typestr="zz"), "'typestr' is 'zz', not a type string such as '<f4'"),
+    (_interface(typestr="f4"), "'typestr' is 'f4', not a type string"),
+    (_interface(typestr=4), "'typestr' is 4"),
+    (_interface(typestr="<q9"), "'<q9' is not a numpy dtype"),
+    (_interface(typestr="<f4" * 1000), "not a type string"),
+    (_interface(typestr=">f4"), "the elements are >f4 \\(big-endian\\), not in the GPU's byte order"),
+    (_interface(typestr="<c8"), "arrays of complex64 cannot be described"),
+    (_interface(typestr="|O8"), "arrays of object cannot be described"),
+])
+def test_a_malformed_array_interface_is_an_argument_error_before_the_driver(cai, match):
+    with pytest.raises(NbjitArgumentError, match=match):
+        plan_for_array(Exported(cai), (32, 32))
+
+
+@pytest.mark.parametrize("box, element_strides, match", [
+    ((32.5, 32), None, "box must be 2 integers, got \\(32.5, 32\\)"),
+    ((32.0, 32), None, "box must be 2 integers"),
+    (("32", 32), None, "box must be 2 integers"),
+    ((32, 32), (1, 1.5), "element_strides must be 2 integers"),
+    (32.0, None, "box must be 2 integers"),
+])
+def test_a_fractional_box_is_refused_not_truncated(box, element_strides, match):
+    with pytest.raises(NbjitArgumentError, match=match):
+        plan_for_array(Exported(_interface()), box, element_strides=element_strides)
+
+
+def test_plan_tiled_checks_what_it_is_given():
+    for address in (-A, 2 ** 80, 0, float(A), None):
+        with pytest.raises(NbjitArgumentError, match="is not a device address"):
+            plan_tiled(address, (100, 72), None, np.float32, (32, 32))
+    with pytest.raises(NbjitArgumentError, match="must be 2 integers"):
+        plan_tiled(A, (100, 72), (288, 4, 4), np.float32, (32, 32))
+    with pytest.raises(NbjitArgumentError, match="is not a numpy dtype"):
+        plan_tiled(A, (100, 72), None, "nonsense", (32, 32))
+    with pytest.raises(NbjitArgumentError, match="big-endian"):
+        plan_tiled(A, (100, 72), None, ">f4", (32, 32))
+
+
+@pytest.mark.parametrize("typestr, data_type", [
+    ("|u1", "UINT8"), ("|i1", "UINT8"), ("|b1", "UINT8"), ("<u2", "UINT16"), ("<i2", "UINT16"),
+    ("<u4", "UINT32"), ("<i4", "INT32"), ("<u8", "UINT64"), ("<i8", "INT64"), ("<f2", "FLOAT16"),
+    ("<f4", "FLOAT32"), ("<f8", "FLOAT64"), ("=f4", "FLOAT32"), (">u1", "UINT8")])
+def test_every_supported_typestr(typestr, data_type):
+    size = np.dtype(typestr).itemsize
+    for version in range(4):
+        for readonly in (False, True, np.bool_(True)):
+            cai = _interface(typestr=typestr, version=version, data=(np.uint64(A), readonly), shape=[64, 128],
+                             strides=[128 * size, size], mask=None)
+            p = plan_for_array(Exported(cai), (16, 64 // size))
+            assert (p.data_type, p.address, p.dims, p.strides) == (data_type, A, (128, 64), (128 * size,))
+
+
 def _tma_kernel_signatures():
     """The TMA fixture source compiled by NVRTC, as PTX and as a cubin: both typed."""
     src = (DATA / "src/tma.cu").read_text()

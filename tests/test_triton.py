@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
 import re
 import shutil
 import subprocess
@@ -120,6 +122,114 @@ def test_bad_inputs(tmp_path):
         read_triton(bad)
 
 
+
+# ------------------------------------------------------------------ what lies in a Triton directory
+
+def _finishes(fn, seconds: float = 60.0):
+    """``fn()``'s exception (or None), run in a child process of bounded memory: a reader
+    that blocks on a FIFO or reads /dev/zero without end fails the test instead of hanging
+    it or exhausting the machine's memory."""
+    import resource  # POSIX, as the FIFOs these tests make
+    ctx = multiprocessing.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+
+    def child():
+        resource.setrlimit(resource.RLIMIT_DATA, (2 << 30, 2 << 30))
+        try:
+            fn()
+            send.send(None)
+        except BaseException as e:  # noqa: BLE001 - handed to the test
+            send.send(e)
+    proc = ctx.Process(target=child)
+    proc.start()
+    try:
+        if not recv.poll(seconds):
+            pytest.fail(f"still running after {seconds} s: something opened a FIFO to read it")
+        return recv.recv()
+    finally:
+        proc.kill()
+        proc.join()
+
+
+def _entry(tmp_path, entry="add_kernel"):
+    d = tmp_path / entry
+    shutil.copytree(T / entry, d)
+    return d
+
+
+def _replace(path, what: str) -> None:
+    path.unlink()
+    if what == "fifo":
+        os.mkfifo(path)
+    elif what == "dir":
+        path.mkdir()
+    else:  # a link to a device that never ends
+        path.symlink_to("/dev/zero")
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo") or not os.path.exists("/dev/zero"), reason="POSIX only")
+@pytest.mark.parametrize("suffix", [".ttir", ".ptx", ".cubin"])
+@pytest.mark.parametrize("what,kind", [("fifo", "a FIFO"), ("dir", "a directory"),
+                                       ("zero", "a device or other special file")])
+def test_a_kernel_file_that_is_not_a_file_is_a_load_error(tmp_path, suffix, what, kind):
+    d = _entry(tmp_path)
+    f = d / f"add_kernel{suffix}"
+    _replace(f, what)
+    for call in (lambda: describe(d), lambda: read_triton(d / "add_kernel.json")):
+        e = _finishes(call)
+        assert isinstance(e, NbjitLoadError), repr(e)
+        assert str(e).startswith(f"{f}: {kind}, not a regular file"), str(e)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX only")
+def test_beside_a_ptx_with_meta_comments_too(tmp_path):
+    p = tmp_path / "softmax.ptx"
+    p.write_text("// meta:name=softmax_kernel\n" + (T / "softmax_kernel/softmax_kernel.ptx").read_text())
+    ttir = tmp_path / "softmax.ttir"
+    os.mkfifo(ttir)
+    e = _finishes(lambda: describe(p))
+    assert isinstance(e, NbjitLoadError) and f"{ttir}: a FIFO, not a regular file" in str(e), repr(e)
+    ttir.unlink()
+    ttir.mkdir()
+    with pytest.raises(NbjitLoadError, match="a directory, not a regular file"):
+        describe(p)
+    (tmp_path / "alone").mkdir()
+    os.mkfifo(tmp_path / "alone/k.ptx")  # a directory whose only .ptx is a FIFO
+    e = _finishes(lambda: describe(tmp_path / "alone"))
+    assert isinstance(e, NbjitLoadError) and "k.ptx: a FIFO, not a regular file" in str(e), repr(e)
+
+
+def test_a_directory_named_like_a_ptx(tmp_path):
+    (tmp_path / "x.ptx").mkdir()
+    with pytest.raises(NbjitLoadError, match=re.escape(f"{tmp_path / 'x.ptx'}: a directory, not a regular file")):
+        read_triton(tmp_path)
+    r = subprocess.run([sys.executable, "-m", "nbjit", "inspect", str(tmp_path)], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "a directory, not a regular file" in r.stderr
+
+
+def test_a_huge_ir_file_is_not_read(tmp_path):
+    d = _entry(tmp_path)
+    os.truncate(d / "add_kernel.ttir", 300 << 20)  # sparse: no disk used
+    with pytest.raises(NbjitLoadError, match=f"add_kernel.ttir: {300 << 20} bytes, more than nbjit reads"):
+        describe(d)
+
+
+@pytest.mark.parametrize("unit", ["tt.func @f(", "tt.func public @f(%a: i32, (", "(tt.func @f("])
+def test_ir_with_unclosed_parameter_lists_reads_in_linear_time(unit):
+    from conftest import assert_linear
+    from nbjit.cdecl import triton_ir_signatures
+    assert triton_ir_signatures(unit * 100) == {}
+    assert_linear(triton_ir_signatures, lambda n: unit * n, 6000)
+
+
+def test_ir_signatures_unchanged_after_an_unclosed_list():
+    from nbjit.cdecl import triton_ir_signatures
+    ir = (T / "add_kernel/add_kernel.ttir").read_text()
+    want = triton_ir_signatures(ir)
+    assert list(want) == ["add_kernel"] and len(want["add_kernel"]) == 5
+    assert triton_ir_signatures("tt.func @broken(%x: i32\n" + ir) == want
+
 def test_cli_inspect_triton():
     r = subprocess.run([sys.executable, "-m", "nbjit", "inspect", str(T / "matmul_kernel")], capture_output=True,
                        text=True, timeout=120)
@@ -225,6 +335,29 @@ def test_ptx_meta_fallbacks_are_tritons():
     assert m["num_warps"] == 2 and m["name"] == "k_all"  # k_weak .reqntid 8,4,2 = 64 threads, rounded up
 
 
+
+@pytest.mark.parametrize("block_comment", [False, True])
+def test_meta_comments_count_at_module_scope_whatever_else_the_file_holds(tmp_path, block_comment):
+    """A '// meta:' line inside a kernel's body counted only in a file with a /* */ comment
+    somewhere, so strip_debug (which removes the debug sections such a comment may sit in)
+    changed num_warps. Module scope only, whatever else the file holds."""
+    from nbjit import strip_debug
+    ptx = (T / "softmax_kernel/softmax_kernel.ptx").read_text()
+    body = ptx.index("{", ptx.index(".reqntid")) + 1
+    text = ("// meta:name=softmax_kernel\n" + ptx[:body] + "\n\t// meta:num_warps=2\n\t// TRITON_SHARED_MEM_BYTES: 64\n"
+            + ptx[body:] + "\n// meta:shared=32\n")
+    if block_comment:
+        at = text.index("{", text.index(".section\t.debug_str")) + 1
+        text = text[:at] + "\n/* the producer's note */" + text[at:]
+    stripped = strip_debug(text)
+    assert ("/*" in text, "/*" in stripped) == (block_comment, False)
+    for t in (text, stripped):
+        assert inspect_ptx(t).metadata == {"name": "softmax_kernel", "shared": 32}
+        p = tmp_path / "k.ptx"
+        p.write_text(t)
+        m = read_triton(p).meta
+        assert (m.name, m.num_warps, m.shared) == ("softmax_kernel", 8, 32)  # 8: .reqntid 256, not the body's 2
+
 # ------------------------------------------------------------------ host-side tensor descriptors
 
 def test_host_descriptors_found_among_the_parameters():
@@ -306,6 +439,11 @@ def test_a_descriptor_argument_becomes_tensor_map_shape_and_strides(monkeypatch)
         _descriptor_args(base, d, "k")
     with pytest.raises(NbjitArgumentError, match="axis 0 has a stride of 280 bytes"):
         _descriptor_args(HostDescriptor(base, (100, 70), (70, 1), (32, 64)), d, "k")
+    for shape, strides, bad in (((100.5, 72), (72, 1), "its shape must be integers"),
+                                ((100, 72), (72.0, 1), "its strides must be integers"),
+                                ((100, 72), (72, 1, 1), "the kernel takes a 2-D descriptor")):  # never truncated
+        with pytest.raises(NbjitArgumentError, match=rf"argument 0 \(a tensor descriptor\): {bad}"):
+            _descriptor_args(HostDescriptor(base, shape, strides, (32, 64)), d, "k")
     assert nbjit.TensorMap is TensorMap
 
 

@@ -101,7 +101,7 @@ from cuda.core.utils import FileStreamProgramCache
 mark("import numpy + cuda.core")
 dev = Device(); dev.set_current(); s = dev.create_stream()
 mark("context")
-bx = dev.allocate(N * 4); by = dev.allocate(N * 4)
+bx = dev.allocate(N * 4, stream=s); by = dev.allocate(N * 4, stream=s)
 mark("arrays")
 obj = Program(SRC, "c++", ProgramOptions(arch=f"sm_{dev.arch}")).compile("cubin", cache=FileStreamProgramCache(CACHE))
 k = obj.get_kernel("axpy")

@@ -1,11 +1,13 @@
 """C parameter types (nbjit.cdecl): demangled names, CUDA source declarations, Triton IR."""
 from __future__ import annotations
 
+import re
 
+import numpy as np
 import pytest
 
-from nbjit.cdecl import (CParam, demangle, demangled_text, element_of, parse_ctype, source_declarations,
-                         triton_ir_signatures)
+from nbjit.cdecl import (MAX_DEMANGLED, CParam, demangle, demangled_text, element_of, mangled_tree, parse_ctype,
+                         source_declarations, triton_ir_signatures)
 from nbjit.ptx import inspect_ptx
 
 from conftest import DATA  # noqa: E402
@@ -50,6 +52,59 @@ def test_numba_mangled_names_are_not_c_signatures():
     name = next(e.name for e in inspect_ptx((DATA / "numba/axpy_plain.ptx").read_text()).entries)
     d = demangle(name)
     assert d is None or len(d) == 4
+
+
+def nested_args(levels: int, first: int = 0) -> str:
+    """Mangled parameter types ``A<B, B>, A<A<B, B>, A<B, B>>, ...``: each level names the
+    one before twice by substitution, so the demangled text doubles per level. ``first``:
+    the substitutions the name makes before ``A``."""
+    def s(n):
+        return "S_" if n == 0 else f"S{np.base_repr(n - 1, 36)}_"
+    out = f"1AI1B{s(first + 1)}E"
+    for i in range(1, levels):
+        out += f"{s(first)}I{s(first + i + 1)}{s(first + i + 1)}E"
+    return out
+
+
+def nested_template(levels: int) -> str:
+    """The same types as a function template's arguments, the parameters naming them (T_)."""
+    return "_Z1fI" + nested_args(levels, 1) + "Ev" + "".join(f"T{np.base_repr(i - 1, 36) if i else ''}_"
+                                                              for i in range(levels))
+
+
+def test_fixture_names_read_as_the_demangler_reads_them():
+    """nbjit's linear walk over the demangler's tree gives the library's own tree."""
+    from itanium_demangler import parse
+    names = {m.decode() for f in DATA.rglob("*") if f.is_file() for m in re.findall(rb"_Z[\w$]+", f.read_bytes())}
+    names |= {"_Z4fillIdEvPT_S0_m", "_Z1fv", "_Z1f" + nested_args(6), nested_template(6),
+              "_Z3sumIJifdEEvDpT_", "_ZN2ns2opIfLi4EEEvPT_PKS1_i"}
+    assert len(names) > 100
+    for n in names:
+        try:
+            tree = parse(n)
+        except NotImplementedError:  # local names
+            tree = None
+        assert mangled_tree(n) == tree and demangled_text(n) == (None if tree is None else str(tree)), n
+    assert sum(mangled_tree(n) is not None for n in names) >= 30
+
+
+def nested_function(levels: int) -> str:
+    return "_Z1f" + nested_args(levels)
+
+
+@pytest.mark.parametrize("make,levels", [(nested_function, 16), (nested_template, 16), (nested_function, 400)])
+def test_names_standing_for_megabytes_give_no_types(make, levels):
+    """The issue's 173-byte name (16 levels: 786 KB demangled, 41 s in nbjit inspect) and a
+    4 KB one: no C types and no demangled text, the sizes counted without writing it out;
+    5 levels read as before."""
+    assert demangle(make(levels)) is None and demangled_text(make(levels)) is None
+    assert len(demangled_text(make(5))) < MAX_DEMANGLED and len(demangle(make(5))) == 5
+
+
+@pytest.mark.parametrize("make", [nested_function, nested_template])
+def test_demangling_is_linear(make):
+    from conftest import assert_linear
+    assert_linear(mangled_tree.__wrapped__, make, 300)
 
 
 def test_source_declarations():

@@ -8,13 +8,14 @@ guessed. ``signature.merge`` puts these facts together with the layouts of PTX a
 """
 from __future__ import annotations
 
+import bisect
 import functools
 import re
 from dataclasses import dataclass
 
 # patterns used on every call, compiled once at import
 _EXTERN_C = re.compile(r'extern\s+"C"')
-_TRAILING_NAME = re.compile(r"([A-Za-z_]\w*)\s*$")
+_TRAILING_NAME = re.compile(r"(?<!\w)([A-Za-z_]\w*)\s*$")  # (?<!\w): each word tried once
 _VOID = re.compile(r"\bvoid\b")
 _NOT_NEWLINE = re.compile(r"[^\n]")
 
@@ -327,41 +328,65 @@ def _from_node(node) -> CParam | None:
 
 # ------------------------------------------------------------------ CUDA C++ source
 
-_COMMENTS = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"', re.S)
+# Comments; strings and character literals stay as they are (a '/*' in one opens no
+# comment). An unterminated comment runs to the end, an unterminated string to the end of
+# its line, and a character literal is short: each match ends where the scan for it ends,
+# so no text is read twice.
+_COMMENTS = re.compile(r"""//[^\n]*|/\*(?:.*?\*/|.*)|"(?:\\.|[^"\\\n])*"?|'(?:\\.|[^'\\\n]){1,10}'""", re.S)
 _EXTERN_BLOCK = re.compile(r'extern\s+"C"\s*\{')
 _KERNEL = re.compile(r"__global__\b")
 _ATTRS = re.compile(r"\b(?:__launch_bounds__|__cluster_dims__|__maxnreg__|__attribute__)\s*\((?:[^()]|\([^()]*\))*\)")
-_PREPROCESSOR = re.compile(r"^[ \t]*#[^\n]*", re.M)
+# Preprocessor lines as a declaration's head holds them: the head runs from the last ';', '{'
+# or '}' to __global__, and its start counts as a line's.
+_PREPROCESSOR = re.compile(r"(?:^|(?<=[;{}]))[ \t]*#[^\n;{}]*", re.M)
 _QUALIFIERS = re.compile(r"\b(?:__restrict__|__restrict|restrict|__grid_constant__|volatile|struct|class|"
                          r"enum|register|__device__|__constant__|__shared__)\b")
+_TEMPLATE = re.compile("template")
+_HASH = re.compile("#")
+_DELIMITER = re.compile(r"[;{}]")
+_PAREN = re.compile(r"[()]")
+_BRACE = re.compile(r"[{}]")
+_MAX_PARAMS = 65536  # characters of a parameter list read at most
 
 
 def source_declarations(source: str) -> dict[str, tuple[CParam, ...]]:
     """The parameter types of the ``extern "C" __global__`` kernels a CUDA C++ source
     declares, where they can be read without a preprocessor (plain declarations; macros,
     templates and function-pointer parameters leave that kernel out). Templates and other
-    C++ kernels are typed from their mangled names instead."""
+    C++ kernels are typed from their mangled names instead. Time is linear in the source."""
     code = _ATTRS.sub(lambda m: " " * len(m.group()), _COMMENTS.sub(_blank_comment, source))
+    heads = _PREPROCESSOR.sub(lambda m: " " * len(m.group()), code)  # what a head says, offsets kept
+    delims = _starts(_DELIMITER, code)
+    externs = list(_EXTERN_C.finditer(heads))
+    templates, hashes = list(_TEMPLATE.finditer(heads)), list(_HASH.finditer(heads))
+    opens = [i for i in _starts(_PAREN, code) if code[i] == "("]
+    close_of = _matching(code, _PAREN, "(")
     spans = _extern_c_spans(code)
+    kernels = list(_KERNEL.finditer(code))
     out: dict[str, tuple[CParam, ...]] = {}
-    for m in _KERNEL.finditer(code):
-        head_start = max(code.rfind(";", 0, m.start()), code.rfind("}", 0, m.start()),
-                         code.rfind("{", 0, m.start())) + 1
-        head = _PREPROCESSOR.sub("", code[head_start:m.start()])
-        if not (_EXTERN_C.search(head) or _inside(spans, m.start())):
+    for k, m in enumerate(kernels):
+        j = bisect.bisect_left(delims, m.start())
+        head_start = delims[j - 1] + 1 if j else 0
+        if not (_any_within(externs, head_start, m.start()) or _inside(spans, m.start())):
             continue
-        if "template" in head or "#" in head:
+        if _any_within(templates, head_start, m.start()) or _any_within(hashes, head_start, m.start()):
             continue
-        open_ = code.find("(", m.end())
-        if open_ == -1:
+        o = bisect.bisect_left(opens, m.end())
+        if o == len(opens):
+            continue
+        open_ = opens[o]
+        # a ';', '{', '}' or another __global__ before the '(': this one declares nothing here
+        if (j < len(delims) and delims[j] < open_) or (k + 1 < len(kernels) and kernels[k + 1].start() < open_):
             continue
         decl = code[m.end():open_]
         name_m = _TRAILING_NAME.search(decl)
         if not name_m or "<" in decl or _VOID.search(decl) is None:
             continue
-        close = _matching_paren(code, open_)
-        if close is None:
+        close = close_of.get(open_)
+        if close is None or close - open_ >= _MAX_PARAMS:
             continue
+        if o + 1 < len(opens) and opens[o + 1] < close:
+            continue  # a '(' inside: function pointers, macros (as _param_list says)
         params = _param_list(code[open_ + 1:close])
         if params is not None:
             out[name_m.group(1)] = params
@@ -371,23 +396,49 @@ def source_declarations(source: str) -> dict[str, tuple[CParam, ...]]:
 def _blank_comment(m: re.Match) -> str:
     """Comments become blanks of the same length (offsets kept); strings stay."""
     s = m.group()
-    return s if s.startswith('"') else _NOT_NEWLINE.sub(" ", s)
+    return s if s[0] in "\"'" else _NOT_NEWLINE.sub(" ", s)
+
+
+def _starts(pattern: re.Pattern, text: str) -> list[int]:
+    return [m.start() for m in pattern.finditer(text)]
+
+
+def _any_within(matches: list[re.Match], lo: int, hi: int) -> bool:
+    """Whether one of ``matches`` (in order, not overlapping) lies within ``text[lo:hi]``."""
+    i = bisect.bisect_left(matches, lo, key=re.Match.start)
+    return i < len(matches) and matches[i].end() <= hi
+
+
+def _matching(text: str, pattern: re.Pattern, opener: str) -> dict[int, int]:
+    """``{position of an opening bracket: position of its closing one}`` for the brackets
+    ``pattern`` finds (one kind), in one pass; an unclosed one is left out."""
+    out, stack = {}, []
+    for m in pattern.finditer(text):
+        if text[m.start()] == opener:
+            stack.append(m.start())
+        elif stack:
+            out[stack.pop()] = m.start()
+    return out
 
 
 def _extern_c_spans(source: str) -> list[tuple[int, int]]:
-    spans = []
+    """The ``extern "C" { ... }`` blocks (an unclosed one runs to the end), merged where
+    they nest, in order."""
+    close_of = _matching(source, _BRACE, "{")
+    spans: list[tuple[int, int]] = []
     for m in _EXTERN_BLOCK.finditer(source):
-        depth, i = 1, m.end()
-        while i < len(source) and depth:
-            c = source[i]
-            depth += (c == "{") - (c == "}")
-            i += 1
-        spans.append((m.end(), i))
+        a, b = m.end(), close_of.get(m.end() - 1, len(source) - 1) + 1
+        if spans and a < spans[-1][1]:
+            spans[-1] = (spans[-1][0], max(spans[-1][1], b))
+        else:
+            spans.append((a, b))
     return spans
 
 
-def _inside(spans, pos: int) -> bool:
-    return any(a <= pos < b for a, b in spans)
+def _inside(spans: list[tuple[int, int]], pos: int) -> bool:
+    """Whether ``pos`` lies in one of ``spans`` (in order, not overlapping)."""
+    i = bisect.bisect_right(spans, pos, key=lambda s: s[0]) - 1
+    return i >= 0 and pos < spans[i][1]
 
 
 def _matching_paren(code: str, open_: int) -> int | None:

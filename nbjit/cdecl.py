@@ -115,6 +115,10 @@ def element_of(base: str) -> tuple[str, int | None]:
 # the text: a 173-byte name stands for megabytes. Past this a kernel's C types come from its
 # PTX or cubin alone (demangle and demangled_text say None), as for an extern "C" kernel.
 MAX_DEMANGLED = 1 << 16
+# A name nested in a name (``L_Z...E``, a template argument naming a function or object) is
+# read by the library's own top level, whose search for equal substitutions is quadratic:
+# only short ones are read.
+_LONG_NESTED_NAME = re.compile(r"L_Z[^E]{256}")
 
 
 @functools.lru_cache(maxsize=4096)
@@ -123,7 +127,7 @@ def mangled_tree(name: str):
     whose ``arg_tys`` are the parameter types), or None for a name the demangler cannot read
     or whose demangled text would pass ``MAX_DEMANGLED`` characters. Time and memory are
     linear in the name's length: the tree shares every substituted part."""
-    if not name.startswith("_Z") or "L_Z" in name:  # (names nested in names: see _parse)
+    if not name.startswith("_Z") or _LONG_NESTED_NAME.search(name):
         return None
     try:
         tree = _parse(name)
@@ -167,9 +171,8 @@ def _parse(name: str):
     """``itanium_demangler.parse`` with the library's own name and type readers, where its
     passes over the whole tree are linear: the library rewrites the tree as a tree (a
     shared part once per use, so 2**levels times) and looks for each new substitution by
-    comparing it with every earlier one. Names nested in names (``L_Z...E``) are read by the
-    library's own top level, so the caller leaves them out; RTTI, thunks and guard variables
-    are not kernels and give None."""
+    comparing it with every earlier one. (Names nested in names, ``L_Z...E``, are read by
+    the library's own top level.) RTTI, thunks and guard variables are not kernels: None."""
     import itanium_demangler as dm
     cursor = _linear_cursor_class()(name, 2)
     if dm._SPECIAL_RE.match(name, 2):

@@ -8,13 +8,14 @@ guessed. ``signature.merge`` puts these facts together with the layouts of PTX a
 """
 from __future__ import annotations
 
+import bisect
 import functools
 import re
 from dataclasses import dataclass
 
 # patterns used on every call, compiled once at import
 _EXTERN_C = re.compile(r'extern\s+"C"')
-_TRAILING_NAME = re.compile(r"([A-Za-z_]\w*)\s*$")
+_TRAILING_NAME = re.compile(r"(?<!\w)([A-Za-z_]\w*)\s*$")  # (?<!\w): each word tried once
 _VOID = re.compile(r"\bvoid\b")
 _NOT_NEWLINE = re.compile(r"[^\n]")
 
@@ -109,18 +110,41 @@ def element_of(base: str) -> tuple[str, int | None]:
 # ------------------------------------------------------------------ mangled names
 
 
+# The demangled text a mangled name may stand for, at most (an estimate from above). A
+# substitution names an earlier type in a few bytes, so each level of nesting can double
+# the text: a 173-byte name stands for megabytes. Past this a kernel's C types come from its
+# PTX or cubin alone (demangle and demangled_text say None), as for an extern "C" kernel.
+MAX_DEMANGLED = 1 << 16
+# A name nested in a name (``L_Z...E``, a template argument naming a function or object) is
+# read by the library's own top level, whose search for equal substitutions is quadratic:
+# only short ones are read.
+_LONG_NESTED_NAME = re.compile(r"L_Z[^E]{256}")
+
+
+@functools.lru_cache(maxsize=4096)
+def mangled_tree(name: str):
+    """The demangler's syntax tree of an Itanium-mangled function name (a ``FuncNode``
+    whose ``arg_tys`` are the parameter types), or None for a name the demangler cannot read
+    or whose demangled text would pass ``MAX_DEMANGLED`` characters. Time and memory are
+    linear in the name's length: the tree shares every substituted part."""
+    if not name.startswith("_Z") or _LONG_NESTED_NAME.search(name):
+        return None
+    try:
+        tree = _parse(name)
+        if tree is None or _text_size(tree, {}) > MAX_DEMANGLED:
+            return None
+    except Exception:  # (RecursionError included) not a name the demangler understands: its types stay unknown
+        return None
+    return tree
+
+
 @functools.lru_cache(maxsize=4096)
 def demangle(name: str) -> tuple[CParam, ...] | None:
     """The parameter types encoded in an Itanium-mangled kernel name (``_Z4fillIdEvPT_S0_m``
-    -> ``double*, double, unsigned long``), or None for a plain (``extern "C"``) name or one
-    the demangler cannot read."""
-    if not name.startswith("_Z"):
-        return None
-    try:
-        from itanium_demangler import parse
-        tree = parse(name)
-    except Exception:  # not a name the demangler understands: its types stay unknown
-        return None
+    -> ``double*, double, unsigned long``), or None for a plain (``extern "C"``) name, one
+    the demangler cannot read or one whose demangled text would pass ``MAX_DEMANGLED``
+    characters: that kernel's types are the PTX's or cubin's."""
+    tree = mangled_tree(name)
     args = getattr(tree, "arg_tys", None)
     if tree is None or getattr(tree, "kind", None) != "func" or args is None:
         return None
@@ -137,15 +161,153 @@ def demangle(name: str) -> tuple[CParam, ...] | None:
 
 @functools.lru_cache(maxsize=4096)
 def demangled_text(name: str) -> str | None:
-    """The demangled form of a mangled name (``fill<float>(float*, float, int)``), or None."""
-    if not name.startswith("_Z"):
+    """The demangled form of a mangled name (``fill<float>(float*, float, int)``), or None
+    (not a mangled name, unreadable, or longer than ``MAX_DEMANGLED`` characters)."""
+    tree = mangled_tree(name)
+    return None if tree is None else str(tree)
+
+
+def _parse(name: str):
+    """``itanium_demangler.parse`` with the library's own name and type readers, where its
+    passes over the whole tree are linear: the library rewrites the tree as a tree (a
+    shared part once per use, so 2**levels times) and looks for each new substitution by
+    comparing it with every earlier one. (Names nested in names, ``L_Z...E``, are read by
+    the library's own top level.) RTTI, thunks and guard variables are not kernels: None."""
+    import itanium_demangler as dm
+    cursor = _linear_cursor_class()(name, 2)
+    if dm._SPECIAL_RE.match(name, 2):
         return None
-    try:
-        from itanium_demangler import parse
-        tree = parse(name)
-        return None if tree is None else str(tree)
-    except Exception:  # unreadable: say nothing
-        return None
+    fname = dm._parse_name(cursor)
+    if fname is None or cursor.at_end():
+        return None if fname is None else _expand_packs(fname)
+    ret_ty = None
+    if fname.kind == "qual_name" and fname.value[-1].kind == "tpl_args" and \
+            fname.value[-2].kind not in ("ctor", "dtor", "oper_cast"):
+        ret_ty = dm._parse_type(cursor)
+        if ret_ty is None:
+            return None
+    arg_tys = []
+    while not cursor.at_end():
+        arg_ty = dm._parse_type(cursor)
+        if arg_ty is None:
+            return None
+        arg_tys.append(arg_ty)
+    func = dm.FuncNode("func", fname, tuple(arg_tys), ret_ty)
+    if fname.kind == "qual_name" and fname.value[-1].kind == "tpl_args":  # T_ -> the template's arguments
+        tpl_args = fname.value[-1].value
+
+        @_once_per_node
+        def expand_params(node):
+            if node.kind == "tpl_param" and node.value < len(tpl_args):
+                return tpl_args[node.value]
+            return node.map(expand_params)
+        func = expand_params(func)
+
+    return _expand_packs(func)
+
+
+def _expand_packs(tree):
+    """The library's ``_expand_arg_packs``: template argument packs spliced into the lists
+    that hold them."""
+    import itanium_demangler as dm
+
+    @_once_per_node
+    def expand(node):
+        if node.kind == "tpl_args":
+            flat = []
+            for arg in node.value:
+                flat += arg.value if arg.kind in ("tpl_arg_pack", "tpl_args") else [arg]
+            return dm.Node("tpl_args", tuple(map(expand, flat)))
+        if node.kind == "func":
+            node = node.map(expand)
+            flat = []
+            for a in node.arg_tys:
+                if a.kind == "expand_arg_pack" and a.value.kind == "rvalue" and \
+                        a.value.value.kind in ("tpl_arg_pack", "tpl_args"):
+                    flat += a.value.value.value
+                else:
+                    flat.append(a)
+            return node._replace(arg_tys=tuple(flat))
+        return node.map(expand)
+    return expand(tree)
+
+
+def _once_per_node(fn):
+    """``fn`` computed once per node object: a tree whose parts are shared is walked in
+    time linear in its distinct nodes, not in its size written out."""
+    done: dict[int, tuple] = {}
+
+    def once(node):
+        hit = done.get(id(node))
+        if hit is None:
+            hit = done[id(node)] = (node, fn(node))  # (node kept alive: its id is not reused)
+        return hit[1]
+    return once
+
+
+# Characters ``str()`` of a demangler node adds to its parts' (``"operator "``, ``"<>"``,
+# ``"::*"``); kinds not listed print as ``repr()``.
+_STR_EXTRA = {"name": 0, "builtin": 0, "qual_name": 0, "tpl_args": 2, "pointer": 1, "lvalue": 1, "rvalue": 2,
+              "cv_qual": 0, "abi": 0, "literal": 2, "tpl_param": 3, "subst": 3, "ctor": 8, "dtor": 8, "oper": 9,
+              "oper_cast": 9, "func": 5, "array": 4, "data": 4, "method": 4}
+
+
+def _text_size(x, sizes: dict, as_repr: bool = False) -> int:
+    """An upper bound of ``len(str(x))`` (``len(repr(x))`` with ``as_repr``) for a
+    demangler node, each distinct node sized once."""
+    if isinstance(x, str):
+        return 4 * len(x) + 2 if as_repr else len(x)
+    if isinstance(x, int):  # an array's length, a template parameter's number
+        return x.bit_length() // 3 + 2
+    if isinstance(x, frozenset):  # cv-qualifiers, ABI tags: " const", "[abi:v1]"
+        return 13 + sum(4 * len(q) + 4 for q in x) if as_repr else sum(len(q) + 6 for q in x)
+    if not isinstance(x, (tuple, list)):
+        return 4  # None
+    key = (id(x), as_repr)
+    hit = sizes.get(key)
+    if hit is None:
+        if not hasattr(x, "_fields"):  # a sequence of nodes, joined by ", " or "::"
+            n = 2 + sum(2 + _text_size(c, sizes, as_repr) for c in x)
+        elif as_repr or x.kind not in _STR_EXTRA:
+            n = 24 + len(x.kind) + sum(2 + _text_size(c, sizes, True) for c in x[1:])
+        else:
+            n = _STR_EXTRA[x.kind] + sum(_text_size(c, sizes) for c in x[1:])
+        hit = sizes[key] = (x, n)
+    return hit[1]
+
+
+def _structure_key(x, keys: dict[int, tuple], ids: dict) -> object:
+    """A value equal for two demangler nodes exactly where the nodes are equal (``==``),
+    found once per distinct node."""
+    if not isinstance(x, (tuple, list)):
+        return ("leaf", x)
+    hit = keys.get(id(x))
+    if hit is None:
+        k = (type(x) is list, tuple(_structure_key(c, keys, ids) for c in x))
+        hit = keys[id(x)] = (x, ids.setdefault(k, len(ids)))
+    return hit[1]
+
+
+@functools.cache
+def _linear_cursor_class():
+    import itanium_demangler as dm
+
+    class LinearCursor(dm._Cursor):
+        """The library's cursor, finding an equal earlier substitution by a dictionary
+        rather than by comparing the new one with each (deeply)."""
+
+        def __init__(self, raw: str, pos: int = 0):
+            super().__init__(raw, pos)
+            self._keys: dict[int, tuple] = {}
+            self._ids: dict = {}
+            self._known: set = set()
+
+        def add_subst(self, node):
+            k = _structure_key(node, self._keys, self._ids)
+            if k not in self._known:
+                self._known.add(k)
+                self._substs[len(self._substs)] = node
+    return LinearCursor
 
 
 def _from_node(node) -> CParam | None:
@@ -169,41 +331,65 @@ def _from_node(node) -> CParam | None:
 
 # ------------------------------------------------------------------ CUDA C++ source
 
-_COMMENTS = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"', re.S)
+# Comments; strings and character literals stay as they are (a '/*' in one opens no
+# comment). An unterminated comment runs to the end, an unterminated string to the end of
+# its line, and a character literal is short: each match ends where the scan for it ends,
+# so no text is read twice.
+_COMMENTS = re.compile(r"""//[^\n]*|/\*(?:.*?\*/|.*)|"(?:\\.|[^"\\\n])*"?|'(?:\\.|[^'\\\n]){1,10}'""", re.S)
 _EXTERN_BLOCK = re.compile(r'extern\s+"C"\s*\{')
 _KERNEL = re.compile(r"__global__\b")
 _ATTRS = re.compile(r"\b(?:__launch_bounds__|__cluster_dims__|__maxnreg__|__attribute__)\s*\((?:[^()]|\([^()]*\))*\)")
-_PREPROCESSOR = re.compile(r"^[ \t]*#[^\n]*", re.M)
+# Preprocessor lines as a declaration's head holds them: the head runs from the last ';', '{'
+# or '}' to __global__, and its start counts as a line's.
+_PREPROCESSOR = re.compile(r"(?:^|(?<=[;{}]))[ \t]*#[^\n;{}]*", re.M)
 _QUALIFIERS = re.compile(r"\b(?:__restrict__|__restrict|restrict|__grid_constant__|volatile|struct|class|"
                          r"enum|register|__device__|__constant__|__shared__)\b")
+_TEMPLATE = re.compile("template")
+_HASH = re.compile("#")
+_DELIMITER = re.compile(r"[;{}]")
+_PAREN = re.compile(r"[()]")
+_BRACE = re.compile(r"[{}]")
+_MAX_PARAMS = 65536  # characters of a parameter list read at most
 
 
 def source_declarations(source: str) -> dict[str, tuple[CParam, ...]]:
     """The parameter types of the ``extern "C" __global__`` kernels a CUDA C++ source
     declares, where they can be read without a preprocessor (plain declarations; macros,
     templates and function-pointer parameters leave that kernel out). Templates and other
-    C++ kernels are typed from their mangled names instead."""
+    C++ kernels are typed from their mangled names instead. Time is linear in the source."""
     code = _ATTRS.sub(lambda m: " " * len(m.group()), _COMMENTS.sub(_blank_comment, source))
+    heads = _PREPROCESSOR.sub(lambda m: " " * len(m.group()), code)  # what a head says, offsets kept
+    delims = _starts(_DELIMITER, code)
+    externs = list(_EXTERN_C.finditer(heads))
+    templates, hashes = list(_TEMPLATE.finditer(heads)), list(_HASH.finditer(heads))
+    opens = [i for i in _starts(_PAREN, code) if code[i] == "("]
+    close_of = _matching(code, _PAREN, "(")
     spans = _extern_c_spans(code)
+    kernels = list(_KERNEL.finditer(code))
     out: dict[str, tuple[CParam, ...]] = {}
-    for m in _KERNEL.finditer(code):
-        head_start = max(code.rfind(";", 0, m.start()), code.rfind("}", 0, m.start()),
-                         code.rfind("{", 0, m.start())) + 1
-        head = _PREPROCESSOR.sub("", code[head_start:m.start()])
-        if not (_EXTERN_C.search(head) or _inside(spans, m.start())):
+    for k, m in enumerate(kernels):
+        j = bisect.bisect_left(delims, m.start())
+        head_start = delims[j - 1] + 1 if j else 0
+        if not (_any_within(externs, head_start, m.start()) or _inside(spans, m.start())):
             continue
-        if "template" in head or "#" in head:
+        if _any_within(templates, head_start, m.start()) or _any_within(hashes, head_start, m.start()):
             continue
-        open_ = code.find("(", m.end())
-        if open_ == -1:
+        o = bisect.bisect_left(opens, m.end())
+        if o == len(opens):
+            continue
+        open_ = opens[o]
+        # a ';', '{', '}' or another __global__ before the '(': this one declares nothing here
+        if (j < len(delims) and delims[j] < open_) or (k + 1 < len(kernels) and kernels[k + 1].start() < open_):
             continue
         decl = code[m.end():open_]
         name_m = _TRAILING_NAME.search(decl)
         if not name_m or "<" in decl or _VOID.search(decl) is None:
             continue
-        close = _matching_paren(code, open_)
-        if close is None:
+        close = close_of.get(open_)
+        if close is None or close - open_ >= _MAX_PARAMS:
             continue
+        if o + 1 < len(opens) and opens[o + 1] < close:
+            continue  # a '(' inside: function pointers, macros (as _param_list says)
         params = _param_list(code[open_ + 1:close])
         if params is not None:
             out[name_m.group(1)] = params
@@ -213,23 +399,49 @@ def source_declarations(source: str) -> dict[str, tuple[CParam, ...]]:
 def _blank_comment(m: re.Match) -> str:
     """Comments become blanks of the same length (offsets kept); strings stay."""
     s = m.group()
-    return s if s.startswith('"') else _NOT_NEWLINE.sub(" ", s)
+    return s if s[0] in "\"'" else _NOT_NEWLINE.sub(" ", s)
+
+
+def _starts(pattern: re.Pattern, text: str) -> list[int]:
+    return [m.start() for m in pattern.finditer(text)]
+
+
+def _any_within(matches: list[re.Match], lo: int, hi: int) -> bool:
+    """Whether one of ``matches`` (in order, not overlapping) lies within ``text[lo:hi]``."""
+    i = bisect.bisect_left(matches, lo, key=re.Match.start)
+    return i < len(matches) and matches[i].end() <= hi
+
+
+def _matching(text: str, pattern: re.Pattern, opener: str) -> dict[int, int]:
+    """``{position of an opening bracket: position of its closing one}`` for the brackets
+    ``pattern`` finds (one kind), in one pass; an unclosed one is left out."""
+    out, stack = {}, []
+    for m in pattern.finditer(text):
+        if text[m.start()] == opener:
+            stack.append(m.start())
+        elif stack:
+            out[stack.pop()] = m.start()
+    return out
 
 
 def _extern_c_spans(source: str) -> list[tuple[int, int]]:
-    spans = []
+    """The ``extern "C" { ... }`` blocks (an unclosed one runs to the end), merged where
+    they nest, in order."""
+    close_of = _matching(source, _BRACE, "{")
+    spans: list[tuple[int, int]] = []
     for m in _EXTERN_BLOCK.finditer(source):
-        depth, i = 1, m.end()
-        while i < len(source) and depth:
-            c = source[i]
-            depth += (c == "{") - (c == "}")
-            i += 1
-        spans.append((m.end(), i))
+        a, b = m.end(), close_of.get(m.end() - 1, len(source) - 1) + 1
+        if spans and a < spans[-1][1]:
+            spans[-1] = (spans[-1][0], max(spans[-1][1], b))
+        else:
+            spans.append((a, b))
     return spans
 
 
-def _inside(spans, pos: int) -> bool:
-    return any(a <= pos < b for a, b in spans)
+def _inside(spans: list[tuple[int, int]], pos: int) -> bool:
+    """Whether ``pos`` lies in one of ``spans`` (in order, not overlapping)."""
+    i = bisect.bisect_right(spans, pos, key=lambda s: s[0]) - 1
+    return i >= 0 and pos < spans[i][1]
 
 
 def _matching_paren(code: str, open_: int) -> int | None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .cdecl import scalar_facts
+from .cdecl import MAX_DEMANGLED, mangled_tree, scalar_facts
 from .errors import NbjitLoadError
 from .signature import KernelInfo, KernelSignature, Param
 
@@ -28,6 +28,8 @@ __all__ = ["NumbaArray", "NumbaScalar", "NumbaAbiError", "from_mangled", "from_n
            "fields", "signature", "C_CONTIGUOUS", "F_CONTIGUOUS"]
 
 C_CONTIGUOUS, F_CONTIGUOUS = "C", "F"
+_LAYOUTS = ("C", "F", "A")
+MAX_NDIM = 64  # NumPy's limit (NPY_MAXDIMS)
 
 
 class NumbaAbiError(NbjitLoadError):
@@ -73,11 +75,10 @@ def is_numba_name(name: str) -> bool:
 def readable_name(name: str) -> str:
     """A Numba kernel's Python name from its mangled one (``__main__.axpy``), for messages;
     the mangled name where it cannot be read."""
-    try:
-        from itanium_demangler import parse
-        text = re.sub(r"\[abi:[^\]]*\]", "", str(parse(name).name))
-    except Exception:  # not a name the demangler reads
+    tree = mangled_tree(name)
+    if getattr(tree, "kind", None) != "func":  # not a name the demangler reads
         return name
+    text = re.sub(r"\[abi:[^\]]*\]", "", str(tree.name))
     return text.replace("::", ".").replace("_3clocals_3e", "<locals>") or name  # (Numba's escape of '<locals>')
 
 
@@ -97,22 +98,15 @@ def _dtype_of(node) -> np.dtype | None:
 def from_mangled(name: str) -> tuple:
     """The argument types a Numba-mangled kernel name encodes (``Array<float, 1, C, mutable,
     aligned>`` -> ``NumbaArray(float32, 1, "C")``); NumbaAbiError for a type nbjit cannot pass."""
-    try:
-        from itanium_demangler import parse
-        tree = parse(name)
-    except Exception as e:  # not a name the demangler reads
-        raise NumbaAbiError(f"kernel {name[:80]!r}: cannot read Numba's mangled name ({e})") from None
-    if tree is None or getattr(tree, "kind", None) != "func":
-        raise NumbaAbiError(f"kernel {name[:80]!r}: not a Numba kernel name")
+    tree = mangled_tree(name)
+    if getattr(tree, "kind", None) != "func":
+        raise NumbaAbiError(f"kernel {name[:80]!r}: not a Numba kernel name the demangler can read (an "
+                            f"Itanium-mangled function name whose demangled form is at most {MAX_DEMANGLED} "
+                            "characters)")
     out = []
     for i, node in enumerate(tree.arg_tys):
         if node.kind == "qual_name" and str(node.value[0]) == "Array":
-            args = node.value[1].value  # tpl_args
-            if len(args) < 4:
-                raise NumbaAbiError(f"kernel {name[:80]!r}: argument {i}: unexpected array type {node}")
-            ndim = int(str(args[1].value) if hasattr(args[1], "value") and args[1].kind == "literal" else
-                       re.sub(r"\D", "", str(args[1])))
-            out.append(NumbaArray(_dtype_of(args[0]), ndim, str(args[2]), str(args[3]) == "readonly"))
+            out.append(_array(name, i, node))
             continue
         dt = _dtype_of(node)
         if dt is None:
@@ -120,6 +114,24 @@ def from_mangled(name: str) -> tuple:
                                 "integers, floats, booleans and complex numbers (not tuples or records)")
         out.append(NumbaScalar(dt))
     return tuple(out)
+
+
+def _array(name: str, i: int, node) -> NumbaArray:
+    """Argument ``i``, an ``Array<dtype, ndim, layout, mutable|readonly, aligned>`` node."""
+    where = f"kernel {name[:80]!r}: argument {i}"
+    args = node.value[1].value if len(node.value) > 1 and node.value[1].kind == "tpl_args" else ()
+    if len(args) < 4:
+        raise NumbaAbiError(f"{where}: unexpected array type {str(node)[:80]} (Numba writes "
+                            "Array<dtype, ndim, layout, mutable|readonly, aligned>)")
+    nd = args[1]
+    text = str(nd.value) if nd.kind == "literal" else ""
+    if not (text.isascii() and text.isdigit() and len(text) <= 2 and int(text) <= MAX_NDIM):
+        raise NumbaAbiError(f"{where}: array ndim {str(nd)[:40]!r} is not a whole number from 0 to {MAX_NDIM} "
+                            "(Numba writes it as a literal, Li2E)")
+    layout = str(args[2])
+    if layout not in _LAYOUTS:
+        raise NumbaAbiError(f"{where}: array layout {layout[:40]!r} is not one of {', '.join(_LAYOUTS)}")
+    return NumbaArray(_dtype_of(args[0]), int(text), layout, str(args[3]) == "readonly")
 
 
 def from_numba_types(argtypes) -> tuple:

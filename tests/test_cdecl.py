@@ -1,11 +1,13 @@
 """C parameter types (nbjit.cdecl): demangled names, CUDA source declarations, Triton IR."""
 from __future__ import annotations
 
+import re
 
+import numpy as np
 import pytest
 
-from nbjit.cdecl import (CParam, demangle, demangled_text, element_of, parse_ctype, source_declarations,
-                         triton_ir_signatures)
+from nbjit.cdecl import (MAX_DEMANGLED, CParam, demangle, demangled_text, element_of, mangled_tree, parse_ctype,
+                         source_declarations, triton_ir_signatures)
 from nbjit.ptx import inspect_ptx
 
 from conftest import DATA  # noqa: E402
@@ -52,6 +54,78 @@ def test_numba_mangled_names_are_not_c_signatures():
     assert d is None or len(d) == 4
 
 
+def nested_args(levels: int, first: int = 0) -> str:
+    """Mangled parameter types ``A<B, B>, A<A<B, B>, A<B, B>>, ...``: each level names the
+    one before twice by substitution, so the demangled text doubles per level. ``first``:
+    the substitutions the name makes before ``A``."""
+    def s(n):
+        return "S_" if n == 0 else f"S{np.base_repr(n - 1, 36)}_"
+    out = f"1AI1B{s(first + 1)}E"
+    for i in range(1, levels):
+        out += f"{s(first)}I{s(first + i + 1)}{s(first + i + 1)}E"
+    return out
+
+
+def nested_template(levels: int) -> str:
+    """The same types as a function template's arguments, the parameters naming them (T_)."""
+    return "_Z1fI" + nested_args(levels, 1) + "Ev" + "".join(f"T{np.base_repr(i - 1, 36) if i else ''}_"
+                                                              for i in range(levels))
+
+
+def test_fixture_names_read_as_the_demangler_reads_them():
+    """nbjit's linear walk over the demangler's tree gives the library's own tree."""
+    from itanium_demangler import parse
+    names = {m.decode() for f in DATA.rglob("*") if f.is_file() for m in re.findall(rb"_Z[\w$]+", f.read_bytes())}
+    names |= {"_Z4fillIdEvPT_S0_m", "_Z1fv", "_Z1f" + nested_args(6), nested_template(6),
+              "_Z3sumIJifdEEvDpT_", "_ZN2ns2opIfLi4EEEvPT_PKS1_i", "_Z1kIL_Z1xEEvv", "_Z9VAL_Zerosv"}
+    assert len(names) > 100
+    for n in names:
+        try:
+            tree = parse(n)
+        except NotImplementedError:  # local names
+            tree = None
+        assert mangled_tree(n) == tree and demangled_text(n) == (None if tree is None else str(tree)), n
+    assert sum(mangled_tree(n) is not None for n in names) >= 30
+    # a name nested in a name is read by the library's own (quadratic) top level: short ones only
+    assert demangled_text("_Z1kIL_Z1xEEvv") == "void k<x>()"
+    assert mangled_tree("_Z1kIL_Z1g" + "P" * 300 + "iEEvv") is None
+
+
+def nested_function(levels: int) -> str:
+    return "_Z1f" + nested_args(levels)
+
+
+@pytest.mark.parametrize("make,levels", [(nested_function, 16), (nested_template, 16), (nested_function, 400)])
+def test_names_standing_for_megabytes_give_no_types(make, levels):
+    """The issue's 173-byte name (16 levels: 786 KB demangled, 41 s in nbjit inspect) and a
+    4 KB one: no C types and no demangled text, the sizes counted without writing it out;
+    5 levels read as before."""
+    assert demangle(make(levels)) is None and demangled_text(make(levels)) is None
+    assert len(demangled_text(make(5))) < MAX_DEMANGLED and len(demangle(make(5))) == 5
+
+
+def nvrtc_name(levels: int) -> str:
+    """NVRTC's name for ``k<T>`` of ``template <class T> __global__ void k(T*)`` where
+    ``typedef A<B, B> T0; typedef A<T0, T0> T1; ...``, T the last of ``levels`` + 1."""
+    return ("_Z1kI1AI" + "S0_I" * (levels - 1) + "1BS1_E" +
+            "".join(f"S{np.base_repr(i, 36)}_E" for i in range(2, levels + 1)) + "EvPT_")
+
+
+def test_nvrtc_name_of_a_template_over_16_typedef_levels_gives_no_types():
+    """The name NVRTC gives k<T15> (11.4 s in compile_image before, for 1.5 MB of text)."""
+    assert nvrtc_name(16) == ("_Z1kI1AIS0_IS0_IS0_IS0_IS0_IS0_IS0_IS0_IS0_IS0_IS0_IS0_IS0_IS0_IS0_I1BS1_ES2_ES3_ES4_E"
+                              "S5_ES6_ES7_ES8_ES9_ESA_ESB_ESC_ESD_ESE_ESF_ESG_EEvPT_")
+    assert demangle(nvrtc_name(16)) is None and demangled_text(nvrtc_name(16)) is None
+    assert demangled_text(nvrtc_name(2)) == "void k<A<A<B, B>, A<B, B>>>(A<A<B, B>, A<B, B>>*)"
+    assert texts(demangle(nvrtc_name(2))) == ["A<A<B, B>, A<B, B>>*"]
+
+
+@pytest.mark.parametrize("make", [nested_function, nested_template])
+def test_demangling_is_linear(make):
+    from conftest import assert_linear
+    assert_linear(mangled_tree.__wrapped__, make, 150)
+
+
 def test_source_declarations():
     src = r'''
 #include <cuda_fp16.h>
@@ -83,6 +157,40 @@ def test_source_declarations_of_the_fixture_source():
     assert texts(got["k_widths"])[:8] == ["signed char", "unsigned char", "short", "unsigned short", "int",
                                           "unsigned int", "long long", "unsigned long long"]
     assert "k_tmpl" not in got and "k_mangled" not in got  # C++ kernels: typed by their mangled names
+
+
+def test_character_literals_open_no_comment():
+    """'/*' is a character literal (valid CUDA): the kernels after it are read (before: a
+    comment to the end of the source, read again from each '/*': quadratic)."""
+    src = ('extern "C" __global__ void a(int* x) { x[0] = \'/*\'; x[1] = \'"\'; }\n'
+           'extern "C" __global__ void b(const char* s, int n) { }  // a \'*/\' here\n'
+           'extern "C" __global__ void c(float v) { } /* unterminated: the rest is a comment\n'
+           'extern "C" __global__ void d(float v) { }\n')
+    assert {k: texts(v) for k, v in source_declarations(src).items()} == {
+        "a": ["int*"], "b": ["const char*", "int"], "c": ["float"]}
+
+
+# Sources each of which took quadratic time (13.5 s for 48 KB of '/* ', 61.6 s for 176 KB of
+# '__global__', 9.3 s for a valid 115 KB source with '/*' character literals): n picked for
+# about 10 ms.
+SOURCE_FAMILIES = {
+    "unterminated_comment": (lambda n: "/* " * n, 12000),
+    "extern_c_blocks": (lambda n: 'extern "C" {' * n, 2000),
+    "global_words": (lambda n: "__global__ " * n, 4000),
+    "char_literals": (lambda n: "".join(f"extern \"C\" __global__ void k{i}(int* x) {{ x[0] = '/*'; }}\n"
+                                        for i in range(n)), 300),
+    "escaped_quotes": (lambda n: '"' + '\\"' * n, 20000),
+    "unclosed_parameter_lists": (lambda n: "__global__ void f(" * n, 2000),
+    "nested_parameter_lists": (lambda n: 'extern "C" __global__ void f(' * n + ")" * n, 600),
+    "long_word_before_the_name": (lambda n: 'extern "C" __global__ void ' + "a" * n + " b(int x) {}", 40000),
+}
+
+
+@pytest.mark.parametrize("family", SOURCE_FAMILIES)
+def test_source_declarations_linear_time_on_hostile_text(family):
+    from conftest import assert_linear
+    make, n = SOURCE_FAMILIES[family]
+    assert_linear(source_declarations, make, n)
 
 
 @pytest.mark.parametrize("text,want", [

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from nbjit import NbjitArgumentError, inspect_ptx
 from nbjit.args import ArgPacker
+from test_cdecl import nested_args
 from nbjit.numba_abi import (NumbaAbiError, NumbaArray, fields, from_mangled, from_numba_types,
                              is_numba_name, signature)
 
@@ -254,3 +255,39 @@ def test_messages_call_a_numba_kernel_by_its_python_name():
     local = itanium_mangler.mangle("pkg.mod.test_x.<locals>.axpy", [types.float32[::1], types.float32],
                                    abi_tags=("v1",))
     assert readable_name(local) == "pkg.mod.test_x.<locals>.axpy"
+
+
+A1 = "5ArrayIfLi1E1C7mutable7alignedE"
+
+
+@pytest.mark.parametrize("arg,msg", [
+    ("5ArrayIf1x1C7mutable7alignedE", r"argument 0: array ndim 'x' is not a whole number from 0 to 64"),
+    ("5ArrayIfLi" + "1" * 13 + "E1C7mutable7alignedE", r"array ndim '\(int\)1111111111111' is not a whole"),
+    ("5ArrayIfLi65E1C7mutable7alignedE", r"array ndim '\(int\)65' is not a whole number from 0 to 64"),
+    ("5ArrayIfLin1E1C7mutable7alignedE", r"array ndim '\(int\)n1'"),
+    ("5ArrayIfLi1E1Z7mutable7alignedE", r"argument 0: array layout 'Z' is not one of C, F, A"),
+    ("5ArrayIfLi1EE", r"argument 0: unexpected array type Array<float, \(int\)1> \(Numba writes Array<dtype"),
+])
+def test_bad_numba_array_types_in_a_name_are_refused(arg, msg):
+    """A hand-made name: each bad part is a NumbaAbiError naming kernel, argument and what
+    Numba writes (before: ValueError, a MemoryError from ndim=10**12 and layout Z taken)."""
+    name = "_ZN1m1kB2v1E" + arg + A1
+    with pytest.raises(NumbaAbiError, match=msg) as e:
+        from_mangled(name)
+    assert name[:40] in str(e.value)
+
+
+def test_numba_names_in_range_are_read():
+    name = "_ZN1m1kB2v1E5ArrayIfLi64E1F8readonly7alignedE5ArrayIdLi0E1A7mutable7alignedE"
+    assert from_mangled(name) == (NumbaArray(np.dtype("float32"), 64, "F", True),
+                                  NumbaArray(np.dtype("float64"), 0, "A"))
+
+
+def test_a_numba_name_standing_for_megabytes_is_refused():
+    """16 levels of nested substitutions double the demangled text per level (megabytes from
+    a 200-byte name): refused by its size, never written out (tests/test_cdecl.py times it)."""
+    from nbjit.numba_abi import readable_name
+    name = "_ZN1m1kB2v1E" + nested_args(16, first=1)
+    with pytest.raises(NumbaAbiError, match="demangled form is at most 65536 characters"):
+        from_mangled(name)
+    assert readable_name(name) == name

@@ -10,6 +10,7 @@ reinterpreting) or raise an ``NbjitArgumentError`` naming the kernel and paramet
 from __future__ import annotations
 
 import ctypes
+import sys
 import math
 import struct
 from typing import Any, Callable
@@ -18,7 +19,17 @@ import numpy as np
 
 from .errors import NbjitArgumentError
 from .signature import KernelSignature, Param
-from .tma import SIZE as TENSOR_MAP_SIZE, TensorMap, is_tensor_map_param
+
+
+def _tma():
+    from . import tma
+    return tma
+
+
+def _is_tensor_map(v) -> bool:
+    """Whether ``v`` is an ``nbjit.TensorMap`` (none exists before the tma module is imported)."""
+    tma = sys.modules.get("nbjit.tma")
+    return tma is not None and isinstance(v, tma.TensorMap)
 
 __all__ = ["ArgPacker", "device_pointer", "parse_signature", "declare"]
 
@@ -269,7 +280,8 @@ class _Rule:
         # dtypes (and dtype-less array types) already found to fit: shared with the C path,
         # which compares by identity; only ever appended to, and capped
         self.accepted: list = []
-        self.tensor_map = not p.pointer and is_tensor_map_param(size, p.align, p.ctype)
+        # (tensor maps are 128 bytes: the tma module is imported only for such a parameter)
+        self.tensor_map = not p.pointer and size == 128 and _tma().is_tensor_map_param(size, p.align, p.ctype)
         if t == "numba_array":
             self.fmt, self.fast, self.slow = f"{size}s", self.numba_array, self.numba_array
         elif t in ("c8", "c16"):
@@ -486,9 +498,10 @@ class _Rule:
 
     def tensor_map_value(self, v):
         """A ``const __grid_constant__ CUtensorMap``: an ``nbjit.TensorMap`` (or its 128 bytes)."""
-        if isinstance(v, TensorMap):
+        tma = _tma()
+        if isinstance(v, tma.TensorMap):
             return v.data
-        if isinstance(v, (bytes, bytearray, memoryview)) and len(v) == TENSOR_MAP_SIZE:
+        if isinstance(v, (bytes, bytearray, memoryview)) and len(v) == tma.SIZE:
             return bytes(v)
         raise ValueError(f"{type(v).__name__} is not a tensor map: this parameter takes one, made with "
                          "nbjit.tensor_map(array, box)")
@@ -568,7 +581,7 @@ class ArgPacker:
         out = []
         for i, (r, v) in enumerate(zip(self.rules, args)):
             try:
-                if isinstance(v, TensorMap) and not r.tensor_map:
+                if not r.tensor_map and _is_tensor_map(v):
                     raise ValueError("a tensor map fits only a 128-byte, 64-byte-aligned parameter passed by value "
                                      "(const __grid_constant__ CUtensorMap); this one is not (declare the kernel's "
                                      "signature where its image does not say)")

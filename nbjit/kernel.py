@@ -11,7 +11,7 @@ import functools
 import os
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -19,7 +19,9 @@ from . import _driver
 from .args import _EXTRACTORS, ArgPacker, array_element, device_pointer
 from .errors import NbjitArgumentError, NbjitLaunchError
 from .signature import KernelInfo, KernelSignature, Param
-from .tma import TensorMap, TensorMapPlan, plan_from_interface
+
+if TYPE_CHECKING:
+    from .tma import TensorMap, TensorMapPlan
 
 __all__ = ["Kernel", "KernelAttributes", "BoundLaunch", "tensor_map"]
 
@@ -477,6 +479,7 @@ def tensor_map(array: Any, box: Any, *, element_strides: Any = None, interleave:
     NbjitArgumentError: the array or tile breaks a rule of the driver's (alignment, strides,
     box sizes, swizzle span, ...): the message says which, and for which axis.
     """
+    from .tma import TensorMap
     plan = plan_for_array(array, box, element_strides=element_strides, interleave=interleave, swizzle=swizzle,
                           l2_promotion=l2_promotion, oob_fill=oob_fill)
     return TensorMap(_driver.encode_tensor_map_tiled(plan), plan, array)
@@ -485,6 +488,7 @@ def tensor_map(array: Any, box: Any, *, element_strides: Any = None, interleave:
 def plan_for_array(array: Any, box: Any, **options: Any) -> TensorMapPlan:
     """``tma.plan_from_interface`` for a device array (a Numba device array, or anything
     with ``__cuda_array_interface__``), its element type read as the packer reads it."""
+    from .tma import plan_from_interface
     try:
         cai = array.__cuda_array_interface__
     except AttributeError:

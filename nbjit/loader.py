@@ -14,14 +14,18 @@ PTX, and a ``debug`` target compiles unoptimised):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from .arch import Arch
 from .cubin import CubinInfo, inspect_cubin
 from .errors import NbjitLoadError
-from .fatbin import FatbinInfo, inspect_fatbin, select_entry
 from .image import Image
-from .ptx import PtxInfo, cuda_for_ptx, inspect_ptx, max_ptx_for_cuda, set_version, strip_debug
+
+if TYPE_CHECKING:
+    from .fatbin import FatbinInfo
+    from .ptx import PtxInfo
+# (the PTX and fatbin readers are imported where a plan needs them: loading a cubin, the warm
+# path of nbjit.compile, never does)
 
 __all__ = ["Plan", "Assemble", "plan"]
 
@@ -74,6 +78,7 @@ def plan(img: Image, cc: tuple[int, int], driver: int, *, keep_debug: bool = Fal
                 f"version at an equal or newer minor, 'a' builds only on their own chip): build it for {dev} or "
                 "load PTX instead")
         return Plan(img.data, "cubin", info)
+    from .fatbin import inspect_fatbin
     return _plan_fatbin(img, inspect_fatbin(img.data, source=img.name), cc, driver, keep_debug, nvjitlink)
 
 
@@ -83,6 +88,7 @@ def _assemble_target(cc: tuple[int, int], ptx_arch: Arch) -> str:
 
 
 def _plan_ptx(raw: bytes, name: str, cc, driver: int, keep_debug: bool, nvjitlink) -> Plan:
+    from .ptx import cuda_for_ptx, inspect_ptx, max_ptx_for_cuda, set_version, strip_debug
     text = raw.decode("utf-8", errors="strict").rstrip("\0") if isinstance(raw, bytes) else raw
     info = inspect_ptx(text, source=name)
     try:
@@ -118,6 +124,7 @@ def _plan_ptx(raw: bytes, name: str, cc, driver: int, keep_debug: bool, nvjitlin
 
 
 def _plan_fatbin(img: Image, fb: FatbinInfo, cc, driver, keep_debug, nvjitlink) -> Plan:
+    from .fatbin import select_entry
     entry = select_entry(fb.entries, cc)
     if entry is None:
         have = ", ".join(e.arch for e in fb.entries)

@@ -15,7 +15,6 @@ from . import _driver
 from .arch import Arch
 from .args import parse_signature
 from .cdecl import demangle, demangled_text
-from .numba_abi import is_numba_name
 from .errors import KernelNotFoundError, NbjitArgumentError, NbjitCompileError, NbjitLoadError, NbjitWarning
 from .compiler import SOURCE_SUFFIXES, compile_image, nvjitlink_version, one_or_many, option_list, source_text
 from .cubin import CubinInfo
@@ -510,13 +509,22 @@ def _image_source(img: Image) -> tuple[str, tuple[KernelInfo, ...]]:
     return img.kind, info.entries
 
 
+def _is_numba_name(name: str) -> bool:
+    """``numba_abi.is_numba_name``, importing that module only for a name mangled as a
+    namespace member (every Numba kernel's is)."""
+    if not name.startswith("_ZN"):
+        return False
+    from .numba_abi import is_numba_name
+    return is_numba_name(name)
+
+
 def _kernel_info(module: str, real: str, layouts: list, signature: str | None, extra: bool, decls: Mapping,
                  typed: Mapping, numba: Mapping) -> tuple[KernelInfo, KernelInfo, str | None]:
     """(kernel ``real``'s merged description, the image's parameter layout that the driver's
     must match, the name messages give it) from ``layouts`` [(source, KernelInfo)], the C
     declarations ``decls``, kernels already ``typed``, Numba argument types ``numba`` and the
     user's ``signature``. ``module`` names the image in errors."""
-    if is_numba_name(real) or real in numba:  # a @cuda.jit kernel: one argument per Python argument
+    if real in numba or _is_numba_name(real):  # a @cuda.jit kernel: one argument per Python argument
         from . import numba_abi
         try:
             image = merge(real, layouts)

@@ -94,6 +94,10 @@ print(sorted(set(n.__all__) - set(dir(n))), n.load.__module__, n.Module.__module
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
     assert out == ["['nbjit.errors']", "False False False", "[] nbjit.module nbjit.module"]
+    # loading a cubin or a warm nbjit.compile needs no PTX or fatbin reader, tensor maps or Numba's ABI
+    code = """import sys, nbjit; nbjit.compile; nbjit.load
+print(sorted(m for m in ("nbjit.ptx", "nbjit.fatbin", "nbjit.tma", "nbjit.numba_abi") if m in sys.modules))"""
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "[]\n"
     import nbjit
     with pytest.raises(AttributeError, match="module 'nbjit' has no attribute 'lod'"):
         getattr(nbjit, "lod")  # noqa: B009 (the module's own attribute look-up is the point)

@@ -46,33 +46,22 @@ x = cuda.to_device(np.ones(N, np.float32)); y = cuda.to_device(np.ones(N, np.flo
 mark("arrays")
 """
 
+# nbjit's part: its import, the kernel ({get}) and the first launch, each marked
+NBJIT = """\
+import nbjit
+mark("import nbjit")
+k = {get}
+mark("nbjit kernel")
+k[(N + 255) // 256, 256](np.float32(2), x, y, N); cuda.synchronize()
+mark("launch")
+"""
+
 VARIANTS = {
     "bare interpreter": "",
     "Numba arrays, no kernel": NUMBA_ARRAYS + "cuda.synchronize()\nmark('sync')\n",
-    "nbjit, warm cache": NUMBA_ARRAYS + """\
-import nbjit
-mark("import nbjit")
-k = nbjit.compile(SRC)["axpy"]
-mark("nbjit kernel")
-k[(N + 255) // 256, 256](np.float32(2), x, y, N); cuda.synchronize()
-mark("launch")
-""",
-    "nbjit, bundle": NUMBA_ARRAYS + """\
-import nbjit
-mark("import nbjit")
-k = nbjit.load_bundle(BUNDLE)["axpy"]
-mark("nbjit kernel")
-k[(N + 255) // 256, 256](np.float32(2), x, y, N); cuda.synchronize()
-mark("launch")
-""",
-    "nbjit, cold cache": NUMBA_ARRAYS + """\
-import nbjit
-mark("import nbjit")
-k = nbjit.compile(SRC)["axpy"]
-mark("nbjit kernel")
-k[(N + 255) // 256, 256](np.float32(2), x, y, N); cuda.synchronize()
-mark("launch")
-""",
+    "nbjit, warm cache": NUMBA_ARRAYS + NBJIT.format(get='nbjit.compile(SRC)["axpy"]'),
+    "nbjit, bundle": NUMBA_ARRAYS + NBJIT.format(get='nbjit.load_bundle(BUNDLE)["axpy"]'),
+    "nbjit, cold cache": NUMBA_ARRAYS + NBJIT.format(get='nbjit.compile(SRC)["axpy"]'),
     "Numba @cuda.jit(cache=True)": NUMBA_ARRAYS + """\
 @cuda.jit(cache=True)
 def axpy(a, x, y, n):

@@ -372,7 +372,8 @@ def _bundle(args) -> int:
     info = build_bundle(inputs, args.output, archs=args.arch or (), ptx=args.ptx or (), options=opts,
                         name_expressions=args.expr)
     for img in info.images:
-        print(f"{args.output}: {img.name}: {', '.join(img.archs)} ({len(img.kernels)} kernels)", file=sys.stderr)
+        n = len(img.kernels)
+        print(f"{args.output}: {img.name}: {', '.join(img.archs)} ({n} kernel{'s' * (n != 1)})", file=sys.stderr)
         for e, m in img.lowered_names.items():
             print(f"  {e} -> {m}", file=sys.stderr)
     return 0

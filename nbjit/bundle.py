@@ -133,6 +133,14 @@ def read_bundle(bundle: Any, name: str | None = None) -> BundleInfo:
     return _assemble(manifest, members, src)
 
 
+def _read_for_loading(bundle: Any) -> BundleInfo:
+    """``read_bundle`` without reading the kernels from the payloads (the digests prove the
+    payloads are the ones the bundle was built and checked with; loading reads its entry)."""
+    data, src = _bytes_of(bundle)
+    members, manifest = _members(data, src)
+    return _assemble(manifest, members, src, describe=False)
+
+
 def inspect_bundle(bundle: Any) -> BundleInfo:
     """What a bundle holds (images, their entries and kernels with their signatures): see
     ``read_bundle``."""
@@ -158,7 +166,7 @@ def load_bundle(bundle: Any, *, name: str | None = None, lazy: bool = False, kee
     """
     from .module import load
 
-    info = read_bundle(bundle)
+    info = _read_for_loading(bundle)
     img = _pick(info, name)
     return load(image_of(info, img), lazy=lazy, keep_debug=keep_debug)
 
@@ -276,8 +284,9 @@ def _escapes(name: str) -> bool:
     return name.startswith(("/", "\\")) or ".." in parts or (len(name) > 1 and name[1] == ":") or "\0" in name
 
 
-def _assemble(m: Any, members: dict[str, bytes], src: str) -> BundleInfo:
-    """The manifest ``m`` checked against the members: a BundleInfo."""
+def _assemble(m: Any, members: dict[str, bytes], src: str, describe: bool = True) -> BundleInfo:
+    """The manifest ``m`` checked against the members: a BundleInfo (with each image's
+    kernels read from its payloads where ``describe``)."""
     def fail(msg: str) -> BundleError:
         return BundleError(f"{src}: {MANIFEST}: {msg}")
 
@@ -293,7 +302,7 @@ def _assemble(m: Any, members: dict[str, bytes], src: str) -> BundleInfo:
         raise fail("no images")
     out, used = [], set()
     for i, d in enumerate(images):
-        img = _image(d, i, members, fail)
+        img = _image(d, i, members, fail, describe)
         if any(o.name == img.name for o in out):
             raise fail(f"two images are called {img.name!r}")
         used.update(e.file for e in img.entries)
@@ -310,7 +319,7 @@ def _str(v: Any, what: str, fail, optional: bool = False) -> Any:
     raise fail(f"{what} is {type(v).__name__}, not text")
 
 
-def _image(d: Any, i: int, members: dict[str, bytes], fail) -> BundleImage:
+def _image(d: Any, i: int, members: dict[str, bytes], fail, describe: bool = True) -> BundleImage:
     if not isinstance(d, dict):
         raise fail(f"image {i} is {type(d).__name__}, not an object")
     name = d.get("name")
@@ -346,7 +355,7 @@ def _image(d: Any, i: int, members: dict[str, bytes], fail) -> BundleImage:
     if triton is not None and not isinstance(triton, dict):
         raise bad("triton is not Triton's metadata object")
     producer = _str(d.get("producer"), "producer", bad, optional=True)
-    kernels = _kernels(name, got, decls, bad)
+    kernels = _kernels(name, got, decls, bad) if describe else ()
     return BundleImage(name, tuple(got), kernels, dict(lowered), decls, tuple(sources), tuple(options), producer,
                        d.get("toolchain"), triton)
 

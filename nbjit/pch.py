@@ -14,7 +14,6 @@ from __future__ import annotations
 import atexit
 import os
 import re
-import tempfile
 import threading
 
 from .errors import NbjitCompileError
@@ -204,6 +203,7 @@ class Store:
             d = None
         if d is None:
             if self._tmpdir is None:
+                import tempfile  # (only for a cache without a directory)
                 self._tmpdir = tempfile.mkdtemp(prefix=f"nbjit-pch-{os.getpid()}-")
             d = self._tmpdir
         return os.path.join(d, f"{os.getpid()}-{self.generation}-{key[:32]}{PCH_SUFFIX}")

@@ -26,7 +26,9 @@ Loading and launching (needs a GPU):
 
 Compiling (NVRTC; no GPU needed with an explicit arch) and the cache:
     compile(source, name=..., name_expressions=(), headers=None, include_paths=(), options=(),
-            arch=None, output="auto", lazy=False) -> Module
+            arch=None, output="auto", lazy=False, pch=None) -> Module
+                                        pch: NVRTC precompiled headers for heavy headers
+                                        (CUB, Thrust, cuda/std), per process; NBJIT_PCH=0: off
     compile_image(...same...) -> Image (.data, .kind, .arch, .lowered_names, .log)
     Cache(path), default_cache(), set_default_cache(cache)
 

@@ -40,6 +40,7 @@ except ImportError:  # not POSIX: no cross-process lock, each process compiles
     fcntl = None  # type: ignore[assignment]
 
 from .errors import NbjitCacheError
+from .pch import PCH_DIR, PCH_SUFFIX, writer_alive as _pch_writer_alive
 from .image import content_digest, content_hash, read_regular, read_regular_stat, write_output
 
 __all__ = ["Cache", "CacheEntry", "default_cache", "set_default_cache", "cache_key", "FORMAT_VERSION"]
@@ -370,6 +371,7 @@ class Cache:
             if strict:
                 raise NbjitCacheError(f"cannot read the cache directory {root}: {e.strerror or e}") from None
             return out
+        out.pch = _pch_files(os.path.join(root, PCH_DIR))
         for shard in shards:
             try:
                 with os.scandir(shard) as it:
@@ -400,7 +402,8 @@ class Cache:
         """Location, entries, writers' temporary files, bytes and limit."""
         listing = self._scan()
         return {"location": str(self.path) if self.path else None, "entries": len(listing.entries),
-                "bytes": listing.bytes, "temporary_files": len(listing.temporary), "max_bytes": self.max_bytes}
+                "bytes": listing.bytes, "temporary_files": len(listing.temporary), "max_bytes": self.max_bytes,
+                "pch_files": len(listing.pch), "pch_bytes": sum(p[1] for p in listing.pch)}
 
     def clear(self) -> int:
         """Remove every entry, lock files nobody holds, and temporary files whose writer is
@@ -638,6 +641,7 @@ class _Listing:
     entries: list = field(default_factory=list)
     temporary: list = field(default_factory=list)
     locks: list = field(default_factory=list)
+    pch: list = field(default_factory=list)  # NVRTC precompiled headers, each its making process's (see pch.py)
 
     @property
     def bytes(self) -> int:
@@ -651,13 +655,35 @@ _USAGE_LOCK = threading.Lock()
 
 
 def _reclaim(listing: _Listing, max_age: float) -> int:
-    """Remove temporary files whose writer process is gone, or older than ``max_age``;
-    returns the bytes freed."""
+    """Remove temporary files whose writer process is gone, or older than ``max_age``, and
+    precompiled headers whose process is gone (only it could use them); returns the bytes
+    of temporary files freed."""
     now, freed = time.time(), 0
     for t, size, mtime in listing.temporary:
         if (not _writer_alive(t.name) or now - mtime > max_age and max_age > 0) and _remove(t):
             freed += size
+    for p, _, _ in listing.pch:
+        if not _pch_writer_alive(p.name):
+            _remove(p)
     return freed
+
+
+def _pch_files(d: str) -> list[tuple[Path, int, float]]:
+    """(file, bytes, mtime) of the precompiled headers in ``d``."""
+    out = []
+    try:
+        with os.scandir(d) as it:
+            for e in it:
+                if e.name.endswith(PCH_SUFFIX):
+                    try:
+                        st = e.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    if stat.S_ISREG(st.st_mode):
+                        out.append((Path(e.path), st.st_size, st.st_mtime))
+    except OSError:
+        pass
+    return out
 
 
 def _new_temporary(f: Path) -> tuple[Path, int]:

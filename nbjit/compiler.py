@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from . import _facts
+from . import _facts, pch as _pch
 from .arch import Arch, existence_problem
 from .cache import Cache, CacheEntry, cache_key, default_cache
 from .cdecl import source_declarations
@@ -323,11 +323,11 @@ MAX_INCLUDED_FILES = 4096
 MAX_INCLUDED_BYTES = 256 << 20
 
 
-def _include_digest(texts, include_paths: list[str], name: str = "kernel.cu") -> list:
+def _include_digest(texts, include_paths: list[str], name: str = "kernel.cu", sizes: list | None = None) -> list:
     """Contents of the files a source may #include from the user's include directories,
     followed recursively: the cache key then changes when a header on disk does. Each file
     is read once, however it is spelled; a FIFO or device is refused (NVRTC would wait on
-    it or read it forever)."""
+    it or read it forever). ``sizes``: a list the bytes read are appended to."""
     if not include_paths:  # nothing on disk to follow
         return []
     seen: dict[str, str] = {}
@@ -355,6 +355,8 @@ def _include_digest(texts, include_paths: list[str], name: str = "kernel.cu") ->
                 except OSError:
                     continue
                 total += len(data)
+                if sizes is not None:
+                    sizes.append(len(data))
                 if len(real_seen) >= MAX_INCLUDED_FILES or total > MAX_INCLUDED_BYTES:
                     raise NbjitCompileError(f"{name}: its #includes reach more than {MAX_INCLUDED_FILES} files or "
                                             f"{MAX_INCLUDED_BYTES >> 20} MiB in {', '.join(include_paths)}")
@@ -449,7 +451,7 @@ def _arch_for(arch: str | None) -> str:
 def compile_image(source: str, *, name: str | None = None, name_expressions: Iterable[str] = (),
                   headers: Mapping[str, str] | None = None, include_paths: Iterable[str] = (),
                   options: Iterable[str] = (), arch: str | None = None, output: str = "auto",
-                  cache: Cache | None = None) -> Image:
+                  cache: Cache | None = None, pch: bool | str | None = None) -> Image:
     """Compile CUDA C++ with NVRTC to an ``Image`` (cubin or PTX), loading nothing: no GPU is
     needed when ``arch`` is given.
 
@@ -468,6 +470,11 @@ def compile_image(source: str, *, name: str | None = None, name_expressions: Ite
     output: ``"auto"`` (a cubin where this NVRTC can target the arch, else PTX), ``"cubin"``
         or ``"ptx"``.
     cache: a ``nbjit.Cache`` (default: ``nbjit.default_cache()``).
+    pch: NVRTC precompiled headers (12.8+): ``None`` follows ``NBJIT_PCH`` (unset: ``"auto"``,
+        for sources that include large headers such as CUB, Thrust or ``cuda/std``); ``True``
+        for any source that includes headers; ``False`` never. The first compile of a set of
+        headers in a process makes the PCH, later ones use it; the output is the same either
+        way (and so is the cache key).
 
     Raises
     ------
@@ -496,7 +503,8 @@ def compile_image(source: str, *, name: str | None = None, name_expressions: Ite
         hit = cache.recall(call) if call is not None else None
         if hit is not None:
             return hit
-    req = _request(source, name, name_expressions, headers, include_paths, options, arch, output)
+    req = _request(source, name, name_expressions, headers, include_paths, options, arch, output,
+                   _pch.pch_mode(pch), cache.path)
     key = _key(req)
     entry = cache.get_or_create(key, lambda: _with_facts(_run_nvrtc(req), req))
     decls, info, typed = _read_facts(entry)
@@ -631,10 +639,12 @@ class CompileRequest:
     user_dirs: tuple[str, ...]  # the user's include directories (their files go in the key)
     arch: str
     output: str
+    pch: str = "off"  # "auto", "on" or "off": whether NVRTC makes or uses a PCH (not in the key)
+    cache_dir: str | None = None  # where PCH files go (not in the key)
 
 
 def _request(source: str, name: str | None, name_expressions, headers, include_paths, options, arch,
-             output: str) -> CompileRequest:
+             output: str, pch: str = "off", cache_dir=None) -> CompileRequest:
     """The compile request, checked, with options normalised (no NVRTC needed)."""
     if output not in ("auto", "cubin", "ptx"):
         raise NbjitCompileError(f"output must be 'auto', 'cubin' or 'ptx', not {output!r}")
@@ -661,7 +671,7 @@ def _request(source: str, name: str | None, name_expressions, headers, include_p
     user_dirs = tuple(o.split("=", 1)[1] for o in opts if o.startswith("--include-path=") and o not in ours)
     opts += [o for o in ours if o not in opts]  # CUDA's headers, then CCCL's (<cub/...>, <cuda/std/...>)
     return CompileRequest(source, name or "kernel.cu", tuple(name_expressions), tuple(sorted(headers.items())),
-                          tuple(opts), user_dirs, a, output)
+                          tuple(opts), user_dirs, a, output, pch, None if cache_dir is None else os.fspath(cache_dir))
 
 
 def _key(req: CompileRequest) -> str:
@@ -714,13 +724,61 @@ def _nvrtc_arch(target: Arch, output: str, name: str, nvrtc: str) -> str:
 
 def _run_nvrtc(req: CompileRequest):
     """Run NVRTC on a request: a CacheEntry (cubin or PTX), or CompileFailure."""
-    source, name, exprs, headers, opts, arch, output = (req.source, req.name, req.expressions, dict(req.headers),
-                                                        list(req.options), req.arch, req.output)
     N = _nvrtc()
+    major, minor = nvrtc_version()
+    arch = _nvrtc_arch(Arch.parse(req.arch), req.output, req.name, f"NVRTC {major}.{minor}")
+    full = [f"-arch={arch}", *req.options]
+    plan = _pch_plan(req, arch, (major, minor))
+    if plan is None:
+        return _nvrtc_compile(N, req, arch, full, None)
+    with _pch.STORE.lock:  # one PCH heap per process: its files and size change under this lock
+        return _nvrtc_compile(N, req, arch, full, plan)
+
+
+def _pch_supported(version: tuple[int, int]) -> bool:
+    """Whether this NVRTC (12.8+) and cuda.bindings have precompiled headers."""
+    if version < (12, 8):
+        return False
+    from cuda.bindings import nvrtc as N
+    return all(hasattr(N, f) for f in ("nvrtcGetPCHCreateStatus", "nvrtcGetPCHHeapSizeRequired",
+                                       "nvrtcSetPCHHeapSize", "nvrtcGetPCHHeapSize"))
+
+
+def _pch_plan(req: CompileRequest, arch: str, version: tuple[int, int]) -> str | None:
+    """The PCH key of a compile that gets a PCH (made or used), else None."""
+    if req.pch == "off" or _pch.user_pch_option(req.options):
+        return None
+    prefix = _pch.header_prefix(req.source)
+    if not _pch.includes(prefix) or not _pch_supported(version):
+        return None
+    sizes: list[int] = []
+    texts = [prefix, *(t for _, t in req.headers)]
+    includes = _include_digest(texts, list(req.user_dirs), req.name, sizes)
+    if not _pch.worth_it(req.pch, prefix, sum(sizes)):
+        return None
+    cccl = _cccl()
+    key = cache_key({
+        "producer": "nvrtc-pch", "toolchain": _toolchain_fingerprint(), "cccl": cccl[1] if cccl else None,
+        "cuda_headers": _cuda_headers_id(), "prefix": prefix, "name": req.name,
+        "headers": [list(h) for h in req.headers], "options": _portable_options(req.options), "arch": arch,
+        "includes": includes,
+    })
+    return key
+
+
+def _nvrtc_compile(N, req: CompileRequest, arch: str, full: list[str], plan):
+    """One NVRTC compile of ``req`` with the options ``full``; with ``plan`` (a PCH key),
+    making or using that PCH (under ``pch.STORE.lock``)."""
+    source, name, exprs, headers, output = req.source, req.name, req.expressions, dict(req.headers), req.output
     ok = N.nvrtcResult.NVRTC_SUCCESS
     major, minor = nvrtc_version()
-    arch = _nvrtc_arch(Arch.parse(arch), output, name, f"NVRTC {major}.{minor}")
-    full = [f"-arch={arch}", *opts]
+    store, pch_file, making = _pch.STORE, None, False
+    if plan is not None:
+        pch_file = store.get(plan)
+        if pch_file is None:
+            making, pch_file = True, store.path_for(plan, req.cache_dir)
+            _pch_heap(N, store)
+    opts = full + ([f"--create-pch={pch_file}" if making else f"--use-pch={pch_file}"] if pch_file else [])
     err, prog = N.nvrtcCreateProgram(source.encode(), name.encode(), len(headers),
                                      [t.encode() for t in headers.values()], [k.encode() for k in headers])
     if err != ok:
@@ -728,8 +786,10 @@ def _run_nvrtc(req: CompileRequest):
     try:
         for e in exprs:
             N.nvrtcAddNameExpression(prog, e.encode())
-        res = N.nvrtcCompileProgram(prog, len(full), [o.encode() for o in full])[0]
+        res = N.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])[0]
         log = _nvrtc_log(N, prog)
+        if pch_file is not None:
+            log = _pch_outcome(N, prog, store, plan, pch_file, making, res == ok, log)
         if res != ok:
             raise CompileFailure(name, source, full, log, f"NVRTC {major}.{minor}", _header_hint(log))
         names = {}
@@ -751,6 +811,43 @@ def _run_nvrtc(req: CompileRequest):
         return CacheEntry(kind, arch, bytes(payload), names, log, f"NVRTC {major}.{minor}")
     finally:
         N.nvrtcDestroyProgram(prog)
+
+
+def _pch_heap(N, store) -> None:
+    """Before this process's first PCH: a heap large enough for CCCL's headers (NVRTC's
+    default is not). Resizing voids every PCH made before, so it happens while there is none."""
+    if store.heap_set or store.files:
+        return
+    store.heap_set = True
+    err, size = N.nvrtcGetPCHHeapSize()
+    if err == N.nvrtcResult.NVRTC_SUCCESS and size < _pch.HEAP_BYTES:
+        N.nvrtcSetPCHHeapSize(_pch.HEAP_BYTES)
+
+
+def _pch_outcome(N, prog, store, key: str, pch_file: str, making: bool, compiled: bool, log: str) -> str:
+    """Record what became of a compile's PCH; its log without NVRTC's PCH lines."""
+    log, said = _pch.clean_log(log)
+    if making:
+        status = N.nvrtcGetPCHCreateStatus(prog)[0]
+        if status == N.nvrtcResult.NVRTC_SUCCESS and compiled and os.path.isfile(pch_file):
+            store.add(key, pch_file)
+            return log
+        _pch._remove(pch_file)
+        if status == N.nvrtcResult.NVRTC_ERROR_PCH_CREATE_HEAP_EXHAUSTED:
+            err, required = N.nvrtcGetPCHHeapSizeRequired(prog)
+            if err == N.nvrtcResult.NVRTC_SUCCESS and required:
+                store.resized()  # every PCH made in the old heap is void; the next compile makes this one
+                N.nvrtcSetPCHHeapSize(_pch.heap_for(required))
+        return log
+    if said.get("used") == pch_file:
+        store.stats["used"] += 1
+    elif 20282 in said["refused"]:  # the heap was resized by someone else: every PCH of ours is void
+        store.stats["refused"] += 1
+        store.resized()
+    else:  # its headers or options did not match after all (NVRTC compiled without it): make it again
+        store.stats["refused"] += 1
+        store.forget(key)
+    return log
 
 
 _MISSING_HEADER = re.compile(r'cannot open source file "([^"\n]+)"')

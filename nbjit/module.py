@@ -601,11 +601,12 @@ def _verify(entry: KernelInfo, driver_params: list[tuple[int, int]], source: str
 def compile(source: str, *, name: str | None = None, name_expressions: Iterable[str] = (),
             headers: Mapping[str, str] | None = None, include_paths: Iterable[str] = (),
             options: Iterable[str] = (), arch: str | None = None, output: str = "auto", keep_debug: bool = False,
-            cache: Any = None, lazy: bool = False) -> "Module":
+            cache: Any = None, lazy: bool = False, pch: bool | str | None = None) -> "Module":
     """Compile CUDA C++ with NVRTC (through the disk cache) and load it into the current
     Numba context. Arguments as for ``nbjit.compile_image``; ``module["fill<float>"]``
     then finds a kernel by the name expression written. ``lazy=True`` (with an explicit
-    ``arch`` where there is no GPU) loads on first use, as ``nbjit.load(..., lazy=True)``."""
+    ``arch`` where there is no GPU) loads on first use, as ``nbjit.load(..., lazy=True)``.
+    ``pch``: NVRTC precompiled headers, as for ``compile_image`` (they change no output)."""
     if keep_debug is not False or lazy is not False:  # (the defaults: nothing to check)
         keep_debug, lazy = _flag(keep_debug, "keep_debug", NbjitCompileError), _flag(lazy, "lazy", NbjitCompileError)
     if type(source) is not str or source[-1:] in _PATH_ENDS:  # a file's path: its text (and its directory)
@@ -633,7 +634,7 @@ def compile(source: str, *, name: str | None = None, name_expressions: Iterable[
         if arch is None:  # the device of the context the module loads into
             target = str(Arch.parse(_driver.context_cc(ctx)))
     img = compile_image(source, name=name, name_expressions=exprs, headers=headers, include_paths=include_paths,
-                        options=opts, arch=target, output=output, cache=cache)
+                        options=opts, arch=target, output=output, cache=cache, pch=pch)
     mod = Module._pending(img, keep_debug) if lazy else _load_into(img, ctx, keep_debug)
     if remember:
         call = (source, name, exprs, tuple(sorted(headers.items())) if headers else (), opts, arch, output,

@@ -67,3 +67,48 @@ def test_warm_cache_in_a_fresh_process(tmp_path):
                            timeout=300)
         assert r.returncode == 0, r.stderr
         assert r.stdout.strip() == "1"
+
+
+CUB_SRC = r'''
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_radix_sort.cuh>
+
+template <typename T, int BLOCK, int ITEMS>
+__global__ void reduce_sort(const T* in, T* out, T* sums) {
+  using Reduce = cub::BlockReduce<T, BLOCK>;
+  using Sort = cub::BlockRadixSort<T, BLOCK, ITEMS>;
+  __shared__ union { typename Reduce::TempStorage r; typename Sort::TempStorage s; } tmp;
+  T items[ITEMS];
+  for (int i = 0; i < ITEMS; ++i) items[i] = in[(blockIdx.x * BLOCK + threadIdx.x) * ITEMS + i];
+  T s = Reduce(tmp.r).Sum(items[0]);
+  __syncthreads();
+  Sort(tmp.s).Sort(items);
+  for (int i = 0; i < ITEMS; ++i) out[(blockIdx.x * BLOCK + threadIdx.x) * ITEMS + i] = items[i];
+  if (threadIdx.x == 0) sums[blockIdx.x] = s;
+}
+'''
+
+
+@pytest.mark.parametrize("pch", [True, False])
+def test_cub_kernels_compiled_with_and_without_a_pch_run_alike(cuda, tmp_path, pch):
+    """Two instantiations of a CUB source: with pch=True the second uses the PCH the first
+    made; each sorts its block and sums the first items as CUB says, either way."""
+    from nbjit import pch as P
+    cache = nbjit.Cache(tmp_path)
+    used = P.STORE.stats["used"]
+    m1 = nbjit.compile(CUB_SRC, name="cub_rs.cu", name_expressions=["reduce_sort<int, 128, 4>"], cache=cache, pch=pch)
+    m2 = nbjit.compile(CUB_SRC, name="cub_rs.cu", name_expressions=["reduce_sort<float, 128, 4>"], cache=cache,
+                       pch=pch)
+    assert (P.STORE.stats["used"] > used) == pch
+    rng = np.random.default_rng(1)
+    for m, expr, dtype in ((m1, "reduce_sort<int, 128, 4>", np.int32), (m2, "reduce_sort<float, 128, 4>", np.float32)):
+        blocks = 3
+        x = rng.integers(-1000, 1000, blocks * 128 * 4).astype(dtype)
+        out = cuda.device_array_like(x)
+        sums = cuda.device_array(blocks, dtype)
+        m[expr][blocks, 128](cuda.to_device(x), out, sums)
+        got = out.copy_to_host().reshape(blocks, 128 * 4)
+        # BlockRadixSort with a blocked arrangement: each block's 512 items sorted
+        np.testing.assert_array_equal(got, np.sort(x.reshape(blocks, 128 * 4), axis=1))
+        first = x.reshape(blocks, 128, 4)[:, :, 0]
+        np.testing.assert_allclose(sums.copy_to_host(), first.sum(axis=1, dtype=np.float64).astype(dtype))

@@ -763,6 +763,11 @@ def _pch_plan(req: CompileRequest, arch: str, version: tuple[int, int]) -> str |
         "headers": [list(h) for h in req.headers], "options": _portable_options(req.options), "arch": arch,
         "includes": includes,
     })
+    if req.pch == "auto" and key not in _pch.STORE.seen and _pch.STORE.get(key) is None:
+        # a PCH serves this process only, and making one costs its compile a quarter more and
+        # a file of up to hundreds of MB: "auto" makes it when the same headers come a second time
+        _pch.STORE.seen.add(key)
+        return None
     return key
 
 

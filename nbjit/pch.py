@@ -184,6 +184,7 @@ class Store:
     def __init__(self) -> None:
         self.lock = threading.RLock()
         self.files: dict[str, str] = {}
+        self.seen: set[str] = set()  # keys "auto" compiled once without a PCH (the second makes one)
         self.generation = 0  # bumped when the heap is resized: every PCH made before is void
         self.heap_set = False
         self.stats = {"created": 0, "used": 0, "refused": 0, "heap_resized": 0}

@@ -38,13 +38,16 @@ needs_pch = pytest.mark.skipif(not _nvrtc_has_pch(), reason="NVRTC 12.8+ (precom
 def store():
     """The process's PCH store, emptied before and after (its counters as they were)."""
     P.STORE.forget_all()
+    P.STORE.seen.clear()
     before = dict(P.STORE.stats)
     yield P.STORE
     P.STORE.forget_all()
+    P.STORE.seen.clear()
     P.STORE.stats.update(before)
 
 
 def _fill(cache, t, **kw):
+    kw.setdefault("pch", True)  # (the tests of "auto" say so)
     return C.compile_image(SRC, name="fill.cu", name_expressions=[f"fill<{t}>"], arch="sm_90", cache=cache, **kw)
 
 
@@ -120,13 +123,15 @@ def test_nvrtc_pch_lines_leave_the_log():
 def test_a_later_compile_uses_the_pch_and_gives_the_same_output(tmp_path, store, monkeypatch):
     monkeypatch.delenv(P.PCH_ENV, raising=False)
     cache = Cache(tmp_path / "c")
-    first = _fill(cache, "int")  # makes the PCH (cuda/std: a heavy header, so "auto" takes it)
-    assert store.stats["created"] == 1 and len(store.files) == 1
+    first = _fill(cache, "int", pch=None)  # "auto" (cuda/std is a heavy header): once, no PCH yet
+    assert store.stats["created"] == 0 and not store.files
+    second = _fill(cache, "short", pch=None)  # the same headers again: "auto" makes the PCH now
+    assert store.stats["created"] == 1 and len(store.files) == 1 and second.log == ""
     made = next(iter(store.files.values()))
     assert Path(made).parent == tmp_path / "c" / "pch" and Path(made).name.startswith(f"{os.getpid()}-")
     assert cache.info()["pch_files"] == 1 and cache.info()["pch_bytes"] == os.path.getsize(made)
     used = store.stats["used"]
-    with_pch = _fill(cache, "float")
+    with_pch = _fill(cache, "float", pch=None)
     assert store.stats["used"] == used + 1
     without = _fill(Cache(None), "float", pch=False)
     assert store.stats["used"] == used + 1  # pch=False: not used
@@ -198,7 +203,7 @@ def test_the_pch_goes_when_its_process_exits(tmp_path):
             f"compile_image({SRC!r}, name_expressions=['fill<int>'], arch='sm_90', cache=Cache({str(tmp_path)!r}))\n"
             "print(len(pch.STORE.files))\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                       env={**os.environ, "NBJIT_PCH": "auto"})
+                       env={**os.environ, "NBJIT_PCH": "1"})
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "1"  # it had one
     assert os.listdir(tmp_path / "pch") == []

@@ -18,7 +18,7 @@ from .fatbin import FatbinInfo, inspect_fatbin, parse_arch
 from .image import Image, inspect_image, read_regular, write_output
 from .ptx import PtxInfo, inspect_ptx, strip_debug
 from .cdecl import demangled_text
-from .signature import typed_entries
+from .signature import RESOURCES, typed_entries
 
 __all__ = ["main"]
 
@@ -127,7 +127,7 @@ def format_entries(entries, out: list[str], declared=None) -> None:
             head += f"\n  = {readable}"
         out.append("")
         out.append(head)
-        res = [f"{k} {getattr(e, k)}" for k in ("registers", "shared", "const", "local", "stack")
+        res = [f"{k} {getattr(e, k)}" for k in RESOURCES
                if getattr(e, k) is not None]
         if res:
             out.append("  resources: " + ", ".join(res))

@@ -140,6 +140,9 @@ def compare(info, oracle: dict, rel: str) -> None:
         assert d.explicitcluster == o.get("explicit_cluster", False)
         assert d.maxclusterrank == o.get("max_cluster_rank")
         assert info.max_registers[e.name] == o["maxreg"]
+        assert e.frame == o.get("frame") and e.spills in (o.get("spills", 0), None), e.name
+        if e.spills is None:  # unknown only where a stack frame could hold spills nobody annotated
+            assert e.frame and info.toolkit is None
 
 
 @pytest.mark.parametrize("rel", CUBINS)

@@ -312,8 +312,8 @@ def _inspect(args) -> int:
     img = Image.from_bytes(raw, "<stdin>" if args.file == "-" else args.file)
     compiled = args.sass or args.occupancy or args.fail_on_spills
     if args.arch and img.kind != "fatbin" and not (compiled and img.kind == "ptx"):
-        raise _Usage(f"--arch chooses a fatbin's image (or the SASS PTX is assembled to, with --sass, --occupancy "
-                     f"or --fail-on-spills); {args.file} is {img.kind}")
+        raise _Usage(f"--arch chooses a fatbin's image; {args.file} is {img.kind}, not a fatbin (with --sass, "
+                     "--occupancy or --fail-on-spills it also names the SASS to assemble PTX to)")
     if compiled:
         return _inspect_compiled(args, img)
     if args.json:

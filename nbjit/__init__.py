@@ -24,12 +24,23 @@ Loading and launching (needs a GPU):
     Kernel[grid, block, stream, shared](*args), Kernel.launch(...), Kernel.bind(...),
     Kernel.params, Kernel.attributes, Kernel.max_active_blocks_per_sm, suggested_block_size
 
+What the compiler made (no GPU):
+    KernelInfo.frame / .spills / .barriers
+                                        stack frame, spill instructions, barriers (the cubin's own)
+    disassemble(cubin, kernel=None) -> str, Kernel.sass(arch=None)
+                                        SASS through nvdisasm (pip install 'nbjit[sass]')
+    nbjit.occupancy.occupancy(kernel_info, arch, block, dynamic_shared=0) -> Occupancy
+                                        resident blocks per SM by CUDA's occupancy rules
+
 Compiling (NVRTC; no GPU needed with an explicit arch) and the cache:
     compile(source, name=..., name_expressions=(), headers=None, include_paths=(), options=(),
             arch=None, output="auto", lazy=False, pch=None) -> Module
                                         pch: NVRTC precompiled headers for heavy headers
                                         (CUB, Thrust, cuda/std), per process; NBJIT_PCH=0: off
     compile_image(...same...) -> Image (.data, .kind, .arch, .lowered_names, .log)
+    compile_many([source or {compile's arguments}, ...], workers=None, **common) -> [Module]
+                                        independent sources compiled at once (threads; NVRTC
+                                        releases the GIL); errors name the source that failed
     Cache(path), default_cache(), set_default_cache(cache)
 
 Processes: Module, Kernel and TritonKernel pickle as data (bytes and facts, no handle) and
@@ -106,7 +117,9 @@ _HOMES = {
     "kernel": ("BoundLaunch", "Kernel", "KernelAttributes", "tensor_map"),
     "tma": ("TensorMap",),
     "graph": ("Capture", "capture"),
-    "module": ("DeviceGlobal", "Module", "compile", "from_numba", "load"),
+    "module": ("DeviceGlobal", "Module", "compile", "compile_many", "from_numba", "load"),
+    "occupancy": ("Occupancy",),
+    "sass": ("disassemble",),
     "ptx": ("PtxInfo", "inspect_ptx", "strip_debug"),
     "triton": ("TritonKernel", "TritonMeta", "load_triton"),
     "signature": ("Directives", "KernelInfo", "KernelSignature", "Param"),
@@ -123,7 +136,9 @@ if TYPE_CHECKING:  # what type checkers and the API reference read
     from .kernel import BoundLaunch, Kernel, KernelAttributes, tensor_map
     from .tma import TensorMap
     from .graph import Capture, capture
-    from .module import DeviceGlobal, Module, compile, from_numba, load
+    from .module import DeviceGlobal, Module, compile, compile_many, from_numba, load
+    from .occupancy import Occupancy
+    from .sass import disassemble
     from .ptx import PtxInfo, inspect_ptx, strip_debug
     from .triton import TritonKernel, TritonMeta, load_triton
     from .signature import Directives, KernelInfo, KernelSignature, Param
@@ -159,7 +174,10 @@ __all__ = [
     "TritonKernel",
     "TritonMeta",
     "compile",
+    "compile_many",
     "compile_image",
+    "disassemble",
+    "Occupancy",
     "Cache",
     "default_cache",
     "set_default_cache",

@@ -424,7 +424,7 @@ def _kernels(name: str, entries: Iterable[BundleEntry], decls: Mapping, bad) -> 
     from .cdecl import demangle
     from .cubin import inspect_cubin
     from .ptx import inspect_ptx
-    from .signature import SignatureConflict, merge, replace
+    from .signature import RESOURCES, SignatureConflict, merge, replace
 
     per = []
     for e in sorted(entries, key=lambda e: e.kind != "ptx"):
@@ -447,7 +447,7 @@ def _kernels(name: str, entries: Iterable[BundleEntry], decls: Mapping, bad) -> 
         except SignatureConflict as x:
             raise bad(str(x)) from None
         # registers, shared memory...: each cubin's own, not the image's
-        out.append(replace(info, registers=None, shared=None, const=None, local=None, stack=None))
+        out.append(replace(info, **dict.fromkeys(RESOURCES)))
     return tuple(out)
 
 

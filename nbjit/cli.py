@@ -18,7 +18,7 @@ from .fatbin import FatbinInfo, inspect_fatbin, parse_arch
 from .image import Image, inspect_image, read_regular, write_output
 from .ptx import PtxInfo, inspect_ptx, strip_debug
 from .cdecl import demangled_text
-from .signature import typed_entries
+from .signature import RESOURCES, typed_entries
 
 __all__ = ["main"]
 
@@ -127,7 +127,7 @@ def format_entries(entries, out: list[str], declared=None) -> None:
             head += f"\n  = {readable}"
         out.append("")
         out.append(head)
-        res = [f"{k} {getattr(e, k)}" for k in ("registers", "shared", "const", "local", "stack")
+        res = [f"{k} {getattr(e, k)}" for k in RESOURCES
                if getattr(e, k) is not None]
         if res:
             out.append("  resources: " + ", ".join(res))
@@ -310,8 +310,12 @@ def _inspect(args) -> int:
     if raw.startswith(b"PK\x03\x04"):  # a ZIP archive: a kernel bundle, or refused as not one
         return _inspect_bundle(args, raw)
     img = Image.from_bytes(raw, "<stdin>" if args.file == "-" else args.file)
-    if args.arch and img.kind != "fatbin":
-        raise _Usage(f"--arch chooses a fatbin's image; {args.file} is {img.kind}, not a fatbin")
+    compiled = args.sass or args.occupancy or args.fail_on_spills
+    if args.arch and img.kind != "fatbin" and not (compiled and img.kind == "ptx"):
+        raise _Usage(f"--arch chooses a fatbin's image; {args.file} is {img.kind}, not a fatbin (with --sass, "
+                     "--occupancy or --fail-on-spills it also names the SASS to assemble PTX to)")
+    if compiled:
+        return _inspect_compiled(args, img)
     if args.json:
         info = inspect_image(img)
         j = _typed_json(info)
@@ -323,6 +327,66 @@ def _inspect(args) -> int:
         print(json.dumps(j, indent=2))
     else:
         print(_describe(img, args.arch))
+    return 0
+
+
+def _occupancy_arg(text: str) -> tuple[int, int]:
+    """``BLOCK[,SMEM]`` -> (threads per block, dynamic shared bytes)."""
+    parts = text.split(",")
+    try:
+        if len(parts) > 2:
+            raise ValueError
+        block, smem = int(parts[0]), int(parts[1]) if len(parts) == 2 else 0
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not BLOCK[,SMEM] (threads per block, then dynamic shared "
+                                         "memory in bytes: 256 or 256,4096)") from None
+    if block < 1 or smem < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: the block is at least 1 thread, shared memory at least 0 bytes")
+    return block, smem
+
+
+def _inspect_compiled(args, img: Image) -> int:
+    """--sass, --occupancy, --fail-on-spills: about the cubin ``img`` is, or gives for --arch."""
+    from .cubin import inspect_cubin
+    from .occupancy import occupancy
+    from .sass import cubin_for, disassemble
+    if img.kind != "cubin" and not args.arch:
+        raise _Usage(f"{img.name} is {img.kind}: give --arch (e.g. sm_90) for the SASS it gives")
+    data = cubin_for(img, args.arch)
+    info = inspect_cubin(data, source=img.name)
+    entries = typed_entries(info.entries, "cubin")
+    out: dict = {"file": img.name, "arch": info.arch}
+    if args.occupancy:
+        block, smem = args.occupancy
+        out["occupancy"] = [occupancy(e, info.arch, block, smem).to_json() for e in info.entries]
+    spilling = [e for e in entries if e.spills]
+    out["spills"] = [{"kernel": e.name, "spills": e.spills, "frame": e.frame} for e in spilling]
+    if args.sass:
+        out["sass"] = disassemble(data, name=img.name)
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        if args.sass:
+            print(out["sass"], end="")
+        if args.occupancy:
+            rows = [[o["kernel"], e.registers, e.shared, o["blocks_per_sm"],
+                     f"{o['warps_per_sm']}/{o['max_warps_per_sm']}", f"{o['occupancy']:.0%}",
+                     ",".join(o["limited_by"])] for o, e in zip(out["occupancy"], entries)]
+            print(f"{img.name}: occupancy on {info.arch}, block {block}, dynamic shared {smem} bytes")
+            print("\n".join(_table(rows, ["kernel", "registers", "shared", "blocks/SM", "warps/SM", "occupancy",
+                                          "limited by"])))
+        if args.fail_on_spills and not spilling:
+            print(f"{img.name}: no kernel spills registers ({len(entries)} kernels, {info.arch})")
+    if args.fail_on_spills and spilling:
+        names = ", ".join(f"{e.name} ({e.spills} spill instructions, {e.frame} byte stack frame)" for e in spilling)
+        print(f"nbjit inspect: {img.name}: {len(spilling)} kernel(s) spill registers to local memory: {names}",
+              file=sys.stderr)
+        return 1
+    unknown = [e.name for e in entries if e.spills is None]
+    if args.fail_on_spills and unknown:
+        print(f"nbjit inspect: {img.name}: whether {', '.join(unknown)} spill is not recorded (a cubin from a ptxas "
+              "older than CUDA 13 with a stack frame): check its SASS (--sass) for STL/LDL", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -566,7 +630,13 @@ def _parser() -> argparse.ArgumentParser:
     i = sub.add_parser("inspect", help="show the kernels, parameters and metadata of an image")
     i.add_argument("file", help="a PTX, cubin or fatbin file (- for standard input), or a Triton cache entry")
     i.add_argument("--json", action="store_true", help="machine-readable output (see docs/cli.md)")
-    i.add_argument("--arch", help="for a fatbin: show the image this architecture (e.g. sm_90) would use")
+    i.add_argument("--arch", help="for a fatbin: show the image this architecture (e.g. sm_90) would use; with "
+                   "--sass, --occupancy or --fail-on-spills, also the SASS PTX is assembled to")
+    i.add_argument("--sass", action="store_true", help="print the SASS (needs nvdisasm: pip install 'nbjit[sass]')")
+    i.add_argument("--occupancy", type=_occupancy_arg, metavar="BLOCK[,SMEM]", help="resident blocks per SM of each "
+                   "kernel for this block size and dynamic shared memory (bytes), by CUDA's occupancy rules")
+    i.add_argument("--fail-on-spills", action="store_true", help="exit 1 naming the kernels that spill registers "
+                   "to local memory (a CI check)")
     i.set_defaults(func=_inspect)
     s = sub.add_parser("strip", help="remove debug information from PTX")
     s.add_argument("file", help="a PTX file (- for standard input)")

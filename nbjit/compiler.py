@@ -27,7 +27,8 @@ from .signature import KernelInfo, typed_entries
 # patterns used on every call, compiled once at import
 _ARCH_NAME = re.compile(r"(sm|compute)_\d+[af]?")
 
-__all__ = ["AssembledCubin", "assemble_ptx", "assemble_cached", "nvjitlink_version", "compile_image", "nvrtc_version",
+__all__ = ["AssembledCubin", "assemble_ptx", "assemble_cached", "nvjitlink_version", "compile_image", "compile_many",
+           "nvrtc_version",
            "normalize_options", "CompileFailure"]
 
 
@@ -881,3 +882,60 @@ def _nvrtc_log(N, prog) -> str:
     buf = bytearray(size)  # written by NVRTC: b" " * 1 would be the interpreter's shared b" "
     N.nvrtcGetProgramLog(prog, buf)
     return buf.rstrip(b"\0").decode(errors="replace").strip()
+
+
+def compile_many(sources: Iterable, *, workers: int | None = None, **common) -> list[Image]:
+    """Compile independent sources at once, each as ``compile_image`` would (through the
+    cache and its per-key lock), and return their images in the order given.
+
+    Parameters
+    ----------
+    sources: each CUDA C++ text, a ``.cu`` path, or a dict of ``compile_image``'s arguments
+        (``{"source": ..., "name": ..., "options": ...}``) that override ``common``.
+    workers: threads compiling at once (default: the CPUs this process may use). NVRTC
+        releases the GIL while it compiles (cuda.bindings calls it ``nogil``), so threads
+        compile in parallel.
+    common: ``compile_image``'s keyword arguments for every source (``arch``, ``options``...).
+
+    Raises
+    ------
+    NbjitCompileError: naming the first source (in order) that failed, its index and name,
+    with its error as the cause; the others still compiled (and were cached).
+    """
+    jobs = []
+    for i, s in enumerate(read_once(sources) if not isinstance(sources, (str, bytes, os.PathLike)) else (sources,)):
+        kw = dict(common)
+        if isinstance(s, Mapping):
+            kw.update(s)
+            if "source" not in kw:
+                raise NbjitCompileError(f"compile_many: item {i} is a dict without 'source'")
+            s = kw.pop("source")
+        jobs.append((s, kw))
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise NbjitCompileError(f"compile_many: workers must be an int >= 1, not {workers!r}")
+    if workers is None:
+        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    n = max(1, min(len(jobs), workers))
+
+    def one(job):
+        s, kw = job
+        try:
+            return compile_image(s, **kw), None
+        except Exception as e:  # reported below, in order, naming the source
+            return None, e
+
+    if n == 1:
+        results = [one(j) for j in jobs]
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(max_workers=n, thread_name_prefix="nbjit-compile") as pool:
+            results = list(pool.map(one, jobs))
+    failed = [(i, e) for i, (_, e) in enumerate(results) if e is not None]
+    if failed:
+        i, e = failed[0]
+        s, kw = jobs[i]
+        label = kw.get("name") or (os.fspath(s) if isinstance(s, os.PathLike) or (
+            isinstance(s, str) and "\n" not in s and s.rstrip().lower().endswith(SOURCE_SUFFIXES)) else "kernel.cu")
+        more = f" (and {len(failed) - 1} more: items {', '.join(str(j) for j, _ in failed[1:8])})" if failed[1:] else ""
+        raise NbjitCompileError(f"compile_many: source {i} ({label}) failed{more}: {e}") from e
+    return [img for img, _ in results]

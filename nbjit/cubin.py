@@ -41,10 +41,16 @@ _CUDA_API_VERSION = 0x37
 _CTA_PER_CLUSTER = 0x3D
 _EXPLICIT_CLUSTER = 0x3E
 _MAX_CLUSTER_RANK = 0x3F
+_NUM_BARRIERS = 0x4C
+_ANNOTATIONS = 0x55  # (kind u32, instruction offset u32) pairs; kind 1 = SpillRefill
 _BLOCKS_ARE_CLUSTERS = 0x5B
 _COMPAT_ACCELERATOR = 0x09
 # KPARAM_INFO pointee state space (bits 8-11)
 _POINTER_SPACES = {1: "local", 2: "shared", 4: "global", 5: None}
+_SPILL_REFILL = 1
+# CUDA 13.0's ptxas is the oldest seen to annotate every spill (FORMATS.md §4.5): for older
+# cubins, no annotation in a kernel with a stack frame says nothing
+_ANNOTATES_SPILLS = 130
 
 # symbol binding -> the PTX linkage it comes from (FORMATS.md §1.7)
 _BINDINGS = {0: None, 1: "visible", 2: "weak"}
@@ -143,7 +149,7 @@ def inspect_cubin(data: bytes, *, source: str | None = None) -> CubinInfo:
         info_sec = e.by_name.get(f".nv.info.{sym.name}")
         if info_sec is None or info_sec.type != _SHT_CUDA_INFO:
             info_sec = info_by_target.get(sym.shndx)
-        kinfo, maxreg = _kernel(sym.name, e.content(info_sec) if info_sec else b"", e,
+        kinfo, maxreg, spills, barriers = _kernel(sym.name, e.content(info_sec) if info_sec else b"", e,
                                 info_sec.name if info_sec else f".nv.info.{sym.name}")
         shared_sec = e.by_name.get(f".nv.shared.{sym.name}")
         const_sec = e.by_name.get(f".nv.constant0.{sym.name}")
@@ -153,7 +159,10 @@ def inspect_cubin(data: bytes, *, source: str | None = None) -> CubinInfo:
             shared=max(0, shared_sec.size - reserved) if shared_sec else 0,
             const=const_sec.size if const_sec else None, local=local_sec.size if local_sec else 0,
             # a relocatable cubin's callees are resolved at link time: only its own frame is known
-            stack=stack.get(sym.index, frame.get(sym.index, 0))))
+            stack=stack.get(sym.index, frame.get(sym.index, 0)), frame=frame.get(sym.index),
+            spills=_spills(spills, frame.get(sym.index), toolkit),
+            # ABI v7 (CUDA 12) keeps the count in the code section's flags, bits 20-24 (FORMATS.md §4.5)
+            barriers=barriers if e.abi_version >= 8 else (e.sections[sym.shndx].flags >> 20) & 0x1F))
         if maxreg is not None:
             max_registers[sym.name] = maxreg
 
@@ -162,6 +171,14 @@ def inspect_cubin(data: bytes, *, source: str | None = None) -> CubinInfo:
         toolkit=toolkit, abi_version=e.abi_version, address_size=64, relocatable=e.type == 1,
         entries=tuple(entries), functions=tuple(functions), globals=tuple(_globals(e, syms)),
         max_registers=max_registers, shared_reserved=reserved, source=source)
+
+
+def _spills(annotated: int, frame: int | None, toolkit: int | None) -> int | None:
+    """Spill and refill instructions: as annotated; none without a stack frame (spills live
+    there) or from a ptxas that annotates them; else unknown (None)."""
+    if annotated or frame == 0 or (toolkit or 0) >= _ANNOTATES_SPILLS:
+        return annotated
+    return None
 
 
 def _per_symbol(e: ElfFile) -> dict[int, dict[int, int]]:
@@ -237,11 +254,13 @@ def _dims(val: bytes) -> tuple[int, ...]:
     return struct.unpack_from("<III", val) if len(val) >= 12 else ()
 
 
-def _kernel(name: str, blob: bytes, e: ElfFile, section: str) -> tuple[tuple[KernelSignature, Directives], int | None]:
+def _kernel(name: str, blob: bytes, e: ElfFile, section: str
+            ) -> tuple[tuple[KernelSignature, Directives], int | None, int, int]:
     kparams: dict[int, tuple[int, int, int]] = {}  # ordinal -> (offset, size, packed)
     size = None
     kw: dict = {}
     maxreg = None
+    spills = barriers = 0
     for attr, fmt, val in _records(blob, e, section):
         if attr == _KPARAM_INFO and fmt == _EIFMT_SVAL and len(val) >= 12:
             _, ordinal, offset, packed = struct.unpack_from("<IHHI", val)
@@ -266,6 +285,10 @@ def _kernel(name: str, blob: bytes, e: ElfFile, section: str) -> tuple[tuple[Ker
             kw["maxclusterrank"] = struct.unpack_from("<I", val)[0]
         elif attr == _BLOCKS_ARE_CLUSTERS:
             kw["blocksareclusters"] = True
+        elif attr == _NUM_BARRIERS and fmt == _EIFMT_BVAL:
+            barriers = val
+        elif attr == _ANNOTATIONS and fmt == _EIFMT_SVAL:
+            spills += sum(1 for (kind, _) in struct.iter_unpack("<II", val[:len(val) & ~7]) if kind == _SPILL_REFILL)
     if sorted(kparams) != list(range(len(kparams))):
         raise e.fail(f"{section}: parameter ordinals {sorted(kparams)} are not 0..{len(kparams) - 1}")
     spans = sorted((off, off + sz, i) for i, (off, sz, _) in kparams.items())
@@ -287,4 +310,4 @@ def _kernel(name: str, blob: bytes, e: ElfFile, section: str) -> tuple[tuple[Ker
         size = end
     if end > size:
         raise e.fail(f"{section}: parameters end at byte {end}, past the parameter buffer's {size} bytes")
-    return (KernelSignature(tuple(params), size), Directives(**kw)), maxreg
+    return (KernelSignature(tuple(params), size), Directives(**kw)), maxreg, spills, barriers

@@ -43,6 +43,9 @@ class KernelAttributes:
     ptx_version: int  # e.g. 90 for PTX ISA 9.0 (the virtual arch for cubins)
     binary_version: int  # e.g. 90 for SASS sm_90
     max_dynamic_shared: int
+    # from the cubin's own records (None where the code came as PTX, which the driver compiled):
+    frame: int | None = None  # the kernel's stack frame, bytes (spills and local arrays live there)
+    spills: int | None = None  # instructions that spill or refill registers
 
 
 class _Buffer:
@@ -349,8 +352,19 @@ class Kernel(_indexing_base()):  # type: ignore[misc]
         """What the driver says about the loaded function (read once)."""
         s = self._s
         if s.attrs is None:
-            s.attrs = KernelAttributes(**_driver.function_attributes(s.func))
+            s.attrs = KernelAttributes(**_driver.function_attributes(s.func), frame=s.info.frame, spills=s.info.spills)
         return s.attrs
+
+    def sass(self, arch: str | None = None) -> str:
+        """The kernel's SASS as ``nvdisasm`` prints it (``pip install 'nbjit[sass]'``): of the
+        module's cubin, or of the cubin its PTX or fatbin gives for ``arch`` (default: the
+        current device's). Needs no GPU for a cubin or with ``arch`` given."""
+        from .arch import Arch
+        from .sass import cubin_for, disassemble
+        img = self.module.image
+        if img.kind != "cubin" and arch is None:
+            arch = str(Arch.parse(_driver.current_cc()))
+        return disassemble(cubin_for(img, arch), kernel=self.name, name=img.name)
 
     def max_active_blocks_per_sm(self, block: int | tuple, dynamic_shared: int = 0) -> int:
         """How many blocks of this size can be resident on one SM at once."""

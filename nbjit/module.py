@@ -23,7 +23,7 @@ from .kernel import Kernel, _State, pending_kernel
 from .loader import Plan, plan
 from .signature import KernelInfo, KernelSignature, Param, SignatureConflict, merge, same_layout
 
-__all__ = ["Module", "DeviceGlobal", "load", "compile", "from_numba"]
+__all__ = ["Module", "DeviceGlobal", "load", "compile", "compile_many", "from_numba"]
 
 
 @dataclass(frozen=True)
@@ -648,6 +648,29 @@ def compile(source: str, *, name: str | None = None, name_expressions: Iterable[
             except TypeError:  # unhashable arguments: not remembered
                 pass
     return mod
+
+
+def compile_many(sources: Iterable, *, workers: int | None = None, keep_debug: bool = False, lazy: bool = False,
+                 **common) -> "list[Module]":
+    """Compile independent sources at once (threads: NVRTC releases the GIL), each through
+    the cache, and load them into the current Numba context: Modules in the order given.
+    Items and arguments as for ``nbjit.compiler.compile_many`` (each a source, a ``.cu`` path
+    or a dict of ``compile``'s arguments); ``lazy=True`` (with ``arch`` where there is no GPU)
+    loads each on first use.
+
+    Raises
+    ------
+    NbjitCompileError: naming the first source that failed (its index and name).
+    """
+    from .compiler import compile_many as compile_images
+    keep_debug, lazy = _flag(keep_debug, "keep_debug", NbjitCompileError), _flag(lazy, "lazy", NbjitCompileError)
+    ctx = None
+    if not lazy:
+        ctx = _driver.current_context()
+        if common.get("arch") is None:  # the device of the context the modules load into
+            common["arch"] = str(Arch.parse(_driver.context_cc(ctx)))
+    images = compile_images(sources, workers=workers, **common)
+    return [Module._pending(img, keep_debug) if lazy else _load_into(img, ctx, keep_debug) for img in images]
 
 
 _NO_SPACE = re.compile(r"\s+")

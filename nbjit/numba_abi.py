@@ -19,7 +19,7 @@ import numpy as np
 
 from .cdecl import MAX_DEMANGLED, mangled_tree, scalar_facts
 from .errors import NbjitLoadError
-from .signature import KernelInfo, KernelSignature, Param
+from .signature import RESOURCES, KernelInfo, KernelSignature, Param
 
 # patterns used on every call, compiled once at import
 _ABI_TAG = re.compile(r"B\d+v\d+B\d+")
@@ -189,5 +189,5 @@ def signature(name: str, image: KernelInfo, args, source: str) -> KernelInfo:
                              origin=origin))
         i += n
     return KernelInfo(name, KernelSignature(tuple(out), image.param_size), image.directives, image.linkage,
-                      image.registers, image.shared, image.const, image.local, image.stack,
-                      tuple(p.offset for p in image.params))
+                      launch_offsets=tuple(p.offset for p in image.params),
+                      **{k: getattr(image, k) for k in RESOURCES})

@@ -7,8 +7,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .cdecl import demangle, element_of, scalar_facts
 
-__all__ = ["Param", "KernelSignature", "Directives", "KernelInfo", "SCALAR_TYPES", "layout", "find_entry", "merge",
-           "build_table", "typed_entries", "SignatureConflict"]
+__all__ = ["Param", "KernelSignature", "Directives", "KernelInfo", "RESOURCES", "SCALAR_TYPES", "layout", "find_entry",
+           "merge", "build_table", "typed_entries", "SignatureConflict"]
 
 # PTX parameter types -> size in bytes. `.pred` cannot be a kernel parameter for ptxas
 # (FORMATS.md §1.3) but is a PTX type, so it is listed for completeness.
@@ -173,13 +173,17 @@ class Directives:
         return tuple((list(self.reqnctapercluster) + [1, 1])[:3])  # type: ignore[return-value]
 
 
+# a kernel's resources as compiled code records them (None in PTX): what each cubin has its own of
+RESOURCES = ("registers", "shared", "const", "local", "stack", "frame", "spills", "barriers")
+
+
 @dataclass(frozen=True)
 class KernelInfo:
     """A kernel entry: its name, parameters and launch directives.
 
     The same shape comes from PTX, cubins and user-declared signatures; the resource
-    fields (registers, shared, const, local) are known only for compiled code and are
-    None for PTX.
+    fields (``RESOURCES``: registers, shared, const, local, stack, frame, spills, barriers) are known
+    only for compiled code and are None for PTX.
     """
 
     name: str
@@ -197,6 +201,11 @@ class KernelInfo:
     # the griddepcontrol instructions (PTX) the kernel or a function it calls runs: "wait"
     # (it waits for the grid it depends on) and/or "launch_dependents"; () where none or unknown
     griddepcontrol: tuple[str, ...] = ()
+    frame: int | None = None  # the kernel's own stack frame, bytes (ptxas's "stack frame"; spills live there)
+    # instructions that spill a register to the stack or refill it (the cubin's SpillRefill
+    # annotations; ptxas -v counts the same code in bytes); None where the cubin does not say
+    spills: int | None = None
+    barriers: int | None = None  # named barriers it uses (__syncthreads uses one)
 
     @property
     def waits_for_grid(self) -> bool:
@@ -222,7 +231,7 @@ class KernelInfo:
             "param_size": self.signature.size,
             "directives": self.directives.to_json(),
         }
-        for k in ("registers", "shared", "const", "local", "stack"):
+        for k in RESOURCES:
             v = getattr(self, k)
             if v is not None:
                 d[k] = v
@@ -304,7 +313,7 @@ def merge(name: str, layouts: Iterable[tuple[str, KernelInfo | None]],
         params = [_typed(name, i, p, c, lbl) for i, (p, c) in enumerate(zip(params, cps))]
     gdc = next((k.griddepcontrol for _, k in layouts if k.griddepcontrol), ())
     return KernelInfo(name, KernelSignature(tuple(params), base.param_size), info.directives, info.linkage,
-                      info.registers, info.shared, info.const, info.local, info.stack, griddepcontrol=gdc)
+                      griddepcontrol=gdc, **{k: getattr(info, k) for k in RESOURCES})
 
 
 def build_table(names: Iterable[str], layouts_of: Callable[[str], list], ctypes_of: Callable[[str], list]
@@ -358,8 +367,7 @@ def _layout_facts(p: Param, q: Param, label: str) -> Param:
 
 
 def _resources(a: KernelInfo, b: KernelInfo) -> KernelInfo:
-    kw = {k: getattr(a, k) if getattr(a, k) is not None else getattr(b, k)
-          for k in ("registers", "shared", "const", "local", "stack")}
+    kw = {k: getattr(a, k) if getattr(a, k) is not None else getattr(b, k) for k in RESOURCES}
     directives = a.directives if a.directives != Directives() else b.directives
     return replace(a, directives=directives, **kw)
 

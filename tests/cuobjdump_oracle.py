@@ -33,7 +33,8 @@ def _ints(s: str) -> list[int]:
 
 def describe(path: str, exe: str | None = None) -> dict:
     """{kernel: {params: [[ordinal, offset, size, space]], param_size, maxntid, reqntid,
-    maxreg, cluster, explicit_cluster, max_cluster_rank, reg, shared, local, const0}}"""
+    maxreg, cluster, explicit_cluster, max_cluster_rank, spills (SpillRefill annotations),
+    frame, reg, shared, local, const0}}"""
     exe = exe or find_cuobjdump()
     elf = subprocess.run([exe, "-elf", path], capture_output=True, text=True, check=True).stdout
     res = subprocess.run([exe, "-res-usage", path], capture_output=True, text=True, check=True).stdout
@@ -70,7 +71,13 @@ def describe(path: str, exe: str | None = None) -> dict:
                 k["explicit_cluster"] = True
             elif name == "EIATTR_MAX_CLUSTER_RANK":
                 k["max_cluster_rank"] = _ints(val)[0]
+            elif name == "EIATTR_ANNOTATIONS":
+                k["spills"] = k.get("spills", 0) + val.count("SpillRefill")
         k["params"].sort()
+    # the module-wide .nv.info: "function: K(0x7)\tframe size: 0x1f8"
+    for m in re.finditer(r"function: (\S+)\(0x[0-9a-f]+\)\s+frame size:\s*(0x[0-9a-fA-F]+)", elf):
+        if m.group(1) in out:
+            out[m.group(1)]["frame"] = int(m.group(2), 16)
     usage = r"Function (\S+):\n\s*REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+) CONSTANT\[0\]:(\d+)"
     for m in re.finditer(usage, res):
         if m.group(1) in out:

@@ -678,3 +678,63 @@ def test_cache_only_says_when_nothing_was_stored(tmp_path):
     r = run(NBJIT_CACHE_DIR=str(tmp_path / "cache"))
     assert r.returncode == 0 and f"in the cache {tmp_path / 'cache'}" in r.stderr
     assert len(list((tmp_path / "cache").glob("*/*.nbjit"))) == 1
+
+
+# ------------------------------------------------ what the compiler made: spills, occupancy, SASS
+
+SPILL = str(DATA / "nvrtc/spill_sm90.cubin")
+
+
+def test_fail_on_spills_names_the_kernels():
+    r = nbjit("inspect", "--fail-on-spills", SPILL)
+    assert r.returncode == 1, r.stderr
+    assert "1 kernel(s) spill registers to local memory: spills (" in r.stderr and "240 byte stack frame" in r.stderr
+    assert "local_array" not in r.stderr  # a stack frame, but no spill
+    ok = nbjit("inspect", "--fail-on-spills", str(DATA / "nvcc/kernels_sm_90.cubin"))
+    assert ok.returncode == 0 and "no kernel spills registers (11 kernels, sm_90)" in ok.stdout
+    j = nbjit("inspect", "--fail-on-spills", "--json", SPILL)
+    assert j.returncode == 1 and json.loads(j.stdout)["spills"][0]["kernel"] == "spills"
+
+
+def test_spills_and_frames_in_the_description():
+    r = nbjit("inspect", SPILL)
+    assert r.returncode == 0
+    block = r.stdout.split("entry spills")[1]
+    assert "frame 240" in block and "spills " in block
+    e = {k["name"]: k for k in json.loads(nbjit("inspect", "--json", SPILL).stdout)["entries"]}
+    assert e["local_array"]["frame"] == 128 and e["local_array"]["spills"] == 0 and e["spills"]["spills"] > 100
+    assert e["tiled"]["barriers"] == 1
+
+
+def test_occupancy_table_and_json():
+    r = nbjit("inspect", "--occupancy", "32,1000", SPILL)
+    assert r.returncode == 0, r.stderr
+    assert "occupancy on sm_90, block 32, dynamic shared 1000 bytes" in r.stdout
+    row = next(line.split() for line in r.stdout.splitlines() if line.startswith("tiled"))
+    assert row[:4] == ["tiled", "14", "8192", "22"] and row[-1] == "shared"
+    j = json.loads(nbjit("inspect", "--occupancy", "1024", "--json", SPILL).stdout)
+    assert {o["kernel"]: o["blocks_per_sm"] for o in j["occupancy"]} == dict.fromkeys(
+        ["plain", "tiled", "local_array", "spills"], 2)
+
+
+@pytest.mark.parametrize("args,err", [
+    (["--occupancy", "12x"], "is not BLOCK[,SMEM]"), (["--occupancy", "0"], "at least 1 thread"),
+    (["--occupancy", "1,2,3"], "is not BLOCK[,SMEM]"),
+])
+def test_occupancy_bad_arguments(args, err):
+    r = nbjit("inspect", *args, SPILL)
+    assert r.returncode == 2 and err in r.stderr
+
+
+def test_ptx_needs_an_arch_for_compiled_facts():
+    ptx = str(DATA / "nvcc/kernels_sm90.ptx")
+    r = nbjit("inspect", "--fail-on-spills", ptx)
+    assert r.returncode == 2 and "is ptx: give --arch (e.g. sm_90)" in r.stderr
+
+
+def test_sass():
+    from nbjit.sass import find_nvdisasm
+    if find_nvdisasm() is None:
+        pytest.skip("nvdisasm not installed (pip install nvidia-cuda-nvdisasm)")
+    r = nbjit("inspect", "--sass", SPILL)
+    assert r.returncode == 0 and ".text.spills" in r.stdout and "STL" in r.stdout

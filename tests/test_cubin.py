@@ -140,6 +140,9 @@ def compare(info, oracle: dict, rel: str) -> None:
         assert d.explicitcluster == o.get("explicit_cluster", False)
         assert d.maxclusterrank == o.get("max_cluster_rank")
         assert info.max_registers[e.name] == o["maxreg"]
+        assert e.frame == o.get("frame") and e.spills in (o.get("spills", 0), None), e.name
+        if e.spills is None:  # unknown only where a stack frame could hold spills nobody annotated
+            assert e.frame and info.toolkit is None
 
 
 @pytest.mark.parametrize("rel", CUBINS)
@@ -281,3 +284,21 @@ def test_many_kernels_inspect_in_linear_time():
     info = inspect_cubin(synthetic_cubin(12000))
     assert len(info.entries) == 12000 and info.entries[-1].params[0].size == 8
     assert_linear(inspect_cubin, synthetic_cubin, 1500)
+
+
+@pytest.mark.parametrize("tag", ["sm90", "sm80"])
+def test_spills_and_frames_against_ptxas_report(tag):
+    """ptxas -v's report (kept beside the fixture) and the cubin's own records agree: the
+    stack frame, the registers, and which kernels spill (the local array has a frame, no spill)."""
+    import re
+    log = (DATA / f"nvrtc/spill_{tag}.log").read_text()
+    report = {m[0]: tuple(map(int, m[1:])) for m in re.findall(
+        r"Function properties for (\w+)\n.*?(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill "
+        r"loads\n.*?Used (\d+) registers", log)}
+    info = cubin(f"nvrtc/spill_{tag}.cubin")
+    assert sorted(report) == sorted(e.name for e in info.entries)
+    for e in info.entries:
+        frame, stores, loads, regs = report[e.name]
+        assert (e.frame, e.registers, e.spills > 0) == (frame, regs, stores + loads > 0), e.name
+    assert info.entry("local_array").frame == 128 and info.entry("local_array").spills == 0
+    assert info.entry("spills").spills > 100 and info.entry("spills").to_json()["spills"] == info.entry("spills").spills

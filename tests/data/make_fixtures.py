@@ -134,6 +134,23 @@ def nvrtc() -> None:
     compile_one("G_sm90", ["-arch=sm_90", "-G"], cubin=False)
     compile_one("lineinfo_sm90", ["-arch=sm_90", "-lineinfo"], cubin=False)
 
+    # known spills, stack frames and shared memory (spill.cu); ptxas -v's report beside each cubin
+    spill = (SRC / "spill.cu").read_bytes()
+    for arch in ("sm_90", "sm_80"):
+        prog = check(N.nvrtcCreateProgram(spill, b"spill.cu", 0, [], []))
+        opts = [f"-arch={arch}".encode(), b"--ptxas-options=-v"]
+        res = N.nvrtcCompileProgram(prog, len(opts), opts)
+        log = bytearray(check(N.nvrtcGetProgramLogSize(prog)))
+        check(N.nvrtcGetProgramLog(prog, log))
+        if res[0] != N.nvrtcResult.NVRTC_SUCCESS:
+            raise RuntimeError(log.decode())
+        cub = bytearray(check(N.nvrtcGetCUBINSize(prog)))
+        check(N.nvrtcGetCUBIN(prog, cub))
+        tag = arch.replace("_", "")
+        (out / f"spill_{tag}.cubin").write_bytes(cub)
+        (out / f"spill_{tag}.log").write_text(log.rstrip(b"\0").decode().strip() + "\n")
+        check(N.nvrtcDestroyProgram(prog))
+
 
 def numba() -> None:
     from numba import cuda

@@ -133,7 +133,9 @@ def inspect_cubin(data: bytes, *, source: str | None = None) -> CubinInfo:
     regs, frame, stack = per_symbol[_REGCOUNT], per_symbol[_FRAME_SIZE], per_symbol[_MIN_STACK_SIZE]
     sm, arch_specific, virtual, toolkit = _architecture(e)
     # sm_90+ reserves 1 KiB at the start of each block's shared memory
-    reserved = 1024 if sm >= 90 and any(n.startswith(".nv.shared.reserved") for n in e.by_name) else 0
+    # (a -G build has .nv_debug.shared there instead: the driver counts it as that reserve too)
+    reserved = 1024 if sm >= 90 and any(n.startswith((".nv.shared.reserved", ".nv_debug.shared"))
+                                        for n in e.by_name) else 0
     info_by_target = {s.info: s for s in e.of_type(_SHT_CUDA_INFO) if s.name.startswith(".nv.info.")}
 
     entries, functions, max_registers = [], [], {}

@@ -118,6 +118,15 @@ def test_stack_of_called_functions():
     assert (c["k_small"].local, c["k_small"].stack) == (0, 56)  # its own frame is 8 bytes of the 56: stack, not local
 
 
+def test_a_debug_build_reserves_its_shared_memory_as_the_system_does():
+    """A -G cubin holds .nv_debug.shared where others hold .nv.shared.reserved: the 1 KiB
+    the driver reserves per block (on the H200 its occupancy counted k_dyn with 20000 dynamic
+    bytes as 11 blocks per SM, not the 10 that a further 1 KiB of static shared memory gives)."""
+    info = cubin("nvcc/kernels_G_sm_90.cubin")
+    c = {e.name: e for e in info.entries}
+    assert info.shared_reserved == 1024 and (c["k_dyn"].shared, c["k_lb"].shared) == (0, 1024)
+
+
 def test_alignment_is_not_guessed():
     """A cubin records offsets, not alignments: a {double, int, char} struct would look
     16-aligned at offset 0 (the PTX says 8)."""

@@ -94,6 +94,9 @@ def test_cub_kernels_compiled_with_and_without_a_pch_run_alike(cuda, tmp_path, p
     """Two instantiations of a CUB source: with pch=True the second uses the PCH the first
     made; each sorts its block and sums the first items as CUB says, either way."""
     from nbjit import pch as P
+    from nbjit.compiler import cccl_include_dir
+    if cccl_include_dir() is None:
+        pytest.skip("no CCCL headers beside CUDA's (the nvidia-cuda-cccl wheel, which nbjit's cu13 extra brings)")
     cache = nbjit.Cache(tmp_path)
     used = P.STORE.stats["used"]
     m1 = nbjit.compile(CUB_SRC, name="cub_rs.cu", name_expressions=["reduce_sort<int, 128, 4>"], cache=cache, pch=pch)

@@ -28,7 +28,10 @@ Compiling (NVRTC; no GPU needed with an explicit arch) and the cache:
     compile(source, name=..., name_expressions=(), headers=None, include_paths=(), options=(),
             arch=None, output="auto", lazy=False) -> Module
     compile_image(...same...) -> Image (.data, .kind, .arch, .lowered_names, .log)
-    Cache(path), default_cache(), set_default_cache(cache)
+    Cache(path, remote=None), default_cache(), set_default_cache(cache)
+    RemoteTier(url, write=None, timeout=10.0)
+                                        a shared tier behind the local cache (s3://, gs://,
+                                        az://, file://, https:// read-only; through fsspec)
 
 Processes: Module, Kernel and TritonKernel pickle as data (bytes and facts, no handle) and
 load on first use in the process that unpickles them, on its current device.
@@ -97,6 +100,7 @@ from .errors import (
 _HOMES = {
     "bundle": ("BundleEntry", "BundleImage", "BundleInfo", "build_bundle", "inspect_bundle", "load_bundle"),
     "cache": ("Cache", "default_cache", "set_default_cache"),
+    "remote": ("RemoteTier",),
     "compiler": ("compile_image",),
     "cubin": ("CubinInfo", "inspect_cubin"),
     "fatbin": ("FatbinEntry", "FatbinInfo", "inspect_fatbin"),
@@ -114,6 +118,7 @@ _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 if TYPE_CHECKING:  # what type checkers and the API reference read
     from .bundle import BundleEntry, BundleImage, BundleInfo, build_bundle, inspect_bundle, load_bundle
     from .cache import Cache, default_cache, set_default_cache
+    from .remote import RemoteTier
     from .compiler import compile_image
     from .cubin import CubinInfo, inspect_cubin
     from .fatbin import FatbinEntry, FatbinInfo, inspect_fatbin
@@ -159,6 +164,7 @@ __all__ = [
     "compile",
     "compile_image",
     "Cache",
+    "RemoteTier",
     "default_cache",
     "set_default_cache",
     "Module",

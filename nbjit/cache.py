@@ -10,6 +10,8 @@ and its source, so that a hit need not read them again) and the payload. Anythin
 verify is a miss: it is rebuilt and replaced, with one warning. Files are written to a
 temporary name and renamed into place, so a reader sees a whole entry or none, and a
 writer killed half way leaves only a temporary file that is never read (and is pruned).
+Behind the disk, an optional remote tier (``remote.py``: the same files in an object store)
+is looked in on a miss and given what is compiled here; its objects are checked as files are.
 """
 from __future__ import annotations
 

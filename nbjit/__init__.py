@@ -41,7 +41,10 @@ Compiling (NVRTC; no GPU needed with an explicit arch) and the cache:
     compile_many([source or {compile's arguments}, ...], workers=None, **common) -> [Module]
                                         independent sources compiled at once (threads; NVRTC
                                         releases the GIL); errors name the source that failed
-    Cache(path), default_cache(), set_default_cache(cache)
+    Cache(path, remote=None), default_cache(), set_default_cache(cache)
+    RemoteTier(url, write=None, timeout=10.0)
+                                        a shared tier behind the local cache (s3://, gs://,
+                                        az://, file://, https:// read-only; through fsspec)
 
 Processes: Module, Kernel and TritonKernel pickle as data (bytes and facts, no handle) and
 load on first use in the process that unpickles them, on its current device.
@@ -110,6 +113,7 @@ from .errors import (
 _HOMES = {
     "bundle": ("BundleEntry", "BundleImage", "BundleInfo", "build_bundle", "inspect_bundle", "load_bundle"),
     "cache": ("Cache", "default_cache", "set_default_cache"),
+    "remote": ("RemoteTier",),
     "compiler": ("compile_image",),
     "cubin": ("CubinInfo", "inspect_cubin"),
     "fatbin": ("FatbinEntry", "FatbinInfo", "inspect_fatbin"),
@@ -129,6 +133,7 @@ _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 if TYPE_CHECKING:  # what type checkers and the API reference read
     from .bundle import BundleEntry, BundleImage, BundleInfo, build_bundle, inspect_bundle, load_bundle
     from .cache import Cache, default_cache, set_default_cache
+    from .remote import RemoteTier
     from .compiler import compile_image
     from .cubin import CubinInfo, inspect_cubin
     from .fatbin import FatbinEntry, FatbinInfo, inspect_fatbin
@@ -179,6 +184,7 @@ __all__ = [
     "disassemble",
     "Occupancy",
     "Cache",
+    "RemoteTier",
     "default_cache",
     "set_default_cache",
     "Module",

@@ -10,6 +10,8 @@ and its source, so that a hit need not read them again) and the payload. Anythin
 verify is a miss: it is rebuilt and replaced, with one warning. Files are written to a
 temporary name and renamed into place, so a reader sees a whole entry or none, and a
 writer killed half way leaves only a temporary file that is never read (and is pruned).
+Behind the disk, an optional remote tier (``remote.py``: the same files in an object store)
+is looked in on a miss and given what is compiled here; its objects are checked as files are.
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ import warnings
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 try:
     import fcntl
@@ -42,6 +44,9 @@ except ImportError:  # not POSIX: no cross-process lock, each process compiles
 from .errors import NbjitCacheError
 from .pch import PCH_DIR, PCH_SUFFIX, writer_alive as _pch_writer_alive
 from .image import content_digest, content_hash, read_regular, read_regular_stat, write_output
+
+if TYPE_CHECKING:
+    from .remote import RemoteTier
 
 __all__ = ["Cache", "CacheEntry", "default_cache", "set_default_cache", "cache_key", "FORMAT_VERSION"]
 
@@ -136,10 +141,14 @@ class Cache:
 
     ``get_or_create(key, make)`` returns the entry for ``key``, running ``make()`` on a miss.
     A directory that cannot be created or written is given up with one warning.
+    ``remote``: a shared tier (a URL such as ``s3://bucket/prefix``, or a ``RemoteTier``)
+    looked in on a local miss before compiling, and given what is compiled here unless
+    ``remote_write=False``.
     """
 
     def __init__(self, path: str | os.PathLike | None, *, max_bytes: int | None = DEFAULT_MAX_BYTES,
-                 lock_timeout: float = 300.0):
+                 lock_timeout: float = 300.0, remote: "str | RemoteTier | None" = None,
+                 remote_write: bool | None = None):
         self.path = path  # type: ignore[assignment]  # a Path (the setter), kept as text for the hot path
         if max_bytes is not None and (type(max_bytes) is bool or not isinstance(max_bytes, int) or max_bytes < 0):
             raise NbjitCacheError(f"max_bytes must be a byte count >= 0 (or None: no limit), not {max_bytes!r}")
@@ -153,6 +162,7 @@ class Cache:
         self._calls: OrderedDict[object, object] = OrderedDict()
         self._lock = threading.Lock()
         self._warned = False
+        self.remote = _tier(remote, remote_write)
 
     @property
     def path(self) -> Path | None:
@@ -171,11 +181,13 @@ class Cache:
         self._path = None
 
     def __repr__(self) -> str:
-        return f"<nbjit.Cache {self.path or '(memory only)'}>"
+        tier = f" remote={self.remote.url}" if self.remote is not None else ""
+        return f"<nbjit.Cache {self.path or '(memory only)'}{tier}>"
 
     # ------------------------------------------------------------ look-up
     def get_or_create(self, key: str, make: Callable[[], CacheEntry]) -> CacheEntry:
-        """The entry for ``key``: from memory, from disk, or ``make()`` (then written)."""
+        """The entry for ``key``: from memory, from disk, from the remote tier, or ``make()``
+        (then written, and published to the remote tier)."""
         with self._lock:
             hit = self._mem.get(key)
             if hit is not None:
@@ -183,12 +195,30 @@ class Cache:
                 return hit
         entry = self.read(key)
         if entry is None:
+            made = None
             with self._key_lock(key):  # one process makes it; the others wait, then read it
                 entry = self.read(key, warn=False)  # another process may have made it meanwhile
+                if entry is None and self.remote is not None:
+                    entry = self._from_remote(key)
                 if entry is None:
                     entry = make()
-                    self.write(key, entry)
+                    made = _encode(key, entry)
+                    self._store(key, made)
+            if made is not None and self.remote is not None:
+                self.remote.put(key, made)  # after the lock: local waiters read the entry meanwhile
         self._remember(key, entry)
+        return entry
+
+    def _from_remote(self, key: str) -> CacheEntry | None:
+        """The remote tier's entry for ``key``, checked as a local file is, and kept on disk."""
+        raw = self.remote.get(key, _MAX_ENTRY_BYTES)
+        if raw is None:
+            return None
+        entry, why = _decode(raw, key)
+        if entry is None:
+            self.remote.corrupt(key, why)
+            return None
+        self._store(key, raw)
         return entry
 
     @contextlib.contextmanager
@@ -289,18 +319,22 @@ class Cache:
         near its limit. ``refresh``: the entry replaces one that is there (the same image with
         more facts), in memory too; where the disk refuses, it stays as it was (a read-only
         cache is still used)."""
-        f = self.file(key)
         if refresh:
             self._remember(key, entry)
+        self._store(key, _encode(key, entry), refresh=refresh)
+
+    def _store(self, key: str, data: bytes, *, refresh: bool = False) -> bytes | None:
+        """Write the entry file ``data`` for ``key`` (``write``); returns ``data``, or None
+        where nothing was written."""
+        f = self.file(key)
         if f is None:
-            return
+            return None
         try:
             tmp, fd = _new_temporary(f)
         except OSError as e:
             if not refresh:
                 self._give_up(e)
-            return
-        data = _encode(key, entry)
+            return None
         try:
             with os.fdopen(fd, "wb") as out:
                 out.write(data)
@@ -310,14 +344,15 @@ class Cache:
         except OSError as e:
             _remove(tmp)
             if e.errno in (errno.ENOENT, errno.ESTALE) or refresh:
-                return  # the temporary file went (another process cleared the cache): this write failed
+                return None  # the temporary file went (another process cleared the cache): this write failed
             self._give_up(e)
-            return
+            return None
         except BaseException:
             _remove(tmp)
             raise
         if not refresh:
             self._wrote(len(data))
+        return data
 
     def _wrote(self, n: int) -> None:
         """Count ``n`` bytes this process added; prune when a scan is due (see _SCAN_FRACTION)."""
@@ -399,11 +434,63 @@ class Cache:
         return self._scan().temporary
 
     def info(self) -> dict:
-        """Location, entries, writers' temporary files, bytes and limit."""
+        """Location, entries, writers' temporary files, bytes and limit; the remote tier's
+        URL (no credentials) and whether entries are published to it."""
         listing = self._scan()
+        tier = self.remote
         return {"location": str(self.path) if self.path else None, "entries": len(listing.entries),
                 "bytes": listing.bytes, "temporary_files": len(listing.temporary), "max_bytes": self.max_bytes,
-                "pch_files": len(listing.pch), "pch_bytes": sum(p[1] for p in listing.pch)}
+                "pch_files": len(listing.pch), "pch_bytes": sum(p[1] for p in listing.pch),
+                "remote": None if tier is None else tier.url, "remote_write": None if tier is None else tier.write}
+
+    def push(self) -> tuple[int, int]:
+        """Publish every local entry that verifies to the remote tier; returns (published,
+        already there). ``NbjitCacheError`` where there is no remote tier, it is read-only, or
+        it does not answer."""
+        tier = self._tier_for("push")
+        if self.path is None:
+            raise NbjitCacheError("cannot push: the disk cache is off (NBJIT_CACHE=0)")
+        pushed = there = 0
+        for f, _, _ in self.entries():
+            got = entry_file(f)
+            if got is None or got[0] is None:
+                continue  # gone meanwhile, or corrupt: not worth sharing
+            if tier.publish(f.stem, got[2]):
+                pushed += 1
+            else:
+                there += 1
+        return pushed, there
+
+    def pull(self) -> tuple[int, list[str]]:
+        """Copy every remote entry this cache lacks into it, each checked as a local file is;
+        returns how many were new here and why others were refused. ``NbjitCacheError`` where
+        there is no remote tier or it does not answer."""
+        tier = self._tier_for("pull")
+        if self.path is None:
+            raise NbjitCacheError("cannot pull: the disk cache is off (NBJIT_CACHE=0)")
+        added, refused = 0, []
+        for key, _ in tier.listing():
+            if self.read(key, warn=False) is not None:
+                continue
+            raw = tier.fetch(key, _MAX_ENTRY_BYTES)
+            if raw is None:
+                continue  # removed meanwhile
+            entry, why = _decode(raw, key)
+            if entry is None:
+                refused.append(f"{key}: {why}")
+                continue
+            if self._store(key, raw) is None:
+                raise NbjitCacheError(f"cannot write to the cache {self.path or '(gave up writing)'}: "
+                                      f"{added} entries pulled")
+            added += 1
+        return added, refused
+
+    def _tier_for(self, what: str) -> "RemoteTier":
+        if self.remote is None:
+            from .remote import REMOTE_ENV
+            raise NbjitCacheError(f"cannot {what}: no remote cache (Cache(path, remote='s3://bucket/prefix'), "
+                                  f"{REMOTE_ENV}, or --remote)")
+        return self.remote
 
     def clear(self) -> int:
         """Remove every entry, lock files nobody holds, and temporary files whose writer is
@@ -1027,11 +1114,37 @@ def _location_from_env() -> str | None:
 def default_cache() -> Cache:
     """The process's default cache: ``NBJIT_CACHE_DIR``, else ``$XDG_CACHE_HOME/nbjit`` or
     ``~/.cache/nbjit``; ``NBJIT_CACHE=0`` keeps it in memory only; ``NBJIT_CACHE_MAX_BYTES``
-    caps its size (default 1 GiB)."""
+    caps its size (default 1 GiB); ``NBJIT_CACHE_REMOTE`` names a remote tier
+    (``NBJIT_CACHE_REMOTE_WRITE=0``: read it only)."""
     with _DEFAULT_LOCK:
         if not _DEFAULT:
-            _DEFAULT.append(Cache(_location_from_env(), max_bytes=_limit_from_env()))
+            remote = None
+            if os.environ.get("NBJIT_CACHE_REMOTE", "").strip():
+                from .remote import tier_from_env
+                remote = tier_from_env()
+            _DEFAULT.append(Cache(_location_from_env(), max_bytes=_limit_from_env(), remote=remote))
         return _DEFAULT[0]
+
+
+def _tier(remote, write: bool | None) -> "RemoteTier | None":
+    """``Cache(remote=..., remote_write=...)`` as a tier, or None."""
+    if remote is None:
+        if write is not None:
+            raise NbjitCacheError("remote_write applies to a cache with a remote tier (remote=...)")
+        return None
+    from .remote import RemoteTier
+    if isinstance(remote, RemoteTier):
+        if write is not None:
+            if not isinstance(write, bool):
+                raise NbjitCacheError(f"remote_write is True or False, not {write!r}")
+            remote.write = write
+        return remote
+    if isinstance(remote, os.PathLike):
+        remote = Path(remote).absolute().as_uri()
+    if not isinstance(remote, str):
+        raise NbjitCacheError(f"a cache's remote is a URL (s3://bucket/prefix) or an nbjit.RemoteTier, not "
+                              f"{type(remote).__name__}")
+    return RemoteTier(remote, write=write)
 
 
 _SIZE = re.compile(r"(\d+(?:\.\d*)?)\s*(?:([kmgt])i?)?b?", re.I)

@@ -479,14 +479,30 @@ def _cache(args) -> int:
     if args.json and args.action not in ("info", "list"):
         raise _Usage(f"--json applies to 'cache info' and 'cache list', not 'cache {args.action}'")
     c = default_cache()
-    if args.action == "info" and args.json:
-        print(json.dumps(c.info(), indent=2, default=str))
-    elif args.action == "info":
+    if args.remote is not None:
+        from .cache import Cache
+        c = Cache(c.path, max_bytes=c.max_bytes, lock_timeout=c.lock_timeout, remote=args.remote)
+    if args.action == "info":
         i = c.info()
+        if c.remote is not None:
+            try:
+                listed = c.remote.listing()
+                i.update(remote_entries=len(listed), remote_bytes=sum(n for _, n in listed))
+            except NbjitError as e:  # info says what it can: the store's trouble is part of it
+                i.update(remote_entries=None, remote_error=str(e))
+        if args.json:
+            print(json.dumps(i, indent=2, default=str))
+            return 0
         print(f"location: {i['location'] or '(disk cache off: NBJIT_CACHE=0)'}")
         print(f"entries:  {i['entries']}" + (f" (and {i['temporary_files']} temporary files of writers)"
                                              if i["temporary_files"] else ""))
         print(f"bytes:    {i['bytes']} (limit {i['max_bytes']})")
+        if c.remote is None:
+            print("remote:   none (NBJIT_CACHE_REMOTE or --remote)")
+        else:
+            mode = "read-write" if i["remote_write"] else "read-only"
+            print(f"remote:   {i['remote']} ({mode}): " + (f"{i['remote_entries']} entries, {i['remote_bytes']} bytes"
+                                                          if i["remote_entries"] is not None else i["remote_error"]))
     elif args.action == "list":
         from .cache import OTHER_FORMAT, entry_file
         rows = []
@@ -497,13 +513,33 @@ def _cache(args) -> int:
             entry, why, _ = got
             status = "ok" if entry else "unused" if why.startswith(OTHER_FORMAT) else "corrupt"
             if args.json:
-                rows.append({"key": f.stem, "bytes": size, "used": used, "status": status, "why": why or None,
+                rows.append({"key": f.stem, "bytes": size, "used": used, "where": "local", "status": status,
+                             "why": why or None,
                              **({"kind": entry.kind, "arch": entry.arch, "producer": entry.producer} if entry else {})})
                 continue
             what = f"{entry.kind} {entry.arch} {entry.producer}" if entry else f"{status}: {why}"
             print(f"{f.stem[:16]}  {size:>9}  {time.strftime('%Y-%m-%d %H:%M', time.localtime(used))}  {what}")
+        if c.remote is not None:
+            local = {r["key"] for r in rows} if args.json else {f.stem for f, _, _ in c.entries()}
+            for key, size in c.remote.listing():
+                # the remote's objects are listed, not fetched: each is checked when it is used or pulled
+                where = "remote and local" if key in local else "remote only"
+                if args.json:
+                    rows.append({"key": key, "bytes": size, "where": "remote", "local": key in local})
+                else:
+                    print(f"{key[:16]}  {size:>9}  {'':16}  {where}: {c.remote.url}")
         if args.json:
             print(json.dumps(rows, indent=2))
+    elif args.action == "push":
+        pushed, there = c.push()
+        print(f"published {pushed} entries to {c.remote.url}" + (f"; {there} were there already" if there else ""))
+    elif args.action == "pull":
+        added, refused = c.pull()
+        for why in refused:
+            print(f"refused {why}", file=sys.stderr)
+        print(f"pulled {added} new entries from {c.remote.url} into {c.path}"
+              + (f"; refused {len(refused)}" if refused else ""))
+        return 1 if refused else 0
     elif args.action == "clear":
         print(f"removed {c.clear()} entries from {c.path}")
     elif args.action == "export":
@@ -645,14 +681,17 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--in-place", action="store_true", help="replace the input file")
     s.add_argument("--keep-lineinfo", action="store_true", help="keep .file/.loc line information")
     s.set_defaults(func=_strip)
-    c = sub.add_parser("cache", help="show, list, clear, prune, export or import nbjit's compile cache")
-    c.add_argument("action", choices=["info", "list", "clear", "prune", "export", "import"])
+    c = sub.add_parser("cache", help="show, list, clear, prune, export or import nbjit's compile cache; push "
+                       "to or pull from its remote tier")
+    c.add_argument("action", choices=["info", "list", "clear", "prune", "export", "import", "push", "pull"])
     c.add_argument("file", nargs="?", help="for export and import: the archive (a .tar.gz)")
     c.add_argument("--max-bytes", type=_size, metavar="SIZE", help="for prune: the size to prune to, in bytes "
                    "or with a unit: 100k, 512M, 1G (powers of 1024; default: the cache's limit)")
     c.add_argument("--json", action="store_true", help="for info and list: machine-readable output")
     c.add_argument("--key-file", help="for export and import: sign with, or import only archives signed with, "
                    "the archive key in this file (default: $NBJIT_CACHE_ARCHIVE_KEY_FILE, $NBJIT_CACHE_ARCHIVE_KEY)")
+    c.add_argument("--remote", metavar="URL", help="the remote tier (s3://bucket/prefix, gs://..., file:///dir, "
+                   "https://... read-only; default: $NBJIT_CACHE_REMOTE); push and pull need one")
     c.set_defaults(func=_cache)
     k = sub.add_parser("compile", help="compile CUDA C++ with NVRTC (through the cache)")
     k.add_argument("file", help="the CUDA C++ source (.cu)")

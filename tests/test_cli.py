@@ -522,7 +522,7 @@ def test_compile_options_that_start_with_a_dash(tmp_path, monkeypatch, capsys):
      "nbjit compile: error: unrecognized arguments: -use_fast_math (an NVRTC option goes as --option -use_fast_math)"),
     (["compile", "k.cu"], "nbjit compile: error: the following arguments are required: --arch"),
     (["cache", "lst"], "nbjit cache: error: argument action: invalid choice: 'lst' (choose from 'info', 'list', "
-                       "'clear', 'prune', 'export', 'import'); did you mean 'list'?"),
+                       "'clear', 'prune', 'export', 'import', 'push', 'pull'); did you mean 'list'?"),
     (["inspct", "k.ptx"], "nbjit: error: argument COMMAND: invalid choice: 'inspct' (choose from 'inspect', "
                           "'strip', 'cache', 'compile', 'bundle'); did you mean 'inspect'?"),
     ([], "nbjit: error: give a command: inspect, strip, compile, bundle or cache (nbjit --help, nbjit COMMAND "

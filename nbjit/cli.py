@@ -148,19 +148,6 @@ def format_entries(entries, out: list[str], declared=None) -> None:
                        + (" (programmatic dependent launch by default)" if e.waits_for_grid else ""))
 
 
-_LINE_SECTIONS = {".debug_line", ".debug_str"}  # what -lineinfo emits beside .loc (names of inlined code)
-
-
-def _debug_kind(d) -> str:
-    """``"none"``, ``"lineinfo"`` or ``"dwarf"``, as ``DebugInfo.kind`` but telling a
-    ``-lineinfo`` build (``.loc``/``.file`` and at most ``.debug_line``/``.debug_str``) from
-    ``-G``'s full DWARF."""
-    if (d.kind == "dwarf" and not d.target_debug and not d.dwarf_legacy and (d.lineinfo or d.files)
-            and set(d.sections) <= _LINE_SECTIONS):
-        return "lineinfo"
-    return d.kind
-
-
 def format_ptx(info: PtxInfo, path: str) -> str:
     out = [f"{path}: PTX {info.version[0]}.{info.version[1]}, target {', '.join(info.targets)}"
            + (" (debug)" if info.debug.target_debug else "")
@@ -180,7 +167,7 @@ def format_ptx(info: PtxInfo, path: str) -> str:
         out.append("metadata comments: " + ", ".join(f"{k}={v}" for k, v in info.metadata.items()))
     d = info.debug
     out.append("")
-    desc = {"none": "none", "lineinfo": "line info (.file/.loc)", "dwarf": "DWARF"}[_debug_kind(d)]
+    desc = {"none": "none", "lineinfo": "line info (.file/.loc)", "dwarf": "DWARF"}[d.kind]
     extra = []
     if d.sections:
         extra.append("sections " + " ".join(d.sections))
@@ -461,7 +448,7 @@ def _strip(args) -> int:
     if output is None:
         raise _Usage("give -o OUT (or --in-place to replace the input)")
     _write(output, out, args.file, args.in_place)
-    print(f"{name}: debug info {_debug_kind(info.debug)} -> {output} ({len(data)} -> {len(out)} bytes)",
+    print(f"{name}: debug info {info.debug.kind} -> {output} ({len(data)} -> {len(out)} bytes)",
           file=sys.stderr)
     return 0
 

@@ -91,12 +91,14 @@ class DebugInfo:
 
     @property
     def kind(self) -> str:
-        """``"dwarf"``, ``"lineinfo"`` or ``"none"``."""
-        if self.dwarf or self.target_debug:
+        """``"dwarf"`` (``-G``: debug sections beyond line tables, ``debug`` on ``.target``,
+        legacy ``@@DWARF``), ``"lineinfo"`` (``-lineinfo``: ``.loc``/``.file``, with at most
+        the ``.debug_line``/``.debug_str`` pair that names inlined code) or ``"none"``."""
+        if self.target_debug or self.dwarf_legacy or not set(self.sections) <= _LINE_SECTIONS:
             return "dwarf"
         if self.lineinfo or self.files:
             return "lineinfo"
-        return "none"
+        return "dwarf" if self.sections else "none"
 
     def to_json(self) -> dict:
         return {"kind": self.kind, "lineinfo": self.lineinfo, "dwarf": self.dwarf,
@@ -104,6 +106,8 @@ class DebugInfo:
                 "dwarf_legacy": self.dwarf_legacy,
                 "files": [{"index": i, "path": p} for i, p in self.files]}
 
+
+_LINE_SECTIONS = frozenset({".debug_line", ".debug_str"})  # what -lineinfo emits beside .loc
 
 # Triton's older metadata comments and the // meta: keys they stand for.
 _LEGACY_META = {

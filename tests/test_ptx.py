@@ -228,7 +228,7 @@ def test_bytes_input_and_trailing_nul():
 
 @pytest.mark.parametrize("rel,kind", [
     ("nvcc/kernels_sm90.ptx", "none"), ("nvcc/kernels_G_sm90.ptx", "dwarf"),
-    ("nvrtc/tmpl_lineinfo_sm90.ptx", "dwarf"),  # line info plus a .debug_str for inlined code
+    ("nvrtc/tmpl_lineinfo_sm90.ptx", "lineinfo"),  # line info plus a .debug_str for inlined code
     ("numba/axpy_lineinfo.ptx", "lineinfo"), ("numba/axpy_debug.ptx", "dwarf"),
     ("triton/add_kernel/add_kernel.ptx", "dwarf"), ("hand/traps.ptx", "lineinfo"),
 ])

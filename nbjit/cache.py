@@ -782,20 +782,9 @@ def _new_temporary(f: Path) -> tuple[Path, int]:
 
 
 def _writer_alive(name: str) -> bool:
-    """Whether the process that named this temporary file (.tmp-<pid>-...) still runs."""
-    try:
-        pid = int(name[len(_TMP_PREFIX):].split("-", 1)[0])
-    except ValueError:
-        return False  # not one of ours (an older nbjit's): reclaimed by age
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process
-    return True
+    """Whether the process that named this temporary file (.tmp-<pid>-...) still runs (a
+    name of no pid, an older nbjit's, is reclaimed by age)."""
+    return _pch_writer_alive(name[len(_TMP_PREFIX):])
 
 
 def _remove(f) -> int:

@@ -160,7 +160,8 @@ def clean_log(log: str) -> tuple[str, dict]:
 
 
 def writer_alive(name: str) -> bool:
-    """Whether the process that made the PCH file ``name`` (``<pid>-...``) still runs."""
+    """Whether the process that named a file ``<pid>-...`` (a PCH file, a cache's temporary
+    file without its prefix) still runs."""
     try:
         pid = int(name.split("-", 1)[0])
     except ValueError:

@@ -25,24 +25,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SRC = r'''
-#include <cub/block/block_reduce.cuh>
-#include <cub/block/block_radix_sort.cuh>
-
-template <typename T, int BLOCK, int ITEMS>
-__global__ void reduce_sort(const T* in, T* out, T* sums) {
-  using Reduce = cub::BlockReduce<T, BLOCK>;
-  using Sort = cub::BlockRadixSort<T, BLOCK, ITEMS>;
-  __shared__ union { typename Reduce::TempStorage r; typename Sort::TempStorage s; } tmp;
-  T items[ITEMS];
-  for (int i = 0; i < ITEMS; ++i) items[i] = in[(blockIdx.x * BLOCK + threadIdx.x) * ITEMS + i];
-  T s = Reduce(tmp.r).Sum(items[0]);
-  __syncthreads();
-  Sort(tmp.s).Sort(items);
-  for (int i = 0; i < ITEMS; ++i) out[(blockIdx.x * BLOCK + threadIdx.x) * ITEMS + i] = items[i];
-  if (threadIdx.x == 0) sums[blockIdx.x] = s;
-}
-'''
+SRC = (ROOT / "tests/data/src/cub_reduce_sort.cu").read_text()
 INSTANCES = [f"reduce_sort<{t},{b},{i}>" for t, b, i in
              [("int", 128, 4), ("float", 128, 4), ("unsigned", 256, 2), ("double", 64, 3), ("short", 128, 8),
               ("long long", 128, 2), ("float", 256, 4), ("int", 64, 8)]]

@@ -81,6 +81,7 @@ NVRTC and no CUDA headers, also as package data through importlib.resources):
 Triton kernels compiled ahead of time (no Triton import at run time):
     load_triton(path) -> TritonKernel   a cache entry dir, its <name>.json, or PTX with
                                         // meta: comments; kernel[grid](*args, stream=...)
+    load_triton(bundle, name=None, lazy=False) -> TritonKernel   a bundle's Triton image
 
 Data types: PtxInfo, CubinInfo, FatbinInfo, FatbinEntry, KernelInfo, KernelSignature,
 Param, Directives.

@@ -199,6 +199,28 @@ def _pick(info: BundleInfo, name: str | None) -> BundleImage:
     raise BundleError(f"{info.source}: no image {name!r}; it holds {', '.join(names)}")
 
 
+def triton_image(info: BundleInfo, name: str | None) -> BundleImage:
+    """The image called ``name`` among those with Triton's metadata; the only one where
+    ``name`` is None. A ``BundleError`` lists the images that qualify."""
+    have = [i for i in info.images if i.triton is not None]
+    names = ", ".join(i.name for i in have) or "none"
+    if name is None:
+        if len(have) == 1:
+            return have[0]
+        if not have:
+            raise BundleError(f"{info.source}: no image holds Triton metadata (it holds "
+                              f"{', '.join(i.name for i in info.images)}): load it with nbjit.load_bundle, or bundle "
+                              "the Triton cache entry directory (or its .json) to keep the metadata")
+        raise BundleError(f"{info.source}: holds {len(have)} Triton kernels ({names}): say which with name=")
+    img = next((i for i in info.images if i.name == name), None)
+    if img is None:
+        raise BundleError(f"{info.source}: no image {name!r}; its Triton kernels are {names}")
+    if img.triton is None:
+        raise BundleError(f"{info.source}: image {name!r} holds no Triton metadata (its Triton kernels are {names}): "
+                          "load it with nbjit.load_bundle")
+    return img
+
+
 def _bytes_of(bundle: Any) -> tuple[bytes, str]:
     """(the bundle's bytes, its name for messages), read at most ``MAX_BUNDLE_BYTES``."""
     if isinstance(bundle, (bytes, bytearray, memoryview)):

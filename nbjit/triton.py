@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 if TYPE_CHECKING:
+    from .module import Module
     from .signature import Param
 
 import numpy as np
@@ -43,7 +44,7 @@ DEFAULTS: dict[str, int] = {
     "profile_scratch_align": 1,
 }
 
-__all__ = ["TritonMeta", "TritonKernel", "read_triton", "load_triton", "launch_rules"]
+__all__ = ["TritonMeta", "TritonKernel", "read_triton", "load_triton", "from_module", "launch_rules"]
 
 
 @dataclass(frozen=True)
@@ -425,10 +426,10 @@ class TritonKernel:
     Triton's grid of programs; the user passes the runtime arguments only (constexprs are
     compiled in, scratch buffers nbjit supplies)."""
 
-    def __init__(self, kernel, meta: TritonMeta, route: str, rules: dict | None = None):
+    def __init__(self, kernel, meta: TritonMeta, route: str | None, rules: dict | None = None):
         self.kernel = kernel
         self.meta = meta
-        self.route = route  # "cubin", or the PTX route ("driver", "nvjitlink", "lowered")
+        self._route = route  # None: the module's (a bundle's fatbin picks the entry)
         self.rules = rules if rules is not None else launch_rules(meta, kernel.params)
         self._n = self.rules["user_params"]
         self._nk = self.rules.get("kernel_params", self._n)  # after descriptors are expanded
@@ -446,9 +447,20 @@ class TritonKernel:
         """The kernel's name (Triton's metadata)."""
         return self.meta.name
 
+    @property
+    def route(self) -> str | None:
+        """How the code was loaded: "cubin", or the PTX route ("driver", "nvjitlink",
+        "lowered"); None while a module loaded lazily waits for first use."""
+        if self._route is not None:
+            return self._route
+        d = self.kernel.module.__dict__
+        if d.get("_pending"):
+            return None
+        return d.get("route") or d.get("prepared_kind")
+
     def __repr__(self) -> str:
         return (f"<nbjit.TritonKernel {self.name}: {self._n} arguments, block {self.meta.block[0]}, "
-                f"{self.meta.shared} B shared, via {self.route}>")
+                f"{self.meta.shared} B shared, via {self.route or 'the route chosen at first use'}>")
 
     def __getitem__(self, grid) -> "_TritonLaunch":
         try:
@@ -580,52 +592,107 @@ class _TritonLaunch:
             k.kernel[self.launch_grid, m.block, stream, m.shared](*args, *tail)
 
 
-def load_triton(path: str | os.PathLike) -> TritonKernel:
+def load_triton(path: Any, *, name: str | None = None, lazy: bool = False) -> TritonKernel:
     """Load a Triton kernel compiled ahead of time into the current Numba context.
 
     ``path``: a Triton cache entry directory (``<name>.json`` beside ``<name>.cubin`` /
     ``<name>.ptx``), the ``.json`` itself, or a PTX file with ``// meta:`` comments. The
     cubin is used when it runs on this device, else the PTX (assembled by nvJitLink when it
-    is newer than the driver). Raises ``NbjitLoadError`` for unusable metadata.
+    is newer than the driver).
+
+    Or a kernel bundle (``nbjit.build_bundle`` of a cache entry): its path (known by its
+    content), its bytes or an ``importlib.resources`` file. ``name`` picks the image where
+    the bundle holds several with Triton metadata; the bundle's fatbin picks the entry for
+    the device, as ``nbjit.load_bundle`` does. ``lazy=True`` (bundles only) loads on first
+    launch, into the context current then: the kernel describes itself (``params``,
+    ``rules``, ``meta``) without a GPU.
+
+    Raises ``NbjitLoadError`` for unusable metadata, ``BundleError`` for a bundle that is not
+    one or has no such image with Triton metadata.
     """
-    from .image import Image
     from .errors import NbjitWarning
+    from .image import Image
     from .module import load
 
+    if _is_bundle(path):
+        return _from_bundle(path, name, lazy)
+    if name is not None or lazy is not False:
+        raise NbjitLoadError(f"{os.fsdecode(path) if isinstance(path, (str, os.PathLike)) else path!r}: name= and "
+                             "lazy= are for a kernel bundle; a Triton cache entry loads the one kernel it holds, now "
+                             "(build a bundle of it with nbjit.build_bundle to load it lazily)")
     art = read_triton(path)
     meta = art.meta
     decls = art.declarations()
     dev = _driver.device_arch()
     errors = []
+    ptx = None
+    if art.ptx is not None:
+        ptx = (art.ptx_text or _read(art.ptx), str(art.ptx))
     if art.cubin is not None and (meta.arch is None or meta.arch == dev):
         try:
             img = Image.from_path(art.cubin)
             mod = load(Image(img.data, img.kind, img.name, declarations=decls))
-            return TritonKernel(_kernel(mod, meta, art), meta, "cubin")
+            return from_module(mod, meta, route="cubin", ptx=ptx)
         except NbjitLoadError as e:  # e.g. a cubin for another chip: try the PTX
             errors.append(str(e))
-    if art.ptx is not None:
-        data = art.ptx_text or _read(art.ptx)
+    if ptx is not None:
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always", NbjitWarning)
-            mod = load(Image(data, "ptx", str(art.ptx), declarations=decls))
+            mod = load(Image(ptx[0], "ptx", ptx[1], declarations=decls))
         for x in w:
             warnings.warn_explicit(x.message, x.category, x.filename, x.lineno)
-        return TritonKernel(_kernel(mod, meta, None), meta, mod.route or "ptx")
+        return from_module(mod, meta, route=mod.route or "ptx")
     raise NbjitLoadError(f"{path}: Triton kernel {meta.name!r} was built for sm_{meta.arch}; this device is "
                          f"sm_{dev} and there is no PTX to fall back on" + (f" ({errors[0]})" if errors else ""))
 
 
-def _kernel(mod, meta: TritonMeta, art: TritonArtifacts | None):
-    """The module's kernel, typed also from the PTX beside a cubin (where there is one)."""
-    if meta.name not in mod.kernels:
-        raise NbjitLoadError(f"{mod.name}: no kernel {meta.name!r} (the metadata's name); it has "
-                             f"{', '.join(mod.kernels)}")
+def _is_bundle(source: Any) -> bool:
+    """Whether ``source`` is a kernel bundle: bytes, an ``importlib.resources`` file, or a
+    path to a regular file whose content is a ZIP archive (a cache entry's files never are)."""
+    if isinstance(source, (str, os.PathLike)):
+        try:
+            if not stat.S_ISREG(os.stat(source).st_mode):
+                return False
+            with open(source, "rb") as f:
+                return f.read(4) == b"PK\x03\x04"
+        except OSError:
+            return False  # read_triton says what is wrong with it
+    return isinstance(source, (bytes, bytearray, memoryview)) or (
+        hasattr(source, "open") and hasattr(source, "read_bytes"))
+
+
+def _from_bundle(bundle: Any, name: str | None, lazy: bool) -> TritonKernel:
+    """The Triton kernel of one image of a bundle, loaded through the image's fatbin."""
+    from .bundle import _read_for_loading, image_of, triton_image
+    from .module import load
+
+    info = _read_for_loading(bundle)
+    img = triton_image(info, name)
+    label = f"{info.source}:{img.name}"
+    meta = _from_json(img.triton, f"{label} (manifest)")
+    ptx = next(((e.payload, f"{info.source}:{e.file}") for e in img.entries if e.kind == "ptx"), None)
+    return from_module(load(image_of(info, img), lazy=lazy), meta, ptx=ptx)
+
+
+def from_module(module: Module, meta: TritonMeta | dict, *, route: str | None = None,
+                ptx: tuple[bytes, str] | None = None) -> TritonKernel:
+    """A ``TritonKernel`` of the kernel ``meta`` names in ``module`` (loaded, or waiting for
+    first use), with Triton's launch rules.
+
+    ``meta``: a ``TritonMeta``, or Triton's metadata JSON as a dict. ``route``: how the code
+    was loaded, or None for the module's own (a fatbin's entry, known once loaded). ``ptx``:
+    (the kernel's PTX, its name for messages) where the module may run a cubin: the PTX gives
+    the parameters' alignment (a tensor map's 64 bytes) that a cubin does not record.
+    """
+    if not isinstance(meta, TritonMeta):
+        meta = _from_json(meta, module.name)
+    if meta.name not in module.kernels:
+        raise NbjitLoadError(f"{module.name}: no kernel {meta.name!r} (the metadata's name); it has "
+                             f"{', '.join(module.kernels)}")
     extra = []
-    if art is not None and art.ptx is not None:
-        data = art.ptx_text or _read(art.ptx)
-        extra.append(("triton ptx", inspect_ptx(data, source=str(art.ptx)).entry(meta.name)))
-    return mod._kernel(meta.name, extra_layouts=extra)
+    if ptx is not None:
+        extra.append(("triton ptx", inspect_ptx(ptx[0], source=ptx[1]).entry(meta.name)))
+    return TritonKernel(module._kernel(meta.name, extra_layouts=extra), meta, route)
 
 
 def describe(path: str | os.PathLike) -> dict:

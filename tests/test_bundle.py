@@ -362,3 +362,48 @@ def test_cli_bundle_and_inspect(tmp_path, capsys):
     damaged.write_bytes(out.read_bytes()[:-100])
     assert main(["inspect", str(damaged)]) == 2
     assert f"nbjit inspect: error: {damaged}: a damaged bundle" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("entry", ["add_kernel", "softmax_kernel", "copy_desc_kernel", "copy_hostdesc_kernel"])
+def test_a_bundled_triton_kernel_loads_as_one(tmp_path, entry):
+    """load_triton(bundle) gives the TritonKernel load_triton(cache entry) gives: the same
+    metadata, launch rules and parameter types (no GPU: lazily)."""
+    from nbjit.triton import TritonKernel, describe, read_triton
+
+    src = DATA / "triton" / entry
+    build_bundle(src, tmp_path / "t.nbjit")
+    want, rules = read_triton(src).meta, describe(src)
+    zpath = tmp_path / "pkg.zip"  # a bundle inside a zip import, as importlib.resources gives it
+    with zipfile.ZipFile(zpath, "w") as z:
+        z.write(tmp_path / "t.nbjit", "pkg/t.nbjit")
+    for given in (tmp_path / "t.nbjit", str(tmp_path / "t.nbjit"), (tmp_path / "t.nbjit").read_bytes(),
+                  zipfile.Path(zpath, "pkg/t.nbjit")):
+        k = nbjit.load_triton(given, lazy=True)
+        assert isinstance(k, TritonKernel) and k.meta == want and k.name == want.name
+        assert k.rules == rules["launch"]
+        assert [p.to_json() for p in k.kernel.params] == rules["params"]
+        assert k.route is None and "the route chosen at first use" in repr(k)  # the fatbin picks when it loads
+    again = pickle.loads(pickle.dumps(k))
+    assert again.meta == want and again.rules == k.rules
+
+
+def test_load_triton_picks_the_bundles_triton_image(tmp_path):
+    t, nv = DATA / "triton", DATA / "nvcc"
+    build_bundle({"add": t / "add_kernel", "soft": t / "softmax_kernel", "plain": nv / "cluster_sm90.ptx"},
+                 tmp_path / "b.nbjit")
+    with pytest.raises(BundleError, match=r"b.nbjit: holds 2 Triton kernels \(add, soft\): say which with name="):
+        nbjit.load_triton(tmp_path / "b.nbjit", lazy=True)
+    assert nbjit.load_triton(tmp_path / "b.nbjit", name="soft", lazy=True).meta.name == "softmax_kernel"
+    with pytest.raises(BundleError, match=r"image 'plain' holds no Triton metadata \(its Triton kernels are add, "
+                                          r"soft\): load it with nbjit.load_bundle"):
+        nbjit.load_triton(tmp_path / "b.nbjit", name="plain", lazy=True)
+    with pytest.raises(BundleError, match=r"no image 'add_kernel'; its Triton kernels are add, soft"):
+        nbjit.load_triton(tmp_path / "b.nbjit", name="add_kernel", lazy=True)
+    build_bundle(nv / "cluster_sm90.ptx", tmp_path / "p.nbjit")
+    with pytest.raises(BundleError, match=r"p.nbjit: no image holds Triton metadata \(it holds cluster_sm90\): load "
+                                          "it with nbjit.load_bundle"):
+        nbjit.load_triton(tmp_path / "p.nbjit", lazy=True)
+    with pytest.raises(nbjit.NbjitLoadError, match="name= and lazy= are for a kernel bundle"):
+        nbjit.load_triton(t / "add_kernel", lazy=True)
+    with pytest.raises(BundleError, match="not an nbjit bundle"):  # bytes are a bundle's or nothing
+        nbjit.load_triton((t / "add_kernel/add_kernel.cubin").read_bytes(), lazy=True)

@@ -188,3 +188,40 @@ def test_launch_pdl_kernels_launch_as_programmatic_dependents(cuda):
         assert k.kernel.pdl is pdl
     k[(n + 1023) // 1024]  # a new grid does not bring the default back
     assert k.kernel.pdl is False
+
+
+def test_kernels_from_a_bundle_launch_as_from_the_cache_entry(cuda, tmp_path):
+    """load_triton(bundle): the fatbin picks the sm_90a cubin on Hopper, and the kernel
+    launches by Triton's rules exactly as the cache entry's does (scratch, tensor maps too)."""
+    for e in ("add_kernel", "copy_desc_kernel", "copy_hostdesc_kernel"):
+        nbjit.build_bundle(T / e, tmp_path / f"{e}.nbjit")
+    direct = nbjit.load_triton(T / "add_kernel")
+    lazy = nbjit.load_triton(tmp_path / "add_kernel.nbjit", lazy=True)
+    assert lazy.route is None
+    for k in (nbjit.load_triton(tmp_path / "add_kernel.nbjit"), lazy):
+        assert k.meta == direct.meta and k.rules == direct.rules
+        assert [p.to_json() for p in k.kernel.params] == [p.to_json() for p in direct.kernel.params]
+        n = 100_003
+        x = np.random.default_rng(0).random(n, dtype=np.float32)
+        y = np.random.default_rng(1).random(n, dtype=np.float32)
+        dx, dy = cuda.to_device(x), cuda.to_device(y)
+        want, got = cuda.device_array(n, np.float32), cuda.device_array(n, np.float32)
+        direct[(n + 1023) // 1024](dx, dy, want, n, np.float32(0.5))
+        k[(n + 1023) // 1024](dx, dy, got, n, np.float32(0.5))
+        np.testing.assert_array_equal(got.copy_to_host(), want.copy_to_host())
+        assert k.route == direct.route == "cubin"  # the lazy one: known once loaded
+        with pytest.raises(NbjitArgumentError, match="takes 5 runtime arguments"):
+            k[1](got, got, got, n)
+    k = nbjit.load_triton(tmp_path / "copy_desc_kernel.nbjit")  # global scratch
+    M, N = 96, 64
+    x = np.arange(M * N, dtype=np.float32).reshape(M, N)
+    out = cuda.device_array((M, N), np.float32)
+    k[(M // 32, N // 32)](cuda.to_device(x), out, M, N)
+    np.testing.assert_array_equal(out.copy_to_host(), 2 * x)
+    k = nbjit.load_triton((tmp_path / "copy_hostdesc_kernel.nbjit").read_bytes())  # tensor maps on the cubin route
+    m, n = 100, 72
+    a = (np.arange(m * n) % 1000).astype(np.float32).reshape(m, n)
+    src, dst = cuda.to_device(a), cuda.to_device(np.zeros((m, n), np.float32))
+    desc = [_Descriptor(d, (m, n), (n, 1), (32, 64)) for d in (src, dst)]
+    k[(-(-m // 32), -(-n // 64))](*desc, np.float32(2.0))
+    np.testing.assert_array_equal(dst.copy_to_host(), 2 * a)

@@ -112,7 +112,8 @@ from .errors import (
 # The public names load with the module that defines them, on first use (PEP 562): `import
 # nbjit` stays cheap (no numpy, no readers) and `nbjit inspect` imports only what it runs.
 _HOMES = {
-    "bundle": ("BundleEntry", "BundleImage", "BundleInfo", "build_bundle", "inspect_bundle", "load_bundle"),
+    "bundle": ("BundleEntry", "BundleImage", "BundleInfo", "build_bundle", "inspect_bundle", "load_bundle",
+               "load_triton"),
     "cache": ("Cache", "default_cache", "set_default_cache"),
     "remote": ("RemoteTier",),
     "compiler": ("compile_image",),
@@ -126,13 +127,13 @@ _HOMES = {
     "occupancy": ("Occupancy",),
     "sass": ("disassemble",),
     "ptx": ("PtxInfo", "inspect_ptx", "strip_debug"),
-    "triton": ("TritonKernel", "TritonMeta", "load_triton"),
+    "triton": ("TritonKernel", "TritonMeta"),
     "signature": ("Directives", "KernelInfo", "KernelSignature", "Param"),
 }
 _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 
 if TYPE_CHECKING:  # what type checkers and the API reference read
-    from .bundle import BundleEntry, BundleImage, BundleInfo, build_bundle, inspect_bundle, load_bundle
+    from .bundle import BundleEntry, BundleImage, BundleInfo, build_bundle, inspect_bundle, load_bundle, load_triton
     from .cache import Cache, default_cache, set_default_cache
     from .remote import RemoteTier
     from .compiler import compile_image
@@ -146,7 +147,7 @@ if TYPE_CHECKING:  # what type checkers and the API reference read
     from .occupancy import Occupancy
     from .sass import disassemble
     from .ptx import PtxInfo, inspect_ptx, strip_debug
-    from .triton import TritonKernel, TritonMeta, load_triton
+    from .triton import TritonKernel, TritonMeta
     from .signature import Directives, KernelInfo, KernelSignature, Param
 
 

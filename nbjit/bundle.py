@@ -18,6 +18,7 @@ import io
 import json
 import os
 import re
+import stat
 import tempfile
 import zipfile
 from dataclasses import dataclass, field
@@ -25,11 +26,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from .arch import Arch
-from .errors import BundleError, ImageFormatError, NbjitError
+from .errors import BundleError, ImageFormatError, NbjitError, NbjitLoadError
 from .image import Image, read_regular, sniff
 
 if TYPE_CHECKING:
     from .module import Module
+    from .triton import TritonKernel
     from .signature import KernelInfo
 
 __all__ = ["BundleEntry", "BundleImage", "BundleInfo", "build_bundle", "inspect_bundle", "load_bundle",
@@ -197,6 +199,58 @@ def _pick(info: BundleInfo, name: str | None) -> BundleImage:
         if i.name == name:
             return i
     raise BundleError(f"{info.source}: no image {name!r}; it holds {', '.join(names)}")
+
+
+def load_triton(source: Any, *, name: str | None = None, lazy: bool = False) -> "TritonKernel":
+    """Load a Triton kernel compiled ahead of time into the current Numba context.
+
+    ``source``: a Triton cache entry directory (``<name>.json`` beside ``<name>.cubin`` /
+    ``<name>.ptx``), the ``.json`` itself, or a PTX file with ``// meta:`` comments. The
+    cubin is used when it runs on this device, else the PTX (assembled by nvJitLink when it
+    is newer than the driver).
+
+    Or a kernel bundle (``nbjit.build_bundle`` of a cache entry): its path (known by its
+    content), its bytes or an ``importlib.resources`` file. ``name`` picks the image where
+    the bundle holds several with Triton metadata; the bundle's fatbin picks the entry for
+    the device, as ``nbjit.load_bundle`` does. ``lazy=True`` (bundles only) loads on first
+    launch, into the context current then: the kernel describes itself (``params``,
+    ``rules``, ``meta``) without a GPU.
+
+    Raises ``NbjitLoadError`` for unusable metadata, ``BundleError`` for a bundle that is not
+    one or has no such image with Triton metadata.
+    """
+    from . import triton
+
+    if not _is_bundle(source):
+        if name is not None or lazy is not False:
+            shown = os.fsdecode(source) if isinstance(source, (str, os.PathLike)) else repr(source)
+            raise NbjitLoadError(f"{shown}: name= and lazy= are for a kernel bundle; a Triton cache entry loads the "
+                                 "one kernel it holds, now (build a bundle of it with nbjit.build_bundle to load it "
+                                 "lazily)")
+        return triton.load_triton(source)
+    from .module import load
+
+    info = _read_for_loading(source)
+    img = triton_image(info, name)
+    label = f"{info.source}:{img.name}"
+    meta = triton._from_json(img.triton, f"{label} (manifest)")
+    ptx = next(((e.payload, f"{info.source}:{e.file}") for e in img.entries if e.kind == "ptx"), None)
+    return triton.from_module(load(image_of(info, img), lazy=lazy), meta, ptx=ptx)
+
+
+def _is_bundle(source: Any) -> bool:
+    """Whether ``source`` is a kernel bundle: bytes, an ``importlib.resources`` file, or a
+    path to a regular file whose content is a ZIP archive (a cache entry's files never are)."""
+    if isinstance(source, (str, os.PathLike)):
+        try:
+            if not stat.S_ISREG(os.stat(source).st_mode):
+                return False
+            with open(source, "rb") as f:
+                return f.read(4) == b"PK\x03\x04"
+        except OSError:
+            return False  # the cache entry reader says what is wrong with it
+    return isinstance(source, (bytes, bytearray, memoryview)) or (
+        hasattr(source, "open") and hasattr(source, "read_bytes"))
 
 
 def triton_image(info: BundleInfo, name: str | None) -> BundleImage:
@@ -770,7 +824,6 @@ def _compile(part: _Part, source: Any, name: str | None, how: dict) -> None:
 def _add_triton(part: _Part, path: Path, naming: bool) -> None:
     """A Triton kernel compiled ahead of time: its cubin and/or PTX, the C types of its IR and
     its metadata (kept whole in the manifest, for Triton's launch rules)."""
-    from .errors import NbjitLoadError
     from .triton import read_triton
 
     try:

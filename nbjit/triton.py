@@ -592,34 +592,19 @@ class _TritonLaunch:
             k.kernel[self.launch_grid, m.block, stream, m.shared](*args, *tail)
 
 
-def load_triton(path: Any, *, name: str | None = None, lazy: bool = False) -> TritonKernel:
-    """Load a Triton kernel compiled ahead of time into the current Numba context.
+def load_triton(path: str | os.PathLike) -> TritonKernel:
+    """Load the Triton kernel of a cache entry into the current Numba context (``nbjit.load_triton``
+    takes bundles too, and comes here for the rest).
 
     ``path``: a Triton cache entry directory (``<name>.json`` beside ``<name>.cubin`` /
     ``<name>.ptx``), the ``.json`` itself, or a PTX file with ``// meta:`` comments. The
     cubin is used when it runs on this device, else the PTX (assembled by nvJitLink when it
-    is newer than the driver).
-
-    Or a kernel bundle (``nbjit.build_bundle`` of a cache entry): its path (known by its
-    content), its bytes or an ``importlib.resources`` file. ``name`` picks the image where
-    the bundle holds several with Triton metadata; the bundle's fatbin picks the entry for
-    the device, as ``nbjit.load_bundle`` does. ``lazy=True`` (bundles only) loads on first
-    launch, into the context current then: the kernel describes itself (``params``,
-    ``rules``, ``meta``) without a GPU.
-
-    Raises ``NbjitLoadError`` for unusable metadata, ``BundleError`` for a bundle that is not
-    one or has no such image with Triton metadata.
+    is newer than the driver). Raises ``NbjitLoadError`` for unusable metadata.
     """
     from .errors import NbjitWarning
     from .image import Image
     from .module import load
 
-    if _is_bundle(path):
-        return _from_bundle(path, name, lazy)
-    if name is not None or lazy is not False:
-        raise NbjitLoadError(f"{os.fsdecode(path) if isinstance(path, (str, os.PathLike)) else path!r}: name= and "
-                             "lazy= are for a kernel bundle; a Triton cache entry loads the one kernel it holds, now "
-                             "(build a bundle of it with nbjit.build_bundle to load it lazily)")
     art = read_triton(path)
     meta = art.meta
     decls = art.declarations()
@@ -644,34 +629,6 @@ def load_triton(path: Any, *, name: str | None = None, lazy: bool = False) -> Tr
         return from_module(mod, meta, route=mod.route or "ptx")
     raise NbjitLoadError(f"{path}: Triton kernel {meta.name!r} was built for sm_{meta.arch}; this device is "
                          f"sm_{dev} and there is no PTX to fall back on" + (f" ({errors[0]})" if errors else ""))
-
-
-def _is_bundle(source: Any) -> bool:
-    """Whether ``source`` is a kernel bundle: bytes, an ``importlib.resources`` file, or a
-    path to a regular file whose content is a ZIP archive (a cache entry's files never are)."""
-    if isinstance(source, (str, os.PathLike)):
-        try:
-            if not stat.S_ISREG(os.stat(source).st_mode):
-                return False
-            with open(source, "rb") as f:
-                return f.read(4) == b"PK\x03\x04"
-        except OSError:
-            return False  # read_triton says what is wrong with it
-    return isinstance(source, (bytes, bytearray, memoryview)) or (
-        hasattr(source, "open") and hasattr(source, "read_bytes"))
-
-
-def _from_bundle(bundle: Any, name: str | None, lazy: bool) -> TritonKernel:
-    """The Triton kernel of one image of a bundle, loaded through the image's fatbin."""
-    from .bundle import _read_for_loading, image_of, triton_image
-    from .module import load
-
-    info = _read_for_loading(bundle)
-    img = triton_image(info, name)
-    label = f"{info.source}:{img.name}"
-    meta = _from_json(img.triton, f"{label} (manifest)")
-    ptx = next(((e.payload, f"{info.source}:{e.file}") for e in img.entries if e.kind == "ptx"), None)
-    return from_module(load(image_of(info, img), lazy=lazy), meta, ptx=ptx)
 
 
 def from_module(module: Module, meta: TritonMeta | dict, *, route: str | None = None,

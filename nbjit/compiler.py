@@ -871,7 +871,7 @@ def _header_hint(log: str) -> str:
         if "/" not in std and cccl and os.path.isfile(os.path.join(cccl, "cuda", "std", std)):
             hints.append(f"hint: NVRTC has no C++ standard library headers; for <{h}> include <cuda/std/{std}> "
                          "(CCCL's libcu++, on nbjit's include path) and use cuda::std::")
-        elif "/" not in h and "." not in h:
+        elif h in _C_HEADERS or ("/" not in h and "." not in h):
             hints.append(f"hint: <{h}> is a host C++ standard library header, which NVRTC does not have (it "
                          "compiles device code only)")
     return "\n".join(hints)

@@ -31,7 +31,14 @@ def _nvrtc_has_pch() -> bool:
         return False
 
 
-needs_pch = pytest.mark.skipif(not _nvrtc_has_pch(), reason="NVRTC 12.8+ (precompiled headers) not installed")
+def _cccl() -> bool:
+    from nbjit.compiler import cccl_include_dir
+    return cccl_include_dir() is not None
+
+
+# (the sources here include <cuda/std/...>: CCCL's headers, which the cu13 extra brings and cu12's not)
+needs_pch = pytest.mark.skipif(not (_nvrtc_has_pch() and _cccl()),
+                               reason="NVRTC 12.8+ (precompiled headers) and CCCL's headers not both installed")
 
 
 @pytest.fixture

@@ -200,7 +200,9 @@ def test_kernels_from_a_bundle_launch_as_from_the_cache_entry(cuda, tmp_path):
     assert lazy.route is None
     for k in (nbjit.load_triton(tmp_path / "add_kernel.nbjit"), lazy):
         assert k.meta == direct.meta and k.rules == direct.rules
-        assert [p.to_json() for p in k.kernel.params] == [p.to_json() for p in direct.kernel.params]
+        facts = lambda ps: [{f: v for f, v in p.to_json().items() if f != "origin"} for p in ps]  # noqa: E731
+        # the same parameters (a bundle's come from its fatbin's PTX before loading: another origin)
+        assert facts(k.kernel.params) == facts(direct.kernel.params)
         n = 100_003
         x = np.random.default_rng(0).random(n, dtype=np.float32)
         y = np.random.default_rng(1).random(n, dtype=np.float32)

@@ -117,3 +117,18 @@ def expected_path() -> str:
     if os.environ.get("NBJIT_PURE_PYTHON", "") not in ("", "0") or _driver.device_count() > 1:
         return "python"
     return "c"
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """Counts real NVRTC compiles (nbjit.compiler._run_nvrtc calls)."""
+    from nbjit import compiler
+    calls = []
+    real = compiler._run_nvrtc
+
+    def spy(*a, **k):
+        calls.append(a)
+        return real(*a, **k)
+
+    monkeypatch.setattr(compiler, "_run_nvrtc", spy)
+    return calls

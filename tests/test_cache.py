@@ -24,20 +24,6 @@ TMPL = (DATA / "src/nvrtc_tmpl.cu").read_text()
 HDR = {"scale.cuh": (DATA / "src/scale.cuh").read_text()}
 
 
-@pytest.fixture
-def counted(monkeypatch):
-    """Counts real NVRTC compiles."""
-    calls = []
-    real = C._run_nvrtc
-
-    def spy(*a, **k):
-        calls.append(a)
-        return real(*a, **k)
-
-    monkeypatch.setattr(C, "_run_nvrtc", spy)
-    return calls
-
-
 def build(cache, **kw):
     args = dict(name="k.cu", options=["-DSCALE=2"], arch="sm_90")
     args.update(kw)

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-import nbjit.compiler as C
 from nbjit import NbjitCacheError, NbjitWarning, RemoteTier, compile_image
 from nbjit.cache import Cache, _decode
 
@@ -72,20 +71,6 @@ def s3(monkeypatch):
 @pytest.fixture
 def prefix(request):
     return request.node.name.replace("[", "-").replace("]", "")
-
-
-@pytest.fixture
-def counted(monkeypatch):
-    """Counts real NVRTC compiles."""
-    calls = []
-    real = C._run_nvrtc
-
-    def spy(*a, **k):
-        calls.append(a)
-        return real(*a, **k)
-
-    monkeypatch.setattr(C, "_run_nvrtc", spy)
-    return calls
 
 
 def build(cache, scale=2, source=SRC):

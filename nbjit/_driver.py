@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .args import as_int
-from .errors import NbjitError, NbjitLaunchError, NbjitLoadError
+from .errors import NbjitArgumentError, NbjitError, NbjitLaunchError, NbjitLoadError
 
 __all__: list[str] = []
 
@@ -526,7 +526,6 @@ def tensor_map_call(cu, plan) -> tuple:
 def encode_tensor_map_tiled(plan) -> bytes:
     """The 128 bytes of ``cuTensorMapEncodeTiled`` for a checked ``tma.TensorMapPlan``;
     ``NbjitArgumentError`` with the driver's word where it still refuses."""
-    from .errors import NbjitArgumentError
     cu = _cu()
     res = cu.cuTensorMapEncodeTiled(*tensor_map_call(cu, plan))
     if res[0] != 0:

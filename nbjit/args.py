@@ -18,7 +18,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .errors import NbjitArgumentError
-from .signature import KernelSignature, Param
+from .signature import KernelInfo, KernelSignature, Param, SignatureConflict, merge
 
 
 def _tma():
@@ -679,8 +679,6 @@ def parse_signature(text: str, kernel: str = "<kernel>") -> list:
 
 def declare(sig: KernelSignature, text: str, kernel: str) -> KernelSignature:
     """``sig`` with the types a user declared (checked against its sizes)."""
-    from .signature import KernelInfo, SignatureConflict, merge
-
     try:
         declared = [("declared", parse_signature(text, kernel))]
         return merge(kernel, [("image", KernelInfo(kernel, sig))], declared).signature

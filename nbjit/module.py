@@ -16,8 +16,9 @@ from .arch import Arch
 from .args import parse_signature
 from .cdecl import demangle, demangled_text
 from .errors import KernelNotFoundError, NbjitArgumentError, NbjitCompileError, NbjitLoadError, NbjitWarning
-from .compiler import SOURCE_SUFFIXES, compile_image, nvjitlink_version, one_or_many, option_list, source_text
-from .cubin import CubinInfo
+from .compiler import (SOURCE_SUFFIXES, assemble_cached, compile_image, compile_many as compile_images,
+                       nvjitlink_version, one_or_many, option_list, source_text)
+from .cubin import CubinInfo, inspect_cubin
 from .image import Image, ImageLike, _sha256, as_image, inspect_image
 from .kernel import Kernel, _State, pending_kernel
 from .loader import Plan, plan
@@ -557,10 +558,6 @@ def carry_out(p: Plan, cache=None) -> Plan:
     a = p.assemble
     if a is None:
         return p
-    from .compiler import assemble_cached
-    from .cubin import inspect_cubin
-    from .errors import NbjitCompileError
-
     try:
         cubin = assemble_cached(a.ptx, a.arch, name=a.name, cache=cache)
     except NbjitCompileError as e:
@@ -662,7 +659,6 @@ def compile_many(sources: Iterable, *, workers: int | None = None, keep_debug: b
     ------
     NbjitCompileError: naming the first source that failed (its index and name).
     """
-    from .compiler import compile_many as compile_images
     keep_debug, lazy = _flag(keep_debug, "keep_debug", NbjitCompileError), _flag(lazy, "lazy", NbjitCompileError)
     ctx = None
     if not lazy:

@@ -26,8 +26,8 @@ import numpy as np
 
 from . import _driver
 from .args import device_pointer
-from .errors import NbjitArgumentError, NbjitLaunchError, NbjitLoadError
-from .image import MAX_FILE_BYTES, read_regular
+from .errors import NbjitArgumentError, NbjitLaunchError, NbjitLoadError, NbjitWarning
+from .image import MAX_FILE_BYTES, Image, read_regular
 from .kernel import keep_launcher
 from .tma import _SWIZZLE, TensorMap, plan_tiled, whole_numbers
 from .ptx import PtxInfo, inspect_ptx
@@ -601,8 +601,6 @@ def load_triton(path: str | os.PathLike) -> TritonKernel:
     cubin is used when it runs on this device, else the PTX (assembled by nvJitLink when it
     is newer than the driver). Raises ``NbjitLoadError`` for unusable metadata.
     """
-    from .errors import NbjitWarning
-    from .image import Image
     from .module import load
 
     art = read_triton(path)

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 import numpy as np
 
 from . import _driver
+from ._host import current_host
 from .args import device_pointer
 from .errors import NbjitArgumentError, NbjitLaunchError, NbjitLoadError, NbjitWarning
 from .image import MAX_FILE_BYTES, Image, read_regular
@@ -488,8 +489,7 @@ class TritonKernel:
         with self._lock:
             have = self._scratch.get(key)
             if have is None or have[1] < nbytes:
-                from numba import cuda
-                arr = cuda.device_array(nbytes + align, dtype="u1")
+                arr = current_host().allocate(nbytes + align)
                 self._scratch[key] = (arr, nbytes, stream)
                 have = self._scratch[key]
         ptr = device_pointer(have[0])
@@ -606,7 +606,7 @@ def load_triton(path: str | os.PathLike) -> TritonKernel:
     art = read_triton(path)
     meta = art.meta
     decls = art.declarations()
-    dev = _driver.device_arch()
+    dev = current_host().device_arch()
     errors = []
     ptx = None
     if art.ptx is not None:

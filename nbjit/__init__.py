@@ -94,21 +94,9 @@ NbjitCacheError, KernelNotFoundError, BundleError); NbjitWarning says what nbjit
 import importlib
 from typing import TYPE_CHECKING
 
-from .errors import (
-    BundleError,
-    CompileFailure,
-    ImageFormatError,
-    KernelNotFoundError,
-    NbjitArgumentError,
-    NbjitCacheError,
-    NbjitCompileError,
-    NbjitError,
-    NbjitGraphError,
-    NbjitLaunchError,
-    NbjitLoadError,
-    NbjitWarning,
-    PtxParseError,
-)
+from . import errors
+from .errors import *  # noqa: F403 (every error is public: errors.__all__ says which)
+
 # The public names load with the module that defines them, on first use (PEP 562): `import
 # nbjit` stays cheap (no numpy, no readers) and `nbjit inspect` imports only what it runs.
 _HOMES = {
@@ -166,6 +154,7 @@ def __dir__() -> list[str]:
 
 __version__ = "0.1.0"
 
+# the names above (their homes), then every error
 __all__ = [
     "load",
     "load_triton",
@@ -196,7 +185,6 @@ __all__ = [
     "tensor_map",
     "TensorMap",
     "DeviceGlobal",
-    "NbjitWarning",
     "inspect_ptx",
     "strip_debug",
     "inspect_cubin",
@@ -212,16 +200,5 @@ __all__ = [
     "KernelSignature",
     "Param",
     "Directives",
-    "NbjitError",
-    "PtxParseError",
-    "ImageFormatError",
-    "NbjitCompileError",
-    "CompileFailure",
-    "NbjitLoadError",
-    "NbjitLaunchError",
-    "NbjitArgumentError",
-    "NbjitGraphError",
-    "NbjitCacheError",
-    "KernelNotFoundError",
-    "BundleError",
 ]
+__all__ += errors.__all__

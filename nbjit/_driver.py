@@ -1,19 +1,22 @@
 """The one place that talks to the CUDA driver (through cuda.bindings, the bindings
-numba-cuda itself uses) and to numba-cuda's context. Everything else in nbjit is data.
+numba-cuda itself uses): the ground floor, importing no stage of nbjit above it. Numba's
+context objects are the host's (``_host``); everything else in nbjit is data.
 
 Version differences are absorbed here, once: which optional entry points the bindings
-have (cuFuncGetParamInfo, cuLaunchKernelEx) is probed on first use.
+have (cuFuncGetParamInfo, cuLaunchKernelEx) is probed on first use. Process state (whether
+CUDA was used, whether this is a forked child, several GPUs) is read through functions.
 """
 from __future__ import annotations
 
+import ctypes
 import functools
 import os
 import struct
 from dataclasses import dataclass
 from typing import Any
 
-from .args import as_int
-from .errors import NbjitError, NbjitLaunchError, NbjitLoadError
+from . import _native
+from .errors import NbjitArgumentError, NbjitError, NbjitLaunchError, NbjitLoadError
 
 __all__: list[str] = []
 
@@ -57,7 +60,41 @@ def check(res, what: str, exc: type[NbjitError] = NbjitError):
     return res[1] if len(res) == 2 else res[1:]
 
 
-# ------------------------------------------------------------------ contexts and devices
+# ------------------------------------------------------------------ handles
+
+
+def as_int(handle) -> int:
+    """An address or handle as an int: numba-cuda gives cuda.bindings objects (CUdeviceptr,
+    CUcontext: int() works) or, with its ctypes bindings (CUDA 12), ctypes.c_void_p."""
+    if isinstance(handle, ctypes._SimpleCData):
+        return handle.value or 0
+    return int(handle)
+
+
+def stream_handle(stream: Any):
+    """A CUstream for a Numba stream, an int handle, an object with ``__cuda_stream__`` or
+    ``cuda_stream`` (PyTorch), or None/0 (the default stream)."""
+    if stream is None or (isinstance(stream, int) and stream == 0):
+        return stream_object(0)
+    h = getattr(stream, "handle", None)
+    if h is not None and type(h).__name__ == "CUstream":
+        return h
+    if isinstance(h, ctypes.c_void_p):  # numba-cuda's ctypes bindings (CUDA 12)
+        return stream_object(h.value or 0)
+    if isinstance(stream, int):
+        return stream_object(stream)
+    proto = getattr(stream, "__cuda_stream__", None)
+    if proto is not None:
+        v = proto() if callable(proto) else proto
+        return stream_object(int(v[1]))
+    cs = getattr(stream, "cuda_stream", None)
+    if isinstance(cs, int):
+        return stream_object(cs)
+    raise NbjitLaunchError(f"{type(stream).__name__} is not a stream (pass a Numba stream, an int handle, an object "
+                           "with __cuda_stream__, or None)")
+
+
+# ------------------------------------------------------------------ process state, contexts, devices
 
 
 # Set in a child forked after this process used CUDA: the child cannot use it (CUDA's rule).
@@ -88,92 +125,19 @@ def check_not_forked() -> None:
         raise NbjitError(FORK_MESSAGE)
 
 
-def current_context():
-    """numba-cuda's current context (created and made current on first use); an
-    NbjitLoadError where there is no CUDA GPU or driver."""
-    check_not_forked()
-    ctx = _numba_primary_current()
-    if ctx is None:
-        ctx = _numba_current_context()
+def mark_cuda_used() -> None:
+    """Note that this process has used CUDA (a child forked from now on cannot)."""
     _STATE["used"] = True
-    return ctx
 
 
-def _numba_current_context():
-    """``cuda.current_context()``, its errors told in one line as an NbjitLoadError."""
-    from numba import cuda
+def current_device() -> int | None:
+    """The ordinal of the device of the context current on this thread; None where no
+    context is current (CUDA not initialised, no driver library included)."""
     try:
-        return cuda.current_context()
-    except Exception as e:  # numba's CudaSupportError and driver errors: dozens of lines of text
-        # its first line, or two where the first only introduces the second ("Error at driver init:")
-        lines = [line.strip() for line in str(e).splitlines() if line.strip(": \t")]
-        first = " ".join(lines[:2] if lines and lines[0].endswith(":") else lines[:1]) or type(e).__name__
-        if "non-primary" in first:  # a context someone else created is current on this thread
-            raise NbjitLoadError(
-                f"the CUDA context current on this thread is not a device's primary context ({first[:200]}), and "
-                "Numba, whose context nbjit loads into, works only in those: pop that context (cuCtxPopCurrent) "
-                "before using nbjit or Numba in this thread") from None
-        raise NbjitLoadError(
-            f"no usable CUDA GPU or driver ({first[:200]}): loading and launching need one; nbjit can still "
-            "inspect, strip and compile (give compile an explicit arch=, e.g. 'sm_90')") from None
-
-
-def _numba_primary_current():
-    """What ``cuda.current_context()`` returns where the context current on this thread is a
-    primary context Numba has already made (the usual case once Numba ran): Numba's object
-    for it, found with two driver calls instead of Numba's own look-up (a fresh process's
-    first call to it took 45-60 us on the H200, this 10-20); None in every other case (no
-    context, or one Numba has not made: then Numba's own call decides, or says what is
-    wrong)."""
-    try:
-        cu = _cu()
-        err, handle = cu.cuCtxGetCurrent()
-        if err != 0 or not int(handle):
-            return None
-        err, dev = cu.cuCtxGetDevice()
-        if err != 0:
-            return None
-        from numba import cuda
-        ctx = cuda.gpus[int(dev)].primary_context  # (the device ordinal, as Numba reads it)
-        if ctx is None or as_int(ctx.handle) != int(handle):
-            return None
-        ctx.prepare_for_use()  # (what Numba's call does too: nothing once it has run)
-        return ctx
-    except Exception:  # no driver library, no Numba device list: Numba's own call reports it
+        res = _cu().cuCtxGetDevice()
+    except Exception:  # no driver library (cuda.pathfinder's error): no context either
         return None
-
-
-def make_current(device: int) -> None:
-    """Make Numba's context of ``device`` current in this thread, as Numba's own first call
-    in a thread does (its primary context, pushed)."""
-    check_not_forked()
-    from numba import cuda
-    cuda.current_context(device)
-    _STATE["used"] = True
-
-
-def context_cc(ctx) -> tuple[int, int]:
-    """The compute capability of a Numba context's device, e.g. (9, 0)."""
-    return tuple(ctx.device.compute_capability)  # type: ignore[return-value]
-
-
-def device_arch() -> int:
-    """The current device's architecture number, e.g. 90 for sm_90."""
-    from .arch import Arch
-    return Arch.parse(current_cc()).number
-
-
-def current_cc() -> tuple[int, int]:
-    """The compute capability of the current context's device (Numba's context made
-    current where none is): two driver calls once a context is current."""
-    if current_context_key():
-        cu = _cu()
-        return device_info(int(check(cu.cuCtxGetDevice(), "cuCtxGetDevice"))).cc
-    return context_cc(current_context())
-
-
-def context_key(ctx) -> int:
-    return as_int(ctx.handle)
+    return int(res[1]) if res[0] == 0 else None
 
 
 def current_context_key() -> int:
@@ -201,27 +165,40 @@ def current_context_key() -> int:
 
 def _c_context_getter(cu):
     """nbjit's C call of the driver's cuCtxGetCurrent (a tenth of the binding's cost), or
-    False where the extension is not built or switched off (then never asked again)."""
+    False where the extension is not used (then never asked again)."""
+    _launch = _native.extension()
+    if _launch is None:
+        return False
     try:
-        if os.environ.get("NBJIT_PURE_PYTHON", "") not in ("", "0"):
-            return False
-        from . import _launch
         res = cu.cuGetProcAddress(b"cuCtxGetCurrent", driver_version(),
                                   cu.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_DEFAULT)
         if res[0] != 0 or not int(res[1]):
             return False
         _launch.set_entry_point("cuCtxGetCurrent", int(res[1]))
         return _launch.current_context
-    except Exception:  # no C extension
+    except Exception:  # a driver without the entry point: the bindings' call serves
         return False
 
 
 _CTX_GETTER: list = [None]  # None: not set up yet; False: none; else the C function
 
 
+def context_key_source() -> str:
+    """Who answers ``current_context_key``: ``"c"`` (nbjit's extension calling
+    cuCtxGetCurrent), ``"python"`` (cuda.bindings), ``"unset"`` (no context seen yet)."""
+    fast = _CTX_GETTER[0]
+    return "unset" if fast is None else "c" if fast else "python"
+
+
 @functools.lru_cache(maxsize=None)
 def device_count() -> int:
     return int(check(_cu().cuDeviceGetCount(), "cuDeviceGetCount"))
+
+
+@functools.lru_cache(maxsize=None)
+def multi_gpu() -> bool:
+    """Whether several GPUs are visible (decided once: with one, launches check no devices)."""
+    return device_count() > 1
 
 
 @functools.lru_cache(maxsize=None)
@@ -424,13 +401,13 @@ class Backend:
 
 @functools.lru_cache(maxsize=None)
 def backend() -> Backend:
-    """The launch backend, decided once: nbjit's C extension where it is built (and
-    ``NBJIT_PURE_PYTHON`` is not set), else cuda.bindings."""
+    """The launch backend, decided once: nbjit's C extension where it is used (see
+    ``_native``), else cuda.bindings."""
     cu = _cu()
+    _launch = _native.extension()
     try:
-        if os.environ.get("NBJIT_PURE_PYTHON", "") not in ("", "0"):
-            raise ImportError("NBJIT_PURE_PYTHON is set")
-        from . import _launch
+        if _launch is None:
+            raise ImportError("nbjit's C extension is not built, or NBJIT_PURE_PYTHON is set")
         res = cu.cuGetProcAddress(b"cuLaunchKernel", driver_version(),
                                   cu.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_DEFAULT)
         if res[0] != 0 or not int(res[1]):
@@ -526,7 +503,6 @@ def tensor_map_call(cu, plan) -> tuple:
 def encode_tensor_map_tiled(plan) -> bytes:
     """The 128 bytes of ``cuTensorMapEncodeTiled`` for a checked ``tma.TensorMapPlan``;
     ``NbjitArgumentError`` with the driver's word where it still refuses."""
-    from .errors import NbjitArgumentError
     cu = _cu()
     res = cu.cuTensorMapEncodeTiled(*tensor_map_call(cu, plan))
     if res[0] != 0:

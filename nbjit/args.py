@@ -17,8 +17,9 @@ from typing import Any, Callable
 
 import numpy as np
 
+from . import _host
 from .errors import NbjitArgumentError
-from .signature import KernelSignature, Param
+from .signature import KernelInfo, KernelSignature, Param, SignatureConflict, merge
 
 
 def _tma():
@@ -46,24 +47,6 @@ class _NotAPointer(ValueError):
     pass
 
 
-def as_int(handle) -> int:
-    """An address or handle as an int: numba-cuda gives cuda.bindings objects (CUdeviceptr,
-    CUcontext: int() works) or, with its ctypes bindings (CUDA 12), ctypes.c_void_p."""
-    if isinstance(handle, ctypes._SimpleCData):
-        return handle.value or 0
-    return int(handle)
-
-
-def _numba_array(a, _cvp=ctypes.c_void_p) -> int:
-    p = a.gpu_data.device_pointer  # inlined as_int: this runs on every launch
-    return (p.value or 0) if type(p) is _cvp else int(p)
-
-
-def _numba_pointer(p, _cvp=ctypes.c_void_p) -> int:
-    d = p.device_pointer
-    return (d.value or 0) if type(d) is _cvp else int(d)
-
-
 def _cai(a) -> int:
     return a.__cuda_array_interface__["data"][0]
 
@@ -85,15 +68,9 @@ def _host_array(a) -> int:
 
 def _extractor(t: type) -> Callable[[Any], int] | None:
     """How to get a device address out of an object of type ``t`` (decided once per type)."""
-    try:
-        from numba.cuda.cudadrv.devicearray import DeviceNDArrayBase
-        from numba.cuda.cudadrv.driver import MemoryPointer, OwnedPointer
-        if issubclass(t, DeviceNDArrayBase):
-            return _numba_array
-        if issubclass(t, (MemoryPointer, OwnedPointer)):
-            return _numba_pointer
-    except ImportError:  # numba-cuda missing: the generic protocol still works
-        pass
+    f = _host.pointer_getter(t)  # Numba's device arrays and pointers
+    if f is not None:
+        return f
     mod = t.__module__.split(".")[0]
     if mod == "torch" and hasattr(t, "data_ptr"):
         return _torch
@@ -679,8 +656,6 @@ def parse_signature(text: str, kernel: str = "<kernel>") -> list:
 
 def declare(sig: KernelSignature, text: str, kernel: str) -> KernelSignature:
     """``sig`` with the types a user declared (checked against its sizes)."""
-    from .signature import KernelInfo, SignatureConflict, merge
-
     try:
         declared = [("declared", parse_signature(text, kernel))]
         return merge(kernel, [("image", KernelInfo(kernel, sig))], declared).signature

@@ -41,7 +41,7 @@ try:
 except ImportError:  # not POSIX: no cross-process lock, each process compiles
     fcntl = None  # type: ignore[assignment]
 
-from .errors import NbjitCacheError
+from .errors import NbjitCacheError, NbjitWarning
 from .pch import PCH_DIR, PCH_SUFFIX, writer_alive as _pch_writer_alive
 from .image import content_digest, content_hash, read_regular, read_regular_stat, write_output
 
@@ -86,7 +86,6 @@ ARCHIVE_KEY_FILE_ENV = "NBJIT_CACHE_ARCHIVE_KEY_FILE"
 
 
 def _warn(msg: str) -> None:
-    from .errors import NbjitWarning
     warnings.warn(msg, NbjitWarning, stacklevel=4)
 
 

@@ -12,10 +12,10 @@ import warnings
 from pathlib import Path
 from typing import NoReturn
 
-from .cubin import CubinInfo
-from .errors import NbjitError
+from .cubin import CubinInfo, inspect_cubin
+from .errors import ImageFormatError, NbjitError
 from .fatbin import FatbinInfo, inspect_fatbin, parse_arch
-from .image import Image, inspect_image, read_regular, write_output
+from .image import MAX_FILE_BYTES, Image, inspect_image, read_regular, sniff, write_output
 from .ptx import PtxInfo, inspect_ptx, strip_debug
 from .cdecl import demangled_text
 from .signature import RESOURCES, typed_entries
@@ -60,7 +60,6 @@ def _read(path: str) -> bytes:
     """A regular file's bytes: FIFOs, devices and directories are refused, never waited on
     or read without end. ``-`` is standard input (up to the same limit)."""
     if path == "-":
-        from .image import MAX_FILE_BYTES
         data = sys.stdin.buffer.read(MAX_FILE_BYTES + 1)
         if len(data) > MAX_FILE_BYTES:
             raise _Usage(f"standard input holds more than nbjit reads ({MAX_FILE_BYTES} bytes)")
@@ -334,7 +333,6 @@ def _occupancy_arg(text: str) -> tuple[int, int]:
 
 def _inspect_compiled(args, img: Image) -> int:
     """--sass, --occupancy, --fail-on-spills: about the cubin ``img`` is, or gives for --arch."""
-    from .cubin import inspect_cubin
     from .occupancy import occupancy
     from .sass import cubin_for, disassemble
     if img.kind != "cubin" and not args.arch:
@@ -431,7 +429,6 @@ def _bundle(args) -> int:
 
 
 def _strip(args) -> int:
-    from .image import sniff
     if args.in_place and args.file == "-":
         raise _Usage("--in-place replaces a file; standard input (-) is none: give -o OUT")
     if args.in_place and args.output is not None:
@@ -617,8 +614,6 @@ def _compile(args) -> int:
 
 def _check_source(raw: bytes, path: str) -> None:
     """CUDA C++ source is UTF-8 text; compiled code and binary files are named as what they are."""
-    from .errors import ImageFormatError
-    from .image import sniff
     try:
         kind = sniff(raw, path)
     except ImageFormatError:

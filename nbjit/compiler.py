@@ -440,8 +440,8 @@ def _headers(headers) -> dict[str, str]:
 def _arch_for(arch: str | None) -> str:
     """The target to compile for: ``arch`` checked, or the current device's SASS."""
     if arch is None:
-        from . import _driver  # (only here: compiling for a given arch needs no driver, nor numpy)
-        return str(Arch.parse(_driver.current_cc()))
+        from ._host import current_host  # (only here: compiling for a given arch needs no driver, nor numpy)
+        return str(Arch.parse(current_host().current_cc()))
     a = str(arch).strip()
     if not _ARCH_NAME.fullmatch(a):
         raise NbjitCompileError(f"arch {arch!r} is not an architecture (expected e.g. 'sm_90', 'sm_90a', "

@@ -15,8 +15,9 @@ import threading
 import weakref
 from typing import Any
 
-from . import _driver
-from .errors import NbjitGraphError
+from . import _driver, _host
+from ._driver import stream_handle
+from .errors import NbjitGraphError, NbjitLaunchError
 
 __all__ = ["capture", "Capture"]
 
@@ -35,11 +36,11 @@ _HINTS = {
 
 
 def _capture_code(exc: BaseException) -> int | None:
-    """The capture error a CUDA error stands for, whoever raised it: numba's CudaAPIError
-    and nbjit's launch errors carry ``code``; cuda.core's CUDAError (numba-cuda allocates
-    through it) names the error in its message."""
-    code = getattr(exc, "code", None)
-    if isinstance(code, int) and code in _driver.CAPTURE_ERRORS:
+    """The capture error a CUDA error stands for, whoever raised it: nbjit's launch errors
+    and the host's (Numba's CudaAPIError) carry the CUresult; cuda.core's CUDAError
+    (numba-cuda allocates through it) names the error in its message."""
+    code = getattr(exc, "code", None) if isinstance(exc, NbjitLaunchError) else _host.error_code(exc)
+    if code in _driver.CAPTURE_ERRORS:
         return code
     text = str(exc)
     return next((c for c, name in _driver.CAPTURE_ERRORS.items() if name in text), None)
@@ -58,7 +59,6 @@ class Capture:
     def __init__(self, stream: Any, mode: str = "thread_local"):
         if mode not in _driver.CAPTURE_MODES:
             raise NbjitGraphError(f"capture mode must be one of {_driver.CAPTURE_MODES}, not {mode!r}")
-        from .kernel import stream_handle
         self.stream = stream
         self.mode = mode
         self._handle = stream_handle(stream)
@@ -121,7 +121,6 @@ class Capture:
         """Replay the graph on ``stream`` (default: the captured one)."""
         if self._exec is None:
             raise self._nothing("use the capture as `with nbjit.capture(stream) as g:`")
-        from .kernel import stream_handle
         err = _driver.graph_launch(self._exec, self._handle if stream is None else stream_handle(stream))
         if err:
             raise NbjitGraphError(f"graph launch failed: {_driver.error_text(err)}")

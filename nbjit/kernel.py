@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import os
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _driver
+from . import _driver, _native
+from ._driver import stream_handle
+from ._host import current_host
 from .args import _EXTRACTORS, ArgPacker, array_element, device_pointer
 from .errors import NbjitArgumentError, NbjitLaunchError
 from .signature import KernelInfo, KernelSignature, Param
@@ -96,7 +97,7 @@ class _State:
         self.pointer_params = tuple(i for i, p in enumerate(info.params) if p.pointer or p.size == 8)
         self.lock = threading.Lock()
         if _MULTI[0] is None:
-            _MULTI[0] = _driver.device_count() > 1
+            _MULTI[0] = _driver.multi_gpu()
 
     def buffer(self) -> _Buffer:
         try:
@@ -164,29 +165,6 @@ def _dims(v, what: str, kernel: str) -> tuple[int, int, int]:
     return (t + (1, 1))[:3]  # type: ignore[return-value]
 
 
-def stream_handle(stream: Any):
-    """A CUstream for a Numba stream, an int handle, an object with ``__cuda_stream__`` or
-    ``cuda_stream`` (PyTorch), or None/0 (the default stream)."""
-    if stream is None or (isinstance(stream, int) and stream == 0):
-        return _driver.stream_object(0)
-    h = getattr(stream, "handle", None)
-    if h is not None and type(h).__name__ == "CUstream":
-        return h
-    if isinstance(h, ctypes.c_void_p):  # numba-cuda's ctypes bindings (CUDA 12)
-        return _driver.stream_object(h.value or 0)
-    if isinstance(stream, int):
-        return _driver.stream_object(stream)
-    proto = getattr(stream, "__cuda_stream__", None)
-    if proto is not None:
-        v = proto() if callable(proto) else proto
-        return _driver.stream_object(int(v[1]))
-    cs = getattr(stream, "cuda_stream", None)
-    if isinstance(cs, int):
-        return _driver.stream_object(cs)
-    raise NbjitLaunchError(f"{type(stream).__name__} is not a stream (pass a Numba stream, an int handle, an object "
-                           "with __cuda_stream__, or None)")
-
-
 class _PyIndexing:
     """``kernel[config]`` in Python (where nbjit's C extension is not built)."""
 
@@ -219,18 +197,10 @@ def _inexact(config) -> bool:
     return False
 
 
-def _indexing_base() -> type:
-    """The C look-up of ``kernel[config]`` (``_launch.KernelBase``) where it is built."""
-    if os.environ.get("NBJIT_PURE_PYTHON", "") not in ("", "0"):
-        return _PyIndexing
-    try:
-        from ._launch import KernelBase
-        return KernelBase
-    except ImportError:
-        return _PyIndexing
+_EXTENSION = _native.extension()  # nbjit's C extension where it is used (decided there), or None
 
 
-class Kernel(_indexing_base()):  # type: ignore[misc]
+class Kernel(_EXTENSION.KernelBase if _EXTENSION is not None else _PyIndexing):  # type: ignore[misc]
     """A kernel of a loaded module.
 
     Launch it as Numba does: ``kernel[grid, block](*args)``, ``kernel[grid, block,
@@ -363,7 +333,7 @@ class Kernel(_indexing_base()):  # type: ignore[misc]
         from .sass import cubin_for, disassemble
         img = self.module.image
         if img.kind != "cubin" and arch is None:
-            arch = str(Arch.parse(_driver.current_cc()))
+            arch = str(Arch.parse(current_host().current_cc()))
         return disassemble(cubin_for(img, arch), kernel=self.name, name=img.name)
 
     def max_active_blocks_per_sm(self, block: int | tuple, dynamic_shared: int = 0) -> int:
@@ -671,13 +641,8 @@ class _ExtendedLauncher(_PyLauncher):
                                  cooperative=c.cooperative, cluster=c.cluster, pdl=c.pdl)
 
 
-try:
-    from ._launch import Launcher as _CLauncherBase
-except ImportError:  # the optional extension is not built: the Python launcher serves
-    _CLauncherBase = None
-
-if _CLauncherBase is not None:
-    class _CLauncher(_CLauncherBase, _Config):
+if _EXTENSION is not None:  # (else the Python launcher serves)
+    class _CLauncher(_EXTENSION.Launcher, _Config):
         """The launch path in C: packs on the C stack with the same rules as the Python path,
         handing anything unusual to the precise Python rules (``fallbacks`` counts those
         calls)."""
@@ -770,7 +735,7 @@ def _adopt_context(s: _State) -> bool:
     where that is now the current one."""
     if _driver.current_context_key() != 0:
         return False
-    _driver.make_current(s.device)
+    current_host().make_current(s.device)
     return _driver.current_context_key() == s.ctx_key
 
 

@@ -12,12 +12,14 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from . import _driver
+from ._host import current_host
 from .arch import Arch
 from .args import parse_signature
 from .cdecl import demangle, demangled_text
 from .errors import KernelNotFoundError, NbjitArgumentError, NbjitCompileError, NbjitLoadError, NbjitWarning
-from .compiler import SOURCE_SUFFIXES, compile_image, nvjitlink_version, one_or_many, option_list, source_text
-from .cubin import CubinInfo
+from .compiler import (SOURCE_SUFFIXES, assemble_cached, compile_image, compile_many as compile_images,
+                       nvjitlink_version, one_or_many, option_list, source_text)
+from .cubin import CubinInfo, inspect_cubin
 from .image import Image, ImageLike, _sha256, as_image, inspect_image
 from .kernel import Kernel, _State, pending_kernel
 from .loader import Plan, plan
@@ -38,7 +40,6 @@ class DeviceGlobal:
     def as_array(self, dtype: Any, shape: int | tuple[int, ...] | None = None) -> Any:
         """A Numba device array over the variable's memory (reads and writes go to it)."""
         import numpy as np
-        from numba import cuda
 
         dt = np.dtype(dtype)
         if shape is None:
@@ -50,9 +51,7 @@ class DeviceGlobal:
         need = int(np.prod(shape)) * dt.itemsize
         if need > self.size:
             raise ValueError(f"global {self.name!r} has {self.size} bytes; shape {tuple(shape)} of {dt} needs {need}")
-        desc = {"shape": tuple(shape), "typestr": dt.str, "data": (self.ptr, False), "strides": None,
-                "version": 2}
-        return cuda.from_cuda_array_interface(desc, owner=self.module, sync=False)
+        return current_host().array_view(self.ptr, tuple(shape), dt, self.module)
 
 
 def _registry(ctx) -> "weakref.WeakValueDictionary":
@@ -64,7 +63,6 @@ def _registry(ctx) -> "weakref.WeakValueDictionary":
 
 
 _LOAD_LOCK = threading.Lock()
-_DRIVER_STATE = _driver._STATE  # (whether this process is a forked child: read on every kernel look-up)
 _NO_STATES: dict = {}
 
 
@@ -92,7 +90,7 @@ def load(image: ImageLike, *, name: str | None = None, keep_debug: bool = False,
         img = Image(img.data, img.kind, name, img.arch, img.lowered_names, img.log, img.declarations)
     if lazy:
         return Module._pending(img, keep_debug)
-    return _load_into(img, _driver.current_context(), keep_debug)
+    return _load_into(img, current_host().current_context(), keep_debug)
 
 
 def _flag(value, what: str, error: type) -> bool:
@@ -134,9 +132,10 @@ class Module:
         self.keep_debug = keep_debug
         # what travels in a pickle: the bytes loaded, or the whole fatbin (each device picks)
         self._shipped = (image.data, "fatbin") if image.kind == "fatbin" else (prepared.data, prepared.kind)
+        host = current_host()
         self.context = ctx
-        self.device = ctx.device.id
-        self._ctx_key = _driver.context_key(ctx)
+        self.device = host.context_ordinal(ctx)
+        self._ctx_key = host.context_key(ctx)
         self._handle = loaded.handle
         self.jit_log = loaded.info_log
         self.route = prepared.route
@@ -156,7 +155,7 @@ class Module:
 
     @classmethod
     def _load(cls, img: Image, ctx, keep_debug: bool) -> "Module":
-        prepared = carry_out(plan(img, _driver.context_cc(ctx), _driver.driver_version(), keep_debug=keep_debug,
+        prepared = carry_out(plan(img, current_host().context_cc(ctx), _driver.driver_version(), keep_debug=keep_debug,
                                   nvjitlink=nvjitlink_version))
         what = f"{img.name} ({_describe(prepared)})"
         loaded = _driver.load_module(prepared.data, what, prepared.kind)
@@ -387,7 +386,7 @@ class Module:
             st = d.get("_states", _NO_STATES).get(name)
         except TypeError:  # not a name
             st = None
-        if st is None or (d["_names"] and d["_names"].get(name, name) != name) or _DRIVER_STATE["forked"]:
+        if st is None or (d["_names"] and d["_names"].get(name, name) != name) or _driver.forked():
             # not made yet, not loaded yet, a name expression for another kernel, a forked child
             return self.get_kernel(name)
         return Kernel(self, st)
@@ -557,10 +556,6 @@ def carry_out(p: Plan, cache=None) -> Plan:
     a = p.assemble
     if a is None:
         return p
-    from .compiler import assemble_cached
-    from .cubin import inspect_cubin
-    from .errors import NbjitCompileError
-
     try:
         cubin = assemble_cached(a.ptx, a.arch, name=a.name, cache=cache)
     except NbjitCompileError as e:
@@ -630,9 +625,10 @@ def compile(source: str, *, name: str | None = None, name_expressions: Iterable[
             return mod
     target, ctx = arch, None
     if not lazy:
-        ctx = _driver.current_context()
+        host = current_host()
+        ctx = host.current_context()
         if arch is None:  # the device of the context the module loads into
-            target = str(Arch.parse(_driver.context_cc(ctx)))
+            target = str(Arch.parse(host.context_cc(ctx)))
     img = compile_image(source, name=name, name_expressions=exprs, headers=headers, include_paths=include_paths,
                         options=opts, arch=target, output=output, cache=cache, pch=pch)
     mod = Module._pending(img, keep_debug) if lazy else _load_into(img, ctx, keep_debug)
@@ -662,13 +658,13 @@ def compile_many(sources: Iterable, *, workers: int | None = None, keep_debug: b
     ------
     NbjitCompileError: naming the first source that failed (its index and name).
     """
-    from .compiler import compile_many as compile_images
     keep_debug, lazy = _flag(keep_debug, "keep_debug", NbjitCompileError), _flag(lazy, "lazy", NbjitCompileError)
     ctx = None
     if not lazy:
-        ctx = _driver.current_context()
+        host = current_host()
+        ctx = host.current_context()
         if common.get("arch") is None:  # the device of the context the modules load into
-            common["arch"] = str(Arch.parse(_driver.context_cc(ctx)))
+            common["arch"] = str(Arch.parse(host.context_cc(ctx)))
     images = compile_images(sources, workers=workers, **common)
     return [Module._pending(img, keep_debug) if lazy else _load_into(img, ctx, keep_debug) for img in images]
 
@@ -691,12 +687,10 @@ def from_numba(dispatcher: Any, signature: Any) -> Kernel:
     NbjitLoadError: not a kernel dispatcher, a device function, ``debug=True`` (Numba's
     exception reporting), a cooperative kernel, or argument types nbjit cannot pass.
     """
-    from numba import cuda
-    from numba.core import sigutils, types
-
     from . import numba_abi
     from .cache import default_cache
 
+    host = current_host()
     py = getattr(dispatcher, "py_func", None)
     opts = dict(getattr(dispatcher, "targetoptions", None) or {})
     if py is None:
@@ -708,19 +702,19 @@ def from_numba(dispatcher: Any, signature: Any) -> Kernel:
         raise NbjitLoadError(f"{what} is compiled with debug=True, which reports exceptions through Numba's own "
                              "launcher: nbjit does not run it; compile it without debug=True")
     try:
-        args, ret = sigutils.normalize_signature(signature)
+        args, ret = host.kernel_types(signature)
     except Exception as e:  # numba's TypeError / parse errors
         raise NbjitLoadError(f"{what}: {signature!r} is not a signature ({e})") from None
-    if ret not in (None, types.none, types.void):
+    if not host.returns_nothing(ret):
         raise NbjitLoadError(f"{what}: a kernel returns nothing; the signature says {ret}")
-    nargs = numba_abi.from_numba_types(args)
-    cc = _driver.context_cc(_driver.current_context())
+    nargs = numba_abi.from_numba_types(args, host.describe_type)
+    cc = host.context_cc(host.current_context())
     cache = default_cache()
-    call = ("numba", py, tuple(args), cc, tuple(sorted((k, str(v)) for k, v in opts.items())))
+    call = (host.name, py, args, cc, tuple(sorted((k, str(v)) for k, v in opts.items())))
     ptx = cache.recall(call)
     if ptx is None:
-        ptx, resty = cuda.compile_ptx(py, args, cc=cc, fastmath=bool(opts.get("fastmath", False)),
-                                      lineinfo=bool(opts.get("lineinfo", False)))
+        ptx = host.compile_ptx(py, args, cc, fastmath=bool(opts.get("fastmath", False)),
+                               lineinfo=bool(opts.get("lineinfo", False)))
         cache.remember(call, ptx)
     if "cudaCG" in ptx:
         raise NbjitLoadError(f"{what} uses cooperative groups, which need Numba's linker (cudadevrt): launch it "

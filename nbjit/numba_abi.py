@@ -1,6 +1,6 @@
 """Numba's kernel ABI: how a ``@cuda.jit`` kernel's arguments become PTX parameters, read
-from Numba's mangled kernel names or from Numba types. Pure data: numba is imported only to
-read Numba types (``from_numba_types``).
+from Numba's mangled kernel names or from Numba types. Pure data: Numba's types are read by
+the host (``_host.Host.describe_type``), never imported here.
 
 Numba (numba-cuda's ``_Kernel._prepare_args``, ``ArrayModel``) passes
 * an array as 5 + 2·ndim 8-byte fields: meminfo (0), parent (0), nitems, itemsize, data
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -134,17 +135,17 @@ def _array(name: str, i: int, node) -> NumbaArray:
     return NumbaArray(_dtype_of(args[0]), int(text), layout, str(args[3]) == "readonly")
 
 
-def from_numba_types(argtypes) -> tuple:
-    """The same, from Numba types (a dispatcher's signature)."""
-    from numba.core import types
-    from numba.np.numpy_support import as_dtype
-
+def from_numba_types(argtypes: Iterable, describe: Callable[[Any], tuple | None]) -> tuple:
+    """The same, from Numba types (a dispatcher's signature), each read by ``describe``
+    (the host's ``describe_type``: ``("array", dtype, ndim, layout, readonly)``,
+    ``("scalar", dtype)`` or None)."""
     out = []
     for i, t in enumerate(argtypes):
-        if isinstance(t, types.Array):
-            out.append(NumbaArray(as_dtype(t.dtype), t.ndim, t.layout, not t.mutable))
-        elif isinstance(t, (types.Integer, types.Float, types.Boolean, types.Complex)):
-            out.append(NumbaScalar(as_dtype(t)))
+        d = describe(t)
+        if d is not None and d[0] == "array":
+            out.append(NumbaArray(*d[1:]))
+        elif d is not None:
+            out.append(NumbaScalar(d[1]))
         else:
             raise NumbaAbiError(f"argument {i} is {t}: nbjit passes Numba arrays, integers, floats, booleans and "
                                 "complex numbers (not tuples, records by value or other types)")

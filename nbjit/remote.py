@@ -19,7 +19,7 @@ import time
 import warnings
 from urllib.parse import urlsplit, urlunsplit
 
-from .errors import NbjitCacheError
+from .errors import NbjitCacheError, NbjitWarning
 
 __all__ = ["RemoteTier", "REMOTE_ENV", "REMOTE_WRITE_ENV"]
 
@@ -41,7 +41,6 @@ class _Unavailable(Exception):
 
 
 def _warn(msg: str) -> None:
-    from .errors import NbjitWarning
     warnings.warn(msg, NbjitWarning, stacklevel=5)
 
 

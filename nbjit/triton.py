@@ -25,9 +25,10 @@ if TYPE_CHECKING:
 import numpy as np
 
 from . import _driver
+from ._host import current_host
 from .args import device_pointer
-from .errors import NbjitArgumentError, NbjitLaunchError, NbjitLoadError
-from .image import MAX_FILE_BYTES, read_regular
+from .errors import NbjitArgumentError, NbjitLaunchError, NbjitLoadError, NbjitWarning
+from .image import MAX_FILE_BYTES, Image, read_regular
 from .kernel import keep_launcher
 from .tma import _SWIZZLE, TensorMap, plan_tiled, whole_numbers
 from .ptx import PtxInfo, inspect_ptx
@@ -488,8 +489,7 @@ class TritonKernel:
         with self._lock:
             have = self._scratch.get(key)
             if have is None or have[1] < nbytes:
-                from numba import cuda
-                arr = cuda.device_array(nbytes + align, dtype="u1")
+                arr = current_host().allocate(nbytes + align)
                 self._scratch[key] = (arr, nbytes, stream)
                 have = self._scratch[key]
         ptr = device_pointer(have[0])
@@ -601,14 +601,12 @@ def load_triton(path: str | os.PathLike) -> TritonKernel:
     cubin is used when it runs on this device, else the PTX (assembled by nvJitLink when it
     is newer than the driver). Raises ``NbjitLoadError`` for unusable metadata.
     """
-    from .errors import NbjitWarning
-    from .image import Image
     from .module import load
 
     art = read_triton(path)
     meta = art.meta
     decls = art.declarations()
-    dev = _driver.device_arch()
+    dev = current_host().device_arch()
     errors = []
     ptx = None
     if art.ptx is not None:

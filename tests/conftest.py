@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import functools
-import os
 from pathlib import Path
 
 import pytest
@@ -113,8 +112,8 @@ def kernels():
 def expected_path() -> str:
     """The C launcher, unless it is switched off or several GPUs make nbjit check devices
     (then every launch takes the Python path)."""
-    from nbjit import _driver
-    if os.environ.get("NBJIT_PURE_PYTHON", "") not in ("", "0") or _driver.device_count() > 1:
+    from nbjit import _driver, _native
+    if _native.extension() is None or _driver.multi_gpu():
         return "python"
     return "c"
 

@@ -149,8 +149,9 @@ def fake_device(monkeypatch):
     import types
 
     from nbjit import _driver, kernel, module
+    from nbjit._host import current_host
     ctx = types.SimpleNamespace(device=types.SimpleNamespace(id=0, compute_capability=(9, 0)), handle=7)
-    monkeypatch.setattr(_driver, "current_context", lambda: ctx)
+    monkeypatch.setattr(current_host(), "current_context", lambda: ctx)
     monkeypatch.setattr(_driver, "current_context_key", lambda: 7)
     monkeypatch.setattr(_driver, "driver_version", lambda: 13000)
     monkeypatch.setattr(_driver, "load_module", lambda data, what, kind: _driver.Loaded(1, ""))
@@ -171,7 +172,7 @@ def test_a_warm_hit_types_its_kernels_as_loading_would(tmp_path, fake_device, mo
     kw = dict(name_expressions=["fill<float>"], headers=HDR, arch="sm_90")
     cold = nbjit.compile(SRC, cache=Cache(tmp_path), **kw)
     fake_device._COMPILED.clear()
-    fake_device._registry(nbjit._driver.current_context()).clear()
+    fake_device._registry(fake_device.current_host().current_context()).clear()
     warm = nbjit.compile(SRC, cache=Cache(tmp_path), **kw)
     assert warm is not cold and set(warm._typed) == set(warm.kernels) and len(warm.kernels) >= 2
     cold._typed.clear()  # typed by merging, as a module without the facts is

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import nbjit
-from nbjit.args import as_int
+from nbjit._driver import as_int
 from nbjit import (KernelNotFoundError, NbjitArgumentError, NbjitLaunchError, NbjitLoadError, NbjitWarning)
 
 pytestmark = pytest.mark.gpu
@@ -380,8 +380,9 @@ def test_pipeline_with_cuda_jit_on_one_stream(cuda, kernels):
 
 def test_pure_python_launch_path(cuda, monkeypatch):
     """The same launches without the C extension (what a build without a compiler runs)."""
-    from nbjit import _driver
+    from nbjit import _driver, _native
     monkeypatch.setenv("NBJIT_PURE_PYTHON", "1")
+    _native.extension.cache_clear()
     _driver.backend.cache_clear()
     try:
         m = nbjit.load(DATA / "nvcc/kernels_sm90.ptx")
@@ -399,6 +400,7 @@ def test_pure_python_launch_path(cuda, monkeypatch):
         b()
         cuda.synchronize()
     finally:
+        _native.extension.cache_clear()
         _driver.backend.cache_clear()
         m["k_basic"]._s.configs.clear()
 
@@ -406,17 +408,15 @@ def test_pure_python_launch_path(cuda, monkeypatch):
 def test_the_current_context_from_c_is_the_bindings(cuda):
     """current_context_key (the memo of nbjit.compile, the several-GPU check) asks the driver
     through nbjit's C extension once a context exists: the same handle as cuda.bindings'."""
-    import os
-
     from cuda.bindings import driver as cu
 
-    from nbjit import _driver
+    from nbjit import _driver, _native
+    from nbjit._host import current_host
     ctx = cuda.current_context()
-    assert _driver.current_context_key() == int(cu.cuCtxGetCurrent()[1]) == _driver.context_key(ctx)
-    assert _driver.current_context_key() == _driver.context_key(ctx)  # the second time, from C where built
-    if os.environ.get("NBJIT_PURE_PYTHON", "") in ("", "0"):
-        from nbjit import _launch
-        assert _driver._CTX_GETTER[0] is _launch.current_context
+    key = current_host().context_key(ctx)
+    assert _driver.current_context_key() == int(cu.cuCtxGetCurrent()[1]) == key
+    assert _driver.current_context_key() == key  # the second time, from C where built
+    assert _driver.context_key_source() == ("c" if _native.extension() is not None else "python")
 
 
 CONTEXTS = r'''
@@ -424,31 +424,32 @@ import threading
 from cuda.bindings import driver as cu
 import cupy as cp
 import nbjit
-from nbjit import _driver
+from nbjit._host import current_host
+host = current_host()
 cp.zeros(1)  # CuPy makes the device's primary context current; Numba has made nothing yet
-print(f"cupy-first|{_driver._numba_primary_current() is None}")
+print(f"cupy-first|{host._primary_current() is None}")
 from numba import cuda
-ctx = _driver.current_context()  # Numba's own call makes its object for that context
-print(f"numba|{ctx is cuda.current_context()}|{_driver.context_key(ctx) == int(cu.cuCtxGetCurrent()[1])}")
-print(f"fast|{_driver._numba_primary_current() is ctx}|{_driver.current_context() is ctx}")
+ctx = host.current_context()  # Numba's own call makes its object for that context
+print(f"numba|{ctx is cuda.current_context()}|{host.context_key(ctx) == int(cu.cuCtxGetCurrent()[1])}")
+print(f"fast|{host._primary_current() is ctx}|{host.current_context() is ctx}")
 out = []
 def thread():
-    out.append(_driver._numba_primary_current() is None)  # no context in a new thread
-    out.append(_driver.current_context() is ctx)  # Numba's call makes it current there
-    out.append(_driver._numba_primary_current() is ctx)
+    out.append(host._primary_current() is None)  # no context in a new thread
+    out.append(host.current_context() is ctx)  # Numba's call makes it current there
+    out.append(host._primary_current() is ctx)
 t = threading.Thread(target=thread)
 t.start(); t.join()
 print("thread|" + "|".join(map(str, out)))
 err, other = cu.cuCtxCreate(None, 0, cu.cuDeviceGet(0)[1])  # a context Numba did not make, made current
-print(f"other|{int(err)}|{_driver._numba_primary_current() is None}")
+print(f"other|{int(err)}|{host._primary_current() is None}")
 try:
-    _driver.current_context()
+    host.current_context()
     print("refused|no")
 except nbjit.NbjitError as e:
     print(f"refused|{type(e).__name__}|{'is not a device' in str(e)}")
 cu.cuCtxPopCurrent()
 cu.cuCtxDestroy(other)
-print(f"back|{_driver.current_context() is ctx}")
+print(f"back|{host.current_context() is ctx}")
 '''
 
 

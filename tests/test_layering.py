@@ -1,9 +1,12 @@
 """The package's layering holds: no import cycle among nbjit's modules (lazy imports inside
-functions included), and only _driver.py (with the C launch path it sets up) calls the CUDA
-driver. Read from the source, no import needed."""
+functions included); only _driver.py (with the C launch path it sets up) calls the CUDA
+driver, and it stands on the ground floor; only _host.py imports Numba; one module decides
+whether the C extension is used; process state is read through functions. Read from the
+source, no import needed."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -57,7 +60,7 @@ def test_readers_do_not_reach_for_the_gpu():
 
 def test_only_the_driver_module_calls_the_driver():
     """cuda.bindings' driver API (cuLaunchKernel, cuModuleLoadDataEx, ...) is called from
-    _driver.py alone; numba's context and device objects are reached through it too."""
+    _driver.py alone (Numba's context and device objects through _host, which asks it)."""
     for name, path in MODULES.items():
         if name == "_driver":
             continue
@@ -69,11 +72,82 @@ def test_only_the_driver_module_calls_the_driver():
                 assert node.module != "cuda.bindings.driver", f"{name}.py imports cuda.bindings.driver"
             if isinstance(node, ast.Attribute) and node.attr.startswith("cu") and node.attr[2:3].isupper():
                 raise AssertionError(f"{name}.py:{node.lineno} calls the driver ({node.attr})")
-            via_driver = isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and \
-                node.value.id == "_driver"
-            if isinstance(node, ast.Attribute) and node.attr in ("current_context", "get_current_device") \
-                    and not via_driver:
-                raise AssertionError(f"{name}.py:{node.lineno} reaches numba's context ({node.attr}); use _driver")
+
+
+def test_the_driver_is_the_ground_floor():
+    """_driver imports no stage above it: errors, and _native (the C extension's switch),
+    which imports nothing of nbjit's; the host stands on _driver."""
+    assert GRAPH["_driver"] <= {"errors", "_native"}, GRAPH["_driver"]
+    assert GRAPH["_native"] == set(), GRAPH["_native"]
+    assert GRAPH["_host"] <= {"_driver", "errors", "arch"}, GRAPH["_host"]
+
+
+_NUMBA = re.compile(r"(numba|numba_cuda_mlir)(\.\w+)*")
+_DOTTED = re.compile(r"(numba|numba_cuda_mlir)(\.\w+)+")
+
+
+def _numba_imports(source: str) -> list[tuple[int, str]]:
+    """(line, module) of every import of Numba (numba-cuda or numba-cuda-mlir) in ``source``:
+    import statements at any depth, names handed to ``import_module`` / ``__import__``, and
+    dotted module names written out (for ``importlib``, ``sys.modules``)."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names if _NUMBA.fullmatch(a.name)]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and _NUMBA.fullmatch(node.module):
+            out.append((node.lineno, node.module))
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) in \
+                ("import_module", "__import__"):
+            out += [(a.lineno, a.value) for a in node.args[:1]
+                    if isinstance(a, ast.Constant) and isinstance(a.value, str) and _NUMBA.fullmatch(a.value)]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _DOTTED.fullmatch(node.value):
+            out.append((node.lineno, node.value))
+    return sorted(set(out))
+
+
+def test_the_numba_import_finder_finds_them():
+    src = ("import numbers\nimport numba.cuda as c\ndef f():\n    from numba.core import types\n"
+           "    importlib.import_module('numba_cuda_mlir.cuda')\n    __import__('numba')\n"
+           "    return sys.modules.get('numba.cuda.cudadrv.driver'), {'numba': 1}, 'numba types'\n")
+    assert _numba_imports(src) == [(2, "numba.cuda"), (4, "numba.core"), (5, "numba_cuda_mlir.cuda"), (6, "numba"),
+                                   (7, "numba.cuda.cudadrv.driver")]
+
+
+def test_only_the_host_module_imports_numba():
+    """Numba (its context, arrays, errors, compiler, types) is reached through _host alone,
+    lazy imports included, so a second host is one more implementation in one place."""
+    for name, path in MODULES.items():
+        if name != "_host":
+            assert not _numba_imports(path.read_text()), f"{name}.py imports Numba: {_numba_imports(path.read_text())}"
+    assert _numba_imports(MODULES["_host"].read_text())  # (where they are)
+
+
+def test_one_module_decides_whether_the_c_extension_is_used():
+    """NBJIT_PURE_PYTHON is read, and the extension imported, in _native alone."""
+    for name, path in MODULES.items():
+        if name == "_native":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            assert not (isinstance(node, ast.Constant) and node.value == "NBJIT_PURE_PYTHON"), \
+                f"{name}.py:{node.lineno} reads NBJIT_PURE_PYTHON; ask _native.extension()"
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                names = [node.module] if node.module else [a.name for a in node.names]
+                assert "_launch" not in names, f"{name}.py:{node.lineno} imports _launch; ask _native.extension()"
+
+
+def test_process_state_is_read_through_functions():
+    """Process state (whether CUDA was used, a forked child, the C context getter, several
+    GPUs, the chosen host) is read through the functions of the module that keeps it
+    (``_driver.forked()``, ``_driver.multi_gpu()``), never as ``_driver._STATE`` from elsewhere."""
+    keepers = {"_driver", "_host", "_native"}
+    for name, path in MODULES.items():
+        tree = ast.parse(path.read_text())
+        bound = {a.asname or a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level == 1
+                 and not node.module for a in node.names if a.name in keepers}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in bound \
+                    and node.attr.startswith("_") and not node.attr.startswith("__"):
+                raise AssertionError(f"{name}.py:{node.lineno} reads {node.value.id}.{node.attr}")
 
 
 def test_import_nbjit_loads_what_is_used():
@@ -94,10 +168,48 @@ print(sorted(set(n.__all__) - set(dir(n))), n.load.__module__, n.Module.__module
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
     assert out == ["['nbjit.errors']", "False False False", "[] nbjit.module nbjit.module"]
-    # loading a cubin or a warm nbjit.compile needs no PTX or fatbin reader, tensor maps or Numba's ABI
+    # loading a cubin or a warm nbjit.compile needs no PTX or fatbin reader, tensor maps or Numba's ABI;
+    # the stages that serve Numba (the host included) import it only when they first need it
     code = """import sys, nbjit; nbjit.compile; nbjit.load
-print(sorted(m for m in ("nbjit.ptx", "nbjit.fatbin", "nbjit.tma", "nbjit.numba_abi") if m in sys.modules))"""
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "[]\n"
+print(sorted(m for m in ("nbjit.ptx", "nbjit.fatbin", "nbjit.tma", "nbjit.numba_abi") if m in sys.modules))
+nbjit.from_numba; nbjit.capture; nbjit.TritonKernel; import nbjit._host
+numba = sorted(m for m in sys.modules if m.split(".")[0] in ("numba", "numba_cuda_mlir"))
+print("nbjit._host" in sys.modules, numba)"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out == "[]\nTrue []\n"
     import nbjit
     with pytest.raises(AttributeError, match="module 'nbjit' has no attribute 'lod'"):
         getattr(nbjit, "lod")  # noqa: B009 (the module's own attribute look-up is the point)
+
+
+def _repeated_lazy_imports(source: str) -> list[tuple[int, str]]:
+    """(line, module) of imports inside functions of a module ``source`` imports at the top
+    anyway (the laziness buys nothing there)."""
+    tree = ast.parse(source)
+
+    def modules(node) -> list[str]:
+        if isinstance(node, ast.ImportFrom):
+            return ["." * node.level + (node.module or a.name) for a in node.names] if not node.module \
+                else ["." * node.level + node.module]
+        return [a.name for a in node.names] if isinstance(node, ast.Import) else []
+
+    top = {m for node in tree.body for m in modules(node)}
+    functions = [node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    return sorted({(sub.lineno, m) for f in functions for sub in ast.walk(f) for m in modules(sub) if m in top})
+
+
+def test_no_lazy_import_repeats_a_top_level_one():
+    src = ("import os\nfrom . import _driver\nfrom .errors import A\ndef f():\n    from .errors import B\n"
+           "    from . import _driver, tma\n    import os.path\n    from .ptx import C\n")
+    assert _repeated_lazy_imports(src) == [(5, ".errors"), (6, "._driver")]
+    for name, path in MODULES.items():
+        assert not _repeated_lazy_imports(path.read_text()), (name, _repeated_lazy_imports(path.read_text()))
+
+
+def test_the_public_names_are_each_homes_and_every_error():
+    """``nbjit.__all__``: each name a module is home to (``_HOMES``), then ``errors.__all__``."""
+    import nbjit
+    from nbjit import errors
+    assert len(nbjit.__all__) == len(set(nbjit.__all__))
+    assert nbjit.__all__[-len(errors.__all__):] == errors.__all__
+    assert set(nbjit.__all__) == set(nbjit._HOME_OF) | set(errors.__all__)

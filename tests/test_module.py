@@ -11,6 +11,7 @@ import pytest
 
 import nbjit
 from nbjit import _driver, inspect_ptx, module as module_stage
+from nbjit._host import current_host
 from nbjit.triton import TritonKernel, describe, read_triton
 
 FILL = r'''template <typename T> __global__ void fill(T* out, T v, int n) {
@@ -26,9 +27,13 @@ def no_cuda(monkeypatch):
     """Everything here must work without a CUDA call: fail loudly if one is made."""
     def refuse(*a, **k):
         raise AssertionError("a CUDA call was made")
-    monkeypatch.setattr(_driver, "current_context", refuse)
+    monkeypatch.setattr(current_host(), "current_context", refuse)
     monkeypatch.setattr(_driver, "get_function", refuse)
     module_stage._RESTORED.clear()
+
+
+def no_gpu():
+    raise nbjit.NbjitLoadError("no GPU")
 
 
 @pytest.fixture
@@ -117,7 +122,7 @@ def test_lazy_kernel_names_are_checked_without_a_gpu(ptx_module, data):
 
 def test_first_use_of_a_lazy_kernel_loads_it(ptx_module, monkeypatch):
     k = pickle.loads(pickle.dumps(ptx_module["k_basic"]))
-    monkeypatch.setattr(_driver, "current_context", lambda: (_ for _ in ()).throw(nbjit.NbjitLoadError("no GPU")))
+    monkeypatch.setattr(current_host(), "current_context", no_gpu)
     for use in (lambda: k[1, 32], lambda: k.module.get_global("g"), lambda: k.module.route):
         with pytest.raises(nbjit.NbjitLoadError, match="no GPU"):
             use()
@@ -132,7 +137,7 @@ def test_a_lazy_kernel_describes_itself_without_a_gpu(data, monkeypatch, path, k
     """A lazy kernel on a machine without a GPU shows its signature from the image (it asked
     for a device), and a declared signature that does not fit the image is refused at once
     (it was accepted, to fail at first use on the GPU)."""
-    monkeypatch.setattr(_driver, "current_context", lambda: (_ for _ in ()).throw(nbjit.NbjitLoadError("no GPU")))
+    monkeypatch.setattr(current_host(), "current_context", no_gpu)
     m = nbjit.load(data / path, lazy=True)
     k = m[kernel]
     assert k.name == kernel and [(p.offset, p.size) for p in k.params] == [(0, 8), (8, 8), (16, 4), (20, 4)]

@@ -20,6 +20,10 @@ numba_cuda = pytest.importorskip("numba.cuda")
 from numba import cuda, types  # noqa: E402
 from numba.np.numpy_support import from_dtype  # noqa: E402
 
+from nbjit._host import current_host  # noqa: E402
+
+DESCRIBE = current_host().describe_type  # numba-cuda's types read as nbjit passes them
+
 REC = np.dtype([("x", np.float32), ("y", np.int32)])
 
 
@@ -58,19 +62,19 @@ def test_mangled_names_read_like_numba_types(sig):
     name, entry = compiled(sig)
     assert is_numba_name(name)
     args = from_mangled(name)
-    assert args == from_numba_types(sig)
+    assert args == from_numba_types(sig, DESCRIBE)
     assert [f for a in args for f in fields(a)] == [p.size for p in entry.params]  # Numba's own layout
 
 
 def test_records_are_arrays_of_unknown_items_from_a_name():
     name, entry = compiled((types.Array(from_dtype(REC), 1, "A"),))
     assert from_mangled(name) == (NumbaArray(None, 1, "A"),)
-    assert from_numba_types((types.Array(from_dtype(REC), 1, "A"),)) == (NumbaArray(REC, 1, "A"),)
+    assert from_numba_types((types.Array(from_dtype(REC), 1, "A"),), DESCRIBE) == (NumbaArray(REC, 1, "A"),)
 
 
 def test_what_cannot_be_passed_is_refused():
     with pytest.raises(NumbaAbiError, match="not tuples"):
-        from_numba_types((types.UniTuple(types.float32, 2),))
+        from_numba_types((types.UniTuple(types.float32, 2),), DESCRIBE)
     name, _ = compiled((types.UniTuple(types.int32, 2),))
     with pytest.raises(NumbaAbiError, match="argument 0"):
         from_mangled(name)
@@ -80,13 +84,13 @@ def test_what_cannot_be_passed_is_refused():
 def test_signature_one_argument_per_python_argument():
     sig = (types.float32[::1], types.float64[:, :], types.int16, types.complex64)
     name, entry = compiled(sig)
-    info = signature(name, entry, from_numba_types(sig), "numba types")
+    info = signature(name, entry, from_numba_types(sig, DESCRIBE), "numba types")
     assert [p.type for p in info.params] == ["numba_array", "numba_array", "s16", "c8"]
     assert [p.size for p in info.params] == [56, 72, 2, 8]
     assert info.launch_offsets == tuple(p.offset for p in entry.params) and len(info.launch_offsets) == 19
     assert str(info.signature).startswith("(array(float32, 1d, C) arg0, array(float64, 2d, A) arg1, int16 arg2")
     with pytest.raises(NumbaAbiError, match="make parameters of"):
-        signature(name, entry, from_numba_types(sig[:3]), "numba types")
+        signature(name, entry, from_numba_types(sig[:3], DESCRIBE), "numba types")
 
 
 class DevArray:
@@ -113,7 +117,7 @@ class DevArray:
 
 def packer_for(sig):
     name, entry = compiled(sig)
-    info = signature(name, entry, from_numba_types(sig), "numba types")
+    info = signature(name, entry, from_numba_types(sig, DESCRIBE), "numba types")
     return info, ArgPacker(info.signature, name)
 
 

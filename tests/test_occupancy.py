@@ -103,9 +103,9 @@ def test_same_as_the_driver(rel):
     """For every kernel of every sm_90 fixture: nbjit's count equals the driver's, for block
     sizes up to the kernel's limit and a few dynamic shared memory sizes."""
     import nbjit
-    from nbjit import _driver
+    from nbjit._host import current_host
 
-    if _driver.current_cc() != (9, 0):
+    if current_host().current_cc() != (9, 0):
         pytest.skip("the sm_90 fixtures' occupancy is compared on an sm_90 device")
     data = (DATA / rel).read_bytes()
     info = inspect_cubin(data)

@@ -14,6 +14,7 @@ import pytest
 
 import nbjit
 from nbjit import _driver
+from nbjit._host import current_host
 
 fork_only = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 # forking on purpose (the child only raises and exits): Python 3.12 warns when threads exist
@@ -71,7 +72,7 @@ def expect_fork_error(call):
 @fork_only
 def test_child_forked_after_cuda_use_gets_a_clear_error(monkeypatch):
     monkeypatch.setitem(_driver._STATE, "used", True)  # as after a load in this process
-    for call in (_driver.current_context, lambda: _driver.get_function(object(), "k")):
+    for call in (current_host().current_context, lambda: _driver.get_function(object(), "k")):
         code, text = in_child(expect_fork_error(call))
         assert (code, text) == (0, "NbjitError"), text
     # the parent is not affected, and a forked child does not unload its parent's modules

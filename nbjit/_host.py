@@ -1,0 +1,272 @@
+"""The Numba host: the one module that imports Numba (``tests/test_layering.py`` checks it).
+
+nbjit runs beside a Numba that owns the CUDA context, the device arrays and streams users
+pass, and the ``@cuda.jit`` dispatchers ``from_numba`` takes. What nbjit asks of it is the
+small interface of ``Host``: the current context (made current where none is) and its
+device, the device-array and pointer types whose address the launch path reads, device
+memory seen as the host's array, an allocation, the CUDA error in the host's exceptions, a
+dispatcher's PTX and the dtypes of its Numba types.
+
+``Host`` implements that interface over numba-cuda's API, naming the modules it comes from;
+``NumbaCuda`` is numba-cuda (``numba.cuda``). numba-cuda-mlir (``from numba_cuda_mlir import
+cuda``) vendors the same driver, arrays, streams, signatures and types under
+``numba_cuda_mlir.numba_cuda``: it is one more subclass naming those modules (issue #28),
+added to ``HOSTS``; ``current_host()`` is where the one the user imported is chosen.
+
+Nothing here imports Numba before a method needs it: ``import nbjit.module`` stays free of it.
+"""
+from __future__ import annotations
+
+import ctypes
+import importlib
+import sys
+import threading
+from types import ModuleType
+from typing import Any, Callable, Collection, Mapping, Sequence
+
+from . import _driver
+from .errors import NbjitLoadError
+
+__all__ = ["Host", "NumbaCuda", "HOSTS", "current_host", "choose", "pointer_getter", "error_code"]
+
+
+def _array_address(a, _cvp=ctypes.c_void_p) -> int:
+    """A Numba device array's address (on every launch: ``as_int`` inlined)."""
+    p = a.gpu_data.device_pointer
+    return (p.value or 0) if type(p) is _cvp else int(p)
+
+
+def _pointer_address(p, _cvp=ctypes.c_void_p) -> int:
+    """A Numba ``MemoryPointer``'s (or ``OwnedPointer``'s) address."""
+    d = p.device_pointer
+    return (d.value or 0) if type(d) is _cvp else int(d)
+
+
+class Host:
+    """What nbjit needs of the Numba beside it, implemented over numba-cuda's API.
+
+    A subclass names where its package keeps each part (``modules``, imported on first
+    use): ``"cuda"`` (``current_context``, ``gpus``, ``from_cuda_array_interface``,
+    ``device_array``, ``compile_ptx``), ``"devicearray"`` (``DeviceNDArrayBase``),
+    ``"driver"`` (``MemoryPointer``, ``OwnedPointer``, ``CudaAPIError``), ``"sigutils"``
+    (``normalize_signature``), ``"types"`` (Numba's types) and ``"numpy_support"``
+    (``as_dtype``). ``package`` is the module whose import makes it the user's choice.
+    """
+
+    name: str = ""
+    package: str = ""
+    modules: Mapping[str, str] = {}
+
+    def __init__(self) -> None:
+        self._modules: dict[str, ModuleType] = {}
+
+    def __repr__(self) -> str:
+        return f"<nbjit host {self.name}>"
+
+    def module(self, part: str) -> ModuleType:
+        """The module that holds ``part`` (imported on first use)."""
+        m = self._modules.get(part)
+        if m is None:
+            m = self._modules[part] = importlib.import_module(self.modules[part])
+        return m
+
+    def imported(self, part: str) -> ModuleType | None:
+        """The module that holds ``part`` where it is imported already, else None (importing
+        nothing: an object of one of its types means it is)."""
+        return sys.modules.get(self.modules[part])
+
+    # ------------------------------------------------------------ contexts and devices
+    def current_context(self) -> Any:
+        """The host's current context (created and made current on first use); an
+        NbjitLoadError where there is no CUDA GPU or driver."""
+        _driver.check_not_forked()
+        ctx = self._primary_current()
+        if ctx is None:
+            ctx = self._own_current_context()
+        _driver.mark_cuda_used()
+        return ctx
+
+    def _primary_current(self) -> Any:
+        """What the host's own ``current_context()`` returns where the context current on
+        this thread is a primary context the host has already made (the usual case once it
+        ran): its object for it, found with two driver calls instead of the host's look-up
+        (a fresh process's first call to Numba's took 45-60 us on the H200, this 10-20);
+        None in every other case (no context, or one the host has not made: then the host's
+        own call decides, or says what is wrong)."""
+        try:
+            handle = _driver.current_context_key()
+            if not handle:
+                return None
+            dev = _driver.current_device()
+            if dev is None:
+                return None
+            ctx = self.module("cuda").gpus[dev].primary_context  # (the device ordinal, as Numba reads it)
+            if ctx is None or self.context_key(ctx) != handle:
+                return None
+            ctx.prepare_for_use()  # (what Numba's call does too: nothing once it has run)
+            return ctx
+        except Exception:  # no driver library, no device list: the host's own call reports it
+            return None
+
+    def _own_current_context(self) -> Any:
+        """The host's ``cuda.current_context()``, its errors told in one line as an NbjitLoadError."""
+        cuda = self.module("cuda")
+        try:
+            return cuda.current_context()
+        except Exception as e:  # numba's CudaSupportError and driver errors: dozens of lines of text
+            # its first line, or two where the first only introduces the second ("Error at driver init:")
+            lines = [line.strip() for line in str(e).splitlines() if line.strip(": \t")]
+            first = " ".join(lines[:2] if lines and lines[0].endswith(":") else lines[:1]) or type(e).__name__
+            if "non-primary" in first:  # a context someone else created is current on this thread
+                raise NbjitLoadError(
+                    f"the CUDA context current on this thread is not a device's primary context ({first[:200]}), "
+                    "and Numba, whose context nbjit loads into, works only in those: pop that context "
+                    "(cuCtxPopCurrent) before using nbjit or Numba in this thread") from None
+            raise NbjitLoadError(
+                f"no usable CUDA GPU or driver ({first[:200]}): loading and launching need one; nbjit can still "
+                "inspect, strip and compile (give compile an explicit arch=, e.g. 'sm_90')") from None
+
+    def make_current(self, device: int) -> None:
+        """Make the host's context of ``device`` current in this thread, as Numba's own
+        first call in a thread does (its primary context, pushed)."""
+        _driver.check_not_forked()
+        self.module("cuda").current_context(device)
+        _driver.mark_cuda_used()
+
+    def context_key(self, ctx: Any) -> int:
+        """A context object's driver handle, as an int."""
+        return _driver.as_int(ctx.handle)
+
+    def context_cc(self, ctx: Any) -> tuple[int, int]:
+        """The compute capability of a context's device, e.g. (9, 0)."""
+        return tuple(ctx.device.compute_capability)  # type: ignore[return-value]
+
+    def context_ordinal(self, ctx: Any) -> int:
+        """The ordinal of a context's device."""
+        return int(ctx.device.id)
+
+    def current_cc(self) -> tuple[int, int]:
+        """The compute capability of the current context's device (the host's context made
+        current where none is): two driver calls once a context is current."""
+        dev = _driver.current_device()
+        if dev is not None:
+            return _driver.device_info(dev).cc
+        return self.context_cc(self.current_context())
+
+    def device_arch(self) -> int:
+        """The current device's architecture number, e.g. 90 for sm_90."""
+        from .arch import Arch
+        return Arch.parse(self.current_cc()).number
+
+    # ------------------------------------------------------------ arrays and pointers
+    def pointer_getter(self, t: type) -> Callable[[Any], int] | None:
+        """How to read the device address of an object of type ``t`` where ``t`` is one of
+        the host's device-array or pointer types, else None (decided once per type by the
+        packer; nothing imported: see ``imported``)."""
+        arrays, driver = self.imported("devicearray"), self.imported("driver")
+        if arrays is not None and issubclass(t, arrays.DeviceNDArrayBase):
+            return _array_address
+        if driver is not None and issubclass(t, (driver.MemoryPointer, driver.OwnedPointer)):
+            return _pointer_address
+        return None
+
+    def array_view(self, ptr: int, shape: tuple[int, ...], dtype: Any, owner: Any) -> Any:
+        """The host's device array over ``shape`` elements of numpy ``dtype`` at device
+        address ``ptr``, C-ordered, keeping ``owner`` alive (reads and writes go there)."""
+        desc = {"shape": tuple(shape), "typestr": dtype.str, "data": (ptr, False), "strides": None, "version": 2}
+        return self.module("cuda").from_cuda_array_interface(desc, owner=owner, sync=False)
+
+    def allocate(self, nbytes: int) -> Any:
+        """A new device array of ``nbytes`` bytes (uint8) in the current context, freed with it."""
+        return self.module("cuda").device_array(nbytes, dtype="u1")
+
+    # ------------------------------------------------------------ errors
+    def error_code(self, exc: BaseException) -> int | None:
+        """The CUresult one of the host's driver errors (``CudaAPIError``) carries, else None."""
+        driver = self.imported("driver")
+        if driver is not None and isinstance(exc, driver.CudaAPIError):
+            return int(exc.code)
+        return None
+
+    # ------------------------------------------------------------ dispatchers and types
+    def kernel_types(self, signature: Any) -> tuple[tuple, Any]:
+        """(argument types, return type) of a signature as ``@cuda.jit`` takes it
+        (``"void(float32[::1], float32)"``, a tuple of types, ...); the host's own error
+        where it is not one."""
+        args, ret = self.module("sigutils").normalize_signature(signature)
+        return tuple(args), ret
+
+    def returns_nothing(self, ret: Any) -> bool:
+        """Whether a signature's return type is none (what a kernel returns)."""
+        types = self.module("types")
+        return ret is None or ret == types.none or ret == types.void
+
+    def describe_type(self, t: Any) -> tuple | None:
+        """A Numba type as nbjit passes it: ``("array", dtype, ndim, layout, readonly)``,
+        ``("scalar", dtype)`` for integers, floats, booleans and complex numbers, None for
+        any other type."""
+        types, as_dtype = self.module("types"), self.module("numpy_support").as_dtype
+        if isinstance(t, types.Array):
+            return ("array", as_dtype(t.dtype), t.ndim, t.layout, not t.mutable)
+        if isinstance(t, (types.Integer, types.Float, types.Boolean, types.Complex)):
+            return ("scalar", as_dtype(t))
+        return None
+
+    def compile_ptx(self, py_func: Callable, args: Sequence, cc: tuple[int, int], *, fastmath: bool,
+                    lineinfo: bool) -> str:
+        """The PTX of a kernel's Python function for argument types ``args`` and compute
+        capability ``cc``, as the host's compiler makes it."""
+        ptx, _resty = self.module("cuda").compile_ptx(py_func, tuple(args), cc=cc, fastmath=fastmath,
+                                                      lineinfo=lineinfo)
+        return ptx
+
+
+class NumbaCuda(Host):
+    """numba-cuda: ``from numba import cuda``."""
+
+    name = "numba-cuda"
+    package = "numba.cuda"
+    modules = {"cuda": "numba.cuda", "devicearray": "numba.cuda.cudadrv.devicearray",
+               "driver": "numba.cuda.cudadrv.driver", "sigutils": "numba.core.sigutils",
+               "types": "numba.core.types", "numpy_support": "numba.np.numpy_support"}
+
+
+# The hosts nbjit serves, in order of preference (numba-cuda-mlir's joins here: issue #28).
+HOSTS: tuple[Host, ...] = (NumbaCuda(),)
+_CHOSEN: list[Host] = []
+_CHOOSING = threading.Lock()
+
+
+def choose(hosts: Sequence[Host], imported: Collection[str]) -> Host:
+    """The host of the Numba the user imported (the first of ``hosts`` whose ``package`` is
+    among the ``imported`` module names); where none is, the first."""
+    return next((h for h in hosts if h.package in imported), hosts[0])
+
+
+def current_host() -> Host:
+    """The host nbjit serves in this process, chosen on first use (see ``choose``)."""
+    if not _CHOSEN:
+        with _CHOOSING:
+            if not _CHOSEN:
+                _CHOSEN.append(choose(HOSTS, sys.modules))
+    return _CHOSEN[0]
+
+
+def pointer_getter(t: type) -> Callable[[Any], int] | None:
+    """How to read the device address of an object of type ``t`` where it is a device
+    array or pointer of any host, else None. Hosts not imported are not asked (a CuPy
+    array never imports Numba)."""
+    for h in HOSTS:
+        f = h.pointer_getter(t)
+        if f is not None:
+            return f
+    return None
+
+
+def error_code(exc: BaseException) -> int | None:
+    """The CUresult a host's driver error carries (Numba's ``CudaAPIError``), else None."""
+    for h in HOSTS:
+        code = h.error_code(exc)
+        if code is not None:
+            return code
+    return None

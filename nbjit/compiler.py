@@ -2,7 +2,6 @@
 device, e.g. when the driver is older than the PTX's producer). No GPU needed."""
 from __future__ import annotations
 
-import dataclasses
 import functools
 import itertools
 import os
@@ -14,15 +13,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from . import _facts, pch as _pch
+from . import pch as _pch
+from ._facts import Facts
 from .arch import Arch, existence_problem
 from .cache import Cache, CacheEntry, cache_key, default_cache
 from .cdecl import source_declarations
-from .cubin import CubinInfo, inspect_cubin
+from .cubin import inspect_cubin
 from .errors import CompileFailure, NbjitCompileError, NbjitWarning
 from ._elf import gnu_build_id
 from .image import Image, content_digest, read_regular
-from .signature import KernelInfo, typed_entries
+from .signature import typed_entries
 
 # patterns used on every call, compiled once at import
 _ARCH_NAME = re.compile(r"(sm|compute)_\d+[af]?")
@@ -506,20 +506,8 @@ def compile_image(source: str, *, name: str | None = None, name_expressions: Ite
             return hit
     req = _request(source, name, name_expressions, headers, include_paths, options, arch, output,
                    _pch.pch_mode(pch), cache.path)
-    key = _key(req)
-    entry = cache.get_or_create(key, lambda: _with_facts(_run_nvrtc(req), req))
-    decls, info, typed = _read_facts(entry)
-    if decls is None:  # an entry without facts, or facts another nbjit read: read them now, and keep them
-        entry = _with_facts(entry, req)
-        decls, info, typed = _read_facts(entry)
-        if decls is not None:
-            cache.write(key, entry, refresh=True)
-        else:
-            decls, info, typed = _source_decls(source), None, {}
-    img = Image(entry.payload, entry.kind, req.name, entry.arch, dict(entry.lowered_names), entry.log, decls, info,
-                typed)
-    if entry.payload_digest:  # hashed once already, checking the entry
-        img.__dict__["digest"] = entry.payload_digest
+    entry = cache.get_or_create(_key(req), lambda: _run_nvrtc(req), lambda e: _derive_facts(e, req))
+    img = _image(entry, req)
     if _no_kernels(img):
         warnings.warn(f"{img.name}: NVRTC compiled no kernel (the {img.kind} for {img.arch} holds none): a template "
                       "kernel is compiled only where it is instantiated (name_expressions=['kern<float>'], or --expr "
@@ -532,6 +520,21 @@ def compile_image(source: str, *, name: str | None = None, name_expressions: Ite
 def _current_context_key():
     from . import _driver
     return _driver.current_context_key()
+
+
+def _image(entry: CacheEntry, req: "CompileRequest") -> Image:
+    """The ``Image`` of a compile's cache entry, with the facts it carries (where it carries
+    none, nbjit could not read the image: the source's declarations alone)."""
+    f = entry.facts
+    if f is None:
+        decls, info, typed = _source_decls(req.source), None, {}
+    else:  # (copies: the entry in the cache's memory is shared by every image made from it)
+        decls, info, typed = dict(f.declarations), f.info, dict(f.typed)
+    img = Image(entry.payload, entry.kind, req.name, entry.arch, dict(entry.lowered_names), entry.log, decls, info,
+                typed)
+    if entry.payload_digest:  # hashed once already, checking the entry
+        img.__dict__["digest"] = entry.payload_digest
+    return img
 
 
 def _no_kernels(img: Image) -> bool:
@@ -593,39 +596,19 @@ def _source_decls(source: str) -> dict:
     return {k: ("source", v) for k, v in source_declarations(source).items()}
 
 
-def _with_facts(entry, req: "CompileRequest"):
-    """``entry`` with the facts nbjit reads from it and its request (see ``_facts``): the
+def _derive_facts(entry: CacheEntry, req: "CompileRequest") -> Facts | None:
+    """The facts nbjit reads from a compile's entry and its request (see ``_facts``): the
     source's C declarations and, for a cubin, its inspection and its kernels typed with
-    them; as it was where they cannot be kept."""
+    them; None where they cannot be read (the loader then reports what is wrong)."""
     try:
         decls = _source_decls(req.source)
         info = inspect_cubin(entry.payload, source=req.name) if entry.kind == "cubin" else None
         entries = info.entries if info is not None else ()
         # kernels whose sources agree (the others are merged, and refused, when asked for)
         typed = {e.name: t for e, t in zip(entries, typed_entries(entries, "cubin", decls)) if t is not e}
-        facts = {"stamp": _facts.stamp(), "info": _facts.encode(info), "declarations": _facts.encode(decls),
-                 "typed": _facts.encode(typed)}
-    except Exception:  # an image nbjit cannot read (the loader reports it), or facts it cannot keep
-        return entry
-    return dataclasses.replace(entry, facts=facts)
-
-
-def _read_facts(entry) -> tuple[dict | None, object, dict]:
-    """(declarations, CubinInfo or None, typed kernels) from an entry's facts; (None, None,
-    {}) where it has none, or facts read by other code."""
-    f = entry.facts
-    if f.get("stamp") != _facts.stamp() or f.get("declarations") is None:
-        return None, None, {}
-    try:
-        decls, info = _facts.decode(f["declarations"]), _facts.decode(f.get("info"))
-        typed = _facts.decode(f.get("typed"))
-    except _facts.FactsError:
-        return None, None, {}
-    if not isinstance(decls, dict) or not (info is None or isinstance(info, CubinInfo)) or \
-            (info is None) != (entry.kind != "cubin") or not isinstance(typed, dict) or \
-            not all(isinstance(v, KernelInfo) for v in typed.values()):
-        return None, None, {}  # not what _with_facts writes: read afresh
-    return decls, info, typed
+    except Exception:  # an image nbjit cannot read (the loader reports it)
+        return None
+    return Facts(decls, info, typed)
 
 
 @dataclass(frozen=True)

@@ -285,8 +285,7 @@ class Cache:
     def recall(self, call: object) -> object | None:
         """What ``remember(call, result)`` stored for this call in this process, or None."""
         try:
-            with self._lock:
-                return self._calls.get(call)
+            return self._calls.get(call)  # (one dictionary read: no lock, on every repeated call)
         except TypeError:  # an unhashable call: never remembered
             return None
 
@@ -1145,6 +1144,11 @@ def default_cache() -> Cache:
     ``~/.cache/nbjit``; ``NBJIT_CACHE=0`` keeps it in memory only; ``NBJIT_CACHE_MAX_BYTES``
     caps its size (default 1 GiB); ``NBJIT_CACHE_REMOTE`` names a remote tier
     (``NBJIT_CACHE_REMOTE_WRITE=0``: read it only)."""
+    if _DEFAULT:  # (made: no lock on every call; a list's read is atomic)
+        try:
+            return _DEFAULT[0]
+        except IndexError:  # replaced meanwhile: the lock below waits for the new one
+            pass
     with _DEFAULT_LOCK:
         if not _DEFAULT:
             remote = None

@@ -1,5 +1,7 @@
 """Host-side compilers: NVRTC (CUDA C++ -> cubin or PTX) and nvJitLink (PTX -> cubin for the
-device, e.g. when the driver is older than the PTX's producer). No GPU needed."""
+device, e.g. when the driver is older than the PTX's producer). No GPU needed: each compile is
+told the architecture it is for (``nbjit.compile_image``, ``nbjit.compile`` and
+``nbjit.compile_many`` fill in the current device's where the caller names none)."""
 from __future__ import annotations
 
 import functools
@@ -437,24 +439,29 @@ def _headers(headers) -> dict[str, str]:
     return dict(headers)
 
 
-def _arch_for(arch: str | None) -> str:
-    """The target to compile for: ``arch`` checked, or the current device's SASS."""
+def _arch_for(arch: "Arch | str | None", name: str) -> Arch:
+    """The architecture a compile is for: ``arch`` (an ``Arch``, or its text) checked; an
+    ``NbjitCompileError`` naming ``name`` where it is missing or not an architecture."""
+    if type(arch) is Arch:
+        return arch
     if arch is None:
-        from . import _driver  # (only here: compiling for a given arch needs no driver, nor numpy)
-        return str(Arch.parse(_driver.current_cc()))
-    a = str(arch).strip()
-    if not _ARCH_NAME.fullmatch(a):
-        raise NbjitCompileError(f"arch {arch!r} is not an architecture (expected e.g. 'sm_90', 'sm_90a', "
+        raise NbjitCompileError(
+            f"{name}: no architecture to compile for: give arch= (e.g. 'sm_90'); nbjit.compile_image, nbjit.compile "
+            "and nbjit.compile_many take the current device's where none is given")
+    a = str(arch).strip() if isinstance(arch, str) else None
+    if a is None or not _ARCH_NAME.fullmatch(a):
+        raise NbjitCompileError(f"{name}: arch {arch!r} is not an architecture (expected e.g. 'sm_90', 'sm_90a', "
                                 "'compute_90')")
-    return str(Arch.parse(a))
+    return Arch.parse(a)
 
 
 def compile_image(source: str, *, name: str | None = None, name_expressions: Iterable[str] = (),
                   headers: Mapping[str, str] | None = None, include_paths: Iterable[str] = (),
-                  options: Iterable[str] = (), arch: str | None = None, output: str = "auto",
+                  options: Iterable[str] = (), arch: Arch | str | None = None, output: str = "auto",
                   cache: Cache | None = None, pch: bool | str | None = None) -> Image:
-    """Compile CUDA C++ with NVRTC to an ``Image`` (cubin or PTX), loading nothing: no GPU is
-    needed when ``arch`` is given.
+    """Compile CUDA C++ with NVRTC to an ``Image`` (cubin or PTX) for ``arch``, loading
+    nothing: no GPU is needed. (``nbjit.compile_image`` is this function, with the current
+    device's architecture where ``arch`` is not given.)
 
     Parameters
     ----------
@@ -467,7 +474,8 @@ def compile_image(source: str, *, name: str | None = None, name_expressions: Ite
     options: further NVRTC options (``-std=c++17``, ``-DN=4``, ``--use_fast_math`` ...).
         ``options``, ``name_expressions`` and ``include_paths`` are lists; one str alone is one item
         (options in one str are split as a shell splits them).
-    arch: ``"sm_90"``, ``"sm_90a"``, ``"compute_90"``; default: the current device's.
+    arch: ``"sm_90"``, ``"sm_90a"``, ``"compute_90"`` or an ``Arch``: what to compile for (here
+        it must be given; ``nbjit.compile_image`` takes the current device's where it is not).
     output: ``"auto"`` (a cubin where this NVRTC can target the arch, else PTX), ``"cubin"``
         or ``"ptx"``.
     cache: a ``nbjit.Cache`` (default: ``nbjit.default_cache()``).
@@ -479,8 +487,8 @@ def compile_image(source: str, *, name: str | None = None, name_expressions: Ite
 
     Raises
     ------
-    NbjitCompileError: NVRTC rejected the source (with its log, options and source name), an
-    architecture it cannot compile for, or an argument of the wrong kind (named).
+    NbjitCompileError: NVRTC rejected the source (with its log, options and source name), no
+    architecture or one it cannot compile for, or an argument of the wrong kind (named).
     """
     source, name, include_paths = source_text(source, name, include_paths)
     if cache is not None and not isinstance(cache, Cache):
@@ -494,12 +502,10 @@ def compile_image(source: str, *, name: str | None = None, name_expressions: Ite
     call = None
     if not include_paths:
         try:
-            # without an arch, the current device's: one per context (devices may differ)
-            where = arch if arch is not None else ("device of context", _current_context_key())
             call = ("nvrtc", source, name, tuple(name_expressions), tuple(sorted((headers or {}).items())),
-                    tuple(options), where, output, id(_toolchain_fingerprint()))
+                    tuple(options), arch, output, id(_toolchain_fingerprint()))
             hash(call)
-        except Exception:  # something unhashable, or no driver: take the long way (it says what is wrong)
+        except Exception:  # something unhashable: take the long way (it says what is wrong)
             call = None
         hit = cache.recall(call) if call is not None else None
         if hit is not None:
@@ -515,11 +521,6 @@ def compile_image(source: str, *, name: str | None = None, name_expressions: Ite
     if call is not None:
         cache.remember(call, img)
     return img
-
-
-def _current_context_key():
-    from . import _driver
-    return _driver.current_context_key()
 
 
 def _image(entry: CacheEntry, req: "CompileRequest") -> Image:
@@ -621,7 +622,7 @@ class CompileRequest:
     headers: tuple[tuple[str, str], ...]
     options: tuple[str, ...]  # normalised, with CUDA's and CCCL's include directories
     user_dirs: tuple[str, ...]  # the user's include directories (their files go in the key)
-    arch: str
+    arch: Arch
     output: str
     pch: str = "off"  # "auto", "on" or "off": whether NVRTC makes or uses a PCH (not in the key)
     cache_dir: str | None = None  # where PCH files go (not in the key)
@@ -647,9 +648,9 @@ def _request(source: str, name: str | None, name_expressions, headers, include_p
                         ("headers", [t for kv in headers.items() for t in kv])):
         for t in texts:
             _check_encodable(t, what, label)
-    a = _arch_for(arch)
-    if output == "cubin" and a.startswith("compute_"):
-        raise NbjitCompileError(f"a cubin needs a real architecture (sm_XX), not {a}")
+    a = _arch_for(arch, label)
+    if output == "cubin" and a.virtual:
+        raise NbjitCompileError(f"{label}: a cubin needs a real architecture (sm_XX), not {a}")
     opts = normalize_options([*(f"--include-path={p}" for p in include_paths), *options])
     ours = [f"--include-path={d}" for d in (cuda_include_dir(), cccl_include_dir()) if d]
     user_dirs = tuple(o.split("=", 1)[1] for o in opts if o.startswith("--include-path=") and o not in ours)
@@ -666,7 +667,7 @@ def _key(req: CompileRequest) -> str:
         "cuda_headers": _cuda_headers_id(),
         "source": req.source, "name": req.name, "headers": [list(h) for h in req.headers],
         "options": _portable_options(req.options),
-        "arch": req.arch, "output": req.output, "expressions": list(req.expressions),
+        "arch": str(req.arch), "output": req.output, "expressions": list(req.expressions),
         "includes": _include_digest([req.source, *(t for _, t in req.headers)], list(req.user_dirs), req.name),
     })
 
@@ -710,7 +711,7 @@ def _run_nvrtc(req: CompileRequest):
     """Run NVRTC on a request: a CacheEntry (cubin or PTX), or CompileFailure."""
     N = _nvrtc()
     major, minor = nvrtc_version()
-    arch = _nvrtc_arch(Arch.parse(req.arch), req.output, req.name, f"NVRTC {major}.{minor}")
+    arch = _nvrtc_arch(req.arch, req.output, req.name, f"NVRTC {major}.{minor}")
     full = [f"-arch={arch}", *req.options]
     plan = _pch_plan(req, arch, (major, minor))
     if plan is None:

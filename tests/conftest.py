@@ -151,5 +151,4 @@ def fake_device(monkeypatch):
     monkeypatch.setattr(_driver, "get_function", lambda handle, name: 2)
     monkeypatch.setattr(_driver, "param_info", lambda func: None)
     monkeypatch.setattr(kernel, "_MULTI", [False])
-    monkeypatch.setattr(module, "_COMPILED", {})
     return module

@@ -174,7 +174,6 @@ def test_a_warm_hit_types_its_kernels_as_loading_would(tmp_path, fake_device, mo
 
     kw = dict(name_expressions=["fill<float>"], headers=HDR, arch="sm_90")
     cold = nbjit.compile(SRC, cache=Cache(tmp_path), **kw)
-    fake_device._COMPILED.clear()
     fake_device._registry(nbjit._driver.current_context()).clear()
     warm = nbjit.compile(SRC, cache=Cache(tmp_path), **kw)
     assert warm is not cold and set(warm._typed) == set(warm.kernels) and len(warm.kernels) >= 2

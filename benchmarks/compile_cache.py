@@ -7,6 +7,9 @@ processes (imports and context creation excluded, everything after included):
   (c) in-process repeat of the same call (median of 200 calls);
 
 for nbjit.compile and, where CuPy is installed (needs a GPU), cupy.RawModule the same way.
+``--stand-in``: nbjit alone, on a machine without a GPU, with the driver's calls (context,
+load, function and parameter queries) replaced by stand-ins that return at once: everything
+nbjit's own code does on these paths, none of the driver's time.
 Each process also times a fixed pure-Python workload right after (the host's speed at that
 moment: building and sorting a dict, the best of 5), because on a shared machine
 the same code's warm start moves with the host by a factor of two (1.0 ms here could be 1.4 ms
@@ -14,7 +17,7 @@ in a busy hour, nbjit and CuPy alike). Prints a table (median of --runs processe
 range, the ratios, warm start in units of that reference) and writes JSON (--json) with every
 run's figures.
 
-    python benchmarks/compile_cache.py [--runs 5] [--json out.json]
+    python benchmarks/compile_cache.py [--runs 5] [--json out.json] [--stand-in]
 """
 from __future__ import annotations
 
@@ -55,8 +58,23 @@ NBJIT = REFERENCE + r'''
 import json, sys, time
 import nbjit
 nbjit.compile  # (import nbjit is lazy: this imports what compile needs, which counts as imports)
-from numba import cuda
-cuda.current_context()
+if sys.argv[2:] == ["stand-in"]:  # no GPU: the driver's calls answer at once (nbjit's code alone is timed)
+    import types
+    from nbjit import _driver, kernel
+    from nbjit._host import current_host
+    ctx = types.SimpleNamespace(device=types.SimpleNamespace(id=0, compute_capability=(9, 0)), handle=7)
+    current_host().current_context = lambda: ctx
+    current_host().current_cc = lambda: (9, 0)
+    _driver.current_context_key = lambda: 7
+    _driver.driver_version = lambda: 13000
+    _driver.load_module = lambda data, what, kind: _driver.Loaded(1, "")
+    _driver.unload_module = lambda handle: None
+    _driver.get_function = lambda handle, name: 2
+    _driver.param_info = lambda func: None
+    kernel._MULTI[0] = False
+else:
+    from numba import cuda
+    cuda.current_context()
 src = sys.argv[1]
 t0 = time.perf_counter(); k = nbjit.compile(src)["saxpy"]; t1 = time.perf_counter()
 ts = []
@@ -78,21 +96,21 @@ print(json.dumps({"first": t1 - t0, "repeat": sorted(ts)[len(ts) // 2], "referen
 '''
 
 
-def run(code: str, env: dict) -> dict:
-    r = subprocess.run([sys.executable, "-c", code, SRC], capture_output=True, text=True, env=env, cwd=ROOT,
+def run(code: str, env: dict, extra: tuple[str, ...] = ()) -> dict:
+    r = subprocess.run([sys.executable, "-c", code, SRC, *extra], capture_output=True, text=True, env=env, cwd=ROOT,
                        timeout=600)
     if r.returncode != 0:
         raise RuntimeError(r.stderr)
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def measure_once(code: str, env_key: str) -> tuple[float, float, float, float]:
+def measure_once(code: str, env_key: str, extra: tuple[str, ...] = ()) -> tuple[float, float, float, float]:
     """(cold, warm, repeat, host reference during warm) seconds: two fresh processes over a
     fresh cache directory."""
     with tempfile.TemporaryDirectory() as d:
         env = {**os.environ, env_key: d, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-        a = run(code, env)
-        b = run(code, env)
+        a = run(code, env, extra)
+        b = run(code, env, extra)
     return a["first"], b["first"], b["repeat"], b["reference"]
 
 
@@ -108,17 +126,23 @@ def main() -> None:
     ap = argparse.ArgumentParser(description="compile-cache timings")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--json")
+    ap.add_argument("--stand-in", action="store_true", help="no GPU: nbjit alone, the driver's calls replaced by "
+                    "stand-ins that answer at once")
     a = ap.parse_args()
+    extra = ("stand-in",) if a.stand_in else ()
     routes = {"nbjit.compile": (NBJIT, "NBJIT_CACHE_DIR")}
-    try:
-        import cupy  # noqa: F401  (only to know whether CuPy's rows can run)
-        routes["cupy.RawModule"] = (CUPY, "CUPY_CACHE_DIR")
-    except ImportError:
-        print("CuPy not installed: its rows are skipped")
+    if a.stand_in:
+        print("driver stand-ins: nbjit's own code, no GPU, no driver time (CuPy's rows need a GPU: skipped)")
+    else:
+        try:
+            import cupy  # noqa: F401  (only to know whether CuPy's rows can run)
+            routes["cupy.RawModule"] = (CUPY, "CUPY_CACHE_DIR")
+        except ImportError:
+            print("CuPy not installed: its rows are skipped")
     samples: dict[str, list] = {k: [] for k in routes}
     for _ in range(a.runs):  # the routes take turns, so a change in the host's load meets both
         for k, (code, env_key) in routes.items():
-            samples[k].append(measure_once(code, env_key))
+            samples[k].append(measure_once(code, env_key, extra if k == "nbjit.compile" else ()))
     rows = {k: summary(v) for k, v in samples.items()}
     print(f"medians of {a.runs} fresh processes each; warm's range in brackets; host reference: the fixed "
           "pure-Python workload's time in the warm process, and warm start in units of it")

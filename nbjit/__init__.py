@@ -104,7 +104,7 @@ _HOMES = {
                "load_triton"),
     "cache": ("Cache", "default_cache", "set_default_cache"),
     "remote": ("RemoteTier",),
-    "compiler": ("compile_image",),
+    "target": ("compile_image",),
     "cubin": ("CubinInfo", "inspect_cubin"),
     "fatbin": ("FatbinEntry", "FatbinInfo", "inspect_fatbin"),
     "image": ("Image", "as_image", "inspect_image"),
@@ -124,7 +124,7 @@ if TYPE_CHECKING:  # what type checkers and the API reference read
     from .bundle import BundleEntry, BundleImage, BundleInfo, build_bundle, inspect_bundle, load_bundle, load_triton
     from .cache import Cache, default_cache, set_default_cache
     from .remote import RemoteTier
-    from .compiler import compile_image
+    from .target import compile_image
     from .cubin import CubinInfo, inspect_cubin
     from .fatbin import FatbinEntry, FatbinInfo, inspect_fatbin
     from .image import Image, as_image, inspect_image

@@ -7,7 +7,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 from .cdecl import CParam
 from .cubin import CubinInfo, GlobalSymbol
@@ -22,6 +23,41 @@ _READERS = ("_elf.py", "arch.py", "cdecl.py", "cubin.py", "signature.py", "_fact
 
 class FactsError(ValueError):
     """Something in a facts record that this code does not write."""
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What nbjit read from a compiled image and its source, kept in its cache entry:
+    ``declarations`` (the source's kernels' C declarations, ``{kernel: (origin, (CParam,
+    ...))}``), ``info`` (the cubin's ``CubinInfo``; None for PTX) and ``typed`` (``{kernel:
+    KernelInfo}`` typed from both and the mangled names, as loading would type them)."""
+
+    declarations: Mapping[str, tuple]
+    info: CubinInfo | None = None
+    typed: Mapping[str, KernelInfo] = field(default_factory=dict)
+
+
+def keep(facts: Facts) -> dict:
+    """``facts`` as the JSON data a cache entry's description holds, stamped with this code."""
+    return {"stamp": stamp(), "info": encode(facts.info), "declarations": encode(dict(facts.declarations)),
+            "typed": encode(dict(facts.typed))}
+
+
+def read(data: Any, kind: str) -> Facts | None:
+    """The ``Facts`` in ``data`` (what ``keep`` made) for an image of ``kind``; None where there
+    are none, they were read by other code (another stamp), or are not of the shape ``keep``
+    writes: then they are to be read from the image again."""
+    if not isinstance(data, dict) or data.get("stamp") != stamp() or data.get("declarations") is None:
+        return None
+    try:
+        decls, info, typed = decode(data["declarations"]), decode(data.get("info")), decode(data.get("typed"))
+    except (FactsError, TypeError):  # (TypeError: a record's fields that are not what its class takes)
+        return None
+    if not isinstance(decls, dict) or not (info is None or isinstance(info, CubinInfo)) or \
+            (info is None) != (kind != "cubin") or not isinstance(typed, dict) or \
+            not all(isinstance(v, KernelInfo) for v in typed.values()):
+        return None
+    return Facts(decls, info, typed)
 
 
 @functools.lru_cache(maxsize=None)

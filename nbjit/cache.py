@@ -32,7 +32,7 @@ import threading
 import time
 import warnings
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
@@ -46,6 +46,7 @@ from .pch import PCH_DIR, PCH_SUFFIX, writer_alive as _pch_writer_alive
 from .image import content_digest, content_hash, read_regular, read_regular_stat, write_output
 
 if TYPE_CHECKING:
+    from ._facts import Facts
     from .remote import RemoteTier
 
 __all__ = ["Cache", "CacheEntry", "default_cache", "set_default_cache", "cache_key", "FORMAT_VERSION"]
@@ -99,7 +100,9 @@ class CacheEntry:
     lowered_names: dict = field(default_factory=dict)
     log: str = ""
     producer: str = ""
-    facts: dict = field(default_factory=dict)  # JSON data: what nbjit read from the payload (see _facts)
+    # what nbjit read from the payload and its source (``_facts.Facts``), decoded; None where
+    # the entry keeps none that this nbjit reads (``Cache.get_or_create`` derives them)
+    facts: "Facts | None" = field(default=None, compare=False, repr=False)
     # the payload's content_digest where a read computed it (checking the entry), else ""
     payload_digest: str = field(default="", compare=False, repr=False)
 
@@ -184,14 +187,19 @@ class Cache:
         return f"<nbjit.Cache {self.path or '(memory only)'}{tier}>"
 
     # ------------------------------------------------------------ look-up
-    def get_or_create(self, key: str, make: Callable[[], CacheEntry]) -> CacheEntry:
+    def get_or_create(self, key: str, make: Callable[[], CacheEntry],
+                      derive: "Callable[[CacheEntry], Facts | None] | None" = None) -> CacheEntry:
         """The entry for ``key``: from memory, from disk, from the remote tier, or ``make()``
-        (then written, and published to the remote tier)."""
+        (then written, and published to the remote tier). ``derive(entry)`` gives the facts
+        of an entry that keeps none this nbjit reads (one just made, one another nbjit
+        version wrote): they are kept with it (the file rewritten where the disk allows), so
+        that the entry returned carries them; it returns None where they cannot be read."""
         with self._lock:
             hit = self._mem.get(key)
             if hit is not None:
                 self._mem.move_to_end(key)
-                return hit
+        if hit is not None:
+            return hit if hit.facts is not None or derive is None else self._with_facts(key, hit, derive)
         entry = self.read(key)
         if entry is None:
             made = None
@@ -201,11 +209,28 @@ class Cache:
                     entry = self._from_remote(key)
                 if entry is None:
                     entry = make()
+                    if derive is not None:
+                        entry = _with(entry, derive(entry))
                     made = _encode(key, entry)
                     self._store(key, made)
-            if made is not None and self.remote is not None:
-                self.remote.put(key, made)  # after the lock: local waiters read the entry meanwhile
+            if made is not None:
+                if self.remote is not None:
+                    self.remote.put(key, made)  # after the lock: local waiters read the entry meanwhile
+                derive = None  # (its facts were read as it was made)
+        if entry.facts is None and derive is not None:
+            return self._with_facts(key, entry, derive)
         self._remember(key, entry)
+        return entry
+
+    def _with_facts(self, key: str, entry: CacheEntry, derive) -> CacheEntry:
+        """``entry`` with the facts ``derive`` reads from it, kept (in memory, and on disk
+        where it can be written; a read-only cache is still used); as it is where there are
+        none to read."""
+        entry = _with(entry, derive(entry))
+        if entry.facts is not None:
+            self.write(key, entry, refresh=True)
+        else:
+            self._remember(key, entry)
         return entry
 
     def _from_remote(self, key: str) -> CacheEntry | None:
@@ -259,8 +284,7 @@ class Cache:
     def recall(self, call: object) -> object | None:
         """What ``remember(call, result)`` stored for this call in this process, or None."""
         try:
-            with self._lock:
-                return self._calls.get(call)
+            return self._calls.get(call)  # (one dictionary read: no lock, on every repeated call)
         except TypeError:  # an unhashable call: never remembered
             return None
 
@@ -474,7 +498,7 @@ class Cache:
             raw = tier.fetch(key, _MAX_ENTRY_BYTES)
             if raw is None:
                 continue  # removed meanwhile
-            entry, why = _decode(raw, key)
+            entry, why = _decode(raw, key, facts=False)
             if entry is None:
                 refused.append(f"{key}: {why}")
                 continue
@@ -840,7 +864,7 @@ def entry_file(f: Path) -> tuple[CacheEntry | None, str, bytes] | None:
     got = _read_entry(f)
     if got is None:
         return None
-    entry, why = _decode(got[0], f.stem)
+    entry, why = _decode(got[0], f.stem, facts=False)
     return entry, why, got[0]
 
 
@@ -855,11 +879,20 @@ def _read_entry(f: str | Path) -> tuple[bytes, float] | None:
     return data, st.st_mtime
 
 
+def _with(entry: CacheEntry, facts: "Facts | None") -> CacheEntry:
+    """``entry`` carrying ``facts`` (as it is where they are None)."""
+    return entry if facts is None else replace(entry, facts=facts)
+
+
 def _encode(key: str, e: CacheEntry) -> bytes:
     d = {"key": key, "kind": e.kind, "arch": e.arch, "lowered_names": e.lowered_names, "log": e.log,
          "producer": e.producer, "payload_bytes": len(e.payload)}
-    if e.facts:
-        d["facts"] = e.facts
+    if e.facts is not None:
+        from . import _facts
+        try:
+            d["facts"] = _facts.keep(e.facts)
+        except _facts.FactsError:  # facts that cannot be kept: the entry without them (they are read again)
+            pass
     desc = json.dumps(d, sort_keys=True).encode()
     check = _checksum(desc, content_hash(e.payload))
     return _HEAD.pack(_MAGIC, FORMAT_VERSION, len(desc), check) + desc + e.payload
@@ -877,8 +910,10 @@ def _check_head(head: bytes) -> tuple[int, bytes, str]:
     return dlen, check, ""
 
 
-def _decode(raw: bytes, key: str) -> tuple[CacheEntry | None, str]:
-    """The entry in ``raw``, or None and why not: anything that does not verify is a miss."""
+def _decode(raw: bytes, key: str, facts: bool = True) -> tuple[CacheEntry | None, str]:
+    """The entry in ``raw``, or None and why not: anything that does not verify is a miss.
+    ``facts``: decode the facts it keeps (None where this nbjit does not read them); False:
+    the entry without them (checking, listing)."""
     dlen, check, why = _check_head(raw)
     if why:
         return None, why
@@ -892,8 +927,12 @@ def _decode(raw: bytes, key: str) -> tuple[CacheEntry | None, str]:
     desc, why = _describe(desc_bytes, key, len(payload))
     if desc is None:
         return None, why
+    kept = None
+    if facts and desc["facts"]:
+        from . import _facts
+        kept = _facts.read(desc["facts"], desc["kind"])
     return CacheEntry(desc["kind"], desc["arch"], payload, desc["lowered_names"], desc["log"], desc["producer"],
-                      desc["facts"], payload_hash.hex()), ""
+                      kept, payload_hash.hex()), ""
 
 
 def _describe(desc_bytes: bytes, key: str, payload_bytes: int) -> tuple[dict | None, str]:
@@ -1104,6 +1143,11 @@ def default_cache() -> Cache:
     ``~/.cache/nbjit``; ``NBJIT_CACHE=0`` keeps it in memory only; ``NBJIT_CACHE_MAX_BYTES``
     caps its size (default 1 GiB); ``NBJIT_CACHE_REMOTE`` names a remote tier
     (``NBJIT_CACHE_REMOTE_WRITE=0``: read it only)."""
+    if _DEFAULT:  # (made: no lock on every call; a list's read is atomic)
+        try:
+            return _DEFAULT[0]
+        except IndexError:  # replaced meanwhile: the lock below waits for the new one
+            pass
     with _DEFAULT_LOCK:
         if not _DEFAULT:
             remote = None

@@ -545,14 +545,15 @@ def _compile(args) -> int:
     from .compiler import compile_image
 
     path = Path(args.file)
-    archs = [a.strip() for a in args.arch.split(",")]
-    if not all(archs) or len(set(archs)) != len(archs):
-        raise _Usage(f"--arch {args.arch!r}: give architectures once each, separated by commas (sm_80,sm_90)")
-    for a in archs:
+    texts = [a.strip() for a in args.arch.split(",")]
+    archs = []  # what each compile is told it is for
+    for a in texts:
         try:
-            Arch.parse(a)
+            archs.append(Arch.parse(a) if a else None)
         except ValueError as e:
             raise _Usage(f"--arch {a!r}: {e}") from None
+    if None in archs or len(set(archs)) != len(archs):
+        raise _Usage(f"--arch {args.arch!r}: give architectures once each, separated by commas (sm_80,sm_90)")
     if args.json and args.output == "-":
         raise _Usage("--json prints to standard output, and so does -o -: choose one")
     if args.cache_only and args.output is not None:

@@ -1,8 +1,9 @@
 """Host-side compilers: NVRTC (CUDA C++ -> cubin or PTX) and nvJitLink (PTX -> cubin for the
-device, e.g. when the driver is older than the PTX's producer). No GPU needed."""
+device, e.g. when the driver is older than the PTX's producer). No GPU needed: each compile is
+told the architecture it is for (``nbjit.compile_image``, ``nbjit.compile`` and
+``nbjit.compile_many`` fill in the current device's where the caller names none)."""
 from __future__ import annotations
 
-import dataclasses
 import functools
 import itertools
 import os
@@ -14,15 +15,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from . import _facts, pch as _pch
+from . import pch as _pch
+from ._facts import Facts
 from .arch import Arch, existence_problem
 from .cache import Cache, CacheEntry, cache_key, default_cache
 from .cdecl import source_declarations
-from .cubin import CubinInfo, inspect_cubin
+from .cubin import inspect_cubin
 from .errors import CompileFailure, NbjitCompileError, NbjitWarning
 from ._elf import gnu_build_id
 from .image import Image, content_digest, read_regular
-from .signature import KernelInfo, typed_entries
+from .signature import typed_entries
 
 # patterns used on every call, compiled once at import
 _ARCH_NAME = re.compile(r"(sm|compute)_\d+[af]?")
@@ -437,24 +439,29 @@ def _headers(headers) -> dict[str, str]:
     return dict(headers)
 
 
-def _arch_for(arch: str | None) -> str:
-    """The target to compile for: ``arch`` checked, or the current device's SASS."""
+def _arch_for(arch: "Arch | str | None", name: str) -> Arch:
+    """The architecture a compile is for: ``arch`` (an ``Arch``, or its text) checked; an
+    ``NbjitCompileError`` naming ``name`` where it is missing or not an architecture."""
+    if type(arch) is Arch:
+        return arch
     if arch is None:
-        from ._host import current_host  # (only here: compiling for a given arch needs no driver, nor numpy)
-        return str(Arch.parse(current_host().current_cc()))
-    a = str(arch).strip()
-    if not _ARCH_NAME.fullmatch(a):
-        raise NbjitCompileError(f"arch {arch!r} is not an architecture (expected e.g. 'sm_90', 'sm_90a', "
+        raise NbjitCompileError(
+            f"{name}: no architecture to compile for: give arch= (e.g. 'sm_90'); nbjit.compile_image, nbjit.compile "
+            "and nbjit.compile_many take the current device's where none is given")
+    a = str(arch).strip() if isinstance(arch, str) else None
+    if a is None or not _ARCH_NAME.fullmatch(a):
+        raise NbjitCompileError(f"{name}: arch {arch!r} is not an architecture (expected e.g. 'sm_90', 'sm_90a', "
                                 "'compute_90')")
-    return str(Arch.parse(a))
+    return Arch.parse(a)
 
 
 def compile_image(source: str, *, name: str | None = None, name_expressions: Iterable[str] = (),
                   headers: Mapping[str, str] | None = None, include_paths: Iterable[str] = (),
-                  options: Iterable[str] = (), arch: str | None = None, output: str = "auto",
+                  options: Iterable[str] = (), arch: Arch | str | None = None, output: str = "auto",
                   cache: Cache | None = None, pch: bool | str | None = None) -> Image:
-    """Compile CUDA C++ with NVRTC to an ``Image`` (cubin or PTX), loading nothing: no GPU is
-    needed when ``arch`` is given.
+    """Compile CUDA C++ with NVRTC to an ``Image`` (cubin or PTX) for ``arch``, loading
+    nothing: no GPU is needed. (``nbjit.compile_image`` is this function, with the current
+    device's architecture where ``arch`` is not given.)
 
     Parameters
     ----------
@@ -467,7 +474,8 @@ def compile_image(source: str, *, name: str | None = None, name_expressions: Ite
     options: further NVRTC options (``-std=c++17``, ``-DN=4``, ``--use_fast_math`` ...).
         ``options``, ``name_expressions`` and ``include_paths`` are lists; one str alone is one item
         (options in one str are split as a shell splits them).
-    arch: ``"sm_90"``, ``"sm_90a"``, ``"compute_90"``; default: the current device's.
+    arch: ``"sm_90"``, ``"sm_90a"``, ``"compute_90"`` or an ``Arch``: what to compile for (here
+        it must be given; ``nbjit.compile_image`` takes the current device's where it is not).
     output: ``"auto"`` (a cubin where this NVRTC can target the arch, else PTX), ``"cubin"``
         or ``"ptx"``.
     cache: a ``nbjit.Cache`` (default: ``nbjit.default_cache()``).
@@ -479,8 +487,8 @@ def compile_image(source: str, *, name: str | None = None, name_expressions: Ite
 
     Raises
     ------
-    NbjitCompileError: NVRTC rejected the source (with its log, options and source name), an
-    architecture it cannot compile for, or an argument of the wrong kind (named).
+    NbjitCompileError: NVRTC rejected the source (with its log, options and source name), no
+    architecture or one it cannot compile for, or an argument of the wrong kind (named).
     """
     source, name, include_paths = source_text(source, name, include_paths)
     if cache is not None and not isinstance(cache, Cache):
@@ -494,32 +502,18 @@ def compile_image(source: str, *, name: str | None = None, name_expressions: Ite
     call = None
     if not include_paths:
         try:
-            # without an arch, the current device's: one per context (devices may differ)
-            where = arch if arch is not None else ("device of context", _current_context_key())
             call = ("nvrtc", source, name, tuple(name_expressions), tuple(sorted((headers or {}).items())),
-                    tuple(options), where, output, id(_toolchain_fingerprint()))
+                    tuple(options), arch, output, id(_toolchain_fingerprint()))
             hash(call)
-        except Exception:  # something unhashable, or no driver: take the long way (it says what is wrong)
+        except Exception:  # something unhashable: take the long way (it says what is wrong)
             call = None
         hit = cache.recall(call) if call is not None else None
         if hit is not None:
             return hit
     req = _request(source, name, name_expressions, headers, include_paths, options, arch, output,
                    _pch.pch_mode(pch), cache.path)
-    key = _key(req)
-    entry = cache.get_or_create(key, lambda: _with_facts(_run_nvrtc(req), req))
-    decls, info, typed = _read_facts(entry)
-    if decls is None:  # an entry without facts, or facts another nbjit read: read them now, and keep them
-        entry = _with_facts(entry, req)
-        decls, info, typed = _read_facts(entry)
-        if decls is not None:
-            cache.write(key, entry, refresh=True)
-        else:
-            decls, info, typed = _source_decls(source), None, {}
-    img = Image(entry.payload, entry.kind, req.name, entry.arch, dict(entry.lowered_names), entry.log, decls, info,
-                typed)
-    if entry.payload_digest:  # hashed once already, checking the entry
-        img.__dict__["digest"] = entry.payload_digest
+    entry = cache.get_or_create(_key(req), lambda: _run_nvrtc(req), lambda e: _derive_facts(e, req))
+    img = _image(entry, req)
     if _no_kernels(img):
         warnings.warn(f"{img.name}: NVRTC compiled no kernel (the {img.kind} for {img.arch} holds none): a template "
                       "kernel is compiled only where it is instantiated (name_expressions=['kern<float>'], or --expr "
@@ -529,9 +523,19 @@ def compile_image(source: str, *, name: str | None = None, name_expressions: Ite
     return img
 
 
-def _current_context_key():
-    from . import _driver
-    return _driver.current_context_key()
+def _image(entry: CacheEntry, req: "CompileRequest") -> Image:
+    """The ``Image`` of a compile's cache entry, with the facts it carries (where it carries
+    none, nbjit could not read the image: the source's declarations alone)."""
+    f = entry.facts
+    if f is None:
+        decls, info, typed = _source_decls(req.source), None, {}
+    else:  # (copies: the entry in the cache's memory is shared by every image made from it)
+        decls, info, typed = dict(f.declarations), f.info, dict(f.typed)
+    img = Image(entry.payload, entry.kind, req.name, entry.arch, dict(entry.lowered_names), entry.log, decls, info,
+                typed)
+    if entry.payload_digest:  # hashed once already, checking the entry
+        img.__dict__["digest"] = entry.payload_digest
+    return img
 
 
 def _no_kernels(img: Image) -> bool:
@@ -593,39 +597,19 @@ def _source_decls(source: str) -> dict:
     return {k: ("source", v) for k, v in source_declarations(source).items()}
 
 
-def _with_facts(entry, req: "CompileRequest"):
-    """``entry`` with the facts nbjit reads from it and its request (see ``_facts``): the
+def _derive_facts(entry: CacheEntry, req: "CompileRequest") -> Facts | None:
+    """The facts nbjit reads from a compile's entry and its request (see ``_facts``): the
     source's C declarations and, for a cubin, its inspection and its kernels typed with
-    them; as it was where they cannot be kept."""
+    them; None where they cannot be read (the loader then reports what is wrong)."""
     try:
         decls = _source_decls(req.source)
         info = inspect_cubin(entry.payload, source=req.name) if entry.kind == "cubin" else None
         entries = info.entries if info is not None else ()
         # kernels whose sources agree (the others are merged, and refused, when asked for)
         typed = {e.name: t for e, t in zip(entries, typed_entries(entries, "cubin", decls)) if t is not e}
-        facts = {"stamp": _facts.stamp(), "info": _facts.encode(info), "declarations": _facts.encode(decls),
-                 "typed": _facts.encode(typed)}
-    except Exception:  # an image nbjit cannot read (the loader reports it), or facts it cannot keep
-        return entry
-    return dataclasses.replace(entry, facts=facts)
-
-
-def _read_facts(entry) -> tuple[dict | None, object, dict]:
-    """(declarations, CubinInfo or None, typed kernels) from an entry's facts; (None, None,
-    {}) where it has none, or facts read by other code."""
-    f = entry.facts
-    if f.get("stamp") != _facts.stamp() or f.get("declarations") is None:
-        return None, None, {}
-    try:
-        decls, info = _facts.decode(f["declarations"]), _facts.decode(f.get("info"))
-        typed = _facts.decode(f.get("typed"))
-    except _facts.FactsError:
-        return None, None, {}
-    if not isinstance(decls, dict) or not (info is None or isinstance(info, CubinInfo)) or \
-            (info is None) != (entry.kind != "cubin") or not isinstance(typed, dict) or \
-            not all(isinstance(v, KernelInfo) for v in typed.values()):
-        return None, None, {}  # not what _with_facts writes: read afresh
-    return decls, info, typed
+    except Exception:  # an image nbjit cannot read (the loader reports it)
+        return None
+    return Facts(decls, info, typed)
 
 
 @dataclass(frozen=True)
@@ -638,7 +622,7 @@ class CompileRequest:
     headers: tuple[tuple[str, str], ...]
     options: tuple[str, ...]  # normalised, with CUDA's and CCCL's include directories
     user_dirs: tuple[str, ...]  # the user's include directories (their files go in the key)
-    arch: str
+    arch: Arch
     output: str
     pch: str = "off"  # "auto", "on" or "off": whether NVRTC makes or uses a PCH (not in the key)
     cache_dir: str | None = None  # where PCH files go (not in the key)
@@ -664,9 +648,9 @@ def _request(source: str, name: str | None, name_expressions, headers, include_p
                         ("headers", [t for kv in headers.items() for t in kv])):
         for t in texts:
             _check_encodable(t, what, label)
-    a = _arch_for(arch)
-    if output == "cubin" and a.startswith("compute_"):
-        raise NbjitCompileError(f"a cubin needs a real architecture (sm_XX), not {a}")
+    a = _arch_for(arch, label)
+    if output == "cubin" and a.virtual:
+        raise NbjitCompileError(f"{label}: a cubin needs a real architecture (sm_XX), not {a}")
     opts = normalize_options([*(f"--include-path={p}" for p in include_paths), *options])
     ours = [f"--include-path={d}" for d in (cuda_include_dir(), cccl_include_dir()) if d]
     user_dirs = tuple(o.split("=", 1)[1] for o in opts if o.startswith("--include-path=") and o not in ours)
@@ -683,7 +667,7 @@ def _key(req: CompileRequest) -> str:
         "cuda_headers": _cuda_headers_id(),
         "source": req.source, "name": req.name, "headers": [list(h) for h in req.headers],
         "options": _portable_options(req.options),
-        "arch": req.arch, "output": req.output, "expressions": list(req.expressions),
+        "arch": str(req.arch), "output": req.output, "expressions": list(req.expressions),
         "includes": _include_digest([req.source, *(t for _, t in req.headers)], list(req.user_dirs), req.name),
     })
 
@@ -727,7 +711,7 @@ def _run_nvrtc(req: CompileRequest):
     """Run NVRTC on a request: a CacheEntry (cubin or PTX), or CompileFailure."""
     N = _nvrtc()
     major, minor = nvrtc_version()
-    arch = _nvrtc_arch(Arch.parse(req.arch), req.output, req.name, f"NVRTC {major}.{minor}")
+    arch = _nvrtc_arch(req.arch, req.output, req.name, f"NVRTC {major}.{minor}")
     full = [f"-arch={arch}", *req.options]
     plan = _pch_plan(req, arch, (major, minor))
     if plan is None:

@@ -17,8 +17,10 @@ from .arch import Arch
 from .args import parse_signature
 from .cdecl import demangle, demangled_text
 from .errors import KernelNotFoundError, NbjitArgumentError, NbjitCompileError, NbjitLoadError, NbjitWarning
-from .compiler import (SOURCE_SUFFIXES, assemble_cached, compile_image, compile_many as compile_images,
-                       nvjitlink_version, one_or_many, option_list, source_text)
+from .cache import Cache, default_cache
+from .compiler import (SOURCE_SUFFIXES, assemble_cached, compile_image, nvjitlink_version, one_or_many,
+                       option_list, source_text)
+from .compiler import compile_many as _compile_images
 from .cubin import CubinInfo, inspect_cubin
 from .image import Image, ImageLike, _sha256, as_image, inspect_image
 from .kernel import Kernel, _State, pending_kernel
@@ -595,13 +597,16 @@ def _verify(entry: KernelInfo, driver_params: list[tuple[int, int]], source: str
 
 def compile(source: str, *, name: str | None = None, name_expressions: Iterable[str] = (),
             headers: Mapping[str, str] | None = None, include_paths: Iterable[str] = (),
-            options: Iterable[str] = (), arch: str | None = None, output: str = "auto", keep_debug: bool = False,
-            cache: Any = None, lazy: bool = False, pch: bool | str | None = None) -> "Module":
+            options: Iterable[str] = (), arch: Arch | str | None = None, output: str = "auto",
+            keep_debug: bool = False, cache: Any = None, lazy: bool = False,
+            pch: bool | str | None = None) -> "Module":
     """Compile CUDA C++ with NVRTC (through the disk cache) and load it into the current
     Numba context. Arguments as for ``nbjit.compile_image``; ``module["fill<float>"]``
-    then finds a kernel by the name expression written. ``lazy=True`` (with an explicit
-    ``arch`` where there is no GPU) loads on first use, as ``nbjit.load(..., lazy=True)``.
-    ``pch``: NVRTC precompiled headers, as for ``compile_image`` (they change no output)."""
+    then finds a kernel by the name expression written. ``arch`` defaults to the device of
+    the current context; with ``arch`` given no GPU is needed until a kernel is used: where
+    there is none, the module loads on first use. ``lazy=True`` loads on first use always,
+    as ``nbjit.load(..., lazy=True)``. ``pch``: NVRTC precompiled headers, as for
+    ``compile_image`` (they change no output)."""
     if keep_debug is not False or lazy is not False:  # (the defaults: nothing to check)
         keep_debug, lazy = _flag(keep_debug, "keep_debug", NbjitCompileError), _flag(lazy, "lazy", NbjitCompileError)
     if type(source) is not str or source[-1:] in _PATH_ENDS:  # a file's path: its text (and its directory)
@@ -613,36 +618,36 @@ def compile(source: str, *, name: str | None = None, name_expressions: Iterable[
             exprs, opts = tuple(exprs), tuple(opts)
         except TypeError:  # not a list at all: compile_image says so
             pass
-    remember = not include_paths and not lazy  # files on include paths may change between calls
-    if remember and _COMPILED:  # (a process's first call finds nothing: it asks the driver nothing here)
+    # A repeated call is one look-up in the cache's memo of calls: {context: the module the
+    # call made there}, weakly. Not with include_paths, whose files may change between calls.
+    memo = cache if cache is not None else default_cache()
+    call = None
+    if not include_paths and not lazy and isinstance(memo, Cache):
         try:
-            ref = _COMPILED.get((source, name, exprs, tuple(sorted(headers.items())) if headers else (), opts, arch,
-                                 output, keep_debug, _driver.current_context_key()))
-        except Exception:  # unhashable arguments, or no driver: the long way (which says what is wrong)
-            ref = None
-        mod = ref() if ref is not None else None
-        if mod is not None:
-            return mod
-    target, ctx = arch, None
-    if not lazy:
-        host = current_host()
-        ctx = host.current_context()
-        if arch is None:  # the device of the context the module loads into
-            target = str(Arch.parse(host.context_cc(ctx)))
+            call = ("module", source, name, exprs, tuple(sorted(headers.items())) if headers else (), opts, arch,
+                    output, keep_debug)
+        except Exception:  # headers that are not a dict of str: compile_image says so
+            call = None
+        made = memo.recall(call) if call is not None else None
+        if made:  # (a process's first call finds nothing: it asks the driver nothing here)
+            try:
+                ref = made.get(_driver.current_context_key())
+            except Exception:  # no driver, a forked child: the long way says what is wrong
+                ref = None
+            mod = ref() if ref is not None else None
+            if mod is not None:
+                return mod
+    ctx, lazy = _context_for(arch, lazy)
+    target = arch if arch is not None else _device_arch(ctx)
     img = compile_image(source, name=name, name_expressions=exprs, headers=headers, include_paths=include_paths,
                         options=opts, arch=target, output=output, cache=cache, pch=pch)
-    mod = Module._pending(img, keep_debug) if lazy else _load_into(img, ctx, keep_debug)
-    if remember:
-        call = (source, name, exprs, tuple(sorted(headers.items())) if headers else (), opts, arch, output,
-                keep_debug, mod._ctx_key)
-        with _LOAD_LOCK:
-            if len(_COMPILED) >= 1024:  # drop the calls whose modules are gone
-                for k in [k for k, r in _COMPILED.items() if r() is None]:
-                    del _COMPILED[k]
-            try:
-                _COMPILED[call] = weakref.ref(mod)
-            except TypeError:  # unhashable arguments: not remembered
-                pass
+    if lazy:
+        return Module._pending(img, keep_debug)
+    mod = _load_into(img, ctx, keep_debug)
+    if call is not None:  # a new dict (a reader keeps the one it found), without modules that are gone
+        made = {k: r for k, r in (memo.recall(call) or {}).items() if r() is not None}
+        made[mod._ctx_key] = weakref.ref(mod)
+        memo.remember(call, made)
     return mod
 
 
@@ -651,28 +656,44 @@ def compile_many(sources: Iterable, *, workers: int | None = None, keep_debug: b
     """Compile independent sources at once (threads: NVRTC releases the GIL), each through
     the cache, and load them into the current Numba context: Modules in the order given.
     Items and arguments as for ``nbjit.compiler.compile_many`` (each a source, a ``.cu`` path
-    or a dict of ``compile``'s arguments); ``lazy=True`` (with ``arch`` where there is no GPU)
-    loads each on first use.
+    or a dict of ``compile``'s arguments); ``arch`` defaults to the current device's. With
+    ``arch`` given no GPU is needed until a kernel is used (where there is none, each module
+    loads on first use); ``lazy=True`` loads each on first use always.
 
     Raises
     ------
     NbjitCompileError: naming the first source that failed (its index and name).
     """
     keep_debug, lazy = _flag(keep_debug, "keep_debug", NbjitCompileError), _flag(lazy, "lazy", NbjitCompileError)
-    ctx = None
-    if not lazy:
-        host = current_host()
-        ctx = host.current_context()
-        if common.get("arch") is None:  # the device of the context the modules load into
-            common["arch"] = str(Arch.parse(host.context_cc(ctx)))
-    images = compile_images(sources, workers=workers, **common)
+    ctx, lazy = _context_for(common.get("arch"), lazy)
+    if common.get("arch") is None:
+        common["arch"] = _device_arch(ctx)
+    images = _compile_images(sources, workers=workers, **common)
     return [Module._pending(img, keep_debug) if lazy else _load_into(img, ctx, keep_debug) for img in images]
+
+
+def _context_for(arch, lazy: bool) -> tuple[Any, bool]:
+    """(the context a compiled module loads into, or None; whether it loads on first use
+    instead): the current context; where there is no usable GPU and ``arch`` names the
+    target, none (the module loads on first use, which says what is wrong if it still is)."""
+    if lazy:
+        return None, True
+    try:
+        return current_host().current_context(), False
+    except NbjitLoadError:
+        if arch is None:  # the device is what it compiles for: say what to do
+            raise
+        return None, True
+
+
+def _device_arch(ctx) -> Arch:
+    """The architecture of ``ctx``'s device (the current device's where ``ctx`` is None)."""
+    host = current_host()
+    return Arch.parse(host.context_cc(ctx) if ctx is not None else host.current_cc())
 
 
 _NO_SPACE = re.compile(r"\s+")
 _PATH_ENDS = frozenset(x[-1] for x in SOURCE_SUFFIXES) | frozenset(x[-1].upper() for x in SOURCE_SUFFIXES)
-# nbjit.compile's repeated calls, per context: one look-up while the module lives
-_COMPILED: "dict[tuple, weakref.ref]" = {}
 
 
 def from_numba(dispatcher: Any, signature: Any) -> Kernel:
@@ -688,7 +709,6 @@ def from_numba(dispatcher: Any, signature: Any) -> Kernel:
     exception reporting), a cooperative kernel, or argument types nbjit cannot pass.
     """
     from . import numba_abi
-    from .cache import default_cache
 
     host = current_host()
     py = getattr(dispatcher, "py_func", None)

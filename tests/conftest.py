@@ -131,3 +131,24 @@ def counted(monkeypatch):
 
     monkeypatch.setattr(compiler, "_run_nvrtc", spy)
     return calls
+
+
+@pytest.fixture
+def fake_device(monkeypatch):
+    """Loading without a GPU: a context, module and functions that are only numbers (the
+    driver's own parameter check is tested on the GPU)."""
+    import types
+
+    from nbjit import _driver, kernel, module
+    from nbjit._host import current_host
+    ctx = types.SimpleNamespace(device=types.SimpleNamespace(id=0, compute_capability=(9, 0)), handle=7)
+    monkeypatch.setattr(current_host(), "current_context", lambda: ctx)
+    monkeypatch.setattr(current_host(), "current_cc", lambda: (9, 0))
+    monkeypatch.setattr(_driver, "current_context_key", lambda: 7)
+    monkeypatch.setattr(_driver, "driver_version", lambda: 13000)
+    monkeypatch.setattr(_driver, "load_module", lambda data, what, kind: _driver.Loaded(1, ""))
+    monkeypatch.setattr(_driver, "unload_module", lambda handle: None)
+    monkeypatch.setattr(_driver, "get_function", lambda handle, name: 2)
+    monkeypatch.setattr(_driver, "param_info", lambda func: None)
+    monkeypatch.setattr(kernel, "_MULTI", [False])
+    return module

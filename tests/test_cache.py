@@ -966,3 +966,39 @@ def test_a_read_only_cache_cannot_be_cleared_silently(tmp_path, monkeypatch):
         c.clear()
     with pytest.raises(NbjitCacheError, match="Read-only file system"):
         c.prune(0)
+
+
+def test_an_entry_carries_its_facts(tmp_path, monkeypatch):
+    """get_or_create reads the facts of an entry once: as it is made, or where the entry
+    keeps none this nbjit reads (written without, or by other code), then keeps them (the
+    file rewritten); a hit hands them back decoded, reading nothing again."""
+    from nbjit import _facts, inspect_cubin
+    cubin = (DATA / "nvcc/kernels_sm_90.cubin").read_bytes()
+    entry = CacheEntry("cubin", "sm_90", cubin, producer="nvcc")
+    derived = []
+
+    def derive(e):
+        derived.append(e.payload == cubin)
+        return _facts.Facts({}, inspect_cubin(e.payload, source="k.cubin"), {})
+
+    info = inspect_cubin(cubin, source="k.cubin")
+    key = cache_key({"facts": 1})
+    made = Cache(tmp_path).get_or_create(key, lambda: entry, derive)
+    assert made.facts.info == info and derived == [True]
+    hit = Cache(tmp_path).get_or_create(key, lambda: entry, derive)  # from the file: decoded, not derived
+    assert hit.facts.info == info and hit.facts == made.facts and derived == [True]
+    # an entry without facts (an nbjit before them), and one whose facts other code read
+    plants = (lambda c: c.write(key, entry), lambda c: monkeypatch.setattr(_facts, "stamp", lambda: "other"))
+    for n, plant in enumerate(plants, start=2):
+        plant(Cache(tmp_path))
+        assert Cache(tmp_path).read(key).facts is None
+        again = Cache(tmp_path).get_or_create(key, lambda: entry, derive)
+        assert again.facts.info == info and len(derived) == n
+        assert Cache(tmp_path).read(key).facts == again.facts  # kept: the next process derives nothing
+    assert derived == [True] * 3
+    # without a way to read them, an entry comes as it is; where they cannot be read, they are not kept
+    monkeypatch.undo()
+    Cache(tmp_path).write(key, entry)
+    assert Cache(tmp_path).get_or_create(key, lambda: entry).facts is None
+    c = Cache(tmp_path)
+    assert c.get_or_create(key, lambda: entry, lambda e: None).facts is None and Cache(tmp_path).read(key).facts is None

@@ -336,7 +336,7 @@ def test_compile_several_architectures_prewarms_the_cache(tmp_path, monkeypatch)
     r = run("compile", str(src), "--arch", "sm_80,sm_90", "--cache-only", "-DUNUSED=1")
     assert r.returncode == 0 and "cubin for sm_80 in the cache" in r.stderr and "sm_90" in r.stderr, r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "k.cu"]  # no file written
-    r = run("compile", str(src), "--arch", "sm_80,sm_90")
+    r = run("compile", str(src), "--arch", "80,sm_90")  # (each compile is told an Arch: 80 is sm_80)
     assert r.returncode == 0 and {"k.sm_80.cubin", "k.sm_90.cubin"} <= {p.name for p in tmp_path.iterdir()}
     assert nbjit("inspect", str(tmp_path / "k.sm_80.cubin")).stdout.count("sm_80") >= 1
 
@@ -352,6 +352,7 @@ def test_compile_several_architectures_prewarms_the_cache(tmp_path, monkeypatch)
 @pytest.mark.parametrize("args, msg", [
     (["--arch", "sm_80,,sm_90"], "once each"),
     (["--arch", "sm_80,sm_80"], "once each"),
+    (["--arch", "sm_90,90"], "once each"),
     (["--arch", "sm_80,bogus"], "not an architecture"),
     (["--arch", "sm_80,sm_90", "-o", "x.cubin"], "an existing directory (one file each), and there is nothing at"),
     (["--arch", "sm_80,sm_90", "-o", "k.cu"], "and there is a file at that path"),

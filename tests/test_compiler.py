@@ -410,3 +410,26 @@ sys.stdout.buffer.write(img.data)
     assert same.returncode == 0 and same.stdout == first.data, same.stderr[-2000:]
     other = other_env("venv3", b"\x7fELF another NVRTC")
     assert other.returncode == 1 and b"NVRTC called" in other.stderr, other.stderr[-2000:]
+
+
+def test_the_compiler_is_told_its_target(tmp_path, monkeypatch):
+    """The compiling stage asks no device: without an architecture it says to give one; an
+    Arch and its text are the same compile (one cache entry)."""
+    from nbjit import _driver, compiler
+    from nbjit._host import current_host
+    from nbjit.arch import Arch
+
+    def refuse(*a, **k):
+        raise AssertionError("the compiler asked the driver")
+    monkeypatch.setattr(current_host(), "current_cc", refuse)
+    monkeypatch.setattr(current_host(), "current_context", refuse)
+    monkeypatch.setattr(_driver, "current_context_key", refuse)
+    cache = Cache(tmp_path)
+    with pytest.raises(NbjitCompileError, match=r"k\.cu: no architecture to compile for: give arch= \(e\.g\. 'sm_90"):
+        compiler.compile_image(SRC, name="k.cu", cache=cache)
+    with pytest.raises(NbjitCompileError, match="not an architecture"):
+        compiler.compile_image(SRC, arch=90, cache=cache)
+    by_text = compiler.compile_image(SRC, arch="sm_90a", headers=HDR, name_expressions=["fill<float>"], cache=cache)
+    by_arch = compiler.compile_image(SRC, arch=Arch.parse("sm_90a"), headers=HDR, name_expressions=["fill<float>"],
+                                     cache=Cache(tmp_path))
+    assert by_arch.data == by_text.data and by_arch.arch == "sm_90a" and len(cache.entries()) == 1

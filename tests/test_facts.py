@@ -118,49 +118,52 @@ def test_a_read_only_cache_is_still_used_when_its_facts_are_old(tmp_path, monkey
 
 
 
+def _plant(cache, key, entry, record, monkeypatch):
+    """Write ``entry`` with the facts record ``record`` as it stands (what other code, or a
+    record this code does not write, leaves in a checked entry)."""
+    with monkeypatch.context() as m:
+        m.setattr(_facts, "keep", lambda facts: record)
+        cache.write(key, entry)
+
+
 @pytest.mark.parametrize("facts", [{"declarations": ["", 1]}, {"declarations": {}, "info": ["", 1]},
                                    {"declarations": {}, "info": None}])
-def test_facts_of_the_wrong_shape_are_read_afresh(tmp_path, facts):
+def test_facts_of_the_wrong_shape_are_read_afresh(tmp_path, facts, monkeypatch):
     c = Cache(tmp_path)
     good = compile_image(PLAIN, arch="sm_90", cache=c)
     (key,) = [f.stem for f, _, _ in c.entries()]
     entry = c.read(key)
-    c.write(key, dataclasses.replace(entry, facts={**facts, "stamp": _facts.stamp()}))
+    _plant(c, key, entry, {**facts, "stamp": _facts.stamp()}, monkeypatch)
+    assert Cache(tmp_path).read(key).facts is None  # not what keep() writes: no facts
     again = compile_image(PLAIN, arch="sm_90", cache=Cache(tmp_path))
     assert again.info == good.info and again.declarations == good.declarations
+    assert Cache(tmp_path).read(key).facts == entry.facts  # read afresh, and kept
 
 
 @pytest.mark.parametrize("typed", [["", 1], {"axpy": ["", 1]}])
-def test_typed_kernels_of_the_wrong_shape_are_read_afresh(tmp_path, typed):
+def test_typed_kernels_of_the_wrong_shape_are_read_afresh(tmp_path, typed, monkeypatch):
     c = Cache(tmp_path)
     good = compile_image(PLAIN, arch="sm_90", cache=c)
     assert set(good.typed) == {"axpy"}
     (key,) = [f.stem for f, _, _ in c.entries()]
     entry = c.read(key)
-    c.write(key, dataclasses.replace(entry, facts={**entry.facts, "typed": typed}))
+    _plant(c, key, entry, {**_facts.keep(entry.facts), "typed": typed}, monkeypatch)
     again = compile_image(PLAIN, arch="sm_90", cache=Cache(tmp_path))
     assert again.typed == good.typed and again.info == good.info
 
 
-@pytest.fixture
-def fake_device(monkeypatch):
-    """Loading without a GPU: a context, module and functions that are only numbers (the
-    driver's own parameter check is tested on the GPU)."""
-    import types
-
-    from nbjit import _driver, kernel, module
-    from nbjit._host import current_host
-    ctx = types.SimpleNamespace(device=types.SimpleNamespace(id=0, compute_capability=(9, 0)), handle=7)
-    monkeypatch.setattr(current_host(), "current_context", lambda: ctx)
-    monkeypatch.setattr(_driver, "current_context_key", lambda: 7)
-    monkeypatch.setattr(_driver, "driver_version", lambda: 13000)
-    monkeypatch.setattr(_driver, "load_module", lambda data, what, kind: _driver.Loaded(1, ""))
-    monkeypatch.setattr(_driver, "unload_module", lambda handle: None)
-    monkeypatch.setattr(_driver, "get_function", lambda handle, name: 2)
-    monkeypatch.setattr(_driver, "param_info", lambda func: None)
-    monkeypatch.setattr(kernel, "_MULTI", [False])
-    monkeypatch.setattr(module, "_COMPILED", {})
-    return module
+def test_facts_kept_and_read_are_the_facts(tmp_path):
+    """What an entry keeps is what reading it gives back, for a cubin and for PTX; a record
+    for the other kind of image is none."""
+    c = Cache(tmp_path)
+    for output in ("cubin", "ptx"):
+        img = compile_image(SRC, name_expressions=["fill<float>"], headers=HDR, arch="sm_90", output=output, cache=c)
+        f = _facts.Facts(img.declarations, img.info, img.typed)
+        record = json.loads(json.dumps(_facts.keep(f)))
+        assert _facts.read(record, output) == f
+        assert _facts.read(record, "ptx" if output == "cubin" else "cubin") is None
+        assert _facts.read({**record, "stamp": "another nbjit"}, output) is None
+        assert (img.info is None) == (output == "ptx") and img.declarations
 
 
 def test_a_warm_hit_types_its_kernels_as_loading_would(tmp_path, fake_device, monkeypatch):
@@ -171,7 +174,6 @@ def test_a_warm_hit_types_its_kernels_as_loading_would(tmp_path, fake_device, mo
 
     kw = dict(name_expressions=["fill<float>"], headers=HDR, arch="sm_90")
     cold = nbjit.compile(SRC, cache=Cache(tmp_path), **kw)
-    fake_device._COMPILED.clear()
     fake_device._registry(fake_device.current_host().current_context()).clear()
     warm = nbjit.compile(SRC, cache=Cache(tmp_path), **kw)
     assert warm is not cold and set(warm._typed) == set(warm.kernels) and len(warm.kernels) >= 2

@@ -98,3 +98,22 @@ def test_cub_kernels_compiled_with_and_without_a_pch_run_alike(cuda, tmp_path, p
         np.testing.assert_array_equal(got, np.sort(x.reshape(blocks, 128 * 4), axis=1))
         first = x.reshape(blocks, 128, 4)[:, :, 0]
         np.testing.assert_allclose(sums.copy_to_host(), first.sum(axis=1, dtype=np.float64).astype(dtype))
+
+
+def test_the_target_on_a_gpu(cuda, tmp_path):
+    """With a GPU, a named architecture still loads at once (only a machine without one waits
+    for first use); without one, the device's is compiled for; a repeated call is the module
+    the first one made in this context."""
+    cc = cuda.get_current_device().compute_capability
+    device_arch = f"sm_{cc[0]}{cc[1]}"
+    src = 'extern "C" __global__ void k(int* x) { x[threadIdx.x] = 2 * threadIdx.x; }'
+    cache = nbjit.Cache(tmp_path)
+    named = nbjit.compile(src, arch=device_arch, cache=cache)
+    assert "loads on first use" not in repr(named) and named.prepared_kind == "cubin"
+    assert nbjit.compile(src, arch=device_arch, cache=cache) is named
+    assert nbjit.compile_image(src, cache=cache).arch == device_arch
+    default = nbjit.compile(src, cache=cache)
+    assert default.image.data == named.image.data and nbjit.compile(src, cache=cache) is default
+    x = cuda.device_array(32, np.int32)
+    named["k"][1, 32](x)
+    np.testing.assert_array_equal(x.copy_to_host(), 2 * np.arange(32))

@@ -22,6 +22,10 @@ extern "C" __global__ void scale(float* y, float a, int n) { if (threadIdx.x < n
 '''
 
 
+AXPY = 'extern "C" __global__ void axpy(float* y, const float* x, float a, int n) { y[n] += a * x[n]; }\n'
+_REAL_CURRENT_CONTEXT = current_host().current_context  # (refused below; one test needs it to fail as it does here)
+
+
 @pytest.fixture(autouse=True)
 def no_cuda(monkeypatch):
     """Everything here must work without a CUDA call: fail loudly if one is made."""
@@ -194,3 +198,50 @@ def test_kernels_found_by_their_demangled_names():
     for name in ("fil", "ns", "fill<double>"):
         with pytest.raises(nbjit.KernelNotFoundError, match=re.escape("_Z9fill_rowsPf (fill_rows(float*))")):
             m[name]
+
+
+def test_compiling_for_a_named_architecture_needs_no_gpu_until_a_kernel_is_used(tmp_path, monkeypatch):
+    """nbjit.compile(src, arch="sm_90") on a machine without a GPU compiled, then failed
+    asking for an explicit arch (which it had): the module now loads on first use."""
+    from conftest import gpu_available
+    if gpu_available()[0]:
+        pytest.skip("a GPU is present: the module loads at once")
+    monkeypatch.setattr(current_host(), "current_context", _REAL_CURRENT_CONTEXT)  # the real one: no GPU here
+    cache = nbjit.Cache(tmp_path)
+    mod = nbjit.compile(AXPY, arch="sm_90", cache=cache)
+    assert "loads on first use" in repr(mod) and mod.kernels == ("axpy",) and mod.image.arch == "sm_90"
+    k = mod["axpy"]
+    assert [p.ctype for p in k.params] == ["float*", "const float*", "float", "int"]
+    assert pickle.loads(pickle.dumps(k))._recipe == k._recipe
+    (many,) = nbjit.compile_many([AXPY], arch="sm_90", cache=cache)
+    assert "loads on first use" in repr(many) and many.image.data == mod.image.data
+    with pytest.raises(nbjit.NbjitLoadError, match="no usable CUDA GPU"):
+        k[1, 32]  # first use: loading needs the GPU
+    for call in (lambda: nbjit.compile(AXPY, cache=cache), lambda: nbjit.compile_many([AXPY], cache=cache)):
+        with pytest.raises(nbjit.NbjitLoadError, match="arch="):  # the device is the target: it is needed now
+            call()
+
+
+def test_a_repeated_compile_is_one_look_up_per_context(tmp_path, fake_device, monkeypatch, counted):
+    """The module a call made is remembered in its cache's memo of calls, per context and
+    weakly; the image it compiled, whatever the context."""
+    import gc
+    import types
+    calls = []
+    real = module_stage.compile_image
+    monkeypatch.setattr(module_stage, "compile_image", lambda *a, **k: calls.append(k["arch"]) or real(*a, **k))
+    cache = nbjit.Cache(tmp_path)
+    first = nbjit.compile(AXPY, cache=cache)  # for the context's device
+    assert nbjit.compile(AXPY, cache=cache) is first and len(calls) == 1 and str(calls[0]) == "sm_90"
+    assert first.image.arch == "sm_90"
+    other = types.SimpleNamespace(device=types.SimpleNamespace(id=1, compute_capability=(9, 0)), handle=8)
+    monkeypatch.setattr(current_host(), "current_context", lambda: other)
+    monkeypatch.setattr(_driver, "current_context_key", lambda: 8)
+    second = nbjit.compile(AXPY, cache=cache)
+    assert second is not first and second.device == 1 and len(calls) == 2 and len(counted) == 1
+    assert nbjit.compile(AXPY, cache=cache) is second and len(calls) == 2
+    del second
+    gc.collect()
+    assert nbjit.compile(AXPY, cache=cache) is not None and len(calls) == 3  # gone: made again (not compiled)
+    assert len(counted) == 1
+    assert nbjit.compile(AXPY, cache=nbjit.Cache(tmp_path)).device == 1 and len(calls) == 4  # another cache's memo

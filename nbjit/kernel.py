@@ -11,7 +11,7 @@ import functools
 import os
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 import numpy as np
 
@@ -676,6 +676,24 @@ try:
 except ImportError:  # the optional extension is not built: the Python launcher serves
     _CLauncherBase = None
 
+class LauncherSpec(NamedTuple):
+    """What nbjit's C ``Launcher`` is made from (``_launch.c`` reads these by name)."""
+
+    func: int  # the CUfunction's address
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared: int  # dynamic shared memory, bytes
+    stream: int  # the CUstream's address
+    layout: tuple  # per parameter (offset, code, ...): see _launch.c
+    size: int  # the parameter buffer's size
+    extractors: dict  # type -> how to find a device array's address
+    numbers: dict  # numpy scalar type -> kind and size ("f4")
+    fallback: Callable[[tuple], bytes]  # the precise rules: the whole buffer, or an error
+    on_error: Callable[[int], bool]  # a failed launch: True to launch again once, else raises
+    param_offsets: tuple[int, ...] | None = None  # where the kernel's parameters are not the arguments
+    attributes: bytes = b""  # cuLaunchKernelEx's attributes (72 bytes each); none: cuLaunchKernel
+
+
 if _CLauncherBase is not None:
     class _CLauncher(_CLauncherBase, _Config):
         """The launch path in C: packs on the C stack with the same rules as the Python path,
@@ -690,8 +708,10 @@ if _CLauncherBase is not None:
             layout = s.layout[:self.nargs] + tuple((off, "Z") for off, *_ in s.layout[self.nargs:])
             self._attrs = _driver.launch_attributes(cooperative=cfg.cooperative, cluster=cfg.cluster,
                                                     pdl=cfg.pdl) if cfg.extended else b""
-            super().__init__(*self._cfg, layout, s.sig.size, _EXTRACTORS, _numbers(),
-                             self._pack if tail else s.packer.pack, self._raise, s.param_offsets, self._attrs)
+            c = self._cfg
+            super().__init__(LauncherSpec(c[0], c[1:4], c[4:7], c[7], c[8], layout, s.sig.size, _EXTRACTORS,
+                                          _numbers(), self._pack if tail else s.packer.pack, self._raise,
+                                          s.param_offsets, self._attrs))
 
         def launch_at(self, address: int) -> int:
             """The launch with the parameters packed at ``address`` (``BoundLaunch``); the CUresult."""

@@ -193,8 +193,8 @@ def test_every_launch_form_gets_its_launcher_from_configure(fake_launch, monkeyp
     k.bind(2, 32, 0x10, 0x20, 1.0, 5)()
     assert [(c.grid, c.block, c.shared, c.pdl) for c in configured] == [
         ((4, 1, 1), (256, 1, 1), 0, None), ((4, 1, 1), (256, 1, 1), 16, None), ((2, 1, 1), (32, 1, 1), 0, None)]
-    assert [c[:8] for c in fake_launch.calls] == [(0x1234, 4, 1, 1, 256, 1, 1, 0), (0x1234, 4, 1, 1, 256, 1, 1, 16)] * 2 \
-        + [(0x1234, 2, 1, 1, 32, 1, 1, 0)]
+    plain, shared = (0x1234, 4, 1, 1, 256, 1, 1, 0), (0x1234, 4, 1, 1, 256, 1, 1, 16)
+    assert [c[:8] for c in fake_launch.calls] == [plain, shared, plain, shared, (0x1234, 2, 1, 1, 32, 1, 1, 0)]
     launcher = k[4, 256]
     assert launcher.config.pdl is False and launcher is k[4, 256]  # configure decided the kernel's pdl
 

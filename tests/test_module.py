@@ -247,13 +247,13 @@ def test_a_lazy_module_shares_the_copy_loaded_from_the_same_bytes(data, fake_gpu
     assert "basic" not in loaded and "basic" in lazy
     k = lazy["basic"]
     assert k.name == "k_basic" and k._s is None
-    k.handle  # first use
+    assert k.handle == (101, "k_basic")  # first use: the function of the copy loaded already
     assert len(fake_gpu.loads) == 1 and lazy._live is loaded._live and lazy._owner is loaded
     assert k._s is loaded["k_basic"]._s
     assert "basic" in loaded and loaded["basic"]._s is k._s  # the lazy module's name expression joined
     back = pickle.loads(pickle.dumps(lazy))
     assert not back.loaded and back["basic"].name == "k_basic"  # a pickle is the recipe, never the handle
-    back["basic"].handle
+    assert back["basic"].handle == (101, "k_basic")
     assert back._live is loaded._live and len(fake_gpu.loads) == 1
 
 
@@ -286,5 +286,5 @@ def test_new_facts_type_a_kernel_afresh(ptx_module, fake_gpu):
     m._learn(decls={k: ("source", v) for k, v in source_declarations(src).items()})
     assert [p.ctype for p in m["k_basic"].params][:3] == ["float*", "const float*", "float"]
     k = m["k_basic"]
-    k.handle
+    assert k.handle == (101, "k_basic") and k._s is not None  # loaded: typed by the same facts
     assert [p.ctype for p in k.params][:3] == ["float*", "const float*", "float"]

@@ -543,7 +543,8 @@ def test_a_triton_launch_is_the_kernels_launcher_with_a_zero_tail(fake_kernel):
 
 @pytest.mark.parametrize("grid, msg", [
     (0, "grid values must be from 1 to 2\\*\\*32 - 1"), ((1, 2, 3, 4), "grid must be an int or a tuple of 1 to 3"),
-    (True, "grid must be an int or a tuple"), (1.5, "grid must be an int or a tuple"), ((2, 1.0), "grid must hold ints")])
+    (True, "grid must be an int or a tuple"), (1.5, "grid must be an int or a tuple"),
+    ((2, 1.0), "grid must hold ints")])
 def test_a_triton_grid_is_checked_as_any_launch(fake_kernel, grid, msg):
     tk = fake_kernel.make("add_kernel")
     with pytest.raises(NbjitLaunchError, match=f"kernel 'add_kernel': {msg}"):

@@ -158,11 +158,11 @@ def main() -> None:
     t.add("nbjit.compile: bound once", bound, sync, group="form")
     from nbjit.kernel import _LAUNCH
 
-    def launched(pdl):  # kernel.launch's configured launcher, to report its path
+    def launched(pdl):  # kernel.launch's configured launcher (kept by the pdl asked for), to report its path
         comp.launch(GRID, BLOCK, y, x, a32, n32, stream=s, pdl=pdl)
-        return comp._s.configs[(_LAUNCH, GRID, BLOCK, s, 0, False, None, pdl)]
+        return comp._s.launchers[(_LAUNCH, GRID, BLOCK, s, 0, False, None, pdl)]
     t.add("nbjit.compile: kernel.launch(..., stream=s) keywords",
-          lambda: comp.launch(GRID, BLOCK, y, x, a32, n32, stream=s), sync, group="form", launcher=launched(False))
+          lambda: comp.launch(GRID, BLOCK, y, x, a32, n32, stream=s), sync, group="form", launcher=launched(None))
     if cuda.get_current_device().compute_capability >= (9, 0):
         t.add("nbjit.compile: programmatic dependent launch, launch(..., pdl=True)",
               lambda: comp.launch(GRID, BLOCK, y, x, a32, n32, stream=s, pdl=True), sync, group="form",

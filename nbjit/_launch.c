@@ -1,9 +1,12 @@
 /* nbjit._launch: the launch hot path in C (optional; nbjit runs the same rules in Python
  * when this extension is not built).
  *
- * Launcher(func, gx, gy, gz, bx, by, bz, shared, stream, layout, size, extractors, numbers,
- *          fallback, on_error) is a configured kernel: calling it with the kernel's arguments
- * packs them into a parameter buffer on the C stack and calls cuLaunchKernel.
+ * Launcher(spec) is a configured kernel: calling it with the kernel's arguments packs them into
+ * a parameter buffer on the C stack and calls cuLaunchKernel (cuLaunchKernelEx where the launch
+ * has attributes). `spec` (nbjit.kernel.LauncherSpec) has, by name:
+ *   func, stream  the CUfunction's and CUstream's addresses
+ *   grid, block   3 ints each; shared  dynamic shared memory bytes
+ *   size       the parameter buffer's size
  *   layout     tuple of (offset, code[, accepted]) per parameter; codes: 'P' 64-bit pointer or
  *              unsigned integer, 'A' a typed pointer (an array's dtype must be in the list
  *              `accepted`, compared by identity; the Python rules append what they find to
@@ -21,8 +24,9 @@
  *   fallback   fallback(args) -> bytes of the whole buffer, or raises (the precise rules)
  *   on_error   on_error(CUresult) raises the launch error, or returns True where the launch
  *              may go again (once): it made a context current in a thread that had none
- *   param_offsets  (optional) where each kernel parameter starts, where arguments and
- *              parameters are not one to one (Numba kernels); default: the layout's offsets
+ *   param_offsets  where each kernel parameter starts, where arguments and parameters are
+ *              not one to one (Numba kernels); None: the layout's offsets
+ *   attributes bytes: cuLaunchKernelEx's launch attributes (72 bytes each; b"": none)
  * Anything the fast rules do not take exactly goes to `fallback`, so both paths always agree.
  * It never loads libcuda itself: Python hands it the cuLaunchKernel that cuda.bindings'
  * cuGetProcAddress found. Limited API (abi3), Python >= 3.10. */
@@ -254,44 +258,122 @@ static int launcher_clear(PyObject *op) {
     return 0;
 }
 
-static int launcher_init(PyObject *op, PyObject *args, PyObject *kwds) {
-    Launcher *self = (Launcher *)op;
-    PyObject *func, *stream, *layout, *extractors, *numbers, *fallback, *on_error, *poffs = NULL, *attrs = NULL;
-    unsigned long long dd[7];
-    Py_ssize_t size, i;
-    if (!PyArg_ParseTuple(args, "OKKKKKKKOOnOOOO|OO", &func, &dd[0], &dd[1], &dd[2], &dd[3], &dd[4], &dd[5],
-                          &dd[6], &stream, &layout, &size, &extractors, &numbers, &fallback, &on_error, &poffs,
-                          &attrs))
-        return -1;
-    if ((self->nattrs = read_attrs(attrs, self->attrs)) < 0) {
-        self->nattrs = 0;
+/* Replace an owned reference in `*slot` with `v` (a new reference, stolen). */
+static void set_ref(PyObject **slot, PyObject *v) {
+    PyObject *old = *slot;
+    *slot = v;
+    Py_XDECREF(old);
+}
+
+/* The attribute `name` of a launcher spec (a new reference), or NULL with an error naming it. */
+static PyObject *spec_get(PyObject *spec, const char *name) {
+    PyObject *v = PyObject_GetAttrString(spec, name);
+    if (v == NULL && PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "a launcher spec needs the attribute %s", name);
+    }
+    return v;
+}
+
+/* Spec attribute `name`, a tuple of `n` 32-bit unsigned ints, into out[]. */
+static int spec_uints(PyObject *spec, const char *name, Py_ssize_t n, unsigned *out) {
+    PyObject *t = spec_get(spec, name);
+    Py_ssize_t i;
+    int r = 0;
+    if (t == NULL) return -1;
+    if (!PyTuple_Check(t) || PyTuple_Size(t) != n) {
+        PyErr_Format(PyExc_TypeError, "launcher spec: %s must be a tuple of %zd ints", name, n);
+        r = -1;
+    }
+    for (i = 0; r == 0 && i < n; i++) r = as_uint(PyTuple_GetItem(t, i), &out[i]);
+    Py_DECREF(t);
+    return r;
+}
+
+/* Spec attribute `name`, an int address, into *out. */
+static int spec_address(PyObject *spec, const char *name, void **out) {
+    PyObject *v = spec_get(spec, name);
+    if (v == NULL) return -1;
+    *out = PyLong_AsVoidPtr(v);
+    Py_DECREF(v);
+    return *out == NULL && PyErr_Occurred() ? -1 : 0;
+}
+
+/* grid, block, shared: self->dims; func and stream: their addresses. */
+static int init_config(Launcher *self, PyObject *spec) {
+    PyObject *shared;
+    int r;
+    if (spec_uints(spec, "grid", 3, self->dims) < 0 || spec_uints(spec, "block", 3, self->dims + 3) < 0) return -1;
+    if ((shared = spec_get(spec, "shared")) == NULL) return -1;
+    r = as_uint(shared, &self->dims[6]);
+    Py_DECREF(shared);
+    if (r < 0) return -1;
+    return spec_address(spec, "func", &self->func) < 0 || spec_address(spec, "stream", &self->stream) < 0 ? -1 : 0;
+}
+
+/* Parameter i's layout entry, (offset, code[, accepted[, ndim, itemsize, layout]]), into the
+ * per-parameter arrays; self->size is known. */
+static int init_param(Launcher *self, Py_ssize_t i, PyObject *item) {
+    PyObject *acc = NULL;
+    const char *code, *lay = "A";
+    Py_ssize_t len, laylen = 1;
+    if (!item || !PyTuple_Check(item) ||
+        !PyArg_ParseTuple(item, "ns#|Oiis#", &self->offsets[i], &code, &len, &acc, &self->ndim[i], &self->itemsize[i],
+                          &lay, &laylen)) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "a layout entry must be a tuple");
         return -1;
     }
-    for (i = 0; i < 7; i++) {
-        if (dd[i] > 0xFFFFFFFFULL) {
-            PyErr_SetString(PyExc_OverflowError, "launch dimension does not fit in 32 bits");
+    self->contig[i] = lay[0];
+    if (code[0] == 'N' && (self->ndim[i] < 0 || self->ndim[i] > 32 || self->itemsize[i] <= 0 ||
+                           self->offsets[i] + 8 * (5 + 2 * (Py_ssize_t)self->ndim[i]) > self->size)) {
+        PyErr_SetString(PyExc_ValueError, "bad Numba array layout entry");
+        return -1;
+    }
+    if (len != 1 || self->offsets[i] < 0 || self->offsets[i] >= self->size) {
+        PyErr_SetString(PyExc_ValueError, "bad layout entry");
+        return -1;
+    }
+    self->codes[i] = code[0];
+    if (code[0] != 'Z' && i > 0 && self->codes[i - 1] == 'Z') {
+        PyErr_SetString(PyExc_ValueError, "'Z' parameters must come last");
+        return -1;
+    }
+    if (code[0] != 'Z') self->nargs = i + 1;
+    if (code[0] == 'A' || code[0] == 'N') {
+        if (acc == NULL || !PyList_Check(acc)) {
+            PyErr_SetString(PyExc_TypeError, "a typed pointer ('A') needs its list of accepted dtypes");
             return -1;
         }
-        self->dims[i] = (unsigned)dd[i];
+        Py_INCREF(acc);
+        self->accepted[i] = acc;
     }
-    self->func = PyLong_AsVoidPtr(func);
-    if (self->func == NULL && PyErr_Occurred()) return -1;
-    self->stream = PyLong_AsVoidPtr(stream);
-    if (self->stream == NULL && PyErr_Occurred()) return -1;
-    if (!PyTuple_Check(layout) || !PyDict_Check(extractors) || !PyDict_Check(numbers)) {
-        PyErr_SetString(PyExc_TypeError, "layout must be a tuple, extractors and numbers dicts");
-        return -1;
-    }
-    free_accepted(self);
-    self->n = PyTuple_Size(layout);
-    self->nargs = 0;
-    self->size = size;
-    if (size < 0 || size > 65536) {
+    return 0;
+}
+
+/* size and layout: the buffer's size, and per parameter its offset, code and checks. */
+static int init_layout(Launcher *self, PyObject *spec) {
+    PyObject *layout, *size;
+    Py_ssize_t i;
+    int r = 0;
+    if ((size = spec_get(spec, "size")) == NULL) return -1;
+    self->size = PyLong_AsSsize_t(size);
+    Py_DECREF(size);
+    if (self->size == -1 && PyErr_Occurred()) return -1;
+    if (self->size < 0 || self->size > 65536) {
         PyErr_SetString(PyExc_ValueError, "parameter buffer size out of range");
         return -1;
     }
+    if ((layout = spec_get(spec, "layout")) == NULL) return -1;
+    if (!PyTuple_Check(layout)) {
+        Py_DECREF(layout);
+        PyErr_SetString(PyExc_TypeError, "launcher spec: layout must be a tuple");
+        return -1;
+    }
+    free_accepted(self);
     PyMem_Free(self->offsets);
     PyMem_Free(self->codes);
+    self->n = PyTuple_Size(layout);
+    self->nargs = 0;
     self->offsets = PyMem_Malloc(sizeof(Py_ssize_t) * (self->n + 1));
     self->codes = PyMem_Malloc(self->n + 1);
     self->accepted = PyMem_Calloc(self->n + 1, sizeof(PyObject *));
@@ -300,75 +382,96 @@ static int launcher_init(PyObject *op, PyObject *args, PyObject *kwds) {
     self->contig = PyMem_Calloc(self->n + 1, 1);
     if (!self->offsets || !self->codes || !self->accepted || !self->ndim || !self->itemsize || !self->contig) {
         PyErr_NoMemory();
-        return -1;
+        r = -1;
     }
-    for (i = 0; i < self->n; i++) {
-        PyObject *item = PyTuple_GetItem(layout, i);
-        PyObject *acc = NULL;
-        const char *code, *lay = "A";
-        Py_ssize_t len, laylen = 1;
-        if (!item || !PyArg_ParseTuple(item, "ns#|Oiis#", &self->offsets[i], &code, &len, &acc, &self->ndim[i],
-                                       &self->itemsize[i], &lay, &laylen))
-            return -1;
-        self->contig[i] = lay[0];
-        if (code[0] == 'N' && (self->ndim[i] < 0 || self->ndim[i] > 32 || self->itemsize[i] <= 0 ||
-                               self->offsets[i] + 8 * (5 + 2 * (Py_ssize_t)self->ndim[i]) > size)) {
-            PyErr_SetString(PyExc_ValueError, "bad Numba array layout entry");
-            return -1;
-        }
-        if (len != 1 || self->offsets[i] < 0 || self->offsets[i] >= size) {
-            PyErr_SetString(PyExc_ValueError, "bad layout entry");
-            return -1;
-        }
-        self->codes[i] = code[0];
-        if (code[0] != 'Z' && i > 0 && self->codes[i - 1] == 'Z') {
-            PyErr_SetString(PyExc_ValueError, "'Z' parameters must come last");
-            return -1;
-        }
-        if (code[0] != 'Z') self->nargs = i + 1;
-        if (code[0] == 'A' || code[0] == 'N') {
-            if (acc == NULL || !PyList_Check(acc)) {
-                PyErr_SetString(PyExc_TypeError, "a typed pointer ('A') needs its list of accepted dtypes");
-                return -1;
-            }
-            Py_INCREF(acc);
-            self->accepted[i] = acc;
-        }
-    }
-    if (poffs != NULL && poffs != Py_None) {
-        if (!PyTuple_Check(poffs)) {
-            PyErr_SetString(PyExc_TypeError, "param_offsets must be a tuple");
-            return -1;
-        }
+    for (i = 0; r == 0 && i < self->n; i++) r = init_param(self, i, PyTuple_GetItem(layout, i));
+    Py_DECREF(layout);
+    return r;
+}
+
+/* param_offsets: where each kernel parameter starts (None: the layout's offsets). */
+static int init_param_offsets(Launcher *self, PyObject *spec) {
+    PyObject *poffs = spec_get(spec, "param_offsets");
+    Py_ssize_t i;
+    int r = 0;
+    if (poffs == NULL) return -1;
+    if (poffs == Py_None) {
+        self->nparams = self->n;
+    } else if (!PyTuple_Check(poffs)) {
+        PyErr_SetString(PyExc_TypeError, "launcher spec: param_offsets must be a tuple or None");
+        r = -1;
+    } else {
         self->nparams = PyTuple_Size(poffs);
         self->param_offsets = PyMem_Malloc(sizeof(Py_ssize_t) * (self->nparams + 1));
         if (!self->param_offsets) {
             PyErr_NoMemory();
-            return -1;
+            r = -1;
         }
-        for (i = 0; i < self->nparams; i++) {
+        for (i = 0; r == 0 && i < self->nparams; i++) {
             self->param_offsets[i] = PyLong_AsSsize_t(PyTuple_GetItem(poffs, i));
-            if (self->param_offsets[i] == -1 && PyErr_Occurred()) return -1;
-            if (self->param_offsets[i] < 0 || self->param_offsets[i] >= size) {
+            if (self->param_offsets[i] == -1 && PyErr_Occurred()) {
+                r = -1;
+            } else if (self->param_offsets[i] < 0 || self->param_offsets[i] >= self->size) {
                 PyErr_SetString(PyExc_ValueError, "parameter offset out of range");
-                return -1;
+                r = -1;
             }
         }
-    } else {
-        self->nparams = self->n;
     }
-    Py_INCREF(extractors);
-    Py_XDECREF(self->extractors);
-    self->extractors = extractors;
-    Py_INCREF(numbers);
-    Py_XDECREF(self->numbers);
-    self->numbers = numbers;
-    Py_INCREF(fallback);
-    Py_XDECREF(self->fallback);
-    self->fallback = fallback;
-    Py_INCREF(on_error);
-    Py_XDECREF(self->on_error);
-    self->on_error = on_error;
+    Py_DECREF(poffs);
+    return r;
+}
+
+/* extractors, numbers (dicts), fallback, on_error (callables): kept by reference. */
+static int init_callbacks(Launcher *self, PyObject *spec) {
+    PyObject *extractors = spec_get(spec, "extractors"), *numbers = spec_get(spec, "numbers");
+    PyObject *fallback = spec_get(spec, "fallback"), *on_error = spec_get(spec, "on_error");
+    if (!extractors || !numbers || !fallback || !on_error) goto fail;
+    if (!PyDict_Check(extractors) || !PyDict_Check(numbers)) {
+        PyErr_SetString(PyExc_TypeError, "launcher spec: extractors and numbers must be dicts");
+        goto fail;
+    }
+    if (!PyCallable_Check(fallback) || !PyCallable_Check(on_error)) {
+        PyErr_SetString(PyExc_TypeError, "launcher spec: fallback and on_error must be callable");
+        goto fail;
+    }
+    set_ref(&self->extractors, extractors);
+    set_ref(&self->numbers, numbers);
+    set_ref(&self->fallback, fallback);
+    set_ref(&self->on_error, on_error);
+    return 0;
+fail:
+    Py_XDECREF(extractors);
+    Py_XDECREF(numbers);
+    Py_XDECREF(fallback);
+    Py_XDECREF(on_error);
+    return -1;
+}
+
+/* attributes: cuLaunchKernelEx's launch attributes, copied in (none: cuLaunchKernel). */
+static int init_attrs(Launcher *self, PyObject *spec) {
+    PyObject *attrs = spec_get(spec, "attributes");
+    if (attrs == NULL) return -1;
+    self->nattrs = read_attrs(attrs, self->attrs);
+    Py_DECREF(attrs);
+    if (self->nattrs < 0) {
+        self->nattrs = 0;
+        return -1;
+    }
+    return 0;
+}
+
+/* Launcher(spec): see the top of this file for what `spec` holds. */
+static int launcher_init(PyObject *op, PyObject *args, PyObject *kwds) {
+    Launcher *self = (Launcher *)op;
+    PyObject *spec;
+    if (kwds != NULL && PyDict_Size(kwds) != 0) {
+        PyErr_SetString(PyExc_TypeError, "Launcher takes one spec, no keyword arguments");
+        return -1;
+    }
+    if (!PyArg_ParseTuple(args, "O:Launcher", &spec)) return -1;
+    if (init_config(self, spec) < 0 || init_layout(self, spec) < 0 || init_param_offsets(self, spec) < 0 ||
+        init_callbacks(self, spec) < 0 || init_attrs(self, spec) < 0)
+        return -1;
     return 0;
 }
 
@@ -560,129 +663,133 @@ static int pack_numba_array(Launcher *self, Py_ssize_t idx, PyObject *o, unsigne
     return 1;
 }
 
-static int pack_one(Launcher *self, Py_ssize_t idx, char code, PyObject *o, unsigned char *dst) {
-    switch (code) {
-    case '4': case '2': case '1': {
-        int size = code - '0';
-        PyObject *kind;
-        if (PyLong_CheckExact(o)) return pack_unknown_int(o, size, dst) == 0;
-        if (PyFloat_CheckExact(o)) {
-            double v = PyFloat_AsDouble(o);
-            float x;
-            if (size != 4 || (isfinite(v) && fabs(v) > FLT_MAX)) return 0;
-            x = (float)v;
-            memcpy(dst, &x, 4);
-            return 1;
+/* A double into 4 bytes as a float; 0 where it does not fit (the precise rules say so). */
+static int store_f32(double v, unsigned char *dst) {
+    float x;
+    if (isfinite(v) && fabs(v) > FLT_MAX) return 0;
+    x = (float)v;
+    memcpy(dst, &x, 4);
+    return 1;
+}
+
+/* Codes '4' '2' '1', a parameter of `size` bytes and unknown type: an int's bits (signed or
+ * unsigned), a float into 4 bytes, a numpy scalar of that size. */
+static int pack_unknown(Launcher *self, int size, PyObject *o, unsigned char *dst) {
+    PyObject *kind, *i;
+    int r;
+    if (PyLong_CheckExact(o)) return pack_unknown_int(o, size, dst) == 0;
+    if (PyFloat_CheckExact(o)) return size == 4 && store_f32(PyFloat_AsDouble(o), dst);
+    kind = PyDict_GetItem(self->numbers, (PyObject *)Py_TYPE(o));
+    if (kind == NULL || number_size(kind) != size) return 0;
+    if (number_kind(kind) == 'f') {
+        double v;
+        if (size != 4) return 0;
+        v = PyFloat_AsDouble(o);
+        if (v == -1.0 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return 0;
         }
-        kind = PyDict_GetItem(self->numbers, (PyObject *)Py_TYPE(o));
-        if (kind == NULL || number_size(kind) != size) return 0;
-        if (number_kind(kind) == 'f') {
-            double v;
-            float x;
-            if (size != 4) return 0;
-            v = PyFloat_AsDouble(o);
-            if (v == -1.0 && PyErr_Occurred()) {
-                PyErr_Clear();
-                return 0;
-            }
-            x = (float)v;
-            memcpy(dst, &x, 4);
-            return 1;
-        } else {
-            PyObject *i = PyNumber_Index(o);
-            int r;
-            if (i == NULL) {
-                PyErr_Clear();
-                return 0;
-            }
-            r = pack_unknown_int(i, size, dst);
-            Py_DECREF(i);
-            return r == 0;
-        }
+        return store_f32(v, dst);
     }
-    case 'N': return pack_numba_array(self, idx, o, dst);
-    case 'A': case 'P': { /* a pointer: an int address, None, an array ('A': of an accepted dtype) */
-        unsigned long long v;
-        int ok = 1;
-        if (PyLong_CheckExact(o)) {
-            v = PyLong_AsUnsignedLongLong(o);
+    i = PyNumber_Index(o);
+    if (i == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    r = pack_unknown_int(i, size, dst);
+    Py_DECREF(i);
+    return r == 0;
+}
+
+/* Codes 'P' and 'A', a pointer: an int address, None, an array ('A': of an accepted dtype). */
+static int pack_pointer(Launcher *self, Py_ssize_t idx, char code, PyObject *o, unsigned char *dst) {
+    unsigned long long v;
+    int ok = 1;
+    if (PyLong_CheckExact(o)) {
+        v = PyLong_AsUnsignedLongLong(o);
+        if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return 0;
+        }
+    } else if (o == Py_None) {
+        v = 0;
+    } else {
+        v = extract(self, o, &ok);
+        if (ok && code == 'A' && !dtype_accepted(o, self->accepted[idx])) return 0;
+        if (!ok) {
+            PyObject *i = as_pyint(self, o);
+            if (i == NULL) return 0;
+            v = PyLong_AsUnsignedLongLong(i);
+            Py_DECREF(i);
             if (v == (unsigned long long)-1 && PyErr_Occurred()) {
                 PyErr_Clear();
                 return 0;
             }
-        } else if (o == Py_None) {
-            v = 0;
-        } else {
-            v = extract(self, o, &ok);
-            if (ok && code == 'A' && !dtype_accepted(o, self->accepted[idx])) return 0;
-            if (!ok) {
-                PyObject *i = as_pyint(self, o);
-                if (i == NULL) return 0;
-                v = PyLong_AsUnsignedLongLong(i);
-                Py_DECREF(i);
-                if (v == (unsigned long long)-1 && PyErr_Occurred()) {
-                    PyErr_Clear();
-                    return 0;
-                }
-            }
         }
-        memcpy(dst, &v, 8);
-        return 1;
     }
-    case 'q': case 'i': case 'h': case 'b':
-    case 'I': case 'H': case 'B': {
-        PyObject *i = as_pyint(self, o);
-        int overflow = 0;
-        long long v;
-        if (i == NULL) return 0;
-        v = PyLong_AsLongLongAndOverflow(i, &overflow);
-        Py_DECREF(i);
-        if (overflow || (v == -1 && PyErr_Occurred())) {
+    memcpy(dst, &v, 8);
+    return 1;
+}
+
+/* Codes 'q' 'i' 'h' 'b' (signed) and 'I' 'H' 'B' (unsigned): an int-like object in range. */
+static int pack_int(Launcher *self, char code, PyObject *o, unsigned char *dst) {
+    PyObject *i = as_pyint(self, o);
+    int overflow = 0;
+    long long v;
+    if (i == NULL) return 0;
+    v = PyLong_AsLongLongAndOverflow(i, &overflow);
+    Py_DECREF(i);
+    if (overflow || (v == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 0;
+    }
+    switch (code) {
+    case 'q': memcpy(dst, &v, 8); return 1;
+    case 'i': if (v < INT32_MIN || v > INT32_MAX) return 0; { int32_t x = (int32_t)v; memcpy(dst, &x, 4); } return 1;
+    case 'h': if (v < INT16_MIN || v > INT16_MAX) return 0; { int16_t x = (int16_t)v; memcpy(dst, &x, 2); } return 1;
+    case 'b': if (v < INT8_MIN || v > INT8_MAX) return 0; { int8_t x = (int8_t)v; memcpy(dst, &x, 1); } return 1;
+    case 'I': if (v < 0 || v > UINT32_MAX) return 0; { uint32_t x = (uint32_t)v; memcpy(dst, &x, 4); } return 1;
+    case 'H': if (v < 0 || v > UINT16_MAX) return 0; { uint16_t x = (uint16_t)v; memcpy(dst, &x, 2); } return 1;
+    case 'B': if (v < 0 || v > UINT8_MAX) return 0; { uint8_t x = (uint8_t)v; memcpy(dst, &x, 1); } return 1;
+    }
+    return 0;
+}
+
+/* Codes 'f' (f32) and 'd' (f64): a Python float or int, or a numpy number. */
+static int pack_float(Launcher *self, char code, PyObject *o, unsigned char *dst) {
+    double v;
+    if (PyFloat_CheckExact(o)) {
+        v = PyFloat_AsDouble(o);
+    } else if (PyLong_CheckExact(o)) {
+        v = PyLong_AsDouble(o);
+        if (v == -1.0 && PyErr_Occurred()) {
             PyErr_Clear();
             return 0;
         }
-        switch (code) {
-        case 'q': memcpy(dst, &v, 8); return 1;
-        case 'i': if (v < INT32_MIN || v > INT32_MAX) return 0; { int32_t x = (int32_t)v; memcpy(dst, &x, 4); } return 1;
-        case 'h': if (v < INT16_MIN || v > INT16_MAX) return 0; { int16_t x = (int16_t)v; memcpy(dst, &x, 2); } return 1;
-        case 'b': if (v < INT8_MIN || v > INT8_MAX) return 0; { int8_t x = (int8_t)v; memcpy(dst, &x, 1); } return 1;
-        case 'I': if (v < 0 || v > UINT32_MAX) return 0; { uint32_t x = (uint32_t)v; memcpy(dst, &x, 4); } return 1;
-        case 'H': if (v < 0 || v > UINT16_MAX) return 0; { uint16_t x = (uint16_t)v; memcpy(dst, &x, 2); } return 1;
-        case 'B': if (v < 0 || v > UINT8_MAX) return 0; { uint8_t x = (uint8_t)v; memcpy(dst, &x, 1); } return 1;
+    } else {
+        if (PyDict_GetItem(self->numbers, (PyObject *)Py_TYPE(o)) == NULL) return 0;
+        v = PyFloat_AsDouble(o);
+        if (v == -1.0 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return 0;
         }
-        return 0;
     }
-    case 'f': case 'd': {
-        double v;
-        if (PyFloat_CheckExact(o)) {
-            v = PyFloat_AsDouble(o);
-        } else if (PyLong_CheckExact(o)) {
-            v = PyLong_AsDouble(o);
-            if (v == -1.0 && PyErr_Occurred()) {
-                PyErr_Clear();
-                return 0;
-            }
-        } else {
-            PyObject *kind = PyDict_GetItem(self->numbers, (PyObject *)Py_TYPE(o));
-            if (kind == NULL) return 0;
-            v = PyFloat_AsDouble(o);
-            if (v == -1.0 && PyErr_Occurred()) {
-                PyErr_Clear();
-                return 0;
-            }
-        }
-        if (code == 'f') {
-            float x;
-            if (isfinite(v) && fabs(v) > FLT_MAX) return 0; /* overflow: let the precise rules say so */
-            x = (float)v;
-            memcpy(dst, &x, 4);
-        } else {
-            memcpy(dst, &v, 8);
-        }
-        return 1;
-    }
-    default:
-        return 0;
+    if (code == 'f') return store_f32(v, dst); /* overflow: 0, and the precise rules say so */
+    memcpy(dst, &v, 8);
+    return 1;
+}
+
+/* Argument `o` of parameter `idx` into `dst` by the parameter's code: 1, or 0 where the fast
+ * rules do not apply (the Python rules then decide; no Python error left set). */
+static int pack_one(Launcher *self, Py_ssize_t idx, char code, PyObject *o, unsigned char *dst) {
+    switch (code) {
+    case '4': case '2': case '1': return pack_unknown(self, code - '0', o, dst);
+    case 'N': return pack_numba_array(self, idx, o, dst);
+    case 'A': case 'P': return pack_pointer(self, idx, code, o, dst);
+    case 'q': case 'i': case 'h': case 'b':
+    case 'I': case 'H': case 'B': return pack_int(self, code, o, dst);
+    case 'f': case 'd': return pack_float(self, code, o, dst);
+    default: return 0;
     }
 }
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import ctypes
 import functools
 import threading
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 import numpy as np
 
@@ -24,7 +24,7 @@ from .signature import KernelInfo, KernelSignature, Param
 if TYPE_CHECKING:
     from .tma import TensorMap, TensorMapPlan
 
-__all__ = ["Kernel", "KernelAttributes", "BoundLaunch", "tensor_map"]
+__all__ = ["Kernel", "KernelAttributes", "LaunchConfig", "BoundLaunch", "tensor_map"]
 
 _MAX_CONFIGS = 256
 # Several GPUs visible? Decided when the first kernel is made; with one GPU the launch
@@ -69,9 +69,48 @@ def _param_offsets(info: KernelInfo) -> tuple[int, ...]:
     return info.launch_offsets if info.launch_offsets is not None else tuple(p.offset for p in info.params)
 
 
+class Launchers(dict):
+    """Configured launchers by key: ``kernel[...]``'s (the config), ``kernel.launch()``'s (its
+    keywords), and groups of them kept elsewhere (a Triton grid's, by stream). At most
+    ``_MAX_CONFIGS`` each; all dropped together when there are more, or when ``kernel.pdl``
+    changes (a group with the cache it came from). A dict, so that ``kernel[config]`` is one
+    look-up (in C where nbjit's extension is built)."""
+
+    __slots__ = ("_parent", "_token")
+
+    def __init__(self, parent: "Launchers | None" = None):
+        super().__init__()
+        self._parent = parent
+        self._token = object() if parent is not None else None
+
+    def keep(self, key: Any, launcher: Any) -> None:
+        """Keep ``launcher`` under ``key``; an unhashable key keeps nothing."""
+        try:
+            if len(self) >= _MAX_CONFIGS:
+                self.clear()
+            self[key] = launcher
+        except TypeError:
+            return
+        parent = self._parent
+        if parent is not None and parent.get(self._token) is not self:  # (dropped with it before)
+            parent.keep(self._token, self)
+
+    def group(self) -> "Launchers":
+        """A cache for launchers of the same kernel configured elsewhere, emptied with this one."""
+        return Launchers(self)
+
+    def clear(self) -> None:
+        """Drop every launcher, those of the groups made from this cache included."""
+        for v in self.values():
+            if type(v) is Launchers:
+                v.clear()
+        super().clear()
+
+
 class _State:
     """Per (module, kernel name): the function handle and everything derived from the
-    signature. Holds no reference back to the module (no cycles: unloading stays prompt)."""
+    signature (a kernel's live part, made on its first use). Holds no reference back to the
+    module (no cycles: unloading stays prompt)."""
 
     def __init__(self, name: str, func, info: KernelInfo, ctx_key: int, device: int, label: str | None = None):
         self.name = name
@@ -88,7 +127,7 @@ class _State:
         self.device = device
         self.recipe = (name, None, ())  # what makes it again elsewhere: (name, signature, extra layouts)
         self.tls = threading.local()
-        self.configs: dict = {}
+        self.launchers = Launchers()
         # programmatic dependent launch by default: where the kernel waits for the grid before it
         self.pdl = info.waits_for_grid
         self.pdl_chosen = False  # set by kernel.pdl = ...: a producer's default no longer applies
@@ -111,9 +150,10 @@ class _State:
 class LaunchConfig:
     """How to launch: grid and block (3 ints each), stream, dynamic shared memory bytes,
     cluster shape, whether the launch is cooperative and whether it is a programmatic
-    dependent launch (``pdl``: it may start before the grid before it on the stream ends).
-    ``LaunchConfig.make`` is the one validator every launch path (C, Python, extended,
-    Triton) goes through."""
+    dependent launch (``pdl``: it may start before the grid before it on the stream ends;
+    None: as the kernel's ``pdl`` says). ``LaunchConfig.make`` is the one validator, and
+    ``Kernel.configure`` the one way from a configuration to a launcher, for every launch
+    form (``kernel[...]``, ``launch``, ``bind``, Triton's grids)."""
 
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
@@ -121,18 +161,19 @@ class LaunchConfig:
     shared: int = 0
     cluster: tuple[int, int, int] | None = None
     cooperative: bool = False
-    pdl: bool = False
+    pdl: bool | None = None
 
     @classmethod
     def make(cls, grid: Any, block: Any, stream: Any = None, shared: Any = 0, cluster: Any = None,
-             cooperative: Any = False, pdl: Any = False, *, kernel: str = "<kernel>") -> "LaunchConfig":
+             cooperative: Any = False, pdl: Any = None, *, kernel: str = "<kernel>") -> "LaunchConfig":
         """A validated configuration; ``NbjitLaunchError`` names the kernel and the value."""
         if not isinstance(shared, int) or isinstance(shared, bool) or shared < 0:
             raise NbjitLaunchError(f"kernel {kernel!r}: dynamic shared memory must be a byte count >= 0, "
                                    f"got {shared!r}")
-        for what, v in (("cooperative", cooperative), ("pdl", pdl)):
-            if not isinstance(v, bool):
-                raise NbjitLaunchError(f"kernel {kernel!r}: {what} must be True or False, got {v!r}")
+        if not isinstance(cooperative, bool):
+            raise NbjitLaunchError(f"kernel {kernel!r}: cooperative must be True or False, got {cooperative!r}")
+        if pdl is not None and not isinstance(pdl, bool):
+            raise NbjitLaunchError(f"kernel {kernel!r}: pdl must be True, False or None (the kernel's), got {pdl!r}")
         return cls(_dims(grid, "grid", kernel), _dims(block, "block", kernel), stream, shared,
                    None if cluster is None else _dims(cluster, "cluster", kernel), cooperative, pdl)
 
@@ -146,7 +187,7 @@ class LaunchConfig:
 
     @property
     def extended(self) -> bool:
-        """Whether the launch needs cuLaunchKernelEx (launch attributes)."""
+        """Whether the launch needs cuLaunchKernelEx (launch attributes; ``pdl`` as configured)."""
         return self.cooperative or self.pdl or self.cluster is not None
 
 
@@ -206,53 +247,48 @@ class Kernel(_EXTENSION.KernelBase if _EXTENSION is not None else _PyIndexing): 
     Launch it as Numba does: ``kernel[grid, block](*args)``, ``kernel[grid, block,
     stream](*args)``, ``kernel[grid, block, stream, dynamic_shared_bytes](*args)``; or with
     ``kernel.launch(...)`` for cooperative launches and clusters; or ``kernel.bind(...)``
-    to pack the arguments once and relaunch.
+    to pack the arguments once and relaunch; or ``kernel.configure(LaunchConfig)`` for a
+    launcher of any configuration.
 
-    A kernel pickles as its module (see ``Module``) and its name; unpickled, it loads on
-    first use into the context current then.
+    A kernel is its recipe (its module, name, declared signature) and a live part made on
+    first use (``_s``: the function, its launchers). It pickles as the recipe; unpickled, or
+    of a module loaded lazily, it loads on first use into the context current then, and
+    describes itself (``name``, ``params``, ``info``) from the image before that.
     """
 
     __slots__ = ("module", "_s", "_recipe", "__weakref__")
 
-    def __init__(self, module, state: _State):
+    def __init__(self, module, recipe: tuple, state: _State | None = None):
         self.module = module  # keeps the module (and so the function) loaded
-        self._s = state
-        self._configs = state.configs
-        self._recipe = state.recipe
+        self._recipe = recipe  # (name, signature, extra layouts): what makes it again elsewhere
+        self._s = state  # None until first use
+        self._configs = state.launchers if state is not None else {}
 
-    def __getattr__(self, name: str):
-        # only reached while the slot `_s` is unset: a kernel waiting for its first use
-        if name != "_s":
-            raise AttributeError(f"'Kernel' object has no attribute {name!r}")
-        real, signature, extra = self._recipe
-        state = self.module._loaded()._kernel(real, signature, extra)._s
-        self._s = state
-        self._configs = state.configs
-        return state
-
-    def _is_loaded(self) -> bool:
-        try:
-            _STATE_SLOT.__get__(self, Kernel)
-            return True
-        except AttributeError:
-            return False
+    def _loaded(self) -> _State:
+        """The kernel's live state: made on first use (its module loaded into the current
+        context then, if it was waiting for that)."""
+        s = self._s
+        if s is None:
+            s = self.module._state(self._recipe)
+            self._configs = s.launchers
+            self._s = s
+        return s
 
     def __reduce__(self):
-        return (pending_kernel, (self.module, self._recipe))
+        return (Kernel, (self.module, self._recipe))
 
     # ------------------------------------------------------------ description
     @property
     def name(self) -> str:
         """The kernel's (mangled) name."""
-        return self._s.name if self._is_loaded() else self._recipe[0]
+        return self._recipe[0]
 
     @property
     def info(self) -> KernelInfo:
         """The kernel's merged description: signature, directives, resources (a kernel whose
         module waits for first use describes itself from the image, loading nothing)."""
-        if not self._is_loaded():
-            return self.module._offline_info(self._recipe)
-        return self._s.info
+        s = self._s
+        return self.module._offline_info(self._recipe) if s is None else s.info
 
     @property
     def params(self) -> tuple[Param, ...]:
@@ -267,13 +303,13 @@ class Kernel(_EXTENSION.KernelBase if _EXTENSION is not None else _PyIndexing): 
     @property
     def handle(self):
         """The CUfunction."""
-        return self._s.func
+        return self._loaded().func
 
     @property
     def shared_optin(self) -> int:
         """Bytes of dynamic shared memory this kernel has been opted in to above the default
         48 KiB limit (0: it never needed to be)."""
-        return self._s.optin
+        return self._loaded().optin
 
     @property
     def pdl(self) -> bool:
@@ -281,46 +317,49 @@ class Kernel(_EXTENSION.KernelBase if _EXTENSION is not None else _PyIndexing): 
         (it may start while the kernel before it on the stream still runs, and must wait for
         it with ``griddepcontrol.wait``). True by default for kernels whose PTX runs
         ``griddepcontrol.wait``; settable. Devices before sm_90 launch plainly."""
-        return self._s.pdl
+        return self._loaded().pdl
 
     @pdl.setter
     def pdl(self, value: bool) -> None:
         if not isinstance(value, bool):
-            raise NbjitLaunchError(f"kernel {self._s.label!r}: pdl must be True or False, got {value!r}")
+            raise NbjitLaunchError(f"kernel {self._loaded().label!r}: pdl must be True or False, got {value!r}")
         self._set_pdl(value, chosen=True)
 
+    def default_pdl(self, value: bool) -> None:
+        """Set ``pdl`` as a producer's default (Triton's ``launch_pdl``): a value the user set
+        stays. Launchers configured before follow the new default."""
+        self._set_pdl(bool(value), chosen=False)
+
     def _set_pdl(self, value: bool, chosen: bool) -> None:
-        """Set ``pdl``: the user's choice (``chosen``), or a producer's default (Triton's
-        ``launch_pdl``), which does not override the user's."""
-        s = self._s
+        s = self._loaded()
         with s.lock:
             if chosen:
                 s.pdl_chosen = True
             elif s.pdl_chosen or s.pdl == value:
                 return
             s.pdl = value
-            s.configs.clear()  # launchers configured before (Triton's included) follow the new default
+            s.launchers.clear()  # launchers configured before (Triton's included) follow the new default
 
     def _pdl(self, requested: bool | None) -> bool:
         """Whether a launch is a programmatic dependent one: ``requested`` (the caller's
         word), else the kernel's ``pdl``. Asked explicitly where the device cannot, an error;
         by default there, a plain launch."""
-        want = requested if requested is not None else self._s.pdl
+        s = self._loaded()
+        want = requested if requested is not None else s.pdl
         if not want:
             return False
-        cc = _driver.device_info(self._s.device).cc
+        cc = _driver.device_info(s.device).cc
         if cc >= (9, 0):
             return True
         if requested:
-            raise NbjitLaunchError(f"kernel {self._s.label!r}: programmatic dependent launch (pdl=True) needs a device "
-                                   f"of compute capability 9.0 or newer; device {self._s.device} is "
-                                   f"{cc[0]}.{cc[1]}")
+            raise NbjitLaunchError(f"kernel {s.label!r}: programmatic dependent launch (pdl=True) needs a device "
+                                   f"of compute capability 9.0 or newer; device {s.device} is {cc[0]}.{cc[1]}")
         return False
 
     @property
     def attributes(self) -> KernelAttributes:
         """What the driver says about the loaded function (read once)."""
-        s = self._s
+        s = self._loaded()
         if s.attrs is None:
             s.attrs = KernelAttributes(**_driver.function_attributes(s.func), frame=s.info.frame, spills=s.info.spills)
         return s.attrs
@@ -338,73 +377,82 @@ class Kernel(_EXTENSION.KernelBase if _EXTENSION is not None else _PyIndexing): 
 
     def max_active_blocks_per_sm(self, block: int | tuple, dynamic_shared: int = 0) -> int:
         """How many blocks of this size can be resident on one SM at once."""
-        threads = LaunchConfig.make(1, block, kernel=self._s.label).threads
-        _adopt_context(self._s)  # (the occupancy queries need a current context)
-        return _driver.max_active_blocks(self._s.func, threads, dynamic_shared)
+        s = self._loaded()
+        threads = LaunchConfig.make(1, block, kernel=s.label).threads
+        _adopt_context(s)  # (the occupancy queries need a current context)
+        return _driver.max_active_blocks(s.func, threads, dynamic_shared)
 
     def suggested_block_size(self, dynamic_shared: int = 0) -> tuple[int, int]:
         """(minimum grid size for full occupancy, block size) from the occupancy calculator."""
-        _adopt_context(self._s)
-        return _driver.potential_block_size(self._s.func, dynamic_shared)
+        s = self._loaded()
+        _adopt_context(s)
+        return _driver.potential_block_size(s.func, dynamic_shared)
 
     def __repr__(self) -> str:
-        if not self._is_loaded():
+        s = self._s
+        if s is None:
             return f"<nbjit.Kernel {self._recipe[0]}: loads on first use>"
-        return f"<nbjit.Kernel {self._s.label}{self._s.sig}>"
+        return f"<nbjit.Kernel {s.label}{s.sig}>"
 
     # ------------------------------------------------------------ launching
-    def _configure_cached(self, config) -> "_Config":
-        """``kernel[config]`` where it is not configured yet (the look-up is the base class's)."""
-        launcher = self._configure(config)
-        keep_launcher(self._s.configs, config, launcher)
-        return launcher
+    def configure(self, config: LaunchConfig, *, tail: int = 0,
+                  count_error: Callable[[int], Exception] | None = None) -> "_Launcher":
+        """The launcher for ``config`` (call it with the kernel's arguments): the one way
+        every launch form gets one. ``config.pdl`` None is the kernel's ``pdl``. Opts the
+        function in to the dynamic shared memory asked for, and checks the grid against
+        the cluster shape and a cooperative grid against what can be resident at once.
+        ``tail``: that many trailing parameters are not passed and stay zero (Triton's NULL
+        scratch pointers); ``count_error(got)`` then makes the wrong-count error.
 
-    def _configure(self, config) -> "_Config":
-        if not isinstance(config, tuple) or not 2 <= len(config) <= 4:
-            raise NbjitLaunchError(f"kernel {self._s.label!r}: launch as kernel[grid, block], kernel[grid, block, "
-                                   f"stream] or kernel[grid, block, stream, shared_bytes], got [{config!r}]")
-        stream = config[2] if len(config) > 2 else None
-        shared = config[3] if len(config) > 3 else 0
-        return self._config(config[0], config[1], stream, shared)
-
-    def _config(self, grid, block, stream, shared, tail: int = 0, count_error=None,
-                pdl: bool | None = None) -> "_Config":
-        """A configured launcher for a launch without cooperative or cluster attributes (see
-        ``_launcher``); programmatic dependent as ``_pdl`` decides."""
-        cfg = LaunchConfig.make(grid, block, stream, shared, pdl=self._pdl(pdl), kernel=self._s.label)
-        return self._launcher(cfg, tail, count_error)
-
-    def _launcher(self, cfg: LaunchConfig, tail: int = 0, count_error=None) -> "_Config":
-        """The launcher for a validated configuration (the function opted in to its shared
-        memory, the grid checked against the cluster shape). ``tail``: that many trailing
-        parameters are not passed and stay zero (Triton's NULL scratch pointers);
-        ``count_error(got)`` then makes the wrong-count error."""
-        self._shared(cfg.shared)
-        shape = cfg.cluster or self._s.info.directives.cluster
-        if shape and any(g % c for g, c in zip(cfg.grid, shape)):
-            raise NbjitLaunchError(f"kernel {self._s.label!r}: grid {cfg.grid} is not a multiple of its cluster "
+        Raises
+        ------
+        NbjitLaunchError: naming the kernel and what the configuration asks beyond it.
+        """
+        s = self._loaded()
+        pdl = self._pdl(config.pdl)
+        if pdl is not config.pdl:
+            config = replace(config, pdl=pdl)
+        self._shared(config.shared)
+        shape = config.cluster or s.info.directives.cluster
+        if shape and any(g % c for g, c in zip(config.grid, shape)):
+            raise NbjitLaunchError(f"kernel {s.label!r}: grid {config.grid} is not a multiple of its cluster "
                                    f"shape {tuple(shape)}")
-        if cfg.cooperative:
-            per_sm = self.max_active_blocks_per_sm(cfg.block, cfg.shared)
-            most = per_sm * _driver.device_info(self._s.device).sm_count
-            if cfg.blocks > most:
-                raise NbjitLaunchError(f"kernel {self._s.label!r}: a cooperative launch of {cfg.blocks} blocks exceeds "
+        if config.cooperative:
+            per_sm = self.max_active_blocks_per_sm(config.block, config.shared)
+            most = per_sm * _driver.device_info(s.device).sm_count
+            if config.blocks > most:
+                raise NbjitLaunchError(f"kernel {s.label!r}: a cooperative launch of {config.blocks} blocks exceeds "
                                        f"the {most} that can be resident at once ({per_sm} per SM)")
         kind = _launcher_type()
-        if cfg.extended and not (kind is _CLauncher and _driver.backend().extended):
+        if config.extended and not (kind is _CLauncher and _driver.backend().extended):
             kind = _ExtendedLauncher
-        return kind(self, cfg, tail, count_error)
+        return kind(self, config, tail, count_error)
+
+    def launcher_group(self) -> Launchers:
+        """A cache for launchers of this kernel configured elsewhere (a Triton grid's, by
+        stream): emptied whenever the kernel's own are (``pdl`` changes)."""
+        return self._loaded().launchers.group()
+
+    def _configure_cached(self, config) -> "_Launcher":
+        """``kernel[config]`` where it is not configured yet (the look-up is the base class's)."""
+        s = self._loaded()
+        if not isinstance(config, tuple) or not 2 <= len(config) <= 4:
+            raise NbjitLaunchError(f"kernel {s.label!r}: launch as kernel[grid, block], kernel[grid, block, "
+                                   f"stream] or kernel[grid, block, stream, shared_bytes], got [{config!r}]")
+        launcher = self.configure(LaunchConfig.make(*config, kernel=s.label))
+        s.launchers.keep(config, launcher)
+        return launcher
 
     def _shared(self, nbytes: int) -> int:
         """Opt the function in to ``nbytes`` of dynamic shared memory above the default limit."""
-        s = self._s
+        s = self._loaded()
         if nbytes <= s.optin:
             return nbytes
         dev = _driver.device_info(s.device)
         static = self.attributes.shared
         if static + nbytes > dev.max_shared_optin:
             raise NbjitLaunchError(
-                f"kernel {self._s.label!r}: {nbytes} bytes of dynamic shared memory plus {static} static exceed the "
+                f"kernel {s.label!r}: {nbytes} bytes of dynamic shared memory plus {static} static exceed the "
                 f"{dev.max_shared_optin} bytes a block can have on this device")
         if static + nbytes > dev.max_shared_default:
             with s.lock:
@@ -420,26 +468,27 @@ class Kernel(_EXTENSION.KernelBase if _EXTENSION is not None else _PyIndexing): 
         ``.reqnctapercluster`` / ``__cluster_dims__``, which needs nothing at launch),
         ``pdl=True`` / ``False`` for a programmatic dependent launch or not (default: the
         kernel's ``pdl``)."""
-        if pdl is not None and not isinstance(pdl, bool):
-            raise NbjitLaunchError(f"kernel {self._s.label!r}: pdl must be True, False or None, got {pdl!r}")
-        pdl = self._pdl(pdl)
-        configs = self._s.configs
+        s = self._s
+        if s is None:
+            s = self._loaded()
         key = (_LAUNCH, grid, block, stream, shared_mem, cooperative, cluster, pdl)
         try:
-            launcher = configs.get(key)
+            launcher = s.launchers.get(key)
         except TypeError:  # a list for a grid, say: configured anew each time
             launcher = None
-        if launcher is None or type(cooperative) is not bool or _inexact((grid, block, shared_mem, cluster)):
+        if launcher is None or type(cooperative) is not bool or (pdl is not None and type(pdl) is not bool) or \
+                _inexact((grid, block, shared_mem, cluster)):
             # (a launcher for equal values of other types, 4.0 == 4, is not for these: they are checked)
-            launcher = self._launcher(LaunchConfig.make(grid, block, stream, shared_mem, cluster, cooperative, pdl,
-                                                        kernel=self._s.label))
-            keep_launcher(configs, key, launcher)
+            launcher = self.configure(LaunchConfig.make(grid, block, stream, shared_mem, cluster, cooperative, pdl,
+                                                        kernel=s.label))
+            s.launchers.keep(key, launcher)
         launcher(*args)
 
     def bind(self, grid: int | tuple, block: int | tuple, *args: Any, stream: Any = None,
              shared_mem: int = 0) -> "BoundLaunch":
         """Pack ``args`` once; the returned object relaunches with them at the lowest cost."""
-        return BoundLaunch(self._config(grid, block, stream, shared_mem), args)
+        label = self._loaded().label
+        return BoundLaunch(self.configure(LaunchConfig.make(grid, block, stream, shared_mem, kernel=label)), args)
 
 
 def tensor_map(array: Any, box: Any, *, element_strides: Any = None, interleave: str | None = None,
@@ -488,51 +537,32 @@ def plan_for_array(array: Any, box: Any, **options: Any) -> TensorMapPlan:
     return plan_from_interface(cai, box, **options)
 
 
-def keep_launcher(configs: dict, key, launcher) -> None:
-    """Keep a configured launcher under ``key`` in ``configs``: a kernel's launchers
-    (``kernel[...]``'s, ``launch()``'s, and each Triton grid's ``{stream: launcher}``), all
-    dropped together when there are too many or ``kernel.pdl`` changes, or such a grid's
-    own. An unhashable key keeps nothing."""
-    try:
-        if len(configs) >= _MAX_CONFIGS:
-            configs.clear()
-        configs[key] = launcher
-    except TypeError:
-        pass
-
-
-_STATE_SLOT = Kernel.__dict__["_s"]
 _LAUNCH = object()  # marks kernel.launch(...)'s configurations among kernel[...]'s
 
 
-def pending_kernel(module, recipe: tuple) -> Kernel:
-    """A kernel of a module not loaded yet (lazy, or unpickled): it loads on first use, when
-    ``_s`` is first read. ``recipe``: (name, signature, extra layouts)."""
-    k = Kernel.__new__(Kernel)
-    k.module = module
-    k._recipe = recipe
-    k._configs = {}
-    return k
+class _Launcher:
+    """A kernel with its launch configuration (what ``kernel[grid, block, ...]`` and
+    ``kernel.configure`` return); calling it launches. ``launch_at(address)`` launches the
+    parameters packed at an address (``BoundLaunch``), ``_failed`` is what follows a launch
+    the driver refused."""
 
-
-class _Config:
-    """A kernel with its launch configuration (what ``kernel[grid, block, ...]`` returns);
-    calling it launches."""
+    path = "python"
 
     def _setup(self, kernel: Kernel, cfg: LaunchConfig, tail: int, count_error) -> None:
         _driver.check_not_forked()
+        s = kernel._loaded()
         self.kernel = kernel
-        self._s = kernel._s
+        self._s = s
         self.config = cfg  # holds the stream object: alive while the launcher is cached
         self.tail = tail
-        self.nargs = kernel._s.n - tail
-        self.count_error = count_error or kernel._s.packer.count_error
+        self.nargs = s.n - tail
+        self.count_error = count_error or s.packer.count_error
         self.grid, self.block, self.shared = cfg.grid, cfg.block, cfg.shared
         self._stream_obj = cfg.stream
         self.stream = stream_handle(cfg.stream)
         backend = _driver.backend()
         self._launch = backend.launch
-        self._cfg = (backend.handle(kernel._s.func), *cfg.grid, *cfg.block, cfg.shared, backend.handle(self.stream))
+        self._cfg = (backend.handle(s.func), *cfg.grid, *cfg.block, cfg.shared, backend.handle(self.stream))
 
     def _pack(self, args: tuple) -> bytes:
         """The precise rules for the whole buffer (what the C path hands over)."""
@@ -540,17 +570,22 @@ class _Config:
             raise self.count_error(len(args))
         return self._s.packer.pack(args + (0,) * self.tail if self.tail else args)
 
-    def error(self, err) -> NbjitLaunchError:
-        why = _driver.FORK_MESSAGE if _driver.forked() else _driver.error_text(err) + self._shape_problem(err)
-        e = NbjitLaunchError(
-            f"launch of kernel {self._s.label!r} failed (grid {self.grid}, block {self.block}, "
-            f"{self.shared} bytes dynamic shared memory): {why}")
-        e.code = int(err)  # the CUresult, as numba's CudaAPIError has it (a capture reads it)
-        return e
+    def launch_at(self, address: int) -> int:
+        """The launch with the parameters packed at ``address``; the CUresult."""
+        return self._launch(*self._cfg, address)
+
+    def _failed(self, err, address: int) -> None:
+        """A launch of the parameters at ``address`` returned ``err``: launched again, once,
+        where that may now succeed (see ``_recover``), else the error raised. (The C
+        launcher runs the same rule with ``_raise``.)"""
+        if self._raise(err):
+            err = self.launch_at(address)
+            if err:
+                raise self.error(err)
 
     def _raise(self, err) -> bool:
-        """The C launcher's report of a failed launch: True where it may launch again (see
-        ``_recover``), else the error raised."""
+        """True where a launch that failed with ``err`` may go again (see ``_recover``), else
+        the error raised."""
         if self._recover(err):
             return True
         raise self.error(err)
@@ -560,6 +595,14 @@ class _Config:
         no CUDA call before) can go again: the kernel's context made current, as Numba's
         first call in a thread makes one current."""
         return int(err) == _INVALID_CONTEXT and _adopt_context(self._s)
+
+    def error(self, err) -> NbjitLaunchError:
+        why = _driver.FORK_MESSAGE if _driver.forked() else _driver.error_text(err) + self._shape_problem(err)
+        e = NbjitLaunchError(
+            f"launch of kernel {self._s.label!r} failed (grid {self.grid}, block {self.block}, "
+            f"{self.shared} bytes dynamic shared memory): {why}")
+        e.code = int(err)  # the CUresult, as numba's CudaAPIError has it (a capture reads it)
+        return e
 
     def _shape_problem(self, err) -> str:
         """For an invalid-value refusal, which CUDA limit the grid or block exceeds, if one
@@ -583,10 +626,9 @@ class _Config:
         return ""
 
 
-class _PyLauncher(_Config):
+class _PyLauncher(_Launcher):
     """The launch path in Python (no C extension, or several GPUs to check)."""
 
-    path = "python"
     fallbacks = 0
 
     def __init__(self, kernel: Kernel, cfg: LaunchConfig, tail: int = 0, count_error=None):
@@ -599,12 +641,10 @@ class _PyLauncher(_Config):
                 if len(args) != self.nargs:
                     raise self.count_error(len(args))
                 return other(*args, *(0,) * self.tail)
-        buf = self._packed(args)
-        err = self._launch(*self._cfg, buf.address)
-        if err and self._recover(err):
-            err = self._launch(*self._cfg, buf.address)
+        address = self._packed(args).address
+        err = self._launch(*self._cfg, address)
         if err:
-            raise self.error(err)
+            self._failed(err, address)
 
     def _packed(self, args: tuple) -> _Buffer:
         """This thread's parameter buffer with ``args`` packed (count and devices checked)."""
@@ -629,20 +669,35 @@ class _ExtendedLauncher(_PyLauncher):
     def __call__(self, *args) -> None:
         address = self._packed(args).address
         err = self.launch_at(address)
-        if err and self._recover(err):
-            err = self.launch_at(address)
         if err:
-            raise self.error(err)
+            self._failed(err, address)
 
     def launch_at(self, address: int) -> int:
-        """cuLaunchKernelEx with the parameters packed at ``address``; the CUresult."""
         c = self.config
         return _driver.launch_ex(self._s.func, c.grid, c.block, c.shared, self.stream, address,
                                  cooperative=c.cooperative, cluster=c.cluster, pdl=c.pdl)
 
 
+class LauncherSpec(NamedTuple):
+    """What nbjit's C ``Launcher`` is made from (``_launch.c`` reads these by name)."""
+
+    func: int  # the CUfunction's address
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared: int  # dynamic shared memory, bytes
+    stream: int  # the CUstream's address
+    layout: tuple  # per parameter (offset, code, ...): see _launch.c
+    size: int  # the parameter buffer's size
+    extractors: dict  # type -> how to find a device array's address
+    numbers: dict  # numpy scalar type -> kind and size ("f4")
+    fallback: Callable[[tuple], bytes]  # the precise rules: the whole buffer, or an error
+    on_error: Callable[[int], bool]  # a failed launch: True to launch again once, else raises
+    param_offsets: tuple[int, ...] | None = None  # where the kernel's parameters are not the arguments
+    attributes: bytes = b""  # cuLaunchKernelEx's attributes (72 bytes each); none: cuLaunchKernel
+
+
 if _EXTENSION is not None:  # (else the Python launcher serves)
-    class _CLauncher(_EXTENSION.Launcher, _Config):
+    class _CLauncher(_EXTENSION.Launcher, _Launcher):
         """The launch path in C: packs on the C stack with the same rules as the Python path,
         handing anything unusual to the precise Python rules (``fallbacks`` counts those
         calls)."""
@@ -655,11 +710,12 @@ if _EXTENSION is not None:  # (else the Python launcher serves)
             layout = s.layout[:self.nargs] + tuple((off, "Z") for off, *_ in s.layout[self.nargs:])
             self._attrs = _driver.launch_attributes(cooperative=cfg.cooperative, cluster=cfg.cluster,
                                                     pdl=cfg.pdl) if cfg.extended else b""
-            super().__init__(*self._cfg, layout, s.sig.size, _EXTRACTORS, _numbers(),
-                             self._pack if tail else s.packer.pack, self._raise, s.param_offsets, self._attrs)
+            c = self._cfg
+            super().__init__(LauncherSpec(c[0], c[1:4], c[4:7], c[7], c[8], layout, s.sig.size, _EXTRACTORS,
+                                          _numbers(), self._pack if tail else s.packer.pack, self._raise,
+                                          s.param_offsets, self._attrs))
 
         def launch_at(self, address: int) -> int:
-            """The launch with the parameters packed at ``address`` (``BoundLaunch``); the CUresult."""
             return self._launch(*self._cfg, address, self._attrs)
 else:
     _CLauncher = None  # type: ignore[assignment,misc]
@@ -687,7 +743,7 @@ class BoundLaunch:
 
     __slots__ = ("launcher", "args", "_data", "_ptrs", "_address", "_cfg", "_launch")
 
-    def __init__(self, launcher: _Config, args: tuple):
+    def __init__(self, launcher: _Launcher, args: tuple):
         s = launcher._s
         if len(args) != s.packer.n:
             raise s.packer.count_error(len(args))
@@ -708,15 +764,13 @@ class BoundLaunch:
     def __call__(self) -> None:
         """Launch again with the packed arguments."""
         err = self._launch(*self._cfg, self._address)
-        if err and self.launcher._recover(err):
-            err = self._launch(*self._cfg, self._address)
         if err:
-            raise self.launcher.error(err)
+            self.launcher._failed(err, self._address)
 
     launch = __call__
 
 
-def _on_current_device(launcher: _Config):
+def _on_current_device(launcher: _Launcher):
     """With several GPUs, launching under another device than the kernel's: the same
     kernel of the module's copy in the current context (loaded on first use)."""
     s = launcher._s
@@ -739,7 +793,7 @@ def _adopt_context(s: _State) -> bool:
     return _driver.current_context_key() == s.ctx_key
 
 
-def _check_devices(launcher: _Config, args: tuple) -> None:
+def _check_devices(launcher: _Launcher, args: tuple) -> None:
     """With several GPUs: every array must live on the kernel's device."""
     s = launcher._s
     for i in s.pointer_params:

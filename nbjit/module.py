@@ -5,6 +5,7 @@ import collections
 import difflib
 import re
 import threading
+import types
 import warnings
 import weakref
 import zlib
@@ -23,7 +24,7 @@ from .compiler import (SOURCE_SUFFIXES, assemble_cached, compile_image, nvjitlin
 from .compiler import compile_many as _compile_images
 from .cubin import CubinInfo, inspect_cubin
 from .image import Image, ImageLike, _sha256, as_image, inspect_image
-from .kernel import Kernel, _State, pending_kernel
+from .kernel import Kernel, _State
 from .loader import Plan, plan
 from .signature import KernelInfo, KernelSignature, Param, SignatureConflict, merge, same_layout
 
@@ -65,7 +66,7 @@ def _registry(ctx) -> "weakref.WeakValueDictionary":
 
 
 _LOAD_LOCK = threading.Lock()
-_NO_STATES: dict = {}
+_NOTHING: Mapping = types.MappingProxyType({})
 
 
 def load(image: ImageLike, *, name: str | None = None, keep_debug: bool = False, lazy: bool = False) -> "Module":
@@ -116,44 +117,124 @@ def _load_into(img: Image, ctx, keep_debug: bool) -> "Module":
             mod = Module._load(img, ctx, keep_debug)
             reg[key] = mod
         else:
-            mod._learn(img)
+            mod._learn(img.lowered_names, img.declarations)
     return mod
+
+
+class _Facts:
+    """What a module's bytes do not say about its kernels: NVRTC name expressions
+    (name -> mangled name), C declarations, Numba argument types. Only ever added to; one
+    set per loaded copy, shared by the modules that use it."""
+
+    __slots__ = ("names", "decls", "numba", "lock")
+
+    def __init__(self, names: Mapping, decls: Mapping, numba: Mapping):
+        self.names, self.decls, self.numba = dict(names), dict(decls), dict(numba)
+        self.lock = threading.Lock()
+
+    def learn(self, names: Mapping, decls: Mapping, numba: Mapping) -> set:
+        """Add facts (a name expression or declaration known already stays; Numba types are
+        replaced); the kernels whose typing they change."""
+        with self.lock:
+            for k, v in names.items():
+                self.names.setdefault(k, v)
+            changed = {k for k in decls if k not in self.decls}
+            for k in changed:
+                self.decls[k] = decls[k]
+            for k, v in numba.items():
+                if self.numba.get(k) != v:
+                    self.numba[k] = v
+                    changed.add(k)
+        return changed
+
+    def wire(self) -> dict:
+        with self.lock:
+            return {"lowered_names": dict(self.names), "declarations": dict(self.decls), "numba": dict(self.numba)}
+
+
+class _Live:
+    """A module's bytes loaded into one context: the handle (unloaded when the last holder of
+    this goes, or on ``close``), what the loading plan made of the image, and the kernels
+    typed so far. What a ``Module`` makes on first use."""
+
+    def __init__(self, image: Image, ctx, prepared: Plan, loaded: _driver.Loaded, facts: _Facts):
+        host = current_host()
+        self.context = ctx
+        self.device = host.context_ordinal(ctx)
+        self.ctx_key = host.context_key(ctx)
+        self.handle = loaded.handle
+        self.jit_log = loaded.info_log
+        self.route = prepared.route
+        self.note = prepared.note
+        self.kind = prepared.kind
+        self.info = prepared.info
+        self.ptx = prepared.ptx
+        src = self.ptx or self.info
+        self.kernels = tuple(e.name for e in src.entries) if src is not None else ()
+        # what travels in a pickle: the bytes loaded, or the whole fatbin (each device picks)
+        self.shipped = (image.data, "fatbin") if image.kind == "fatbin" else (prepared.data, prepared.kind)
+        # kernels typed already (a cache entry's facts), valid while the image's inspection is the one used
+        self.typed = dict(image.typed) if image.info is not None and prepared.info is image.info else {}
+        self.states: dict[str, _State] = {}
+        self.facts = facts  # what the kernels are typed by, beside the image
+        self.names = facts.names  # (for a look-up by name: one attribute fewer)
+        self.lock = threading.Lock()
+        self.finalizer = weakref.finalize(self, _driver.unload_module, loaded.handle)
+        self.finalizer.atexit = False  # at interpreter exit the driver may already be gone
+
+    def forget(self, names: Iterable[str]) -> None:
+        """Kernels to type afresh on next use (new facts about them)."""
+        with self.lock:
+            for k in names:
+                self.states.pop(k, None)
+                self.typed.pop(k, None)
+
+    def layouts(self, name: str) -> list[tuple[str, KernelInfo]]:
+        """The parameter layouts the inspected images give for kernel ``name``: the PTX first
+        (it has types), then the cubin actually loaded (resources, pointer attributes)."""
+        srcs = [s for s in (self.ptx, self.info) if s is not None]
+        if len(srcs) == 2 and srcs[0] is srcs[1]:
+            srcs.pop()
+        out = []
+        for src in srcs:
+            e = next((e for e in src.entries if e.name == name), None)
+            if e is not None:
+                out.append(("cubin" if isinstance(src, CubinInfo) else "ptx", e))
+        return out
+
+    def global_names(self) -> list[str]:
+        src = self.ptx or self.info
+        return [g.name for g in getattr(src, "globals", ()) if getattr(g, "size", None)]
 
 
 class Module:
     """An image loaded into one context. ``module["name"]`` / ``module.name`` give kernels,
     ``module.kernels`` lists their names; ``get_global`` finds device variables.
 
-    A module pickles as what it is made of (the bytes that were loaded, after stripping or
-    assembling, or the whole fatbin; names, declarations, Numba argument types), never a
-    handle: unpickled, it loads on first use into the context current then, sharing a module
-    already loaded there from the same bytes."""
+    A module is its recipe (the image, its name expressions, declarations and Numba argument
+    types, ``keep_debug``) and a live part made on first use: loaded into the context current
+    then (``nbjit.load`` makes it at once; ``lazy=True`` and unpickling leave it for first
+    use). Before that it lists and describes its kernels from the image, without a GPU.
 
-    def __init__(self, image: Image, ctx, prepared: Plan, loaded: _driver.Loaded, keep_debug: bool = False):
+    A module pickles as its recipe (the bytes that were loaded, after stripping or
+    assembling, or the whole fatbin; its facts), never a handle: unpickled, it loads on first
+    use into the context current then, sharing a module already loaded there from the same
+    bytes."""
+
+    def __init__(self, image: Image, keep_debug: bool = False, numba: Mapping | None = None):
         self.image = image
         self.keep_debug = keep_debug
-        # what travels in a pickle: the bytes loaded, or the whole fatbin (each device picks)
-        self._shipped = (image.data, "fatbin") if image.kind == "fatbin" else (prepared.data, prepared.kind)
-        host = current_host()
-        self.context = ctx
-        self.device = host.context_ordinal(ctx)
-        self._ctx_key = host.context_key(ctx)
-        self._handle = loaded.handle
-        self.jit_log = loaded.info_log
-        self.route = prepared.route
-        self.note = prepared.note
-        self.prepared_kind = prepared.kind
-        self._info = prepared.info
-        self._ptx = prepared.ptx
-        self._names = dict(image.lowered_names)
-        self._decls = dict(image.declarations)
-        # kernels typed already (a cache entry's facts), valid while the image's inspection is the one used
-        self._typed = dict(image.typed) if image.info is not None and prepared.info is image.info else {}
-        self._numba: dict[str, tuple] = {}  # kernel -> Numba argument types given by from_numba
-        self._states: dict[str, _State] = {}
-        self._lock = threading.Lock()
-        self._finalizer = weakref.finalize(self, _driver.unload_module, loaded.handle)
-        self._finalizer.atexit = False  # at interpreter exit the driver may already be gone
+        self._facts = _Facts(image.lowered_names, image.declarations, numba or {})
+        self._live: _Live | None = None
+        self._owner: Module | None = None  # the module loaded from the same bytes whose live part this shares
+        self._wire_blob: tuple | None = None
+        self._source: tuple[str, tuple[KernelInfo, ...]] | None = None
+        self._offline: dict[tuple, KernelInfo] = {}
+
+    @classmethod
+    def _pending(cls, img: Image, keep_debug: bool, numba: Mapping | None = None) -> "Module":
+        """A module that loads on first use, into the context current then (no CUDA call now)."""
+        return cls(img, keep_debug, numba)
 
     @classmethod
     def _load(cls, img: Image, ctx, keep_debug: bool) -> "Module":
@@ -161,77 +242,102 @@ class Module:
                                   nvjitlink=nvjitlink_version))
         what = f"{img.name} ({_describe(prepared)})"
         loaded = _driver.load_module(prepared.data, what, prepared.kind)
-        mod = cls(img, ctx, prepared, loaded, keep_debug)
+        mod = cls(img, keep_debug)
+        mod._live = _Live(img, ctx, prepared, loaded, mod._facts)
         if prepared.note:
             warnings.warn(prepared.note, NbjitWarning, stacklevel=3)
         return mod
 
-    def _learn(self, img: Image) -> None:
-        """The same bytes again, maybe with more facts (name expressions, C declarations)."""
-        with self._lock:
-            for k, v in img.lowered_names.items():
-                self._names.setdefault(k, v)
-            new = {k: v for k, v in img.declarations.items() if k not in self._decls}
-            if new:
-                self._decls.update(new)
-                for k in new:
-                    self._states.pop(k, None)  # typed afresh on next use
-                    self._typed.pop(k, None)
+    def _loaded(self) -> _Live:
+        """The precondition of everything that needs the GPU: the live part, made on first
+        use (this module's bytes loaded into the current context, or the copy loaded there
+        already shared)."""
+        live = self._live
+        if live is None:
+            with _ATTACH_LOCK:
+                live = self._live
+                if live is None:
+                    live = self._attach(load(self.image, keep_debug=self.keep_debug))
+        return live
+
+    def _attach(self, target: "Module") -> _Live:
+        """Share ``target``'s live part and facts (it was loaded from the same bytes; this
+        module's facts join its own), and keep it alive while this module lives."""
+        f = self._facts
+        target._learn(f.names, f.decls, f.numba)
+        live = target._live
+        self._owner = target
+        self._facts = live.facts
+        self._live = live
+        return live
+
+    def _learn(self, names: Mapping = _NOTHING, decls: Mapping = _NOTHING, numba: Mapping = _NOTHING) -> None:
+        """More facts about the same bytes (name expressions, C declarations, Numba argument
+        types): the kernels they concern are typed afresh on next use."""
+        changed = self._facts.learn(names, decls, numba)
+        if changed:
+            self._offline.clear()
+            if self._live is not None:
+                self._live.forget(changed)
 
     def _learn_numba(self, types: Mapping[str, tuple]) -> None:
-        """Numba argument types for kernels (``from_numba``, a pickle): they type them afresh."""
-        with self._lock:
-            for k, v in types.items():
-                if self._numba.get(k) != v:
-                    self._numba[k] = v
-                    self._states.pop(k, None)
-
-    def _lowered(self) -> Mapping[str, str]:
-        """Name expressions -> mangled names (the image's, while waiting for first use)."""
-        return self.__dict__.get("_names", self.image.lowered_names)
-
-    # ------------------------------------------------------------ not loaded yet (lazy, unpickled)
-    @classmethod
-    def _pending(cls, img: Image, keep_debug: bool, numba: Mapping | None = None) -> "Module":
-        """A module that loads on first use, into the context current then (no CUDA call now)."""
-        m = cls.__new__(cls)
-        m.__dict__.update(image=img, keep_debug=keep_debug, _numba=dict(numba or {}), _pending=True,
-                          _shipped=(img.data, img.kind))
-        return m
-
-    def _loaded(self) -> "Module":
-        """This module, loaded (into the current context, if it was waiting for first use)."""
-        if self.__dict__.get("_pending"):
-            with _ATTACH_LOCK:
-                if self.__dict__.get("_pending"):
-                    self._attach()
-        return self
-
-    def _attach(self) -> None:
-        target = load(self.image, keep_debug=self.keep_debug)
-        target._learn_numba(self._numba)
-        # share the loaded module's handle, kernels and lifetime (it stays loaded while this lives)
-        shared = {k: v for k, v in target.__dict__.items() if k not in ("image", "keep_debug", "_wire_blob")}
-        self.__dict__.update(shared, _owner=target)
-        del self.__dict__["_pending"]
+        """Numba argument types for kernels (``from_numba``): they type them afresh."""
+        self._learn(numba=types)
 
     def __reduce__(self):
         return (_restore_module, (self._wire(),))
 
     def _wire(self) -> tuple:
         """The pickled form: plain data, the bytes compressed once per module."""
-        d = self.__dict__
-        data, kind = self._shipped
-        blob = d.get("_wire_blob")
+        blob = self._wire_blob
+        live = self._live
+        data, kind = live.shipped if live is not None else (self.image.data, self.image.kind)
         if blob is None:
             if kind == "ptx":
                 data = data.rstrip(b"\0")
-            blob = d["_wire_blob"] = (_sha256(data), len(data), zlib.compress(data, 6))
+            blob = self._wire_blob = (_sha256(data), len(data), zlib.compress(data, 6))
         img = self.image
-        facts = {"lowered_names": dict(self._lowered()), "declarations": dict(d.get("_decls", img.declarations)),
-                 "numba": dict(self._numba),
-                 "keep_debug": self.keep_debug}
-        return (_WIRE_VERSION, img.name, kind, img.arch, *blob, facts)
+        return (_WIRE_VERSION, img.name, kind, img.arch, *blob, {**self._facts.wire(), "keep_debug": self.keep_debug})
+
+    # ------------------------------------------------------------ what the live part says
+    @property
+    def loaded(self) -> bool:
+        """Whether the module is loaded (one loaded lazily, or unpickled, loads on first use)."""
+        return self._live is not None
+
+    @property
+    def context(self):
+        """The Numba context the module is loaded into."""
+        return self._loaded().context
+
+    @property
+    def device(self) -> int:
+        """The ordinal of the device the module is loaded on."""
+        return self._loaded().device
+
+    @property
+    def jit_log(self) -> str:
+        """The driver's JIT log of loading (PTX compiled by the driver)."""
+        return self._loaded().jit_log
+
+    @property
+    def route(self) -> str | None:
+        """How PTX was loaded: "driver", "nvjitlink" or "lowered" (None for a cubin or fatbin)."""
+        return self._loaded().route
+
+    @property
+    def note(self) -> str | None:
+        """What loading had to do that is worth knowing (the warning it gave), or None."""
+        return self._loaded().note
+
+    @property
+    def prepared_kind(self) -> str:
+        """What was handed to the driver: "ptx", "cubin" or "fatbin"."""
+        return self._loaded().kind
+
+    @property
+    def _ctx_key(self) -> int:
+        return self._loaded().ctx_key
 
     # ------------------------------------------------------------ kernels
     @property
@@ -242,38 +348,21 @@ class Module:
     @property
     def kernels(self) -> tuple[str, ...]:
         """Names of the kernels in the module (mangled, as the driver knows them)."""
-        d = self.__dict__
-        if d.get("_pending"):
-            return tuple(e.name for e in self._pending_source()[1])
-        src = self._ptx or self._info
-        if src is not None:
-            return tuple(e.name for e in src.entries)
-        return ()
+        live = self._live
+        if live is not None:
+            return live.kernels
+        return tuple(e.name for e in self._image_kernels()[1])
 
-    def _pending_source(self) -> tuple[str, tuple[KernelInfo, ...]]:
-        """("ptx" or "cubin", the kernels it describes): what a module waiting for first use knows of its
-        kernels, read without a GPU (a fatbin: its first readable entry). Read once."""
-        d = self.__dict__
-        src = d.get("_pending_src")
+    def _image_kernels(self) -> tuple[str, tuple[KernelInfo, ...]]:
+        """("ptx" or "cubin", the kernels it describes): what the image says of its kernels,
+        read without a GPU (a fatbin: its first readable entry). Read once."""
+        src = self._source
         if src is None:
-            src = d["_pending_src"] = _image_source(self.image)
+            src = self._source = _image_source(self.image)
         return src
 
-    def _layouts(self, name: str) -> list[tuple[str, KernelInfo]]:
-        """The parameter layouts the inspected images give for kernel ``name``: the PTX first
-        (it has types), then the cubin actually loaded (resources, pointer attributes)."""
-        srcs = [s for s in (self._ptx, self._info) if s is not None]
-        if len(srcs) == 2 and srcs[0] is srcs[1]:
-            srcs.pop()
-        out = []
-        for src in srcs:
-            e = next((e for e in src.entries if e.name == name), None)
-            if e is not None:
-                out.append(("cubin" if isinstance(src, CubinInfo) else "ptx", e))
-        return out
-
     def _resolve(self, name: str) -> str:
-        real = self._lowered().get(name, name)
+        real = self._facts.names.get(name, name)
         if type(name) is not str or real in self.kernels:
             return real
         return self._by_demangled_name(name) or real
@@ -312,90 +401,96 @@ class Module:
         return self._kernel(name, signature)
 
     def _kernel(self, name: str, signature: str | None = None, extra_layouts=()) -> Kernel:
-        """The one way a Kernel is made: shared per name unless it carries extra facts."""
+        """The one way a Kernel is made: its live state shared per name unless it carries
+        extra facts; of a module waiting for first use, a kernel that loads with it."""
         real = self._resolve(name)
-        if self.__dict__.get("_pending"):
+        recipe = (real, signature, tuple(extra_layouts))
+        if self._live is None:
             if self.kernels and real not in self.kernels:
                 raise self._missing(name)
-            recipe = (real, signature, tuple(extra_layouts))
             if signature is not None:  # a declaration is checked against the image now, not at first use
                 try:
                     self._offline_info(recipe)
                 except NbjitLoadError:  # nothing to check it against before loading
                     pass
-            return pending_kernel(self, recipe)
-        _driver.check_not_forked()
-        if signature is not None or extra_layouts:
-            st = self._make_state(real, name, signature, extra_layouts)
-            st.recipe = (real, signature, tuple(extra_layouts))
-            return Kernel(self, st)
-        with self._lock:
-            st = self._states.get(real)
-            if st is None:
-                st = self._make_state(real, name, None)
-                self._states[real] = st
-        return Kernel(self, st)
+            return Kernel(self, recipe)
+        return Kernel(self, recipe, self._state(recipe, name))
 
-    def _make_state(self, real: str, asked: str, signature: str | None, extra_layouts=()) -> _State:
+    def _state(self, recipe: tuple, asked: str | None = None) -> _State:
+        """The live state of kernel ``recipe`` (name, signature, extra layouts), this module
+        loaded first: shared per name unless the recipe carries facts of its own."""
+        live = self._loaded()
+        _driver.check_not_forked()
+        real, signature, extra = recipe
+        if signature is not None or extra:
+            st = self._make_state(live, real, asked or real, signature, extra)
+            st.recipe = recipe
+            return st
+        with live.lock:
+            st = live.states.get(real)
+            if st is None:
+                st = live.states[real] = self._make_state(live, real, asked or real, None)
+        return st
+
+    def _make_state(self, live: _Live, real: str, asked: str, signature: str | None, extra_layouts=()) -> _State:
         """Kernel ``real``'s function and its one signature, merged from every source: the
         inspected images, the driver's parameter list, C declarations (the source given to
         ``nbjit.compile``, Triton IR), the mangled name and the user's ``signature``."""
-        func = _driver.get_function(self._handle, real)
-        layouts = self._layouts(real) + list(extra_layouts)
-        if func is None or (not layouts and self.kernels):
+        func = _driver.get_function(live.handle, real)
+        layouts = live.layouts(real) + list(extra_layouts)
+        if func is None or (not layouts and live.kernels):
             raise self._missing(asked)
         driver_params = _driver.param_info(func)
         if not layouts:
             layouts = [("driver", _from_driver(real, driver_params))]
             driver_params = None
-        info, image, label = _kernel_info(self.name, real, layouts, signature, bool(extra_layouts), self._decls,
-                                          self._typed, self._numba)
+        f = live.facts
+        info, image, label = _kernel_info(self.name, real, layouts, signature, bool(extra_layouts), f.decls,
+                                          live.typed, f.numba)
         if driver_params is not None:
             _verify(image, driver_params, self.name)
-        return _State(real, func, info, self._ctx_key, self.device, label)
+        return _State(real, func, info, live.ctx_key, live.device, label)
 
     def _offline_info(self, recipe: tuple) -> KernelInfo:
-        """A kernel's merged description while its module waits for first use: from the
+        """A kernel's merged description; while the module waits for first use, from the
         image's own facts, no GPU needed (the driver's parameter list is checked at loading)."""
-        d = self.__dict__
-        if not d.get("_pending"):
-            return self._kernel(*recipe).info
-        known = d.setdefault("_offline", {})
-        info = known.get(recipe)
+        if self._live is not None:
+            return self._state(recipe).info
+        info = self._offline.get(recipe)
         if info is None:
             real, signature, extra = recipe
-            kind, entries = self._pending_source()
+            kind, entries = self._image_kernels()
             layouts = [(kind, e) for e in entries if e.name == real] + list(extra)
             if not layouts:
                 raise NbjitLoadError(f"{self.name}: kernel {real!r}: the image does not describe its parameters; the "
                                      "driver's list of them is read when the module loads (on a GPU)")
             typed = self.image.typed if self.image.info is not None else {}
-            info = _kernel_info(self.name, real, layouts, signature, bool(extra), self.image.declarations, typed,
-                                self._numba)[0]
-            known[recipe] = info
+            info = _kernel_info(self.name, real, layouts, signature, bool(extra), self._facts.decls, typed,
+                                self._facts.numba)[0]
+            self._offline[recipe] = info
         return info
 
     def _missing(self, name: str) -> KernelNotFoundError:
-        names = list(self.kernels) + [k for k in self._lowered() if k not in self.kernels]
+        names = list(self.kernels) + [k for k in self._facts.names if k not in self.kernels]
         close = difflib.get_close_matches(name, names, n=len(names), cutoff=0.0)
         shown = [f"{k} ({demangled_text(k)})" if demangled_text(k) else k for k in close]
         return KernelNotFoundError(f"no kernel {name!r} in {self.name}; it has: {', '.join(shown) or '(none)'}")
 
     def __getitem__(self, name: str) -> Kernel:
         # a kernel already made, asked for by its own name: two dict look-ups
-        d = self.__dict__
-        try:
-            st = d.get("_states", _NO_STATES).get(name)
-        except TypeError:  # not a name
-            st = None
-        if st is None or (d["_names"] and d["_names"].get(name, name) != name) or _driver.forked():
-            # not made yet, not loaded yet, a name expression for another kernel, a forked child
-            return self.get_kernel(name)
-        return Kernel(self, st)
+        live = self._live
+        if live is not None and not _driver.forked():
+            try:
+                st = live.states.get(name)
+            except TypeError:  # not a name
+                st = None
+            names = live.names
+            if st is not None and not (names and names.get(name, name) != name):
+                return Kernel(self, st.recipe, st)
+        # not made yet, not loaded yet, a name expression for another kernel, a forked child
+        return self.get_kernel(name)
 
     def __getattr__(self, name: str) -> Kernel:
-        if name in _LOADED_STATE and self.__dict__.get("_pending"):
-            return getattr(self._loaded(), name)
         if name.startswith("_"):
             raise AttributeError(name)
         try:
@@ -412,39 +507,39 @@ class Module:
     # ------------------------------------------------------------ globals
     def get_global(self, name: str) -> DeviceGlobal:
         """A ``__device__`` / ``__constant__`` variable: address and size, and ``as_array``."""
-        g = _driver.get_global(self._handle, self._lowered().get(name, name))
+        live = self._loaded()
+        g = _driver.get_global(live.handle, self._facts.names.get(name, name))
         if g is None:
-            names = self._global_names()
+            names = live.global_names()
             raise KernelNotFoundError(f"no global {name!r} in {self.name}; it has: {', '.join(names) or '(none)'}")
         return DeviceGlobal(name, g[0], g[1], self)
 
-    def _global_names(self) -> list[str]:
-        src = self._ptx or self._info
-        return [g.name for g in getattr(src, "globals", ()) if getattr(g, "size", None)]
-
     # ------------------------------------------------------------ other devices, lifetime
     def on_current_device(self) -> "Module":
-        """This image loaded in the current context (the same module if that is its own)."""
-        if _driver.current_context_key() == self._ctx_key:
+        """This image loaded in the current context (the same module if that is its own),
+        with this module's facts."""
+        if _driver.current_context_key() == self._loaded().ctx_key:
             return self
-        return load(self.image)
+        twin = load(self.image, keep_debug=self.keep_debug)
+        f = self._facts
+        twin._learn(f.names, f.decls, f.numba)
+        return twin
 
     def close(self) -> None:
-        """Unload now (kernels of this module must not be launched afterwards)."""
-        self._finalizer()
+        """Unload now (kernels of this module must not be launched afterwards); a module
+        waiting for first use has nothing to unload."""
+        if self._live is not None:
+            self._live.finalizer()
 
     def __repr__(self) -> str:
-        if self.__dict__.get("_pending"):
+        live = self._live
+        if live is None:
             return f"<nbjit.Module {self.name} ({self.image.kind}): loads on first use>"
-        route = f", {self.route}" if self.route else ""
-        return f"<nbjit.Module {self.name} ({self.prepared_kind}{route}) on device {self.device}: " \
-               f"{len(self.kernels)} kernels>"
+        route = f", {live.route}" if live.route else ""
+        return f"<nbjit.Module {self.name} ({live.kind}{route}) on device {live.device}: {len(live.kernels)} kernels>"
 
 
 _ATTACH_LOCK = threading.Lock()
-# what a module waiting for first use gets from the module it loads as
-_LOADED_STATE = frozenset({"context", "device", "_ctx_key", "_handle", "jit_log", "route", "note", "prepared_kind",
-                           "_info", "_ptx", "_names", "_decls", "_typed", "_states", "_lock", "_finalizer", "_owner"})
 _WIRE_VERSION = 1
 # the modules most recently unpickled in this process: tasks of one graph (each unpickled on
 # its own) share one module, and a worker keeps it loaded between tasks
@@ -477,23 +572,8 @@ def _restore_module(wire: tuple) -> Module:
             mod = _RESTORED.setdefault(key, mod)
             while len(_RESTORED) > _RESTORED_KEEP:
                 _RESTORED.popitem(last=False)
-    _learn_pickled(mod, facts)
+    mod._learn(facts["lowered_names"], facts["declarations"], facts["numba"])  # a later pickle may know more
     return mod
-
-
-def _learn_pickled(mod: Module, facts: dict) -> None:
-    """Facts a later pickle of the same bytes carries (more name expressions, Numba types)."""
-    img = mod.image
-    names, decls = facts["lowered_names"], facts["declarations"]
-    if mod.__dict__.get("_pending"):
-        if any(k not in img.lowered_names for k in names) or any(k not in img.declarations for k in decls):
-            mod.__dict__["image"] = Image(img.data, img.kind, img.name, img.arch, {**names, **img.lowered_names},
-                                          img.log, {**decls, **img.declarations})
-        for k, v in facts["numba"].items():
-            mod._numba.setdefault(k, v)
-    else:
-        mod._learn(Image(img.data, img.kind, img.name, img.arch, names, "", decls))
-        mod._learn_numba(facts["numba"])
 
 
 def _image_source(img: Image) -> tuple[str, tuple[KernelInfo, ...]]:

@@ -14,7 +14,7 @@ import re
 import stat
 import threading
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -27,9 +27,9 @@ import numpy as np
 from . import _driver
 from ._host import current_host
 from .args import device_pointer
-from .errors import NbjitArgumentError, NbjitLaunchError, NbjitLoadError, NbjitWarning
+from .errors import NbjitArgumentError, NbjitLoadError, NbjitWarning
 from .image import MAX_FILE_BYTES, Image, read_regular
-from .kernel import keep_launcher
+from .kernel import LaunchConfig
 from .tma import _SWIZZLE, TensorMap, plan_tiled, whole_numbers
 from .ptx import PtxInfo, inspect_ptx
 
@@ -454,10 +454,8 @@ class TritonKernel:
         "lowered"); None while a module loaded lazily waits for first use."""
         if self._route is not None:
             return self._route
-        d = self.kernel.module.__dict__
-        if d.get("_pending"):
-            return None
-        return d.get("route") or d.get("prepared_kind")
+        m = self.kernel.module
+        return (m.route or m.prepared_kind) if m.loaded else None
 
     def __repr__(self) -> str:
         return (f"<nbjit.TritonKernel {self.name}: {self._n} arguments, block {self.meta.block[0]}, "
@@ -499,34 +497,26 @@ class TritonKernel:
 class _TritonLaunch:
     """A Triton kernel with its grid of programs; call it with the runtime arguments."""
 
-    __slots__ = ("k", "grid", "launch_grid", "cluster", "fixed_tail", "token")
+    __slots__ = ("k", "grid", "config", "fixed_tail", "launchers")
 
     def __init__(self, k: TritonKernel, grid):
-        if isinstance(grid, int) and not isinstance(grid, bool):
-            grid = (grid,)
-        if not isinstance(grid, (tuple, list)) or not 1 <= len(grid) <= 3 or \
-                not all(isinstance(g, int) and not isinstance(g, bool) and g >= 1 for g in grid):
-            raise NbjitLaunchError(f"Triton kernel {k.name!r}: grid must be an int or 1 to 3 ints >= 1, "
-                                   f"got {grid!r}")
         m = k.meta
-        if m.pdl:  # Triton's launch_pdl: programmatic dependent launches unless the user said otherwise
-            k.kernel._set_pdl(True, chosen=False)
         self.k = k
-        self.grid = tuple(grid) + (1,) * (3 - len(grid))
-        self.launch_grid = (self.grid[0] * m.num_ctas, self.grid[1], self.grid[2])
-        compiled_cluster = k.kernel.info.directives.cluster
-        self.cluster = None if (m.num_ctas == 1 or compiled_cluster) else (m.num_ctas, 1, 1)
+        self.grid = LaunchConfig.make(grid, m.block, kernel=k.name).grid  # the grid of programs
+        # Triton's rules: num_ctas blocks per program in x, a cluster of them where the code does not fix one
+        cluster = None if (m.num_ctas == 1 or k.kernel.info.directives.cluster) else (m.num_ctas, 1, 1)
+        self.config = LaunchConfig.make((self.grid[0] * m.num_ctas, *self.grid[1:]), m.block, None, m.shared,
+                                        cluster, m.cooperative, kernel=k.name)
         # without scratch memory the trailing scratch pointers are NULL whatever the stream
         g, p = m.scratch_bytes(self.grid)
         self.fixed_tail = (0,) * m.scratch_params if not (g or p) else None
-        # this grid's launchers, {stream: launcher}, are kept among the kernel's configured
-        # launchers under this token: they follow a change of kernel.pdl as kernel[...]'s do
-        self.token = object()
+        # stream -> launcher: a group of the kernel's launchers (so they follow a change of kernel.pdl)
+        self.launchers: dict = _NONE_YET
 
     @property
     def by_stream(self) -> dict:
         """stream -> the launcher configured for this grid on it."""
-        return dict(self.k.kernel._s.configs.get(self.token, {}))
+        return dict(self.launchers)
 
     def _tail(self, stream) -> tuple:
         if self.fixed_tail is not None:
@@ -556,40 +546,36 @@ class _TritonLaunch:
             args = tuple(x for i, a in enumerate(args)
                          for x in (_descriptor_args(a, k._descs[i], k.name) if i in k._descs else (a,)))
         try:
-            launch = k.kernel._s.configs[self.token][stream]
+            launch = self.launchers[stream]
         except (KeyError, TypeError):  # TypeError: an unhashable stream object
             launch = self._configure(stream)
         launch(*args)
 
     def _configure(self, stream):
-        """What launches on ``stream``: where the scratch pointers are NULL, the kernel's own
-        configured launcher, told to leave them zero (no Python in the way); else a launch
-        that supplies the stream's scratch buffers."""
-        k, m = self.k, self.k.meta
-        if self.fixed_tail is not None and not (m.cooperative or self.cluster):
-            launch = k.kernel._config(self.launch_grid, m.block, stream, m.shared, len(self.fixed_tail),
-                                      self.count_error)
+        """What launches on ``stream``: the kernel's launcher for this grid, told to leave the
+        scratch pointers zero where they are NULL (no Python in the way); else that launcher
+        behind a step that passes the stream's scratch buffers."""
+        k = self.k
+        kernel = k.kernel
+        if k.meta.pdl:  # Triton's launch_pdl: programmatic dependent launches unless the user said otherwise
+            kernel.default_pdl(True)
+        cfg = replace(self.config, stream=stream)
+        if self.fixed_tail is not None:
+            launch = kernel.configure(cfg, tail=len(self.fixed_tail), count_error=self.count_error)
         else:
+            launcher = kernel.configure(cfg)
+
             def launch(*args):
-                self._launch_with_scratch(args, stream)
-        configs = k.kernel._s.configs
-        mine = configs.get(self.token)
-        if mine is None:
-            mine = {}
-            keep_launcher(configs, self.token, mine)
-        keep_launcher(mine, stream, launch)
+                if len(args) != k._nk:
+                    raise self.count_error(len(args))
+                launcher(*args, *self._tail(stream))
+        if self.launchers is _NONE_YET:
+            self.launchers = kernel.launcher_group()
+        self.launchers.keep(stream, launch)
         return launch
 
-    def _launch_with_scratch(self, args: tuple, stream) -> None:
-        k, m = self.k, self.k.meta
-        if len(args) != k._nk:
-            raise self.count_error(len(args))
-        tail = self._tail(stream)
-        if m.cooperative or self.cluster:
-            k.kernel.launch(self.launch_grid, m.block, *args, *tail, stream=stream, shared_mem=m.shared,
-                            cooperative=m.cooperative, cluster=self.cluster)
-        else:
-            k.kernel[self.launch_grid, m.block, stream, m.shared](*args, *tail)
+
+_NONE_YET: dict = {}  # a grid's launchers before its first launch (never written)
 
 
 def load_triton(path: str | os.PathLike) -> TritonKernel:

@@ -172,13 +172,13 @@ def c_launcher_for(k, tail=0):
     """A C launcher for KernelInfo ``k`` (never launched: no entry point) and its packer; the
     last ``tail`` parameters are not passed (left zero)."""
     from nbjit.args import _EXTRACTORS
-    from nbjit.kernel import _numbers
+    from nbjit.kernel import LauncherSpec, _numbers
     p = ArgPacker(k.signature, k.name)
     n = len(k.params) - tail
     layout = tuple((q.offset, *r.code) for q, r in zip(k.params[:n], p.rules)) + \
         tuple((q.offset, "Z") for q in k.params[n:])
-    return _launch.Launcher(0, 1, 1, 1, 1, 1, 1, 0, 0, layout, k.signature.size, _EXTRACTORS, _numbers(),
-                            p.pack, lambda e: None), p
+    return _launch.Launcher(LauncherSpec(0, (1, 1, 1), (1, 1, 1), 0, 0, layout, k.signature.size, _EXTRACTORS,
+                                         _numbers(), p.pack, lambda e: None)), p
 
 
 def assert_agree(c, p, args) -> None:
@@ -357,13 +357,46 @@ def test_unknown_types_take_the_c_path():
 def test_c_launcher_leaves_trailing_z_parameters_zero():
     """Triton's NULL scratch pointers: not passed, packed as zeros."""
     from nbjit.args import _EXTRACTORS
-    from nbjit.kernel import _numbers
+    from nbjit.kernel import LauncherSpec, _numbers
     z, p = c_launcher_for(typed("k_basic"), tail=2)
     assert z.pack_fast((0x10, 0x20)) == struct.pack("<QQfi", 0x10, 0x20, 0.0, 0)
     assert z.pack_fast((0x10, 0x20, 1.0, 1)) is None  # the count is the passed parameters'
     with pytest.raises(ValueError, match="'Z' parameters must come last"):
-        _launch.Launcher(0, 1, 1, 1, 1, 1, 1, 0, 0, ((0, "Z"), (8, "P")), 16, _EXTRACTORS, _numbers(), p.pack,
-                         lambda e: None)
+        _launch.Launcher(LauncherSpec(0, (1, 1, 1), (1, 1, 1), 0, 0, ((0, "Z"), (8, "P")), 16, _EXTRACTORS,
+                                      _numbers(), p.pack, lambda e: None))
+
+
+@needs_c
+def test_c_launcher_spec_is_checked_by_name():
+    """The C Launcher is made from one spec: what is missing or malformed is named."""
+    import types
+
+    from nbjit.args import _EXTRACTORS
+    from nbjit.kernel import LauncherSpec, _numbers
+    k = typed("k_basic")
+    p = ArgPacker(k.signature, k.name)
+    layout = tuple((q.offset, *r.code) for q, r in zip(k.params, p.rules))
+    spec = LauncherSpec(0x10, (4, 1, 1), (256, 1, 1), 0, 0, layout, k.signature.size, _EXTRACTORS, _numbers(),
+                        p.pack, lambda e: None)
+    c = _launch.Launcher(spec)
+    assert c.pack_fast((0x10, 0x20, 1.0, 3)) == p.pack((0x10, 0x20, 1.0, 3))
+    partial = types.SimpleNamespace(**{f: v for f, v in spec._asdict().items() if f != "on_error"})
+    with pytest.raises(TypeError, match="a launcher spec needs the attribute on_error"):
+        _launch.Launcher(partial)
+    for field, bad, msg in (("grid", (4, 1), "grid must be a tuple of 3 ints"),
+                            ("block", (1 << 32, 1, 1), "does not fit"),
+                            ("size", 1 << 20, "parameter buffer size out of range"),
+                            ("layout", [(0, "P")], "layout must be a tuple"),
+                            ("layout", ((0, "PP"),), "bad layout entry"),
+                            ("layout", ((64, "P"),), "bad layout entry"),
+                            ("param_offsets", (0, 99), "parameter offset out of range"),
+                            ("numbers", [], "extractors and numbers must be dicts"),
+                            ("fallback", None, "fallback and on_error must be callable"),
+                            ("attributes", b"x" * 71, "up to 4 blocks of 72 bytes")):
+        with pytest.raises((TypeError, ValueError, OverflowError), match=msg):
+            _launch.Launcher(spec._replace(**{field: bad}))
+    with pytest.raises(TypeError, match="one spec"):
+        _launch.Launcher(spec, stream=0)
 
 
 @pytest.mark.parametrize("base", ["c", "python"])

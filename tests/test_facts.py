@@ -176,10 +176,11 @@ def test_a_warm_hit_types_its_kernels_as_loading_would(tmp_path, fake_device, mo
     cold = nbjit.compile(SRC, cache=Cache(tmp_path), **kw)
     fake_device._registry(fake_device.current_host().current_context()).clear()
     warm = nbjit.compile(SRC, cache=Cache(tmp_path), **kw)
-    assert warm is not cold and set(warm._typed) == set(warm.kernels) and len(warm.kernels) >= 2
-    cold._typed.clear()  # typed by merging, as a module without the facts is
+    assert warm is not cold and set(warm._live.typed) == set(warm.kernels) and len(warm.kernels) >= 2
+    cold._live.typed.clear()  # typed by merging, as a module without the facts is
     for name in warm.kernels:
-        assert warm._make_state(name, name, None).info == cold._make_state(name, name, None).info
+        assert warm._make_state(warm._live, name, name, None).info == cold._make_state(cold._live, name, name,
+                                                                                       None).info
 
     def refuse(*a, **k):
         raise AssertionError("merged again")
@@ -188,5 +189,5 @@ def test_a_warm_hit_types_its_kernels_as_loading_would(tmp_path, fake_device, mo
     assert [p.ctype for p in k.params] == ["float*", "float", "int"]
     monkeypatch.setattr("nbjit.module.merge", signature.merge)
     real = warm.image.lowered_names["fill<float>"]
-    warm._learn(dataclasses.replace(warm.image, declarations={real: ("source", ())}, typed={}))
-    assert real not in warm._typed  # a new declaration: typed afresh (here it has no say: 0 parameters)
+    warm._learn(decls={real: ("source", ())})
+    assert real not in warm._live.typed  # a new declaration: typed afresh (here it has no say: 0 parameters)

@@ -39,9 +39,9 @@ def test_bundle_kernels_launch(cuda, lazy):
     dev = Arch.parse(cuda.get_current_device().compute_capability)
     chosen = select_entry(inspect_fatbin(mod.image.data).entries, dev)
     if chosen.kind == "cubin":
-        assert mod.prepared_kind == "cubin" and mod._info.arch == chosen.arch
+        assert mod.prepared_kind == "cubin" and mod._live.info.arch == chosen.arch
     else:
-        assert mod._ptx is not None and mod._ptx.arch == str(chosen.target.real())
+        assert mod._live.ptx is not None and mod._live.ptx.arch == str(chosen.target.real())
     for t, dtype in (("scale<float>", np.float32), ("scale<double>", np.float64)):
         d = cuda.to_device(np.arange(N, dtype=dtype))
         mod[t][(N + 127) // 128, 128](d, 0.5, N)
@@ -85,6 +85,6 @@ def test_a_device_without_its_sass_takes_the_ptx(cuda, tmp_path):
     nbjit.build_bundle(DATA.parent.parent / "examples/bundle_package/kernels/axpy.cu", tmp_path / "k.nbjit",
                        archs=[other], ptx="compute_80")
     mod = nbjit.load_bundle(tmp_path / "k.nbjit")
-    assert mod._ptx is not None and mod.route in ("driver", "nvjitlink", "lowered"), mod
+    assert mod._live.ptx is not None and mod.route in ("driver", "nvjitlink", "lowered"), mod
     got, want = _axpy(mod.axpy, cuda)
     np.testing.assert_allclose(got, want)

@@ -387,7 +387,7 @@ def test_pure_python_launch_path(cuda, monkeypatch):
     try:
         m = nbjit.load(DATA / "nvcc/kernels_sm90.ptx")
         k = m.get_kernel("k_basic")
-        k._s.configs.clear()  # launchers cached by earlier tests were made for the C path
+        k._s.launchers.clear()  # launchers cached by earlier tests were made for the C path
         assert type(k[1, 32]).__name__ == "_PyLauncher"
         axpy_check(cuda, k)
         out = cuda.device_array(10, np.float64)
@@ -402,7 +402,7 @@ def test_pure_python_launch_path(cuda, monkeypatch):
     finally:
         _native.extension.cache_clear()
         _driver.backend.cache_clear()
-        m["k_basic"]._s.configs.clear()
+        m["k_basic"]._s.launchers.clear()
 
 
 def test_the_current_context_from_c_is_the_bindings(cuda):

@@ -15,8 +15,9 @@ from conftest import DATA  # noqa: E402
 def test_launch_config_pdl():
     c = K.LaunchConfig.make(4, 128, pdl=True)
     assert c.pdl and c.extended
-    assert not K.LaunchConfig.make(4, 128).extended
-    with pytest.raises(NbjitLaunchError, match="pdl must be True or False, got 1"):
+    assert K.LaunchConfig.make(4, 128).pdl is None  # the kernel's, decided by Kernel.configure
+    assert not K.LaunchConfig.make(4, 128).extended and not K.LaunchConfig.make(4, 128, pdl=False).extended
+    with pytest.raises(NbjitLaunchError, match=r"kernel 'k': pdl must be True, False or None \(the kernel's\), got 1"):
         K.LaunchConfig.make(4, 128, pdl=1, kernel="k")
 
 
@@ -57,7 +58,7 @@ def pdl_kernels(monkeypatch):
     cc = {"value": (9, 0)}
     monkeypatch.setattr(_driver, "device_info", lambda ordinal: types.SimpleNamespace(cc=cc["value"]))
     info = inspect_ptx((DATA / "nvcc/pdl_sm90.ptx").read_text())
-    ks = {e.name: K.Kernel(None, K._State(e.name, None, e, 0, 0)) for e in info.entries}
+    ks = {e.name: K.Kernel(None, (e.name, None, ()), K._State(e.name, None, e, 0, 0)) for e in info.entries}
     return ks, cc
 
 
@@ -73,11 +74,13 @@ def test_kernels_that_wait_for_the_grid_before_default_to_pdl(pdl_kernels):
 def test_a_producers_default_yields_to_the_users_choice(pdl_kernels):
     ks, _ = pdl_kernels
     none, cons = ks["pdl_none"], ks["pdl_consumer"]
-    none._configs[("cfg",)] = "configured before"
-    none._set_pdl(True, chosen=False)  # Triton's launch_pdl
-    assert none.pdl and not none._configs  # configured launchers follow the new default
+    none._configs.keep(("cfg",), "configured before")
+    group = none.launcher_group()  # a Triton grid's launchers
+    group.keep(7, "configured before")
+    none.default_pdl(True)  # Triton's launch_pdl
+    assert none.pdl and not none._configs and not group  # configured launchers follow the new default
     cons.pdl = False  # the user's word
-    cons._set_pdl(True, chosen=False)
+    cons.default_pdl(True)
     assert cons.pdl is False
 
 
@@ -85,7 +88,7 @@ def test_devices_before_hopper_launch_plainly_unless_asked(pdl_kernels):
     ks, cc = pdl_kernels
     cc["value"] = (8, 0)
     assert ks["pdl_consumer"]._pdl(None) is False  # the default: a plain launch
-    ks["pdl_none"]._set_pdl(True, chosen=False)
+    ks["pdl_none"].default_pdl(True)
     assert ks["pdl_none"]._pdl(None) is False
     with pytest.raises(NbjitLaunchError, match=r"pdl=True\) needs a device of compute capability 9.0 .* is 8.0"):
         ks["pdl_none"]._pdl(True)
@@ -94,9 +97,9 @@ def test_devices_before_hopper_launch_plainly_unless_asked(pdl_kernels):
 def test_setting_pdl_drops_configured_launchers(pdl_kernels):
     ks, _ = pdl_kernels
     k = ks["pdl_none"]
-    k._s.configs[(1, 32)] = object()
+    k._s.launchers[(1, 32)] = object()
     k.pdl = True
-    assert k.pdl and k._s.configs == {}
+    assert k.pdl and k._s.launchers == {}
     with pytest.raises(NbjitLaunchError, match="pdl must be True or False"):
         k.pdl = "yes"
 
@@ -152,3 +155,102 @@ def test_a_cached_configuration_answers_only_exact_ints(pure):
         assert bad in k._configs  # the trap: an equal key is cached
         with pytest.raises(NbjitLaunchError, match="refused"):
             k[bad]
+
+
+# ------------------------------------------------------------ one launcher protocol
+
+@pytest.fixture
+def fake_launch(monkeypatch):
+    """The Python launch path over a stand-in for cuLaunchKernel: ``calls`` records each
+    launch, ``results`` the CUresults to return in turn (then 0)."""
+    calls, results = [], []
+
+    def launch(*a):
+        calls.append(a)
+        return results.pop(0) if results else 0
+    monkeypatch.setattr(_driver, "backend", lambda: _driver.Backend("python", launch, int))
+    monkeypatch.setattr(_driver, "error_text", lambda err: f"E{int(err)}")
+    monkeypatch.setattr(_driver, "device_info", lambda ordinal: types.SimpleNamespace(
+        cc=(9, 0), max_shared_optin=227 << 10, max_shared_default=48 << 10))
+    monkeypatch.setattr(_driver, "function_attributes", lambda func: dict(
+        registers=16, shared=0, const=0, local=0, max_threads_per_block=1024, ptx_version=90, binary_version=90,
+        max_dynamic_shared=0))
+    monkeypatch.setattr(_driver, "launch_ex", lambda *a, **kw: launch(*a, kw))
+    monkeypatch.setattr(K, "_MULTI", [False])
+    info = inspect_ptx((DATA / "nvcc/kernels_sm90.ptx").read_text()).entry("k_basic")
+    k = K.Kernel(None, ("k_basic", None, ()), K._State("k_basic", 0x1234, info, 0, 0))
+    return types.SimpleNamespace(kernel=k, calls=calls, results=results)
+
+
+def test_every_launch_form_gets_its_launcher_from_configure(fake_launch, monkeypatch):
+    k = fake_launch.kernel
+    configured = []
+    real = K.Kernel.configure
+    monkeypatch.setattr(K.Kernel, "configure", lambda self, cfg, **kw: configured.append(cfg) or real(self, cfg, **kw))
+    for _ in range(2):  # the second time: each form's cached launcher
+        k[4, 256](0x10, 0x20, 1.0, 5)
+        k.launch(4, 256, 0x10, 0x20, 1.0, 5, shared_mem=16)
+    k.bind(2, 32, 0x10, 0x20, 1.0, 5)()
+    assert [(c.grid, c.block, c.shared, c.pdl) for c in configured] == [
+        ((4, 1, 1), (256, 1, 1), 0, None), ((4, 1, 1), (256, 1, 1), 16, None), ((2, 1, 1), (32, 1, 1), 0, None)]
+    plain, shared = (0x1234, 4, 1, 1, 256, 1, 1, 0), (0x1234, 4, 1, 1, 256, 1, 1, 16)
+    assert [c[:8] for c in fake_launch.calls] == [plain, shared, plain, shared, (0x1234, 2, 1, 1, 32, 1, 1, 0)]
+    launcher = k[4, 256]
+    assert launcher.config.pdl is False and launcher is k[4, 256]  # configure decided the kernel's pdl
+
+
+def test_configure_decides_pdl_by_the_kernel_and_the_device(fake_launch, monkeypatch):
+    info = inspect_ptx((DATA / "nvcc/pdl_sm90.ptx").read_text()).entry("pdl_consumer")
+    k = K.Kernel(None, (info.name, None, ()), K._State(info.name, 0x99, info, 0, 0))
+    cfg = K.LaunchConfig.make(1, 32, kernel=info.name)
+    on = k.configure(cfg)
+    assert on.config.pdl is True and on.path == "python (cuLaunchKernelEx)"
+    assert k.configure(K.LaunchConfig.make(1, 32, pdl=False)).config.pdl is False
+    on(0x10, 0x20, 3)
+    assert fake_launch.calls[-1][-1]["pdl"] is True
+    monkeypatch.setattr(_driver, "device_info", lambda ordinal: types.SimpleNamespace(cc=(8, 0)))
+    assert k.configure(cfg).config.pdl is False and k.configure(cfg).path == "python"
+    with pytest.raises(NbjitLaunchError, match="needs a device of compute capability 9.0"):
+        k.configure(K.LaunchConfig.make(1, 32, pdl=True))
+
+
+def test_a_refused_launch_goes_again_once_where_a_context_was_made_current(fake_launch, monkeypatch):
+    """CUDA_ERROR_INVALID_CONTEXT in a thread without a context: the kernel's context made
+    current, the launch goes again, once; any other failure raises at once. For a
+    configured launcher and a bound launch alike."""
+    k, calls, results = fake_launch.kernel, fake_launch.calls, fake_launch.results
+    adopted = []
+    monkeypatch.setattr(K, "_adopt_context", lambda s: adopted.append(s) or True)
+    for launch in (lambda: k[4, 256](0x10, 0x20, 1.0, 5), k.bind(4, 256, 0x10, 0x20, 1.0, 5)):
+        calls.clear()
+        results[:] = [201, 0]
+        launch()
+        assert len(calls) == 2 and calls[0] == calls[1]
+        calls.clear()
+        results[:] = [201, 201]
+        with pytest.raises(NbjitLaunchError, match=r"kernel 'k_basic' failed .*: E201") as e:
+            launch()
+        assert e.value.code == 201 and len(calls) == 2
+        calls.clear()
+        results[:] = [700]
+        with pytest.raises(NbjitLaunchError, match="E700"):
+            launch()
+        assert len(calls) == 1
+    assert len(adopted) == 4
+
+
+def test_launcher_groups_are_dropped_with_their_kernels_launchers():
+    own = K.Launchers()
+    grid = own.group()
+    own.keep((1, 32), "a")
+    grid.keep("stream", "b")
+    assert own[(1, 32)] == "a" and grid["stream"] == "b" and own[grid._token] is grid
+    own.clear()  # kernel.pdl changed
+    assert not own and not grid
+    grid.keep("stream", "c")
+    assert own[grid._token] is grid  # kept again with the kernel's
+    for i in range(K._MAX_CONFIGS):
+        own.keep(i, i)
+    assert len(own) == 1 and not grid  # too many: all dropped together
+    grid.keep(["unhashable"], "d")
+    assert not grid and grid._token not in own

@@ -245,3 +245,102 @@ def test_a_repeated_compile_is_one_look_up_per_context(tmp_path, fake_device, mo
     assert nbjit.compile(AXPY, cache=cache) is not None and len(calls) == 3  # gone: made again (not compiled)
     assert len(counted) == 1
     assert nbjit.compile(AXPY, cache=nbjit.Cache(tmp_path)).device == 1 and len(calls) == 4  # another cache's memo
+
+
+# ------------------------------------------------------------ first use, on a stand-in driver
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """Loading without a GPU (a context, module and functions that are only numbers): what
+    first use does is driven here; launching is tested on the GPU. ``loads`` counts the
+    modules handed to the driver."""
+    import threading
+    import types
+
+    from nbjit import kernel
+    ctx = types.SimpleNamespace(device=types.SimpleNamespace(id=0, compute_capability=(9, 0)), handle=7)
+    loads, unloads = [], []
+    lock = threading.Lock()
+
+    def load_module(data, what, kind):
+        with lock:
+            loads.append(what)
+        return _driver.Loaded(100 + len(loads), "")
+
+    monkeypatch.setattr(current_host(), "current_context", lambda: ctx)
+    monkeypatch.setattr(_driver, "current_context_key", lambda: 7)
+    monkeypatch.setattr(_driver, "driver_version", lambda: 13000)
+    monkeypatch.setattr(_driver, "load_module", load_module)
+    monkeypatch.setattr(_driver, "unload_module", unloads.append)
+    monkeypatch.setattr(_driver, "get_function", lambda handle, name: (handle, name))
+    monkeypatch.setattr(_driver, "param_info", lambda func: None)
+    monkeypatch.setattr(kernel, "_MULTI", [False])
+    return types.SimpleNamespace(ctx=ctx, loads=loads, unloads=unloads)
+
+
+def test_a_lazy_module_is_its_recipe_until_first_use(ptx_module, fake_gpu):
+    """Waiting for first use, a module answers from its image (names, kernels, their
+    parameters) and loads nothing; the first use that needs the GPU loads it once."""
+    m = ptx_module
+    k = m["k_basic"]
+    assert not m.loaded and k._s is None and m.kernels and [p.size for p in k.params] == [8, 8, 4, 4]
+    m.close()  # nothing loaded: nothing to unload (and nothing loaded to do it)
+    assert fake_gpu.loads == [] and "loads on first use" in repr(m) and "loads on first use" in repr(k)
+    assert k.handle == (101, "k_basic")  # first use
+    assert m.loaded and len(fake_gpu.loads) == 1 and m.device == 0 and m.prepared_kind == "ptx"
+    assert k._s is m["k_basic"]._s and k._configs is k._s.launchers
+    assert "on device 0" in repr(m) and "loads on first use" not in repr(k)
+    m.close()
+    assert fake_gpu.unloads == [101]
+
+
+def test_a_lazy_module_shares_the_copy_loaded_from_the_same_bytes(data, fake_gpu):
+    """On first use, a lazy (or unpickled) module shares the module loaded from the same bytes
+    in that context: one handle, one state per kernel; the facts either knew are both's."""
+    img = nbjit.as_image(data / "nvcc/kernels_sm90.ptx")
+    loaded = nbjit.load(img)
+    lazy = nbjit.load(nbjit.Image(img.data, img.kind, img.name, img.arch, {"basic": "k_basic"}), lazy=True)
+    assert "basic" not in loaded and "basic" in lazy
+    k = lazy["basic"]
+    assert k.name == "k_basic" and k._s is None
+    assert k.handle == (101, "k_basic")  # first use: the function of the copy loaded already
+    assert len(fake_gpu.loads) == 1 and lazy._live is loaded._live and lazy._owner is loaded
+    assert k._s is loaded["k_basic"]._s
+    assert "basic" in loaded and loaded["basic"]._s is k._s  # the lazy module's name expression joined
+    back = pickle.loads(pickle.dumps(lazy))
+    assert not back.loaded and back["basic"].name == "k_basic"  # a pickle is the recipe, never the handle
+    assert back["basic"].handle == (101, "k_basic")
+    assert back._live is loaded._live and len(fake_gpu.loads) == 1
+
+
+def test_first_use_from_many_threads_loads_once(ptx_module, fake_gpu):
+    import threading
+
+    m = pickle.loads(pickle.dumps(ptx_module))
+    ks = [m["k_basic"] for _ in range(8)]
+    start = threading.Barrier(len(ks))
+    got = []
+
+    def use(k):
+        start.wait()
+        got.append(k._loaded())
+    threads = [threading.Thread(target=use, args=(k,)) for k in ks]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(fake_gpu.loads) == 1 and len({id(s) for s in got}) == 1 and m.loaded
+
+
+def test_new_facts_type_a_kernel_afresh(ptx_module, fake_gpu):
+    """A declaration learned after a kernel was typed (the same bytes loaded again with
+    more facts) types it afresh, loaded or not."""
+    m = ptx_module
+    assert [p.ctype for p in m["k_basic"].params][2] != "float"
+    from nbjit.cdecl import source_declarations
+    src = 'extern "C" __global__ void k_basic(float* y, const float* x, float a, int n) {}'
+    m._learn(decls={k: ("source", v) for k, v in source_declarations(src).items()})
+    assert [p.ctype for p in m["k_basic"].params][:3] == ["float*", "const float*", "float"]
+    k = m["k_basic"]
+    assert k.handle == (101, "k_basic") and k._s is not None  # loaded: typed by the same facts
+    assert [p.ctype for p in k.params][:3] == ["float*", "const float*", "float"]

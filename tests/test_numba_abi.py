@@ -187,10 +187,10 @@ except ImportError:
 
 def c_launcher(info, p):
     from nbjit.args import _EXTRACTORS
-    from nbjit.kernel import _numbers
+    from nbjit.kernel import LauncherSpec, _numbers
     layout = tuple((q.offset, *r.code) for q, r in zip(info.params, p.rules))
-    return _launch.Launcher(0, 1, 1, 1, 1, 1, 1, 0, 0, layout, info.param_size, _EXTRACTORS, _numbers(), p.pack,
-                            lambda e: None, info.launch_offsets)
+    return _launch.Launcher(LauncherSpec(0, (1, 1, 1), (1, 1, 1), 0, 0, layout, info.param_size, _EXTRACTORS,
+                                         _numbers(), p.pack, lambda e: None, info.launch_offsets))
 
 
 shapes = st.lists(st.integers(0, 5), min_size=1, max_size=3)

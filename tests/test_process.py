@@ -195,4 +195,4 @@ def test_gpu_kernels_travel_to_spawned_workers(cuda, tmp_path):
     y = cuda.to_device(np.zeros(64, np.float32))
     k2[1, 64](y, x, 2.0, 64)
     np.testing.assert_array_equal(y.copy_to_host(), 2 * np.arange(64, dtype=np.float32))
-    assert k2.module._handle == m._handle and k2.module._owner is m and k2._s is m.saxpy._s
+    assert k2.module._live is m._live and k2.module._owner is m and k2._s is m.saxpy._s

@@ -8,7 +8,8 @@ import sys
 import pytest
 
 import nbjit
-from nbjit import _driver, compiler, target
+from nbjit import compiler, target
+from nbjit._host import current_host
 from nbjit.arch import Arch
 from nbjit.cache import Cache
 
@@ -30,7 +31,7 @@ print(img.kind, img.arch, sorted(m for m in ("numpy", "numba", "nbjit._driver") 
 
 
 def test_without_one_the_current_device_is_asked(tmp_path, monkeypatch):
-    monkeypatch.setattr(_driver, "current_cc", lambda: (8, 6))  # (a stand-in for a GPU's answer)
+    monkeypatch.setattr(current_host(), "current_cc", lambda: (8, 6))  # (a stand-in for a GPU's answer)
     assert target.current_arch() == Arch(86)
     img = nbjit.compile_image(SRC, headers=HDR, name_expressions=["fill<float>"], cache=Cache(tmp_path))
     assert img.arch == "sm_86" and img.kind == "cubin"
@@ -43,7 +44,7 @@ def test_without_one_the_current_device_is_asked(tmp_path, monkeypatch):
 def test_a_named_architecture_asks_no_device(tmp_path, monkeypatch):
     def refuse(*a, **k):
         raise AssertionError("the device was asked")
-    monkeypatch.setattr(_driver, "current_cc", refuse)
+    monkeypatch.setattr(current_host(), "current_cc", refuse)
     assert nbjit.compile_image(AXPY, arch="compute_90", cache=Cache(tmp_path)).kind == "ptx"
 
 

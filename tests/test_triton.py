@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nbjit import NbjitLoadError, inspect_ptx
+from nbjit import NbjitArgumentError, NbjitLaunchError, NbjitLoadError, inspect_ptx
 from nbjit.triton import describe, launch_rules, read_triton
 
 from conftest import DATA  # noqa: E402
@@ -473,9 +473,9 @@ def test_triton_launchers_follow_a_change_of_pdl(monkeypatch):
     monkeypatch.setattr(_driver, "device_info", lambda ordinal: types.SimpleNamespace(cc=(9, 0)))
     art = read_triton(T / "pdl_step_kernel")
     info = inspect_ptx(art.ptx.read_bytes()).entries[0]
-    kern = K.Kernel(None, K._State(info.name, None, info, 0, 0))
+    kern = K.Kernel(None, (info.name, None, ()), K._State(info.name, None, info, 0, 0))
     made = []
-    monkeypatch.setattr(K.Kernel, "_config", lambda self, *a, **kw: made.append(self._pdl(None)) or
+    monkeypatch.setattr(K.Kernel, "configure", lambda self, cfg, **kw: made.append(self._pdl(cfg.pdl)) or
                         (lambda *args: None))
     tk = TritonKernel(kern, art.meta, "ptx")
     g = tk[4]
@@ -489,3 +489,63 @@ def test_triton_launchers_follow_a_change_of_pdl(monkeypatch):
     g(0, 0, 4, stream=[7])  # an unhashable stream: configured each time, kept nowhere
     g(0, 0, 4, stream=[7])
     assert made == [True, False, False, False] and list(g.by_stream) == [7]
+
+
+@pytest.fixture
+def fake_kernel(monkeypatch):
+    """A Triton kernel of an entry's PTX over stand-ins for the driver (``calls``: the
+    launches cuLaunchKernel would have made)."""
+    import types
+
+    from nbjit import _driver
+    from nbjit import kernel as K
+    from nbjit.triton import TritonKernel
+    calls = []
+    monkeypatch.setattr(_driver, "backend", lambda: _driver.Backend("python", lambda *a: calls.append(a) or 0, int))
+    monkeypatch.setattr(_driver, "device_info", lambda ordinal: types.SimpleNamespace(
+        cc=(9, 0), max_shared_optin=227 << 10, max_shared_default=48 << 10))
+    monkeypatch.setattr(_driver, "function_attributes", lambda func: dict(
+        registers=16, shared=0, const=0, local=0, max_threads_per_block=1024, ptx_version=90, binary_version=90,
+        max_dynamic_shared=0))
+    monkeypatch.setattr(K, "_MULTI", [False])
+
+    def make(entry):
+        art = read_triton(T / entry)
+        info = inspect_ptx(art.ptx.read_bytes()).entries[0]
+        kern = K.Kernel(None, (info.name, None, ()), K._State(info.name, 0x1234, info, 0, 0))
+        return TritonKernel(kern, art.meta, "ptx")
+    return types.SimpleNamespace(make=make, calls=calls)
+
+
+@pytest.mark.parametrize("entry,grid,programs,launched", [
+    ("add_kernel", 4, (4, 1, 1), (4, 1, 1)), ("add_kernel", [2, 3], (2, 3, 1), (2, 3, 1)),
+    ("matmul_ctas2", (3, 2), (3, 2, 1), (6, 2, 1))])  # num_ctas=2: two blocks per program (its PTX fixes the cluster)
+def test_a_triton_grid_is_a_launch_configuration(fake_kernel, entry, grid, programs, launched):
+    tk = fake_kernel.make(entry)
+    m = tk.meta
+    g = tk[grid]
+    assert g.grid == programs and g.config.grid == launched and g.config.block == m.block
+    assert g.config.shared == m.shared and g.config.cluster is None and not g.config.cooperative
+    assert g.config.pdl is None  # the kernel's, decided by Kernel.configure
+
+
+def test_a_triton_launch_is_the_kernels_launcher_with_a_zero_tail(fake_kernel):
+    tk = fake_kernel.make("add_kernel")
+    g = tk[4]
+    g(0x10, 0x20, 0x30, 1000, 0.5, stream=5)
+    g(0x10, 0x20, 0x30, 1000, 0.5, stream=5)
+    launcher = g.by_stream[5]
+    assert launcher.tail == 2 and launcher.config.stream == 5 and launcher is g.launchers[5]
+    assert [c[1:8] for c in fake_kernel.calls] == [(4, 1, 1, 128, 1, 1, 0)] * 2
+    with pytest.raises(NbjitArgumentError, match=r"Triton kernel 'add_kernel' takes 5 runtime arguments"):
+        g(0x10, 0x20, 0x30, 1000, 0.5, 0, 0, stream=5)
+
+
+@pytest.mark.parametrize("grid, msg", [
+    (0, "grid values must be from 1 to 2\\*\\*32 - 1"), ((1, 2, 3, 4), "grid must be an int or a tuple of 1 to 3"),
+    (True, "grid must be an int or a tuple"), (1.5, "grid must be an int or a tuple"),
+    ((2, 1.0), "grid must hold ints")])
+def test_a_triton_grid_is_checked_as_any_launch(fake_kernel, grid, msg):
+    tk = fake_kernel.make("add_kernel")
+    with pytest.raises(NbjitLaunchError, match=f"kernel 'add_kernel': {msg}"):
+        tk[grid]

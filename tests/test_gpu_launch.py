@@ -81,7 +81,7 @@ def test_same_bytes_same_module_and_unload(cuda):
     b = nbjit.load(raw.decode())
     assert a is b
     ref = weakref.ref(a)
-    fin = a._finalizer
+    fin = a._live.finalizer
     k = a["k_cluster"]
     del a, b
     gc.collect()

@@ -17,8 +17,9 @@ from .signature import Directives, KernelInfo, KernelSignature, Param
 _CLASSES = {c.__name__: c for c in (CubinInfo, GlobalSymbol, KernelInfo, KernelSignature, Param, Directives, CParam)}
 _FIELDS = {name: tuple(f.name for f in dataclasses.fields(c)) for name, c in _CLASSES.items()}
 _HERE = os.path.dirname(__file__)  # (absolute: a module's __file__ is, since Python 3.9)
-# the modules whose code decides what inspection and declaration reading give
-_READERS = ("_elf.py", "arch.py", "cdecl.py", "cubin.py", "signature.py", "_facts.py")
+# the modules whose code decides what inspection, declaration reading and the compiler's
+# derivation (typing, ptxas's report) give
+_READERS = ("_elf.py", "arch.py", "cdecl.py", "cubin.py", "signature.py", "_facts.py", "compiler.py")
 
 
 class FactsError(ValueError):
@@ -29,18 +30,22 @@ class FactsError(ValueError):
 class Facts:
     """What nbjit read from a compiled image and its source, kept in its cache entry:
     ``declarations`` (the source's kernels' C declarations, ``{kernel: (origin, (CParam,
-    ...))}``), ``info`` (the cubin's ``CubinInfo``; None for PTX) and ``typed`` (``{kernel:
-    KernelInfo}`` typed from both and the mangled names, as loading would type them)."""
+    ...))}``), ``info`` (the cubin's ``CubinInfo``; None for PTX), ``typed`` (``{kernel:
+    KernelInfo}`` typed from both and the mangled names, as loading would type them) and
+    ``resources`` (``{function: {"stack_frame", "spill_stores", "spill_loads": bytes}}`` as
+    ptxas reported them while compiling: the compiler's log, which a cache hit does not
+    repeat; empty where it was not asked for)."""
 
     declarations: Mapping[str, tuple]
     info: CubinInfo | None = None
     typed: Mapping[str, KernelInfo] = field(default_factory=dict)
+    resources: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
 
 def keep(facts: Facts) -> dict:
     """``facts`` as the JSON data a cache entry's description holds, stamped with this code."""
     return {"stamp": stamp(), "info": encode(facts.info), "declarations": encode(dict(facts.declarations)),
-            "typed": encode(dict(facts.typed))}
+            "typed": encode(dict(facts.typed)), "resources": {k: dict(v) for k, v in facts.resources.items()}}
 
 
 def read(data: Any, kind: str) -> Facts | None:
@@ -53,11 +58,22 @@ def read(data: Any, kind: str) -> Facts | None:
         decls, info, typed = decode(data["declarations"]), decode(data.get("info")), decode(data.get("typed"))
     except (FactsError, TypeError):  # (TypeError: a record's fields that are not what its class takes)
         return None
+    resources = data.get("resources", {})
     if not isinstance(decls, dict) or not (info is None or isinstance(info, CubinInfo)) or \
             (info is None) != (kind != "cubin") or not isinstance(typed, dict) or \
-            not all(isinstance(v, KernelInfo) for v in typed.values()):
+            not all(isinstance(v, KernelInfo) for v in typed.values()) or not _resources(resources):
         return None
-    return Facts(decls, info, typed)
+    return Facts(decls, info, typed, resources)
+
+
+_RESOURCE_KEYS = {"stack_frame", "spill_stores", "spill_loads"}
+
+
+def _resources(data: Any) -> bool:
+    """Whether ``data`` is a ``Facts.resources`` as ``keep`` writes it."""
+    return isinstance(data, dict) and all(
+        isinstance(r, dict) and r.keys() == _RESOURCE_KEYS and all(type(v) is int for v in r.values())
+        for r in data.values())
 
 
 @functools.lru_cache(maxsize=None)

@@ -591,8 +591,13 @@ def _compile(args) -> int:
             print(img.log, file=sys.stderr)
         for e, m in img.lowered_names.items():
             print(f"{e} -> {m}", file=sys.stderr)
+        for k, r in img.resources.items():  # what ptxas reported, where a kernel uses local memory
+            if any(r.values()):
+                print(f"{k}: {r['stack_frame']} bytes stack frame, {r['spill_stores']} bytes spill stores, "
+                      f"{r['spill_loads']} bytes spill loads", file=sys.stderr)
         made.append({"arch": img.arch, "kind": img.kind, "bytes": len(img.data), "file": None,
-                     "lowered_names": dict(img.lowered_names)})
+                     "lowered_names": dict(img.lowered_names),
+                     "resources": {k: dict(r) for k, r in img.resources.items()}})
         if args.cache_only:
             if cache.path is None:  # the cache gave up writing (a warning said why)
                 raise _Usage(f"--cache-only: {img.kind} for {img.arch} was compiled but not stored: the cache "

@@ -158,6 +158,9 @@ class Image:
     # {kernel: KernelInfo} typed from ``info`` with ``declarations`` and the mangled names,
     # where already known (a cache entry's facts): what loading it would merge again
     typed: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    # {function: {"stack_frame", "spill_stores", "spill_loads": bytes}} as ptxas reported them
+    # while compiling it (nbjit.compile's NVRTC log, kept in the cache entry's facts); {} where unknown
+    resources: Mapping[str, Mapping[str, int]] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self):
         if self.kind not in IMAGE_KINDS:

@@ -47,6 +47,9 @@ class KernelAttributes:
     # from the cubin's own records (None where the code came as PTX, which the driver compiled):
     frame: int | None = None  # the kernel's stack frame, bytes (spills and local arrays live there)
     spills: int | None = None  # instructions that spill or refill registers
+    # as ptxas reported them compiling it (nbjit.compile's NVRTC; None where not known):
+    spill_stores: int | None = None  # bytes stored by spills
+    spill_loads: int | None = None  # bytes loaded by refills
 
 
 class _Buffer:
@@ -361,7 +364,10 @@ class Kernel(_EXTENSION.KernelBase if _EXTENSION is not None else _PyIndexing): 
         """What the driver says about the loaded function (read once)."""
         s = self._loaded()
         if s.attrs is None:
-            s.attrs = KernelAttributes(**_driver.function_attributes(s.func), frame=s.info.frame, spills=s.info.spills)
+            mod = self.module  # (what ptxas said while compiling it, where nbjit compiled it)
+            told = mod.image.resources.get(s.name, {}) if mod is not None else {}
+            s.attrs = KernelAttributes(**_driver.function_attributes(s.func), frame=s.info.frame, spills=s.info.spills,
+                                       spill_stores=told.get("spill_stores"), spill_loads=told.get("spill_loads"))
         return s.attrs
 
     def sass(self, arch: str | None = None) -> str:

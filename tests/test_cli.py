@@ -638,6 +638,22 @@ def test_json_of_compile_and_cache(tmp_path):
     assert r.returncode == 2 and "--json applies to 'cache info' and 'cache list'" in r.stderr
 
 
+def test_compile_shows_what_ptxas_reported(tmp_path):
+    """nbjit compile names the kernels that use local memory (stack frame, spill bytes, as
+    ptxas reported them) and gives every kernel's report in --json; again from the cache."""
+    env = {**os.environ, "NBJIT_CACHE_DIR": str(tmp_path / "cache")}
+    cmd = [EXE] if EXE else [sys.executable, "-m", "nbjit"]
+    run = lambda *a: subprocess.run([*cmd, *a], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    for _ in range(2):  # compiled, then a cache hit
+        r = run("compile", str(DATA / "src/spill.cu"), "--arch", "sm_90", "--json", "-o", str(tmp_path / "s.cubin"))
+        assert r.returncode == 0 and "ptxas info" not in r.stderr, r.stderr
+        (out,) = json.loads(r.stdout)["outputs"]
+        spills = out["resources"]["spills"]
+        assert spills["spill_stores"] > 0 and out["resources"]["plain"] == dict.fromkeys(spills, 0)
+        assert (f"spills: {spills['stack_frame']} bytes stack frame, {spills['spill_stores']} bytes spill stores, "
+                f"{spills['spill_loads']} bytes spill loads") in r.stderr and "plain:" not in r.stderr
+
+
 def test_standard_input(tmp_path):
     cmd = [EXE] if EXE else [sys.executable, "-m", "nbjit"]
     run = lambda data, *a: subprocess.run([*cmd, *a], input=data, capture_output=True, timeout=60)

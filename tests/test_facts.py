@@ -140,16 +140,18 @@ def test_facts_of_the_wrong_shape_are_read_afresh(tmp_path, facts, monkeypatch):
     assert Cache(tmp_path).read(key).facts == entry.facts  # read afresh, and kept
 
 
-@pytest.mark.parametrize("typed", [["", 1], {"axpy": ["", 1]}])
-def test_typed_kernels_of_the_wrong_shape_are_read_afresh(tmp_path, typed, monkeypatch):
+@pytest.mark.parametrize("field, bad", [("typed", ["", 1]), ("typed", {"axpy": ["", 1]}), ("resources", ["", 1]),
+                                        ("resources", {"axpy": {"stack_frame": "0"}}),
+                                        ("resources", {"axpy": {"stack_frame": 0, "spill_stores": 0}})])
+def test_typed_kernels_and_resources_of_the_wrong_shape_are_read_afresh(tmp_path, field, bad, monkeypatch):
     c = Cache(tmp_path)
     good = compile_image(PLAIN, arch="sm_90", cache=c)
-    assert set(good.typed) == {"axpy"}
+    assert set(good.typed) == {"axpy"} and set(good.resources) == {"axpy"}
     (key,) = [f.stem for f, _, _ in c.entries()]
     entry = c.read(key)
-    _plant(c, key, entry, {**_facts.keep(entry.facts), "typed": typed}, monkeypatch)
+    _plant(c, key, entry, {**_facts.keep(entry.facts), field: bad}, monkeypatch)
     again = compile_image(PLAIN, arch="sm_90", cache=Cache(tmp_path))
-    assert again.typed == good.typed and again.info == good.info
+    assert again.typed == good.typed and again.info == good.info and again.resources == good.resources
 
 
 def test_facts_kept_and_read_are_the_facts(tmp_path):
@@ -158,12 +160,13 @@ def test_facts_kept_and_read_are_the_facts(tmp_path):
     c = Cache(tmp_path)
     for output in ("cubin", "ptx"):
         img = compile_image(SRC, name_expressions=["fill<float>"], headers=HDR, arch="sm_90", output=output, cache=c)
-        f = _facts.Facts(img.declarations, img.info, img.typed)
+        f = _facts.Facts(img.declarations, img.info, img.typed, img.resources)
         record = json.loads(json.dumps(_facts.keep(f)))
         assert _facts.read(record, output) == f
         assert _facts.read(record, "ptx" if output == "cubin" else "cubin") is None
         assert _facts.read({**record, "stamp": "another nbjit"}, output) is None
         assert (img.info is None) == (output == "ptx") and img.declarations
+        assert bool(img.resources) == (output == "cubin")  # ptxas's report: where ptxas ran
 
 
 def test_a_warm_hit_types_its_kernels_as_loading_would(tmp_path, fake_device, monkeypatch):

@@ -117,3 +117,15 @@ def test_the_target_on_a_gpu(cuda, tmp_path):
     x = cuda.device_array(32, np.int32)
     named["k"][1, 32](x)
     np.testing.assert_array_equal(x.copy_to_host(), 2 * np.arange(32))
+
+
+def test_attributes_of_a_spilling_kernel(cuda, tmp_path):
+    """kernel.attributes carries the spill bytes ptxas reported beside the driver's numbers,
+    from a compile and from a cache hit in a fresh cache object."""
+    for _ in range(2):
+        m = nbjit.compile(DATA / "src/spill.cu", cache=nbjit.Cache(tmp_path))
+        a = m["spills"].attributes
+        told = m.image.resources["spills"]
+        assert (a.spill_stores, a.spill_loads, a.frame) == (told["spill_stores"], told["spill_loads"],
+                                                            told["stack_frame"])
+        assert a.spill_stores > 0 and a.registers <= 32

@@ -254,3 +254,19 @@ def test_launcher_groups_are_dropped_with_their_kernels_launchers():
     assert len(own) == 1 and not grid  # too many: all dropped together
     grid.keep(["unhashable"], "d")
     assert not grid and grid._token not in own
+
+
+def test_attributes_carry_what_ptxas_reported(fake_device, monkeypatch, tmp_path):
+    """kernel.attributes: the driver's numbers, the cubin's frame and spill instructions, and
+    the spill bytes ptxas reported compiling it (None for code nbjit did not compile)."""
+    import nbjit
+    driver_says = dict(registers=32, shared=0, const=0, local=0, max_threads_per_block=1024, ptx_version=90,
+                       binary_version=90, max_dynamic_shared=0)  # (a stand-in for the driver's answer)
+    monkeypatch.setattr(_driver, "function_attributes", lambda func: driver_says)
+    m = nbjit.compile(DATA / "src/spill.cu", arch="sm_90", cache=nbjit.Cache(tmp_path))
+    told = m.image.resources["spills"]
+    a = m["spills"].attributes
+    assert (a.spill_stores, a.spill_loads, a.frame) == (told["spill_stores"], told["spill_loads"], told["stack_frame"])
+    assert a.spill_stores > 0 and a.spills > 0 and a.registers == 32
+    b = nbjit.load(DATA / "nvcc/kernels_sm_90.cubin")["k_basic"].attributes
+    assert b.spill_stores is None and b.spill_loads is None and b.frame == 0

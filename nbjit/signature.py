@@ -371,11 +371,13 @@ def maker(cls) -> Callable[..., Any]:
     if any(f.default_factory is not MISSING for f in fields(cls)):
         raise TypeError(f"{cls.__name__} has a field with a default factory: maker() gives defaults as they are")
     template = {f.name: f.default for f in fields(cls)}  # (MISSING where the caller must give one)
-    new = object.__new__
+    new, set_ = object.__new__, object.__setattr__
 
     def make(**values):
+        d = template.copy()
+        d.update(values)
         obj = new(cls)
-        obj.__dict__.update(template, **values)
+        set_(obj, "__dict__", d)
         return obj
 
     make.__doc__ = f"A {cls.__name__} from keyword arguments (see signature.maker)."

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import bisect
 import difflib
+import functools
 import os
 import re
 import sys
 from dataclasses import dataclass, field, replace
 
 from .errors import PtxParseError
-from .signature import SCALAR_TYPES, Directives, KernelInfo, KernelSignature, find_entry, layout
+from .signature import (SCALAR_TYPES, Directives, KernelInfo, KernelSignature, find_entry, layout, maker,
+                        param_shape, place)
 
 _NO_DIRECTIVES = Directives()
 _NO_PARAMS = KernelSignature((), 0)
@@ -160,12 +162,15 @@ class PtxInfo:
         }
 
 
+_kernel, _function, _directives, _variable = maker(KernelInfo), maker(FuncInfo), maker(Directives), maker(GlobalVar)
+
 # --------------------------------------------------------------------------- lexing
 
 # A string, a line comment or a block comment, whichever starts first (so "//" inside a
 # string and "/*" inside a line comment are what they are); a lone '"' or '/*' is an
 # unterminated string or comment.
 _LEX = re.compile(r'"[^"\n]*"|//[^\n]*|/\*.*?\*/|/\*|"', re.S)
+_LINE_COMMENT = re.compile(r"//[^\n]*")  # (what _LEX finds in text with no '"' or '/*')
 _META = re.compile(r"//[ \t]*meta:[ \t]*(\w+)[ \t]*=[ \t]*(\S*)")
 _LEGACY = re.compile(r"//[ \t]*(TRITON_\w+)[ \t]*:[ \t]*(\d+)")
 _NON_NEWLINE = re.compile(r"[^\n]")
@@ -200,10 +205,14 @@ def _blank(seg: str, meta: list | None = None, base: int = 0) -> str:
             raise _Unterminated("string" if s == '"' else "/* comment", m.start())
         if s[0] == '"':
             return '"' + "x" * (len(s) - 2) + '"'
-        if meta is not None and s[1] == "/":
-            _note_meta(s, meta, base + m.start())
+        if s[1] == "/":  # a line comment: no line break in it
+            if meta is not None:
+                _note_meta(s, meta, base + m.start())
+            return " " * len(s)
         return _NON_NEWLINE.sub(" ", s)
 
+    if '"' not in seg and "/*" not in seg:  # line comments only, as compilers write: a simpler pattern
+        return _LINE_COMMENT.sub(repl, seg) if "//" in seg else seg
     return _LEX.sub(repl, seg)
 
 
@@ -231,11 +240,13 @@ _LINKAGE_WORDS = (".visible", ".weak", ".extern", ".common")
 _NAME = re.compile(r"\s*([A-Za-z_$%][\w$%]*)")
 _PTOKEN = re.compile(r"\.\w+|\d+|[A-Za-z_$%][\w$%]*|\S")
 _DIRECTIVE = re.compile(r"\.(\w+)((?:\s*\d+\s*,)*\s*\d+)?|\S+")
-_VAR = re.compile(r"\.(global|const|shared)\b((?:[^;.]|\.(?!(?:global|const|shared)\b))*);")
 _VAR_START = re.compile(r"\.(?:global|const|shared)\b")
-_IDENT = re.compile(r"[A-Za-z_$][\w$]*")
+# what follows .global/.const/.shared as compilers write it: [.align N] .type name[[N]] [= ...]
+_VAR_USUAL = re.compile(r"\s+(?:\.align\s+(\d{1,9})\s+)?\.([a-z0-9]+)\s+([A-Za-z_$][A-Za-z0-9_$]*)"
+                        r"(?:\s*(\[)\s*(\d{0,9})\s*\])?\s*(?:(=)|\Z)")
+_IDENT = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*")  # (code is ASCII: check_chars)
 _MAX_DIGITS = 19
-_VARTOK = re.compile(r"\.\w+|\d+|[A-Za-z_$%][\w$%]*|\[|\]|=")
+_VARTOK = re.compile(r"\.[A-Za-z0-9_]+|\d+|[A-Za-z_$%][A-Za-z0-9_$%]*|\[|\]|=")  # (\w, as ASCII: 5x faster)
 _LOC = re.compile(r"\.loc\b")
 _GRIDDEP = re.compile(r"\bgriddepcontrol\.(wait|launch_dependents)\b")
 _GRIDDEP_ORDER = ("wait", "launch_dependents").index  # the order KernelInfo.griddepcontrol lists them in
@@ -258,7 +269,33 @@ _SCOPE_UNKNOWN = re.compile(r"\.(?!(?:" + "|".join(_MODULE_DIRECTIVES) + r"|v2|v
                             r"[bsuf](?:8|16|32|64)|f16x2|bf16|bf16x2|b128|pred|debug_\w+|nv_debug\w*)\b)"
                             r"([A-Za-z_]\w*)")
 _DWARF_LINE = re.compile(r"@@DWARF[^\n]*")
-_SCOPE_INSTRUCTION = re.compile(r"^[ \t]*([a-z][a-z0-9]*(?:\.[\w]+)*)[ \t]+[%\[][^\n]*;", re.M)
+# an instruction starting a line: on the first line, or after a newline (a literal first
+# character, which the regex engine finds at C speed; '^' with re.M is tried at every character)
+_INSTRUCTION_TEXT = r"[ \t]*([a-z][a-z0-9]*(?:\.[\w]+)*)[ \t]+[%\[][^\n]*;"
+_SCOPE_INSTRUCTION = (re.compile(_INSTRUCTION_TEXT), re.compile("\n" + _INSTRUCTION_TEXT))
+# The shapes compilers write, read by a few compiled patterns and str.find: a gap between
+# bodies holding only white space, comments that are not metadata and a linkage word, then
+# '.entry' or '.func', its name and '(' (_NEXT_DECL); a head with no comment, string or
+# nested parenthesis in it (no '/' or '"': it is code as it stands); parameters '.param
+# [.align N] .type [.ptr [.space] [.align N]] name[[N]]' (_PARAM_ITEM). Text of any other
+# shape is read by the general code (same results, and the errors).
+_QUIET = r"\s*(?://(?![ \t]*(?:meta|TRITON_))[^\n]*(?=\n|\Z)\s*)*"  # each comment runs to its line's end
+_HEAD_START = r'\s*([A-Za-z_$%][A-Za-z0-9_$%]*)(?:[ \t\r\n]*(\())?'  # the name, and '(' if a parameter list follows
+_RETURN_LIST = r'(?:[ \t\r\n]*\([^()/"{};]*\))?'
+_NEXT_DECL = re.compile(_QUIET + r"(?:\.(visible|weak|extern|common)" + _QUIET + r")?(\.entry\b|\.func\b"
+                        + _RETURN_LIST + ")" + _HEAD_START)
+_ENTRY_START = re.compile(_HEAD_START)
+_FUNC_START = re.compile(_RETURN_LIST + _HEAD_START)
+_HEAD_REST = re.compile(r'[^()/"{};]*[{;]')
+# One item from its start (after the list's '(' or a ','; so no text between items goes
+# unread) to the ',' after it or the list's end: (what precedes the name, the name, the
+# array size). A list is read whole where it has one item per ','-separated slot; what
+# precedes the name repeats from kernel to kernel, and is read once (_PARAM_PREFIX).
+_PARAM_PREFIX_TEXT = (r"\s*\.param\s+(?:\.align\s+(\d{1,9})\s+)?\.([a-z0-9]+)"
+                      r"(?:\s+(\.ptr)(?:\s+\.(" + "|".join(_SPACES) + r"))?(?:\s+\.align\s+(\d{1,9}))?)?\s+")
+_PARAM_PREFIX = re.compile(_PARAM_PREFIX_TEXT)
+_PARAM_ITEM = re.compile(r"(?<![^(,])(" + re.sub(r"\((?!\?)", "(?:", _PARAM_PREFIX_TEXT) + r")"
+                         r"([A-Za-z_$%][A-Za-z0-9_$%]*)(?:\s*(\[\s*\d{0,9}\s*\]))?\s*(?:,|\Z)")
 _DIRECTIVES_N = {"maxntid", "reqntid", "reqnctapercluster"}
 _DIRECTIVES_1 = {"minnctapersm", "maxnctapersm", "maxnreg", "maxclusterrank"}
 _DIRECTIVES_0 = {"noreturn", "explicitcluster", "blocksareclusters"}
@@ -309,7 +346,9 @@ class _Parser:
         self._braces: dict[int, int] | None = None
         self._unclosed: list[int] = []
         self._bodies: list[tuple[int, int | None, int | None]] = []  # (entry index, body start, end)
+        self._directives: dict[str, Directives] = {}  # directive text -> what it says
         self.v = text
+        self.has_griddep = "griddepcontrol" in text  # (in code or not: griddep looks closer)
         if "//" not in text and '"' not in text and "/*" not in text:
             self.full = True  # nothing to blank: the text is its own code view
         elif _BLOCK_OPEN.search(text):
@@ -346,15 +385,21 @@ class _Parser:
 
     def find_code(self, rx: re.Pattern, pos: int, end: int | None = None) -> re.Match | None:
         """The first match of ``rx`` in code (not in a comment or string) from ``pos``. A
-        match is checked by blanking its line; the first one that is not code (or sits on a
-        very long line) switches to the fully blanked view, so the cost stays linear."""
+        match is code if nothing before it on its line could start a comment or string, else
+        it is checked by blanking its line; the first one that is not code (or sits on a very
+        long line) switches to the fully blanked view, so the cost stays linear."""
         if self.full:
             return rx.search(self.v, pos) if end is None else rx.search(self.v, pos, end)
-        end = len(self.v) if end is None else end
-        m = rx.search(self.v, pos, end)
-        if m is None or self.full:
+        v = self.v
+        end = len(v) if end is None else end
+        m = rx.search(v, pos, end)
+        if m is None:
             return m
-        a, b = self.line_span(m.start())
+        i = m.start()
+        a = v.rfind("\n", max(0, i - _LONG_LINE), i) + 1  # 0: the text's first line, or a long one
+        if (a or i <= _LONG_LINE) and v.find("/", a, i) == -1 and v.find('"', a, i) == -1:
+            return m  # nothing before it on its line starts a comment or string (there is no /* */)
+        a, b = self.line_span(i)
         if b - a <= _LONG_LINE and self.blank(a, b)[m.start() - a] == self.v[m.start()]:
             return m
         self.to_full()
@@ -431,30 +476,40 @@ class _Parser:
         pos = 0
         header = None
         while True:
-            d = self.find_code(_DECL, pos)
-            gap_end = len(v) if d is None else d.start()
-            g = self.blank(pos, gap_end, self.meta)
-            spans += (pos, gap_end)
-            plain = g.strip()
-            if not plain:  # the usual gap between two kernels: nothing in it to read
-                lk = ""
-            elif plain in _LINKAGE_WORDS and header is not None:  # only a linkage word before the next one
-                lk = g
+            nxt = _NEXT_DECL.match(self.v, pos) if header is not None else None
+            if nxt is not None:  # the usual gap (white space, comments, a linkage word), then a declaration
+                linkage, word, name, paren = nxt.groups()
+                start: tuple | None = (name, nxt.end(), paren is not None)
+                spans += (pos, nxt.start(2))
+                pos = nxt.end(2)
             else:
-                lk = _trailing_linkage(g)
-                scope = g[: len(g) - len(lk)] if lk else g
-                self.check_scope(scope, pos)
-                gaps.append((pos, scope))
-            if header is None:
-                header = self.header(g)
-            if d is None:
-                break
-            linkage = lk.split()[-1][1:] if lk.strip() else None
-            if d.group() == ".entry":
-                info, pos = self.entry(d.end(), linkage)
+                d = self.find_code(_DECL, pos)
+                gap_end = len(v) if d is None else d.start()
+                g = self.blank(pos, gap_end, self.meta)
+                spans += (pos, gap_end)
+                plain = g.strip()
+                if not plain:  # nothing in it to read
+                    lk = ""
+                elif plain in _LINKAGE_WORDS and header is not None:  # only a linkage word before the next one
+                    lk = g
+                else:
+                    lk = _trailing_linkage(g)
+                    scope = g[: len(g) - len(lk)] if lk else g
+                    self.check_scope(scope, pos)
+                    gaps.append((pos, scope))
+                if header is None:
+                    header = self.header(g)
+                if d is None:
+                    break
+                linkage = lk.split()[-1][1:] if lk.strip() else None
+                word, pos = d.group(), d.end()
+                m = (_ENTRY_START if word == ".entry" else _FUNC_START).match(self.v, pos)
+                start = None if m is None else (m.group(1), m.end(), m.group(2) is not None)
+            if word == ".entry":
+                info, pos = self.entry(pos, linkage, start)
                 entries.append(info)
             else:
-                fn, pos = self.func(d.end(), linkage)
+                fn, pos = self.func(pos, linkage, start)
                 funcs.append(fn)
         funcs = _merge_functions(funcs)
         entries = self.called_griddep(entries, funcs)
@@ -488,7 +543,8 @@ class _Parser:
             close = difflib.get_close_matches(word, _MODULE_DIRECTIVES, n=1)
             raise self.error(f"unknown directive .{word} at module scope"
                              + (f" (did you mean .{close[0]}?)" if close else ""), off + bad.start(1))
-        ins = _SCOPE_INSTRUCTION.search(g)
+        first, rest = _SCOPE_INSTRUCTION
+        ins = first.match(g) or rest.search(g)
         if ins:
             raise self.error(f"instruction {ins.group(1)!r} outside a function body (a stray '}}' before it?)",
                              off + ins.start(1))
@@ -555,6 +611,10 @@ class _Parser:
     def params(self, inner: str, pos: int, what: str) -> KernelSignature:
         if not inner or inner.isspace():
             return _NO_PARAMS
+        shapes = _param_shapes(inner, 0, len(inner))
+        if shapes is not None:
+            return place(shapes)
+        # not the usual shape: token by token, with the errors
         return layout([self.param(chunk, i, pos, what) for i, chunk in enumerate(inner.split(","))])
 
     def param(self, chunk: str, index: int, pos: int, what: str):
@@ -613,6 +673,9 @@ class _Parser:
     def directives(self, text: str, pos: int, what: str) -> Directives:
         if not text or text.isspace():
             return _NO_DIRECTIVES
+        known = self._directives.get(text)  # kernels of one shape repeat their directives word for word
+        if known is not None:
+            return known
         kw: dict = {}
         for d in _DIRECTIVE.finditer(text):
             word, nums = d.group(1), d.group(2)
@@ -633,32 +696,62 @@ class _Parser:
                 kw[word] = True
             else:
                 raise self.error(f"unknown directive .{word} on {what}", pos)
-        return Directives(**kw)
+        self._directives[text] = d = _directives(**kw)
+        return d
 
-    def entry(self, pos: int, linkage: str | None) -> tuple[KernelInfo, int]:
-        h, hend, defined = self.declaration(pos, "'.entry'")
-        n = _NAME.match(h)
-        if not n:
-            raise self.error("expected a name after .entry", pos)
-        name, p = n.group(1), n.end()
-        if h.startswith("()", p):  # the common shape of small kernels: no parameters
-            inner, p = "", p + 2
+    def head(self, start: tuple[str, int, bool] | None) -> tuple[list, int, int] | None:
+        """The rest of a declaration's head of the usual shape (see ``_NEXT_DECL``), given
+        ``start``: its name, where the text after the name (and its '(', if any) starts, and
+        whether there was a '('. Returns (the parameters as ``place`` takes them, where the
+        directives start, where the '{' or ';' ending it is), or None for a head of any other
+        shape."""
+        if start is None:
+            return None
+        v = self.v
+        _, p, paren = start
+        shapes: list | None = []
+        if paren:
+            close = v.find(")", p)
+            if close != p:  # (else no parameters)
+                shapes = None if close == -1 else _param_shapes(v, p, close)
+                if shapes is None:
+                    return None
+            p = close + 1
+        r = _HEAD_REST.match(v, p)
+        return None if r is None else (shapes, p, r.end() - 1)
+
+    def entry(self, pos: int, linkage: str | None, start: tuple[str, int, bool] | None) -> tuple[KernelInfo, int]:
+        h = self.head(start)
+        if h is not None:
+            name = start[0]
+            shapes, p, hend = h
+            sig = place(shapes) if shapes else _NO_PARAMS
+            rest = self.v[p:hend]
+            d = _NO_DIRECTIVES if not rest or rest.isspace() else self.directives(rest, p, f"kernel {name!r}")
+            defined = self.v[hend] == "{"
         else:
-            inner, p = self.paren_list(h, p, pos, f"kernel {name!r}")
-        sig = self.params(inner, pos + p, f"kernel {name!r}") if inner else _NO_PARAMS
-        rest = h[p:]
-        d = _NO_DIRECTIVES if not rest or rest.isspace() else self.directives(
-            _PRAGMA.sub("", rest) if ".pragma" in rest else rest, pos + p, f"kernel {name!r}")
+            h, hend, defined = self.declaration(pos, "'.entry'")
+            n = _NAME.match(h)
+            if not n:
+                raise self.error("expected a name after .entry", pos)
+            name, p = n.group(1), n.end()
+            what = f"kernel {name!r}"
+            inner, p = self.paren_list(h, p, pos, what)
+            sig = self.params(inner, pos + p, what) if inner else _NO_PARAMS
+            rest = h[p:]
+            d = _NO_DIRECTIVES if not rest or rest.isspace() else self.directives(
+                _PRAGMA.sub("", rest) if ".pragma" in rest else rest, pos + p, what)
         gdc: tuple[str, ...] = ()
         if defined:
             close = (self._braces if self._braces is not None else self.braces()).get(hend)
             end = close + 1 if close is not None else self.match_brace(hend, f"kernel {name!r}")
-            gdc = self.griddep(hend, end)
+            if self.has_griddep:
+                gdc = self.griddep(hend, end)
             self._bodies.append((len(self._bodies), hend, end))
         else:
             end = hend + 1
             self._bodies.append((len(self._bodies), None, None))
-        return KernelInfo(name, sig, d, linkage, griddepcontrol=gdc), end
+        return _kernel(name=name, signature=sig, directives=d, linkage=linkage, griddepcontrol=gdc), end
 
     def called_griddep(self, entries: list[KernelInfo], funcs: list[FuncInfo]) -> list[KernelInfo]:
         """Kernels also run the griddepcontrol instructions of the functions they call
@@ -679,39 +772,60 @@ class _Parser:
 
     def griddep(self, a: int, b: int) -> tuple[str, ...]:
         """The griddepcontrol instructions in code between ``a`` and ``b`` (a body)."""
-        if self.v.find("griddepcontrol", a, b) == -1:  # the common case: one find, no regex
+        if not self.has_griddep or self.v.find("griddepcontrol", a, b) == -1:  # the common case: no regex
             return ()
         found = {m.group(1) for m in self.code_matches(_GRIDDEP, a, b)}
         return tuple(sorted(found, key=_GRIDDEP_ORDER))
 
-    def func(self, pos: int, linkage: str | None) -> tuple[FuncInfo, int]:
-        h, hend, defined = self.declaration(pos, "'.func'")
-        _, p = self.paren_list(h, 0, pos, ".func return list")
-        name, p = self.name_at(h, p, pos, ".func")
-        what = f"function {name!r}"
-        inner, p = self.paren_list(h, p, pos, what)
-        self.params(inner or "", pos + p, what)
-        d = self.directives(_PRAGMA.sub("", h[p:]), pos + p, what)
+    def func(self, pos: int, linkage: str | None, start: tuple[str, int, bool] | None) -> tuple[FuncInfo, int]:
+        h = self.head(start)
+        if h is not None:
+            name = start[0]
+            _, p, hend = h
+            what = f"function {name!r}"
+            d = self.directives(self.v[p:hend], p, what)
+            defined = self.v[hend] == "{"
+        else:
+            h, hend, defined = self.declaration(pos, "'.func'")
+            _, p = self.paren_list(h, 0, pos, ".func return list")
+            name, p = self.name_at(h, p, pos, ".func")
+            what = f"function {name!r}"
+            inner, p = self.paren_list(h, p, pos, what)
+            self.params(inner or "", pos + p, what)
+            d = self.directives(_PRAGMA.sub("", h[p:]), pos + p, what)
         end = self.match_brace(hend, what) if defined else hend + 1
-        return FuncInfo(name, linkage, defined, d.noreturn, self.griddep(hend, end) if defined else ()), end
+        return _function(name=name, linkage=linkage, defined=defined, noreturn=d.noreturn,
+                         griddepcontrol=self.griddep(hend, end) if defined else ()), end
 
     def variables(self, g: str, off: int):
+        """The variables declared in module-scope text ``g`` (at ``off`` in the text): each
+        runs from its ``.global``/``.const``/``.shared`` to the next ';', with no other one
+        in between."""
         pos = 0
         while True:
             start = _VAR_START.search(g, pos)
             if start is None:
                 return
-            v = _VAR.match(g, start.start())
-            if v is None:
+            semi = g.find(";", start.end())
+            if semi == -1 or _VAR_START.search(g, start.end(), semi) is not None:
                 raise self.error(f"malformed {start.group()} declaration (no ';' ends it)", off + start.start())
-            pos = v.end()
-            yield self.variable(v, g, off)
+            pos = semi + 1
+            yield self.variable(start.group()[1:], start.start(), start.end(), semi, g, off)
 
-    def variable(self, v: re.Match, g: str, off: int) -> GlobalVar:
-        pos = off + v.start()
-        toks = _VARTOK.findall(v.group(2))
-        lk = _trailing_linkage(g, max(0, v.start() - 64), v.start())
+    def variable(self, space: str, at: int, a: int, b: int, g: str, off: int) -> GlobalVar:
+        """The variable declared at ``at`` in ``g``: ``space`` (``g[at:a]``), then ``g[a:b]``
+        (up to its ';')."""
+        lk = _trailing_linkage(g, max(0, at - 64), at)
         linkage = lk.split()[-1][1:] if lk.strip() else None
+        u = _VAR_USUAL.match(g, a, b)
+        if u is not None and u.group(2) in SCALAR_TYPES:  # the usual shape: read by one pattern
+            align, typ, name, bracket, count, init = u.groups()
+            elem = SCALAR_TYPES[typ]
+            return _variable(name=name, space=space, type=typ,
+                             size=(elem * int(count) if count else None) if bracket else elem,
+                             align=(int(align) if align else 0) or elem, linkage=linkage, initialized=init is not None)
+        pos = off + at
+        toks = _VARTOK.findall(g, a, b)
         typ = name = None
         align = None
         dims: list[int | None] = []
@@ -741,12 +855,13 @@ class _Parser:
                 name = tk
             i += 1
         if typ is None or name is None or not _IDENT.fullmatch(name):
-            raise self.error(f"malformed .{v.group(1)} variable declaration", pos)
+            raise self.error(f"malformed .{space} variable declaration", pos)
         elem = SCALAR_TYPES[typ]
         size: int | None = elem
         for n in dims:
             size = None if (n is None or size is None) else size * n
-        return GlobalVar(name, v.group(1), typ, size, align or elem, linkage, init)
+        return _variable(name=name, space=space, type=typ, size=size, align=align or elem, linkage=linkage,
+                         initialized=init)
 
     def number(self, digits: str, what: str, pos: int) -> int:
         """A decimal number of the text, bounded (Python's int() refuses > 4300 digits)."""
@@ -765,6 +880,39 @@ def _positions(text: str, ch: str) -> list[int]:
     return out
 
 
+@functools.lru_cache(maxsize=512)
+def _param_shape(prefix: str, dims: str):
+    """A parameter as ``_PARAM_ITEM`` matched it (the text before its name, its array size) ->
+    what ``_Parser.param`` makes of it after the name, as ``signature.param_shape`` (for
+    ``place``); None for an unknown type or an alignment that is no power of two (errors
+    ``param`` reports)."""
+    align, typ, ptr, space, palign = _PARAM_PREFIX.fullmatch(prefix).groups()
+    a = int(align) if align else None
+    pa = int(palign) if palign else None
+    if (a is not None and (a <= 0 or a & (a - 1))) or (pa is not None and (pa <= 0 or pa & (pa - 1))) or \
+            typ not in SCALAR_TYPES:
+        return None
+    count = (int(dims[1:-1]) if dims[1:-1].strip() else 0) if dims else None
+    return param_shape(typ, SCALAR_TYPES[typ], count, bool(ptr), space, a, pa)
+
+
+def _param_shapes(text: str, a: int, b: int) -> list | None:
+    """The parameters between ``a`` and ``b`` (a parenthesised list's contents) as ``(name,
+    shape)`` pairs for ``place``, where every one has the usual shape (``_PARAM_ITEM``); else
+    None."""
+    items = _PARAM_ITEM.findall(text, a, b)
+    if len(items) != text.count(",", a, b) + 1 or text.find("(", a, b) != -1:  # an item in each ','-slot, or not
+        return [] if not items and (a == b or text[a:b].isspace()) else None
+    out = []
+    for prefix, name, dims in items:
+        # (the cache keeps what compilers write, not whatever white space a text holds)
+        shape = _param_shape(prefix, dims) if len(prefix) + len(dims) < 200 else _param_shape.__wrapped__(prefix, dims)
+        if shape is None:
+            return None
+        out.append((name, shape))
+    return out
+
+
 def _merge_functions(funcs: list[FuncInfo]) -> list[FuncInfo]:
     """One FuncInfo per name: a function declared before it is defined is listed once,
     defined, with the definition's linkage."""
@@ -772,8 +920,9 @@ def _merge_functions(funcs: list[FuncInfo]) -> list[FuncInfo]:
     for f in funcs:
         have = by_name.get(f.name)
         if have is None or (f.defined and not have.defined):
-            by_name[f.name] = f if have is None else FuncInfo(f.name, f.linkage or have.linkage, True,
-                                                              f.noreturn or have.noreturn, f.griddepcontrol)
+            by_name[f.name] = f if have is None else _function(
+                name=f.name, linkage=f.linkage or have.linkage, defined=True, noreturn=f.noreturn or have.noreturn,
+                griddepcontrol=f.griddepcontrol)
     return list(by_name.values())
 
 
@@ -782,6 +931,13 @@ def _trailing_linkage(g: str, lo: int = 0, hi: int | None = None) -> str:
     white space) that ``g[lo:hi]`` ends with, walked back from the end: linear in its length."""
     hi = len(g) if hi is None else hi
     lo2 = max(lo, hi - 40)
+    tail = g[lo2:hi]
+    run = tail.rstrip()
+    if len(run) == len(tail) or not run.endswith(_LINKAGE_WORDS):  # the usual cases: none, or one word
+        return ""
+    before = run[:run.rindex(".")]
+    if before and not before.rstrip().endswith(_LINKAGE_WORDS):
+        return tail[len(before):]
     m = _LINKAGE_TAIL.search(g, lo2, hi)
     if m is None or m.start() > lo2:  # the usual case: a short run, whole in the window
         return g[m.start():hi] if m else ""

@@ -1,14 +1,16 @@
 """Kernel parameter lists: one shape for PTX, cubin and user-declared signatures."""
 from __future__ import annotations
 
+import functools
 import re
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .cdecl import demangle, element_of, scalar_facts
 
 __all__ = ["Param", "KernelSignature", "Directives", "KernelInfo", "RESOURCES", "SCALAR_TYPES", "layout", "find_entry",
-           "merge", "build_table", "typed_entries", "SignatureConflict"]
+           "merge", "build_table", "typed_entries", "SignatureConflict", "maker",
+           "param_shape", "place"]
 
 # PTX parameter types -> size in bytes. `.pred` cannot be a kernel parameter for ptxas
 # (FORMATS.md §1.3) but is a PTX type, so it is listed for completeness.
@@ -130,15 +132,37 @@ def layout(specs: list[tuple[str, str, int, int | None, bool, str | None, int | 
     ``align`` None means the element's natural size (FORMATS.md §1.3, checked against
     cubins' KPARAM_INFO).
     """
-    params = []
+    return place([(name, param_shape(*spec)) for name, *spec in specs])
+
+
+@functools.lru_cache(maxsize=1024)
+def param_shape(typ: str, elem: int, count: int | None, pointer: bool, space: str | None, align: int | None,
+                palign: int | None) -> tuple[int, int, dict]:
+    """A kind of parameter (a ``layout`` spec but the name) as ``place`` takes it: its size,
+    its alignment and its ``Param``'s fields (name and offset to be filled in). Cached: a
+    module has few kinds of parameter, and ``place`` copies the fields."""
+    size = elem * (count if count is not None else 1)
+    a = align or elem
+    return size, a, Param(None, typ, size, a, None, count, pointer, space, palign).__dict__
+
+
+def place(params: Iterable[tuple[str, tuple[int, int, dict]]]) -> KernelSignature:
+    """``layout`` of ``(name, param_shape(...))`` pairs, one dict copy a parameter (the
+    dataclass's ``__init__`` sets each of its 14 fields through ``object.__setattr__``, 5-10x
+    slower; it checks nothing)."""
+    out = []
     off = 0
-    for name, typ, elem, count, pointer, space, align, palign in specs:
-        size = elem * (count if count is not None else 1)
-        a = align or elem
+    new, set_ = object.__new__, object.__setattr__
+    for name, (size, a, fields_) in params:
         off = (off + a - 1) // a * a
-        params.append(Param(name, typ, size, a, off, count, pointer, space, palign))
+        d = fields_.copy()
+        d["name"] = name
+        d["offset"] = off
+        p = new(Param)
+        set_(p, "__dict__", d)
+        out.append(p)
         off += size
-    return KernelSignature(tuple(params), off)
+    return KernelSignature(tuple(out), off)
 
 
 @dataclass(frozen=True)
@@ -336,6 +360,28 @@ def typed_entries(entries: Iterable[KernelInfo], label: str, declarations: Mappi
         except SignatureConflict:
             out.append(e)
     return tuple(out)
+
+
+def maker(cls) -> Callable[..., Any]:
+    """A keyword-only constructor for one of these frozen dataclasses that fills the new
+    object's fields at once (in their order), defaults for those not given; the fields
+    without a default must be given. The generated ``__init__`` sets each field through
+    ``object.__setattr__``, 5-10x slower, and the PTX reader makes one ``KernelInfo`` per
+    kernel (``__init__`` checks nothing; ``replace`` below skips it too)."""
+    if any(f.default_factory is not MISSING for f in fields(cls)):
+        raise TypeError(f"{cls.__name__} has a field with a default factory: maker() gives defaults as they are")
+    template = {f.name: f.default for f in fields(cls)}  # (MISSING where the caller must give one)
+    new, set_ = object.__new__, object.__setattr__
+
+    def make(**values):
+        d = template.copy()
+        d.update(values)
+        obj = new(cls)
+        set_(obj, "__dict__", d)
+        return obj
+
+    make.__doc__ = f"A {cls.__name__} from keyword arguments (see signature.maker)."
+    return make
 
 
 def replace(obj, **changes):

@@ -120,3 +120,41 @@ def test_typed_entries_for_inspection():
 def test_a_kernel_without_parameters():
     k = merge("k", [("ptx", KernelInfo("k", KernelSignature((), 0)))], [("mangled name", ())])
     assert k.params == ()
+
+
+# ------------------------------------------------------------------ the fast constructors
+
+
+def _same_object(made, built):
+    """Equal, same hash and repr, fields in the dataclass's order (what to_json and pickle see)."""
+    from dataclasses import fields
+    assert made == built and hash(made) == hash(built) and repr(made) == repr(built)
+    assert list(made.__dict__) == [f.name for f in fields(built)]
+
+
+def test_layout_places_as_the_dataclass_would():
+    from nbjit.signature import Param, layout
+    specs = [("a", "u8", 1, None, False, None, None, None), ("s", "b8", 1, 24, False, None, 8, None),
+             ("p", "u64", 8, None, True, "global", None, 16), ("v", "b128", 16, None, False, None, None, None),
+             ("e", "b8", 1, 0, False, None, None, None)]
+    sig = layout(specs)
+    expected = [Param("a", "u8", 1, 1, 0), Param("s", "b8", 24, 8, 8, 24), Param("p", "u64", 8, 8, 32, None, True,
+                "global", 16), Param("v", "b128", 16, 16, 48), Param("e", "b8", 0, 1, 64, 0)]
+    assert sig.size == 64
+    for made, built in zip(sig.params, expected, strict=True):
+        _same_object(made, built)
+    again = layout(specs)  # shapes are shared between calls; the parameters are not
+    assert again == sig and all(x is not y for x, y in zip(again.params, sig.params))
+
+
+def test_maker_builds_what_the_constructor_builds():
+    from nbjit.ptx import PtxInfo
+    from nbjit.signature import Directives, maker
+    sig = KernelSignature((), 0)
+    _same_object(maker(KernelInfo)(name="k", signature=sig, linkage="visible", griddepcontrol=("wait",)),
+                 KernelInfo("k", sig, linkage="visible", griddepcontrol=("wait",)))
+    _same_object(maker(Directives)(maxntid=(256, 1, 1), minnctapersm=2), Directives(maxntid=(256, 1, 1),
+                                                                                  minnctapersm=2))
+    assert maker(Directives)(maxnreg=32).to_json() == {"maxnreg": 32}
+    with pytest.raises(TypeError, match="default factory"):
+        maker(PtxInfo)  # its metadata dict would be shared

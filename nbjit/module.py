@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import collections
-import difflib
 import re
 import threading
 import warnings
@@ -16,8 +15,6 @@ from .arch import Arch
 from .args import parse_signature
 from .cdecl import demangle, demangled_text
 from .errors import KernelNotFoundError, NbjitArgumentError, NbjitCompileError, NbjitLoadError, NbjitWarning
-from .compiler import SOURCE_SUFFIXES, compile_image, nvjitlink_version, one_or_many, option_list, source_text
-from .cubin import CubinInfo
 from .image import Image, ImageLike, _sha256, as_image, inspect_image
 from .kernel import Kernel, _State, pending_kernel
 from .loader import Plan, plan
@@ -157,7 +154,7 @@ class Module:
     @classmethod
     def _load(cls, img: Image, ctx, keep_debug: bool) -> "Module":
         prepared = carry_out(plan(img, _driver.context_cc(ctx), _driver.driver_version(), keep_debug=keep_debug,
-                                  nvjitlink=nvjitlink_version))
+                                  nvjitlink=_nvjitlink_version))
         what = f"{img.name} ({_describe(prepared)})"
         loaded = _driver.load_module(prepared.data, what, prepared.kind)
         mod = cls(img, ctx, prepared, loaded, keep_debug)
@@ -267,8 +264,8 @@ class Module:
         out = []
         for src in srcs:
             e = next((e for e in src.entries if e.name == name), None)
-            if e is not None:
-                out.append(("cubin" if isinstance(src, CubinInfo) else "ptx", e))
+            if e is not None:  # (what is not the PTX is the cubin loaded: its inspection or a bundle's facts of it)
+                out.append(("ptx" if src is self._ptx else "cubin", e))
         return out
 
     def _resolve(self, name: str) -> str:
@@ -375,6 +372,8 @@ class Module:
         return info
 
     def _missing(self, name: str) -> KernelNotFoundError:
+        import difflib
+
         names = list(self.kernels) + [k for k in self._lowered() if k not in self.kernels]
         close = difflib.get_close_matches(name, names, n=len(names), cutoff=0.0)
         shown = [f"{k} ({demangled_text(k)})" if demangled_text(k) else k for k in close]
@@ -551,6 +550,13 @@ def _kernel_info(module: str, real: str, layouts: list, signature: str | None, e
     return info, info, None
 
 
+def _nvjitlink_version() -> tuple[int, int] | None:
+    """``compiler.nvjitlink_version``, importing the compiler only for PTX newer than the
+    driver (what the loader asks it for)."""
+    from .compiler import nvjitlink_version
+    return nvjitlink_version()
+
+
 def carry_out(p: Plan, cache=None) -> Plan:
     """The plan with its host step done: PTX newer than the driver assembled to a cubin by
     nvJitLink, through the cache (``cache``, default ``nbjit.default_cache()``)."""
@@ -610,9 +616,11 @@ def compile(source: str, *, name: str | None = None, name_expressions: Iterable[
     if keep_debug is not False or lazy is not False:  # (the defaults: nothing to check)
         keep_debug, lazy = _flag(keep_debug, "keep_debug", NbjitCompileError), _flag(lazy, "lazy", NbjitCompileError)
     if type(source) is not str or source[-1:] in _PATH_ENDS:  # a file's path: its text (and its directory)
+        from .compiler import source_text
         source, name, include_paths = source_text(source, name, include_paths)
     exprs, opts = name_expressions, options
     if type(exprs) is not tuple or type(opts) is not tuple:  # (the defaults are: nothing to do)
+        from .compiler import one_or_many, option_list
         exprs, opts = one_or_many(exprs), option_list(opts)  # a str is one item; options split as a shell does
         try:
             exprs, opts = tuple(exprs), tuple(opts)
@@ -633,6 +641,7 @@ def compile(source: str, *, name: str | None = None, name_expressions: Iterable[
         ctx = _driver.current_context()
         if arch is None:  # the device of the context the module loads into
             target = str(Arch.parse(_driver.context_cc(ctx)))
+    from .compiler import compile_image  # (here: loading a kernel bundle or a cubin imports no compiler)
     img = compile_image(source, name=name, name_expressions=exprs, headers=headers, include_paths=include_paths,
                         options=opts, arch=target, output=output, cache=cache, pch=pch)
     mod = Module._pending(img, keep_debug) if lazy else _load_into(img, ctx, keep_debug)
@@ -674,7 +683,9 @@ def compile_many(sources: Iterable, *, workers: int | None = None, keep_debug: b
 
 
 _NO_SPACE = re.compile(r"\s+")
-_PATH_ENDS = frozenset(x[-1] for x in SOURCE_SUFFIXES) | frozenset(x[-1].upper() for x in SOURCE_SUFFIXES)
+# the last letters of compiler.SOURCE_SUFFIXES (.cu, .cuh, .cuda), either case: a str ending
+# so may be a path (tests/test_module.py holds the two together)
+_PATH_ENDS = frozenset("uhaUHA")
 # nbjit.compile's repeated calls, per context: one look-up while the module lives
 _COMPILED: "dict[tuple, weakref.ref]" = {}
 

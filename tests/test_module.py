@@ -189,3 +189,11 @@ def test_kernels_found_by_their_demangled_names():
     for name in ("fil", "ns", "fill<double>"):
         with pytest.raises(nbjit.KernelNotFoundError, match=re.escape("_Z9fill_rowsPf (fill_rows(float*))")):
             m[name]
+
+
+def test_the_path_endings_are_the_compilers_source_suffixes():
+    """nbjit.compile tells a path from source text by its last letter before importing the
+    compiler (loading a bundle or a cubin never imports it): the letters are its suffixes'."""
+    from nbjit.compiler import SOURCE_SUFFIXES
+    want = {s[-1] for s in SOURCE_SUFFIXES} | {s[-1].upper() for s in SOURCE_SUFFIXES}
+    assert module_stage._PATH_ENDS == want

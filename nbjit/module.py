@@ -365,7 +365,7 @@ class Module:
             if not layouts:
                 raise NbjitLoadError(f"{self.name}: kernel {real!r}: the image does not describe its parameters; the "
                                      "driver's list of them is read when the module loads (on a GPU)")
-            typed = self.image.typed if self.image.info is not None else {}
+            typed = self.image.typed  # (a cache entry's facts, a kernel bundle's manifest)
             info = _kernel_info(self.name, real, layouts, signature, bool(extra), self.image.declarations, typed,
                                 self._numba)[0]
             known[recipe] = info
@@ -499,6 +499,8 @@ def _image_source(img: Image) -> tuple[str, tuple[KernelInfo, ...]]:
     its first readable entry)."""
     if img.info is not None:  # a cache entry's facts
         return img.kind, img.info.entries
+    if img.typed:  # a kernel bundle's merged signatures (its manifest's)
+        return img.kind, tuple(img.typed.values())
     info = inspect_image(img)
     if img.kind == "fatbin":
         entry = next((e for e in info.entries if e.payload is not None), None)

@@ -4,10 +4,21 @@ nbjit from (a) a warm local cache, (b) a kernel bundle, (c) a cold cache; beside
 RawModule (warm disk cache), cuda.core's Program.compile(cache=FileStreamProgramCache),
 a @cuda.jit(cache=True) kernel, the same process with Numba arrays and no nbjit call, and a
 bare interpreter. Variants take turns, process by process; each child also reports where
-its time went (imports, context, arrays, nbjit's own call), so nbjit's share is read from
-inside the process as well as from the paired walls.
+its time went (imports, context, arrays, nbjit's own call; wall and CPU time), so nbjit's
+share is read from inside the process as well as from the paired walls.
+
+"nbjit, bundle (by stage)" takes the bundle's route apart after its imports: reading and
+checking the archive and manifest, checking the image's payloads into its fatbin, choosing
+the entry, the driver's load (cuModuleLoadData: the driver's part, not nbjit's), typing the
+kernel (with the driver's function and parameter queries), the launcher, the first launch.
 
     python benchmarks/first_kernel.py [--runs 9] [--json out.json]     (needs a GPU)
+    python benchmarks/first_kernel.py --no-gpu [--runs 15]             (the bundle route's CPU side)
+
+``--no-gpu`` runs what of the bundle route needs no GPU, in fresh processes that have imported
+numpy and numba.cuda (as a Numba user's have): the imports, ``load_bundle(lazy=True)``, the
+kernel's description, the loader's plan for an sm_90 device (what the driver would be handed)
+and the first launch's typing and packing plan, in CPU and wall milliseconds.
 """
 from __future__ import annotations
 
@@ -26,14 +37,30 @@ SRC = (ROOT / "examples/bundle_package/kernels/axpy.cu").read_text()
 BUNDLE = ROOT / "examples/bundle_package/src/nbjit_demo_kernels/kernels.nbjit"
 N = 1 << 20
 
-# Each child prints one JSON line: {"done": time.time() once the launch finished, phase: seconds}.
+# Each child prints one JSON line: {"done": time.time() once the launch finished, "marks":
+# {phase: wall seconds}, "cpu": {phase: CPU seconds}, "stages": {stage: wall seconds}}.
 PRELUDE = """\
 import time
 T = [time.time()]
+C = [time.process_time()]
 import json, sys
-marks = {}
+marks, cpu, stages = {}, {}, {}
 def mark(name):
-    now = time.time(); marks[name] = now - T[-1]; T.append(now)
+    now, c = time.time(), time.process_time()
+    marks[name] = now - T[-1]; cpu[name] = c - C[-1]; T.append(now); C.append(c)
+def timed(module, name, stage):
+    \"\"\"Time each call of module.name (a stage of the route, inclusive) into stages[stage].\"\"\"
+    f = getattr(module, name, None)
+    if f is None:  # (renamed: that stage goes unmeasured, said in the output)
+        stages[stage + " (not found)"] = 0.0
+        return
+    def call(*a, **k):
+        t = time.perf_counter()
+        try:
+            return f(*a, **k)
+        finally:
+            stages[stage] = stages.get(stage, 0.0) + time.perf_counter() - t
+    setattr(module, name, call)
 """
 
 NUMBA_ARRAYS = """\
@@ -56,11 +83,39 @@ k[(N + 255) // 256, 256](np.float32(2), x, y, N); cuda.synchronize()
 mark("launch")
 """
 
+# the bundle's route after its imports, stage by stage (the functions it goes through, timed)
+BY_STAGE = """\
+import nbjit
+mark("import nbjit")
+from nbjit import _bundle_file, _driver, kernel, loader, module
+mark("import the route's modules")
+timed(_bundle_file, "open_bundle", "read + check archive and manifest")
+timed(_bundle_file, "records", "check the manifest's images")
+timed(_bundle_file, "image_of", "check the image's payloads, its fatbin")
+timed(module, "plan", "choose the entry (loader.plan)")
+timed(_driver, "load_module", "driver: cuModuleLoadData")
+timed(_driver, "get_function", "driver: cuModuleGetFunction")
+timed(_driver, "param_info", "driver: cuFuncGetParamInfo")
+timed(module, "_kernel_info", "type the kernel (merge)")
+timed(kernel, "ArgPacker", "packing plan (ArgPacker)")
+m = nbjit.load_bundle(BUNDLE)
+mark("load_bundle")
+k = m["axpy"]
+mark("kernel (typed; driver queries)")
+cfg = k[(N + 255) // 256, 256]
+mark("launcher (C launcher built)")
+cfg(np.float32(2), x, y, N)
+mark("first launch (call)")
+cuda.synchronize()
+mark("sync")
+"""
+
 VARIANTS = {
     "bare interpreter": "",
     "Numba arrays, no kernel": NUMBA_ARRAYS + "cuda.synchronize()\nmark('sync')\n",
     "nbjit, warm cache": NUMBA_ARRAYS + NBJIT.format(get='nbjit.compile(SRC)["axpy"]'),
     "nbjit, bundle": NUMBA_ARRAYS + NBJIT.format(get='nbjit.load_bundle(BUNDLE)["axpy"]'),
+    "nbjit, bundle (by stage)": NUMBA_ARRAYS + BY_STAGE,
     "nbjit, cold cache": NUMBA_ARRAYS + NBJIT.format(get='nbjit.compile(SRC)["axpy"]'),
     "Numba @cuda.jit(cache=True)": NUMBA_ARRAYS + """\
 @cuda.jit(cache=True)
@@ -101,6 +156,28 @@ mark("launch")
 }
 COLD = {"nbjit, cold cache"}
 
+# --no-gpu: the bundle route's CPU side in a process that has imported what a Numba user's has
+NO_GPU = """\
+import numpy as np
+from numba import cuda
+mark("import numpy + numba.cuda")
+before = set(sys.modules)
+import nbjit
+mark("import nbjit")
+m = nbjit.load_bundle(BUNDLE, lazy=True)
+mark("load_bundle(lazy=True)")
+m["axpy"].params
+mark("kernel described")
+from nbjit import args, loader, module
+p = loader.plan(m.image, (9, 0), 13000)
+mark("plan for sm_90 (what the driver gets)")
+info = module._kernel_info(m.name, "axpy", [(p.kind, p.info.entry("axpy"))], None, False, m.image.declarations,
+                           {}, {})[0]
+args.ArgPacker(info.signature, "axpy").pack((np.float32(2), 4096, 8192, N))
+mark("typing + packing plan")
+stages["modules"] = sorted(x for x in set(sys.modules) - before if x.startswith("nbjit"))
+"""
+
 
 def child(variant: str, work: Path, cold_dir: Path | None) -> tuple[str, str]:
     """The child's script, written to a file (Numba's cache=True needs a source file)."""
@@ -108,7 +185,8 @@ def child(variant: str, work: Path, cold_dir: Path | None) -> tuple[str, str]:
     head = (PRELUDE + f"SRC = {SRC!r}\nBUNDLE = {str(BUNDLE)!r}\nN = {N}\nCACHE = {str(work / 'cuda-core')!r}\n")
     body = VARIANTS[variant]
     path = work / ("numba_axpy.py" if "cuda.jit" in variant else f"v{abs(hash(variant)) % 10**8}.py")
-    path.write_text(head + body + "print(json.dumps({'done': time.time(), 'marks': marks}))\n")
+    path.write_text(head + body + "print(json.dumps({'done': time.time(), 'marks': marks, 'cpu': cpu, "
+                                  "'stages': stages}))\n")
     return str(path), str(cache)
 
 
@@ -116,27 +194,30 @@ def run_once(variant: str, work: Path) -> dict:
     cold = Path(tempfile.mkdtemp(dir=work)) if variant in COLD else None
     script, cache = child(variant, work, cold)
     env = {**os.environ, "NBJIT_CACHE_DIR": cache, "CUPY_CACHE_DIR": str(work / "cupy"),
-           "NUMBA_CACHE_DIR": str(work / "numba"), "PYTHONUNBUFFERED": "1"}
+           "NUMBA_CACHE_DIR": str(work / "numba"), "PYTHONUNBUFFERED": "1", "PYTHONPATH": _pythonpath()}
     t0 = time.time()
     r = subprocess.run([sys.executable, script], capture_output=True, text=True, env=env, timeout=300)
     if r.returncode != 0:
         raise SystemExit(f"{variant}: exit {r.returncode}\n{r.stderr[-3000:]}")
     out = json.loads(r.stdout.strip().splitlines()[-1])
-    return {"wall": out["done"] - t0, "marks": out["marks"]}
+    return {"wall": out["done"] - t0, "marks": out["marks"], "cpu": out.get("cpu", {}), "stages": out.get("stages", {})}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=9, help="processes per variant (they take turns)")
     ap.add_argument("--only", nargs="*", help="variants to run (default: all)")
+    ap.add_argument("--no-gpu", action="store_true", help="only the bundle route's CPU side (no GPU needed)")
     ap.add_argument("--json")
     a = ap.parse_args()
-    names = [v for v in VARIANTS if not a.only or v in a.only]
-    work = Path(tempfile.mkdtemp(prefix="nbjit-first-kernel-"))
     # nbjit's bytecode, as pip's install writes it: where PYTHONDONTWRITEBYTECODE is set (the GPU
     # machine's image sets it) every process would otherwise compile nbjit's sources again (~80 ms)
     import compileall
     compileall.compile_dir(str(ROOT / "nbjit"), quiet=1)
+    work = Path(tempfile.mkdtemp(prefix="nbjit-first-kernel-"))
+    if a.no_gpu:
+        return no_gpu(a, work)
+    names = [v for v in VARIANTS if not a.only or v in a.only]
     for v in names:  # fill the warm caches (not counted)
         if v not in COLD:
             run_once(v, work)
@@ -150,21 +231,85 @@ def main() -> None:
     table = {}
     for v in names:
         walls = [r["wall"] * 1e3 for r in results[v]]
-        phases = {k: statistics.median(r["marks"][k] for r in results[v]) * 1e3 for k in results[v][0]["marks"]}
+        phases = _medians(results[v], "marks")
         med = statistics.median(walls)
         table[v] = {"median_ms": med, "min_ms": min(walls), "max_ms": max(walls), "phases_ms": phases,
+                    "cpu_phases_ms": _medians(results[v], "cpu"), "stages_ms": _medians(results[v], "stages"),
                     "walls_ms": walls}
         extra = f"{med - base * 1e3:9.1f}" if base and v.startswith("nbjit") else f"{'':9}"
         print(f"{v:44}{med:8.1f}{min(walls):8.1f}{max(walls):8.1f}{extra}  "
               + ", ".join(f"{k} {t:.1f}" for k, t in phases.items()))
     for v in names:
         if v.startswith("nbjit"):
-            own = [(r["marks"].get("import nbjit", 0) + r["marks"].get("nbjit kernel", 0)
-                    + r["marks"].get("launch", 0)) * 1e3 for r in results[v]]
-            print(f"nbjit's own share ({v}): import + kernel + first launch, median {statistics.median(own):.1f} ms "
-                  f"[{min(own):.1f}-{max(own):.1f}]")
+            own = [_own(r["marks"]) * 1e3 for r in results[v]]
+            own_cpu = [_own(r["cpu"]) * 1e3 for r in results[v]]
+            table[v]["own_ms"], table[v]["own_cpu_ms"] = own, own_cpu
+            print(f"nbjit's own share ({v}): everything after Numba's arrays, median {statistics.median(own):.1f} ms "
+                  f"[{min(own):.1f}-{max(own):.1f}], CPU {statistics.median(own_cpu):.1f} ms")
+    if "nbjit, bundle (by stage)" in results:
+        rs = results["nbjit, bundle (by stage)"]
+        print("\nnbjit, bundle (by stage), medians in ms: phase wall / CPU")
+        cpu = _medians(rs, "cpu")
+        for k, t in _medians(rs, "marks").items():
+            print(f"  {k:44}{t:8.2f}{cpu[k]:8.2f}")
+        print("  within them (wall, inclusive):")
+        for k, t in _medians(rs, "stages").items():
+            print(f"    {k:42}{t:8.2f}")
     if a.json:
         Path(a.json).write_text(json.dumps(table, indent=2))
+
+
+def _pythonpath() -> str:
+    """This checkout first: the children measure its nbjit, installed or not."""
+    return os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+
+
+def _medians(runs: list, key: str) -> dict:
+    """{phase: median ms} over the runs' ``key`` records (wall or CPU seconds)."""
+    out = {}
+    for k in runs[0][key]:
+        vals = [r[key][k] for r in runs if isinstance(r[key].get(k), (int, float))]
+        if vals:
+            out[k] = statistics.median(vals) * 1e3
+    return out
+
+
+def _own(marks: dict) -> float:
+    """nbjit's part of a child's phases: what comes after Numba's arrays (nbjit's imports, its
+    calls, the first launch and its synchronisation)."""
+    keys = list(marks)
+    return sum(marks[k] for k in keys[keys.index("arrays") + 1:]) if "arrays" in keys else 0.0
+
+
+def no_gpu(a, work: Path) -> None:
+    """The bundle route's CPU side (``NO_GPU``), ``--runs`` fresh processes."""
+    script = work / "no_gpu.py"
+    script.write_text(PRELUDE + f"BUNDLE = {str(BUNDLE)!r}\nN = {N}\n" + NO_GPU
+                      + "print(json.dumps({'marks': marks, 'cpu': cpu, 'stages': stages}))\n")
+    env = {**os.environ, "NBJIT_CACHE_DIR": str(work / "cache"), "PYTHONUNBUFFERED": "1", "PYTHONPATH": _pythonpath()}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # (nbjit's is compiled; numpy's and Numba's as installed)
+    runs = []
+    for _ in range(a.runs):
+        r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+        if r.returncode != 0:
+            raise SystemExit(f"exit {r.returncode}\n{r.stderr[-3000:]}")
+        runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
+    wall, cpu = _medians(runs, "marks"), _medians(runs, "cpu")
+    cpu_min = {k: min(r["cpu"][k] for r in runs) * 1e3 for k in cpu}
+    print(f"the bundle route without a GPU, {a.runs} fresh processes; ms (CPU: this process's CPU time)")
+    print(f"  {'phase':42}{'wall':>9}{'CPU':>9}{'CPU min':>9}")
+    for k in wall:
+        print(f"  {k:42}{wall[k]:9.2f}{cpu[k]:9.2f}{cpu_min[k]:9.2f}")
+    after = list(wall)[1:]  # nbjit's part: after numpy and numba.cuda
+    share = [sum(r["cpu"][k] for k in after) * 1e3 for r in runs]
+    share_wall = [sum(r["marks"][k] for k in after) * 1e3 for r in runs]
+    print(f"  {'nbjit (all but the first line)':42}{statistics.median(share_wall):9.2f}{statistics.median(share):9.2f}"
+          f"{min(share):9.2f}")
+    print(f"  nbjit's modules imported: {', '.join(runs[0]['stages']['modules'])}")
+    if a.json:
+        Path(a.json).write_text(json.dumps({"wall_ms": wall, "cpu_ms": cpu, "cpu_min_ms": cpu_min,
+                                            "nbjit_cpu_ms": share, "nbjit_wall_ms": share_wall,
+                                            "modules": runs[0]["stages"]["modules"]}, indent=2))
 
 
 if __name__ == "__main__":

@@ -103,8 +103,8 @@ from .errors import *  # noqa: F403 (every error is public: errors.__all__ says 
 # The public names load with the module that defines them, on first use (PEP 562): `import
 # nbjit` stays cheap (no numpy, no readers) and `nbjit inspect` imports only what it runs.
 _HOMES = {
-    "bundle": ("BundleEntry", "BundleImage", "BundleInfo", "build_bundle", "inspect_bundle", "load_bundle",
-               "load_triton"),
+    "bundle": ("BundleEntry", "BundleImage", "BundleInfo", "build_bundle", "inspect_bundle", "load_triton"),
+    "_bundle_file": ("load_bundle",),  # (a bundle's first kernel imports no result types, no readers it does not use)
     "cache": ("Cache", "default_cache", "set_default_cache"),
     "remote": ("RemoteTier",),
     "target": ("compile_image",),
@@ -124,7 +124,8 @@ _HOMES = {
 _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 
 if TYPE_CHECKING:  # what type checkers and the API reference read
-    from .bundle import BundleEntry, BundleImage, BundleInfo, build_bundle, inspect_bundle, load_bundle, load_triton
+    from ._bundle_file import load_bundle
+    from .bundle import BundleEntry, BundleImage, BundleInfo, build_bundle, inspect_bundle, load_triton
     from .cache import Cache, default_cache, set_default_cache
     from .remote import RemoteTier
     from .target import compile_image

@@ -14,9 +14,12 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
-from typing import Union
+from typing import TYPE_CHECKING, Union
 
-__all__ = ["Arch", "ArchLike", "existence_problem"]
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+__all__ = ["Arch", "ArchLike", "existence_problem", "pick"]
 
 _PATTERN = re.compile(r"(sm|compute)?_?(\d+)([af]?)")
 
@@ -99,6 +102,26 @@ def existence_problem(arch: Arch) -> str | None:
         near = ", ".join(f"sm_{n}" for n in SHIPPED if abs(n - arch.number) <= 10)
         return "no chip has that compute capability" + (f" (near it: {near})" if near else "")
     return None
+
+
+def pick(entries: "Sequence[tuple[str, Arch]]", device: ArchLike) -> int | None:
+    """The index of the entry a device runs among ``entries``, each ``(kind, arch)`` with kind
+    "cubin" or "ptx": SASS for this very chip first (an arch-specific build before a generic
+    one), then the newest SASS that runs on it, then the newest PTX it can JIT; the earlier
+    entry where two are alike. None where none runs on it. (A fatbin's entries and a kernel
+    bundle's are chosen by this one rule.)"""
+    dev = Arch.parse(device).number
+    best, best_key = None, None
+    for i, (kind, a) in enumerate(entries):
+        if not a.runs_on(dev):
+            continue
+        if kind == "cubin":
+            key = (2, a.variant == "a", 0, -i) if a.number == dev else (1, a.number, 0, -i)
+        else:
+            key = (0, a.number, a.variant == "a", -i)
+        if best_key is None or key > best_key:
+            best, best_key = i, key
+    return best
 
 
 def _parse(arch, virtual: bool | None) -> Arch:

@@ -6,9 +6,10 @@ The file is a ZIP archive whose members are all stored uncompressed: ``manifest.
 the payloads ``<image>/<arch>.cubin`` / ``<image>/<arch>.ptx``, byte for byte what
 cuobjdump and nvdisasm read (``unzip kernels.nbjit``). One file rather than a directory: a
 package ships it as package data and reads it through ``importlib.resources`` with one
-``read_bytes()``, also from a zip import. Loading builds a fatbin of one image's entries in
-memory, so the loader's fatbin route picks the code for each device (exact SASS, else
-compatible SASS, else the PTX) and a pickled kernel carries every architecture.
+``read_bytes()``, also from a zip import. Loading (``nbjit._bundle_file``, which this
+module's readers share) puts one image's entries in a fatbin in memory, listing where each
+lies, so the loader picks the code for each device (exact SASS, else compatible SASS, else
+the PTX) without reading the container, and a pickled kernel carries every architecture.
 """
 from __future__ import annotations
 
@@ -25,28 +26,31 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
+from . import _bundle_file
+from ._bundle_file import (FORMAT, MANIFEST, MAX_BUNDLE_BYTES, MAX_MANIFEST_BYTES, MAX_MEMBERS, VERSION, image_error,
+                           is_image_name, load_bundle, open_bundle, records)
 from .arch import Arch
 from .errors import BundleError, ImageFormatError, NbjitError, NbjitLoadError
 from .image import Image, read_regular, sniff
 
 if TYPE_CHECKING:
-    from .module import Module
     from .triton import TritonKernel
     from .signature import KernelInfo
 
 __all__ = ["BundleEntry", "BundleImage", "BundleInfo", "build_bundle", "inspect_bundle", "load_bundle",
-           "read_bundle", "FORMAT", "VERSION", "MAX_BUNDLE_BYTES"]
+           "read_bundle", "FORMAT", "VERSION", "MAX_BUNDLE_BYTES", "MAX_MEMBERS", "MAX_MANIFEST_BYTES", "MANIFEST"]
 
-FORMAT = "nbjit-bundle"
-VERSION = 1  # the manifest's layout; a reader refuses a newer one
-MAX_BUNDLE_BYTES = 1 << 30
-MAX_MEMBERS = 4096
-MAX_MANIFEST_BYTES = 64 << 20
-MANIFEST = "manifest.json"
-_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}")  # an image's name: one safe path component
-_SHA256 = re.compile(r"[0-9a-f]{64}")
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # the same input gives the same bytes
-_KINDS = ("cubin", "ptx")
+_UTF8_NAMES = 0x800  # ZIP flag bit 11: the names are UTF-8
+
+
+class _Utf8Member(zipfile.ZipInfo):
+    """A member whose name is marked UTF-8 (flag bit 11), as ASCII names are too: zipfile
+    then reads it without importing the cp437 codec (~0.5 ms of a first load). (zipfile
+    writes its flags from here; without this hook a name is read as cp437, just as well.)"""
+
+    def _encodeFilenameFlags(self):
+        return self.filename.encode("utf-8"), self.flag_bits | _UTF8_NAMES
 
 
 @dataclass(frozen=True)
@@ -60,9 +64,19 @@ class BundleEntry:
     sha256: str
     size: int
     payload: bytes = field(repr=False, compare=False)
+    # a cubin's own facts, so that loading it reads no ELF: each kernel's resources
+    # ({kernel: {"registers": 10, ...}}, the RESOURCES it records) and the module's globals
+    # (GlobalSymbol.to_json()); None for PTX, and where a bundle does not record them
+    resources: Mapping[str, Mapping[str, int]] | None = field(default=None, repr=False)
+    globals: tuple[Mapping[str, Any], ...] | None = field(default=None, repr=False)
 
     def to_json(self) -> dict:
-        return {"file": self.file, "kind": self.kind, "arch": self.arch, "sha256": self.sha256, "size": self.size}
+        d = {"file": self.file, "kind": self.kind, "arch": self.arch, "sha256": self.sha256, "size": self.size}
+        if self.resources is not None:
+            d["resources"] = {k: dict(v) for k, v in self.resources.items()}
+        if self.globals is not None:
+            d["globals"] = [dict(g) for g in self.globals]
+        return d
 
 
 @dataclass(frozen=True)
@@ -108,7 +122,15 @@ class BundleInfo:
 
     def image(self, name: str | None = None) -> BundleImage:
         """The image called ``name``; the only one where ``name`` is None."""
-        return _pick(self, name)
+        names = [i.name for i in self.images]
+        if name is None:
+            if len(self.images) == 1:
+                return self.images[0]
+            raise BundleError(f"{self.source}: holds {len(names)} images ({', '.join(names)}): say which with name=")
+        for i in self.images:
+            if i.name == name:
+                return i
+        raise BundleError(f"{self.source}: no image {name!r}; it holds {', '.join(names)}")
 
     def to_json(self) -> dict:
         return {"kind": "bundle", "format": FORMAT, "version": self.version, "nbjit": self.nbjit,
@@ -122,25 +144,66 @@ def read_bundle(bundle: Any, name: str | None = None) -> BundleInfo:
     """Read and verify a bundle: a path, its bytes (``name`` names them in messages), or an
     ``importlib.resources`` Traversable.
     Every payload is checked against its SHA-256 in the manifest, and kernels are read from
-    the payloads with the manifest's C declarations (no GPU).
+    the payloads with the manifest's C declarations (no GPU); the manifest's own list of them
+    (what a module waiting for first use describes its kernels by) must lay out each kernel's
+    parameters as the payloads do.
 
     Raises
     ------
     BundleError: not a bundle, a damaged or altered one (named member), one made by a newer
     nbjit, or one that breaks the format's rules (compressed, encrypted or escaping members).
     """
-    data, src = _bytes_of(bundle)
-    src = name or src
-    members, manifest = _members(data, src)
-    return _assemble(manifest, members, src)
+    archive = open_bundle(bundle, name)
+    src = archive.source
+    images = []
+    for rec in records(archive):
+        entries = tuple(BundleEntry(file, kind, str(a), sha, size, _bundle_file.payload(archive, rec, e), res, glob)
+                        for e in rec["entries"] for file, kind, a, sha, size, res, glob in (e,))
+        kernels, facts = _kernels(rec["name"], entries, rec["declarations"],
+                                  lambda msg, n=rec["name"]: image_error(src, n, msg))
+        for e in entries:
+            _same_facts(e, facts.get(e.file), lambda msg, n=rec["name"]: image_error(src, n, msg))
+        _same_layouts(kernels, _bundle_file.kernels(rec, src), lambda msg, n=rec["name"]: image_error(src, n, msg))
+        images.append(BundleImage(rec["name"], entries, kernels, rec["name_expressions"], rec["declarations"],
+                                  rec["sources"], rec["options"], rec["producer"], rec["toolchain"], rec["triton"]))
+    made_by = archive.manifest.get("nbjit")
+    if made_by is not None and not isinstance(made_by, str):
+        raise BundleError(f"{src}: {MANIFEST}: nbjit is {type(made_by).__name__}, not text")
+    return BundleInfo(tuple(images), archive.manifest["version"], made_by, src)
 
 
-def _read_for_loading(bundle: Any) -> BundleInfo:
-    """``read_bundle`` without reading the kernels from the payloads (the digests prove the
-    payloads are the ones the bundle was built and checked with; loading reads its entry)."""
-    data, src = _bytes_of(bundle)
-    members, manifest = _members(data, src)
-    return _assemble(manifest, members, src, describe=False)
+def _same_layouts(found: tuple["KernelInfo", ...], listed: dict, bad) -> None:
+    """The manifest's kernels (``listed``) are the payloads' (``found``), each parameter at the
+    same offset and size (their C types may be refined by a newer nbjit's reading)."""
+    names = [k.name for k in found]
+    if sorted(names) != sorted(listed):
+        diff = sorted(set(names) ^ set(listed))
+        raise bad(f"the manifest lists kernels {', '.join(diff[:4])} that its entries do not hold, or leaves out "
+                  "some they do (the bundle was altered)")
+    for k in found:
+        ours = [(p.offset, p.size) for p in k.params]
+        theirs = [(p.offset, p.size) for p in listed[k.name].params]
+        if ours != theirs or k.param_size != listed[k.name].param_size:
+            raise bad(f"kernel {k.name!r}: the manifest lays out its parameters as (offset, size) {theirs}, its "
+                      f"entries as {ours} (the bundle was altered)")
+
+
+def _same_facts(e: BundleEntry, found: tuple | None, bad) -> None:
+    """What the manifest records of cubin ``e`` (resources, globals) is what the cubin says
+    (``found``, from ``_kernels``); a newer nbjit may read more than an older one recorded."""
+    if found is None:
+        return
+    resources, globals_ = found
+    for k, recorded in (e.resources or {}).items():
+        own = resources.get(k)
+        if own is None or any(own.get(r) != v for r, v in recorded.items()):
+            raise bad(f"entry {e.file!r}: the manifest records the resources of kernel {k!r} as {dict(recorded)}, the "
+                      f"cubin as {own} (the bundle was altered)")
+    if e.globals is not None:
+        ours = [{k: g.get(k) for k in r} for g, r in zip(globals_, e.globals)]  # (the fields it records)
+        if len(globals_) != len(e.globals) or ours != [dict(g) for g in e.globals]:
+            raise bad(f"entry {e.file!r}: the manifest records the globals {[dict(g) for g in e.globals]}, the cubin "
+                      f"{list(globals_)} (the bundle was altered)")
 
 
 def inspect_bundle(bundle: Any) -> BundleInfo:
@@ -149,56 +212,11 @@ def inspect_bundle(bundle: Any) -> BundleInfo:
     return read_bundle(bundle)
 
 
-def load_bundle(bundle: Any, *, name: str | None = None, lazy: bool = False, keep_debug: bool = False) -> "Module":
-    """Load one image of a bundle into the current Numba context, picking for the device the
-    cubin built for it, else one that runs on it, else the PTX (``Arch`` rules). Needs no
-    NVRTC and no CUDA headers; every digest is checked before anything reaches the driver.
-
-    Parameters
-    ----------
-    bundle: a path, the bundle's bytes, or ``importlib.resources.files(pkg) / "k.nbjit"``.
-    name: the image to load; may be left out where the bundle holds one.
-    lazy: load on first use instead (no GPU needed now), as ``nbjit.load`` takes it.
-    keep_debug: as ``nbjit.load``.
-
-    Raises
-    ------
-    BundleError: see ``read_bundle``; no image of that name (the message lists them).
-    NbjitLoadError: no entry runs on this device, or the driver refused it.
-    """
-    from .module import load
-
-    info = _read_for_loading(bundle)
-    img = _pick(info, name)
-    return load(image_of(info, img), lazy=lazy, keep_debug=keep_debug)
-
-
 def image_of(info: BundleInfo, img: BundleImage) -> Image:
     """``img`` as an ``nbjit.Image``: a fatbin of its entries, with its name expressions and
-    C declarations."""
-    from .fatbin import build_fatbin
-
-    label = f"{info.source}:{img.name}"
-    # PTX first: a module waiting for first use describes its kernels from the first entry,
-    # and the PTX's names and types are what the manifest lists (each device still picks its own)
-    entries = sorted(img.entries, key=lambda e: e.kind != "ptx")
-    try:
-        data = build_fatbin([(e.kind, e.arch, e.payload) for e in entries], source=label)
-    except ImageFormatError as e:
-        raise BundleError(str(e)) from None
-    return Image(data, "fatbin", label, None, dict(img.lowered_names), declarations=dict(img.declarations))
-
-
-def _pick(info: BundleInfo, name: str | None) -> BundleImage:
-    names = [i.name for i in info.images]
-    if name is None:
-        if len(info.images) == 1:
-            return info.images[0]
-        raise BundleError(f"{info.source}: holds {len(names)} images ({', '.join(names)}): say which with name=")
-    for i in info.images:
-        if i.name == name:
-            return i
-    raise BundleError(f"{info.source}: no image {name!r}; it holds {', '.join(names)}")
+    C declarations (as ``load_bundle`` loads it)."""
+    entries = [(e.kind, Arch.parse(e.arch), e.payload, None) for e in img.entries]
+    return _bundle_file.fatbin_image(f"{info.source}:{img.name}", entries, img.lowered_names, img.declarations)
 
 
 def load_triton(source: Any, *, name: str | None = None, lazy: bool = False) -> "TritonKernel":
@@ -230,12 +248,14 @@ def load_triton(source: Any, *, name: str | None = None, lazy: bool = False) -> 
         return triton.load_triton(source)
     from .module import load
 
-    info = _read_for_loading(source)
-    img = triton_image(info, name)
-    label = f"{info.source}:{img.name}"
-    meta = triton._from_json(img.triton, f"{label} (manifest)")
-    ptx = next(((e.payload, f"{info.source}:{e.file}") for e in img.entries if e.kind == "ptx"), None)
-    return triton.from_module(load(image_of(info, img), lazy=lazy), meta, ptx=ptx)
+    archive = open_bundle(source)
+    rec = triton_image(records(archive), name, archive.source)
+    label = f"{archive.source}:{rec['name']}"
+    meta = triton._from_json(rec["triton"], f"{label} (manifest)")
+    img = _bundle_file.image_of(archive, rec)
+    ptx = next(((img.data[off:off + n], f"{archive.source}:{rec['name']}/{a}.ptx")
+                for kind, a, off, n, _ in img.entries if kind == "ptx"), None)
+    return triton.from_module(load(img, lazy=lazy), meta, ptx=ptx)
 
 
 def _is_bundle(source: Any) -> bool:
@@ -253,234 +273,28 @@ def _is_bundle(source: Any) -> bool:
         hasattr(source, "open") and hasattr(source, "read_bytes"))
 
 
-def triton_image(info: BundleInfo, name: str | None) -> BundleImage:
-    """The image called ``name`` among those with Triton's metadata; the only one where
-    ``name`` is None. A ``BundleError`` lists the images that qualify."""
-    have = [i for i in info.images if i.triton is not None]
-    names = ", ".join(i.name for i in have) or "none"
+def triton_image(recs: list[dict], name: str | None, src: str) -> dict:
+    """Of a bundle's images (``_bundle_file.records``), the one called ``name`` among those
+    with Triton's metadata; the only one where ``name`` is None. A ``BundleError`` lists the
+    images that qualify."""
+    have = [r for r in recs if r["triton"] is not None]
+    names = ", ".join(r["name"] for r in have) or "none"
     if name is None:
         if len(have) == 1:
             return have[0]
         if not have:
-            raise BundleError(f"{info.source}: no image holds Triton metadata (it holds "
-                              f"{', '.join(i.name for i in info.images)}): load it with nbjit.load_bundle, or bundle "
+            raise BundleError(f"{src}: no image holds Triton metadata (it holds "
+                              f"{', '.join(r['name'] for r in recs)}): load it with nbjit.load_bundle, or bundle "
                               "the Triton cache entry directory (or its .json) to keep the metadata")
-        raise BundleError(f"{info.source}: holds {len(have)} Triton kernels ({names}): say which with name=")
-    img = next((i for i in info.images if i.name == name), None)
-    if img is None:
-        raise BundleError(f"{info.source}: no image {name!r}; its Triton kernels are {names}")
-    if img.triton is None:
-        raise BundleError(f"{info.source}: image {name!r} holds no Triton metadata (its Triton kernels are {names}): "
+        raise BundleError(f"{src}: holds {len(have)} Triton kernels ({names}): say which with name=")
+    rec = next((r for r in recs if r["name"] == name), None)
+    if rec is None:
+        raise BundleError(f"{src}: no image {name!r}; its Triton kernels are {names}")
+    if rec["triton"] is None:
+        raise BundleError(f"{src}: image {name!r} holds no Triton metadata (its Triton kernels are {names}): "
                           "load it with nbjit.load_bundle")
-    return img
+    return rec
 
-
-def _bytes_of(bundle: Any) -> tuple[bytes, str]:
-    """(the bundle's bytes, its name for messages), read at most ``MAX_BUNDLE_BYTES``."""
-    if isinstance(bundle, (bytes, bytearray, memoryview)):
-        return bytes(bundle), "<bundle>"
-    if isinstance(bundle, (str, os.PathLike)):
-        try:
-            return read_regular(bundle, MAX_BUNDLE_BYTES), os.fsdecode(bundle)
-        except FileNotFoundError:
-            raise BundleError(f"{os.fsdecode(bundle)}: no such file") from None
-        except (OSError, ValueError) as e:
-            raise BundleError(f"{os.fsdecode(bundle)}: cannot read it as a bundle: {e}") from None
-    if hasattr(bundle, "open") and hasattr(bundle, "read_bytes"):  # an importlib.resources Traversable
-        label = str(getattr(bundle, "name", None) or bundle)
-        try:
-            with bundle.open("rb") as f:
-                data = f.read(MAX_BUNDLE_BYTES + 1)
-        except (OSError, ValueError, KeyError) as e:  # (zipfile.Path raises KeyError for a missing member)
-            raise BundleError(f"{label}: cannot read it as a bundle: {e}") from None
-        if len(data) > MAX_BUNDLE_BYTES:
-            raise BundleError(f"{label}: more than {MAX_BUNDLE_BYTES} bytes, more than nbjit reads")
-        return data, label
-    raise BundleError(f"a bundle is a path, bytes or an importlib.resources file, not {type(bundle).__name__}")
-
-
-def _members(data: bytes, src: str) -> tuple[dict[str, bytes], dict]:
-    """The archive's members by name and the manifest, after the format's checks."""
-    if not data.startswith(b"PK\x03\x04"):
-        what = ""
-        try:
-            what = f" (it is a {sniff(data, src)}: load it with nbjit.load)"
-        except ImageFormatError:
-            pass
-        raise BundleError(f"{src}: not an nbjit bundle (a ZIP archive of a manifest and images){what}")
-    try:
-        zf = zipfile.ZipFile(io.BytesIO(data))
-        infos = zf.infolist()
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError) as e:
-        raise BundleError(f"{src}: a damaged bundle (not a readable ZIP archive: {e})") from None
-    if len(infos) > MAX_MEMBERS:
-        raise BundleError(f"{src}: {len(infos)} members, more than a bundle has ({MAX_MEMBERS})")
-    members: dict[str, bytes] = {}
-    total = 0
-    for zi in infos:
-        name = zi.filename
-        where = f"{src}: member {name!r}"
-        if _escapes(name):
-            raise BundleError(f"{where}: a name outside the archive (absolute, '..' or a drive); bundle members are "
-                              "<image>/<arch>.cubin or .ptx")
-        if name in members:
-            raise BundleError(f"{where} appears twice")
-        if zi.flag_bits & 0x1:
-            raise BundleError(f"{where} is encrypted; bundle members are stored as they are")
-        if zi.compress_type != zipfile.ZIP_STORED:
-            raise BundleError(f"{where} is compressed; bundle members are stored uncompressed (so cuobjdump reads "
-                              "them as they are)")
-        total += zi.file_size
-        if zi.file_size != zi.compress_size or total > len(data):
-            raise BundleError(f"{where} claims {zi.file_size} bytes, more than the archive holds")
-        if name.endswith("/"):
-            continue  # a directory entry, from a zip tool
-        try:
-            members[name] = zf.read(zi)
-        except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError) as e:  # a CRC mismatch
-            raise BundleError(f"{where} is damaged: {e}") from None
-    raw = members.pop(MANIFEST, None)
-    if raw is None:
-        raise BundleError(f"{src}: no {MANIFEST} (not an nbjit bundle)")
-    if len(raw) > MAX_MANIFEST_BYTES:
-        raise BundleError(f"{src}: {MANIFEST} has {len(raw)} bytes, more than nbjit reads ({MAX_MANIFEST_BYTES})")
-    try:
-        manifest = json.loads(raw, parse_constant=_no_constant)
-    except (ValueError, RecursionError) as e:
-        raise BundleError(f"{src}: {MANIFEST} is not JSON: {str(e)[:200]}") from None
-    return members, manifest
-
-
-def _no_constant(word: str):
-    raise ValueError(f"{word} is not a JSON number")
-
-
-def _escapes(name: str) -> bool:
-    parts = name.replace("\\", "/").split("/")
-    return name.startswith(("/", "\\")) or ".." in parts or (len(name) > 1 and name[1] == ":") or "\0" in name
-
-
-def _assemble(m: Any, members: dict[str, bytes], src: str, describe: bool = True) -> BundleInfo:
-    """The manifest ``m`` checked against the members: a BundleInfo (with each image's
-    kernels read from its payloads where ``describe``)."""
-    def fail(msg: str) -> BundleError:
-        return BundleError(f"{src}: {MANIFEST}: {msg}")
-
-    if not isinstance(m, dict) or m.get("format") != FORMAT:
-        raise fail(f"not an nbjit bundle manifest (its format is not {FORMAT!r})")
-    version = m.get("version")
-    if type(version) is not int or version < 1:
-        raise fail(f"format version {version!r} is not one nbjit writes")
-    if version > VERSION:
-        raise BundleError(f"{src}: made by a newer nbjit (format {version}; this one reads {VERSION}): upgrade nbjit")
-    images = m.get("images")
-    if not isinstance(images, list) or not images:
-        raise fail("no images")
-    out, used = [], set()
-    for i, d in enumerate(images):
-        img = _image(d, i, members, fail, describe)
-        if any(o.name == img.name for o in out):
-            raise fail(f"two images are called {img.name!r}")
-        used.update(e.file for e in img.entries)
-        out.append(img)
-    extra = sorted(set(members) - used)
-    if extra:
-        raise BundleError(f"{src}: member {extra[0]!r} is in no image of the manifest (the bundle was altered)")
-    return BundleInfo(tuple(out), version, _str(m.get("nbjit"), "nbjit", fail, optional=True), src)
-
-
-def _str(v: Any, what: str, fail, optional: bool = False) -> Any:
-    if (v is None and optional) or isinstance(v, str):
-        return v
-    raise fail(f"{what} is {type(v).__name__}, not text")
-
-
-def _image(d: Any, i: int, members: dict[str, bytes], fail, describe: bool = True) -> BundleImage:
-    if not isinstance(d, dict):
-        raise fail(f"image {i} is {type(d).__name__}, not an object")
-    name = d.get("name")
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise fail(f"image {i}: {name!r} is not an image name (letters, digits, '_', '.', '+', '-')")
-
-    def bad(msg: str) -> BundleError:
-        return fail(f"image {name!r}: {msg}")
-
-    entries = d.get("entries")
-    if not isinstance(entries, list) or not entries:
-        raise bad("no entries")
-    got = []
-    for e in entries:
-        got.append(_entry(e, members, bad))
-    seen = set()
-    for e in got:
-        if (e.kind, Arch.parse(e.arch)) in seen or e.file in (x.file for x in got if x is not e):
-            raise bad(f"two entries for {e.kind} {e.arch}")
-        seen.add((e.kind, Arch.parse(e.arch)))
-    lowered = d.get("name_expressions", {})
-    if not isinstance(lowered, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in lowered.items()):
-        raise bad("name_expressions is not {expression: mangled name}")
-    decls = _declarations(d.get("declarations", {}), bad)
-    sources = d.get("sources", [])
-    if not isinstance(sources, list) or not all(isinstance(s, dict) and all(isinstance(v, str) for v in s.values())
-                                                for s in sources):
-        raise bad("sources is not a list of {name, kind, sha256}")
-    options = d.get("options", [])
-    if not isinstance(options, list) or not all(isinstance(o, str) for o in options):
-        raise bad("options is not a list of text")
-    triton = d.get("triton")
-    if triton is not None and not isinstance(triton, dict):
-        raise bad("triton is not Triton's metadata object")
-    producer = _str(d.get("producer"), "producer", bad, optional=True)
-    kernels = _kernels(name, got, decls, bad) if describe else ()
-    return BundleImage(name, tuple(got), kernels, dict(lowered), decls, tuple(sources), tuple(options), producer,
-                       d.get("toolchain"), triton)
-
-
-def _entry(e: Any, members: dict[str, bytes], bad) -> BundleEntry:
-    if not isinstance(e, dict):
-        raise bad(f"an entry is {type(e).__name__}, not an object")
-    file, kind, arch, sha, size = (e.get(k) for k in ("file", "kind", "arch", "sha256", "size"))
-    if kind not in _KINDS:
-        raise bad(f"entry {file!r}: kind {kind!r} is not 'cubin' or 'ptx'")
-    try:
-        a = Arch.parse(arch) if isinstance(arch, str) else None
-    except ValueError:
-        a = None
-    if a is None or a.virtual != (kind == "ptx"):
-        raise bad(f"entry {file!r}: {arch!r} is not a {'virtual (compute_XX)' if kind == 'ptx' else 'real (sm_XX)'} "
-                  "architecture")
-    if not isinstance(sha, str) or not _SHA256.fullmatch(sha) or type(size) is not int:
-        raise bad(f"entry {file!r}: no sha256 (64 hex digits) and size")
-    if not isinstance(file, str) or file not in members:
-        raise bad(f"entry {file!r}: the archive has no such member")
-    payload = members[file]
-    if len(payload) != size or hashlib.sha256(payload).hexdigest() != sha:
-        raise bad(f"member {file!r}: its bytes do not match the manifest's size and SHA-256 (the bundle is damaged "
-                  "or was altered)")
-    return BundleEntry(file, kind, str(a), sha, size, payload)
-
-
-def _declarations(d: Any, bad) -> dict[str, tuple]:
-    """The manifest's C declarations as an image carries them: {kernel: (label, (CParam, ...))}."""
-    from .cdecl import CParam
-
-    if not isinstance(d, dict):
-        raise bad("declarations is not {kernel: {from, params}}")
-    out = {}
-    for k, v in d.items():
-        ps = v.get("params") if isinstance(v, dict) else None
-        label = v.get("from") if isinstance(v, dict) else None
-        if not isinstance(label, str) or not isinstance(ps, list):
-            raise bad(f"declaration of {k!r} is not {{from, params}}")
-        params = []
-        for p in ps:
-            if not isinstance(p, dict) or not isinstance(p.get("base"), str) or \
-                    not all(type(p.get(f, False)) is bool for f in ("pointer", "const")) or \
-                    not isinstance(p.get("name"), (str, type(None))):
-                raise bad(f"declaration of {k!r}: {str(p)[:80]} is not a C parameter {{base, pointer, const, name}}")
-            params.append(CParam(p["base"], p.get("pointer", False), p.get("const", False), p.get("name")))
-        out[k] = (label, tuple(params))
-    return out
 
 
 def _declarations_json(decls: Mapping[str, tuple]) -> dict:
@@ -494,15 +308,17 @@ def _signature_json(k: "KernelInfo") -> dict:
     return k.to_json()
 
 
-def _kernels(name: str, entries: Iterable[BundleEntry], decls: Mapping, bad) -> tuple["KernelInfo", ...]:
+def _kernels(name: str, entries: Iterable[BundleEntry], decls: Mapping, bad) -> tuple[tuple["KernelInfo", ...], dict]:
     """The image's kernels, merged from every entry (PTX first: it has types) with the C
-    declarations and mangled names; the entries must describe the same kernels alike."""
+    declarations and mangled names (the entries must describe the same kernels alike); and
+    each cubin's own facts, ``{file: (resources, globals)}`` as ``BundleEntry`` records them."""
     from .cdecl import demangle
     from .cubin import inspect_cubin
     from .ptx import inspect_ptx
     from .signature import RESOURCES, SignatureConflict, merge, replace
 
     per = []
+    facts = {}
     for e in sorted(entries, key=lambda e: e.kind != "ptx"):
         try:
             info = inspect_ptx(e.payload, source=e.file) if e.kind == "ptx" else inspect_cubin(e.payload,
@@ -510,6 +326,9 @@ def _kernels(name: str, entries: Iterable[BundleEntry], decls: Mapping, bad) -> 
         except NbjitError as x:
             raise bad(f"entry {e.file!r}: {x}") from None
         per.append((e, {k.name: k for k in info.entries}))
+        if e.kind == "cubin":
+            facts[e.file] = ({k.name: {r: getattr(k, r) for r in RESOURCES if getattr(k, r) is not None}
+                              for k in info.entries}, tuple(g.to_json() for g in info.globals))
     names = list(per[0][1])
     for e, ks in per[1:]:
         if set(ks) != set(names):
@@ -524,7 +343,7 @@ def _kernels(name: str, entries: Iterable[BundleEntry], decls: Mapping, bad) -> 
             raise bad(str(x)) from None
         # registers, shared memory...: each cubin's own, not the image's
         out.append(replace(info, **dict.fromkeys(RESOURCES)))
-    return tuple(out)
+    return tuple(out), facts
 
 
 # ------------------------------------------------------------------ building
@@ -593,11 +412,18 @@ def build_bundle(inputs: Any, dest: str | os.PathLike, *, archs: Iterable[str] |
             entries.append(BundleEntry(file, kind, str(a), hashlib.sha256(payload).hexdigest(), len(payload),
                                        payload))
             members.append((file, payload))
-        kernels = _kernels(p.name, entries, p.decls, lambda msg, n=p.name: BundleError(f"{dest}: image {n!r}: {msg}"))
-        img = BundleImage(p.name, tuple(entries), kernels, p.lowered, p.decls, tuple(p.sources), tuple(p.options),
-                          p.producer, p.toolchain, p.triton)
+        kernels, facts = _kernels(p.name, entries, p.decls,
+                                  lambda msg, n=p.name: BundleError(f"{dest}: image {n!r}: {msg}"))
+        entries = [dataclasses.replace(e, resources=facts[e.file][0], globals=facts[e.file][1]) if e.file in facts
+                   else e for e in entries]
+        # (name expressions and declarations sorted: a compile and a cache hit list them in other orders)
+        img = BundleImage(p.name, tuple(entries), kernels, dict(sorted(p.lowered.items())),
+                          dict(sorted(p.decls.items())), tuple(p.sources), tuple(p.options), p.producer, p.toolchain,
+                          p.triton)
         manifest["images"].append(img.to_json())
-    raw = json.dumps(manifest, indent=1, sort_keys=True).encode() + b"\n"
+    # keys in the order they are made (the same inputs make them in the same order): a
+    # parameter's origin keeps the order in which its facts were found, as kernel.params shows it
+    raw = json.dumps(manifest, indent=1).encode() + b"\n"
     data = _zip([(MANIFEST, raw), *members])
     info = read_bundle(data)  # what a reader will find: checked before it is written
     _write_atomic(dest, data)
@@ -608,7 +434,7 @@ def _zip(members: list[tuple[str, bytes]]) -> bytes:
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as zf:
         for name, payload in members:
-            zi = zipfile.ZipInfo(name, _ZIP_TIME)
+            zi = _Utf8Member(name, _ZIP_TIME)
             zi.compress_type = zipfile.ZIP_STORED
             zi.external_attr = 0o644 << 16
             zi.create_system = 3  # unix: the mode above is read as one
@@ -679,7 +505,7 @@ def _parts(inputs: Any, how: dict) -> list[_Part]:
     parts: list[_Part] = []
     compiled_any = False
     for name, value in named:
-        if name is not None and (not isinstance(name, str) or not _NAME.fullmatch(name)):
+        if name is not None and not is_image_name(name):
             raise BundleError(f"image name {name!r}: letters, digits, '_', '.', '+', '-' (it names the archive's "
                               "directory of the image)")
         items = value if isinstance(value, (list, tuple)) else [value]
@@ -835,7 +661,7 @@ def _add_triton(part: _Part, path: Path, naming: bool) -> None:
     meta_file = path if path.suffix == ".json" else path / f"{art.meta.name}.json"
     if meta_file.is_file():
         try:
-            part.triton = json.loads(read_regular(meta_file, 1 << 24), parse_constant=_no_constant)
+            part.triton = json.loads(read_regular(meta_file, 1 << 24), parse_constant=_bundle_file._no_constant)
         except (OSError, ValueError, RecursionError) as e:
             raise BundleError(f"{meta_file}: unreadable Triton metadata: {e}") from None
     for f in (art.cubin, art.ptx):

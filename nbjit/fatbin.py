@@ -5,30 +5,22 @@ LZ4 and zstd payloads are decompressed by the ``lz4`` and ``zstandard`` packages
 the sizes the headers declare."""
 from __future__ import annotations
 
-import re
 import struct
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from .arch import Arch, ArchLike
+from ._fatbin_write import (_F_ARCH_SPECIFIC, _F_FAMILY, _MAX_ENTRIES, FATBIN_MAGIC, MAX_ENTRY_BYTES,
+                            MAX_TOTAL_BYTES, build_fatbin)
+from .arch import Arch, ArchLike, pick
 from .errors import ImageFormatError
 
 __all__ = ["FatbinEntry", "FatbinInfo", "inspect_fatbin", "select_entry", "parse_arch", "build_fatbin",
            "FATBIN_MAGIC", "MAX_ENTRY_BYTES", "MAX_TOTAL_BYTES"]
 
-FATBIN_MAGIC = 0xBA55ED50
 _KIND = {1: "ptx", 2: "cubin"}
-_F_64BIT = 0x1
 _F_DEBUG = 0x2
-_F_LINUX = 0x10
 _F_LZ4 = 0x2000
 _F_ZSTD = 0x8000
-_F_ARCH_SPECIFIC = 0x100000
-_F_FAMILY = 0x200000
-_MAX_ENTRIES = 4096
-# Caps on decompressed sizes: the biggest real cubins are tens of MB.
-MAX_ENTRY_BYTES = 256 << 20
-MAX_TOTAL_BYTES = 512 << 20
 
 
 @dataclass(frozen=True)
@@ -92,21 +84,12 @@ def parse_arch(arch: ArchLike) -> int:
 
 
 def select_entry(entries: Iterable[FatbinEntry], device: ArchLike) -> FatbinEntry | None:
-    """Pick the image a device runs (by ``Arch.runs_on``): SASS for this very chip first (an
-    arch-specific build before a generic one), then the newest SASS that runs on it, then
-    the newest PTX it can JIT."""
-    dev = Arch.parse(device).number
-    runs = [e for e in entries if e.target.runs_on(dev)]
-    exact = [e for e in runs if e.kind == "cubin" and e.sm == dev]
-    if exact:
-        return max(exact, key=lambda e: (e.arch_specific, -e.index))
-    sass = [e for e in runs if e.kind == "cubin"]
-    if sass:
-        return max(sass, key=lambda e: (e.sm, -e.index))
-    ptx = [e for e in runs if e.kind == "ptx"]
-    if ptx:
-        return max(ptx, key=lambda e: (e.sm, e.arch_specific, -e.index))
-    return None
+    """Pick the image a device runs (``nbjit.arch.pick``: SASS for this very chip first, an
+    arch-specific build before a generic one, then the newest SASS that runs on it, then the
+    newest PTX it can JIT)."""
+    entries = list(entries)
+    i = pick([(e.kind, e.target) for e in entries], device)
+    return None if i is None else entries[i]
 
 
 def inspect_fatbin(data: bytes, *, source: str | None = None) -> FatbinInfo:
@@ -251,77 +234,3 @@ def _zstd(blob: bytes, size: int, fail) -> bytes | None:
     except zstandard.ZstdError as e:
         raise fail(f"corrupt zstd payload: {e}") from None
     return out
-
-
-_PTX_VERSION = re.compile(rb"^[ \t]*\.version[ \t]+(\d+)\.(\d+)", re.M)
-
-
-def build_fatbin(entries: Iterable[tuple[str, ArchLike, bytes]], *, source: str | None = None) -> bytes:
-    """One uncompressed fatbin container holding ``entries``, each ``(kind, arch, payload)``:
-    ``("cubin", "sm_90a", elf bytes)`` or ``("ptx", "compute_80", text bytes)``. What
-    ``inspect_fatbin`` reads back is the same entries, in order (PTX without its NUL).
-
-    Raises
-    ------
-    ImageFormatError: a kind other than "cubin" / "ptx", an architecture that is not one (or a
-    virtual one for a cubin), a cubin that is no CUDA ELF, PTX without a ``.version``, no
-    entries, or more than ``inspect_fatbin`` reads.
-    """
-    src = source or "<fatbin>"
-    parts: list[bytes] = []
-    total = 0
-    for i, item in enumerate(entries):
-        try:
-            kind, arch, payload = item
-        except (TypeError, ValueError):
-            raise ImageFormatError(f"{src}: entry {i} is {type(item).__name__}, not (kind, arch, payload)") from None
-        parts.append(_entry_bytes(kind, arch, payload, f"{src}: entry {i}"))
-        total += len(parts[-1])
-        if len(parts) > _MAX_ENTRIES or total > MAX_TOTAL_BYTES:
-            raise ImageFormatError(f"{src}: more than {_MAX_ENTRIES} entries or {MAX_TOTAL_BYTES} bytes: more than "
-                                   "nbjit reads back")
-    if not parts:
-        raise ImageFormatError(f"{src}: a fatbin holds at least one entry")
-    return struct.pack("<IHHQ", FATBIN_MAGIC, 1, 16, total) + b"".join(parts)
-
-
-def _entry_bytes(kind: object, arch: object, payload: object, where: str) -> bytes:
-    """One entry: its header (FORMATS.md §5.2) and its payload."""
-    if kind not in ("cubin", "ptx"):
-        raise ImageFormatError(f"{where}: kind must be 'cubin' or 'ptx', not {kind!r}")
-    if not isinstance(payload, (bytes, bytearray, memoryview)):
-        raise ImageFormatError(f"{where}: the payload is bytes, not {type(payload).__name__}")
-    data = bytes(payload)
-    try:
-        target = Arch.parse(arch)
-    except (TypeError, ValueError) as e:
-        raise ImageFormatError(f"{where}: {e}") from None
-    flags = _F_64BIT | _F_LINUX | (_F_ARCH_SPECIFIC if target.variant == "a" else 0) | \
-        (_F_FAMILY if target.variant == "f" else 0)
-    if kind == "cubin":
-        if target.virtual:
-            raise ImageFormatError(f"{where}: a cubin runs on a real architecture (sm_XX), not {target}")
-        if data[:4] != b"\x7fELF" or len(data) < 20 or int.from_bytes(data[18:20], "little") != 190:
-            raise ImageFormatError(f"{where}: the payload of a cubin entry is not a CUDA ELF (starts with "
-                                   f"{data[:8].hex(' ')})")
-        # ELF entries carry (1, EI_ABIVERSION) where PTX entries carry their ISA version
-        major, minor, code = 1, data[8], 2
-    else:
-        m = _PTX_VERSION.search(data[: 1 << 16])
-        if m is None or b"\0" in data.rstrip(b"\0"):
-            raise ImageFormatError(f"{where}: the payload of a PTX entry is not PTX text (no '.version' directive)")
-        major, minor, code = int(m.group(1)), int(m.group(2)), 1
-        target = Arch(target.number, target.variant, True)  # (PTX for "sm_90" is PTX for compute_90)
-        data = data.rstrip(b"\0") + b"\0"  # NUL-terminated,
-        data += b"\0" * (-len(data) % 8)  # and padded to 8 bytes as nvcc stores it
-    if not 0 <= major < 1 << 16 or not 0 <= minor < 1 << 16:
-        raise ImageFormatError(f"{where}: PTX ISA version {major}.{minor} does not fit a fatbin header")
-    if len(data) > MAX_ENTRY_BYTES:
-        raise ImageFormatError(f"{where}: {len(data)} bytes, more than nbjit reads back ({MAX_ENTRY_BYTES})")
-    # A PTX entry names its ptxas options (none: an empty string) through a descriptor
-    # {u32 offset, u32 length} after the 64 bytes, as nvcc writes it; cuobjdump refuses a PTX
-    # entry without one ("Invalid fatbin header").
-    tail = struct.pack("<IIQ", 72, 0, 0) if code == 1 else b""
-    header = struct.pack("<HHIQIIHHIIIQQQ", code, 0x0101, 64 + len(tail), len(data), 0, 64 if tail else 0, minor,
-                         major, target.number, 0, 0, flags, 0, 0)
-    return header + tail + data

@@ -144,7 +144,9 @@ class Image:
     ``name`` (for messages), the ``arch`` it was built for where known, the
     ``lowered_names`` of NVRTC name expressions, the producer's ``log`` and the C parameter
     types its producer's input ``declarations`` give, ``{kernel: (source label, (CParam,
-    ...))}`` (the CUDA source of ``nbjit.compile``, a Triton kernel's IR)."""
+    ...))}`` (the CUDA source of ``nbjit.compile``, a Triton kernel's IR). ``info``,
+    ``typed`` and ``entries`` hold what reading ``data`` would give, where it is known
+    already (a cache entry's facts, a kernel bundle's manifest)."""
 
     data: bytes
     kind: str
@@ -156,11 +158,18 @@ class Image:
     # what inspecting ``data`` gives (a CubinInfo), where already known (a cache entry's facts)
     info: Any = field(default=None, compare=False, repr=False)
     # {kernel: KernelInfo} typed from ``info`` with ``declarations`` and the mangled names,
-    # where already known (a cache entry's facts): what loading it would merge again
+    # where already known (a cache entry's facts; a kernel bundle's manifest, without ``info``:
+    # merged from every entry, less the resources each cubin has its own of): what loading it
+    # would merge again
     typed: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
     # {function: {"stack_frame", "spill_stores", "spill_loads": bytes}} as ptxas reported them
     # while compiling it (nbjit.compile's NVRTC log, kept in the cache entry's facts); {} where unknown
     resources: Mapping[str, Mapping[str, int]] = field(default_factory=dict, compare=False, repr=False)
+    # for a fatbin: what each entry is, where its payload lies in ``data`` and what reading it
+    # would give, ``((kind, Arch, offset, length, facts or None), ...)`` in the container's
+    # order, where already known (a kernel bundle's image): loading picks the device's entry
+    # without reading the container, and reads no cubin whose facts are listed
+    entries: tuple = field(default=(), compare=False, repr=False)
 
     def __post_init__(self):
         if self.kind not in IMAGE_KINDS:

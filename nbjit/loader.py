@@ -16,16 +16,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
-from .arch import Arch
-from .cubin import CubinInfo, inspect_cubin
+from .arch import Arch, pick
 from .errors import NbjitLoadError
 from .image import Image
 
 if TYPE_CHECKING:
+    from .cubin import CubinInfo
     from .fatbin import FatbinInfo
     from .ptx import PtxInfo
-# (the PTX and fatbin readers are imported where a plan needs them: loading a cubin, the warm
-# path of nbjit.compile, never does)
+# (each reader is imported where a plan needs it: loading a cubin, the warm path of
+# nbjit.compile, never reads PTX or a fatbin; a kernel bundle's image, none but the cubin or
+# PTX its device runs)
 
 __all__ = ["Plan", "Assemble", "plan"]
 
@@ -70,6 +71,7 @@ def plan(img: Image, cc: tuple[int, int], driver: int, *, keep_debug: bool = Fal
     if img.kind == "ptx":
         return _plan_ptx(img.data, img.name, cc, driver, keep_debug, nvjitlink)
     if img.kind == "cubin":
+        from .cubin import CubinInfo, inspect_cubin
         info = img.info if isinstance(img.info, CubinInfo) else inspect_cubin(img.data, source=img.name)
         if not Arch.parse(info.arch).runs_on(cc):
             dev = Arch.parse(cc)
@@ -78,8 +80,27 @@ def plan(img: Image, cc: tuple[int, int], driver: int, *, keep_debug: bool = Fal
                 f"version at an equal or newer minor, 'a' builds only on their own chip): build it for {dev} or "
                 "load PTX instead")
         return Plan(img.data, "cubin", info)
+    if img.entries:  # a kernel bundle's fatbin: its manifest says what each entry is and where
+        return _plan_listed(img, cc, driver, keep_debug, nvjitlink)
     from .fatbin import inspect_fatbin
     return _plan_fatbin(img, inspect_fatbin(img.data, source=img.name), cc, driver, keep_debug, nvjitlink)
+
+
+def _plan_listed(img: Image, cc, driver, keep_debug, nvjitlink) -> Plan:
+    """The plan for a fatbin whose entries ``img.entries`` lists: the one ``arch.pick``
+    chooses for the device, planned as the cubin or PTX it is (no container to read; a cubin
+    whose facts are listed too is not read either: they are the plan's ``info``)."""
+    i = pick([(kind, arch) for kind, arch, *_ in img.entries], cc)
+    if i is None:
+        have = ", ".join(str(arch) for _, arch, *_ in img.entries)
+        raise NbjitLoadError(f"{img.name}: no image in this fatbin runs on {Arch.parse(cc)} (it holds {have})")
+    kind, arch, offset, length, facts = img.entries[i]
+    data = img.data[offset:offset + length]
+    if kind == "cubin" and facts is not None:
+        return Plan(data, "cubin", facts, entry=i)
+    sub = Image(data, kind, f"{img.name}[{i}:{arch}]")
+    p = plan(sub, cc, driver, keep_debug=keep_debug, nvjitlink=nvjitlink)
+    return Plan(p.data, p.kind, p.info, p.route, p.note, i, p.ptx, p.details, p.assemble)
 
 
 def _assemble_target(cc: tuple[int, int], ptx_arch: Arch) -> str:
@@ -133,6 +154,7 @@ def _plan_fatbin(img: Image, fb: FatbinInfo, cc, driver, keep_debug, nvjitlink) 
         # compressed in a way Python cannot undo: the driver reads the whole container;
         # signatures come from any entry we can read, else from the driver
         readable = next((e for e in fb.entries if e.payload is not None and e.kind == "cubin"), None)
+        from .cubin import inspect_cubin
         info = inspect_cubin(readable.payload, source=img.name) if readable else None
         return Plan(img.data, "fatbin", info, None,
                     f"{img.name}: image {entry.index} ({entry.arch}) is zstd-compressed and 'zstandard' is not "

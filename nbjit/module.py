@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import collections
-import difflib
 import re
 import threading
 import types
@@ -18,11 +17,6 @@ from .arch import Arch
 from .args import parse_signature
 from .cdecl import demangle, demangled_text
 from .errors import KernelNotFoundError, NbjitArgumentError, NbjitCompileError, NbjitLoadError, NbjitWarning
-from .cache import Cache, default_cache
-from .compiler import (SOURCE_SUFFIXES, assemble_cached, compile_image, nvjitlink_version, one_or_many,
-                       option_list, source_text)
-from .compiler import compile_many as _compile_images
-from .cubin import CubinInfo, inspect_cubin
 from .image import Image, ImageLike, _sha256, as_image, inspect_image
 from .kernel import Kernel, _State
 from .loader import Plan, plan
@@ -198,8 +192,8 @@ class _Live:
         out = []
         for src in srcs:
             e = next((e for e in src.entries if e.name == name), None)
-            if e is not None:
-                out.append(("cubin" if isinstance(src, CubinInfo) else "ptx", e))
+            if e is not None:  # (what is not the PTX is the cubin loaded: its inspection or a bundle's facts of it)
+                out.append(("ptx" if src is self.ptx else "cubin", e))
         return out
 
     def global_names(self) -> list[str]:
@@ -239,7 +233,7 @@ class Module:
     @classmethod
     def _load(cls, img: Image, ctx, keep_debug: bool) -> "Module":
         prepared = carry_out(plan(img, current_host().context_cc(ctx), _driver.driver_version(), keep_debug=keep_debug,
-                                  nvjitlink=nvjitlink_version))
+                                  nvjitlink=_nvjitlink_version))
         what = f"{img.name} ({_describe(prepared)})"
         loaded = _driver.load_module(prepared.data, what, prepared.kind)
         mod = cls(img, keep_debug)
@@ -464,13 +458,15 @@ class Module:
             if not layouts:
                 raise NbjitLoadError(f"{self.name}: kernel {real!r}: the image does not describe its parameters; the "
                                      "driver's list of them is read when the module loads (on a GPU)")
-            typed = self.image.typed if self.image.info is not None else {}
+            typed = self.image.typed  # (a cache entry's facts, a kernel bundle's manifest)
             info = _kernel_info(self.name, real, layouts, signature, bool(extra), self._facts.decls, typed,
                                 self._facts.numba)[0]
             self._offline[recipe] = info
         return info
 
     def _missing(self, name: str) -> KernelNotFoundError:
+        import difflib
+
         names = list(self.kernels) + [k for k in self._facts.names if k not in self.kernels]
         close = difflib.get_close_matches(name, names, n=len(names), cutoff=0.0)
         shown = [f"{k} ({demangled_text(k)})" if demangled_text(k) else k for k in close]
@@ -581,6 +577,8 @@ def _image_source(img: Image) -> tuple[str, tuple[KernelInfo, ...]]:
     its first readable entry)."""
     if img.info is not None:  # a cache entry's facts
         return img.kind, img.info.entries
+    if img.typed:  # a kernel bundle's merged signatures (its manifest's)
+        return img.kind, tuple(img.typed.values())
     info = inspect_image(img)
     if img.kind == "fatbin":
         entry = next((e for e in info.entries if e.payload is not None), None)
@@ -632,12 +630,21 @@ def _kernel_info(module: str, real: str, layouts: list, signature: str | None, e
     return info, info, None
 
 
+def _nvjitlink_version() -> tuple[int, int] | None:
+    """``compiler.nvjitlink_version``, importing the compiler only for PTX newer than the
+    driver (what the loader asks it for)."""
+    from .compiler import nvjitlink_version
+    return nvjitlink_version()
+
+
 def carry_out(p: Plan, cache=None) -> Plan:
     """The plan with its host step done: PTX newer than the driver assembled to a cubin by
     nvJitLink, through the cache (``cache``, default ``nbjit.default_cache()``)."""
     a = p.assemble
     if a is None:
         return p
+    from .compiler import assemble_cached  # (here: loading a cubin or a kernel bundle imports no compiler)
+    from .cubin import inspect_cubin
     try:
         cubin = assemble_cached(a.ptx, a.arch, name=a.name, cache=cache)
     except NbjitCompileError as e:
@@ -690,9 +697,11 @@ def compile(source: str, *, name: str | None = None, name_expressions: Iterable[
     if keep_debug is not False or lazy is not False:  # (the defaults: nothing to check)
         keep_debug, lazy = _flag(keep_debug, "keep_debug", NbjitCompileError), _flag(lazy, "lazy", NbjitCompileError)
     if type(source) is not str or source[-1:] in _PATH_ENDS:  # a file's path: its text (and its directory)
+        from .compiler import source_text
         source, name, include_paths = source_text(source, name, include_paths)
     exprs, opts = name_expressions, options
     if type(exprs) is not tuple or type(opts) is not tuple:  # (the defaults are: nothing to do)
+        from .compiler import one_or_many, option_list
         exprs, opts = one_or_many(exprs), option_list(opts)  # a str is one item; options split as a shell does
         try:
             exprs, opts = tuple(exprs), tuple(opts)
@@ -700,6 +709,8 @@ def compile(source: str, *, name: str | None = None, name_expressions: Iterable[
             pass
     # A repeated call is one look-up in the cache's memo of calls: {context: the module the
     # call made there}, weakly. Not with include_paths, whose files may change between calls.
+    from .cache import Cache, default_cache  # (here: loading a cubin or a kernel bundle imports no compiler)
+    from .compiler import compile_image
     memo = cache if cache is not None else default_cache()
     call = None
     if not include_paths and not lazy and isinstance(memo, Cache):
@@ -748,7 +759,8 @@ def compile_many(sources: Iterable, *, workers: int | None = None, keep_debug: b
     ctx, lazy = _context_for(common.get("arch"), lazy)
     if common.get("arch") is None:
         common["arch"] = _device_arch(ctx)
-    images = _compile_images(sources, workers=workers, **common)
+    from .compiler import compile_many as compile_images
+    images = compile_images(sources, workers=workers, **common)
     return [Module._pending(img, keep_debug) if lazy else _load_into(img, ctx, keep_debug) for img in images]
 
 
@@ -773,7 +785,9 @@ def _device_arch(ctx) -> Arch:
 
 
 _NO_SPACE = re.compile(r"\s+")
-_PATH_ENDS = frozenset(x[-1] for x in SOURCE_SUFFIXES) | frozenset(x[-1].upper() for x in SOURCE_SUFFIXES)
+# the last letters of compiler.SOURCE_SUFFIXES (.cu, .cuh, .cuda), either case: a str ending
+# so may be a path (tests/test_module.py holds the two together)
+_PATH_ENDS = frozenset("uhaUHA")
 
 
 def from_numba(dispatcher: Any, signature: Any) -> Kernel:
@@ -789,6 +803,7 @@ def from_numba(dispatcher: Any, signature: Any) -> Kernel:
     exception reporting), a cooperative kernel, or argument types nbjit cannot pass.
     """
     from . import numba_abi
+    from .cache import default_cache
 
     host = current_host()
     py = getattr(dispatcher, "py_func", None)

@@ -92,6 +92,24 @@ class Param:
             d["origin"] = dict(self.origin)
         return d
 
+    @classmethod
+    def from_json(cls, d: Any) -> "Param":
+        """The parameter ``to_json`` gave ``d`` for (``abi`` and ``pointee_align`` are not in
+        it); ``ValueError`` names the field that is not what ``to_json`` writes."""
+        if type(d) is not dict:
+            raise ValueError(f"a parameter is {type(d).__name__}, not an object")
+        name = _field(d, "name", str)
+        origin = d.get("origin", {})
+        if type(origin) is not dict or not all(type(v) is str for v in origin.values()):
+            raise ValueError(f"parameter {name!r}: origin is not {{fact: source}}")
+        p = cls(name, _field(d, "type", str), _field(d, "size", int), _field(d, "align", int, None),
+                _field(d, "offset", int), _field(d, "count", int, None), _field(d, "pointer", bool, False),
+                _field(d, "space", str, None), None, _field(d, "ctype", str, None), _field(d, "pointee", str, None),
+                _field(d, "const", bool, False), tuple(origin.items()))
+        if p.size < 0 or p.offset < 0:
+            raise ValueError(f"parameter {name!r}: size {p.size} at offset {p.offset}")
+        return p
+
 
 @dataclass(frozen=True)
 class KernelSignature:
@@ -189,6 +207,25 @@ class Directives:
             out[k] = list(v) if isinstance(v, tuple) else v
         return out
 
+    @classmethod
+    def from_json(cls, d: Any) -> "Directives":
+        """The directives ``to_json`` gave ``d`` for; ``ValueError`` for anything else."""
+        if type(d) is not dict:
+            raise ValueError(f"directives are {type(d).__name__}, not an object")
+        kw = {}
+        for k, v in d.items():
+            kind = _DIRECTIVE_KINDS.get(k)
+            if kind is None:
+                raise ValueError(f"{k!r} is not a directive")
+            if kind is tuple:
+                if type(v) is not list or not all(type(x) is int for x in v):
+                    raise ValueError(f"directive {k}: {v!r} is not a list of integers")
+                v = tuple(v)
+            elif type(v) is not kind:
+                raise ValueError(f"directive {k}: {v!r} is not {kind.__name__}")
+            kw[k] = v
+        return cls(**kw)
+
     @property
     def cluster(self) -> tuple[int, int, int] | None:
         """The required cluster shape, padded to three dimensions, if any."""
@@ -196,6 +233,10 @@ class Directives:
             return None
         return tuple((list(self.reqnctapercluster) + [1, 1])[:3])  # type: ignore[return-value]
 
+
+_DIRECTIVE_KINDS = {"maxntid": tuple, "reqntid": tuple, "minnctapersm": int, "maxnctapersm": int, "maxnreg": int,
+                    "noreturn": bool, "explicitcluster": bool, "reqnctapercluster": tuple, "maxclusterrank": int,
+                    "blocksareclusters": bool}
 
 # a kernel's resources as compiled code records them (None in PTX): what each cubin has its own of
 RESOURCES = ("registers", "shared", "const", "local", "stack", "frame", "spills", "barriers")
@@ -263,6 +304,47 @@ class KernelInfo:
             d["griddepcontrol"] = list(self.griddepcontrol)
         return d
 
+    @classmethod
+    def from_json(cls, d: Any) -> "KernelInfo":
+        """The kernel ``to_json`` gave ``d`` for (a kernel bundle's manifest lists its
+        kernels so); ``ValueError`` names the kernel and the field that is not what
+        ``to_json`` writes, or parameters that overrun the parameter buffer."""
+        if type(d) is not dict:
+            raise ValueError(f"a kernel is {type(d).__name__}, not an object")
+        name = _field(d, "name", str)
+        try:
+            ps = d.get("params")
+            if type(ps) is not list:
+                raise ValueError("params is not a list")
+            params = tuple(Param.from_json(p) for p in ps)
+            size = _field(d, "param_size", int)
+            if any(p.offset + p.size > size for p in params):
+                raise ValueError(f"parameters overrun the {size}-byte parameter buffer")
+            gdc = d.get("griddepcontrol", [])
+            if type(gdc) is not list or not all(type(x) is str for x in gdc):
+                raise ValueError("griddepcontrol is not a list of text")
+            resources = {k: _field(d, k, int, None) for k in RESOURCES}
+            return cls(name, KernelSignature(params, size), Directives.from_json(d.get("directives", {})),
+                       _field(d, "linkage", str, None), griddepcontrol=tuple(gdc), **resources)
+        except ValueError as e:
+            raise ValueError(f"kernel {name!r}: {e}") from None
+
+
+_REQUIRED = object()
+
+
+def _field(d: dict, key: str, kind: type, default: Any = _REQUIRED) -> Any:
+    """``d[key]``, of type ``kind`` exactly (or the ``default`` where it is absent or, for
+    a None default, null); ``ValueError`` otherwise."""
+    v = d.get(key, _REQUIRED)
+    if v is _REQUIRED or (v is None and default is None):
+        if default is _REQUIRED:
+            raise ValueError(f"no {key}")
+        return default
+    if type(v) is not kind:
+        raise ValueError(f"{key} is {type(v).__name__}, not {kind.__name__}")
+    return v
+
 
 def find_entry(entries: Iterable[KernelInfo], name: str) -> KernelInfo:
     """The entry called ``name`` (KeyError if none): for PtxInfo and CubinInfo."""
@@ -314,7 +396,9 @@ def merge(name: str, layouts: Iterable[tuple[str, KernelInfo | None]],
     if not layouts:
         raise SignatureConflict(f"kernel {name!r}: no source gives its parameter layout", "layout")
     label0, base = layouts[0]
-    params = [_with_origin(p, (("layout", label0),) + ((("type", label0),) if p.type != "unknown" else ()))
+    # (a layout merged before, a kernel bundle's manifest's, keeps where its facts came from)
+    params = [p if p.origin else _with_origin(p, (("layout", label0),) + ((("type", label0),) if p.type != "unknown"
+                                                                            else ()))
               for p in base.params]
     info = base
     for lbl, other in layouts[1:]:

@@ -63,3 +63,17 @@ def test_fatbin_choice_and_loader_follow_the_same_rule(arch):
     for d, ok in zip(DEVICES, RULE[arch]):
         assert (select_entry([e], d) is not None) == bool(ok), (arch, d)
         assert replace(e).target.runs_on(d) == bool(ok)
+
+
+def test_pick_is_the_rule_fatbins_and_bundles_share():
+    from nbjit.arch import pick
+    a = Arch.parse
+    entries = [("cubin", a("sm_86")), ("cubin", a("sm_80")), ("cubin", a("sm_89a")), ("ptx", a("compute_80")),
+               ("ptx", a("compute_90a")), ("ptx", a("compute_100f")), ("cubin", a("sm_100f")), ("cubin", a("sm_89"))]
+    assert pick(entries, "sm_89") == 2  # this very chip, its arch-specific build first
+    assert pick(entries, "sm_87") == 0  # else the newest SASS that runs on it
+    assert pick(entries, "sm_90") == 4  # else the newest PTX it can JIT (compute_90a: only on 9.0)
+    assert pick(entries, (10, 3)) == 6  # family SASS within its family
+    assert pick(entries, 120) == 3  # compute_100f is not for 12.x; compute_80 is
+    assert pick(entries, "sm_75") is None
+    assert pick([("cubin", a("sm_90")), ("cubin", a("sm_90"))], "sm_90") == 0  # the earlier of two alike

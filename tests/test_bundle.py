@@ -16,6 +16,7 @@ import pytest
 import nbjit
 from nbjit import BundleError, build_bundle, inspect_bundle, load_bundle
 from nbjit.bundle import MAX_MEMBERS, read_bundle
+from nbjit.signature import RESOURCES, KernelSignature, replace
 from nbjit.cache import Cache
 from nbjit.compiler import _toolchain_fingerprint, nvrtc_version
 from nbjit.fatbin import inspect_fatbin
@@ -81,6 +82,11 @@ def test_the_same_inputs_give_the_same_bytes(built, tmp_path):
                          headers=HDR, options="-DUNUSED=1", cache=cache)
     assert (tmp_path / "again.nbjit").read_bytes() == path.read_bytes()
     assert again.image().archs == inspect_bundle(path).image().archs
+    # compiled afresh (a cache hit and NVRTC list name expressions in other orders), the
+    # expressions given in another order: the same bytes
+    build_bundle(TMPL, tmp_path / "cold.nbjit", archs=ARCHS, ptx=["compute_80"], name_expressions=EXPRS[::-1],
+                 headers=HDR, options="-DUNUSED=1", cache=Cache(tmp_path / "cold-cache"))
+    assert (tmp_path / "cold.nbjit").read_bytes() == path.read_bytes()
 
 
 def test_lazy_load_is_typed_as_a_direct_compile(built):
@@ -244,6 +250,116 @@ def test_a_changed_payload_is_found_before_the_driver(small):
     raw[at] ^= 0xFF
     with pytest.raises(BundleError, match=r"member 'k/sm_80.cubin' is damaged"):
         read_bundle(bytes(raw))
+
+
+def test_only_the_loaded_images_payloads_are_read_at_load(small, tmp_path):
+    """load_bundle checks every payload of the image it loads (they all go into the module's
+    fatbin, which a pickle carries to other devices) and reads no other image's;
+    read_bundle checks them all."""
+    two = tmp_path / "two.nbjit"
+    build_bundle({"k": DATA / "nvcc/kernels_sm_80.cubin", "p": DATA / "nvcc/kernels_sm80.ptx"}, two)
+
+    def tamper(members):
+        members["p/compute_80.ptx"] = members["p/compute_80.ptx"].replace(b"k_basic", b"k_bas1c")
+        return members
+    damaged = _rezip(two.read_bytes(), tamper)
+    assert load_bundle(damaged, name="k", lazy=True).kernels == load_bundle(two, name="k", lazy=True).kernels
+    with pytest.raises(BundleError, match=r"image 'p': member 'p/compute_80.ptx': its bytes do not match"):
+        load_bundle(damaged, name="p", lazy=True)
+    with pytest.raises(BundleError, match=r"image 'p': member 'p/compute_80.ptx': its bytes do not match"):
+        read_bundle(damaged)
+
+
+def test_a_lazy_module_describes_its_kernels_from_the_manifest(built, monkeypatch):
+    """No payload is parsed to describe a bundle's kernels: they are the manifest's, exactly
+    the kernels read_bundle merges from every entry."""
+    path, _, _ = built
+    listed = inspect_bundle(path).image().kernels
+    import nbjit.cubin
+    import nbjit.ptx
+    for mod, name in ((nbjit.ptx, "inspect_ptx"), (nbjit.cubin, "inspect_cubin")):
+        monkeypatch.setattr(mod, name, lambda *a, _n=name, **k: pytest.fail(f"{_n} was called"))
+    mod = load_bundle(path, lazy=True)
+    assert list(mod.kernels) == [k.name for k in listed]
+    for k in listed:
+        # (to_json leaves out a pointer's pointee alignment, a cubin's, which nothing shows)
+        assert mod[k.name].info == replace(k, signature=KernelSignature(
+            tuple(replace(p, pointee_align=None) for p in k.params), k.param_size)), k.name
+
+
+def test_the_manifest_records_each_cubins_own_facts(built):
+    """Each cubin entry carries its kernels' resources and its globals, so that loading it
+    reads no ELF: the loaded module types its kernels as the manifest lists them (as they
+    were described while it waited), with that cubin's resources, at the cubin's layout."""
+    from nbjit import module
+    from nbjit.loader import plan
+    path, info, _ = built
+    img = info.image()
+    assert all((e.resources is None) == (e.globals is None) == (e.kind == "ptx") for e in img.entries)
+    mod = load_bundle(path, lazy=True)
+    cubins = [(arch, mod.image.data[off:off + n], facts) for kind, arch, off, n, facts in mod.image.entries
+              if kind == "cubin"]
+    assert len(cubins) == 5
+    for arch, payload, facts in cubins:
+        own = nbjit.inspect_cubin(payload)
+        e = next(e for e in img.entries if e.arch == str(arch))
+        assert e.resources == {k.name: {r: getattr(k, r) for r in RESOURCES if getattr(k, r) is not None}
+                               for k in own.entries}
+        assert list(e.globals) == [g.to_json() for g in own.globals] and facts.arch == own.arch == str(arch)
+        for k in own.entries:
+            loaded = module._kernel_info("m", k.name, [("cubin", facts.entry(k.name))], None, False,
+                                         img.declarations, {}, {})[0]
+            assert loaded.params == mod[k.name].info.params, (arch, k.name)
+            assert [(q.offset, q.size) for q in loaded.params] == [(q.offset, q.size) for q in k.params]
+            assert all(getattr(loaded, r) == getattr(k, r) for r in RESOURCES), (arch, k.name)
+    p = plan(mod.image, (9, 0), 13000)  # the sm_90a build on 9.0, by the manifest's facts of it
+    assert (p.kind, p.info.arch, p.data) == ("cubin", "sm_90a", cubins[2][1])
+
+
+def test_a_bundle_without_cubin_facts_loads_its_cubin_read(small):
+    """A manifest that records no facts of a cubin (an older nbjit's) still loads: the loader
+    reads that cubin."""
+    from nbjit.cubin import CubinInfo
+    from nbjit.loader import plan
+
+    def older(m):
+        for e in m["images"][0]["entries"]:
+            e.pop("resources", None)
+            e.pop("globals", None)
+    mod = load_bundle(_rezip(small, _manifest(older)), lazy=True)
+    p = plan(mod.image, (8, 0), 13000)
+    assert p.kind == "cubin" and isinstance(p.info, CubinInfo) and p.info.arch == "sm_80"
+
+
+@pytest.mark.parametrize("change,where,msg", [
+    (lambda m: m["images"][0]["kernels"]["k_basic"]["params"][0].update(offset=8), "read",
+     r"kernel 'k_basic': the manifest lays out its parameters as \(offset, size\) \[\(8, 8\)"),
+    (lambda m: m["images"][0]["kernels"].pop("k_basic"), "read",
+     r"the manifest lists kernels k_basic that its entries"),
+    (lambda m: m["images"][0]["entries"][0]["resources"]["k_basic"].update(registers=255), "read",
+     r"entry 'k/sm_80.cubin': the manifest records the resources of kernel 'k_basic' as \{'registers': 255"),
+    (lambda m: m["images"][0]["entries"][0]["globals"].append({"name": "g", "size": 4}), "read",
+     r"entry 'k/sm_80.cubin': the manifest records the globals"),
+    (lambda m: m["images"][0]["kernels"]["k_basic"].update(param_size="8"), "load",
+     r"image 'k': kernels: kernel 'k_basic': param_size is str, not int"),
+    (lambda m: m["images"][0]["entries"][0].update(resources={"k_basic": {"registers": "10"}}), "load",
+     r"entry 'k/sm_80.cubin': resources is not \{kernel: \{resource: count\}\} of a cubin"),
+    (lambda m: m["images"][0]["entries"][1].update(globals=[]), "load",
+     r"entry 'k/compute_80.ptx': globals is not a list of a cubin's"),
+])
+def test_a_manifest_that_is_not_its_payloads_is_refused(small, change, where, msg):
+    """What loading takes from the manifest is checked: its form at load, its agreement with
+    the payloads (each kernel's layout, each cubin's resources and globals) by read_bundle
+    (nbjit inspect)."""
+    data = _rezip(small, _manifest(change))
+    with pytest.raises(BundleError, match=msg):
+        read_bundle(data) if where == "read" else load_bundle(data, lazy=True)
+
+
+def test_member_names_are_marked_utf8(small):
+    """(so that reading a bundle needs no cp437 codec: ~0.5 ms of a process's first load)"""
+    with zipfile.ZipFile(io.BytesIO(small)) as zf:
+        assert all(zi.flag_bits & 0x800 for zi in zf.infolist())
 
 
 def test_a_newer_format_is_refused_plainly(small):

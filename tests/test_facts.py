@@ -3,7 +3,6 @@ reads from every cubin fixture, and NVRTC entries that carry them, so that a war
 no ELF and no source; facts from other code, or none, are read afresh and kept."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import warnings

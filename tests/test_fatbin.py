@@ -284,3 +284,19 @@ def test_build_fatbin_against_cuobjdump(tmp_path):
 def test_build_fatbin_refuses(entries, msg):
     with pytest.raises(ImageFormatError, match=re.escape(msg)):
         build_fatbin(entries, source="x.fatbin")
+
+
+def test_layout_says_where_each_payload_lies():
+    """layout_fatbin's spans are the payloads inspect_fatbin reads back (PTX: its text, without
+    the NUL and padding the container adds), so a bundle's loader slices the container instead
+    of reading it; build_fatbin writes the same bytes."""
+    from nbjit._fatbin_write import layout_fatbin
+    cubin = (DATA / "nvcc/kernels_sm_90.cubin").read_bytes()
+    ptx = (DATA / "nvcc/kernels_sm80.ptx").read_bytes()
+    entries = [("ptx", "compute_80", ptx + b"\0\0"), ("cubin", "sm_90", cubin),
+               ("ptx", "compute_90", b".version 8.0\n")]
+    data, spans = layout_fatbin(entries, source="k")
+    assert data == build_fatbin(entries, source="k")
+    back = inspect_fatbin(data).entries
+    assert [data[o:o + n] for o, n in spans] == [ptx, cubin, b".version 8.0\n"] == [e.payload for e in back]
+    assert [e.offset for e in back] == [o for o, _ in spans]

@@ -33,6 +33,7 @@ def _axpy(kernel, cuda) -> tuple[np.ndarray, np.ndarray]:
 @pytest.mark.parametrize("lazy", [False, True])
 def test_bundle_kernels_launch(cuda, lazy):
     mod = nbjit.load_bundle(BUNDLE, lazy=lazy)
+    described = mod.axpy.params  # (lazy: from the manifest, before anything is loaded)
     got, want = _axpy(mod.axpy, cuda)
     np.testing.assert_allclose(got, want)
     # the entry select_entry picks for this device: exact SASS, else SASS that runs here, else PTX
@@ -40,6 +41,14 @@ def test_bundle_kernels_launch(cuda, lazy):
     chosen = select_entry(inspect_fatbin(mod.image.data).entries, dev)
     if chosen.kind == "cubin":
         assert mod.prepared_kind == "cubin" and mod._live.info.arch == chosen.arch
+        # typed from the manifest's facts of that cubin (no ELF read): the signature the module
+        # described itself by, the cubin's own resources, which the driver's agree with
+        own = nbjit.inspect_cubin(chosen.payload).entry("axpy")
+        k = mod.axpy
+        assert k.params == described and [(p.offset, p.size) for p in k.params] == [(p.offset, p.size)
+                                                                                   for p in own.params]
+        assert k.info.registers == own.registers == k.attributes.registers
+        assert (k.attributes.frame, k.attributes.spills) == (own.frame, own.spills)
     else:
         assert mod._live.ptx is not None and mod._live.ptx.arch == str(chosen.target.real())
     for t, dtype in (("scale<float>", np.float32), ("scale<double>", np.float64)):

@@ -141,7 +141,7 @@ def test_newer_ptx_nvjitlink_or_lowered(cuda):
 
 
 def test_lowered_route(cuda, monkeypatch):
-    monkeypatch.setattr("nbjit.module.nvjitlink_version", lambda: None)  # as if no nvJitLink were installed
+    monkeypatch.setattr("nbjit.compiler.nvjitlink_version", lambda: None)  # as if no nvJitLink were installed
     text = (DATA / "nvrtc/tmpl_sm90.ptx").read_text() + "\n// lowered-route copy\n"
     with pytest.warns(NbjitWarning, match="lowered"):
         m = nbjit.load(text, name="tmpl_lowered.ptx")

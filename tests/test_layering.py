@@ -215,3 +215,45 @@ def test_the_public_names_are_each_homes_and_every_error():
     assert len(nbjit.__all__) == len(set(nbjit.__all__))
     assert nbjit.__all__[-len(errors.__all__):] == errors.__all__
     assert set(nbjit.__all__) == set(nbjit._HOME_OF) | set(errors.__all__)
+
+
+BUNDLE_ROUTE = {"nbjit", "nbjit.errors", "nbjit._host", "nbjit._native", "nbjit._bundle_file", "nbjit._fatbin_write", "nbjit.arch", "nbjit.image",
+                "nbjit.cdecl", "nbjit.signature", "nbjit.args", "nbjit._driver", "nbjit.kernel", "nbjit.loader",
+                "nbjit.module"}
+
+
+def test_a_bundles_first_kernel_imports_only_its_route():
+    """A package's first kernel from a bundle (issue 26: nbjit's share of a fresh process's
+    time to it) imports these modules of nbjit's and no others: no result types of
+    nbjit.bundle, no PTX, cubin or fatbin reader, no compiler, cache, tensor maps or Numba ABI;
+    nor difflib, shlex or the cp437 codec. It reads no payload but the image's (checked) and
+    parses none: the module waiting for first use describes its kernels from the manifest,
+    and loading on an sm_90 device takes the manifest's facts of that cubin. A device its
+    cubins do not cover runs the PTX, which needs the PTX reader, and only that."""
+    import subprocess
+    import sys
+    bundle = PKG.parent / "examples/bundle_package/src/nbjit_demo_kernels/kernels.nbjit"
+    code = f"""
+import sys
+before = set(sys.modules)
+import nbjit
+m = nbjit.load_bundle({str(bundle)!r}, lazy=True)
+print(m["axpy"].params[1].ctype, m["scale<float>"].params[0].ctype)
+from nbjit import args, loader, module
+p = loader.plan(m.image, (9, 0), 13000)  # what loading on an sm_90 device hands the driver
+# the kernel typed as the loaded module types it, and the first launch's packing plan
+info = module._kernel_info(m.name, "axpy", [("cubin", p.info.entry("axpy"))], None, False, m.image.declarations,
+                           {{}}, {{}})[0]
+args.ArgPacker(info.signature, "axpy").pack((2.0, 4096, 8192, 10))
+print(p.kind, p.entry, type(p.info).__name__, info.registers, info.params[2].ctype)
+new = set(sys.modules) - before
+print(sorted(x for x in new if x.startswith("nbjit") and x != "nbjit._launch"))
+print(sorted(x for x in ("difflib", "shlex", "encodings.cp437") if x in new))
+loader.plan(m.image, (11, 0), 13000)
+print(sorted(x for x in set(sys.modules) - before - new if x.startswith("nbjit")))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out[0] == "const float* float*"
+    assert out[1] == "cubin 2 EntryFacts 10 float*"  # (entry 2: the PTX is first in the fatbin, then sm_80, sm_90)
+    assert out[2] == str(sorted(BUNDLE_ROUTE)) and out[3] == "[]"
+    assert out[4] == "['nbjit.ptx']"

@@ -143,3 +143,43 @@ def test_family_ptx_stays_in_its_family():
     assert plan(im, (10, 3), DRIVER_13_0).route == "driver"
     with pytest.raises(NbjitLoadError, match="PTX for sm_100f cannot run on this sm_120 device"):
         plan(im, (12, 0), DRIVER_13_0)
+
+
+@pytest.mark.parametrize("cc", [(8, 0), (8, 6), (8, 9), (9, 0), (10, 0), (10, 3), (12, 0), (7, 5)])
+def test_listed_entries_choose_as_the_container_does(cc):
+    """A fatbin whose Image lists its entries (a kernel bundle's) is planned from the list: the
+    same entry, route and bytes as reading the container gives, for every device."""
+    from nbjit._bundle_file import fatbin_image
+    from nbjit.arch import Arch
+    entries = [("cubin", Arch.parse("sm_80"), (DATA / "nvcc/kernels_sm_80.cubin").read_bytes(), None),
+               ("cubin", Arch.parse("sm_90a"), (DATA / "nvcc/kernels_sm_90a.cubin").read_bytes(), None),
+               ("cubin", Arch.parse("sm_100"), (DATA / "nvcc/kernels_sm_100.cubin").read_bytes(), None),
+               ("ptx", Arch.parse("compute_90"), (DATA / "nvcc/kernels_sm90.ptx").read_bytes(), None)]
+    listed = fatbin_image("k", entries, {}, {})
+    read = Image(listed.data, "fatbin", "k")
+    try:
+        want = plan(read, cc, DRIVER_13_0, nvjitlink=None)
+    except NbjitLoadError as e:
+        with pytest.raises(NbjitLoadError) as got:
+            plan(listed, cc, DRIVER_13_0, nvjitlink=None)
+        assert str(got.value) == str(e) and "no image in this fatbin runs on" in str(e)
+        return
+    got = plan(listed, cc, DRIVER_13_0, nvjitlink=None)
+    assert (got.kind, got.entry, got.route, got.data) == (want.kind, want.entry, want.route, want.data)
+    assert got.info.to_json() == want.info.to_json()
+
+
+def test_listed_cubin_facts_are_the_plan_and_no_cubin_is_read(monkeypatch):
+    """Where the list gives a cubin's facts (a bundle's manifest records them), the plan takes
+    them as the inspection: the cubin is not read."""
+    import nbjit.cubin
+    from nbjit._bundle_file import EntryFacts, fatbin_image
+    from nbjit.arch import Arch
+    cubin = (DATA / "nvcc/kernels_sm_90.cubin").read_bytes()
+    facts = EntryFacts("sm_90", (), ())
+    listed = fatbin_image("k", [("cubin", Arch.parse("sm_90"), cubin, facts),
+                                ("ptx", Arch.parse("compute_90"), (DATA / "nvcc/kernels_sm90.ptx").read_bytes(), None)],
+                          {}, {})
+    monkeypatch.setattr(nbjit.cubin, "inspect_cubin", lambda *a, **k: pytest.fail("the cubin was read"))
+    p = plan(listed, (9, 0), DRIVER_13_0)
+    assert (p.kind, p.data, p.info, p.entry) == ("cubin", cubin, facts, 1)  # (PTX first in the container)

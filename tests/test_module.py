@@ -11,6 +11,7 @@ import pytest
 
 import nbjit
 from nbjit import _driver, inspect_ptx, module as module_stage
+from nbjit import compiler as compiler_stage
 from nbjit._host import current_host
 from nbjit.triton import TritonKernel, describe, read_triton
 
@@ -228,8 +229,8 @@ def test_a_repeated_compile_is_one_look_up_per_context(tmp_path, fake_device, mo
     import gc
     import types
     calls = []
-    real = module_stage.compile_image
-    monkeypatch.setattr(module_stage, "compile_image", lambda *a, **k: calls.append(k["arch"]) or real(*a, **k))
+    real = compiler_stage.compile_image
+    monkeypatch.setattr(compiler_stage, "compile_image", lambda *a, **k: calls.append(k["arch"]) or real(*a, **k))
     cache = nbjit.Cache(tmp_path)
     first = nbjit.compile(AXPY, cache=cache)  # for the context's device
     assert nbjit.compile(AXPY, cache=cache) is first and len(calls) == 1 and str(calls[0]) == "sm_90"
@@ -344,3 +345,11 @@ def test_new_facts_type_a_kernel_afresh(ptx_module, fake_gpu):
     k = m["k_basic"]
     assert k.handle == (101, "k_basic") and k._s is not None  # loaded: typed by the same facts
     assert [p.ctype for p in k.params][:3] == ["float*", "const float*", "float"]
+
+
+def test_the_path_endings_are_the_compilers_source_suffixes():
+    """nbjit.compile tells a path from source text by its last letter before importing the
+    compiler (loading a bundle or a cubin never imports it): the letters are its suffixes'."""
+    from nbjit.compiler import SOURCE_SUFFIXES
+    want = {s[-1] for s in SOURCE_SUFFIXES} | {s[-1].upper() for s in SOURCE_SUFFIXES}
+    assert module_stage._PATH_ENDS == want

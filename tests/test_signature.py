@@ -158,3 +158,69 @@ def test_maker_builds_what_the_constructor_builds():
     assert maker(Directives)(maxnreg=32).to_json() == {"maxnreg": 32}
     with pytest.raises(TypeError, match="default factory"):
         maker(PtxInfo)  # its metadata dict would be shared
+
+
+def _every_kernel():
+    for path in sorted(DATA.glob("**/*.ptx")) + sorted(DATA.glob("**/*.cubin")):
+        try:
+            info = (inspect_ptx if path.suffix == ".ptx" else inspect_cubin)(path.read_bytes())
+        except Exception:  # a fixture that is meant not to read (hand-made damage)
+            continue
+        for k in info.entries:
+            yield path.name, typed_entries([k], path.suffix[1:])[0]
+
+
+def test_kernel_json_reads_back_as_written():
+    """KernelInfo.from_json is to_json's inverse (a kernel bundle's manifest lists kernels so):
+    every field to_json writes, for every kernel of the fixtures (typed by their mangled names)."""
+    seen = 0
+    for where, k in _every_kernel():
+        back = KernelInfo.from_json(k.to_json())
+        assert back.to_json() == k.to_json(), where
+        # to_json leaves out a pointer's pointee alignment (a cubin's, shown nowhere) and foreign ABIs
+        assert back == replace(k, signature=KernelSignature(tuple(replace(p, pointee_align=None, abi=None)
+                                                                  for p in k.params), k.param_size)), where
+        seen += 1
+    assert seen > 100
+
+
+@pytest.mark.parametrize("change,msg", [
+    (lambda d: d.pop("name"), "no name"),
+    (lambda d: d.update(param_size="16"), r"kernel 'k': param_size is str, not int"),
+    (lambda d: d["params"][0].update(offset=-8), r"kernel 'k': parameter 'a': size 8 at offset -8"),
+    (lambda d: d["params"][1].update(size=32), r"kernel 'k': parameters overrun the 16-byte parameter buffer"),
+    (lambda d: d["params"][0].update(origin=[["layout", "ptx"]]), r"parameter 'a': origin is not"),
+    (lambda d: d.update(directives={"maxntid": "256"}), r"directive maxntid: '256' is not a list of integers"),
+    (lambda d: d.update(directives={"warp_size": 32}), r"'warp_size' is not a directive"),
+    (lambda d: d.update(registers=1.5), r"registers is float, not int"),
+    (lambda d: d.update(params={}), r"params is not a list"),
+])
+def test_kernel_json_that_to_json_does_not_write_is_refused(change, msg):
+    d = {"name": "k", "linkage": None, "param_size": 16, "directives": {"maxntid": [256, 1, 1]},
+         "params": [{"name": "a", "type": "u64", "size": 8, "align": 8, "offset": 0, "pointer": True, "space": None,
+                     "ctype": "float*", "pointee": "float", "const": False, "origin": {"layout": "ptx"}},
+                    {"name": "n", "type": "s32", "size": 4, "align": 4, "offset": 8}]}
+    assert KernelInfo.from_json(d).to_json() == {**d, "params": [dict(d["params"][0]), dict(d["params"][1])]}
+    change(d)
+    with pytest.raises(ValueError, match=msg):
+        KernelInfo.from_json(d)
+
+
+def test_every_directive_reads_back():
+    from dataclasses import fields
+
+    from nbjit.signature import _DIRECTIVE_KINDS, Directives
+    assert list(_DIRECTIVE_KINDS) == [f.name for f in fields(Directives)]
+    d = Directives(maxntid=(128, 1, 1), reqntid=(64,), minnctapersm=2, maxnctapersm=4, maxnreg=64, noreturn=True,
+                   explicitcluster=True, reqnctapercluster=(2, 1, 1), maxclusterrank=8, blocksareclusters=True)
+    assert Directives.from_json(d.to_json()) == d
+
+
+def test_a_merged_layout_keeps_where_its_facts_came_from():
+    """A kernel merged before (a bundle's manifest's) merged again, with the same declaration
+    and a layout that adds nothing, is the same kernel: its origins are not relabelled."""
+    ptx = inspect_ptx((DATA / "nvrtc/tmpl_sm90.ptx").read_bytes())
+    k = ptx.entries[0]
+    once = merge(k.name, [("ptx", k)], [("mangled name", demangle(k.name))])
+    again = merge(k.name, [("fatbin", once), ("triton ptx", k)], [("mangled name", demangle(k.name))])
+    assert again == once and dict(again.params[0].origin)["layout"] == "ptx"

@@ -1,0 +1,450 @@
+"""A kernel bundle file read to load one of its images (``nbjit.load_bundle``): the archive's
+and the manifest's checks, the image's payloads checked against their digests, and the fatbin
+``Image`` the loader takes, its entries listed and its kernels typed from the manifest.
+
+This is the route of a package's first kernel, so it defines no result types and imports no
+reader it does not use: no PTX, cubin or fatbin reader, no compiler, no cache. The loader
+then reads only the entry the device runs (the cubin's own facts, or the PTX it compiles).
+``nbjit.bundle`` builds bundles and reads them whole (``read_bundle``) on the same checks.
+
+What is checked when: the archive's structure (every member's name, flags and sizes) and the
+whole manifest's, at once; the payloads of the image loaded, each against the archive's
+CRC-32 and the manifest's size and SHA-256, before anything reaches the driver. All of the
+image's entries are checked, not only the one this device runs: they go into the module's
+fatbin, which a pickle carries to processes whose devices may run any of them and which load
+it without the manifest. Other images' payloads are neither read nor checked (nothing of
+them is loaded); ``read_bundle`` and ``nbjit inspect`` check every one.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import types
+import zipfile
+from typing import TYPE_CHECKING, Any
+
+from ._fatbin_write import layout_fatbin
+from .arch import Arch
+from .errors import BundleError, ImageFormatError
+from .image import Image, read_regular, sniff
+
+if TYPE_CHECKING:
+    from .module import Module
+
+__all__ = ["load_bundle", "open_bundle", "Archive", "FORMAT", "VERSION", "MAX_BUNDLE_BYTES", "MAX_MEMBERS",
+           "MAX_MANIFEST_BYTES", "MANIFEST"]
+
+FORMAT = "nbjit-bundle"
+VERSION = 1  # the manifest's layout; a reader refuses a newer one
+MAX_BUNDLE_BYTES = 1 << 30
+MAX_MEMBERS = 4096
+MAX_MANIFEST_BYTES = 64 << 20
+MANIFEST = "manifest.json"
+KINDS = ("cubin", "ptx")
+_NAME_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.+-"
+_HEX = "0123456789abcdef"
+
+
+def load_bundle(bundle: Any, *, name: str | None = None, lazy: bool = False, keep_debug: bool = False) -> "Module":
+    """Load one image of a bundle into the current Numba context, picking for the device the
+    cubin built for it, else one that runs on it, else the PTX (``Arch`` rules). Needs no
+    NVRTC and no CUDA headers; the image's payloads are checked against their digests before
+    anything reaches the driver.
+
+    Parameters
+    ----------
+    bundle: a path, the bundle's bytes, or ``importlib.resources.files(pkg) / "k.nbjit"``.
+    name: the image to load; may be left out where the bundle holds one.
+    lazy: load on first use instead (no GPU needed now), as ``nbjit.load`` takes it: the
+        kernels describe themselves from the manifest's signatures meanwhile.
+    keep_debug: as ``nbjit.load``.
+
+    Raises
+    ------
+    BundleError: not a bundle, a damaged or altered one (named member), one made by a newer
+    nbjit, one that breaks the format's rules; no image of that name (the message lists
+    them). NbjitLoadError: no entry runs on this device, or the driver refused it.
+    """
+    from .module import load
+
+    archive = open_bundle(bundle)
+    rec = pick(records(archive), name, archive.source)
+    return load(image_of(archive, rec), lazy=lazy, keep_debug=keep_debug)
+
+
+# ------------------------------------------------------------------ the archive
+
+
+class Archive:
+    """A bundle's archive, checked: where it came from (``source``, for messages), its
+    manifest (format and version checked) and its members, read on demand."""
+
+    __slots__ = ("source", "manifest", "_zip", "_members")
+
+    def __init__(self, source: str, manifest: dict, zf: zipfile.ZipFile, members: dict):
+        self.source = source
+        self.manifest = manifest
+        self._zip = zf
+        self._members = members  # name -> ZipInfo
+
+    @property
+    def names(self) -> list[str]:
+        """The members' names, manifest aside."""
+        return [n for n in self._members if n != MANIFEST]
+
+    def read(self, name: str) -> bytes:
+        """Member ``name``'s bytes, checked against the archive's CRC-32."""
+        try:
+            return self._zip.read(self._members[name])
+        except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError) as e:  # a CRC mismatch
+            raise BundleError(f"{self.source}: member {name!r} is damaged: {e}") from None
+
+
+def open_bundle(bundle: Any, name: str | None = None) -> Archive:
+    """A bundle's archive and manifest, read and checked (the payloads are read on demand):
+    ``bundle`` is a path, its bytes (``name`` names them in messages) or an
+    ``importlib.resources`` Traversable. ``BundleError`` for anything that is not a bundle
+    of a format this nbjit reads."""
+    data, src = _bytes_of(bundle)
+    src = name or src
+    zf, members = _archive(data, src)
+    archive = Archive(src, {}, zf, members)
+    raw = archive.read(MANIFEST)
+    try:
+        m = json.loads(raw, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as e:
+        raise BundleError(f"{src}: {MANIFEST} is not JSON: {str(e)[:200]}") from None
+    if not isinstance(m, dict) or m.get("format") != FORMAT:
+        raise BundleError(f"{src}: {MANIFEST}: not an nbjit bundle manifest (its format is not {FORMAT!r})")
+    version = m.get("version")
+    if type(version) is not int or version < 1:
+        raise BundleError(f"{src}: {MANIFEST}: format version {version!r} is not one nbjit writes")
+    if version > VERSION:
+        raise BundleError(f"{src}: made by a newer nbjit (format {version}; this one reads {VERSION}): upgrade nbjit")
+    if not isinstance(m.get("images"), list) or not m["images"]:
+        raise BundleError(f"{src}: {MANIFEST}: no images")
+    archive.manifest = m
+    return archive
+
+
+def _bytes_of(bundle: Any) -> tuple[bytes, str]:
+    """(the bundle's bytes, its name for messages), read at most ``MAX_BUNDLE_BYTES``."""
+    if isinstance(bundle, (bytes, bytearray, memoryview)):
+        return bytes(bundle), "<bundle>"
+    if isinstance(bundle, (str, os.PathLike)):
+        try:
+            return read_regular(bundle, MAX_BUNDLE_BYTES), os.fsdecode(bundle)
+        except FileNotFoundError:
+            raise BundleError(f"{os.fsdecode(bundle)}: no such file") from None
+        except (OSError, ValueError) as e:
+            raise BundleError(f"{os.fsdecode(bundle)}: cannot read it as a bundle: {e}") from None
+    if hasattr(bundle, "open") and hasattr(bundle, "read_bytes"):  # an importlib.resources Traversable
+        label = str(getattr(bundle, "name", None) or bundle)
+        try:
+            with bundle.open("rb") as f:
+                data = f.read(MAX_BUNDLE_BYTES + 1)
+        except (OSError, ValueError, KeyError) as e:  # (zipfile.Path raises KeyError for a missing member)
+            raise BundleError(f"{label}: cannot read it as a bundle: {e}") from None
+        if len(data) > MAX_BUNDLE_BYTES:
+            raise BundleError(f"{label}: more than {MAX_BUNDLE_BYTES} bytes, more than nbjit reads")
+        return data, label
+    raise BundleError(f"a bundle is a path, bytes or an importlib.resources file, not {type(bundle).__name__}")
+
+
+def _archive(data: bytes, src: str) -> tuple[zipfile.ZipFile, dict]:
+    """The ZIP archive in ``data`` and its members by name, after the format's checks on each
+    member's name, flags and sizes (its bytes are read later, on demand)."""
+    if not data.startswith(b"PK\x03\x04"):
+        what = ""
+        try:
+            what = f" (it is a {sniff(data, src)}: load it with nbjit.load)"
+        except ImageFormatError:
+            pass
+        raise BundleError(f"{src}: not an nbjit bundle (a ZIP archive of a manifest and images){what}")
+    try:
+        zf = zipfile.ZipFile(io.BytesIO(data))
+        infos = zf.infolist()
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError) as e:
+        raise BundleError(f"{src}: a damaged bundle (not a readable ZIP archive: {e})") from None
+    if len(infos) > MAX_MEMBERS:
+        raise BundleError(f"{src}: {len(infos)} members, more than a bundle has ({MAX_MEMBERS})")
+    members: dict = {}
+    total = 0
+    for zi in infos:
+        name = zi.filename
+        where = f"{src}: member {name!r}"
+        if _escapes(name):
+            raise BundleError(f"{where}: a name outside the archive (absolute, '..' or a drive); bundle members are "
+                              "<image>/<arch>.cubin or .ptx")
+        if name in members:
+            raise BundleError(f"{where} appears twice")
+        if zi.flag_bits & 0x1:
+            raise BundleError(f"{where} is encrypted; bundle members are stored as they are")
+        if zi.compress_type != zipfile.ZIP_STORED:
+            raise BundleError(f"{where} is compressed; bundle members are stored uncompressed (so cuobjdump reads "
+                              "them as they are)")
+        total += zi.file_size
+        if zi.file_size != zi.compress_size or total > len(data):
+            raise BundleError(f"{where} claims {zi.file_size} bytes, more than the archive holds")
+        if name.endswith("/"):
+            continue  # a directory entry, from a zip tool
+        members[name] = zi
+    manifest = members.get(MANIFEST)
+    if manifest is None:
+        raise BundleError(f"{src}: no {MANIFEST} (not an nbjit bundle)")
+    if manifest.file_size > MAX_MANIFEST_BYTES:
+        raise BundleError(f"{src}: {MANIFEST} has {manifest.file_size} bytes, more than nbjit reads "
+                          f"({MAX_MANIFEST_BYTES})")
+    return zf, members
+
+
+def _no_constant(word: str):
+    raise ValueError(f"{word} is not a JSON number")
+
+
+def _escapes(name: str) -> bool:
+    parts = name.replace("\\", "/").split("/")
+    return name.startswith(("/", "\\")) or ".." in parts or (len(name) > 1 and name[1] == ":") or "\0" in name
+
+
+def is_image_name(name: Any) -> bool:
+    """Whether ``name`` may name an image (one safe path component): letters, digits, '_',
+    '.', '+', '-', at most 128 of them, not starting with '.', '+' or '-'."""
+    return isinstance(name, str) and 0 < len(name) <= 128 and not name.strip(_NAME_CHARS) and name[0] not in ".+-"
+
+
+# ------------------------------------------------------------------ the manifest's images
+
+
+def records(archive: Archive) -> list[dict]:
+    """Every image of the manifest, checked (its fields, its entries' names, kinds,
+    architectures, digests and sizes, its C declarations) as a dict of those values:
+    ``name``, ``entries`` [(file, kind, Arch, sha256, size, resources, globals)] (the last two
+    a cubin's own facts where the manifest records them, else None), ``name_expressions``,
+    ``declarations``, ``sources``, ``options``, ``producer``, ``toolchain``, ``triton``,
+    ``kernels`` (the manifest's JSON, decoded by ``kernels``); and no member outside them."""
+    src = archive.source
+    out: list[dict] = []
+    used: set = set()
+    for i, d in enumerate(archive.manifest["images"]):
+        rec = _record(d, i, archive)
+        if any(o["name"] == rec["name"] for o in out):
+            raise BundleError(f"{src}: {MANIFEST}: two images are called {rec['name']!r}")
+        used.update(e[0] for e in rec["entries"])
+        out.append(rec)
+    extra = sorted(set(archive.names) - used)
+    if extra:
+        raise BundleError(f"{src}: member {extra[0]!r} is in no image of the manifest (the bundle was altered)")
+    return out
+
+
+def _record(d: Any, i: int, archive: Archive) -> dict:
+    if not isinstance(d, dict):
+        raise BundleError(f"{archive.source}: {MANIFEST}: image {i} is {type(d).__name__}, not an object")
+    name = d.get("name")
+    if not is_image_name(name):
+        raise BundleError(f"{archive.source}: {MANIFEST}: image {i}: {name!r} is not an image name (letters, digits, "
+                          "'_', '.', '+', '-')")
+
+    def bad(msg: str) -> BundleError:
+        return image_error(archive.source, name, msg)
+
+    entries = d.get("entries")
+    if not isinstance(entries, list) or not entries:
+        raise bad("no entries")
+    got, seen = [], set()
+    for e in entries:
+        entry = _entry(e, archive, bad)
+        if entry[1:3] in seen or any(entry[0] == x[0] for x in got):
+            raise bad(f"two entries for {entry[1]} {entry[2]}")
+        seen.add(entry[1:3])
+        got.append(entry)
+    lowered = d.get("name_expressions", {})
+    if not isinstance(lowered, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in lowered.items()):
+        raise bad("name_expressions is not {expression: mangled name}")
+    sources = d.get("sources", [])
+    if not isinstance(sources, list) or not all(isinstance(s, dict) and all(isinstance(v, str) for v in s.values())
+                                                for s in sources):
+        raise bad("sources is not a list of {name, kind, sha256}")
+    options = d.get("options", [])
+    if not isinstance(options, list) or not all(isinstance(o, str) for o in options):
+        raise bad("options is not a list of text")
+    triton = d.get("triton")
+    if triton is not None and not isinstance(triton, dict):
+        raise bad("triton is not Triton's metadata object")
+    producer = d.get("producer")
+    if producer is not None and not isinstance(producer, str):
+        raise bad(f"producer is {type(producer).__name__}, not text")
+    kernels = d.get("kernels", {})
+    if not isinstance(kernels, dict):
+        raise bad("kernels is not {name: kernel}")
+    return {"name": name, "entries": got, "name_expressions": dict(lowered),
+            "declarations": _declarations(d.get("declarations", {}), bad), "sources": tuple(sources),
+            "options": tuple(options), "producer": producer, "toolchain": d.get("toolchain"), "triton": triton,
+            "kernels": kernels}
+
+
+def _entry(e: Any, archive: Archive, bad) -> tuple:
+    if not isinstance(e, dict):
+        raise bad(f"an entry is {type(e).__name__}, not an object")
+    file, kind, arch, sha, size = (e.get(k) for k in ("file", "kind", "arch", "sha256", "size"))
+    if kind not in KINDS:
+        raise bad(f"entry {file!r}: kind {kind!r} is not 'cubin' or 'ptx'")
+    try:
+        a = Arch.parse(arch) if isinstance(arch, str) else None
+    except ValueError:
+        a = None
+    if a is None or a.virtual != (kind == "ptx"):
+        raise bad(f"entry {file!r}: {arch!r} is not a {'virtual (compute_XX)' if kind == 'ptx' else 'real (sm_XX)'} "
+                  "architecture")
+    if not isinstance(sha, str) or len(sha) != 64 or sha.strip(_HEX) or type(size) is not int:
+        raise bad(f"entry {file!r}: no sha256 (64 hex digits) and size")
+    if not isinstance(file, str) or file == MANIFEST or file not in archive._members:
+        raise bad(f"entry {file!r}: the archive has no such member")
+    resources, globals_ = e.get("resources"), e.get("globals")
+    if resources is not None and not (kind == "cubin" and isinstance(resources, dict) and all(
+            isinstance(r, dict) and all(type(v) is int for v in r.values()) for r in resources.values())):
+        raise bad(f"entry {file!r}: resources is not {{kernel: {{resource: count}}}} of a cubin")
+    if globals_ is not None and not (kind == "cubin" and isinstance(globals_, list) and all(
+            isinstance(g, dict) and isinstance(g.get("name"), str) and type(g.get("size")) is int for g in globals_)):
+        raise bad(f"entry {file!r}: globals is not a list of a cubin's {{name, size, ...}}")
+    return file, kind, a, sha, size, resources, None if globals_ is None else tuple(globals_)
+
+
+def image_error(src: str, image: str, msg: str) -> BundleError:
+    """A ``BundleError`` about image ``image`` of the manifest of bundle ``src``."""
+    return BundleError(f"{src}: {MANIFEST}: image {image!r}: {msg}")
+
+
+def payload(archive: Archive, rec: dict, entry: tuple) -> bytes:
+    """An entry's payload, checked against the archive's CRC-32 and the manifest's size and
+    SHA-256."""
+    file, _, _, sha, size = entry[:5]
+    data = archive.read(file)
+    if len(data) != size or hashlib.sha256(data).hexdigest() != sha:
+        raise image_error(archive.source, rec["name"], f"member {file!r}: its bytes do not match the manifest's size "
+                          "and SHA-256 (the bundle is damaged or was altered)")
+    return data
+
+
+def _declarations(d: Any, bad) -> dict[str, tuple]:
+    """The manifest's C declarations as an image carries them: {kernel: (label, (CParam, ...))}."""
+    from .cdecl import CParam
+
+    if not isinstance(d, dict):
+        raise bad("declarations is not {kernel: {from, params}}")
+    out = {}
+    for k, v in d.items():
+        ps = v.get("params") if isinstance(v, dict) else None
+        label = v.get("from") if isinstance(v, dict) else None
+        if not isinstance(label, str) or not isinstance(ps, list):
+            raise bad(f"declaration of {k!r} is not {{from, params}}")
+        params = []
+        for p in ps:
+            if not isinstance(p, dict) or not isinstance(p.get("base"), str) or \
+                    not all(type(p.get(f, False)) is bool for f in ("pointer", "const")) or \
+                    not isinstance(p.get("name"), (str, type(None))):
+                raise bad(f"declaration of {k!r}: {str(p)[:80]} is not a C parameter {{base, pointer, const, name}}")
+            params.append(CParam(p["base"], p.get("pointer", False), p.get("const", False), p.get("name")))
+        out[k] = (label, tuple(params))
+    return out
+
+
+def kernels(rec: dict, src: str) -> dict:
+    """The image's kernels as the manifest of bundle ``src`` lists them, ``{name:
+    KernelInfo}``: the signatures merged from every entry when the bundle was built
+    (``KernelInfo.from_json``)."""
+    from .signature import KernelInfo
+
+    out = {}
+    for k, d in rec["kernels"].items():
+        try:
+            info = KernelInfo.from_json(d)
+            if info.name != k:
+                raise ValueError(f"{k!r} lists kernel {info.name!r}")
+        except ValueError as e:
+            raise image_error(src, rec["name"], f"kernels: {e}") from None
+        out[k] = info
+    return out
+
+
+def pick(recs: list[dict], name: str | None, src: str) -> dict:
+    """The image called ``name``; the only one where ``name`` is None."""
+    names = [r["name"] for r in recs]
+    if name is None:
+        if len(recs) == 1:
+            return recs[0]
+        raise BundleError(f"{src}: holds {len(names)} images ({', '.join(names)}): say which with name=")
+    for r in recs:
+        if r["name"] == name:
+            return r
+    raise BundleError(f"{src}: no image {name!r}; it holds {', '.join(names)}")
+
+
+# ------------------------------------------------------------------ the image to load
+
+
+def image_of(archive: Archive, rec: dict) -> Image:
+    """Image ``rec`` of ``archive`` as the loader takes it (``fatbin_image``), each payload
+    checked first, with the manifest's signatures of its kernels and what it records of each
+    cubin."""
+    typed = kernels(rec, archive.source)
+    entries = [(kind, arch, payload(archive, rec, e), EntryFacts.of(str(arch), typed, res, glob))
+               for e in rec["entries"] for _, kind, arch, _, _, res, glob in (e,)]
+    return fatbin_image(f"{archive.source}:{rec['name']}", entries, rec["name_expressions"], rec["declarations"], typed)
+
+
+class EntryFacts:
+    """What a kernel bundle's manifest records of one cubin entry: the parts of its
+    ``CubinInfo`` a loaded module uses, so that loading it reads no ELF. ``arch``;
+    ``entries``, the image's kernels (their signatures merged from every entry) with this
+    cubin's own resources; ``globals``, its module variables (``.name``, ``.size``, ...)."""
+
+    __slots__ = ("arch", "entries", "globals")
+
+    def __init__(self, arch: str, entries: tuple, globals_: tuple):
+        self.arch = arch
+        self.entries = entries
+        self.globals = globals_
+
+    @classmethod
+    def of(cls, arch: str, typed: dict, resources: dict | None, globals_: tuple | None) -> "EntryFacts | None":
+        """The facts of a cubin entry whose resources and globals the manifest records (and
+        whose kernels it lists), else None (the loader reads the cubin)."""
+        if resources is None or globals_ is None or not typed:
+            return None
+        from .signature import RESOURCES, replace
+
+        entries = tuple(replace(k, **{r: v for r, v in resources.get(name, {}).items() if r in RESOURCES})
+                        for name, k in typed.items())
+        return cls(arch, entries, tuple(types.SimpleNamespace(**g) for g in globals_))
+
+    def entry(self, name: str):
+        """The kernel called ``name`` (KeyError if none), as ``CubinInfo.entry``."""
+        for e in self.entries:
+            if e.name == name:
+                return e
+        raise KeyError(name)
+
+    def __repr__(self) -> str:
+        return f"<EntryFacts {self.arch}: {len(self.entries)} kernels, from a bundle's manifest>"
+
+
+def fatbin_image(label: str, entries: list[tuple], lowered: dict, declarations: dict,
+                 typed: dict | None = None) -> Image:
+    """A fatbin ``Image`` of an image's entries ``[(kind, Arch, payload, facts)]`` (facts: an
+    ``EntryFacts`` or None) with its name expressions and C declarations, listing where each
+    entry lies and what it holds (so the loader reads no container, and no cubin whose facts
+    are given) and, where given, its kernels' signatures (so a module waiting for first use
+    reads no payload). PTX first: a module unpickled elsewhere, without the manifest,
+    describes its kernels from the first entry, and PTX has the types."""
+    ordered = sorted(entries, key=lambda e: e[0] != "ptx")
+    try:
+        data, spans = layout_fatbin([e[:3] for e in ordered], source=label)
+    except ImageFormatError as e:
+        raise BundleError(str(e)) from None
+    listed = tuple((e[0], e[1], offset, length, e[3]) for e, (offset, length) in zip(ordered, spans))
+    return Image(data, "fatbin", label, None, dict(lowered), declarations=dict(declarations), typed=typed or {},
+                 entries=listed)

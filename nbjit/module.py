@@ -502,7 +502,7 @@ def _image_source(img: Image) -> tuple[str, tuple[KernelInfo, ...]]:
         return img.kind, img.info.entries
     info = inspect_image(img)
     if img.kind == "fatbin":
-        entry = next((e for e in info.entries if e.payload is not None), None)
+        entry = next((e for e in info.entries if e.payload is not None and e.kind != "ltoir"), None)
         if entry is None:
             return "cubin", ()
         return _image_source(Image(entry.payload, entry.kind, img.name))

@@ -60,7 +60,7 @@ _TMP_PREFIX = ".tmp-"  # .tmp-<writer pid>-<random>: a writer that is gone leave
 _KEY = re.compile(r"[0-9a-f]{64}")
 _MAX_ENTRY_BYTES = 1 << 30  # far past any cubin: a bigger file is not an entry
 _TOUCH_AFTER = 3600.0  # seconds: a hit on an entry older than this marks it used (pruning order)
-_KINDS = ("cubin", "ptx")
+_KINDS = ("cubin", "ptx", "ltoir")  # (LTO-IR: what nbjit.link_image links)
 DEFAULT_MAX_BYTES = 1 << 30
 _MEMORY_ENTRIES = 512
 _SHARD = re.compile(r"[0-9a-f]{2}")
@@ -94,7 +94,7 @@ def _warn(msg: str) -> None:
 class CacheEntry:
     """What a cache entry holds: the produced image and what came with it."""
 
-    kind: str  # "cubin" or "ptx"
+    kind: str  # "cubin", "ptx" or "ltoir"
     arch: str
     payload: bytes
     lowered_names: dict = field(default_factory=dict)

@@ -25,7 +25,7 @@ from .signature import RESOURCES, KernelInfo, KernelSignature, Param
 _ABI_TAG = re.compile(r"B\d+v\d+B\d+")
 
 __all__ = ["NumbaArray", "NumbaScalar", "NumbaAbiError", "from_mangled", "from_numba_types", "is_numba_name",
-           "fields", "signature", "C_CONTIGUOUS", "F_CONTIGUOUS"]
+           "fields", "signature", "device_ltoir", "C_CONTIGUOUS", "F_CONTIGUOUS"]
 
 C_CONTIGUOUS, F_CONTIGUOUS = "C", "F"
 _LAYOUTS = ("C", "F", "A")
@@ -191,3 +191,47 @@ def signature(name: str, image: KernelInfo, args, source: str) -> KernelInfo:
     return KernelInfo(name, KernelSignature(tuple(out), image.param_size), image.directives, image.linkage,
                       launch_offsets=tuple(p.offset for p in image.params),
                       **{k: getattr(image, k) for k in RESOURCES})
+
+
+# Numba types a C-ABI device function takes and returns, as C spells them
+_C_SPELLING = {"boolean": "bool", "int8": "signed char", "uint8": "unsigned char", "int16": "short",
+               "uint16": "unsigned short", "int32": "int", "uint32": "unsigned int", "int64": "long long",
+               "uint64": "unsigned long long", "float32": "float", "float64": "double", "none": "void",
+               "void*": "void*"}
+
+
+def device_ltoir(func, signature, name: str, cc: tuple[int, int]) -> tuple[bytes, str, tuple[str, ...]]:
+    """A Python function (or ``@cuda.jit(device=True)`` dispatcher, whose ``fastmath``,
+    ``lineinfo``, ``debug`` and ``opt`` apply) compiled by Numba to LTO-IR for compute
+    capability ``cc``, as the C function ``name``: (LTO-IR, C return type, C parameter types).
+    ``signature``: ``"float32(float32, float32)"``, or the argument types alone (Numba infers
+    the return type). No GPU needed.
+
+    Raises
+    ------
+    NumbaAbiError: a type C cannot pass by value (arrays, tuples, records; pointers to those).
+    Numba's own errors where it cannot compile the function (typing errors), unchanged.
+    """
+    from numba import cuda
+    from numba.core import sigutils, types
+
+    py = getattr(func, "py_func", func)
+    opts = dict(getattr(func, "targetoptions", None) or {})
+
+    def spelled(t) -> str:
+        if isinstance(t, types.CPointer) and str(t.dtype) in _C_SPELLING and str(t.dtype) not in ("none", "void*"):
+            return _C_SPELLING[str(t.dtype)] + "*"
+        if str(t) not in _C_SPELLING:
+            raise NumbaAbiError(f"{getattr(py, '__qualname__', py)!r}: {t} has no C ABI: a device function linked "
+                                "into C++ takes and returns integers, floats, booleans and pointers to them "
+                                "(CPointer(float32)), not arrays, tuples or records")
+        return _C_SPELLING[str(t)]
+
+    args, ret = sigutils.normalize_signature(signature)
+    for t in args:
+        spelled(t)
+    code, resty = cuda.compile(py, tuple(args) if ret is None else ret(*args), device=True, abi="c",
+                               abi_info={"abi_name": name}, output="ltoir", cc=cc,
+                               fastmath=bool(opts.get("fastmath", False)), lineinfo=bool(opts.get("lineinfo", False)),
+                               debug=bool(opts.get("debug", False)), opt=opts.get("opt", True))
+    return bytes(code), spelled(resty), tuple(spelled(t) for t in args)

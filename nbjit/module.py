@@ -601,14 +601,28 @@ def _verify(entry: KernelInfo, driver_params: list[tuple[int, int]], source: str
 def compile(source: str, *, name: str | None = None, name_expressions: Iterable[str] = (),
             headers: Mapping[str, str] | None = None, include_paths: Iterable[str] = (),
             options: Iterable[str] = (), arch: str | None = None, output: str = "auto", keep_debug: bool = False,
-            cache: Any = None, lazy: bool = False, pch: bool | str | None = None) -> "Module":
+            cache: Any = None, lazy: bool = False, pch: bool | str | None = None, link: Any = None,
+            link_options: Iterable[str] = ()) -> "Module":
     """Compile CUDA C++ with NVRTC (through the disk cache) and load it into the current
     Numba context. Arguments as for ``nbjit.compile_image``; ``module["fill<float>"]``
     then finds a kernel by the name expression written. ``lazy=True`` (with an explicit
     ``arch`` where there is no GPU) loads on first use, as ``nbjit.load(..., lazy=True)``.
-    ``pch``: NVRTC precompiled headers, as for ``compile_image`` (they change no output)."""
+    ``pch``: NVRTC precompiled headers, as for ``compile_image`` (they change no output).
+    ``link``: inputs linked into it with link-time optimisation — Python device functions
+    ``(function, "float32(float32, float32)")``, LTO-IR, CUDA C++, relocatable device code —
+    and ``link_options`` for nvJitLink, as for ``nbjit.link_image`` (``output`` is then a cubin)."""
     if keep_debug is not False or lazy is not False:  # (the defaults: nothing to check)
         keep_debug, lazy = _flag(keep_debug, "keep_debug", NbjitCompileError), _flag(lazy, "lazy", NbjitCompileError)
+    if link is not None:  # LTO with the link inputs: nbjit.link
+        from .link import link_image
+        if output not in ("auto", "cubin"):
+            raise NbjitCompileError(f"output={output!r}: a link makes a cubin (leave output out)")
+        ctx = None if lazy else _driver.current_context()
+        target = arch if arch is not None or ctx is None else str(Arch.parse(_driver.context_cc(ctx)))
+        img = link_image(source, link, name=name, name_expressions=name_expressions, headers=headers,
+                         include_paths=include_paths, options=options, arch=target, link_options=link_options,
+                         cache=cache, pch=pch)
+        return Module._pending(img, keep_debug) if lazy else _load_into(img, ctx, keep_debug)
     if type(source) is not str or source[-1:] in _PATH_ENDS:  # a file's path: its text (and its directory)
         source, name, include_paths = source_text(source, name, include_paths)
     exprs, opts = name_expressions, options

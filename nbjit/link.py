@@ -322,8 +322,13 @@ def _numba_compile(inp: _Input, cc: tuple[int, int]) -> tuple[bytes, str, tuple[
         raise
     except Exception as e:  # Numba's typing and lowering errors, its signature parser's
         text = "\n".join(_ANSI.sub("", str(e)).strip().splitlines()[:12])
+        hint = ""
+        if type(e).__name__ == "CudaSupportError":  # (numba-cuda 0.30: a called dispatcher asks for the device)
+            hint = ("\nNumba compiles the @cuda.jit device functions a function calls for the current device, "
+                    "which needs a GPU and driver; a function that calls none (math, numpy and operators are fine) "
+                    "compiles without one")
         raise NbjitCompileError(f"{inp.label}: Numba could not compile it for {inp.signature_text} (compute "
-                                f"capability {cc[0]}.{cc[1]}): {type(e).__name__}: {text}") from e
+                                f"capability {cc[0]}.{cc[1]}): {type(e).__name__}: {text}{hint}") from e
 
 
 # ------------------------------------------------------------------ C++ (NVRTC)

@@ -159,6 +159,22 @@ def test_a_dispatcher_is_linked_with_its_options(spies):
     assert img.kind == "cubin" and spies["numba"] == 1
 
 
+def test_calling_device_functions_needs_a_gpu_to_compile():
+    """numba-cuda compiles a called @cuda.jit device function for the current device: without
+    a GPU that fails, and the message says so (functions that call none compile anywhere)."""
+    from conftest import gpu_available
+    if gpu_available()[0]:
+        pytest.skip("this machine has a GPU (test_gpu_link.py links such a function)")
+    twice = numba_cuda.jit(device=True)(lambda v: 2 * v)
+
+    def op(a, b):
+        return a + twice(b)
+
+    with pytest.raises(nbjit.NbjitCompileError, match=r"(?s)op \(Python, as op_f32\): Numba could not compile it .*"
+                                                     r"CudaSupportError.*which needs a GPU and driver"):
+        nbjit.link_image(SRC, [(op, "float32(float32, float32)", "op_f32")], arch="sm_90")
+
+
 def test_declaration_with_other_types_is_refused_before_linking(spies):
     with pytest.raises(nbjit.NbjitCompileError) as e:
         nbjit.link_image(SRC, [(op_f32, "float64(float64, float64)")], name_expressions=[EXPR], arch="sm_90")

@@ -95,7 +95,7 @@ def _input(x: object, i: int) -> _Input:
         return _from_path(os.fsdecode(os.fspath(x)).rstrip(), where)
     if isinstance(x, str):
         if _PTX_VERSION.search(x):
-            return _Input("ptx", f"{where} (PTX)", data=x.encode())
+            return _Input("ptx", f"{where} (PTX)", data=x.encode().rstrip(b"\0") + b"\0")
         return _Input("source", f"link{i}.cu", text=x)
     if callable(x):
         name = getattr(getattr(x, "py_func", x), "__name__", "f")

@@ -102,8 +102,8 @@ def test_python_and_cpp_operators_agree(cuda):
         return a + softplus(b)
 
     src = _functor("float", "op") + TEMPLATES
-    cpp = ("#include <cuda_runtime.h>\nstruct CppOp { __device__ float operator()(float a, float b) const "
-           "{ return a + (float)log1p(exp((double)b)); } };\n" + TEMPLATES)
+    cpp = ("struct CppOp { __device__ float operator()(float a, float b) const { return a + log1pf(expf(b)); } };\n"
+           + TEMPLATES)
     ex_py, ex_cpp = f"block_reduce<float, Op_op, {BLOCK}>", f"block_reduce<float, CppOp, {BLOCK}>"
     m_py = nbjit.compile(src, name_expressions=[ex_py], link=[(op, "float32(float32, float32)")])
     m_cpp = nbjit.compile(cpp, name_expressions=[ex_cpp])

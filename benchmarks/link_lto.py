@@ -12,6 +12,9 @@ BlockReduce where CCCL's headers are installed. Every process imports numpy and 
 before timing (a user's code that has a Python operator has them); the cold row's Numba part
 includes Numba's first compile in a process.
 
+SASS (no GPU; needs nvdisasm): each kernel's instructions with the Python operator linked and
+with the same operator in C++ (same opcodes, no call left: LTO inlined it).
+
 kernels (--gpu, needs a GPU): kernel time (CUDA events, median of --repeat launches) of the
 block reduction and an element-wise transform with the operator linked from Python against
 the same operator written in C++ and compiled with the template; LTO inlines the Python one.
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -30,6 +34,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 TEMPLATES = (ROOT / "tests/data/src/block_reduce_op.cu").read_text()
 PY_OP = 'extern "C" __device__ float op(float a, float b);\n' \
         "struct Op { __device__ float operator()(float a, float b) const { return op(a, b); } };\n"
@@ -120,26 +125,64 @@ def compile_rows(name: str, runs: int) -> dict:
     return {k: {"median": statistics.median(v), "runs": v} for k, v in got.items()}
 
 
+def add(a, b):
+    return a + b
+
+
+def softplus_add(a, b):
+    return a + math.log1p(math.exp(b))
+
+
+def absmax(a, b):
+    return max(abs(a), abs(b))
+
+
+OPERATORS = {add: "a + b", softplus_add: "a + log1pf(expf(b))", absmax: "fmaxf(fabsf(a), fabsf(b))"}
+EXPRS = ["block_reduce<float, Op, 256>", "transform2<float, float, Op>"]
+
+
+def _modules(op, build):
+    """(Python operator linked, the same in C++) through ``build`` (nbjit.compile or a no-GPU
+    stand-in that returns Images)."""
+    cpp_src = f"struct Op {{ __device__ float operator()(float a, float b) const {{ return {OPERATORS[op]}; }} }};\n"
+    py = build(PY_OP + TEMPLATES, name=f"{op.__name__}_py.cu", name_expressions=EXPRS,
+               link=[(op, "float32(float32, float32)", "op")])
+    return py, build(cpp_src + TEMPLATES, name=f"{op.__name__}_cpp.cu", name_expressions=EXPRS)
+
+
+def sass_rows() -> list[dict]:
+    """No GPU: each kernel's SASS (nvdisasm) with the Python operator linked and with it in C++."""
+    import re
+
+    import nbjit
+
+    def build(src, link=None, **kw):
+        if link is None:
+            return nbjit.compile_image(src, arch="sm_90", **kw)
+        return nbjit.link_image(src, link, arch="sm_90", **kw)
+
+    def opcodes(img, expr) -> list[str]:
+        text = nbjit.disassemble(img.data, kernel=img.lowered_names[expr])
+        return re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", text)
+
+    rows = []
+    for op in OPERATORS:
+        py, cpp = _modules(op, build)
+        for expr in EXPRS:
+            a, b = opcodes(py, expr), opcodes(cpp, expr)
+            rows.append({"operator": op.__name__, "kernel": expr.split("<")[0], "python_instructions": len(a),
+                         "cpp_instructions": len(b), "same_opcodes": a == b,
+                         "calls": sum(o.startswith("CALL") for o in a)})
+    return rows
+
+
 def kernel_rows(repeat: int) -> list[dict]:
     """Kernel time of the linked Python operator against the same operator in C++."""
-    import math
-
     import numpy as np
     from numba import cuda
 
-    sys.path.insert(0, str(ROOT))
     import nbjit
 
-    def add(a, b):
-        return a + b
-
-    def softplus_add(a, b):
-        return a + math.log1p(math.exp(b))
-
-    def absmax(a, b):
-        return max(abs(a), abs(b))
-
-    cpp = {"add": "a + b", "softplus_add": "a + log1pf(expf(b))", "absmax": "fmaxf(fabsf(a), fabsf(b))"}
     n = 1 << 26
     x = cuda.to_device(np.random.default_rng(0).standard_normal(n).astype(np.float32))
     y = cuda.to_device(np.random.default_rng(1).integers(-3, 4, n).astype(np.float32))
@@ -162,21 +205,15 @@ def kernel_rows(repeat: int) -> list[dict]:
         return statistics.median(ts)
 
     rows = []
-    for op in (add, softplus_add, absmax):
-        py_src = PY_OP + TEMPLATES
-        cpp_src = "struct Op { __device__ float operator()(float a, float b) const { return " \
-            f"{cpp[op.__name__]}; }} }};\n" + TEMPLATES
-        exprs = ["block_reduce<float, Op, 256>", "transform2<float, float, Op>"]
-        m_py = nbjit.compile(py_src, name=f"{op.__name__}_py.cu", name_expressions=exprs,
-                             link=[(op, "float32(float32, float32)", "op")])
-        m_cpp = nbjit.compile(cpp_src, name=f"{op.__name__}_cpp.cu", name_expressions=exprs)
-        for expr, args, grid in ((exprs[0], (x, partial, n, np.float32(0)), (blocks, 256)),
-                                 (exprs[1], (out, x, y, n), ((n + 255) // 256, 256))):
+    for op in OPERATORS:
+        m_py, m_cpp = _modules(op, nbjit.compile)
+        for expr, args, grid in ((EXPRS[0], (x, partial, n, np.float32(0)), (blocks, 256)),
+                                 (EXPRS[1], (out, x, y, n), ((n + 255) // 256, 256))):
             t = {}
             for label, m in (("python", m_py), ("c++", m_cpp)):
                 k = m[expr]
                 t[label] = timed(lambda k=k, g=grid, a=args: k[g](*a))
-                t[label + "_result"] = (partial if expr == exprs[0] else out).copy_to_host()
+                t[label + "_result"] = (partial if expr == EXPRS[0] else out).copy_to_host()
             same = bool(np.allclose(t["python_result"], t["c++_result"], rtol=1e-5, atol=1e-6))
             rows.append({"operator": op.__name__, "kernel": expr.split("<")[0], "python_ms": t["python"],
                          "cpp_ms": t["c++"], "ratio": t["python"] / t["c++"], "same_results": same})
@@ -192,8 +229,17 @@ def main() -> None:
     ap.add_argument("--json", help="write the results here")
     a = ap.parse_args()
     out: dict = {}
+    from nbjit.sass import find_nvdisasm
+    if find_nvdisasm() is not None:
+        out["sass"] = sass_rows()
+        print("SASS for sm_90 (no GPU), the operator linked from Python against the same in C++:")
+        print(f"{'operator':14}{'kernel':14}{'python':>8}{'c++':>8}  same opcodes  calls left")
+        for r in out["sass"]:
+            print(f"{r['operator']:14}{r['kernel']:14}{r['python_instructions']:8}{r['cpp_instructions']:8}  "
+                  f"{str(r['same_opcodes']):12}  {r['calls']}")
+    else:
+        print("nvdisasm is not installed (pip install nvidia-cuda-nvdisasm): no SASS comparison")
     if not a.no_compile:
-        sys.path.insert(0, str(ROOT))
         from nbjit.compiler import cccl_include_dir
         names = ["template"] + (["cub"] if cccl_include_dir() else [])
         if "cub" not in names:

@@ -75,6 +75,32 @@ def test_a_python_operator_in_a_template_links_to_a_cubin_nbjit_reads():
     assert "op_f32" not in info.functions and b"op_f32" not in img.data
 
 
+def test_lto_inlines_the_python_operator_as_cpp_would():
+    """The kernel with a Python a + b linked in has the SASS of the same kernel with a + b
+    written in C++ (the same instructions; no call left)."""
+    import re
+
+    from nbjit.sass import find_nvdisasm
+    if find_nvdisasm() is None:
+        pytest.skip("nvdisasm not installed (pip install nvidia-cuda-nvdisasm)")
+
+    def add(a, b):
+        return a + b
+
+    cpp = "struct OpF32 { __device__ float operator()(float a, float b) const { return a + b; } };\n" + REDUCE
+    linked = nbjit.link_image(SRC, [(add, "float32(float32, float32)", "op_f32")], name_expressions=[EXPR],
+                              arch="sm_90")
+    plain = nbjit.compile_image(cpp, name_expressions=[EXPR], arch="sm_90")
+
+    def opcodes(img):
+        text = nbjit.disassemble(img.data, kernel=img.lowered_names[EXPR])
+        return re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", text)
+
+    got, want = opcodes(linked), opcodes(plain)
+    assert "FADD" in got and not any(o.startswith("CALL") for o in got)
+    assert got == want
+
+
 def test_same_operator_hits_and_a_new_operator_is_a_new_entry(counted, spies, tmp_path):
     cache = Cache(tmp_path)
     first = nbjit.link_image(SRC, [(op_f32, "float32(float32, float32)")], name_expressions=[EXPR], arch="sm_90",

@@ -9,7 +9,7 @@ Inspection (pure data, no GPU):
                                         remove DWARF / line info so the driver JIT takes the PTX
     inspect_cubin(data) -> CubinInfo    arch, kernels with parameter offsets/sizes, .nv.info
                                         attributes, registers/shared/const/local, globals
-    inspect_fatbin(data) -> FatbinInfo  entries (PTX or cubin, arch, compression);
+    inspect_fatbin(data) -> FatbinInfo  entries (PTX, cubin or LTO-IR, arch, compression);
                                         FatbinInfo.select(arch) picks the one a device uses
     Image, as_image(obj), inspect_image(obj)
                                         device code as bytes + kind, sniffed by content
@@ -41,6 +41,12 @@ Compiling (NVRTC; no GPU needed with an explicit arch) and the cache:
                                         pch: NVRTC precompiled headers for heavy headers
                                         (CUB, Thrust, cuda/std), per process; NBJIT_PCH=0: off
     compile_image(...same...) -> Image (.data, .kind, .arch, .lowered_names, .log)
+    compile(source, link=[(py_function, "float32(float32, float32)"), "ops.ltoir", ...])
+                                        link-time optimisation: the source compiled to LTO-IR and
+                                        linked by nvJitLink with Python device functions (Numba),
+                                        LTO-IR, CUDA C++ and relocatable device code; cached
+    link_image(source, link, ...) -> Image
+                                        the same, loading nothing (no GPU with an arch)
     compile_many([source or {compile's arguments}, ...], workers=None, **common) -> [Module]
                                         independent sources compiled at once (threads; NVRTC
                                         releases the GIL); errors name the source that failed
@@ -91,7 +97,7 @@ Param, Directives.
 
 Errors: every error nbjit raises on bad input derives from NbjitError
 (PtxParseError, ImageFormatError, NbjitCompileError and its CompileFailure (NVRTC's log and
-the source lines it points at), NbjitLoadError, NbjitLaunchError, NbjitArgumentError,
+the source lines it points at) and LinkFailure (nvJitLink's log), NbjitLoadError, NbjitLaunchError, NbjitArgumentError,
 NbjitCacheError, KernelNotFoundError, BundleError); NbjitWarning says what nbjit did on the user's behalf.
 """
 import importlib
@@ -108,6 +114,7 @@ _HOMES = {
     "cache": ("Cache", "default_cache", "set_default_cache"),
     "remote": ("RemoteTier",),
     "target": ("compile_image",),
+    "link": ("link_image",),
     "cubin": ("CubinInfo", "inspect_cubin"),
     "fatbin": ("FatbinEntry", "FatbinInfo", "inspect_fatbin"),
     "image": ("Image", "as_image", "inspect_image"),
@@ -129,6 +136,7 @@ if TYPE_CHECKING:  # what type checkers and the API reference read
     from .cache import Cache, default_cache, set_default_cache
     from .remote import RemoteTier
     from .target import compile_image
+    from .link import link_image
     from .cubin import CubinInfo, inspect_cubin
     from .fatbin import FatbinEntry, FatbinInfo, inspect_fatbin
     from .image import Image, as_image, inspect_image
@@ -176,6 +184,7 @@ __all__ = [
     "compile",
     "compile_many",
     "compile_image",
+    "link_image",
     "disassemble",
     "Occupancy",
     "Cache",

@@ -220,6 +220,24 @@ class Host:
                                                       lineinfo=lineinfo)
         return ptx
 
+    def pointee(self, t: Any) -> Any:
+        """The type a ``CPointer`` type points to; None for any other type."""
+        return t.dtype if isinstance(t, self.module("types").CPointer) else None
+
+    def compile_ltoir(self, func: Callable, args: Sequence, ret: Any, name: str,
+                      cc: tuple[int, int]) -> tuple[bytes, Any]:
+        """(LTO-IR, return type) of a Python device function (or ``@cuda.jit(device=True)``
+        dispatcher, whose ``fastmath``, ``lineinfo``, ``debug`` and ``opt`` apply) compiled by
+        the host with the C ABI as the function ``name``, for compute capability ``cc``;
+        ``ret`` None: the host infers it. No GPU needed."""
+        py = getattr(func, "py_func", func)
+        opts = dict(getattr(func, "targetoptions", None) or {})
+        code, resty = self.module("cuda").compile(
+            py, tuple(args) if ret is None else ret(*args), device=True, abi="c", abi_info={"abi_name": name},
+            output="ltoir", cc=cc, fastmath=bool(opts.get("fastmath", False)),
+            lineinfo=bool(opts.get("lineinfo", False)), debug=bool(opts.get("debug", False)), opt=opts.get("opt", True))
+        return bytes(code), resty
+
 
 class NumbaCuda(Host):
     """numba-cuda: ``from numba import cuda``."""

@@ -105,15 +105,16 @@ def existence_problem(arch: Arch) -> str | None:
 
 
 def pick(entries: "Sequence[tuple[str, Arch]]", device: ArchLike) -> int | None:
-    """The index of the entry a device runs among ``entries``, each ``(kind, arch)`` with kind
-    "cubin" or "ptx": SASS for this very chip first (an arch-specific build before a generic
-    one), then the newest SASS that runs on it, then the newest PTX it can JIT; the earlier
-    entry where two are alike. None where none runs on it. (A fatbin's entries and a kernel
-    bundle's are chosen by this one rule.)"""
+    """The index of the entry a device runs among ``entries``, each ``(kind, arch)``, kind
+    "cubin", "ptx" or another (never picked, e.g. "ltoir": it runs nowhere before a link):
+    SASS for this very chip first (an arch-specific build before a generic one), then the
+    newest SASS that runs on it, then the newest PTX it can JIT; the earlier entry where two
+    are alike. None where none runs on it. (A fatbin's entries and a kernel bundle's are
+    chosen by this one rule.)"""
     dev = Arch.parse(device).number
     best, best_key = None, None
     for i, (kind, a) in enumerate(entries):
-        if not a.runs_on(dev):
+        if kind not in ("cubin", "ptx") or not a.runs_on(dev):  # (LTO-IR runs nowhere before it is linked)
             continue
         if kind == "cubin":
             key = (2, a.variant == "a", 0, -i) if a.number == dev else (1, a.number, 0, -i)

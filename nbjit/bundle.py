@@ -589,6 +589,8 @@ def _add_image(part: _Part, data: bytes, kind: str, label: str, naming: bool) ->
         if kind == "fatbin":
             found = []
             for e in inspect_fatbin(data, source=label).entries:
+                if e.kind == "ltoir":
+                    continue  # linked, never loaded: a bundle holds what loads
                 if e.payload is None:
                     raise BundleError(f"{label}: entry {e.index} ({e.arch}) is zstd-compressed and 'zstandard' is not "
                                       "installed (pip install zstandard)")

@@ -61,7 +61,7 @@ _TMP_PREFIX = ".tmp-"  # .tmp-<writer pid>-<random>: a writer that is gone leave
 _KEY = re.compile(r"[0-9a-f]{64}")
 _MAX_ENTRY_BYTES = 1 << 30  # far past any cubin: a bigger file is not an entry
 _TOUCH_AFTER = 3600.0  # seconds: a hit on an entry older than this marks it used (pruning order)
-_KINDS = ("cubin", "ptx")
+_KINDS = ("cubin", "ptx", "ltoir")  # (LTO-IR: what nbjit.link_image links)
 DEFAULT_MAX_BYTES = 1 << 30
 _MEMORY_ENTRIES = 512
 _SHARD = re.compile(r"[0-9a-f]{2}")
@@ -94,7 +94,7 @@ def _warn(msg: str) -> None:
 class CacheEntry:
     """What a cache entry holds: the produced image and what came with it."""
 
-    kind: str  # "cubin" or "ptx"
+    kind: str  # "cubin", "ptx" or "ltoir"
     arch: str
     payload: bytes
     lowered_names: dict = field(default_factory=dict)
@@ -105,6 +105,9 @@ class CacheEntry:
     facts: "Facts | None" = field(default=None, compare=False, repr=False)
     # the payload's content_digest where a read computed it (checking the entry), else ""
     payload_digest: str = field(default="", compare=False, repr=False)
+    # what its producer says of it beside the payload, as JSON data kept as given (a Python
+    # function's LTO-IR: its C return and parameter types); {} for NVRTC's and nvJitLink's
+    meta: dict = field(default_factory=dict, compare=False, repr=False)
 
 
 def _key_json():
@@ -887,6 +890,8 @@ def _with(entry: CacheEntry, facts: "Facts | None") -> CacheEntry:
 def _encode(key: str, e: CacheEntry) -> bytes:
     d = {"key": key, "kind": e.kind, "arch": e.arch, "lowered_names": e.lowered_names, "log": e.log,
          "producer": e.producer, "payload_bytes": len(e.payload)}
+    if e.meta:
+        d["meta"] = e.meta
     if e.facts is not None:
         from . import _facts
         try:
@@ -931,8 +936,9 @@ def _decode(raw: bytes, key: str, facts: bool = True) -> tuple[CacheEntry | None
     if facts and desc["facts"]:
         from . import _facts
         kept = _facts.read(desc["facts"], desc["kind"])
+    meta = desc.get("meta")
     return CacheEntry(desc["kind"], desc["arch"], payload, desc["lowered_names"], desc["log"], desc["producer"],
-                      kept, payload_hash.hex()), ""
+                      kept, payload_hash.hex(), meta if type(meta) is dict else {}), ""
 
 
 def _describe(desc_bytes: bytes, key: str, payload_bytes: int) -> tuple[dict | None, str]:

@@ -38,8 +38,8 @@ _TRAILING_NAME = _Pattern(r"(?<!\w)([A-Za-z_]\w*)\s*$")  # (?<!\w): each word tr
 _VOID = _Pattern(r"\bvoid\b")
 _NOT_NEWLINE = _Pattern(r"[^\n]")
 
-__all__ = ["CParam", "scalar_facts", "demangle", "demangled_text", "source_declarations", "triton_ir_signatures",
-           "parse_ctype", "element_of"]
+__all__ = ["CParam", "DeviceDeclaration", "scalar_facts", "demangle", "demangled_text", "source_declarations",
+           "device_declarations", "triton_ir_signatures", "parse_ctype", "element_of"]
 
 # C scalar type -> (PTX type, size, element kind for array dtype checks)
 # kinds: "f" float, "i" integer (either signedness), "b" bool, "bf" bfloat16, "c" complex.
@@ -412,6 +412,71 @@ def source_declarations(source: str) -> dict[str, tuple[CParam, ...]]:
         params = _param_list(code[open_ + 1:close])
         if params is not None:
             out[name_m.group(1)] = params
+    return out
+
+
+@dataclass(frozen=True)
+class DeviceDeclaration:
+    """An ``extern "C" __device__`` function a source declares or defines: the name a link
+    resolves, its return and parameter types (None where they cannot be read without a
+    preprocessor), its line, its text (comments removed, on one line) and whether this is its
+    definition (a body follows)."""
+
+    name: str
+    returns: CParam | None
+    params: tuple[CParam, ...] | None
+    line: int
+    text: str
+    defines: bool = False
+
+
+_DEVICE = re.compile(r"__device__\b")
+_FUNC_WORDS = re.compile(r"\b(?:static|inline|__inline__|__forceinline__|__noinline__|extern|__host__|constexpr)\b")
+_STRING_C = re.compile(r'"C"')
+
+
+def device_declarations(source: str) -> dict[str, DeviceDeclaration]:
+    """The ``extern "C" __device__`` functions a CUDA C++ source declares or defines (written
+    ``extern "C" __device__ float op(float, float);`` or inside an ``extern "C" { }`` block),
+    by name; templates and declarations a macro writes are not read. Time is linear in the
+    source."""
+    code = _ATTRS.sub(lambda m: " " * len(m.group()), _COMMENTS.sub(_blank_comment, source))
+    heads = _PREPROCESSOR.sub(lambda m: " " * len(m.group()), code)
+    delims = _starts(_DELIMITER, code)
+    externs, templates = list(_EXTERN_C.finditer(heads)), list(_TEMPLATE.finditer(heads))
+    opens = [i for i in _starts(_PAREN, code) if code[i] == "("]
+    close_of = _matching(code, _PAREN, "(")
+    spans = _extern_c_spans(code)
+    lines = _starts(re.compile("\n"), source)
+    out: dict[str, DeviceDeclaration] = {}
+    for m in _DEVICE.finditer(heads):
+        j = bisect.bisect_left(delims, m.start())
+        head_start = delims[j - 1] + 1 if j else 0
+        if not (_any_within(externs, head_start, m.start()) or _inside(spans, m.start())):
+            continue
+        o = bisect.bisect_left(opens, m.end())
+        if o == len(opens) or _any_within(templates, head_start, m.start()) or \
+                (j < len(delims) and delims[j] < opens[o]):
+            continue  # a template, or no '(' before the next ';', '{', '}': a variable
+        open_, close = opens[o], close_of.get(opens[o])
+        decl = heads[m.end():open_]
+        name_m = _TRAILING_NAME.search(decl)
+        if name_m is None or close is None or close - open_ >= _MAX_PARAMS or "<" in decl:
+            continue
+        after = code[close + 1:close + 64].lstrip()[:1]
+        if after not in (";", "{"):
+            continue  # not a declaration or a definition (a call, a macro)
+        inner = o + 1 < len(opens) and opens[o + 1] < close  # a '(' inside: function pointers, macros
+        params = None if inner else _param_list(code[open_ + 1:close])
+        ret_text = _FUNC_WORDS.sub(" ", _STRING_C.sub(" ", decl[:name_m.start()]))
+        returns = parse_ctype(ret_text) if ret_text.strip() else None
+        e = bisect.bisect_left(externs, head_start, key=re.Match.start)  # the head's extern "C", if it has one
+        start = externs[e].start() if e < len(externs) and externs[e].start() < m.start() else m.start()
+        name = name_m.group(1)
+        d = DeviceDeclaration(name, returns, params, bisect.bisect_left(lines, start) + 1,
+                              " ".join(code[start:close + 1].split()), after == "{")
+        if name not in out or (d.defines and not out[name].defines):  # the definition, else the first
+            out[name] = d
     return out
 
 

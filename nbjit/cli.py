@@ -209,7 +209,8 @@ def format_cubin(info: CubinInfo, path: str) -> str:
 def format_fatbin(info: FatbinInfo, path: str, arch: str | None) -> str:
     out = [f"{path}: fatbin with {len(info.entries)} images"]
     rows = [[e.index, e.kind, e.arch, e.compression or "-", e.size,
-             "yes" if e.payload is not None else "no (needs zstandard)"] for e in info.entries]
+             "yes" if e.payload is not None else "no (nvJitLink reads it)" if e.kind == "ltoir" else
+             "no (needs zstandard)"] for e in info.entries]
     out += _table(rows, ["#", "kind", "arch", "compressed", "bytes", "readable"])
     if arch:
         chosen = info.select(arch)

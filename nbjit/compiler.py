@@ -21,7 +21,7 @@ from .arch import Arch, existence_problem
 from .cache import Cache, CacheEntry, cache_key, default_cache
 from .cdecl import source_declarations
 from .cubin import inspect_cubin
-from .errors import CompileFailure, NbjitCompileError, NbjitWarning
+from .errors import CompileFailure, LinkFailure, NbjitCompileError, NbjitWarning
 from ._elf import gnu_build_id
 from .image import Image, content_digest, read_regular
 from .signature import typed_entries
@@ -29,7 +29,8 @@ from .signature import typed_entries
 # patterns used on every call, compiled once at import
 _ARCH_NAME = re.compile(r"(sm|compute)_\d+[af]?")
 
-__all__ = ["AssembledCubin", "assemble_ptx", "assemble_cached", "nvjitlink_version", "compile_image", "compile_many",
+__all__ = ["AssembledCubin", "assemble_ptx", "assemble_cached", "nvjitlink_version", "nvjitlink_cubin",
+           "LINK_INPUT_KINDS", "compile_image", "compile_many",
            "nvrtc_version",
            "normalize_options", "CompileFailure"]
 
@@ -60,26 +61,58 @@ def assemble_ptx(ptx: str | bytes, arch: str, *, name: str = "<ptx>", options: t
     ------
     NbjitCompileError: nvJitLink is missing or rejected the PTX (with its error log).
     """
-    if nvjitlink_version() is None:
-        raise NbjitCompileError(
-            f"{name}: nvJitLink is not available; install it with 'pip install nvidia-nvjitlink' "
-            "(numba-cuda's cu13 extra brings it)")
-    from cuda.bindings import nvjitlink as J
-
     data = ptx.encode() if isinstance(ptx, str) else bytes(ptx)
     if not data.endswith(b"\0"):
         data += b"\0"
-    opts = [f"-arch={arch}", *options]
-    handle = J.create(len(opts), opts)
     try:
+        return nvjitlink_cubin([("ptx", data, name)], arch, options=options)
+    except LinkFailure as e:
+        if e.input is None and not e.log:  # no nvJitLink at all, or options it refused
+            raise NbjitCompileError(f"{name}: {e}") from None
+        raise NbjitCompileError(f"{name}: nvJitLink could not assemble PTX for {arch}: {e.error}\n{e.log}") from None
+
+
+# nbjit's names of nvJitLink's input kinds (nvJitLinkInputType)
+LINK_INPUT_KINDS = ("ptx", "ltoir", "cubin", "object", "fatbin", "library")
+
+
+def nvjitlink_cubin(inputs: Iterable[tuple[str, bytes, str]], arch: str, *,
+                    options: Iterable[str] = ()) -> AssembledCubin:
+    """The cubin nvJitLink links for ``arch`` from ``inputs``, each ``(kind, data, label)``
+    with ``kind`` one of ``LINK_INPUT_KINDS`` (``options``: more nvJitLink options, ``-lto``
+    for LTO-IR).
+
+    Raises
+    ------
+    LinkFailure: nvJitLink is missing, or refused an input (``.input`` is its label) or the
+    link (``.input`` None), with nvJitLink's error log (``.log``).
+    """
+    if nvjitlink_version() is None:
+        raise LinkFailure("nvJitLink is not available; install it with 'pip install nvidia-nvjitlink' "
+                          "(numba-cuda's cu13 extra brings it)")
+    from cuda.bindings import nvjitlink as J
+
+    opts = [f"-arch={arch}", *options]
+    parts = list(inputs)
+    labels = [label for _, _, label in parts]
+    try:
+        handle = J.create(len(opts), opts)
+    except J.nvJitLinkError as e:
+        raise LinkFailure(f"nvJitLink refused the options {' '.join(opts)}: {e}", inputs=labels, error=str(e)) from None
+    try:
+        label = None
         try:
-            J.add_data(handle, J.InputType.PTX, data, len(data), name)
+            for kind, data, label in parts:
+                J.add_data(handle, getattr(J.InputType, kind.upper()), data, len(data), label)
+            label = None
             J.complete(handle)
         except J.nvJitLinkError as e:
-            raise NbjitCompileError(f"{name}: nvJitLink could not assemble PTX for {arch}: {e}\n"
-                                    f"{_log(J, handle, error=True)}") from None
+            log = _log(J, handle, error=True)
+            what = f"refused {label}" if label is not None else "could not link " + ", ".join(labels)
+            raise LinkFailure(f"nvJitLink {what} for {arch}: {e}\n{log}", log=log, input=label, inputs=labels,
+                              error=str(e)) from None
         size = J.get_linked_cubin_size(handle)
-        buf = bytearray(size)
+        buf = bytearray(size)  # nvJitLink writes here
         J.get_linked_cubin(handle, buf)
         return AssembledCubin(bytes(buf), arch, _log(J, handle, error=False))
     finally:
@@ -793,7 +826,12 @@ def _nvrtc_compile(N, req: CompileRequest, arch: str, full: list[str], plan):
             if err != ok:
                 raise NbjitCompileError(f"{name}: no kernel for name expression {e!r} ({err})")
             names[e] = lowered.decode()
-        if arch.startswith("sm_") and output != "ptx":
+        if output == "ltoir":  # (-dlto: what nvJitLink links, nbjit.link)
+            err, size = N.nvrtcGetLTOIRSize(prog)
+            buf = bytearray(size)
+            N.nvrtcGetLTOIR(prog, buf)
+            kind, payload = "ltoir", buf
+        elif arch.startswith("sm_") and output != "ptx":
             err, size = N.nvrtcGetCUBINSize(prog)
             buf = bytearray(size)  # NVRTC writes here: never a bytes object (CPython shares small ones)
             N.nvrtcGetCUBIN(prog, buf)

@@ -9,6 +9,7 @@ __all__ = [
     "ImageFormatError",
     "NbjitCompileError",
     "CompileFailure",
+    "LinkFailure",
     "NbjitLoadError",
     "NbjitLaunchError",
     "NbjitArgumentError",
@@ -75,6 +76,18 @@ class CompileFailure(NbjitCompileError):
     def source_with_line_numbers(self) -> str:
         """The whole source, each line numbered."""
         return "\n".join(f"{i:5d} | {line}" for i, line in enumerate(self.source.splitlines(), 1))
+
+
+class LinkFailure(NbjitCompileError):
+    """nvJitLink could not link: its error ``log``, the label of the ``input`` it refused (None
+    where the link as a whole failed), every input's label (``inputs``), the symbols no input
+    defines (``undefined``) and nvJitLink's own ``error`` (its result code)."""
+
+    def __init__(self, message: str, *, log: str = "", input: str | None = None, inputs: tuple = (),
+                 undefined: tuple = (), error: str = ""):
+        self.log, self.input, self.inputs, self.undefined, self.error = log, input, tuple(inputs), \
+            tuple(undefined), error
+        super().__init__(message)
 
 
 class NbjitLoadError(NbjitError):

@@ -1,6 +1,6 @@
-"""Fatbin container -> entries (PTX or cubin, arch, compression), the choice of the entry a
-device should use, and the inverse: entries -> an uncompressed container. Pure data, no CUDA
-needed. Format: shared/docs/FORMATS.md §5.
+"""Fatbin container -> entries (PTX, cubin or LTO-IR, arch, compression), the choice of the
+entry a device should use, and the inverse: entries -> an uncompressed container. Pure data,
+no CUDA needed. Format: shared/docs/FORMATS.md §5 (LTO-IR entries: docs/cubin.md).
 LZ4 and zstd payloads are decompressed by the ``lz4`` and ``zstandard`` packages, bounded by
 the sizes the headers declare."""
 from __future__ import annotations
@@ -17,19 +17,23 @@ from .errors import ImageFormatError
 __all__ = ["FatbinEntry", "FatbinInfo", "inspect_fatbin", "select_entry", "parse_arch", "build_fatbin",
            "FATBIN_MAGIC", "MAX_ENTRY_BYTES", "MAX_TOTAL_BYTES"]
 
-_KIND = {1: "ptx", 2: "cubin"}
+_KIND = {1: "ptx", 2: "cubin", 8: "ltoir"}  # 8: NVVM LTO-IR (nvcc code=lto_XX; cuobjdump "nvvm code")
 _F_DEBUG = 0x2
 _F_LZ4 = 0x2000
 _F_ZSTD = 0x8000
+# Set (nvcc 13.0) on every compressed LTO-IR entry, whose payload is then neither a zstd frame
+# nor an LZ4 block: nbjit does not decompress it (nvJitLink reads the fatbin itself).
+_F_OPAQUE = 0x10000
 
 
 @dataclass(frozen=True)
 class FatbinEntry:
     """One image in a fatbin. ``payload`` is the (decompressed) image, or None where it is
-    compressed in a way Python cannot undo here (zstd without the ``zstandard`` package)."""
+    compressed in a way Python cannot undo here (zstd without the ``zstandard`` package, a
+    compressed LTO-IR entry). LTO-IR entries (kind ``"ltoir"``) are linked, never loaded."""
 
     index: int
-    kind: str  # "ptx" or "cubin"
+    kind: str  # "ptx", "cubin" or "ltoir"
     sm: int
     arch_specific: bool
     family: bool
@@ -43,12 +47,15 @@ class FatbinEntry:
 
     @property
     def target(self) -> Arch:
-        """The entry's architecture (virtual for PTX)."""
-        return Arch(self.sm, "a" if self.arch_specific else "f" if self.family else "", self.kind == "ptx")
+        """The entry's architecture (virtual for PTX and LTO-IR)."""
+        return Arch(self.sm, "a" if self.arch_specific else "f" if self.family else "", self.kind != "cubin")
 
     @property
     def arch(self) -> str:
-        """``sm_90``, ``sm_90a``, ``compute_90``: the entry's architecture as text."""
+        """``sm_90``, ``sm_90a``, ``compute_90``, ``lto_90`` (LTO-IR, as nvcc's ``code=`` names
+        it): the entry's architecture as text."""
+        if self.kind == "ltoir":
+            return "lto_" + str(self.target).split("_", 1)[1]
         return str(self.target)
 
     @property
@@ -86,7 +93,7 @@ def parse_arch(arch: ArchLike) -> int:
 def select_entry(entries: Iterable[FatbinEntry], device: ArchLike) -> FatbinEntry | None:
     """Pick the image a device runs (``nbjit.arch.pick``: SASS for this very chip first, an
     arch-specific build before a generic one, then the newest SASS that runs on it, then the
-    newest PTX it can JIT)."""
+    newest PTX it can JIT; LTO-IR is never picked: it must be linked first)."""
     entries = list(entries)
     i = pick([(e.kind, e.target) for e in entries], device)
     return None if i is None else entries[i]
@@ -168,7 +175,7 @@ def _entry(d: bytes, off: int, end: int, index: int, fail) -> FatbinEntry:
     kind, _, hsize, stored, csize, _, minor, major, sm, _, _, flags, _, usize = struct.unpack_from(
         "<HHIQIIHHIIIQQQ", d, off)
     if kind not in _KIND:
-        raise fail(f"entry {index} at {off:#x}: unknown kind {kind} (1 = PTX, 2 = ELF)")
+        raise fail(f"entry {index} at {off:#x}: unknown kind {kind} (1 = PTX, 2 = ELF, 8 = LTO-IR)")
     if hsize < 64 or off + hsize + stored > end:
         raise fail(f"entry {index} at {off:#x}: header {hsize} + payload {stored} bytes overrun the container")
     if not 10 <= sm <= 9999:
@@ -187,7 +194,10 @@ def _entry(d: bytes, off: int, end: int, index: int, fail) -> FatbinEntry:
         if compression == "lz4" and usize > 255 * csize + 64:
             raise fail(f"entry {index} at {off:#x}: {csize} LZ4 bytes cannot expand to the {usize} declared")
         size = usize
-        payload = _decompress(compression, stored_bytes[:csize], usize, lambda m: fail(f"entry {index}: {m}"))
+        if flags & _F_OPAQUE and kind == 8:
+            payload = None
+        else:
+            payload = _decompress(compression, stored_bytes[:csize], usize, lambda m: fail(f"entry {index}: {m}"))
     elif kind == 1:
         payload = stored_bytes
     if payload is not None and kind == 1:

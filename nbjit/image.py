@@ -247,7 +247,8 @@ def sniff(data: bytes, name: str = "<image>") -> str:
         raise ImageFormatError(f"{name}: a host-side fatbin wrapper (.nvFatBinSegment), not the fatbin itself")
     if head.startswith(_LTOIR):
         raise ImageFormatError(f"{name}: NVVM LTO-IR (from -dlto), which the driver cannot load: link it to a cubin "
-                               "with nvJitLink ('-lto'), or compile without -dlto to get PTX or a cubin")
+                               "(nbjit.compile(source, link=[it]) or nbjit.link_image), or compile without -dlto "
+                               "to get PTX or a cubin")
     if head.startswith(_BITCODE):
         raise ImageFormatError(f"{name}: LLVM bitcode (NVVM IR), which the driver cannot load: compile it to PTX "
                                "with libNVVM or llc first")

@@ -149,7 +149,9 @@ def _plan_fatbin(img: Image, fb: FatbinInfo, cc, driver, keep_debug, nvjitlink) 
     entry = select_entry(fb.entries, cc)
     if entry is None:
         have = ", ".join(e.arch for e in fb.entries)
-        raise NbjitLoadError(f"{img.name}: no image in this fatbin runs on {Arch.parse(cc)} (it holds {have})")
+        lto = " (LTO-IR is linked, not loaded: nbjit.compile(source, link=[this fatbin]))" \
+            if any(e.kind == "ltoir" for e in fb.entries) else ""
+        raise NbjitLoadError(f"{img.name}: no image in this fatbin runs on {Arch.parse(cc)} (it holds {have}){lto}")
     if entry.payload is None:
         # compressed in a way Python cannot undo: the driver reads the whole container;
         # signatures come from any entry we can read, else from the driver

@@ -581,7 +581,7 @@ def _image_source(img: Image) -> tuple[str, tuple[KernelInfo, ...]]:
         return img.kind, tuple(img.typed.values())
     info = inspect_image(img)
     if img.kind == "fatbin":
-        entry = next((e for e in info.entries if e.payload is not None), None)
+        entry = next((e for e in info.entries if e.payload is not None and e.kind != "ltoir"), None)
         if entry is None:
             return "cubin", ()
         return _image_source(Image(entry.payload, entry.kind, img.name))
@@ -686,16 +686,29 @@ def compile(source: str, *, name: str | None = None, name_expressions: Iterable[
             headers: Mapping[str, str] | None = None, include_paths: Iterable[str] = (),
             options: Iterable[str] = (), arch: Arch | str | None = None, output: str = "auto",
             keep_debug: bool = False, cache: Any = None, lazy: bool = False,
-            pch: bool | str | None = None) -> "Module":
+            pch: bool | str | None = None, link: Any = None, link_options: Iterable[str] = ()) -> "Module":
     """Compile CUDA C++ with NVRTC (through the disk cache) and load it into the current
     Numba context. Arguments as for ``nbjit.compile_image``; ``module["fill<float>"]``
     then finds a kernel by the name expression written. ``arch`` defaults to the device of
     the current context; with ``arch`` given no GPU is needed until a kernel is used: where
     there is none, the module loads on first use. ``lazy=True`` loads on first use always,
     as ``nbjit.load(..., lazy=True)``. ``pch``: NVRTC precompiled headers, as for
-    ``compile_image`` (they change no output)."""
+    ``compile_image`` (they change no output).
+    ``link``: inputs linked into it with link-time optimisation — Python device functions
+    ``(function, "float32(float32, float32)")``, LTO-IR, CUDA C++, relocatable device code —
+    and ``link_options`` for nvJitLink, as for ``nbjit.link_image`` (``output`` is then a cubin)."""
     if keep_debug is not False or lazy is not False:  # (the defaults: nothing to check)
         keep_debug, lazy = _flag(keep_debug, "keep_debug", NbjitCompileError), _flag(lazy, "lazy", NbjitCompileError)
+    if link is not None:  # LTO with the link inputs: nbjit.link
+        from .link import link_image
+        if output not in ("auto", "cubin"):
+            raise NbjitCompileError(f"output={output!r}: a link makes a cubin (leave output out)")
+        ctx, lazy = _context_for(arch, lazy)
+        target = arch if arch is not None else _device_arch(ctx)
+        img = link_image(source, link, name=name, name_expressions=name_expressions, headers=headers,
+                         include_paths=include_paths, options=options, arch=target, link_options=link_options,
+                         cache=cache, pch=pch)
+        return Module._pending(img, keep_debug) if lazy else _load_into(img, ctx, keep_debug)
     if type(source) is not str or source[-1:] in _PATH_ENDS:  # a file's path: its text (and its directory)
         from .compiler import source_text
         source, name, include_paths = source_text(source, name, include_paths)

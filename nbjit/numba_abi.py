@@ -26,7 +26,7 @@ from .signature import RESOURCES, KernelInfo, KernelSignature, Param
 _ABI_TAG = re.compile(r"B\d+v\d+B\d+")
 
 __all__ = ["NumbaArray", "NumbaScalar", "NumbaAbiError", "from_mangled", "from_numba_types", "is_numba_name",
-           "fields", "signature", "C_CONTIGUOUS", "F_CONTIGUOUS"]
+           "fields", "signature", "device_ltoir", "C_CONTIGUOUS", "F_CONTIGUOUS"]
 
 C_CONTIGUOUS, F_CONTIGUOUS = "C", "F"
 _LAYOUTS = ("C", "F", "A")
@@ -192,3 +192,41 @@ def signature(name: str, image: KernelInfo, args, source: str) -> KernelInfo:
     return KernelInfo(name, KernelSignature(tuple(out), image.param_size), image.directives, image.linkage,
                       launch_offsets=tuple(p.offset for p in image.params),
                       **{k: getattr(image, k) for k in RESOURCES})
+
+
+# Numba types a C-ABI device function takes and returns, as C spells them
+_C_SPELLING = {"boolean": "bool", "int8": "signed char", "uint8": "unsigned char", "int16": "short",
+               "uint16": "unsigned short", "int32": "int", "uint32": "unsigned int", "int64": "long long",
+               "uint64": "unsigned long long", "float32": "float", "float64": "double", "none": "void",
+               "void*": "void*"}
+
+
+def device_ltoir(func, signature, name: str, cc: tuple[int, int], host) -> tuple[bytes, str, tuple[str, ...]]:
+    """A Python function (or ``@cuda.jit(device=True)`` dispatcher, whose ``fastmath``,
+    ``lineinfo``, ``debug`` and ``opt`` apply) compiled by the Numba ``host`` (``_host.Host``)
+    to LTO-IR for compute capability ``cc``, as the C function ``name``: (LTO-IR, C return
+    type, C parameter types). ``signature``: ``"float32(float32, float32)"``, or the argument
+    types alone (Numba infers the return type). No GPU needed.
+
+    Raises
+    ------
+    NumbaAbiError: a type C cannot pass by value (arrays, tuples, records; pointers to those).
+    Numba's own errors where it cannot compile the function (typing errors), unchanged.
+    """
+    py = getattr(func, "py_func", func)
+
+    def spelled(t) -> str:
+        p = host.pointee(t)
+        if p is not None and str(p) in _C_SPELLING and str(p) not in ("none", "void*"):
+            return _C_SPELLING[str(p)] + "*"
+        if str(t) not in _C_SPELLING:
+            raise NumbaAbiError(f"{getattr(py, '__qualname__', py)!r}: {t} has no C ABI: a device function linked "
+                                "into C++ takes and returns integers, floats, booleans and pointers to them "
+                                "(CPointer(float32)), not arrays, tuples or records")
+        return _C_SPELLING[str(t)]
+
+    args, ret = host.kernel_types(signature)
+    for t in args:
+        spelled(t)
+    code, resty = host.compile_ltoir(func, args, ret, name, cc)
+    return code, spelled(resty), tuple(spelled(t) for t in args)

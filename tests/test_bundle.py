@@ -144,6 +144,9 @@ def test_inputs_as_they_are(tmp_path):
         assert zf.read("kernels/sm_90a.cubin") == (nv / "kernels_sm_90a.cubin").read_bytes()
         assert zf.read("multi/compute_90.ptx") == inspect_fatbin((nv / "kernels_multi_none.fatbin").read_bytes()
                                                                  ).entries[1].payload
+    # a fatbin's LTO-IR is linked, never loaded: a bundle keeps what loads (the cubin beside it)
+    lto = build_bundle(nv / "lto_sm90.fatbin", tmp_path / "lto.nbjit")
+    assert [(i.name, i.archs) for i in lto.images] == [("lto_sm90", ("sm_90",))]
     # without a name, an image is named after its file
     one = build_bundle([nv / "pdl_sm_90.cubin", nv / "cluster_sm90.ptx"], tmp_path / "two.nbjit")
     assert [i.name for i in one.images] == ["pdl_sm_90", "cluster_sm90"]

@@ -6,8 +6,8 @@ import re
 import numpy as np
 import pytest
 
-from nbjit.cdecl import (MAX_DEMANGLED, CParam, demangle, demangled_text, element_of, mangled_tree, parse_ctype,
-                         source_declarations, triton_ir_signatures)
+from nbjit.cdecl import (MAX_DEMANGLED, CParam, demangle, demangled_text, device_declarations, element_of,
+                         mangled_tree, parse_ctype, source_declarations, triton_ir_signatures)
 from nbjit.ptx import inspect_ptx
 
 from conftest import DATA  # noqa: E402
@@ -191,6 +191,45 @@ def test_source_declarations_linear_time_on_hostile_text(family):
     from conftest import assert_linear
     make, n = SOURCE_FAMILIES[family]
     assert_linear(source_declarations, make, n)
+
+
+def test_device_declarations():
+    """The extern "C" __device__ functions a link resolves: declared or defined, one by one
+    or in an extern "C" block; not C++ functions, variables, kernels, templates or calls."""
+    src = """#include <cuda_fp16.h>
+extern "C" __device__ float op(float a, float b);   // the operator (a comment: op(int) is no declaration)
+extern "C" {
+__device__ double op2(double, const double* p);
+__device__ void none(void);
+}
+extern "C" __device__ __forceinline__ unsigned defined(int x) { return x; }
+extern "C" __device__ int counter;
+__device__ float plain(float);
+extern "C" __global__ void k(float* o) { o[0] = op(o[1], o[2]); }
+template <typename T> __device__ T t(T);
+extern "C" __device__ float through(float (*f)(float));
+"""
+    got = {k: (d.returns.text if d.returns else None, None if d.params is None else texts(d.params), d.line, d.defines)
+           for k, d in device_declarations(src).items()}
+    assert got == {"op": ("float", ["float", "float"], 2, False),
+                   "op2": ("double", ["double", "const double*"], 4, False),
+                   "none": ("void", [], 5, False), "defined": ("unsigned int", ["int"], 7, True),
+                   "through": ("float", None, 12, False)}
+    assert device_declarations(src)["op"].text == 'extern "C" __device__ float op(float a, float b)'
+    # a definition after a declaration is what a link's "defined twice" names
+    both = 'extern "C" __device__ float f(float);\nextern "C" __device__ float f(float x) { return x; }\n'
+    assert (device_declarations(both)["f"].line, device_declarations(both)["f"].defines) == (2, True)
+
+
+@pytest.mark.parametrize("family", [*SOURCE_FAMILIES, "many_declarations"])
+def test_device_declarations_linear_time_on_hostile_text(family):
+    from conftest import assert_linear
+    if family == "many_declarations":  # (each found its extern "C" by a scan of all before it: quadratic)
+        make, n = (lambda n: "".join(f'extern "C" __device__ float f{i}(float x);\n' for i in range(n))), 500
+    else:
+        make, n = SOURCE_FAMILIES[family]
+    device = {"long_word_before_the_name": lambda n: 'extern "C" __device__ float ' + "a" * n + " b(int x);"}
+    assert_linear(device_declarations, device.get(family, lambda n: make(n).replace("__global__", "__device__")), n)
 
 
 @pytest.mark.parametrize("text,want", [

@@ -122,6 +122,18 @@ def test_inspect_fatbin_with_arch():
     assert j["selected"] == 1 and j["selected_image"]["kind"] == "ptx"
 
 
+def test_inspect_fatbin_with_ltoir():
+    r = nbjit("inspect", str(DATA / "nvcc/lto_sm90.fatbin"), "--arch", "sm_90")
+    assert r.returncode == 0, r.stderr
+    rows = [line.split() for line in r.stdout.splitlines()[1:5]]
+    assert rows[2:] == [["0", "cubin", "sm_90", "-", "3840", "yes"],
+                        ["1", "ltoir", "lto_90", "zstd", rows[3][4], "no", "(nvJitLink", "reads", "it)"]]
+    assert "sm_90 uses image 0 (cubin sm_90)" in r.stdout and "entry k_triple" in r.stdout
+    j = json.loads(nbjit("inspect", "--json", str(DATA / "nvcc/lto_sm90_none.fatbin")).stdout)
+    assert [(i["kind"], i["arch"], i["compression"], i["decompressed"]) for i in j["images"]] == [
+        ("cubin", "sm_90", None, True), ("ltoir", "lto_90", None, True)]
+
+
 def test_inspect_bad_arch_and_ltoir(tmp_path):
     r = nbjit("inspect", str(DATA / "nvcc/kernels_multi.fatbin"), "--arch", "volta")
     assert r.returncode == 2 and "not an architecture" in r.stderr

@@ -9,7 +9,7 @@ import pytest
 import nbjit
 from nbjit import NbjitCompileError, compile_image, inspect_cubin, inspect_ptx
 from nbjit.cache import Cache
-from nbjit.compiler import CompileFailure, normalize_options
+from nbjit.compiler import CompileFailure, assemble_ptx, normalize_options, nvjitlink_version
 
 from conftest import DATA  # noqa: E402
 SRC = (DATA / "src/nvrtc_tmpl.cu").read_text()
@@ -468,3 +468,22 @@ def test_ptxas_report_of_nvjitlink(tmp_path):
     assert all(report[k]["stack_frame"] == f for k, f in frames.items())
     quiet = ptxas_quiet(out.log)  # (the linker's own info lines stay: only ptxas's report goes)
     assert ptxas_report(quiet) == {} and "ptxas" not in quiet and "info    : Function properties for 'k_basic'" in quiet
+
+@pytest.mark.skipif(nvjitlink_version() is None, reason="no nvJitLink")
+def test_nvjitlink_names_the_input_it_refuses():
+    """One nvJitLink wrapper (assemble_ptx is one use): a refused input is named by its
+    label, with nvJitLink's log; refused options are named."""
+    from nbjit.compiler import nvjitlink_cubin
+    from nbjit.errors import LinkFailure
+    ptx = nbjit.compile_image('extern "C" __global__ void p(){}', arch="sm_90", output="ptx")
+    ok = nvjitlink_cubin([("ptx", ptx.data + b"\0", "p.ptx")], "sm_90")
+    assert nbjit.inspect_cubin(ok.data).entries[0].name == "p"
+    with pytest.raises(LinkFailure) as e:
+        nvjitlink_cubin([("ptx", ptx.data + b"\0", "p.ptx"), ("ltoir", b"\xed\x43\x4e\x7f" + bytes(60), "bad.ltoir")],
+                        "sm_90", options=["-lto"])
+    assert e.value.input == "bad.ltoir" and e.value.inputs == ("p.ptx", "bad.ltoir") and e.value.error
+    assert str(e.value).startswith("nvJitLink refused bad.ltoir for sm_90: ")
+    with pytest.raises(LinkFailure, match="nvJitLink refused the options -arch=sm_90 -bogus: "):
+        nvjitlink_cubin([("ptx", ptx.data + b"\0", "p.ptx")], "sm_90", options=["-bogus"])
+    with pytest.raises(nbjit.NbjitCompileError, match=r"^x.ptx: nvJitLink could not assemble PTX for sm_90: "):
+        assemble_ptx(".version 9.0\n.target sm_90\n.address_size 64\nnonsense;\n", "sm_90", name="x.ptx")

@@ -45,6 +45,35 @@ def test_arch_specific_entry():
         ("cubin", "sm_90a", True), ("ptx", "compute_90", False)]
 
 
+@pytest.mark.parametrize("name,compression,readable", [
+    ("lto_sm90.fatbin", "zstd", False), ("lto_sm90_none.fatbin", None, True)])
+def test_ltoir_entries_are_listed_and_never_chosen_to_load(name, compression, readable):
+    """nvcc -gencode arch=compute_90,code=[sm_90,lto_90]: kind 8 (NVVM LTO-IR, "nvvm code"
+    to cuobjdump) beside the sm_90 cubin, once 'unknown kind 8'. Compressed, nvcc 13.0 sets
+    flag 0x10000 and the payload is no zstd frame: nbjit leaves it to nvJitLink."""
+    fb = fatbin(name)
+    assert [(e.kind, e.arch, e.compression) for e in fb.entries] == [("cubin", "sm_90", None),
+                                                                   ("ltoir", "lto_90", compression)]
+    lto = fb.entries[1]
+    assert (lto.target.number, lto.target.virtual, lto.ptx_version) == (90, True, None)
+    assert lto.size >= 2048 and (lto.stored_size < lto.size) == (compression is not None)
+    assert (lto.payload is not None) == readable
+    if readable:
+        assert lto.payload[:4] == b"\xed\x43\x4e\x7f" and len(lto.payload) == lto.size
+    assert fb.select("sm_90") is fb.entries[0] and fb.select("sm_100") is None
+    assert lto.to_json()["kind"] == "ltoir" and lto.to_json()["arch"] == "lto_90"
+    rdc = fatbin("lto_rdc.fatbin")
+    assert [(e.kind, e.arch) for e in rdc.entries] == [("ltoir", "lto_90")] and rdc.select("sm_90") is None
+
+
+@pytest.mark.skipif(find_cuobjdump() is None, reason="cuobjdump not installed (pip install nvidia-cuda-cuobjdump)")
+def test_ltoir_entry_agrees_with_cuobjdump():
+    out = subprocess.run([find_cuobjdump(), "-all", str(DATA / "nvcc/lto_sm90.fatbin")], capture_output=True,
+                         text=True, check=True).stdout
+    assert "Fatbin nvvm code" in out and re.search(r"nvvm code:\n=+\narch = sm_90\n", out)
+    assert "compressed" in out.split("Fatbin nvvm code")[1]
+
+
 @pytest.mark.parametrize("device,expect", [
     ("sm_90", "sm_90"), ("sm_80", "sm_80"), ("sm_86", "sm_80"), ("sm_89", "sm_80"),
     ((10, 0), "compute_90"), (120, "compute_90"), ("sm_75", None)])

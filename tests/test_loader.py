@@ -120,6 +120,17 @@ def test_fatbin_entry_choice():
         prepare(img("nvcc/kernels_multi.fatbin"), (7, 5), DRIVER_13_0)
 
 
+def test_fatbin_with_ltoir_loads_its_cubin():
+    """An sm_90 cubin beside an lto_90 entry (nvcc code=[sm_90,lto_90]) loads the cubin; a
+    fatbin of LTO-IR alone says it must be linked."""
+    for name in ("lto_sm90.fatbin", "lto_sm90_none.fatbin"):
+        p = prepare(img(f"nvcc/{name}"), H200, DRIVER_13_0)
+        assert (p.kind, p.entry) == ("cubin", 0) and [e.name for e in p.info.entries] == ["k_triple"]
+    with pytest.raises(NbjitLoadError, match=r"no image in this fatbin runs on sm_90 \(it holds lto_90\) \(LTO-IR is "
+                                             r"linked, not loaded: nbjit.compile\(source, link=\[this fatbin\]\)\)"):
+        prepare(img("nvcc/lto_rdc.fatbin"), H200, DRIVER_13_0)
+
+
 def test_fatbin_whole_when_entry_unreadable(no_zstd):
     p = prepare(img("nvcc/kernels_multi.fatbin"), (10, 0), DRIVER_13_0)
     assert p.kind == "fatbin" and p.entry == 1 and "whole fatbin" in p.note

@@ -295,3 +295,27 @@ def test_a_numba_name_standing_for_megabytes_is_refused():
     with pytest.raises(NumbaAbiError, match="demangled form is at most 65536 characters"):
         from_mangled(name)
     assert readable_name(name) == name
+
+
+def test_device_ltoir_needs_no_gpu():
+    """numba.cuda.compile(..., output="ltoir", cc=(9, 0)) runs without a GPU: a Python
+    function as a C function under the name given, its C types; a dispatcher's options apply."""
+    import math
+
+    from numba import cuda
+
+    from nbjit.numba_abi import NumbaAbiError, device_ltoir
+
+    def op(a, b):
+        return a + math.sin(b) * 2
+
+    host = current_host()
+    data, returns, params = device_ltoir(op, "float32(float32, float32)", "my_op", (9, 0), host)
+    assert data[:4] == b"\xed\x43\x4e\x7f" and (returns, params) == ("float", ("float", "float"))
+    assert device_ltoir(op, "(int32, int64)", "op", (9, 0), host)[1:] == ("double", ("int", "long long"))  # inferred
+    at = device_ltoir(lambda p, i: p[i], "float64(CPointer(float64), uint32)", "at", (9, 0), host)
+    assert at[1:] == ("double", ("double*", "unsigned int"))
+    fast = device_ltoir(cuda.jit(device=True, fastmath=True)(op), "float32(float32, float32)", "my_op", (9, 0), host)
+    assert fast[0] != data  # fastmath=True reached Numba
+    with pytest.raises(NumbaAbiError, match=r"array\(float32, 1d, C\) has no C ABI"):
+        device_ltoir(op, "float32(float32[::1], float32)", "op", (9, 0), host)

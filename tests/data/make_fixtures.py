@@ -57,6 +57,15 @@ def nvcc() -> None:
     run("nvcc", "-fatbin", *gencode, "--compress-mode=speed", k, "-o", str(out / "kernels_multi_lz4.fatbin"))
     run("nvcc", "-fatbin", "-gencode", "arch=compute_90a,code=sm_90a", "-gencode",
         "arch=compute_90,code=compute_90", "--compress-mode=none", k, "-o", str(out / "kernels_90a.fatbin"))
+    # LTO-IR entries (kind 8) beside an sm_90 cubin: nvcc's default compression (the LTO-IR
+    # compressed, flag 0x10000) and none; and LTO-IR alone, relocatable (what a link takes)
+    lto = str(SRC / "lto.cu")
+    run("nvcc", "-fatbin", "-gencode", "arch=compute_90,code=[sm_90,lto_90]", lto, "-o", str(out / "lto_sm90.fatbin"))
+    run("nvcc", "-fatbin", "-gencode", "arch=compute_90,code=[sm_90,lto_90]", "--compress-mode=none", lto, "-o",
+        str(out / "lto_sm90_none.fatbin"))
+    run("nvcc", "-fatbin", "-rdc=true", "-gencode", "arch=compute_90,code=lto_90", "--compress-mode=none", lto, "-o",
+        str(out / "lto_rdc.fatbin"))
+    run("nvcc", "-dc", "-arch=sm_90", lto, "-o", str(out / "lto_host.o"))  # a host object with device code
 
 
 def cuda12() -> None:

@@ -159,7 +159,8 @@ class Image:
     # where already known (a cache entry's facts): what loading it would merge again
     typed: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
     # {function: {"stack_frame", "spill_stores", "spill_loads": bytes}} as ptxas reported them
-    # while compiling it (nbjit.compile's NVRTC log, kept in the cache entry's facts); {} where unknown
+    # compiling it (NVRTC's log where the options asked: -Xptxas=-v; kept in the cache entry's
+    # facts); {} where unknown
     resources: Mapping[str, Mapping[str, int]] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self):

@@ -29,7 +29,7 @@ What the compiler made (no GPU):
                                         stack frame, spill instructions, barriers (the cubin's own)
     Image.resources, Kernel.attributes.spill_stores / .spill_loads
                                         stack frame and spill bytes as ptxas reported them
-                                        compiling it (nbjit.compile; kept in the cache)
+                                        (compile with options=["-Xptxas=-v"]; kept in the cache)
     disassemble(cubin, kernel=None) -> str, Kernel.sass(arch=None)
                                         SASS through nvdisasm (pip install 'nbjit[sass]')
     nbjit.occupancy.occupancy(kernel_info, arch, block, dynamic_shared=0) -> Occupancy

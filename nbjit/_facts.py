@@ -33,8 +33,8 @@ class Facts:
     ...))}``), ``info`` (the cubin's ``CubinInfo``; None for PTX), ``typed`` (``{kernel:
     KernelInfo}`` typed from both and the mangled names, as loading would type them) and
     ``resources`` (``{function: {"stack_frame", "spill_stores", "spill_loads": bytes}}`` as
-    ptxas reported them while compiling: the compiler's log, which a cache hit does not
-    repeat; empty where it was not asked for)."""
+    ptxas reported them in the compiler's log, where the options asked for its report;
+    empty otherwise)."""
 
     declarations: Mapping[str, tuple]
     info: CubinInfo | None = None

@@ -564,8 +564,7 @@ def _image(entry: CacheEntry, req: "CompileRequest") -> Image:
         decls, info, typed, resources = _source_decls(req.source), None, {}, {}
     else:  # (copies: the entry in the cache's memory is shared by every image made from it)
         decls, info, typed, resources = dict(f.declarations), f.info, dict(f.typed), dict(f.resources)
-    log = entry.log if _asks_ptxas_report(req.options) else ptxas_quiet(entry.log)
-    img = Image(entry.payload, entry.kind, req.name, entry.arch, dict(entry.lowered_names), log, decls, info,
+    img = Image(entry.payload, entry.kind, req.name, entry.arch, dict(entry.lowered_names), entry.log, decls, info,
                 typed, resources)
     if entry.payload_digest:  # hashed once already, checking the entry
         img.__dict__["digest"] = entry.payload_digest
@@ -634,9 +633,8 @@ def _source_decls(source: str) -> dict:
 def _derive_facts(entry: CacheEntry, req: "CompileRequest") -> Facts | None:
     """The facts nbjit reads from a compile's entry and its request (see ``_facts``): the
     source's C declarations and, for a cubin, its inspection, its kernels typed with them and
-    what ptxas reported of each function in NVRTC's log (a hit has that log's report only in
-    the facts: the image's log leaves it out); None where they cannot be read (the loader
-    then reports what is wrong)."""
+    what ptxas reported of each function in NVRTC's log (where the options asked for its
+    report); None where they cannot be read (the loader then reports what is wrong)."""
     try:
         decls = _source_decls(req.source)
         info = inspect_cubin(entry.payload, source=req.name) if entry.kind == "cubin" else None
@@ -804,8 +802,7 @@ def _nvrtc_compile(N, req: CompileRequest, arch: str, full: list[str], plan):
         if pch_file is None:
             making, pch_file = True, store.path_for(plan, req.cache_dir)
             _pch_heap(N, store)
-    opts = full + ([] if _asks_ptxas_report(req.options) else [_PTXAS_REPORT]) + \
-        ([f"--create-pch={pch_file}" if making else f"--use-pch={pch_file}"] if pch_file else [])
+    opts = full + ([f"--create-pch={pch_file}" if making else f"--use-pch={pch_file}"] if pch_file else [])
     err, prog = N.nvrtcCreateProgram(source.encode(), name.encode(), len(headers),
                                      [t.encode() for t in headers.values()], [k.encode() for k in headers])
     if err != ok:
@@ -818,8 +815,7 @@ def _nvrtc_compile(N, req: CompileRequest, arch: str, full: list[str], plan):
         if pch_file is not None:
             log = _pch_outcome(N, prog, store, plan, pch_file, making, res == ok, log)
         if res != ok:
-            shown = log if _asks_ptxas_report(req.options) else ptxas_quiet(log)
-            raise CompileFailure(name, source, full, shown, f"NVRTC {major}.{minor}", _header_hint(log))
+            raise CompileFailure(name, source, full, log, f"NVRTC {major}.{minor}", _header_hint(log))
         names = {}
         for e in exprs:
             err, lowered = N.nvrtcGetLoweredName(prog, e.encode())
@@ -904,13 +900,12 @@ def _header_hint(log: str) -> str:
     return "\n".join(hints)
 
 
-# ptxas's report, which NVRTC's log holds when asked (-Xptxas=-v; nvJitLink's -verbose): per
-# function, its stack frame and spill stores and loads in bytes
-_PTXAS_REPORT = "-Xptxas=-v"
+# ptxas's report, which NVRTC's log holds where the options ask for it (-Xptxas=-v; nvJitLink:
+# -verbose): per function, its stack frame and spill stores and loads in bytes. Never asked
+# for by nbjit itself: ptxas records its options in the cubin (a note), so -v changes the bytes.
 _FUNCTION_PROPERTIES = re.compile(
     r"^ptxas[ \t]+info[ \t]*:[ \t]*Function properties for ([^\s']+)[ \t]*\r?\n"
     r"ptxas[ \t]+\.[ \t]+(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", re.M)
-_PTXAS_INFO = re.compile(r"^ptxas[ \t]+(?:info[ \t]*:|\.)[^\n]*\n?", re.M)
 
 
 def ptxas_report(log: str) -> dict[str, dict[str, int]]:
@@ -921,22 +916,6 @@ def ptxas_report(log: str) -> dict[str, dict[str, int]]:
         return {}
     return {m[1]: {"stack_frame": int(m[2]), "spill_stores": int(m[3]), "spill_loads": int(m[4])}
             for m in _FUNCTION_PROPERTIES.finditer(log)}
-
-
-def ptxas_quiet(log: str) -> str:
-    """``log`` without ptxas's report (its ``info`` lines: what nbjit asked for, not what the
-    user did); warnings and errors stay."""
-    return _PTXAS_INFO.sub("", log).strip() if "ptxas" in log else log
-
-
-def _asks_ptxas_report(options) -> bool:
-    """Whether the user's own options ask ptxas for its report (``-Xptxas=-v``,
-    ``--ptxas-options=--verbose``): then the log keeps it."""
-    for o in options:
-        name, _, value = o.partition("=")
-        if name in ("-Xptxas", "--ptxas-options") and any(v in ("-v", "--verbose") for v in value.split(",")):
-            return True
-    return False
 
 
 def _nvrtc_log(N, prog) -> str:

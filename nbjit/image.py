@@ -163,7 +163,8 @@ class Image:
     # would merge again
     typed: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
     # {function: {"stack_frame", "spill_stores", "spill_loads": bytes}} as ptxas reported them
-    # while compiling it (nbjit.compile's NVRTC log, kept in the cache entry's facts); {} where unknown
+    # compiling it (NVRTC's log where the options asked: -Xptxas=-v; kept in the cache entry's
+    # facts); {} where unknown
     resources: Mapping[str, Mapping[str, int]] = field(default_factory=dict, compare=False, repr=False)
     # for a fatbin: what each entry is, where its payload lies in ``data`` and what reading it
     # would give, ``((kind, Arch, offset, length, facts or None), ...)`` in the container's

@@ -47,7 +47,7 @@ class KernelAttributes:
     # from the cubin's own records (None where the code came as PTX, which the driver compiled):
     frame: int | None = None  # the kernel's stack frame, bytes (spills and local arrays live there)
     spills: int | None = None  # instructions that spill or refill registers
-    # as ptxas reported them compiling it (nbjit.compile's NVRTC; None where not known):
+    # as ptxas reported them compiling it (nbjit.compile with -Xptxas=-v; None where not known):
     spill_stores: int | None = None  # bytes stored by spills
     spill_loads: int | None = None  # bytes loaded by refills
 

@@ -144,12 +144,12 @@ def test_facts_of_the_wrong_shape_are_read_afresh(tmp_path, facts, monkeypatch):
                                         ("resources", {"axpy": {"stack_frame": 0, "spill_stores": 0}})])
 def test_typed_kernels_and_resources_of_the_wrong_shape_are_read_afresh(tmp_path, field, bad, monkeypatch):
     c = Cache(tmp_path)
-    good = compile_image(PLAIN, arch="sm_90", cache=c)
+    good = compile_image(PLAIN, arch="sm_90", options=["-Xptxas=-v"], cache=c)
     assert set(good.typed) == {"axpy"} and set(good.resources) == {"axpy"}
     (key,) = [f.stem for f, _, _ in c.entries()]
     entry = c.read(key)
     _plant(c, key, entry, {**_facts.keep(entry.facts), field: bad}, monkeypatch)
-    again = compile_image(PLAIN, arch="sm_90", cache=Cache(tmp_path))
+    again = compile_image(PLAIN, arch="sm_90", options=["-Xptxas=-v"], cache=Cache(tmp_path))
     assert again.typed == good.typed and again.info == good.info and again.resources == good.resources
 
 
@@ -158,7 +158,8 @@ def test_facts_kept_and_read_are_the_facts(tmp_path):
     for the other kind of image is none."""
     c = Cache(tmp_path)
     for output in ("cubin", "ptx"):
-        img = compile_image(SRC, name_expressions=["fill<float>"], headers=HDR, arch="sm_90", output=output, cache=c)
+        img = compile_image(SRC, name_expressions=["fill<float>"], headers=HDR, arch="sm_90", output=output,
+                            options=["-Xptxas=-v"], cache=c)
         f = _facts.Facts(img.declarations, img.info, img.typed, img.resources)
         record = json.loads(json.dumps(_facts.keep(f)))
         assert _facts.read(record, output) == f

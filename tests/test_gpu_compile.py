@@ -120,10 +120,10 @@ def test_the_target_on_a_gpu(cuda, tmp_path):
 
 
 def test_attributes_of_a_spilling_kernel(cuda, tmp_path):
-    """kernel.attributes carries the spill bytes ptxas reported beside the driver's numbers,
-    from a compile and from a cache hit in a fresh cache object."""
+    """kernel.attributes carries the spill bytes ptxas reported (asked with -Xptxas=-v) beside
+    the driver's numbers, from a compile and from a cache hit in a fresh cache object."""
     for _ in range(2):
-        m = nbjit.compile(DATA / "src/spill.cu", cache=nbjit.Cache(tmp_path))
+        m = nbjit.compile(DATA / "src/spill.cu", options=["-Xptxas=-v"], cache=nbjit.Cache(tmp_path))
         a = m["spills"].attributes
         told = m.image.resources["spills"]
         assert (a.spill_stores, a.spill_loads, a.frame) == (told["spill_stores"], told["spill_loads"],

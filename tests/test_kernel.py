@@ -263,7 +263,7 @@ def test_attributes_carry_what_ptxas_reported(fake_device, monkeypatch, tmp_path
     driver_says = dict(registers=32, shared=0, const=0, local=0, max_threads_per_block=1024, ptx_version=90,
                        binary_version=90, max_dynamic_shared=0)  # (a stand-in for the driver's answer)
     monkeypatch.setattr(_driver, "function_attributes", lambda func: driver_says)
-    m = nbjit.compile(DATA / "src/spill.cu", arch="sm_90", cache=nbjit.Cache(tmp_path))
+    m = nbjit.compile(DATA / "src/spill.cu", arch="sm_90", options=["-Xptxas=-v"], cache=nbjit.Cache(tmp_path))
     told = m.image.resources["spills"]
     a = m["spills"].attributes
     assert (a.spill_stores, a.spill_loads, a.frame) == (told["spill_stores"], told["spill_loads"], told["stack_frame"])

@@ -156,8 +156,16 @@ def __getattr__(name: str):
     if home is None:
         raise AttributeError(f"module 'nbjit' has no attribute {name!r}")
     value = getattr(importlib.import_module(f".{home}", __name__), name)
+    for also in _WITH.get(name, ()):  # what its first call needs, imported with the name
+        importlib.import_module(f".{also}", __name__)
     globals()[name] = value  # found directly from now on
     return value
+
+
+# ``module`` imports the compiler and the cache only where it compiles (a bundle's or a
+# cubin's first kernel needs neither); the names that compile bring them when they are asked
+# for, so that their first call is not an import
+_WITH = {"compile": ("compiler", "cache"), "compile_many": ("compiler", "cache")}
 
 
 def __dir__() -> list[str]:

@@ -237,7 +237,7 @@ def _value(v: object, seen: set) -> object:
         return ("library function", v.__module__, getattr(v, "__qualname__", getattr(v, "__name__", repr(v))))
     if isinstance(v, types.FunctionType) and _library(v.__module__):
         return ("library function", v.__module__, v.__qualname__)
-    if kind.startswith("numba.core.types"):  # float32 and friends, used to cast
+    if kind.split(".")[:3] == ["numba", "core", "types"]:  # float32 and friends, used to cast (a name read, no import)
         return ("numba type", str(v))
     raise _Opaque(v)
 

@@ -391,7 +391,7 @@ def image_of(archive: Archive, rec: dict) -> Image:
     checked first, with the manifest's signatures of its kernels and what it records of each
     cubin."""
     typed = kernels(rec, archive.source)
-    entries = [(kind, arch, payload(archive, rec, e), EntryFacts.of(str(arch), typed, res, glob))
+    entries = [(kind, arch, payload(archive, rec, e), EntryFacts.of(arch, typed, res, glob))
                for e in rec["entries"] for _, kind, arch, _, _, res, glob in (e,)]
     return fatbin_image(f"{archive.source}:{rec['name']}", entries, rec["name_expressions"], rec["declarations"], typed)
 
@@ -404,13 +404,13 @@ class EntryFacts:
 
     __slots__ = ("arch", "entries", "globals")
 
-    def __init__(self, arch: str, entries: tuple, globals_: tuple):
+    def __init__(self, arch: Arch, entries: tuple, globals_: tuple):
         self.arch = arch
         self.entries = entries
         self.globals = globals_
 
     @classmethod
-    def of(cls, arch: str, typed: dict, resources: dict | None, globals_: tuple | None) -> "EntryFacts | None":
+    def of(cls, arch: Arch, typed: dict, resources: dict | None, globals_: tuple | None) -> "EntryFacts | None":
         """The facts of a cubin entry whose resources and globals the manifest records (and
         whose kernels it lists), else None (the loader reads the cubin)."""
         if resources is None or globals_ is None or not typed:

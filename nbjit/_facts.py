@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from .arch import Arch
 from .cdecl import CParam
 from .cubin import CubinInfo, GlobalSymbol
 from .signature import Directives, KernelInfo, KernelSignature, Param
@@ -95,6 +96,8 @@ def encode(obj: Any) -> Any:
     anything else."""
     if obj is None or isinstance(obj, (str, bool, int, float)):
         return obj
+    if type(obj) is Arch:  # (as text: a CubinInfo's arch, decoded back to an Arch)
+        return str(obj)
     if isinstance(obj, tuple):
         if obj and all(type(x) is tuple and all(type(y) in _PLAIN for y in x) for x in obj):
             return [_PAIRS, *(list(x) for x in obj)]  # a parameter's origin, say: decoded in one call
@@ -121,6 +124,15 @@ def _plain_tuples(rows: list) -> tuple:
         raise FactsError(f"not a facts record: {str(rows)[:80]}") from None
 
 
+def _arch(text: Any) -> Arch:
+    try:
+        if type(text) is str:
+            return Arch.parse(text)
+    except ValueError:
+        pass
+    raise FactsError(f"not an architecture: {str(text)[:80]}")
+
+
 def decode(data: Any) -> Any:
     """The object ``encode`` made ``data`` from; ``FactsError`` where ``data`` is not such."""
     t = type(data)
@@ -140,6 +152,8 @@ def decode(data: Any) -> Any:
                 nested &= nested - 1
             obj = object.__new__(_CLASSES[tag])  # frozen dataclasses without checks in __init__:
             obj.__dict__.update(zip(names, vals))  # their fields set directly, as unpickling does
+            if tag == "CubinInfo":
+                obj.__dict__["arch"] = _arch(obj.__dict__["arch"])
             return obj
     elif t is dict:
         return {k: v if type(v) in _PLAIN else decode(v) for k, v in data.items()}

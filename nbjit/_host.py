@@ -25,6 +25,7 @@ from types import ModuleType
 from typing import Any, Callable, Collection, Mapping, Sequence
 
 from . import _driver
+from .arch import Arch
 from .errors import NbjitLoadError
 
 __all__ = ["Host", "NumbaCuda", "HOSTS", "current_host", "choose", "pointer_getter", "error_code"]
@@ -153,10 +154,9 @@ class Host:
             return _driver.device_info(dev).cc
         return self.context_cc(self.current_context())
 
-    def device_arch(self) -> int:
-        """The current device's architecture number, e.g. 90 for sm_90."""
-        from .arch import Arch
-        return Arch.parse(self.current_cc()).number
+    def device_arch(self) -> Arch:
+        """The current device's architecture, e.g. sm_90."""
+        return Arch.parse(self.current_cc())
 
     # ------------------------------------------------------------ arrays and pointers
     def pointer_getter(self, t: type) -> Callable[[Any], int] | None:

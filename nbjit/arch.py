@@ -24,10 +24,15 @@ __all__ = ["Arch", "ArchLike", "existence_problem", "pick"]
 _PATTERN = re.compile(r"(sm|compute)?_?(\d+)([af]?)")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Arch:
     """An architecture: ``number`` (90 for compute capability 9.0), ``variant`` (``""``,
-    ``"a"`` arch-specific, ``"f"`` family) and whether it is ``virtual`` (PTX, ``compute_``)."""
+    ``"a"`` arch-specific, ``"f"`` family) and whether it is ``virtual`` (PTX, ``compute_``).
+
+    ``str()`` gives its name (``"sm_90a"``), and an Arch compares equal to that exact text
+    (``Arch(90) == "sm_90"``, not ``"SM_90"`` nor ``"90"``) and hashes as it does, so code
+    written when architectures were text keeps working (``img.arch == "sm_90"``, a dict keyed
+    by the text). It does not order: sort by ``.number`` or by ``str()``."""
 
     number: int
     variant: str = ""
@@ -37,7 +42,21 @@ class Arch:
         if self.variant not in ("", "a", "f"):
             raise ValueError(f"architecture variant must be '', 'a' or 'f', not {self.variant!r}")
         if not 10 <= self.number <= 9999:
-            raise ValueError(f"not an architecture number: {self.number}")
+            raise ValueError(f"not an architecture number: {self.number!r}")
+        object.__setattr__(self, "_text", f"{'compute' if self.virtual else 'sm'}_{self.number}{self.variant}")
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Arch):
+            return self._text == other._text  # (the text is one-to-one with the fields)
+        if isinstance(other, str):
+            return self._text == other
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._text)  # as the text's: equal to it, so hashed like it
+
+    def __reduce__(self):
+        return Arch, (self.number, self.variant, self.virtual)
 
     @classmethod
     def parse(cls, arch: "ArchLike", *, virtual: bool | None = None) -> "Arch":
@@ -70,7 +89,7 @@ class Arch:
         return Arch(self.number, self.variant, False)
 
     def __str__(self) -> str:
-        return f"{'compute' if self.virtual else 'sm'}_{self.number}{self.variant}"
+        return self._text
 
     def runs_on(self, device: "ArchLike") -> bool:
         """Whether code built for this architecture runs on a device of ``device``'s compute

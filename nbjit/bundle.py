@@ -60,7 +60,7 @@ class BundleEntry:
 
     file: str
     kind: str  # "cubin" or "ptx"
-    arch: str  # "sm_90", "sm_90a", "compute_80"
+    arch: Arch  # sm_90, sm_90a, compute_80 (equal to its text, "sm_90")
     sha256: str
     size: int
     payload: bytes = field(repr=False, compare=False)
@@ -71,7 +71,7 @@ class BundleEntry:
     globals: tuple[Mapping[str, Any], ...] | None = field(default=None, repr=False)
 
     def to_json(self) -> dict:
-        d = {"file": self.file, "kind": self.kind, "arch": self.arch, "sha256": self.sha256, "size": self.size}
+        d = {"file": self.file, "kind": self.kind, "arch": str(self.arch), "sha256": self.sha256, "size": self.size}
         if self.resources is not None:
             d["resources"] = {k: dict(v) for k, v in self.resources.items()}
         if self.globals is not None:
@@ -96,8 +96,9 @@ class BundleImage:
     triton: Mapping[str, Any] | None = None  # Triton's metadata JSON, for a Triton kernel
 
     @property
-    def archs(self) -> tuple[str, ...]:
-        """The entries' architectures, in order: ``("sm_80", "sm_90", "compute_80")``."""
+    def archs(self) -> tuple[Arch, ...]:
+        """The entries' architectures, in order: sm_80, sm_90, compute_80 (each equal to its
+        text: ``img.archs == ("sm_80", "sm_90", "compute_80")``)."""
         return tuple(e.arch for e in self.entries)
 
     def to_json(self) -> dict:
@@ -157,7 +158,7 @@ def read_bundle(bundle: Any, name: str | None = None) -> BundleInfo:
     src = archive.source
     images = []
     for rec in records(archive):
-        entries = tuple(BundleEntry(file, kind, str(a), sha, size, _bundle_file.payload(archive, rec, e), res, glob)
+        entries = tuple(BundleEntry(file, kind, a, sha, size, _bundle_file.payload(archive, rec, e), res, glob)
                         for e in rec["entries"] for file, kind, a, sha, size, res, glob in (e,))
         kernels, facts = _kernels(rec["name"], entries, rec["declarations"],
                                   lambda msg, n=rec["name"]: image_error(src, n, msg))
@@ -215,7 +216,7 @@ def inspect_bundle(bundle: Any) -> BundleInfo:
 def image_of(info: BundleInfo, img: BundleImage) -> Image:
     """``img`` as an ``nbjit.Image``: a fatbin of its entries, with its name expressions and
     C declarations (as ``load_bundle`` loads it)."""
-    entries = [(e.kind, Arch.parse(e.arch), e.payload, None) for e in img.entries]
+    entries = [(e.kind, e.arch, e.payload, None) for e in img.entries]
     return _bundle_file.fatbin_image(f"{info.source}:{img.name}", entries, img.lowered_names, img.declarations)
 
 
@@ -409,7 +410,7 @@ def build_bundle(inputs: Any, dest: str | os.PathLike, *, archs: Iterable[str] |
         entries = []
         for kind, a, payload in p.entries:
             file = f"{p.name}/{a}.{kind}"
-            entries.append(BundleEntry(file, kind, str(a), hashlib.sha256(payload).hexdigest(), len(payload),
+            entries.append(BundleEntry(file, kind, a, hashlib.sha256(payload).hexdigest(), len(payload),
                                        payload))
             members.append((file, payload))
         kernels, facts = _kernels(p.name, entries, p.decls,
@@ -594,9 +595,9 @@ def _add_image(part: _Part, data: bytes, kind: str, label: str, naming: bool) ->
                 if e.payload is None:
                     raise BundleError(f"{label}: entry {e.index} ({e.arch}) is zstd-compressed and 'zstandard' is not "
                                       "installed (pip install zstandard)")
-                found.append((e.kind, e.target, e.payload))
+                found.append((e.kind, e.arch, e.payload))
         elif kind == "cubin":
-            found = [("cubin", Arch.parse(inspect_cubin(data, source=label).arch), data)]
+            found = [("cubin", inspect_cubin(data, source=label).arch, data)]
         else:
             text = data.rstrip(b"\0")
             found = [("ptx", Arch.parse(inspect_ptx(text, source=label).arch, virtual=True), text)]
@@ -631,7 +632,7 @@ def _compile(part: _Part, source: Any, name: str | None, how: dict) -> None:
     jobs = [(a, "cubin") for a in how["archs"]] + [(a, "ptx") for a in how["ptx"]]
     for a, output in jobs:
         img = compile_image(text, name=label, name_expressions=exprs, headers=how["headers"],
-                            include_paths=include_paths, options=how["options"], arch=str(a), output=output,
+                            include_paths=include_paths, options=how["options"], arch=a, output=output,
                             cache=how["cache"])
         for k, v in img.lowered_names.items():
             if part.lowered.setdefault(k, v) != v:

@@ -12,9 +12,10 @@ import warnings
 from pathlib import Path
 from typing import NoReturn
 
+from .arch import Arch
 from .cubin import CubinInfo, inspect_cubin
 from .errors import ImageFormatError, NbjitError
-from .fatbin import FatbinInfo, inspect_fatbin, parse_arch
+from .fatbin import FatbinInfo, inspect_fatbin
 from .image import MAX_FILE_BYTES, Image, inspect_image, read_regular, sniff, write_output
 from .ptx import PtxInfo, inspect_ptx, strip_debug
 from .cdecl import demangled_text
@@ -206,9 +207,9 @@ def format_cubin(info: CubinInfo, path: str) -> str:
     return "\n".join(out)
 
 
-def format_fatbin(info: FatbinInfo, path: str, arch: str | None) -> str:
+def format_fatbin(info: FatbinInfo, path: str, arch: Arch | str | None) -> str:
     out = [f"{path}: fatbin with {len(info.entries)} images"]
-    rows = [[e.index, e.kind, e.arch, e.compression or "-", e.size,
+    rows = [[e.index, e.kind, e.arch_name, e.compression or "-", e.size,
              "yes" if e.payload is not None else "no (nvJitLink reads it)" if e.kind == "ltoir" else
              "no (needs zstandard)"] for e in info.entries]
     out += _table(rows, ["#", "kind", "arch", "compressed", "bytes", "readable"])
@@ -283,7 +284,7 @@ def _typed_json(info) -> dict:
 def _inspect(args) -> int:
     if args.arch:
         try:
-            parse_arch(args.arch)
+            args.arch = Arch.parse(args.arch)  # (the value from here on)
         except ValueError as e:
             raise _Usage(str(e)) from None
     if args.file != "-" and (Path(args.file).is_dir() or args.file.endswith(".json")):
@@ -341,7 +342,7 @@ def _inspect_compiled(args, img: Image) -> int:
     data = cubin_for(img, args.arch)
     info = inspect_cubin(data, source=img.name)
     entries = typed_entries(info.entries, "cubin")
-    out: dict = {"file": img.name, "arch": info.arch}
+    out: dict = {"file": img.name, "arch": str(info.arch)}
     if args.occupancy:
         block, smem = args.occupancy
         out["occupancy"] = [occupancy(e, info.arch, block, smem).to_json() for e in info.entries]
@@ -398,7 +399,7 @@ def _inspect_bundle(args, raw: bytes) -> int:
         out += ["", f"image {img.name}: from " + ", ".join(f"{s.get('name')} ({s.get('kind')})" for s in img.sources)
                 + (f", {img.producer}" if img.producer else "") + (f", options {' '.join(img.options)}"
                                                                     if img.options else "")]
-        rows = [[e.kind, e.arch, e.size, e.file + ("  <- " + args.arch if chosen.get(img.name) == e.file else "")]
+        rows = [[e.kind, e.arch, e.size, e.file + (f"  <- {args.arch}" if chosen.get(img.name) == e.file else "")]
                 for e in img.entries]
         out += ["  " + line for line in _table(rows, ["kind", "arch", "bytes", "member"])]
         if args.arch and chosen.get(img.name) is None:
@@ -423,7 +424,8 @@ def _bundle(args) -> int:
                         name_expressions=args.expr)
     for img in info.images:
         n = len(img.kernels)
-        print(f"{args.output}: {img.name}: {', '.join(img.archs)} ({n} kernel{'s' * (n != 1)})", file=sys.stderr)
+        archs = ", ".join(map(str, img.archs))
+        print(f"{args.output}: {img.name}: {archs} ({n} kernel{'s' * (n != 1)})", file=sys.stderr)
         for e, m in img.lowered_names.items():
             print(f"  {e} -> {m}", file=sys.stderr)
     return 0
@@ -542,7 +544,6 @@ def _cache(args) -> int:
 
 
 def _compile(args) -> int:
-    from .arch import Arch
     from .compiler import compile_image
 
     path = Path(args.file)
@@ -596,7 +597,7 @@ def _compile(args) -> int:
             if any(r.values()):
                 print(f"{k}: {r['stack_frame']} bytes stack frame, {r['spill_stores']} bytes spill stores, "
                       f"{r['spill_loads']} bytes spill loads", file=sys.stderr)
-        made.append({"arch": img.arch, "kind": img.kind, "bytes": len(img.data), "file": None,
+        made.append({"arch": str(img.arch), "kind": img.kind, "bytes": len(img.data), "file": None,
                      "lowered_names": dict(img.lowered_names),
                      "resources": {k: dict(r) for k, r in img.resources.items()}})
         if args.cache_only:

@@ -40,7 +40,7 @@ class AssembledCubin:
     """A cubin produced by nvJitLink from PTX, with nvJitLink's info log."""
 
     data: bytes
-    arch: str
+    arch: Arch
     log: str
 
 
@@ -54,7 +54,8 @@ def nvjitlink_version() -> tuple[int, int] | None:
         return None
 
 
-def assemble_ptx(ptx: str | bytes, arch: str, *, name: str = "<ptx>", options: tuple[str, ...] = ()) -> AssembledCubin:
+def assemble_ptx(ptx: str | bytes, arch: Arch | str, *, name: str = "<ptx>",
+                 options: tuple[str, ...] = ()) -> AssembledCubin:
     """Assemble PTX to a cubin for ``arch`` (``"sm_90"``, ``"sm_90a"``) with nvJitLink.
 
     Raises
@@ -76,7 +77,7 @@ def assemble_ptx(ptx: str | bytes, arch: str, *, name: str = "<ptx>", options: t
 LINK_INPUT_KINDS = ("ptx", "ltoir", "cubin", "object", "fatbin", "library")
 
 
-def nvjitlink_cubin(inputs: Iterable[tuple[str, bytes, str]], arch: str, *,
+def nvjitlink_cubin(inputs: Iterable[tuple[str, bytes, str]], arch: Arch | str, *,
                     options: Iterable[str] = ()) -> AssembledCubin:
     """The cubin nvJitLink links for ``arch`` from ``inputs``, each ``(kind, data, label)``
     with ``kind`` one of ``LINK_INPUT_KINDS`` (``options``: more nvJitLink options, ``-lto``
@@ -114,21 +115,21 @@ def nvjitlink_cubin(inputs: Iterable[tuple[str, bytes, str]], arch: str, *,
         size = J.get_linked_cubin_size(handle)
         buf = bytearray(size)  # nvJitLink writes here
         J.get_linked_cubin(handle, buf)
-        return AssembledCubin(bytes(buf), arch, _log(J, handle, error=False))
+        return AssembledCubin(bytes(buf), Arch.parse(arch), _log(J, handle, error=False))
     finally:
         J.destroy(handle)
 
 
-def assemble_cached(ptx: str, arch: str, *, name: str = "<ptx>", cache: "Cache | None" = None) -> bytes:
+def assemble_cached(ptx: str, arch: Arch, *, name: str = "<ptx>", cache: "Cache | None" = None) -> bytes:
     """``assemble_ptx`` through the cache: the cubin nvJitLink makes of ``ptx`` for ``arch``."""
     have = nvjitlink_version()
     cache = cache or default_cache()
     key = cache_key({"producer": "nvjitlink", "toolchain": _toolchain_fingerprint("nvJitLink"),
-                     "nvjitlink": list(have or ()), "ptx": content_digest(ptx.encode()), "arch": arch})
+                     "nvjitlink": list(have or ()), "ptx": content_digest(ptx.encode()), "arch": str(arch)})
 
     def make() -> CacheEntry:
         out = assemble_ptx(ptx, arch, name=name)
-        return CacheEntry("cubin", arch, out.data, {}, out.log, f"nvJitLink {have[0]}.{have[1]}" if have else "")
+        return CacheEntry("cubin", str(arch), out.data, {}, out.log, f"nvJitLink {have[0]}.{have[1]}" if have else "")
 
     return cache.get_or_create(key, make).payload
 
@@ -564,8 +565,8 @@ def _image(entry: CacheEntry, req: "CompileRequest") -> Image:
         decls, info, typed, resources = _source_decls(req.source), None, {}, {}
     else:  # (copies: the entry in the cache's memory is shared by every image made from it)
         decls, info, typed, resources = dict(f.declarations), f.info, dict(f.typed), dict(f.resources)
-    img = Image(entry.payload, entry.kind, req.name, entry.arch, dict(entry.lowered_names), entry.log, decls, info,
-                typed, resources)
+    img = Image(entry.payload, entry.kind, req.name, Arch.parse(entry.arch), dict(entry.lowered_names), entry.log,
+                decls, info, typed, resources)
     if entry.payload_digest:  # hashed once already, checking the entry
         img.__dict__["digest"] = entry.payload_digest
     return img
@@ -714,7 +715,7 @@ def _portable_options(options) -> list[str]:
     return [ours.get(o, o) for o in options]
 
 
-def _nvrtc_arch(target: Arch, output: str, name: str, nvrtc: str) -> str:
+def _nvrtc_arch(target: Arch, output: str, name: str, nvrtc: str) -> Arch:
     """The -arch NVRTC compiles ``target`` for: ``target`` where this NVRTC knows it; for
     output "auto" and a real device newer than this NVRTC, PTX for the newest architecture it
     knows, which the driver compiles for the device; else an ``NbjitCompileError`` naming the
@@ -722,10 +723,10 @@ def _nvrtc_arch(target: Arch, output: str, name: str, nvrtc: str) -> str:
     known = supported_archs()
     problem = existence_problem(target)
     if problem is None and (not known or target.number in known):
-        return str(target)
+        return target
     newer = bool(known) and target.number > max(known)
     if problem is None and output == "auto" and not target.virtual and not target.variant and newer:
-        return f"compute_{max(known)}"
+        return Arch(max(known), virtual=True)
     if problem is not None:
         why = problem
     elif not newer and target.number < min(known):
@@ -763,7 +764,7 @@ def _pch_supported(version: tuple[int, int]) -> bool:
                                        "nvrtcSetPCHHeapSize", "nvrtcGetPCHHeapSize"))
 
 
-def _pch_plan(req: CompileRequest, arch: str, version: tuple[int, int]) -> str | None:
+def _pch_plan(req: CompileRequest, arch: Arch, version: tuple[int, int]) -> str | None:
     """The PCH key of a compile that gets a PCH (made or used), else None."""
     if req.pch == "off" or _pch.user_pch_option(req.options):
         return None
@@ -779,7 +780,7 @@ def _pch_plan(req: CompileRequest, arch: str, version: tuple[int, int]) -> str |
     key = cache_key({
         "producer": "nvrtc-pch", "toolchain": _toolchain_fingerprint(), "cccl": cccl[1] if cccl else None,
         "cuda_headers": _cuda_headers_id(), "prefix": prefix, "name": req.name,
-        "headers": [list(h) for h in req.headers], "options": _portable_options(req.options), "arch": arch,
+        "headers": [list(h) for h in req.headers], "options": _portable_options(req.options), "arch": str(arch),
         "includes": includes,
     })
     if req.pch == "auto" and key not in _pch.STORE.seen and _pch.STORE.get(key) is None:
@@ -790,7 +791,7 @@ def _pch_plan(req: CompileRequest, arch: str, version: tuple[int, int]) -> str |
     return key
 
 
-def _nvrtc_compile(N, req: CompileRequest, arch: str, full: list[str], plan):
+def _nvrtc_compile(N, req: CompileRequest, arch: Arch, full: list[str], plan):
     """One NVRTC compile of ``req`` with the options ``full``; with ``plan`` (a PCH key),
     making or using that PCH (under ``pch.STORE.lock``)."""
     source, name, exprs, headers, output = req.source, req.name, req.expressions, dict(req.headers), req.output
@@ -827,7 +828,7 @@ def _nvrtc_compile(N, req: CompileRequest, arch: str, full: list[str], plan):
             buf = bytearray(size)
             N.nvrtcGetLTOIR(prog, buf)
             kind, payload = "ltoir", buf
-        elif arch.startswith("sm_") and output != "ptx":
+        elif not arch.virtual and output != "ptx":
             err, size = N.nvrtcGetCUBINSize(prog)
             buf = bytearray(size)  # NVRTC writes here: never a bytes object (CPython shares small ones)
             N.nvrtcGetCUBIN(prog, buf)
@@ -837,7 +838,7 @@ def _nvrtc_compile(N, req: CompileRequest, arch: str, full: list[str], plan):
             buf = bytearray(size)
             N.nvrtcGetPTX(prog, buf)
             kind, payload = "ptx", buf.rstrip(b"\0")
-        return CacheEntry(kind, arch, bytes(payload), names, log, f"NVRTC {major}.{minor}")
+        return CacheEntry(kind, str(arch), bytes(payload), names, log, f"NVRTC {major}.{minor}")
     finally:
         N.nvrtcDestroyProgram(prog)
 

@@ -73,7 +73,7 @@ class GlobalSymbol:
 class CubinInfo:
     """What nbjit reads from a cubin."""
 
-    arch: str  # "sm_90", "sm_90a"
+    arch: Arch  # sm_90, sm_90a (equal to its text, "sm_90")
     sm: int  # 90
     arch_specific: bool  # an "a" build: runs only on exactly this compute capability
     virtual_arch: int | None  # the PTX .target it was assembled from, where recorded
@@ -95,7 +95,7 @@ class CubinInfo:
     def to_json(self) -> dict:
         return {
             "kind": "cubin",
-            "arch": self.arch,
+            "arch": str(self.arch),
             "sm": self.sm,
             "arch_specific": self.arch_specific,
             "virtual_arch": self.virtual_arch,
@@ -169,7 +169,7 @@ def inspect_cubin(data: bytes, *, source: str | None = None) -> CubinInfo:
             max_registers[sym.name] = maxreg
 
     return CubinInfo(
-        arch=arch_name(sm, arch_specific), sm=sm, arch_specific=arch_specific, virtual_arch=virtual,
+        arch=Arch(sm, "a" if arch_specific else ""), sm=sm, arch_specific=arch_specific, virtual_arch=virtual,
         toolkit=toolkit, abi_version=e.abi_version, address_size=64, relocatable=e.type == 1,
         entries=tuple(entries), functions=tuple(functions), globals=tuple(_globals(e, syms)),
         max_registers=max_registers, shared_reserved=reserved, source=source)

@@ -46,17 +46,20 @@ class FatbinEntry:
     payload: bytes | None = field(repr=False)  # an image can be megabytes: not in repr()
 
     @property
-    def target(self) -> Arch:
-        """The entry's architecture (virtual for PTX and LTO-IR)."""
+    def arch(self) -> Arch:
+        """The entry's architecture: ``sm_90``, ``sm_90a``, ``compute_90`` (virtual for PTX and
+        LTO-IR; it equals its text, ``e.arch == "sm_90"``)."""
         return Arch(self.sm, "a" if self.arch_specific else "f" if self.family else "", self.kind != "cubin")
 
+    target = arch  # (its name before ``arch`` was an Arch)
+
     @property
-    def arch(self) -> str:
-        """``sm_90``, ``sm_90a``, ``compute_90``, ``lto_90`` (LTO-IR, as nvcc's ``code=`` names
-        it): the entry's architecture as text."""
+    def arch_name(self) -> str:
+        """The architecture as nvcc's ``code=`` names the entry: ``sm_90``, ``compute_90``, and
+        ``lto_90`` for LTO-IR (as ``--json`` and ``nbjit inspect`` print it)."""
         if self.kind == "ltoir":
-            return "lto_" + str(self.target).split("_", 1)[1]
-        return str(self.target)
+            return f"lto_{self.sm}{'a' if self.arch_specific else 'f' if self.family else ''}"
+        return str(self.arch)
 
     @property
     def compressed(self) -> bool:
@@ -64,7 +67,7 @@ class FatbinEntry:
         return self.compression is not None
 
     def to_json(self) -> dict:
-        return {"index": self.index, "kind": self.kind, "arch": self.arch, "compressed": self.compressed,
+        return {"index": self.index, "kind": self.kind, "arch": self.arch_name, "compressed": self.compressed,
                 "compression": self.compression, "size": self.size, "stored_size": self.stored_size,
                 "debug": self.debug, "decompressed": self.payload is not None,
                 "ptx_version": list(self.ptx_version) if self.ptx_version else None}
@@ -95,7 +98,7 @@ def select_entry(entries: Iterable[FatbinEntry], device: ArchLike) -> FatbinEntr
     arch-specific build before a generic one, then the newest SASS that runs on it, then the
     newest PTX it can JIT; LTO-IR is never picked: it must be linked first)."""
     entries = list(entries)
-    i = pick([(e.kind, e.target) for e in entries], device)
+    i = pick([(e.kind, e.arch) for e in entries], device)
     return None if i is None else entries[i]
 
 

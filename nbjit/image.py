@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from .fatbin import FatbinInfo
     from .ptx import PtxInfo
 
+from .arch import Arch
 from .errors import ImageFormatError
 
 __all__ = ["Image", "ImageLike", "sniff", "as_image", "inspect_image", "read_regular", "write_output",
@@ -151,7 +152,7 @@ class Image:
     data: bytes
     kind: str
     name: str = "<image>"
-    arch: str | None = None
+    arch: Arch | None = None  # (text given is parsed: "sm_90" -> Arch, which equals its text)
     lowered_names: Mapping[str, str] = field(default_factory=dict)
     log: str = ""
     declarations: Mapping[str, tuple] = field(default_factory=dict)
@@ -175,6 +176,8 @@ class Image:
     def __post_init__(self):
         if self.kind not in IMAGE_KINDS:
             raise ValueError(f"image kind must be one of {IMAGE_KINDS}, not {self.kind!r}")
+        if self.arch is not None and type(self.arch) is not Arch:
+            object.__setattr__(self, "arch", Arch.parse(self.arch))
 
     @classmethod
     def from_bytes(cls, data: bytes | str, name: str = "<image>") -> "Image":

@@ -22,6 +22,7 @@ from .errors import NbjitArgumentError, NbjitLaunchError
 from .signature import KernelInfo, KernelSignature, Param
 
 if TYPE_CHECKING:
+    from .arch import Arch
     from .tma import TensorMap, TensorMapPlan
 
 __all__ = ["Kernel", "KernelAttributes", "LaunchConfig", "BoundLaunch", "tensor_map"]
@@ -370,15 +371,14 @@ class Kernel(_EXTENSION.KernelBase if _EXTENSION is not None else _PyIndexing): 
                                        spill_stores=told.get("spill_stores"), spill_loads=told.get("spill_loads"))
         return s.attrs
 
-    def sass(self, arch: str | None = None) -> str:
+    def sass(self, arch: "Arch | str | None" = None) -> str:
         """The kernel's SASS as ``nvdisasm`` prints it (``pip install 'nbjit[sass]'``): of the
         module's cubin, or of the cubin its PTX or fatbin gives for ``arch`` (default: the
         current device's). Needs no GPU for a cubin or with ``arch`` given."""
-        from .arch import Arch
         from .sass import cubin_for, disassemble
         img = self.module.image
         if img.kind != "cubin" and arch is None:
-            arch = str(Arch.parse(current_host().current_cc()))
+            arch = current_host().device_arch()
         return disassemble(cubin_for(img, arch), kernel=self.name, name=img.name)
 
     def max_active_blocks_per_sm(self, block: int | tuple, dynamic_shared: int = 0) -> int:

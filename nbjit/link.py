@@ -292,7 +292,7 @@ def _python_ltoir(inp: _Input, cc: tuple[int, int], cache: Cache) -> tuple[bytes
         def make() -> CacheEntry:
             data, returns, params = _numba_compile(inp, cc)
             v = _numba_versions()
-            return CacheEntry("ltoir", f"compute_{cc[0]}{cc[1]}", data, {}, "", f"numba-cuda {v['numba-cuda']}",
+            return CacheEntry("ltoir", str(Arch.parse(cc, virtual=True)), data, {}, "", f"numba-cuda {v['numba-cuda']}",
                               meta={"returns": returns, "params": list(params)})
 
         key = _numba_key(inp, fp, cc)
@@ -335,7 +335,7 @@ def _numba_compile(inp: _Input, cc: tuple[int, int]) -> tuple[bytes, str, tuple[
 # ------------------------------------------------------------------ C++ (NVRTC)
 
 
-def _nvrtc_ltoir(text: str, name: str, exprs, headers, include_paths, options, arch: str, pch, cache: Cache):
+def _nvrtc_ltoir(text: str, name: str, exprs, headers, include_paths, options, arch: Arch, pch, cache: Cache):
     """NVRTC's LTO-IR of a source (through the cache, under ``compile_image``'s key with
     ``-dlto`` and output "ltoir"): (CacheEntry, CompileRequest)."""
     req = _c._request(text, name, exprs, headers, include_paths, options, arch, "cubin", pch, cache.path)
@@ -389,7 +389,7 @@ def _check_declarations(pythons, decls: Mapping[str, Mapping[str, DeviceDeclarat
 # ------------------------------------------------------------------ the link
 
 
-def _target(arch: "Arch | str | None", name: str) -> str:
+def _target(arch: "Arch | str | None", name: str) -> Arch:
     if arch is None:  # the current device's (the one case that needs a GPU)
         from .target import current_arch
         arch = current_arch()
@@ -397,7 +397,7 @@ def _target(arch: "Arch | str | None", name: str) -> str:
     if a.virtual:
         raise NbjitCompileError(f"{name}: arch {a}: a link makes a cubin, for a real architecture (sm_90, sm_90a), "
                                 "not a virtual one")
-    return str(a)
+    return a
 
 
 def _explain(e: LinkFailure, pythons, decls, producers: Mapping[str, str]) -> LinkFailure:
@@ -498,8 +498,7 @@ def link_image(source: str | os.PathLike, link: Iterable[Any] | Any, *, name: st
     if bad:
         raise NbjitCompileError(f"link_options: give the architecture as arch=..., not {bad[0]!r}")
     target = _target(arch, name or "<source>")
-    a = Arch.parse(target)
-    cc = (a.number // 10, a.number % 10)
+    cc = target.cc
     inputs = _inputs(_c.read_once(link))
     call = _call(text, name, exprs, headers, include_paths, options, target, link_opts, inputs)
     hit = cache.recall(call) if call is not None else None
@@ -530,7 +529,7 @@ def link_image(source: str | os.PathLike, link: Iterable[Any] | Any, *, name: st
     key = cache_key({
         "producer": "nvjitlink-lto", "toolchain": _c._toolchain_fingerprint("nvJitLink"),
         "nvrtc": _c._toolchain_fingerprint(),  # (each library by its build: no need to load either)
-        "numba": _numba_versions() if pythons else None, "arch": target, "options": list(link_opts),
+        "numba": _numba_versions() if pythons else None, "arch": str(target), "options": list(link_opts),
         "inputs": [[kind, content_digest(data)] for kind, data, _ in parts],
         "lowered_names": sorted(main.lowered_names.items()),
     })
@@ -541,7 +540,7 @@ def link_image(source: str | os.PathLike, link: Iterable[Any] | Any, *, name: st
         except LinkFailure as e:
             raise _explain(e, pythons, decls, producers) from None
         made = ", ".join(dict.fromkeys(p for p in producers.values() if p))
-        return CacheEntry("cubin", target, out.data, dict(main.lowered_names), out.log,
+        return CacheEntry("cubin", str(target), out.data, dict(main.lowered_names), out.log,
                           f"nvJitLink {_version_text()} -lto ({made})")
 
     entry = cache.get_or_create(key, make, lambda e: _c._derive_facts(e, req))

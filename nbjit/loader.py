@@ -36,7 +36,7 @@ class Assemble:
     """A step the plan needs done on the host: PTX assembled to a cubin by nvJitLink."""
 
     ptx: str
-    arch: str  # "sm_90", "sm_90a"
+    arch: Arch  # sm_90, sm_90a
     nvjitlink: tuple[int, int]
     name: str
     driver_cuda: tuple[int, int]
@@ -73,7 +73,7 @@ def plan(img: Image, cc: tuple[int, int], driver: int, *, keep_debug: bool = Fal
     if img.kind == "cubin":
         from .cubin import CubinInfo, inspect_cubin
         info = img.info if isinstance(img.info, CubinInfo) else inspect_cubin(img.data, source=img.name)
-        if not Arch.parse(info.arch).runs_on(cc):
+        if not info.arch.runs_on(cc):
             dev = Arch.parse(cc)
             raise NbjitLoadError(
                 f"{img.name}: a cubin for {info.arch} cannot run on this {dev} device (cubins run on the same major "
@@ -103,9 +103,9 @@ def _plan_listed(img: Image, cc, driver, keep_debug, nvjitlink) -> Plan:
     return Plan(p.data, p.kind, p.info, p.route, p.note, i, p.ptx, p.details, p.assemble)
 
 
-def _assemble_target(cc: tuple[int, int], ptx_arch: Arch) -> str:
+def _assemble_target(cc: tuple[int, int], ptx_arch: Arch) -> Arch:
     """The SASS to assemble PTX into for this device, keeping an 'a' or 'f' target."""
-    return str(Arch(Arch.parse(cc).number, ptx_arch.variant))
+    return Arch(Arch.parse(cc).number, ptx_arch.variant)
 
 
 def _plan_ptx(raw: bytes, name: str, cc, driver: int, keep_debug: bool, nvjitlink) -> Plan:
@@ -148,7 +148,7 @@ def _plan_fatbin(img: Image, fb: FatbinInfo, cc, driver, keep_debug, nvjitlink) 
     from .fatbin import select_entry
     entry = select_entry(fb.entries, cc)
     if entry is None:
-        have = ", ".join(e.arch for e in fb.entries)
+        have = ", ".join(e.arch_name for e in fb.entries)
         lto = " (LTO-IR is linked, not loaded: nbjit.compile(source, link=[this fatbin]))" \
             if any(e.kind == "ltoir" for e in fb.entries) else ""
         raise NbjitLoadError(f"{img.name}: no image in this fatbin runs on {Arch.parse(cc)} (it holds {have}){lto}")
@@ -159,8 +159,8 @@ def _plan_fatbin(img: Image, fb: FatbinInfo, cc, driver, keep_debug, nvjitlink) 
         from .cubin import inspect_cubin
         info = inspect_cubin(readable.payload, source=img.name) if readable else None
         return Plan(img.data, "fatbin", info, None,
-                    f"{img.name}: image {entry.index} ({entry.arch}) is zstd-compressed and 'zstandard' is not "
+                    f"{img.name}: image {entry.index} ({entry.arch_name}) is zstd-compressed and 'zstandard' is not "
                     "installed; the driver loads the whole fatbin", entry.index)
-    sub = Image(entry.payload, entry.kind, f"{img.name}[{entry.index}:{entry.arch}]")
+    sub = Image(entry.payload, entry.kind, f"{img.name}[{entry.index}:{entry.arch_name}]")
     p = plan(sub, cc, driver, keep_debug=keep_debug, nvjitlink=nvjitlink)
     return Plan(p.data, p.kind, p.info, p.route, p.note, entry.index, p.ptx, p.details, p.assemble)

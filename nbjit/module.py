@@ -291,7 +291,8 @@ class Module:
                 data = data.rstrip(b"\0")
             blob = self._wire_blob = (_sha256(data), len(data), zlib.compress(data, 6))
         img = self.image
-        return (_WIRE_VERSION, img.name, kind, img.arch, *blob, {**self._facts.wire(), "keep_debug": self.keep_debug})
+        arch = None if img.arch is None else str(img.arch)  # (plain data: the text)
+        return (_WIRE_VERSION, img.name, kind, arch, *blob, {**self._facts.wire(), "keep_debug": self.keep_debug})
 
     # ------------------------------------------------------------ what the live part says
     @property
@@ -562,7 +563,8 @@ def _restore_module(wire: tuple) -> Module:
         if len(data) != size or _sha256(data) != sha:
             raise NbjitLoadError(f"a pickled nbjit module ({name}): its bytes do not match their SHA-256 (the pickle "
                                  "is damaged)")
-        img = Image(data, kind, name, arch, facts["lowered_names"], "", facts["declarations"])
+        img = Image(data, kind, name, None if arch is None else Arch.parse(arch), facts["lowered_names"], "",
+                    facts["declarations"])
         mod = Module._pending(img, facts["keep_debug"], facts["numba"])
         with _ATTACH_LOCK:
             mod = _RESTORED.setdefault(key, mod)

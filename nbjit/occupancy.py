@@ -57,15 +57,15 @@ _TABLE = {s.cc: s for s in (
 )}
 
 
-def sm_limits(arch: str | int) -> SMLimits:
-    """The SM limits of ``arch`` (``"sm_90"``, ``"sm_90a"``, ``"compute_90"`` or ``90``).
+def sm_limits(arch: Arch | str | int) -> SMLimits:
+    """The SM limits of ``arch`` (an ``Arch``, ``"sm_90"``, ``"sm_90a"``, ``"compute_90"`` or ``90``).
 
     Raises
     ------
     NbjitArgumentError: an architecture not in nbjit's table (the message lists those that are).
     """
     try:
-        cc = arch if isinstance(arch, int) else Arch.parse(str(arch).strip()).number
+        cc = arch if isinstance(arch, int) else Arch.parse(arch.strip() if isinstance(arch, str) else arch).number
     except ValueError as e:
         raise NbjitArgumentError(f"occupancy: {e}") from None
     limits = _TABLE.get(cc)

@@ -104,8 +104,8 @@ def cubin_for(image, arch: str | None = None) -> bytes:
     from .arch import Arch
     from .compiler import assemble_cached
     try:
-        a = Arch.parse(str(arch).strip())
+        a = Arch.parse(arch.strip() if isinstance(arch, str) else arch)
     except ValueError as e:
         raise NbjitError(f"{img.name}: {e}") from None
     text = ptx.decode(errors="replace").rstrip("\0") if isinstance(ptx, (bytes, bytearray)) else ptx
-    return assemble_cached(text, str(Arch(a.number, a.variant)), name=img.name)
+    return assemble_cached(text, a.real(), name=img.name)

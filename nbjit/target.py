@@ -22,7 +22,7 @@ def current_arch() -> Arch:
     NbjitLoadError: there is no usable GPU or driver (the message says to give ``arch=``).
     """
     from ._host import current_host  # (here only: a named architecture needs no driver, nor Numba)
-    return Arch.parse(current_host().current_cc())
+    return current_host().device_arch()
 
 
 def compile_image(source: str, *, arch: Arch | str | None = None, **options: Any) -> Image:

@@ -26,6 +26,7 @@ import numpy as np
 
 from . import _driver
 from ._host import current_host
+from .arch import Arch
 from .args import device_pointer
 from .errors import NbjitArgumentError, NbjitLoadError, NbjitWarning
 from .image import MAX_FILE_BYTES, Image, read_regular
@@ -63,7 +64,7 @@ class TritonMeta:
     profile_scratch_size: int = 0
     profile_scratch_align: int = 1
     scratch_params: int = 2  # trailing pointer parameters Triton appended
-    arch: int | None = None  # target compute capability, e.g. 90
+    arch: Arch | None = None  # the target's architecture, e.g. sm_90 (Triton's JSON says 90)
     ptx_version: int | None = None
     triton_version: str | None = None
     cluster_dims: tuple[int, ...] | None = None
@@ -136,6 +137,13 @@ def _bad(source: str, key: str, why: str) -> NbjitLoadError:
     return NbjitLoadError(f"{source}: Triton metadata {key!r}: {why}")
 
 
+def _arch(target: dict, source: str) -> Arch | None:
+    """The architecture of Triton's ``target.arch`` (a number, 90 for sm_90); None where it
+    is 0 or names none."""
+    n = _int(target, "arch", 0, source, 0, 100000)
+    return Arch(n) if 10 <= n <= 9999 else None
+
+
 def _int(d: dict, key: str, default: int, source: str, lo: int = 0, hi: int = 1 << 31) -> int:
     """A whole number from the metadata, in [lo, hi]; None or absent gives ``default``."""
     v = d.get(key)
@@ -188,8 +196,7 @@ def _from_json(d, source: str) -> TritonMeta:
         profile_scratch_size=_int(d, "profile_scratch_size", 0, source),
         profile_scratch_align=_int(d, "profile_scratch_align", 1, source, 1),
         scratch_params=_scratch_params(d),
-        arch=_int(target, "arch", 0, source, 0, 100000) or None if isinstance(arch, int) or (
-            isinstance(arch, str) and arch.isdigit()) else None,
+        arch=_arch(target, source) if isinstance(arch, int) or (isinstance(arch, str) and arch.isdigit()) else None,
         ptx_version=ptx_version if isinstance(ptx_version, int) and not isinstance(ptx_version, bool) else None,
         triton_version=str(version)[:64] if isinstance(version, (str, int, float)) else None,
         cluster_dims=tuple(_int({"v": c}, "v", 1, source, 1, 1024) for c in cluster) if cluster else None,
@@ -611,8 +618,9 @@ def load_triton(path: str | os.PathLike) -> TritonKernel:
         for x in w:
             warnings.warn_explicit(x.message, x.category, x.filename, x.lineno)
         return from_module(mod, meta, route=mod.route or "ptx")
-    raise NbjitLoadError(f"{path}: Triton kernel {meta.name!r} was built for sm_{meta.arch}; this device is "
-                         f"sm_{dev} and there is no PTX to fall back on" + (f" ({errors[0]})" if errors else ""))
+    built = meta.arch or "another device"
+    raise NbjitLoadError(f"{path}: Triton kernel {meta.name!r} was built for {built}; this device is {dev} and "
+                         "there is no PTX to fall back on" + (f" ({errors[0]})" if errors else ""))
 
 
 def from_module(module: Module, meta: TritonMeta | dict, *, route: str | None = None,
@@ -653,7 +661,8 @@ def describe(path: str | os.PathLike) -> dict:
                              f"{', '.join(e.name for e in info.entries) or 'none'}")
     params = typed_entries([entry], label, art.declarations())[0].params
     m = art.meta
-    return {"kind": "triton", "name": m.name, "triton_version": m.triton_version, "arch": m.arch,
+    return {"kind": "triton", "name": m.name, "triton_version": m.triton_version,
+            "arch": m.arch.number if m.arch is not None else None,
             "metadata_from": m.source, "num_warps": m.num_warps, "num_ctas": m.num_ctas, "shared": m.shared,
             "cubin": str(art.cubin) if art.cubin else None, "ptx": str(art.ptx) if art.ptx else None,
             "ttir": str(art.ttir) if art.ttir else None, "launch_pdl": m.pdl,

@@ -77,3 +77,51 @@ def test_pick_is_the_rule_fatbins_and_bundles_share():
     assert pick(entries, 120) == 3  # compute_100f is not for 12.x; compute_80 is
     assert pick(entries, "sm_75") is None
     assert pick([("cubin", a("sm_90")), ("cubin", a("sm_90"))], "sm_90") == 0  # the earlier of two alike
+
+
+@pytest.mark.parametrize("text", ["sm_90", "sm_90a", "sm_100f", "compute_80", "compute_90a", "compute_100f"])
+def test_an_arch_equals_its_exact_text_and_hashes_like_it(text):
+    """Architectures are values; code written when they were text keeps comparing them to
+    text (img.arch == "sm_90"), and equal things hash alike (a dict keyed by the text)."""
+    import copy
+    import pickle
+
+    a = Arch.parse(text)
+    assert a == text and text == a and not (a != text) and hash(a) == hash(text)
+    assert {text: 1}[a] == 1 and {a: 1}[text] == 1 and a in {text} and text in {a}
+    assert (a, a) == (text, text) and a in [text]
+    assert a == Arch.parse(text.upper()) and a != text.upper() and a != str(a.number)  # exact text only
+    assert a != a.number and a != (a.major, a.minor)  # nor a number: one hash cannot match both
+    other = Arch(a.number, a.variant, not a.virtual)
+    assert a != other and a != str(other) and len({a, other, text}) == 2
+    for b in (pickle.loads(pickle.dumps(a)), copy.deepcopy(a), Arch(a.number, a.variant, a.virtual)):
+        assert b == a and hash(b) == hash(a) and str(b) == text
+    with pytest.raises(TypeError):
+        sorted([a, other])  # (no order: sort by .number or str())
+
+
+def test_architectures_cross_modules_as_values_and_json_keeps_text():
+    import json
+    from pathlib import Path
+
+    from nbjit import _facts
+    from nbjit.cubin import inspect_cubin
+    from nbjit.fatbin import inspect_fatbin
+    from nbjit.image import Image
+
+    img = Image(b"\0", "cubin", arch="sm_90a")
+    assert type(img.arch) is Arch and img.arch == "sm_90a" and img.arch == Arch(90, "a")
+    assert Image(b"\0", "cubin").arch is None
+    nv = Path(__file__).parent / "data" / "nvcc"
+    info = inspect_cubin((nv / "kernels_sm_90a.cubin").read_bytes())
+    assert type(info.arch) is Arch and info.arch == "sm_90a" and info.to_json()["arch"] == "sm_90a"
+    data = json.loads(json.dumps(_facts.encode(info)))
+    assert data[2] == "sm_90a"  # the cache entry's facts keep the text
+    assert type(_facts.decode(data).arch) is Arch and _facts.decode(data) == info
+    bad = [*data[:2], "sm_9x", *data[3:]]
+    with pytest.raises(_facts.FactsError):
+        _facts.decode(bad)
+    fb = inspect_fatbin((nv / "lto_sm90_none.fatbin").read_bytes())
+    assert [type(e.arch) for e in fb.entries] == [Arch, Arch]
+    assert [(e.arch, e.arch_name, e.to_json()["arch"]) for e in fb.entries] == [
+        ("sm_90", "sm_90", "sm_90"), ("compute_90", "lto_90", "lto_90")]

@@ -39,7 +39,7 @@ import nbjit
 mod = demo.kernels(lazy=True)
 out = {"module": repr(mod), "bundle_type": type(demo.BUNDLE).__name__, "kernels": sorted(mod.kernels),
        "params": {k: [p.ctype for p in mod[k].params] for k in ("axpy", "scale<float>", "scale<double>")},
-       "archs": list(nbjit.inspect_bundle(demo.BUNDLE).image().archs)}
+       "archs": [str(a) for a in nbjit.inspect_bundle(demo.BUNDLE).image().archs]}
 missing = []
 for name in ("cuda.bindings.nvrtc", "cuda", "numba", "cuda.pathfinder"):
     try:

@@ -52,7 +52,7 @@ def test_ltoir_entries_are_listed_and_never_chosen_to_load(name, compression, re
     to cuobjdump) beside the sm_90 cubin, once 'unknown kind 8'. Compressed, nvcc 13.0 sets
     flag 0x10000 and the payload is no zstd frame: nbjit leaves it to nvJitLink."""
     fb = fatbin(name)
-    assert [(e.kind, e.arch, e.compression) for e in fb.entries] == [("cubin", "sm_90", None),
+    assert [(e.kind, e.arch_name, e.compression) for e in fb.entries] == [("cubin", "sm_90", None),
                                                                    ("ltoir", "lto_90", compression)]
     lto = fb.entries[1]
     assert (lto.target.number, lto.target.virtual, lto.ptx_version) == (90, True, None)
@@ -63,7 +63,7 @@ def test_ltoir_entries_are_listed_and_never_chosen_to_load(name, compression, re
     assert fb.select("sm_90") is fb.entries[0] and fb.select("sm_100") is None
     assert lto.to_json()["kind"] == "ltoir" and lto.to_json()["arch"] == "lto_90"
     rdc = fatbin("lto_rdc.fatbin")
-    assert [(e.kind, e.arch) for e in rdc.entries] == [("ltoir", "lto_90")] and rdc.select("sm_90") is None
+    assert [(e.kind, e.arch_name) for e in rdc.entries] == [("ltoir", "lto_90")] and rdc.select("sm_90") is None
 
 
 @pytest.mark.skipif(find_cuobjdump() is None, reason="cuobjdump not installed (pip install nvidia-cuda-cuobjdump)")

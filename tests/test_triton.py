@@ -28,7 +28,7 @@ def test_metadata_from_cache_entries(entry, name, warps, ctas, shared, gscratch)
     art = read_triton(T / entry)
     m = art.meta
     assert (m.name, m.num_warps, m.num_ctas, m.shared, m.global_scratch_size) == (name, warps, ctas, shared, gscratch)
-    assert m.block == (warps * 32, 1, 1) and m.arch == 90 and m.triton_version == "3.9.0"
+    assert m.block == (warps * 32, 1, 1) and m.arch == "sm_90" and m.arch.number == 90 and m.triton_version == "3.9.0"
     assert m.scratch_params == 2  # Triton >= 3.5: global and profile scratch
     assert art.cubin.name == f"{name}.cubin" and art.ptx.name == f"{name}.ptx"
     assert read_triton(T / entry / f"{name}.json").meta == m  # the .json itself works too

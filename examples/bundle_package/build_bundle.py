@@ -15,7 +15,8 @@ def main() -> None:
     info = nbjit.build_bundle(HERE / "kernels" / "axpy.cu", out, archs=ARCHS, ptx=PTX,
                               name_expressions=NAME_EXPRESSIONS)
     img = info.image()
-    print(f"{out.relative_to(HERE)}: {out.stat().st_size} bytes, image {img.name!r} for {', '.join(img.archs)}")
+    archs = ", ".join(map(str, img.archs))
+    print(f"{out.relative_to(HERE)}: {out.stat().st_size} bytes, image {img.name!r} for {archs}")
     for k in img.kernels:
         print(f"  {k.name}{k.signature}")
 

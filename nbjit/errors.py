@@ -10,6 +10,7 @@ __all__ = [
     "NbjitCompileError",
     "CompileFailure",
     "NbjitLoadError",
+    "NbjitHostError",
     "NbjitLaunchError",
     "NbjitArgumentError",
     "NbjitGraphError",
@@ -79,6 +80,11 @@ class CompileFailure(NbjitCompileError):
 
 class NbjitLoadError(NbjitError):
     """The driver could not load a module."""
+
+
+class NbjitHostError(NbjitError, ValueError):
+    """A Numba host asked for that nbjit cannot serve: not a host's name, or asked for after
+    another was chosen (``nbjit.use_host``, ``NBJIT_HOST``)."""
 
 
 class NbjitLaunchError(NbjitError):

@@ -13,6 +13,12 @@ floor and the peers, in one process and one table:
   ``@cuda.jit`` dispatch, Triton's own launcher (where Triton and torch are installed)
 * the same ``@cuda.jit`` kernel through ``nbjit.from_numba`` (its arrays passed as Numba's
   5 + 2*ndim fields by nbjit's C launcher)
+* where numba-cuda-mlir is installed (``--mlir auto``, the default; ``yes`` / ``no``), twins
+  of the rows that take Numba's arrays and streams, with numba-cuda-mlir's (its floor row on
+  its stream, every route, the argument forms), its own ``@cuda.jit`` dispatch as a peer, and
+  its kernel through ``nbjit.from_numba`` (arrays passed as MLIR memrefs). nbjit serves
+  numba-cuda here; what the twins time is the arrays and streams, which nbjit reads alike
+  whichever host it serves
 
 Each row: the best of ``--repeat`` rounds of ``--batch`` launches (synchronising between
 rounds, never inside one); the rounds go over all rows in turn, so a drift of the machine
@@ -20,7 +26,8 @@ touches every row alike. The ``path`` column says which launch path an nbjit row
 (``c``: nbjit's C launcher, with how many calls it handed to the Python rules). Writes JSON
 (``--json``) and a bar chart (``--plot FILE.png``, where matplotlib is installed).
 
-    python benchmarks/launch_overhead.py [--batch 500] [--repeat 30] [--json out.json] [--plot out.png]
+    python benchmarks/launch_overhead.py [--batch 500] [--repeat 30] [--mlir auto|yes|no] [--json out.json]
+                                         [--plot out.png]
     python benchmarks/launch_overhead.py --replot out.json --plot out.png   # chart an earlier run
 """
 from __future__ import annotations
@@ -93,6 +100,8 @@ def main() -> None:
     ap.add_argument("--json")
     ap.add_argument("--plot", help="write a bar chart (PNG) of the table")
     ap.add_argument("--replot", metavar="JSON", help="draw --plot from an earlier run's --json (no GPU needed)")
+    ap.add_argument("--mlir", choices=("auto", "yes", "no"), default="auto",
+                    help="numba-cuda-mlir twins of the rows (auto: where it is installed)")
     a = ap.parse_args()
     if a.replot:
         d = json.loads(Path(a.replot).read_text())
@@ -222,6 +231,10 @@ def main() -> None:
     fcfg = fk[GRID, BLOCK, s]
     t.add("nbjit.from_numba: the same @cuda.jit kernel, Numba arrays", lambda: fcfg(y, x, a32, n32), sync,
           group="route", launcher=fcfg)
+    if a.mlir == "yes" or (a.mlir == "auto" and importlib.util.find_spec("numba_cuda_mlir")):
+        mlir_rows(t, comp, routes, tadd, launch, func, arr_addr)
+    else:
+        t.skip("numba-cuda-mlir rows", "numba-cuda-mlir is not installed" if a.mlir == "auto" else "--mlir no")
     if torch is not None and importlib.util.find_spec("triton"):
         try:
             sys.path.insert(0, str(DATA / "src"))
@@ -250,6 +263,64 @@ def main() -> None:
                                             "python": platform.python_version(), "gpu": gpu}, indent=2))
     if a.plot:
         plot(t.rows, base, gpu, a.plot)
+
+
+def mlir_rows(t: Table, comp, routes: dict, tadd, launch, func, arr_addr) -> None:
+    """numba-cuda-mlir's twins: its arrays and stream on the floor, every route and the
+    argument forms; its @cuda.jit dispatch, and the same kernel through nbjit.from_numba."""
+    from numba_cuda_mlir import cuda as mcuda
+
+    import nbjit
+    from nbjit.kernel import _LAUNCH, stream_handle
+    x = mcuda.to_device(np.arange(N, dtype=np.float32))
+    y = mcuda.to_device(np.zeros(N, dtype=np.float32))
+    out = mcuda.device_array(N, np.float32)
+    s = mcuda.stream()
+    a32, n32 = np.float32(2.0), np.int32(N)
+    sync = mcuda.synchronize
+    h = stream_handle(s)
+    t.add("floor: cuLaunchKernel, pre-packed, numba-cuda-mlir stream",
+          lambda: launch(func, GRID, 1, 1, BLOCK, 1, 1, 0, h, arr_addr, 0), sync, group="floor")
+    for route, k in routes.items():
+        cfg = k[GRID, BLOCK, s]
+        t.add(f"nbjit {route}: numba-cuda-mlir arrays, numpy scalars, its stream",
+              lambda cfg=cfg: cfg(y, x, a32, n32), sync, group="route", launcher=cfg)
+    tl = tadd[(N + 1023) // 1024]
+    tl(x, y, out, n32, a32, stream=s)
+    t.add("nbjit Triton add (cubin): numba-cuda-mlir arrays, numpy scalars, its stream",
+          lambda: tl(x, y, out, n32, a32, stream=s), sync, group="route", launcher=tl.by_stream[s])
+    cfg0 = comp[GRID, BLOCK]
+    t.add("nbjit.compile: numba-cuda-mlir arrays, Python scalars", lambda: cfg0(y, x, 2.0, N), sync, group="form",
+          launcher=cfg0)
+    t.add("nbjit.compile: k[g, b, s](...) re-indexed per call, numba-cuda-mlir arrays and stream",
+          lambda: comp[GRID, BLOCK, s](y, x, a32, n32), sync, group="form", launcher=comp[GRID, BLOCK, s])
+    t.add("nbjit.compile: bound once, numba-cuda-mlir arrays and stream",
+          comp.bind(GRID, BLOCK, y, x, 2.0, N, stream=s), sync, group="form")
+    comp.launch(GRID, BLOCK, y, x, a32, n32, stream=s)
+    t.add("nbjit.compile: kernel.launch(..., stream=s) keywords, numba-cuda-mlir arrays and stream",
+          lambda: comp.launch(GRID, BLOCK, y, x, a32, n32, stream=s), sync, group="form",
+          launcher=comp._s.configs[(_LAUNCH, GRID, BLOCK, s, 0, False, None, False)])
+    if mcuda.get_current_device().compute_capability >= (9, 0):
+        comp.launch(GRID, BLOCK, y, x, a32, n32, stream=s, pdl=True)
+        t.add("nbjit.compile: programmatic dependent launch, numba-cuda-mlir arrays and stream",
+              lambda: comp.launch(GRID, BLOCK, y, x, a32, n32, stream=s, pdl=True), sync, group="form",
+              launcher=comp._s.configs[(_LAUNCH, GRID, BLOCK, s, 0, False, None, True)])
+
+    @mcuda.jit
+    def axpy_mlir(yy, xx, aa, n):
+        i = mcuda.grid(1)
+        if i < n:
+            yy[i] = aa * xx[i] + yy[i]
+
+    mk = axpy_mlir[GRID, BLOCK, s]
+    mk(y, x, a32, n32)  # compiled before the timing (as the numba-cuda peer is at its warm-up)
+    t.add("numba-cuda-mlir @cuda.jit dispatch: its arrays, numpy scalars", lambda: mk(y, x, a32, n32), sync,
+          group="peer")
+    from numba_cuda_mlir.numba_cuda import types
+    fk = nbjit.from_numba(axpy_mlir, (types.float32[::1], types.float32[::1], types.float32, types.int32))
+    fcfg = fk[GRID, BLOCK, s]
+    t.add("nbjit.from_numba: the same numba-cuda-mlir @cuda.jit kernel, its arrays (memrefs)",
+          lambda: fcfg(y, x, a32, n32), sync, group="route", launcher=fcfg)
 
 
 def plot(rows: dict, base: float, gpu: str, path: str) -> None:

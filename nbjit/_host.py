@@ -299,6 +299,11 @@ class NumbaCudaMlir(Host):
                "sigutils": "numba_cuda_mlir.numba_cuda.core.sigutils", "types": "numba_cuda_mlir.numba_cuda.types",
                "numpy_support": "numba_cuda_mlir.numba_cuda.np.numpy_support"}
 
+    def array_view(self, ptr: int, shape: tuple[int, ...], dtype: Any, owner: Any) -> Any:
+        # its from_cuda_array_interface reads owner.dtype (for records): a Module would look
+        # for a kernel called "dtype" each time; a keeper holds the owner and has no dtype
+        return super().array_view(ptr, shape, dtype, _Keeper(owner))
+
     def ptx_options(self, targetoptions: Mapping[str, Any]) -> dict[str, Any]:
         """As numba-cuda's; its dispatchers keep ``opt_level`` (0 to 3), which ``compile_ptx``
         takes as ``opt`` (0: off; 1 to 3: on, as level 3)."""
@@ -307,6 +312,15 @@ class NumbaCudaMlir(Host):
         if level is not None:
             out["opt"] = int(level) > 0
         return out
+
+
+class _Keeper:
+    """Keeps an object alive as a host array's owner, with nothing else to read."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: Any) -> None:
+        self.obj = obj
 
 
 # The hosts nbjit serves, in order of preference where the user imported neither.

@@ -86,6 +86,23 @@ def test_its_types_read_as_nbjit_passes_them():
     assert not MLIR.returns_nothing(MLIR.kernel_types("float32(float32)")[1])
 
 
+def test_a_view_of_nbjit_memory_is_its_array_keeping_the_owner(monkeypatch):
+    """DeviceGlobal.as_array under this host: its from_cuda_array_interface, the owner held by
+    a keeper (it reads owner.dtype: a Module would look for a kernel called "dtype")."""
+    seen = {}
+
+    def made(desc, owner=None, sync=True):
+        seen.update(desc=desc, owner=owner, sync=sync)
+        return "its array"
+
+    monkeypatch.setattr(MLIR.module("cuda"), "from_cuda_array_interface", made)
+    owner = object()
+    assert MLIR.array_view(0x1000, (4, 2), np.dtype("f4"), owner) == "its array"
+    assert seen["desc"] == {"shape": (4, 2), "typestr": "<f4", "data": (0x1000, False), "strides": None,
+                            "version": 2}
+    assert seen["owner"].obj is owner and not hasattr(seen["owner"], "dtype") and seen["sync"] is False
+
+
 try:
     from nbjit import _launch
 except ImportError:

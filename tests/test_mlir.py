@@ -32,7 +32,7 @@ from nbjit._host import HOSTS, NumbaCudaMlir, current_host  # noqa: E402
 from nbjit.args import ArgPacker, _EXTRACTORS, device_pointer  # noqa: E402
 from nbjit.numba_abi import NumbaAbiError, fields, from_mangled, from_numba_types, is_mlir_name  # noqa: E402
 from conftest import DATA, expected_path  # noqa: E402
-from test_mlir_abi import MIXED, MIXED_PARAMS  # noqa: E402
+from test_mlir_abi import MIXED, MIXED_PARAMS, c_launcher  # noqa: E402
 
 MLIR = HOSTS[1]
 
@@ -113,12 +113,9 @@ except ImportError:
 def test_the_c_launcher_packs_its_arrays():
     """An nvcc kernel's pointers from numba-cuda-mlir arrays: in C, the same bytes as the
     Python rules (these arrays missed the C path before: 12.8 us a launch against 4.6)."""
-    from nbjit.kernel import _numbers
     k = inspect_ptx((DATA / "nvcc/kernels_sm90.ptx").read_text()).entry("k_basic")  # (y, x, a, n)
     p = ArgPacker(k.signature, k.name)
-    layout = tuple((q.offset, *r.code) for q, r in zip(k.params, p.rules))
-    c = _launch.Launcher(0, 1, 1, 1, 1, 1, 1, 0, 0, layout, k.signature.size, _EXTRACTORS, _numbers(), p.pack,
-                         lambda e: None)
+    c = c_launcher(k, p)
     y, x = array(0x1000, (16,), np.float32), array(0x2000, (16,), np.float32)
     args = (y, x, np.float32(2.0), np.int32(16))
     want = p.pack(args)

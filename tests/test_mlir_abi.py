@@ -188,11 +188,17 @@ except ImportError:
 
 
 def c_launcher(info, p):
+    """A C launcher for ``info`` (never launched: no entry point) packing by ``p``'s rules."""
+    from nbjit import kernel
     from nbjit.args import _EXTRACTORS
-    from nbjit.kernel import _numbers
     layout = tuple((q.offset, *r.code) for q, r in zip(info.params, p.rules))
-    return _launch.Launcher(0, 1, 1, 1, 1, 1, 1, 0, 0, layout, info.param_size, _EXTRACTORS, _numbers(), p.pack,
-                            lambda e: None, info.launch_offsets)
+    offsets = getattr(info, "launch_offsets", None)
+    spec = getattr(kernel, "LauncherSpec", None)  # (the one spec the C Launcher takes, where it takes one)
+    if spec is not None:
+        return _launch.Launcher(spec(0, (1, 1, 1), (1, 1, 1), 0, 0, layout, info.param_size, _EXTRACTORS,
+                                     kernel._numbers(), p.pack, lambda e: None, offsets))
+    return _launch.Launcher(0, 1, 1, 1, 1, 1, 1, 0, 0, layout, info.param_size, _EXTRACTORS, kernel._numbers(), p.pack,
+                            lambda e: None, offsets)
 
 
 @pytest.mark.skipif(_launch is None, reason="nbjit's C launch extension is not built")

@@ -34,7 +34,7 @@ def test_example_runs(script, cuda, tmp_path):
     assert r.stdout.strip(), f"{script.name} printed nothing"
 
 
-@pytest.mark.parametrize("name", ["mix_with_cuda_jit", "numba_fast_launch"])
+@pytest.mark.parametrize("name", ["mix_with_cuda_jit", "numba_fast_launch", "graph_replay"])
 def test_example_runs_with_numba_cuda_mlir(name, cuda, tmp_path):
     """The examples of @cuda.jit beside nbjit, with numba-cuda-mlir's @cuda.jit, arrays and
     streams (NBJIT_HOST=numba-cuda-mlir: the example imports it, nbjit serves it)."""

@@ -1,7 +1,17 @@
 """A step of @cuda.jit and nbjit kernels and a copy, captured once into a CUDA graph with
-nbjit.capture and replayed 1,000 times; then updated in place with new scalars (needs a GPU)."""
+nbjit.capture and replayed 1,000 times; then updated in place with new scalars (needs a GPU).
+
+    python examples/graph_replay.py
+    NBJIT_HOST=numba-cuda-mlir python examples/graph_replay.py   # numba-cuda-mlir's @cuda.jit
+"""
+import os
+
 import numpy as np
-from numba import cuda
+
+if os.environ.get("NBJIT_HOST") == "numba-cuda-mlir":
+    from numba_cuda_mlir import cuda
+else:
+    from numba import cuda
 
 import nbjit
 

@@ -1,14 +1,22 @@
 """Mix an nbjit kernel (nvcc PTX) with Numba @cuda.jit kernels on the same arrays and stream.
 
     python examples/mix_with_cuda_jit.py
+    NBJIT_HOST=numba-cuda-mlir python examples/mix_with_cuda_jit.py   # numba-cuda-mlir's @cuda.jit
 
 Pipeline on one stream: @cuda.jit fills x and y, the nvcc kernel computes y = 3*x + y,
-@cuda.jit squares y; every element is checked against numpy.
+@cuda.jit squares y; every element is checked against numpy. The same code runs with
+numba-cuda (``from numba import cuda``) or numba-cuda-mlir (``from numba_cuda_mlir import
+cuda``): nbjit serves the one imported.
 """
+import os
 from pathlib import Path
 
 import numpy as np
-from numba import cuda
+
+if os.environ.get("NBJIT_HOST") == "numba-cuda-mlir":
+    from numba_cuda_mlir import cuda
+else:
+    from numba import cuda
 
 import nbjit
 
@@ -49,4 +57,5 @@ stream.synchronize()
 i = np.arange(n, dtype=np.float32)
 expected = (3 * i + 0.5 * i) ** 2
 assert np.array_equal(result, expected), "mismatch"
-print(f"checked {n} elements of a @cuda.jit -> nbjit -> @cuda.jit pipeline on one stream against numpy")
+print(f"checked {n} elements of a @cuda.jit -> nbjit -> @cuda.jit pipeline on one stream against numpy "
+      f"({cuda.__name__.split('.')[0].replace('_', '-')}'s @cuda.jit)")

@@ -1,9 +1,19 @@
 """A @cuda.jit kernel launched 10,000 times by Numba and by nbjit: the same results, and the
-host time each launcher takes (needs a GPU)."""
+host time each launcher takes (needs a GPU).
+
+    python examples/numba_fast_launch.py
+    NBJIT_HOST=numba-cuda-mlir python examples/numba_fast_launch.py   # numba-cuda-mlir's @cuda.jit
+"""
+import os
 import time
 
 import numpy as np
-from numba import cuda, types
+
+if os.environ.get("NBJIT_HOST") == "numba-cuda-mlir":
+    from numba_cuda_mlir import cuda
+    from numba_cuda_mlir.numba_cuda import types
+else:
+    from numba import cuda, types
 
 import nbjit
 

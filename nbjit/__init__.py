@@ -65,6 +65,10 @@ Numba's own kernels through nbjit's launcher:
                                         cubins Numba made elsewhere load with load() and are
                                         typed from Numba's mangled names
 
+The Numba beside nbjit (its context, arrays, streams, @cuda.jit): numba-cuda or numba-cuda-mlir,
+whichever the user imported (numba-cuda where both are):
+    use_host("numba-cuda-mlir")         choose it before nbjit's first use (or NBJIT_HOST=...)
+
 Hopper launch features:
     Kernel.pdl, Kernel.launch(..., pdl=True)
                                         programmatic dependent launch (default for kernels
@@ -97,7 +101,8 @@ Param, Directives.
 
 Errors: every error nbjit raises on bad input derives from NbjitError
 (PtxParseError, ImageFormatError, NbjitCompileError and its CompileFailure (NVRTC's log and
-the source lines it points at) and LinkFailure (nvJitLink's log), NbjitLoadError, NbjitLaunchError, NbjitArgumentError,
+the source lines it points at) and LinkFailure (nvJitLink's log), NbjitLoadError, NbjitHostError,
+NbjitLaunchError, NbjitArgumentError,
 NbjitCacheError, KernelNotFoundError, BundleError); NbjitWarning says what nbjit did on the user's behalf.
 """
 import importlib
@@ -127,6 +132,7 @@ _HOMES = {
     "ptx": ("PtxInfo", "inspect_ptx", "strip_debug"),
     "triton": ("TritonKernel", "TritonMeta"),
     "signature": ("Directives", "KernelInfo", "KernelSignature", "Param"),
+    "_host": ("use_host",),
 }
 _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 
@@ -149,6 +155,7 @@ if TYPE_CHECKING:  # what type checkers and the API reference read
     from .ptx import PtxInfo, inspect_ptx, strip_debug
     from .triton import TritonKernel, TritonMeta
     from .signature import Directives, KernelInfo, KernelSignature, Param
+    from ._host import use_host
 
 
 def __getattr__(name: str):
@@ -185,6 +192,7 @@ __all__ = [
     "BundleImage",
     "BundleEntry",
     "from_numba",
+    "use_host",
     "capture",
     "Capture",
     "TritonKernel",

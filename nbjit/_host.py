@@ -10,25 +10,40 @@ dispatcher's PTX and the dtypes of its Numba types.
 ``Host`` implements that interface over numba-cuda's API, naming the modules it comes from;
 ``NumbaCuda`` is numba-cuda (``numba.cuda``). numba-cuda-mlir (``from numba_cuda_mlir import
 cuda``) vendors the same driver, arrays, streams, signatures and types under
-``numba_cuda_mlir.numba_cuda``: it is one more subclass naming those modules (issue #28),
-added to ``HOSTS``; ``current_host()`` is where the one the user imported is chosen.
+``numba_cuda_mlir.numba_cuda``: ``NumbaCudaMlir`` names those modules, and says what differs
+(its compiler's options, and its kernels' array ABI: MLIR's memref descriptor).
 
-Nothing here imports Numba before a method needs it: ``import nbjit.module`` stays free of it.
+Which host serves is decided once, on first use (``current_host``): the one named by
+``nbjit.use_host(name)`` or the ``NBJIT_HOST`` environment variable; else the one whose
+package the user imported (both imported: numba-cuda, with a warning that says how to choose
+the other); else the first installed, numba-cuda before numba-cuda-mlir. Objects of every
+host are understood whichever serves (arrays, pointers and streams launch, their errors are
+read, ``from_numba`` takes either's dispatcher): what the choice decides is whose context
+nbjit loads into and whose arrays it makes (``DeviceGlobal.as_array``, Triton's scratch).
+
+Nothing here imports Numba before a method needs it: ``import nbjit.module`` stays free of
+it, and a host that is not chosen is never imported.
 """
 from __future__ import annotations
 
 import ctypes
 import importlib
+import importlib.util
+import os
 import sys
 import threading
+import warnings
 from types import ModuleType
 from typing import Any, Callable, Collection, Mapping, Sequence
 
 from . import _driver
 from .arch import Arch
-from .errors import NbjitLoadError
+from .errors import NbjitHostError, NbjitLoadError, NbjitWarning
 
-__all__ = ["Host", "NumbaCuda", "HOSTS", "current_host", "choose", "pointer_getter", "error_code"]
+__all__ = ["Host", "NumbaCuda", "NumbaCudaMlir", "HOSTS", "ENV", "current_host", "use_host", "choose", "host_of",
+           "pointer_getter", "error_code"]
+
+ENV = "NBJIT_HOST"  # names the host to serve, overriding what was imported
 
 
 def _array_address(a, _cvp=ctypes.c_void_p) -> int:
@@ -57,6 +72,9 @@ class Host:
     name: str = ""
     package: str = ""
     modules: Mapping[str, str] = {}
+    top: str = ""  # its top-level import package: installed where it is found (importing nothing)
+    extra: str = ""  # nbjit's extra that installs it
+    abi: str = "numba"  # how its kernels take arrays and complex numbers (numba_abi: "numba" or "mlir")
 
     def __init__(self) -> None:
         self._modules: dict[str, ModuleType] = {}
@@ -65,11 +83,31 @@ class Host:
         return f"<nbjit host {self.name}>"
 
     def module(self, part: str) -> ModuleType:
-        """The module that holds ``part`` (imported on first use)."""
+        """The module that holds ``part`` (imported on first use); an NbjitLoadError saying what
+        to install where the host's package is not installed."""
         m = self._modules.get(part)
         if m is None:
-            m = self._modules[part] = importlib.import_module(self.modules[part])
+            try:
+                m = self._modules[part] = importlib.import_module(self.modules[part])
+            except ModuleNotFoundError as e:
+                if e.name is None or e.name.split(".")[0] != self.modules[part].split(".")[0]:
+                    raise  # one of the package's own dependencies: its own message says which
+                raise NbjitLoadError(
+                    f"nbjit loads and launches in the context of a Numba, and {self.name} (the one it serves "
+                    f"in this process) is not installed: pip install 'nbjit[{self.extra}]', or choose another "
+                    f"with {ENV} / nbjit.use_host() ({', '.join(repr(h.name) for h in HOSTS)})") from None
         return m
+
+    def installed(self) -> bool:
+        """Whether the host's package is installed (found on the path, not imported)."""
+        try:
+            return importlib.util.find_spec(self.top) is not None
+        except (ImportError, ValueError):
+            return False
+
+    def owns(self, obj: Any) -> bool:
+        """Whether ``obj`` (a dispatcher, an array) is an object of this host's package."""
+        return type(obj).__module__.split(".")[0] == self.top
 
     def imported(self, part: str) -> ModuleType | None:
         """The module that holds ``part`` where it is imported already, else None (importing
@@ -212,12 +250,21 @@ class Host:
             return ("scalar", as_dtype(t))
         return None
 
-    def compile_ptx(self, py_func: Callable, args: Sequence, cc: tuple[int, int], *, fastmath: bool,
-                    lineinfo: bool) -> str:
+    def ptx_options(self, targetoptions: Mapping[str, Any]) -> dict[str, Any]:
+        """What of a ``@cuda.jit`` dispatcher's options ``compile_ptx`` takes again (as
+        keywords for it): fastmath, lineinfo, launch bounds and optimisation."""
+        out: dict[str, Any] = {"fastmath": bool(targetoptions.get("fastmath", False)),
+                               "lineinfo": bool(targetoptions.get("lineinfo", False))}
+        if targetoptions.get("launch_bounds") is not None:
+            out["launch_bounds"] = targetoptions["launch_bounds"]
+        if targetoptions.get("opt") is not None:
+            out["opt"] = bool(targetoptions["opt"])
+        return out
+
+    def compile_ptx(self, py_func: Callable, args: Sequence, cc: tuple[int, int], **options: Any) -> str:
         """The PTX of a kernel's Python function for argument types ``args`` and compute
-        capability ``cc``, as the host's compiler makes it."""
-        ptx, _resty = self.module("cuda").compile_ptx(py_func, tuple(args), cc=cc, fastmath=fastmath,
-                                                      lineinfo=lineinfo)
+        capability ``cc``, as the host's compiler makes it (``options``: ``ptx_options``'s)."""
+        ptx, _resty = self.module("cuda").compile_ptx(py_func, tuple(args), cc=cc, **options)
         return ptx
 
     def pointee(self, t: Any) -> Any:
@@ -244,30 +291,133 @@ class NumbaCuda(Host):
 
     name = "numba-cuda"
     package = "numba.cuda"
+    top = "numba_cuda"  # (numba-cuda >= 0.30 installs numba.cuda from there)
+    extra = "cu13"
     modules = {"cuda": "numba.cuda", "devicearray": "numba.cuda.cudadrv.devicearray",
                "driver": "numba.cuda.cudadrv.driver", "sigutils": "numba.core.sigutils",
                "types": "numba.core.types", "numpy_support": "numba.np.numpy_support"}
 
+    def owns(self, obj: Any) -> bool:
+        return type(obj).__module__.split(".")[0] in ("numba", "numba_cuda")
 
-# The hosts nbjit serves, in order of preference (numba-cuda-mlir's joins here: issue #28).
-HOSTS: tuple[Host, ...] = (NumbaCuda(),)
+
+class NumbaCudaMlir(Host):
+    """numba-cuda-mlir: ``from numba_cuda_mlir import cuda``. Its driver, arrays, streams,
+    signatures and types are numba-cuda's, vendored under ``numba_cuda_mlir.numba_cuda``; its
+    compiler lowers through MLIR, and its kernels take an array as MLIR's memref descriptor
+    (``numba_abi``), a complex number as one parameter."""
+
+    name = "numba-cuda-mlir"
+    package = "numba_cuda_mlir"
+    top = "numba_cuda_mlir"
+    extra = "mlir"
+    abi = "mlir"
+    modules = {"cuda": "numba_cuda_mlir.cuda", "devicearray": "numba_cuda_mlir.numba_cuda.cudadrv.devicearray",
+               "driver": "numba_cuda_mlir.numba_cuda.cudadrv.driver",
+               "sigutils": "numba_cuda_mlir.numba_cuda.core.sigutils", "types": "numba_cuda_mlir.numba_cuda.types",
+               "numpy_support": "numba_cuda_mlir.numba_cuda.np.numpy_support"}
+
+    def array_view(self, ptr: int, shape: tuple[int, ...], dtype: Any, owner: Any) -> Any:
+        # its from_cuda_array_interface reads owner.dtype (for records): a Module would look
+        # for a kernel called "dtype" each time; a keeper holds the owner and has no dtype
+        return super().array_view(ptr, shape, dtype, _Keeper(owner))
+
+    def ptx_options(self, targetoptions: Mapping[str, Any]) -> dict[str, Any]:
+        """As numba-cuda's; its dispatchers keep ``opt_level`` (0 to 3), which ``compile_ptx``
+        takes as ``opt`` (0: off; 1 to 3: on, as level 3)."""
+        out = super().ptx_options({k: v for k, v in targetoptions.items() if k != "opt"})
+        level = targetoptions.get("opt_level")
+        if level is not None:
+            out["opt"] = int(level) > 0
+        return out
+
+
+class _Keeper:
+    """Keeps an object alive as a host array's owner, with nothing else to read."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: Any) -> None:
+        self.obj = obj
+
+
+# The hosts nbjit serves, in order of preference where the user imported neither.
+HOSTS: tuple[Host, ...] = (NumbaCuda(), NumbaCudaMlir())
 _CHOSEN: list[Host] = []
 _CHOOSING = threading.Lock()
 
 
-def choose(hosts: Sequence[Host], imported: Collection[str]) -> Host:
-    """The host of the Numba the user imported (the first of ``hosts`` whose ``package`` is
-    among the ``imported`` module names); where none is, the first."""
-    return next((h for h in hosts if h.package in imported), hosts[0])
+def _named(name: str, hosts: Sequence[Host], where: str) -> Host:
+    """The host called ``name``; an NbjitHostError naming ``where`` it was asked for and the names."""
+    found = next((h for h in hosts if h.name == name), None)
+    if found is None:
+        raise NbjitHostError(f"{where}: {name!r} is not a host nbjit serves; the names are "
+                             f"{', '.join(repr(h.name) for h in hosts)}")
+    return found
+
+
+def choose(hosts: Sequence[Host], imported: Collection[str], wanted: str | None = None,
+           installed: Callable[[Host], bool] = Host.installed) -> Host:
+    """The host to serve: the one named ``wanted`` (``NBJIT_HOST``, ``use_host``); else the
+    host of the Numba the user imported (the first of ``hosts`` whose ``package`` is among
+    the ``imported`` module names: numba-cuda where both are); else the first of
+    ``hosts`` that is ``installed``; else the first."""
+    if wanted:
+        return _named(wanted, hosts, f"{ENV}={wanted}")
+    return next((h for h in hosts if h.package in imported), None) or \
+        next((h for h in hosts if installed(h)), hosts[0])
 
 
 def current_host() -> Host:
-    """The host nbjit serves in this process, chosen on first use (see ``choose``)."""
+    """The host nbjit serves in this process, chosen on first use (see ``choose``); where
+    both hosts' packages are imported and neither was named, an NbjitWarning says which
+    serves and how to choose the other."""
     if not _CHOSEN:
         with _CHOOSING:
             if not _CHOSEN:
-                _CHOSEN.append(choose(HOSTS, sys.modules))
+                wanted = os.environ.get(ENV, "").strip() or None
+                h = choose(HOSTS, sys.modules, wanted)
+                both = [x.name for x in HOSTS if x.package in sys.modules]
+                if wanted is None and len(both) > 1:
+                    other = next(x.name for x in HOSTS if x is not h)
+                    warnings.warn(
+                        f"both {' and '.join(both)} are imported: nbjit serves {h.name} (it loads into its "
+                        f"context, and DeviceGlobal.as_array and Triton's scratch buffers are its arrays; either's "
+                        f"arrays and streams launch, and from_numba takes either's kernels). To serve {other}, "
+                        f"set {ENV}={other} or call nbjit.use_host({other!r}) before nbjit's first use",
+                        NbjitWarning, stacklevel=3)
+                _CHOSEN.append(h)
     return _CHOSEN[0]
+
+
+def use_host(name: str) -> Host:
+    """Serve the host called ``name`` in this process: ``"numba-cuda"`` (``from numba import
+    cuda``) or ``"numba-cuda-mlir"`` (``from numba_cuda_mlir import cuda``); what the user
+    imported, and ``NBJIT_HOST``, no longer decide. Call it before nbjit loads, compiles or
+    launches anything (the choice is made once per process).
+
+    Raises
+    ------
+    NbjitHostError: not a host's name, or another host serves already.
+    """
+    h = _named(name, HOSTS, "nbjit.use_host") if isinstance(name, str) else None
+    if h is None:
+        raise NbjitHostError(f"nbjit.use_host takes a host's name ({', '.join(repr(x.name) for x in HOSTS)}), "
+                             f"not {type(name).__name__}")
+    with _CHOOSING:
+        if _CHOSEN and _CHOSEN[0] is not h:
+            raise NbjitHostError(
+                f"nbjit.use_host({name!r}): nbjit serves {_CHOSEN[0].name} in this process already (chosen at its "
+                f"first use, which loads into that host's context); call use_host before nbjit loads, compiles or "
+                f"launches anything, or set {ENV}={name} in the environment")
+        if not _CHOSEN:
+            _CHOSEN.append(h)
+    return h
+
+
+def host_of(obj: Any) -> Host:
+    """The host whose package made ``obj`` (a ``@cuda.jit`` dispatcher), else the current host."""
+    return next((h for h in HOSTS if h.owns(obj)), None) or current_host()
 
 
 def pointer_getter(t: type) -> Callable[[Any], int] | None:

@@ -17,6 +17,8 @@
  *              'N' a Numba array, (offset, 'N', accepted, ndim, itemsize, layout): its 5 + 2*ndim
  *              fields (meminfo 0, parent 0, nitems, itemsize, data, shape, strides), the
  *              array's dtype in `accepted`, its ndim, and 'C'/'F' contiguity checked,
+ *              'M' the same for a numba-cuda-mlir kernel: a memref's 3 + 2*ndim fields (data,
+ *              data, offset 0, shape, strides in items),
  *              'X' anything that only the Python rules handle (structs, f16, bf16, ...)
  *   extractors dict {type: callable -> int address, or a tuple of attribute names whose
  *              chain ends in an int-like object} for device arrays (Numba, CuPy, torch, ...)
@@ -187,8 +189,8 @@ typedef struct {
     Py_ssize_t *offsets;
     char *codes;
     PyObject **accepted; /* per parameter: a list (code 'A') or NULL */
-    int *ndim, *itemsize; /* per parameter, code 'N' */
-    char *contig;         /* per parameter, code 'N': 'C', 'F' or 'A' */
+    int *ndim, *itemsize; /* per parameter, codes 'N' and 'M' */
+    char *contig;         /* per parameter, codes 'N' and 'M': 'C', 'F' or 'A' */
     Py_ssize_t nparams;   /* kernel parameters (pointers handed to the driver) */
     Py_ssize_t *param_offsets;
     Py_ssize_t fallbacks; /* calls the fast rules handed to `fallback` */
@@ -324,8 +326,9 @@ static int init_param(Launcher *self, Py_ssize_t i, PyObject *item) {
         return -1;
     }
     self->contig[i] = lay[0];
-    if (code[0] == 'N' && (self->ndim[i] < 0 || self->ndim[i] > 32 || self->itemsize[i] <= 0 ||
-                           self->offsets[i] + 8 * (5 + 2 * (Py_ssize_t)self->ndim[i]) > self->size)) {
+    if ((code[0] == 'N' || code[0] == 'M') &&
+        (self->ndim[i] < 0 || self->ndim[i] > 32 || self->itemsize[i] <= 0 ||
+         self->offsets[i] + 8 * ((code[0] == 'N' ? 5 : 3) + 2 * (Py_ssize_t)self->ndim[i]) > self->size)) {
         PyErr_SetString(PyExc_ValueError, "bad Numba array layout entry");
         return -1;
     }
@@ -339,7 +342,7 @@ static int init_param(Launcher *self, Py_ssize_t i, PyObject *item) {
         return -1;
     }
     if (code[0] != 'Z') self->nargs = i + 1;
-    if (code[0] == 'A' || code[0] == 'N') {
+    if (code[0] == 'A' || code[0] == 'N' || code[0] == 'M') {
         if (acc == NULL || !PyList_Check(acc)) {
             PyErr_SetString(PyExc_TypeError, "a typed pointer ('A') needs its list of accepted dtypes");
             return -1;
@@ -629,8 +632,9 @@ static int contiguous(const long long *shape, const long long *strides, int nd, 
     return 1;
 }
 
-/* A Numba array argument: meminfo 0, parent 0, nitems, itemsize, data, shape, strides. */
-static int pack_numba_array(Launcher *self, Py_ssize_t idx, PyObject *o, unsigned char *dst) {
+/* A Numba array argument: meminfo 0, parent 0, nitems, itemsize, data, shape, strides; or,
+ * `memref` set (numba-cuda-mlir), data, data, offset 0, shape, strides in items. */
+static int pack_numba_array(Launcher *self, Py_ssize_t idx, PyObject *o, unsigned char *dst, int memref) {
     int nd = self->ndim[idx], ok = 1, k;
     long long shape[32], strides[32], f[5];
     PyObject *t;
@@ -648,6 +652,19 @@ static int pack_numba_array(Launcher *self, Py_ssize_t idx, PyObject *o, unsigne
     if (k < 0) return 0;
     if (self->contig[idx] != 'A' && !contiguous(shape, strides, nd, self->itemsize[idx], self->contig[idx]))
         return 0; /* the Python rules say what is wrong */
+    if (memref) {
+        for (k = 0; k < nd; k++) {
+            if (shape[k] < 0 || strides[k] % self->itemsize[idx]) return 0;
+            strides[k] /= self->itemsize[idx];
+        }
+        f[2] = 0;
+        memcpy(&f[0], &data, 8);
+        memcpy(&f[1], &data, 8);
+        memcpy(dst, f, 24);
+        memcpy(dst + 24, shape, 8 * (size_t)nd);
+        memcpy(dst + 24 + 8 * (size_t)nd, strides, 8 * (size_t)nd);
+        return 1;
+    }
     f[0] = 0;
     f[1] = 0;
     f[2] = 1;
@@ -784,7 +801,8 @@ static int pack_float(Launcher *self, char code, PyObject *o, unsigned char *dst
 static int pack_one(Launcher *self, Py_ssize_t idx, char code, PyObject *o, unsigned char *dst) {
     switch (code) {
     case '4': case '2': case '1': return pack_unknown(self, code - '0', o, dst);
-    case 'N': return pack_numba_array(self, idx, o, dst);
+    case 'N': return pack_numba_array(self, idx, o, dst, 0);
+    case 'M': return pack_numba_array(self, idx, o, dst, 1);
     case 'A': case 'P': return pack_pointer(self, idx, code, o, dst);
     case 'q': case 'i': case 'h': case 'b':
     case 'I': case 'H': case 'B': return pack_int(self, code, o, dst);

@@ -298,6 +298,8 @@ class _Rule:
             a = p.abi
             if a.dtype is None:  # a record array read from a name: the item size comes from the array
                 return ("X",)
+            if a.model == "mlir":  # a memref (one of bytes, for records: only the Python rules)
+                return ("X",) if a.dtype.kind in "VSU" else ("M", self.accepted, a.ndim, a.dtype.itemsize, a.layout)
             return ("N", self.accepted, a.ndim, a.dtype.itemsize, a.layout)
         if p.count is not None:
             return ("X",)
@@ -352,7 +354,8 @@ class _Rule:
 
     def numba_array(self, v):
         """A Numba array argument: its fields (meminfo, parent, nitems, itemsize, data, shape,
-        strides), after checking dtype, ndim and layout against the kernel's signature."""
+        strides; for numba-cuda-mlir's kernels a memref: data twice, offset 0, shape, strides in
+        items), after checking dtype, ndim and layout against the kernel's signature."""
         a = self.p.abi
         if isinstance(v, np.ndarray):
             raise ValueError("a host numpy array: Numba copies host arrays to the device (and back) for you; "
@@ -392,6 +395,12 @@ class _Rule:
             except TypeError:
                 pass
         nd = a.ndim
+        if a.model == "mlir":
+            unit = 1 if dt.kind in "VSU" else dt.itemsize  # (records, character sequences: a memref of bytes)
+            if any(s % unit for s in strides):
+                raise ValueError(f"its strides {strides} are not whole multiples of its {unit}-byte items; the "
+                                 f"parameter is {a.text}, which numba-cuda-mlir's kernels take in items")
+            return struct.pack(f"<QQq{nd}q{nd}q", ptr, ptr, 0, *shape, *(s // unit for s in strides))
         return struct.pack(f"<qqqqQ{nd}q{nd}q", 0, 0, nitems, dt.itemsize, ptr, *shape, *strides)
 
     def complex(self, v):

@@ -11,6 +11,7 @@ __all__ = [
     "CompileFailure",
     "LinkFailure",
     "NbjitLoadError",
+    "NbjitHostError",
     "NbjitLaunchError",
     "NbjitArgumentError",
     "NbjitGraphError",
@@ -92,6 +93,11 @@ class LinkFailure(NbjitCompileError):
 
 class NbjitLoadError(NbjitError):
     """The driver could not load a module."""
+
+
+class NbjitHostError(NbjitError, ValueError):
+    """A Numba host asked for that nbjit cannot serve: not a host's name, or asked for after
+    another was chosen (``nbjit.use_host``, ``NBJIT_HOST``)."""
 
 
 class NbjitLaunchError(NbjitError):

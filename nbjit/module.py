@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from . import _driver
-from ._host import current_host
+from ._host import current_host, host_of
 from .arch import Arch
 from .args import parse_signature
 from .cdecl import demangle, demangled_text
@@ -35,7 +35,8 @@ class DeviceGlobal:
     module: "Module"
 
     def as_array(self, dtype: Any, shape: int | tuple[int, ...] | None = None) -> Any:
-        """A Numba device array over the variable's memory (reads and writes go to it)."""
+        """A device array of the Numba host nbjit serves (numba-cuda's ``DeviceNDArray``, or
+        numba-cuda-mlir's) over the variable's memory (reads and writes go to it)."""
         import numpy as np
 
         dt = np.dtype(dtype)
@@ -591,12 +592,13 @@ def _image_source(img: Image) -> tuple[str, tuple[KernelInfo, ...]]:
 
 
 def _is_numba_name(name: str) -> bool:
-    """``numba_abi.is_numba_name``, importing that module only for a name mangled as a
-    namespace member (every Numba kernel's is)."""
-    if not name.startswith("_ZN"):
+    """``numba_abi.is_numba_name`` or ``is_mlir_name`` (numba-cuda's or numba-cuda-mlir's
+    kernel), importing that module only for a name mangled as a namespace member (every
+    numba-cuda kernel's is) or naming Numba's array type."""
+    if not name.startswith("_ZN") and not (name.startswith("_Z") and "5ArrayI" in name):
         return False
-    from .numba_abi import is_numba_name
-    return is_numba_name(name)
+    from .numba_abi import is_mlir_name, is_numba_name
+    return is_numba_name(name) or is_mlir_name(name)
 
 
 def _kernel_info(module: str, real: str, layouts: list, signature: str | None, extra: bool, decls: Mapping,
@@ -810,17 +812,21 @@ def from_numba(dispatcher: Any, signature: Any) -> Kernel:
     (``"void(float32[::1], float32)"``, a tuple of Numba types, ...) and this device, loaded
     into the current Numba context, launched by nbjit's launcher with the arguments the
     Numba kernel takes (device arrays, numpy and Python scalars) at a fraction of Numba's
-    dispatch cost. Arrays are checked against the signature (dtype, ndim, layout).
+    dispatch cost. Arrays are checked against the signature (dtype, ndim, layout). The
+    dispatcher may be numba-cuda's or numba-cuda-mlir's: its own package compiles it (with
+    its fastmath, lineinfo, launch bounds and optimisation), and its kernels' ABI is read.
 
     Raises
     ------
     NbjitLoadError: not a kernel dispatcher, a device function, ``debug=True`` (Numba's
-    exception reporting), a cooperative kernel, or argument types nbjit cannot pass.
+    exception reporting), a cooperative kernel, one that links other code (``link=``) or
+    prepares its arguments (``extensions=``), or argument types nbjit cannot pass (the
+    message names the argument).
     """
     from . import numba_abi
     from .cache import default_cache
 
-    host = current_host()
+    host = host_of(dispatcher)
     py = getattr(dispatcher, "py_func", None)
     opts = dict(getattr(dispatcher, "targetoptions", None) or {})
     if py is None:
@@ -831,27 +837,46 @@ def from_numba(dispatcher: Any, signature: Any) -> Kernel:
     if opts.get("debug"):
         raise NbjitLoadError(f"{what} is compiled with debug=True, which reports exceptions through Numba's own "
                              "launcher: nbjit does not run it; compile it without debug=True")
+    if opts.get("link"):
+        raise NbjitLoadError(f"{what} links other code (link={list(opts['link'])!r}), which {host.name}'s linker adds "
+                             f"and nbjit does not: launch it with {host.name}")
+    if opts.get("extensions"):
+        raise NbjitLoadError(f"{what} prepares its arguments at each launch (extensions=), which nbjit's launcher "
+                             f"does not run: launch it with {host.name}")
     try:
         args, ret = host.kernel_types(signature)
     except Exception as e:  # numba's TypeError / parse errors
         raise NbjitLoadError(f"{what}: {signature!r} is not a signature ({e})") from None
     if not host.returns_nothing(ret):
         raise NbjitLoadError(f"{what}: a kernel returns nothing; the signature says {ret}")
-    nargs = numba_abi.from_numba_types(args, host.describe_type)
-    cc = host.context_cc(host.current_context())
+    try:
+        nargs = numba_abi.from_numba_types(args, host.describe_type, host.abi)
+    except numba_abi.NumbaAbiError as e:
+        raise numba_abi.NumbaAbiError(f"{what}: {e}") from None
+    serving = current_host()
+    cc = serving.context_cc(serving.current_context())
     cache = default_cache()
     call = (host.name, py, args, cc, tuple(sorted((k, str(v)) for k, v in opts.items())))
     ptx = cache.recall(call)
     if ptx is None:
-        ptx = host.compile_ptx(py, args, cc, fastmath=bool(opts.get("fastmath", False)),
-                               lineinfo=bool(opts.get("lineinfo", False)))
+        ptx = host.compile_ptx(py, args, cc, **host.ptx_options(opts))
         cache.remember(call, ptx)
     if "cudaCG" in ptx:
         raise NbjitLoadError(f"{what} uses cooperative groups, which need Numba's linker (cudadevrt): launch it "
                              "with Numba")
+    missing = sorted(set(_EXTERN_FUNC.findall(ptx)) - _JIT_PROVIDES)
+    if missing:
+        raise NbjitLoadError(f"{what} calls {', '.join(missing[:4])}, which its PTX declares and {host.name}'s "
+                             f"linker adds: nbjit loads the PTX alone; launch it with {host.name}")
     mod = load(Image(ptx.encode(), "ptx", f"{py.__name__}.ptx"))
-    names = [k for k in mod.kernels if numba_abi.is_numba_name(k)] or list(mod.kernels)
+    names = [k for k in mod.kernels if _is_numba_name(k)] or list(mod.kernels)
     if len(names) != 1:
         raise NbjitLoadError(f"{what}: expected one kernel in Numba's PTX, found {names}")
     mod._learn_numba({names[0]: nargs})
     return mod._kernel(names[0])
+
+
+# Functions a PTX may call that the driver's JIT provides (PTX ISA, "System calls");
+# any other `.extern .func` is defined in code the host's linker adds.
+_EXTERN_FUNC = re.compile(r"^\s*\.extern\s+\.func\s*(?:\([^)]*\)\s*)?([A-Za-z_$%][\w$]*)", re.M)
+_JIT_PROVIDES = frozenset({"vprintf", "malloc", "free", "__assertfail"})

@@ -2,11 +2,20 @@
 from Numba's mangled kernel names or from Numba types. Pure data: Numba's types are read by
 the host (``_host.Host.describe_type``), never imported here.
 
-Numba (numba-cuda's ``_Kernel._prepare_args``, ``ArrayModel``) passes
+numba-cuda (``_Kernel._prepare_args``, ``ArrayModel``; model ``"numba"``) passes
 * an array as 5 + 2·ndim 8-byte fields: meminfo (0), parent (0), nitems, itemsize, data
   pointer, shape[ndim], strides[ndim] (in bytes);
 * an integer, float or boolean as itself (float16 as its 16 bits);
 * a complex number as two floats (real, imaginary).
+
+numba-cuda-mlir (its ``ArrayModel`` is an MLIR memref; model ``"mlir"``) passes
+* an array as MLIR's memref descriptor, 3 + 2·ndim 8-byte fields: the allocated and the
+  aligned data pointer, an offset, sizes[ndim], strides[ndim], offset and strides counted in
+  items (in bytes for records and character sequences, whose memref is one of bytes);
+* a complex number as one parameter (two floats, aligned as one);
+* the rest as numba-cuda does. Its names are Itanium names without numba-cuda's ABI tags
+  (``_Z4axpyf5ArrayIfLi1E1C7mutable7alignedE...``, ``_ZN5outer12_3clocals_3e5innerE...``).
+
 Tuples (flattened), records passed by value (a device pointer Numba makes) and other types
 are not supported here: ``NumbaAbiError`` says so.
 """
@@ -26,11 +35,12 @@ from .signature import RESOURCES, KernelInfo, KernelSignature, Param
 _ABI_TAG = re.compile(r"B\d+v\d+B\d+")
 
 __all__ = ["NumbaArray", "NumbaScalar", "NumbaAbiError", "from_mangled", "from_numba_types", "is_numba_name",
-           "fields", "signature", "device_ltoir", "C_CONTIGUOUS", "F_CONTIGUOUS"]
+           "is_mlir_name", "fields", "signature", "device_ltoir", "C_CONTIGUOUS", "F_CONTIGUOUS", "MODELS"]
 
 C_CONTIGUOUS, F_CONTIGUOUS = "C", "F"
 _LAYOUTS = ("C", "F", "A")
 MAX_NDIM = 64  # NumPy's limit (NPY_MAXDIMS)
+MODELS = ("numba", "mlir")  # numba-cuda's ABI, numba-cuda-mlir's
 
 
 class NumbaAbiError(NbjitLoadError):
@@ -40,12 +50,14 @@ class NumbaAbiError(NbjitLoadError):
 @dataclass(frozen=True)
 class NumbaArray:
     """An array argument: element ``dtype`` (None where a name does not say, e.g. records),
-    ``ndim``, ``layout`` ("C", "F" or "A": any strides) and whether it is read-only."""
+    ``ndim``, ``layout`` ("C", "F" or "A": any strides), whether it is read-only, and the
+    ``model`` of the compiler that passes it ("numba": numba-cuda's fields, "mlir": a memref)."""
 
     dtype: np.dtype | None
     ndim: int
     layout: str
     readonly: bool = False
+    model: str = "numba"
 
     @property
     def text(self) -> str:
@@ -55,9 +67,11 @@ class NumbaArray:
 
 @dataclass(frozen=True)
 class NumbaScalar:
-    """A scalar argument of ``dtype`` (complex ones take two parameters)."""
+    """A scalar argument of ``dtype`` (complex ones take two parameters under numba-cuda's
+    ``model``, one under numba-cuda-mlir's)."""
 
     dtype: np.dtype
+    model: str = "numba"
 
     @property
     def text(self) -> str:
@@ -69,8 +83,34 @@ _NAMED = {"complex64": "complex64", "complex128": "complex128", "float16": "floa
 
 
 def is_numba_name(name: str) -> bool:
-    """Whether a kernel name is Numba's (``_ZN<module><name>B<abi>...E<args>``: ABI tags)."""
+    """Whether a kernel name is numba-cuda's (``_ZN<module><name>B<abi>...E<args>``: ABI tags)."""
     return name.startswith("_ZN") and _ABI_TAG.search(name) is not None
+
+
+def is_mlir_name(name: str) -> bool:
+    """Whether a kernel name is numba-cuda-mlir's: an Itanium function name without
+    numba-cuda's ABI tags, one of whose arguments is Numba's array type
+    (``Array<float, 1, C, mutable, aligned>``; a kernel of scalars alone reads as C++ does,
+    and is passed alike)."""
+    if not name.startswith("_Z") or "7alignedE" not in name or "5ArrayI" not in name:
+        return False
+    tree = mangled_tree(name)
+    return getattr(tree, "kind", None) == "func" and not _abi_tagged(tree) and \
+        any(_is_array(node) for node in tree.arg_tys)
+
+
+def _abi_tagged(tree) -> bool:
+    """Whether a demangled function's name carries ABI tags (``axpy[abi:v1]``: numba-cuda's)."""
+    return "[abi:" in str(tree.name)
+
+
+def _is_array(node) -> bool:
+    """Whether a demangled argument type is Numba's ``Array<dtype, ndim, layout, mutable|readonly,
+    aligned>`` (the first two checked only by ``_array``, which says what is wrong)."""
+    if node.kind != "qual_name" or str(node.value[0]) != "Array":
+        return False
+    args = node.value[1].value if len(node.value) > 1 and node.value[1].kind == "tpl_args" else ()
+    return len(args) == 5 and str(args[3]) in ("mutable", "readonly") and str(args[4]) == "aligned"
 
 
 def readable_name(name: str) -> str:
@@ -98,26 +138,28 @@ def _dtype_of(node) -> np.dtype | None:
 
 def from_mangled(name: str) -> tuple:
     """The argument types a Numba-mangled kernel name encodes (``Array<float, 1, C, mutable,
-    aligned>`` -> ``NumbaArray(float32, 1, "C")``); NumbaAbiError for a type nbjit cannot pass."""
+    aligned>`` -> ``NumbaArray(float32, 1, "C")``), numba-cuda's or numba-cuda-mlir's (its
+    model then "mlir"); NumbaAbiError for a type nbjit cannot pass."""
     tree = mangled_tree(name)
     if getattr(tree, "kind", None) != "func":
         raise NumbaAbiError(f"kernel {name[:80]!r}: not a Numba kernel name the demangler can read (an "
                             f"Itanium-mangled function name whose demangled form is at most {MAX_DEMANGLED} "
                             "characters)")
+    model = "numba" if _abi_tagged(tree) else "mlir"
     out = []
     for i, node in enumerate(tree.arg_tys):
         if node.kind == "qual_name" and str(node.value[0]) == "Array":
-            out.append(_array(name, i, node))
+            out.append(_array(name, i, node, model))
             continue
         dt = _dtype_of(node)
         if dt is None:
             raise NumbaAbiError(f"kernel {name[:80]!r}: argument {i} is {str(node)[:80]}: nbjit passes Numba arrays, "
                                 "integers, floats, booleans and complex numbers (not tuples or records)")
-        out.append(NumbaScalar(dt))
+        out.append(NumbaScalar(dt, model))
     return tuple(out)
 
 
-def _array(name: str, i: int, node) -> NumbaArray:
+def _array(name: str, i: int, node, model: str = "numba") -> NumbaArray:
     """Argument ``i``, an ``Array<dtype, ndim, layout, mutable|readonly, aligned>`` node."""
     where = f"kernel {name[:80]!r}: argument {i}"
     args = node.value[1].value if len(node.value) > 1 and node.value[1].kind == "tpl_args" else ()
@@ -132,20 +174,22 @@ def _array(name: str, i: int, node) -> NumbaArray:
     layout = str(args[2])
     if layout not in _LAYOUTS:
         raise NumbaAbiError(f"{where}: array layout {layout[:40]!r} is not one of {', '.join(_LAYOUTS)}")
-    return NumbaArray(_dtype_of(args[0]), int(text), layout, str(args[3]) == "readonly")
+    return NumbaArray(_dtype_of(args[0]), int(text), layout, str(args[3]) == "readonly", model)
 
 
-def from_numba_types(argtypes: Iterable, describe: Callable[[Any], tuple | None]) -> tuple:
+def from_numba_types(argtypes: Iterable, describe: Callable[[Any], tuple | None], model: str = "numba") -> tuple:
     """The same, from Numba types (a dispatcher's signature), each read by ``describe``
     (the host's ``describe_type``: ``("array", dtype, ndim, layout, readonly)``,
-    ``("scalar", dtype)`` or None)."""
+    ``("scalar", dtype)`` or None), passed as ``model`` says (the host's ``abi``)."""
+    if model not in MODELS:
+        raise ValueError(f"model {model!r} is not one of {MODELS}")
     out = []
     for i, t in enumerate(argtypes):
         d = describe(t)
         if d is not None and d[0] == "array":
-            out.append(NumbaArray(*d[1:]))
+            out.append(NumbaArray(*d[1:], model=model))
         elif d is not None:
-            out.append(NumbaScalar(d[1]))
+            out.append(NumbaScalar(d[1], model))
         else:
             raise NumbaAbiError(f"argument {i} is {t}: nbjit passes Numba arrays, integers, floats, booleans and "
                                 "complex numbers (not tuples, records by value or other types)")
@@ -155,8 +199,8 @@ def from_numba_types(argtypes: Iterable, describe: Callable[[Any], tuple | None]
 def fields(arg) -> list[int]:
     """The byte sizes of the PTX parameters an argument becomes."""
     if isinstance(arg, NumbaArray):
-        return [8] * (5 + 2 * arg.ndim)
-    if arg.dtype.kind == "c":
+        return [8] * ((3 if arg.model == "mlir" else 5) + 2 * arg.ndim)
+    if arg.dtype.kind == "c" and arg.model != "mlir":
         return [arg.dtype.itemsize // 2] * 2
     return [arg.dtype.itemsize]
 
@@ -166,7 +210,8 @@ _PTX_SCALAR = {"b": "u8", "i": "s", "u": "u", "f": "f"}
 
 def signature(name: str, image: KernelInfo, args, source: str) -> KernelInfo:
     """The kernel as its Python arguments: one parameter per Numba argument (an array spans
-    its 5 + 2·ndim fields), checked against the image's own parameter layout;
+    its 5 + 2·ndim fields, or 3 + 2·ndim under numba-cuda-mlir), checked against the image's
+    own parameter layout;
     ``launch_offsets`` keeps where each of the image's parameters starts."""
     sizes = [f for a in args for f in fields(a)]
     have = [p.size for p in image.params]

@@ -1,4 +1,11 @@
-"""Shared fixtures: paths to the committed compiler outputs, and the `gpu` marker's skip."""
+"""Shared fixtures: paths to the committed compiler outputs, the `gpu` marker's skip, and the
+Numba host the suite runs under.
+
+The host is nbjit's (``nbjit._host``), chosen as the session starts, before any test module
+imports a Numba: ``NBJIT_HOST=numba-cuda-mlir python -m pytest -m gpu`` runs the GPU suite
+under numba-cuda-mlir (the ``cuda`` fixture, ``host_cuda()`` and ``HOST_CUDA`` give its
+``cuda`` module: its arrays, streams and ``@cuda.jit``); without it, numba-cuda where it is
+installed, else numba-cuda-mlir."""
 from __future__ import annotations
 
 import functools
@@ -8,16 +15,37 @@ import pytest
 
 DATA = Path(__file__).resolve().parent / "data"
 
+# What a subprocess's code or a spawned worker runs for the host's `cuda` module (it inherits NBJIT_HOST)
+HOST_CUDA = "from nbjit._host import current_host as _host; cuda = _host().module('cuda')"
+
+
+def host_cuda():
+    """The ``cuda`` module of the Numba host nbjit serves (``numba.cuda`` or
+    ``numba_cuda_mlir.cuda``), imported."""
+    from nbjit._host import current_host
+    return current_host().module("cuda")
+
+
+def pytest_configure(config):
+    from nbjit._host import current_host
+    current_host()  # chosen now (NBJIT_HOST, else the first installed), not by a test module's imports
+
+
+def pytest_report_header(config):
+    from nbjit._host import current_host
+    return f"nbjit host: {current_host().name} (NBJIT_HOST=numba-cuda-mlir or numba-cuda chooses)"
+
 
 @functools.lru_cache(maxsize=None)
 def gpu_available() -> tuple[bool, str]:
+    from nbjit._host import current_host
+    name = current_host().name
     try:
-        from numba import cuda
-        if cuda.is_available():
+        if host_cuda().is_available():
             return True, ""
-        return False, "no CUDA GPU: numba.cuda.is_available() is false"
-    except Exception as e:  # numba-cuda missing or its driver lookup failed
-        return False, f"no CUDA GPU: {type(e).__name__}: {e}"
+        return False, f"no CUDA GPU: {name}'s cuda.is_available() is false"
+    except Exception as e:  # the host missing or its driver lookup failed
+        return False, f"no CUDA GPU: {name}: {type(e).__name__}: {e}"
 
 
 def pytest_collection_modifyitems(config, items):
@@ -98,8 +126,15 @@ def no_zstd(monkeypatch):
 
 @pytest.fixture(scope="module")
 def cuda():
-    from numba import cuda
-    return cuda
+    """The host's ``cuda`` module (numba-cuda's unless NBJIT_HOST names another)."""
+    return host_cuda()
+
+
+@pytest.fixture(scope="module")
+def nb_types():
+    """The host's Numba types (``numba.types`` or numba-cuda-mlir's), for kernel signatures."""
+    from nbjit._host import current_host
+    return current_host().module("types")
 
 
 @pytest.fixture(scope="module")

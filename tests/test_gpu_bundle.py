@@ -70,7 +70,8 @@ def test_bundle_kernel_launches_as_fast_as_a_compiled_one(cuda):
 
 
 def _in_worker(shipped: bytes) -> list[float]:
-    from numba import cuda
+    from nbjit._host import current_host
+    cuda = current_host().module("cuda")  # (the parent's host: the worker inherits NBJIT_HOST)
     kernel = pickle.loads(shipped)
     x = cuda.to_device(np.arange(100, dtype=np.float32))
     y = cuda.to_device(np.ones(100, np.float32))

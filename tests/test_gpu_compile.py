@@ -9,7 +9,7 @@ import pytest
 import nbjit
 
 pytestmark = pytest.mark.gpu
-from conftest import DATA  # noqa: E402
+from conftest import DATA, HOST_CUDA  # noqa: E402
 SRC = (DATA / "src/nvrtc_tmpl.cu").read_text()
 HDR = {"scale.cuh": (DATA / "src/scale.cuh").read_text()}
 
@@ -56,7 +56,7 @@ def test_warm_cache_in_a_fresh_process(tmp_path):
     import os
     import subprocess
     import sys
-    code = ("import nbjit, numpy as np; from numba import cuda; "
+    code = (f"import nbjit, numpy as np; {HOST_CUDA}; "
             "m = nbjit.compile('extern \"C\" __global__ void k(int* x) { x[threadIdx.x] = threadIdx.x; }'); "
             "x = cuda.device_array(32, np.int32); m['k'][1, 32](x); "
             "assert (x.copy_to_host() == np.arange(32)).all(); print(len(nbjit.default_cache().entries()))")

@@ -38,6 +38,22 @@ def test_example_runs(script, cuda, tmp_path):
     assert r.stdout.strip(), f"{script.name} printed nothing"
 
 
+@pytest.mark.parametrize("name", ["mix_with_cuda_jit", "numba_fast_launch", "graph_replay"])
+def test_example_runs_with_numba_cuda_mlir(name, cuda, tmp_path):
+    """The examples of @cuda.jit beside nbjit, with numba-cuda-mlir's @cuda.jit, arrays and
+    streams (NBJIT_HOST=numba-cuda-mlir: the example imports it, nbjit serves it)."""
+    import importlib.util
+    if importlib.util.find_spec("numba_cuda_mlir") is None:
+        pytest.skip("numba-cuda-mlir is not installed")
+    env = {**_env(), "NBJIT_CACHE_DIR": str(tmp_path / "cache"), "NBJIT_HOST": "numba-cuda-mlir"}
+    r = subprocess.run([sys.executable, str(ROOT / "examples" / f"{name}.py")], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, f"{name}:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
+    assert r.stdout.strip(), f"{name} printed nothing"
+    if name == "mix_with_cuda_jit":
+        assert "(numba-cuda-mlir's @cuda.jit)" in r.stdout, r.stdout
+
+
 def test_tma_example_refuses_rows_that_break_a_rule(cuda):
     if cuda.get_current_device().compute_capability < (9, 0):
         pytest.skip("TMA needs sm_90")

@@ -16,7 +16,7 @@ from nbjit._driver import as_int
 from nbjit import (KernelNotFoundError, NbjitArgumentError, NbjitLaunchError, NbjitLoadError, NbjitWarning)
 
 pytestmark = pytest.mark.gpu
-from conftest import DATA  # noqa: E402
+from conftest import DATA, HOST_CUDA  # noqa: E402
 
 
 def axpy_check(cuda, k, n=10_000, stream=None, sync=None):
@@ -92,7 +92,7 @@ def test_same_bytes_same_module_and_unload(cuda):
 
 
 def test_interpreter_exit_is_quiet():
-    code = ("import nbjit, numpy as np; from numba import cuda; "
+    code = (f"import nbjit, numpy as np; {HOST_CUDA}; "
             f"m = nbjit.load({str(DATA / 'nvcc/kernels_sm90.ptx')!r}); k = m['k_basic']; "
             "y = cuda.to_device(np.zeros(4, np.float32)); k[1, 4](y, y, 1.0, 4); cuda.synchronize()")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
@@ -283,6 +283,8 @@ def test_globals(cuda):
     g = m.get_global("g_arr")
     assert g.size == 64 and g.ptr
     arr = g.as_array(np.float32)
+    from nbjit._host import current_host
+    assert type(arr) is current_host().module("devicearray").DeviceNDArray  # the host's own array type
     arr.copy_to_device(np.arange(16, dtype=np.float32))
     counter = m.get_global("g_counter").as_array(np.uint32)
     counter.copy_to_device(np.zeros(1, np.uint32))
@@ -428,7 +430,7 @@ from nbjit._host import current_host
 host = current_host()
 cp.zeros(1)  # CuPy makes the device's primary context current; Numba has made nothing yet
 print(f"cupy-first|{host._primary_current() is None}")
-from numba import cuda
+cuda = host.module("cuda")
 ctx = host.current_context()  # Numba's own call makes its object for that context
 print(f"numba|{ctx is cuda.current_context()}|{host.context_key(ctx) == int(cu.cuCtxGetCurrent()[1])}")
 print(f"fast|{host._primary_current() is ctx}|{host.current_context() is ctx}")
@@ -468,7 +470,8 @@ def test_the_current_context_is_numbas_object_found_cheaply_or_by_numba(cuda):
 
 FAULT = r'''
 import numpy as np, nbjit
-from numba import cuda
+from nbjit._host import current_host
+cuda = current_host().module("cuda")
 m = nbjit.compile('extern "C" __global__ void poke(float* p) { p[0] = 1.0f; }\n'
                   'extern "C" __global__ void other(float* p) { }')
 m["poke"][1, 1](None)  # NULL: the kernel faults on the device
@@ -512,7 +515,8 @@ def test_launch_shapes_past_cuda_limits_are_named(cuda, kernels):
 
 FRESH_THREAD = r'''
 import sys, threading, numpy as np, nbjit
-from numba import cuda
+from nbjit._host import current_host
+cuda = current_host().module("cuda")
 k = nbjit.load(sys.argv[1])["k_basic"]  # y = a*x + y
 n = 1000
 x = cuda.to_device(np.arange(n, dtype=np.float32))

@@ -85,7 +85,8 @@ def launch_on_device(shipped: bytes, device: int) -> tuple[int, list[float]]:
     its local rank late), then launch: the kernel loads on that device."""
     import pickle
 
-    from numba import cuda
+    from nbjit._host import current_host
+    cuda = current_host().module("cuda")  # (the parent's host: the worker inherits NBJIT_HOST)
     kernel = pickle.loads(shipped)
     cuda.select_device(device)
     x = cuda.to_device(np.arange(100, dtype=np.float32))

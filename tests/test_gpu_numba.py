@@ -1,10 +1,13 @@
 """Numba's own kernels through nbjit's launcher (marker `gpu`): the same @cuda.jit kernel
 launched by Numba and by nbjit gives the same result as numpy, for 1-D/2-D/3-D arrays in C
 and F order, non-contiguous views, record arrays and complex numbers; Numba PTX from a file
-is typed from its mangled name; what cannot be passed is refused."""
+is typed from its mangled name; what cannot be passed is refused. The host's @cuda.jit and
+types (``cuda``, ``nb_types``): numba-cuda's, or numba-cuda-mlir's under
+NBJIT_HOST=numba-cuda-mlir (its kernels take arrays as memrefs)."""
 from __future__ import annotations
 
 import importlib.util
+import re
 
 import numpy as np
 import pytest
@@ -32,8 +35,8 @@ def both(cuda, kernel, sig, grid, block, make_args, check):
     return k, b
 
 
-def test_1d_c_arrays_and_scalars(cuda):
-    from numba import types
+def test_1d_c_arrays_and_scalars(cuda, nb_types):
+    types = nb_types
 
     @cuda.jit
     def axpy(y, x, a, n):
@@ -62,14 +65,16 @@ def test_1d_c_arrays_and_scalars(cuda):
     assert cfg.path == expected_path() and cfg.fallbacks == 0
     with pytest.raises(NbjitArgumentError, match="float64 array was passed") as e:
         cfg(cuda.device_array(n, np.float64), args[1], 1.0, n)
-    assert str(e.value).startswith(f"kernel '{axpy.__module__}.{axpy.__qualname__}'"), str(e.value)[:200]
+    # (numba-cuda names it module.qualname, numba-cuda-mlir by its qualified name)
+    assert re.match(rf"kernel '({re.escape(axpy.__module__)}\.)?{re.escape(axpy.__qualname__)}'", str(e.value)), \
+        str(e.value)[:200]
     with pytest.raises(NbjitArgumentError, match="host numpy array"):
         cfg(np.zeros(n, np.float32), args[1], 1.0, n)
 
 
 @pytest.mark.parametrize("order", ["C", "F"])
-def test_2d_and_3d_in_either_order(cuda, order):
-    from numba import types
+def test_2d_and_3d_in_either_order(cuda, nb_types, order):
+    types = nb_types
 
     @cuda.jit
     def add2(out, a, b):
@@ -107,9 +112,9 @@ def test_2d_and_3d_in_either_order(cuda, order):
     both(cuda, scale3, (types.Array(types.float32, 3, order), types.float32), (1, 1, 1), (8, 8, 8), make3, check3)
 
 
-def test_non_contiguous_view_record_and_complex(cuda):
-    from numba import types
-    from numba.np.numpy_support import from_dtype
+def test_non_contiguous_view_record_and_complex(cuda, nb_types):
+    from nbjit._host import current_host
+    types, from_dtype = nb_types, current_host().module("numpy_support").from_dtype
 
     @cuda.jit
     def inc(v):
@@ -157,10 +162,11 @@ def test_non_contiguous_view_record_and_complex(cuda):
     both(cuda, rec_kernel, sig, 1, 32, make_rec, check_rec)
 
 
-def test_numba_ptx_from_a_file(cuda, tmp_path):
+def test_numba_ptx_from_a_file(cuda, nb_types, tmp_path):
     """Numba PTX written elsewhere (pip's NVVM writes ISA 9.5: newer than a 13.0 driver)
-    loads with nbjit.load and is typed from Numba's mangled name."""
-    from numba import types
+    loads with nbjit.load and is typed from Numba's mangled name (numba-cuda's or
+    numba-cuda-mlir's)."""
+    types = nb_types
 
     def saxpy(y, x, a):
         i = cuda.grid(1)
@@ -182,8 +188,8 @@ def test_numba_ptx_from_a_file(cuda, tmp_path):
     np.testing.assert_allclose(y.copy_to_host(), 0.5 * np.arange(n) + 1)
 
 
-def test_what_is_refused(cuda):
-    from numba import types
+def test_what_is_refused(cuda, nb_types):
+    types = nb_types
 
     @cuda.jit(debug=True, opt=False)
     def dbg(x):

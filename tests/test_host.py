@@ -1,6 +1,7 @@
 """The Numba host (nbjit._host): which host serves, and what numba-cuda's host reads from
 Numba's own objects, types and compiler (no GPU needed; the contexts are tested on a GPU,
-in test_gpu_launch.py, and below)."""
+in test_gpu_launch.py, and below; the choice in test_host_choice.py, numba-cuda-mlir's
+host in test_mlir.py)."""
 from __future__ import annotations
 
 import subprocess
@@ -33,9 +34,14 @@ def test_the_host_is_the_one_the_user_imported_else_the_first():
     assert choose((first, other), {"sys"}) is first
 
 
+NUMBA_CUDA = HOSTS[0]  # numba-cuda's host, whichever serves (NBJIT_HOST may name numba-cuda-mlir's)
+
+
 def test_the_current_host_is_chosen_once():
+    import os
     h = current_host()
-    assert h is current_host() and h in HOSTS and isinstance(h, NumbaCuda) and h.name == "numba-cuda"
+    assert h is current_host() and h in HOSTS and isinstance(NUMBA_CUDA, NumbaCuda)
+    assert h.name == os.environ.get("NBJIT_HOST", "numba-cuda")  # (numba-cuda is installed here)
 
 
 def memory(address: int, nbytes: int) -> MemoryPointer:
@@ -47,7 +53,7 @@ def test_numba_arrays_and_pointers_give_their_address():
     """What the packer reads from Numba's own objects (the C path calls the same readers)."""
     ptr = memory(0x7F00_1000, 64)
     arr = DeviceNDArray((16,), (4,), np.dtype(np.float32), gpu_data=ptr)
-    get = current_host().pointer_getter
+    get = NUMBA_CUDA.pointer_getter
     assert get(DeviceNDArray)(arr) == get(MemoryPointer)(ptr) == 0x7F00_1000
     assert device_pointer(arr) == device_pointer(ptr) == 0x7F00_1000
     assert get(np.ndarray) is None and get(int) is None and _host.pointer_getter(np.ndarray) is None
@@ -63,7 +69,7 @@ def test_asking_about_other_arrays_imports_no_numba():
 
 
 def test_numbas_driver_errors_give_their_code():
-    assert current_host().error_code(CudaAPIError(901, "invalidated")) == 901
+    assert NUMBA_CUDA.error_code(CudaAPIError(901, "invalidated")) == 901
     assert _host.error_code(CudaAPIError(900, "unsupported")) == 900
     assert _host.error_code(ValueError("CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED")) is None
     launch_error = NbjitLaunchError("launch failed")
@@ -72,7 +78,7 @@ def test_numbas_driver_errors_give_their_code():
 
 
 def test_numba_types_read_as_nbjit_passes_them():
-    d = current_host().describe_type
+    d = NUMBA_CUDA.describe_type
     assert d(types.float32[::1]) == ("array", np.dtype(np.float32), 1, "C", False)
     assert d(types.Array(types.int16, 3, "F", readonly=True)) == ("array", np.dtype(np.int16), 3, "F", True)
     assert d(types.complex64) == ("scalar", np.dtype(np.complex64))
@@ -81,7 +87,7 @@ def test_numba_types_read_as_nbjit_passes_them():
 
 
 def test_signatures_and_what_they_return():
-    h = current_host()
+    h = NUMBA_CUDA
     args, ret = h.kernel_types("void(float32[::1], int64)")
     assert args == (types.float32[::1], types.int64) and h.returns_nothing(ret)
     args, ret = h.kernel_types((types.float64,))
@@ -96,7 +102,7 @@ def scale(a, x):  # a @cuda.jit kernel's Python function, compiled by Numba's co
 
 
 def test_a_kernels_ptx_from_numbas_compiler():
-    h = current_host()
+    h = NUMBA_CUDA
     try:
         ptx = h.compile_ptx(scale, h.kernel_types("void(float32[::1], float32)")[0], (9, 0), fastmath=False,
                             lineinfo=False)

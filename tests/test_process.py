@@ -99,7 +99,8 @@ SAXPY = r'''extern "C" __global__ void saxpy(float* y, const float* x, float a, 
 def saxpy_in_worker(n: int) -> list[float]:
     """A spawned worker compiles, loads and launches on its own."""
     import numpy as np
-    from numba import cuda
+    from nbjit._host import current_host
+    cuda = current_host().module("cuda")  # (the parent's host: the worker inherits NBJIT_HOST)
     k = nbjit.compile(SAXPY).saxpy
     x = cuda.to_device(np.arange(n, dtype=np.float32))
     y = cuda.to_device(np.ones(n, dtype=np.float32))
@@ -109,9 +110,8 @@ def saxpy_in_worker(n: int) -> list[float]:
 
 @pytest.mark.gpu
 @fork_only
-def test_gpu_forked_child_gets_nbjit_error_not_a_driver_error(kernels):
+def test_gpu_forked_child_gets_nbjit_error_not_a_driver_error(cuda, kernels):
     import numpy as np
-    from numba import cuda
     k = kernels.k_basic
     y, x = cuda.to_device(np.zeros(64, np.float32)), cuda.to_device(np.ones(64, np.float32))
     k[1, 64](y, x, np.float32(1.0), 64)  # this process has used CUDA; the launcher is cached
@@ -137,8 +137,9 @@ def run_shipped(shipped, n: int) -> tuple[list[float], list[str]]:
     """A spawned worker: kernels arrive pickled (or as cloudpickle bytes) and load here on
     first use, with NVRTC forbidden and an empty cache: compiled once, in the parent."""
     import numpy as np
-    from numba import cuda
     from nbjit import compiler
+    from nbjit._host import current_host
+    cuda = current_host().module("cuda")  # (the parent's host: the worker inherits NBJIT_HOST)
 
     def no_nvrtc(*a, **k):
         raise AssertionError("NVRTC ran in the worker")

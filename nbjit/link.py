@@ -310,13 +310,13 @@ def _python_ltoir(inp: _Input, cc: tuple[int, int], cache: Cache) -> tuple[bytes
 
 def _numba_compile(inp: _Input, cc: tuple[int, int]) -> tuple[bytes, str, tuple[str, ...]]:
     try:
-        from ._host import current_host
+        from ._host import host_of
         from .numba_abi import NumbaAbiError, device_ltoir
     except ImportError as e:
         raise NbjitCompileError(f"{inp.label}: compiling a Python function needs Numba (pip install numba-cuda): "
                                 f"{e}") from None
     try:
-        return device_ltoir(inp.func, inp.signature, inp.symbol, cc, current_host())
+        return device_ltoir(inp.func, inp.signature, inp.symbol, cc, host_of(inp.func))  # (a dispatcher's own)
     except NumbaAbiError as e:
         raise NbjitCompileError(f"{inp.label}: {e}") from None
     except NbjitError:

@@ -91,10 +91,9 @@ def test_two_argument_operator_of_two_types(cuda):
 
 
 def test_python_and_cpp_operators_agree(cuda):
-    """The same operator written in Python (linked) and in C++ (compiled with the template)."""
-    from numba import cuda as nc
-
-    @nc.jit(device=True)
+    """The same operator written in Python (linked) and in C++ (compiled with the template);
+    its device function a @cuda.jit of the serving host's."""
+    @cuda.jit(device=True)
     def softplus(v):
         return math.log1p(math.exp(v))
 

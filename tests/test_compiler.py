@@ -448,19 +448,20 @@ def test_ptxas_reports_spills_and_stack_frames_kept_with_the_entry(tmp_path, cou
     assert r["spills"]["spill_stores"] > 0 and r["spills"]["spill_loads"] > 0 and kernels["spills"].spills > 0
     assert r["local_array"]["stack_frame"] > 0 and r["local_array"]["spill_stores"] == 0
     for name, e in kernels.items():
-        assert r[name]["stack_frame"] == e.frame and (r[name]["spill_stores"] > 0) == (e.spills > 0), name
+        # (CUDA 12.9's cubins record no spill count where there is none)
+        assert r[name]["stack_frame"] == e.frame and (r[name]["spill_stores"] > 0) == ((e.spills or 0) > 0), name
     hit = compile_image(src, arch="sm_90", options="-Xptxas=-v", cache=Cache(tmp_path))
     assert hit.resources == r and len(counted) == 1
     plain = compile_image(src, arch="sm_90", cache=Cache(tmp_path))
-    assert plain.resources == {} and plain.data != img.data and len(counted) == 2  # ptxas's note records -v
+    assert plain.resources == {} and len(counted) == 2  # (another key: CUDA 13's ptxas records -v in the cubin)
     assert compile_image(src, arch="compute_90", options=["-Xptxas=-v"], cache=Cache(tmp_path)).resources == {}
 
 
 def test_ptxas_report_of_nvjitlink(tmp_path):
     """nvJitLink's -verbose log gives the same report, per function (device functions too)."""
     from nbjit.compiler import assemble_ptx, nvjitlink_version, ptxas_report
-    if nvjitlink_version() is None:
-        pytest.skip("nvJitLink is not installed")
+    if nvjitlink_version() is None or nvjitlink_version() < (13, 0):
+        pytest.skip("no nvJitLink that assembles the committed PTX 9.0 (CUDA 13's)")
     out = assemble_ptx((DATA / "nvcc/kernels_sm90.ptx").read_text(), "sm_90", options=("-verbose",))
     report = ptxas_report(out.log)
     frames = {e.name: e.frame for e in inspect_cubin(out.data).entries}

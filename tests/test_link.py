@@ -269,11 +269,20 @@ def test_every_kind_of_input_links(tmp_path):
     inputs = {"ltoir bytes": rdc.payload, "ltoir file": tmp_path / "triple.ltoir", "source": TRIPLE_CPP,
               "source file": str(tmp_path / "triple.cu"), "fatbin": DATA / "nvcc/lto_rdc.fatbin",
               "host object": DATA / "nvcc/lto_host.o", "cubin": cubin.data, "ptx": ptx.data.decode()}
+    # the committed LTO-IR was made by nvcc 13.0: an older nvJitLink (CUDA 12's) refuses it, saying why
+    from nbjit.compiler import nvjitlink_version
+    older = nvjitlink_version() < (13, 0)
     for what, item in inputs.items():
-        img = nbjit.link_image(TRIPLE_USER, [item], arch="sm_90")
+        try:
+            img = nbjit.link_image(TRIPLE_USER, [item], arch="sm_90")
+        except nbjit.LinkFailure as e:
+            assert older and what in ("ltoir bytes", "ltoir file", "fatbin", "host object"), (what, e)
+            assert "links LTO-IR of its own CUDA version or older" in str(e), (what, e)
+            continue
         assert "use_triple" in _kernels(img), what
-    assert _kernels(nbjit.link_image(TRIPLE_USER, DATA / "nvcc/lto_host.o", arch="sm_90")) == ["k_triple",
-                                                                                                "use_triple"]
+    if not older:
+        assert _kernels(nbjit.link_image(TRIPLE_USER, DATA / "nvcc/lto_host.o", arch="sm_90")) == ["k_triple",
+                                                                                                    "use_triple"]
 
 
 def test_inputs_nvjitlink_cannot_take_are_refused_by_name(tmp_path):

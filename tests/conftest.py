@@ -187,3 +187,26 @@ def fake_device(monkeypatch):
     monkeypatch.setattr(_driver, "param_info", lambda func: None)
     monkeypatch.setattr(kernel, "_MULTI", [False])
     return module
+
+
+class DevArray:
+    """A device array as Numba's, numba-cuda-mlir's and CuPy's look to nbjit (no GPU): CAI,
+    shape, strides, dtype; the packing tests read its address from ``ptr``."""
+
+    def __init__(self, ptr, shape, dtype, strides=None):
+        import numpy as np
+        self.ptr, self.shape, self.dtype = ptr, tuple(shape), np.dtype(dtype)
+        c, s = [], self.dtype.itemsize
+        for n in reversed(self.shape):
+            c.append(s)
+            s *= n
+        self.strides = tuple(strides) if strides is not None else tuple(reversed(c))
+        self._given = strides
+
+    @property
+    def __cuda_array_interface__(self):
+        d = {"data": (self.ptr, False), "shape": self.shape, "typestr": self.dtype.str, "strides": self._given,
+             "version": 3}
+        if self.dtype.fields:
+            d["descr"] = self.dtype.descr
+        return d

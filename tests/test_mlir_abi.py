@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import DevArray  # noqa: E402
 from nbjit import NbjitArgumentError, inspect_ptx
 from nbjit.args import ArgPacker, device_pointer
 from nbjit.numba_abi import (NumbaAbiError, NumbaArray, NumbaScalar, fields, from_mangled, from_numba_types,
@@ -94,27 +95,6 @@ def test_signature_one_argument_per_python_argument():
     with pytest.raises(NumbaAbiError, match="make parameters of"):  # numba-cuda's layout does not fit its PTX
         signature(MIXED, e, tuple(NumbaArray(x.dtype, x.ndim, x.layout) if isinstance(x, NumbaArray) else x
                                   for x in from_mangled(MIXED)), "numba types")
-
-
-class DevArray:
-    """A device array as numba-cuda-mlir's and CuPy's look to nbjit: CAI, shape, strides, dtype."""
-
-    def __init__(self, ptr, shape, dtype, strides=None):
-        self.ptr, self.shape, self.dtype = ptr, tuple(shape), np.dtype(dtype)
-        c, s = [], self.dtype.itemsize
-        for n in reversed(self.shape):
-            c.append(s)
-            s *= n
-        self.strides = tuple(strides) if strides is not None else tuple(reversed(c))
-        self._given = strides
-
-    @property
-    def __cuda_array_interface__(self):
-        d = {"data": (self.ptr, False), "shape": self.shape, "typestr": self.dtype.str, "strides": self._given,
-             "version": 3}
-        if self.dtype.fields:
-            d["descr"] = self.dtype.descr
-        return d
 
 
 def packer_for(args: tuple, name: str = "_Z1k") -> tuple:

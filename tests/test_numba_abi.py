@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import DevArray  # noqa: E402
 from nbjit import NbjitArgumentError, inspect_ptx
 from nbjit.args import ArgPacker
 from test_cdecl import nested_args
@@ -91,28 +92,6 @@ def test_signature_one_argument_per_python_argument():
     assert str(info.signature).startswith("(array(float32, 1d, C) arg0, array(float64, 2d, A) arg1, int16 arg2")
     with pytest.raises(NumbaAbiError, match="make parameters of"):
         signature(name, entry, from_numba_types(sig[:3], DESCRIBE), "numba types")
-
-
-class DevArray:
-    """A device array as Numba's and CuPy's look to nbjit: CAI, shape, strides, dtype."""
-
-    def __init__(self, ptr, shape, dtype, strides=None):
-        self.ptr, self.shape, self.dtype = ptr, tuple(shape), np.dtype(dtype)
-        c = []
-        s = self.dtype.itemsize
-        for n in reversed(self.shape):
-            c.append(s)
-            s *= n
-        self.strides = tuple(strides) if strides is not None else tuple(reversed(c))
-        self._given = strides
-
-    @property
-    def __cuda_array_interface__(self):
-        d = {"data": (self.ptr, False), "shape": self.shape, "typestr": self.dtype.str,
-             "strides": self._given, "version": 3}
-        if self.dtype.fields:
-            d["descr"] = self.dtype.descr
-        return d
 
 
 def packer_for(sig):

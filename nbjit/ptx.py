@@ -182,11 +182,35 @@ _PLUS = "+" if sys.version_info >= (3, 11) else ""
 _COMMENT_BRACE = re.compile(r"//[^\n{}]*" + _PLUS + r"[{}]")
 _STRING_BRACE = re.compile(r'"[^"\n{}]*' + _PLUS + r"[{}]")
 # str.find is slow for two-character needles whose first character is common; the
-# regex engine's literal search is not.
+# regex engine's literal search is not (~1 ns a character); str.find of one character rare in
+# PTX ('*', '"') is faster still (memchr), so these are found through it (_block_comment,
+# _string_brace), the pattern taking over where that character is common.
 _BLOCK_OPEN = re.compile(r"/\*")
+_RARE = 64  # that many of a 'rare' character, and the search goes to the regex engine
 _LONG_LINE = 4096
 _HEAD_END = re.compile(r"[{;]")
 _LINKAGE_TAIL = re.compile(r"(?:\.(?:visible|weak|extern|common)\s+)+\Z")
+
+
+def _block_comment(text: str) -> bool:
+    """Whether ``text`` holds a '/*' (what ``_BLOCK_OPEN`` finds), found through its '*'."""
+    i = text.find("*", 1)
+    for _ in range(_RARE):
+        if i == -1 or text[i - 1] == "/":
+            return i != -1
+        i = text.find("*", i + 1)
+    return i != -1 and _BLOCK_OPEN.search(text, i - 1) is not None
+
+
+def _string_brace(text: str) -> bool:
+    """Whether a '"' of ``text`` has a brace after it on its line before another '"' (what
+    ``_STRING_BRACE`` finds), tried at each '"'."""
+    i = text.find('"')
+    for _ in range(_RARE):
+        if i == -1 or _STRING_BRACE.match(text, i):
+            return i != -1
+        i = text.find('"', i + 1)
+    return i != -1 and _STRING_BRACE.search(text, i) is not None
 
 
 class _Unterminated(Exception):
@@ -347,11 +371,12 @@ class _Parser:
         self._unclosed: list[int] = []
         self._bodies: list[tuple[int, int | None, int | None]] = []  # (entry index, body start, end)
         self._directives: dict[str, Directives] = {}  # directive text -> what it says
+        self._unusual = -1  # where the last parameter list head() found not of the usual shape starts
         self.v = text
         self.has_griddep = "griddepcontrol" in text  # (in code or not: griddep looks closer)
         if "//" not in text and '"' not in text and "/*" not in text:
             self.full = True  # nothing to blank: the text is its own code view
-        elif _BLOCK_OPEN.search(text):
+        elif _block_comment(text):
             self.to_full()  # block comments can span anything: blank the whole text once
 
     def to_full(self) -> None:
@@ -408,8 +433,7 @@ class _Parser:
     def braces(self) -> dict[int, int]:
         """Where each code '{' closes: one pass over the text's braces, checking balance."""
         if self._braces is None:
-            if not self.full and (_COMMENT_BRACE.search(self.v) or
-                                  ('"' in self.v and _STRING_BRACE.search(self.v))):
+            if not self.full and (_COMMENT_BRACE.search(self.v) or _string_brace(self.v)):
                 self.to_full()  # a comment or string holds a brace: count code braces only
             v = self.v
             opens, closes = _positions(v, "{"), _positions(v, "}")
@@ -609,11 +633,15 @@ class _Parser:
         return close + 1
 
     def params(self, inner: str, pos: int, what: str) -> KernelSignature:
+        """The parameters of a list whose contents (comments blanked) are ``inner`` and whose
+        ')' is just before ``pos``."""
         if not inner or inner.isspace():
             return _NO_PARAMS
-        shapes = _param_shapes(inner, 0, len(inner))
-        if shapes is not None:
-            return place(shapes)
+        start = pos - 1 - len(inner)
+        if start != self._unusual or self.v[start:pos - 1] != inner:  # (head() has not tried it as it stands)
+            shapes = _param_shapes(inner, 0, len(inner))
+            if shapes is not None:
+                return place(shapes)
         # not the usual shape: token by token, with the errors
         return layout([self.param(chunk, i, pos, what) for i, chunk in enumerate(inner.split(","))])
 
@@ -715,6 +743,7 @@ class _Parser:
             if close != p:  # (else no parameters)
                 shapes = None if close == -1 else _param_shapes(v, p, close)
                 if shapes is None:
+                    self._unusual = p
                     return None
             p = close + 1
         r = _HEAD_REST.match(v, p)
@@ -999,7 +1028,7 @@ def strip_debug(text: str | bytes, keep_lineinfo: bool = False) -> str:
     which point into the removed ``.debug_str``). Every other byte is left alone.
     """
     text = _as_text(text, None)
-    if _BLOCK_OPEN.search(text):  # decide on a view with comments blanked (same offsets), cut the text
+    if _block_comment(text):  # decide on a view with comments blanked (same offsets), cut the text
         out = _cut(text, _strip_cuts(_blank_text(text), keep_lineinfo))
         view = _blank_text(out)
     else:

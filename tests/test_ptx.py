@@ -723,3 +723,48 @@ def test_many_stars_and_quotes_before_a_block_comment_or_a_brace_in_a_string():
     quotes = '.pragma "x";\n' * 100 + '.pragma "{";\n'
     text = H + quotes + ".visible .entry k()\n{\nret;\n}\n"
     assert [e.name for e in inspect_ptx(text).entries] == ["k"]
+
+
+# ------------------------------------------------------------------ the collector's pause
+
+
+def test_the_garbage_collector_is_as_it_was_after_reading():
+    import gc
+    text = read("nvcc/kernels_sm90.ptx")
+    assert gc.isenabled()
+    inspect_ptx(text)
+    assert gc.isenabled()
+    with pytest.raises(PtxParseError):
+        inspect_ptx(text[: len(text) // 2])
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        inspect_ptx(text)
+        assert not gc.isenabled()  # a collector the caller turned off stays off
+    finally:
+        gc.enable()
+
+
+def test_the_collector_is_paused_while_reading_and_back_when_every_thread_is_done():
+    import gc
+    import threading
+    seen, go = [], threading.Barrier(4)
+    real = __import__("nbjit.ptx", fromlist=["_Parser"])._Parser.parse
+
+    def parse(self):
+        seen.append(gc.isenabled())
+        go.wait(timeout=30)  # every thread is inside the reader at once
+        return real(self)
+
+    import nbjit.ptx
+    text = read("nvcc/kernels_sm90.ptx")
+    nbjit.ptx._Parser.parse = parse
+    try:
+        threads = [threading.Thread(target=inspect_ptx, args=(text,)) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        nbjit.ptx._Parser.parse = real
+    assert seen == [False] * 4 and gc.isenabled()

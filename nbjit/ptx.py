@@ -4,7 +4,10 @@ and strip_debug. Pure data: no CUDA needed.
 The scanner works on a *masked* copy of the text in which comments are blanked and string
 contents hidden, byte for byte, so offsets and line numbers stay those of the original and
 no comment or string can look like code (FORMATS.md §1.8). Everything else is a handful of
-whole-text regular expressions; Python-level work is per declaration, not per line.
+whole-text regular expressions; Python-level work is per declaration, not per line. The
+shapes compilers write (a gap of white space and comments, a head with no comment in it,
+'.param .type name' items) are read by one compiled pattern each, which only accepts text
+the general reading would read the same way; anything else is read the general way.
 """
 from __future__ import annotations
 
@@ -390,7 +393,8 @@ class _Parser:
     """Scans the text as it is and blanks comments and strings (``_blank``) only in the
     regions it reads closely: declarations, the module scope between bodies, and any body
     whose braces a comment or string could fake. Function bodies, the bulk of the text,
-    are only scanned for their closing brace."""
+    are only scanned for their closing brace. A gap or head of the usual shape (no comment
+    or string in it) needs no blanking at all: it is code as it stands."""
 
     def __init__(self, text: str, source: str | None):
         self.t = text
@@ -1044,6 +1048,7 @@ _LINE_INFO_TEXT = r"[ \t]*\.(?:loc|file)\b[^\n]*"
 _DWARF_TEXT = r"[ \t]*(?:@@DWARF[^\n]*|" + _SECTION_BLOCK + ")"
 _LINE_INFO = (re.compile(_LINE_INFO_TEXT), re.compile("\n" + _LINE_INFO_TEXT))
 _DWARF_ONLY = (re.compile(_DWARF_TEXT), re.compile("\n" + _DWARF_TEXT))
+_DWARF_LINE_AT = re.compile(r"\n[ \t]*@@DWARF[^\n]*")  # (what _DWARF_ONLY's second finds at an @@DWARF line)
 _LOC_TAIL = re.compile(r"(\.loc[ \t]+\d+[ \t]+\d+[ \t]+\d+)[ \t]*,[ \t]*function_name[^\n/]*?"
                        r"(?=[ \t]*(?://|\r?\n|$))")
 _TARGET_DEBUG = re.compile(r"([ \t]*\.target[ \t]+[^\n]*?)(?:[ \t]*,[ \t]*debug\b|\bdebug[ \t]*,[ \t]*)")
@@ -1059,25 +1064,28 @@ def strip_debug(text: str | bytes, keep_lineinfo: bool = False) -> str:
     """
     text = _as_text(text, None)
     if _block_comment(text):  # decide on a view with comments blanked (same offsets), cut the text
-        out = _cut(text, _strip_cuts(_blank_text(text), keep_lineinfo))
-        view = _blank_text(out)
+        cuts, uncut = _strip_cuts(_blank_text(text), keep_lineinfo)
+        out = _cut(text, cuts)
+        view = _blank_text(out) if uncut else out
     else:
-        out = view = _strip_plain(text, keep_lineinfo)
-    left = _line_led(view, _SECTION_WORD, _DEBUG_SECTION_AT, ";{}")
+        out, uncut = _strip_plain(text, keep_lineinfo)
+        view = out
+    left = uncut and _line_led(view, _SECTION_WORD, _DEBUG_SECTION_AT, ";{}")
     if left:  # a header without its body, or a body holding another .section: not PTX ptxas takes
         raise PtxParseError(f"cannot strip debug section {left.group(1)}: its '{{ ... }}' body is missing or "
                             "holds another .section", line=_line(view, left.start(1)))
     return out
 
 
-def _strip_plain(text: str, keep_lineinfo: bool) -> str:
+def _strip_plain(text: str, keep_lineinfo: bool) -> tuple[str, bool]:
     """strip_debug of text without block comments (what compilers write): the cuts of
     ``_strip_cuts``, with the lines of line information (one every few lines of compiler
-    output) removed by the regex engine's own substitution between the other cuts."""
-    cuts = _dwarf_cuts(text)
+    output) removed by the regex engine's own substitution between the other cuts. Returns
+    the text and whether a '.section' of it is in no cut (``_dwarf_cuts``)."""
+    cuts, uncut = _dwarf_cuts(text)
     if keep_lineinfo:
         out = _cut(text, cuts)
-        return _LOC_TAIL.sub(r"\1", out) if "function_name" in out else out
+        return (_LOC_TAIL.sub(r"\1", out) if "function_name" in out else out), uncut
     first, rest = _LINE_INFO
     m = first.match(text)  # a first line is line information too
     if m:
@@ -1087,15 +1095,16 @@ def _strip_plain(text: str, keep_lineinfo: bool) -> str:
         parts += (rest.sub("", text[pos:a]), keep)
         pos = b
     parts.append(rest.sub("", text[pos:]))
-    return "".join(parts)
+    return "".join(parts), uncut
 
 
-def _strip_cuts(view: str, keep_lineinfo: bool) -> list[tuple[int, int, str]]:
+def _strip_cuts(view: str, keep_lineinfo: bool) -> tuple[list[tuple[int, int, str]], bool]:
     """(start, end, replacement) of everything stripping removes, decided on ``view``: the
-    DWARF cuts, and line information in the text between them."""
-    cuts = _dwarf_cuts(view)
+    DWARF cuts, and line information in the text between them; and whether a '.section' of
+    the view is in no DWARF cut."""
+    cuts, uncut = _dwarf_cuts(view)
     if keep_lineinfo and "function_name" not in view:
-        return cuts
+        return cuts, uncut
     first, rest = _LINE_INFO
     m = None if keep_lineinfo else first.match(view)
     more = [(0, m.end(), "")] if m else []
@@ -1106,16 +1115,40 @@ def _strip_cuts(view: str, keep_lineinfo: bool) -> list[tuple[int, int, str]]:
         else:
             more += [(x.start(), x.end(), "") for x in rest.finditer(view, max(pos, m.end() if m else 0), a)]
         pos = b
-    return sorted(cuts + more)
+    return sorted(cuts + more), uncut
 
 
-def _dwarf_cuts(view: str) -> list[tuple[int, int, str]]:
+def _dwarf_cuts(view: str) -> tuple[list[tuple[int, int, str]], bool]:
     """(start, end, replacement) of the DWARF sections, @@DWARF lines and the .target's
-    ``debug``, in order."""
+    ``debug``, in order: what ``_DWARF_ONLY`` finds from the start (a first line, then each
+    from its newline), the sections among them found through the literal '.section' (the
+    pattern tried at every newline took a third of stripping Triton PTX). And whether a
+    '.section' of the view is in no cut (stripping may leave it: strip_debug looks)."""
     first, rest = _DWARF_ONLY
     m = first.match(view)  # a first line is debug information too
     cuts = [(0, m.end(), _line_cut(m))] if m else []
-    cuts += [(x.start(), x.end(), _line_cut(x)) for x in rest.finditer(view, m.end() if m else 0)]
+    start = pos = m.end() if m else 0
+    uncut = False
+    for w in _SECTION_WORD.finditer(view, pos):
+        i = w.start()
+        if i < pos:  # inside the section cut before it
+            continue
+        j = i
+        while j > pos and view[j - 1] in " \t":
+            j -= 1
+        x = rest.match(view, j - 1) if j > pos and view[j - 1] == "\n" else None  # a line-led section
+        if x is None:
+            uncut = True
+            continue
+        cuts.append((x.start(), x.end(), _line_cut(x)))
+        pos = x.end()
+    if "@@DWARF" in view:  # legacy DWARF lines (rare), but those inside a section cut
+        starts = [a for a, _, _ in cuts]
+        for x in _DWARF_LINE_AT.finditer(view, start):
+            k = bisect.bisect_right(starts, x.start()) - 1
+            if k < 0 or cuts[k][1] <= x.start():
+                cuts.append((x.start(), x.end(), _line_cut(x)))
+        cuts.sort()
     t = _line_led(view, _TARGET_WORD, _TARGET_AT)
     if t is not None:
         b = view.find("\n", t.start())
@@ -1123,7 +1156,7 @@ def _dwarf_cuts(view: str) -> list[tuple[int, int, str]]:
         if x:
             cuts.append((x.end(1), x.end(), ""))
             cuts.sort()
-    return cuts
+    return cuts, uncut
 
 
 def _cut(text: str, cuts: list[tuple[int, int, str]]) -> str:

@@ -714,6 +714,19 @@ def test_shapes_the_patterns_leave_are_reported_by_the_token_reader(text, msg):
         inspect_ptx(text)
 
 
+def test_strip_finds_sections_through_their_word_and_dwarf_lines_in_and_out_of_them():
+    # sections are found by the literal '.section' at a line's start (after blanks); @@DWARF
+    # lines inside a section go with it, the others on their own; one after code on its
+    # line is left, and refused
+    text = (H + "@@DWARF .b8 1\n\t .section .debug_info {\n@@DWARF .b8 2\n.b8 3 // }\n}\n@@DWARF x\n"
+            ".visible .entry k()\n{\nret;\n}\n  .section\t.debug_str\n{\n.b8 0\n} // end\n")
+    assert strip_debug(text) == H + ".visible .entry k()\n{\nret;\n}\n"
+    assert strip_debug("/* c */\n" + text) == "/* c */\n" + H + ".visible .entry k()\n{\nret;\n}\n"
+    with pytest.raises(PtxParseError, match=r"cannot strip debug section \.debug_y") as e:
+        strip_debug(H + ".visible .entry k()\n{\nret;\n} .section .debug_y { .b8 1 }\n")
+    assert e.value.line == 7
+
+
 def test_many_stars_and_quotes_before_a_block_comment_or_a_brace_in_a_string():
     # '/*' and strings holding braces are found through '*' and '"' (rare in PTX), the
     # regex engine taking over after many: either way a comment hides what is in it

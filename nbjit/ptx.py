@@ -1122,14 +1122,19 @@ def _dwarf_cuts(view: str) -> tuple[list[tuple[int, int, str]], bool]:
     """(start, end, replacement) of the DWARF sections, @@DWARF lines and the .target's
     ``debug``, in order: what ``_DWARF_ONLY`` finds from the start (a first line, then each
     from its newline), the sections among them found through the literal '.section' (the
-    pattern tried at every newline took a third of stripping Triton PTX). And whether a
-    '.section' of the view is in no cut (stripping may leave it: strip_debug looks)."""
+    pattern tried at every newline took a third of stripping Triton PTX; where a text holds
+    many, that pattern's own search again). And whether a '.section' of the view may be in no
+    cut (stripping may leave it: strip_debug looks)."""
     first, rest = _DWARF_ONLY
     m = first.match(view)  # a first line is debug information too
     cuts = [(0, m.end(), _line_cut(m))] if m else []
     start = pos = m.end() if m else 0
     uncut = False
-    for w in _SECTION_WORD.finditer(view, pos):
+    for n, w in enumerate(_SECTION_WORD.finditer(view, pos)):
+        if n == _RARE:  # many: the pattern itself is faster through them
+            cuts = cuts[:1] if m else []
+            cuts += [(x.start(), x.end(), _line_cut(x)) for x in rest.finditer(view, start)]
+            return _target_cut(view, cuts), True
         i = w.start()
         if i < pos:  # inside the section cut before it
             continue
@@ -1149,6 +1154,11 @@ def _dwarf_cuts(view: str) -> tuple[list[tuple[int, int, str]], bool]:
             if k < 0 or cuts[k][1] <= x.start():
                 cuts.append((x.start(), x.end(), _line_cut(x)))
         cuts.sort()
+    return _target_cut(view, cuts), uncut
+
+
+def _target_cut(view: str, cuts: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
+    """``cuts`` with the cut of ``debug`` from the .target line, if any, in order."""
     t = _line_led(view, _TARGET_WORD, _TARGET_AT)
     if t is not None:
         b = view.find("\n", t.start())
@@ -1156,7 +1166,7 @@ def _dwarf_cuts(view: str) -> tuple[list[tuple[int, int, str]], bool]:
         if x:
             cuts.append((x.end(1), x.end(), ""))
             cuts.sort()
-    return cuts, uncut
+    return cuts
 
 
 def _cut(text: str, cuts: list[tuple[int, int, str]]) -> str:

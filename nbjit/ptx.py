@@ -845,9 +845,10 @@ class _Parser:
         if h is not None:
             name = start[0]
             _, p, hend = h
-            what = f"function {name!r}"
-            d = self.directives(self.v[p:hend], p, what)
-            defined = self.v[hend] == "{"
+            v = self.v
+            rest = v[p:hend]
+            d = _NO_DIRECTIVES if not rest or rest.isspace() else self.directives(rest, p, f"function {name!r}")
+            defined = v[hend] == "{"
         else:
             h, hend, defined = self.declaration(pos, "'.func'")
             _, p = self.paren_list(h, 0, pos, ".func return list")
@@ -856,9 +857,12 @@ class _Parser:
             inner, p = self.paren_list(h, p, pos, what)
             self.params(inner or "", pos + p, what)
             d = self.directives(_PRAGMA.sub("", h[p:]), pos + p, what)
-        end = self.match_brace(hend, what) if defined else hend + 1
-        return _function(name=name, linkage=linkage, defined=defined, noreturn=d.noreturn,
-                         griddepcontrol=self.griddep(hend, end) if defined else ()), end
+        end = hend + 1
+        if defined:
+            close = (self._braces if self._braces is not None else self.braces()).get(hend)
+            end = close + 1 if close is not None else self.match_brace(hend, f"function {name!r}")
+        gdc = self.griddep(hend, end) if defined and self.has_griddep else ()
+        return _function(name=name, linkage=linkage, defined=defined, noreturn=d.noreturn, griddepcontrol=gdc), end
 
     def variables(self, g: str, off: int):
         """The variables declared in module-scope text ``g`` (at ``off`` in the text): each

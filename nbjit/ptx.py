@@ -4,16 +4,22 @@ and strip_debug. Pure data: no CUDA needed.
 The scanner works on a *masked* copy of the text in which comments are blanked and string
 contents hidden, byte for byte, so offsets and line numbers stay those of the original and
 no comment or string can look like code (FORMATS.md §1.8). Everything else is a handful of
-whole-text regular expressions; Python-level work is per declaration, not per line.
+whole-text regular expressions; Python-level work is per declaration, not per line. The
+shapes compilers write (a gap of white space and comments, a head with no comment in it,
+'.param .type name' items) are read by one compiled pattern each, which only accepts text
+the general reading would read the same way; anything else is read the general way.
 """
 from __future__ import annotations
 
 import bisect
+import contextlib
 import difflib
 import functools
+import gc
 import os
 import re
 import sys
+import threading
 from dataclasses import dataclass, field, replace
 
 from .errors import PtxParseError
@@ -182,11 +188,35 @@ _PLUS = "+" if sys.version_info >= (3, 11) else ""
 _COMMENT_BRACE = re.compile(r"//[^\n{}]*" + _PLUS + r"[{}]")
 _STRING_BRACE = re.compile(r'"[^"\n{}]*' + _PLUS + r"[{}]")
 # str.find is slow for two-character needles whose first character is common; the
-# regex engine's literal search is not.
+# regex engine's literal search is not (~1 ns a character); str.find of one character rare in
+# PTX ('*', '"') is faster still (memchr), so these are found through it (_block_comment,
+# _string_brace), the pattern taking over where that character is common.
 _BLOCK_OPEN = re.compile(r"/\*")
+_RARE = 64  # that many of a 'rare' character, and the search goes to the regex engine
 _LONG_LINE = 4096
 _HEAD_END = re.compile(r"[{;]")
 _LINKAGE_TAIL = re.compile(r"(?:\.(?:visible|weak|extern|common)\s+)+\Z")
+
+
+def _block_comment(text: str) -> bool:
+    """Whether ``text`` holds a '/*' (what ``_BLOCK_OPEN`` finds), found through its '*'."""
+    i = text.find("*", 1)
+    for _ in range(_RARE):
+        if i == -1 or text[i - 1] == "/":
+            return i != -1
+        i = text.find("*", i + 1)
+    return i != -1 and _BLOCK_OPEN.search(text, i - 1) is not None
+
+
+def _string_brace(text: str) -> bool:
+    """Whether a '"' of ``text`` has a brace after it on its line before another '"' (what
+    ``_STRING_BRACE`` finds), tried at each '"'."""
+    i = text.find('"')
+    for _ in range(_RARE):
+        if i == -1 or _STRING_BRACE.match(text, i):
+            return i != -1
+        i = text.find('"', i + 1)
+    return i != -1 and _STRING_BRACE.search(text, i) is not None
 
 
 class _Unterminated(Exception):
@@ -314,7 +344,34 @@ def inspect_ptx(text: str | bytes, *, source: str | None = None) -> PtxInfo:
     ------
     PtxParseError: the text is not well-formed PTX; the message names the line.
     """
-    return _Parser(_as_text(text, source), source).parse()
+    with _gc_paused():
+        return _Parser(_as_text(text, source), source).parse()
+
+
+_GC_LOCK = threading.Lock()
+_gc_pausers = 0  # readers running in _gc_paused
+_gc_resume = False  # whether the collector was on when the first of them started
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    """Python's cyclic garbage collector off while a reader builds its result: thousands of
+    small objects, none in a reference cycle, which CPython otherwise traverses again and
+    again in full collections as the result grows (a third of reading 10 MB of PTX). Readers
+    in several threads share one pause; a collector that was off stays off."""
+    global _gc_pausers, _gc_resume
+    with _GC_LOCK:
+        if _gc_pausers == 0:
+            _gc_resume = gc.isenabled()
+            gc.disable()
+        _gc_pausers += 1
+    try:
+        yield
+    finally:
+        with _GC_LOCK:
+            _gc_pausers -= 1
+            if _gc_pausers == 0 and _gc_resume:
+                gc.enable()
 
 
 def _as_text(text: str | bytes, source: str | None) -> str:
@@ -336,7 +393,8 @@ class _Parser:
     """Scans the text as it is and blanks comments and strings (``_blank``) only in the
     regions it reads closely: declarations, the module scope between bodies, and any body
     whose braces a comment or string could fake. Function bodies, the bulk of the text,
-    are only scanned for their closing brace."""
+    are only scanned for their closing brace. A gap or head of the usual shape (no comment
+    or string in it) needs no blanking at all: it is code as it stands."""
 
     def __init__(self, text: str, source: str | None):
         self.t = text
@@ -347,11 +405,12 @@ class _Parser:
         self._unclosed: list[int] = []
         self._bodies: list[tuple[int, int | None, int | None]] = []  # (entry index, body start, end)
         self._directives: dict[str, Directives] = {}  # directive text -> what it says
+        self._unusual = -1  # where the last parameter list head() found not of the usual shape starts
         self.v = text
         self.has_griddep = "griddepcontrol" in text  # (in code or not: griddep looks closer)
         if "//" not in text and '"' not in text and "/*" not in text:
             self.full = True  # nothing to blank: the text is its own code view
-        elif _BLOCK_OPEN.search(text):
+        elif _block_comment(text):
             self.to_full()  # block comments can span anything: blank the whole text once
 
     def to_full(self) -> None:
@@ -408,8 +467,7 @@ class _Parser:
     def braces(self) -> dict[int, int]:
         """Where each code '{' closes: one pass over the text's braces, checking balance."""
         if self._braces is None:
-            if not self.full and (_COMMENT_BRACE.search(self.v) or
-                                  ('"' in self.v and _STRING_BRACE.search(self.v))):
+            if not self.full and (_COMMENT_BRACE.search(self.v) or _string_brace(self.v)):
                 self.to_full()  # a comment or string holds a brace: count code braces only
             v = self.v
             opens, closes = _positions(v, "{"), _positions(v, "}")
@@ -609,11 +667,15 @@ class _Parser:
         return close + 1
 
     def params(self, inner: str, pos: int, what: str) -> KernelSignature:
+        """The parameters of a list whose contents (comments blanked) are ``inner`` and whose
+        ')' is just before ``pos``."""
         if not inner or inner.isspace():
             return _NO_PARAMS
-        shapes = _param_shapes(inner, 0, len(inner))
-        if shapes is not None:
-            return place(shapes)
+        start = pos - 1 - len(inner)
+        if start != self._unusual or self.v[start:pos - 1] != inner:  # (head() has not tried it as it stands)
+            shapes = _param_shapes(inner, 0, len(inner))
+            if shapes is not None:
+                return place(shapes)
         # not the usual shape: token by token, with the errors
         return layout([self.param(chunk, i, pos, what) for i, chunk in enumerate(inner.split(","))])
 
@@ -715,6 +777,7 @@ class _Parser:
             if close != p:  # (else no parameters)
                 shapes = None if close == -1 else _param_shapes(v, p, close)
                 if shapes is None:
+                    self._unusual = p
                     return None
             p = close + 1
         r = _HEAD_REST.match(v, p)
@@ -782,9 +845,10 @@ class _Parser:
         if h is not None:
             name = start[0]
             _, p, hend = h
-            what = f"function {name!r}"
-            d = self.directives(self.v[p:hend], p, what)
-            defined = self.v[hend] == "{"
+            v = self.v
+            rest = v[p:hend]
+            d = _NO_DIRECTIVES if not rest or rest.isspace() else self.directives(rest, p, f"function {name!r}")
+            defined = v[hend] == "{"
         else:
             h, hend, defined = self.declaration(pos, "'.func'")
             _, p = self.paren_list(h, 0, pos, ".func return list")
@@ -793,9 +857,12 @@ class _Parser:
             inner, p = self.paren_list(h, p, pos, what)
             self.params(inner or "", pos + p, what)
             d = self.directives(_PRAGMA.sub("", h[p:]), pos + p, what)
-        end = self.match_brace(hend, what) if defined else hend + 1
-        return _function(name=name, linkage=linkage, defined=defined, noreturn=d.noreturn,
-                         griddepcontrol=self.griddep(hend, end) if defined else ()), end
+        end = hend + 1
+        if defined:
+            close = (self._braces if self._braces is not None else self.braces()).get(hend)
+            end = close + 1 if close is not None else self.match_brace(hend, f"function {name!r}")
+        gdc = self.griddep(hend, end) if defined and self.has_griddep else ()
+        return _function(name=name, linkage=linkage, defined=defined, noreturn=d.noreturn, griddepcontrol=gdc), end
 
     def variables(self, g: str, off: int):
         """The variables declared in module-scope text ``g`` (at ``off`` in the text): each
@@ -985,6 +1052,7 @@ _LINE_INFO_TEXT = r"[ \t]*\.(?:loc|file)\b[^\n]*"
 _DWARF_TEXT = r"[ \t]*(?:@@DWARF[^\n]*|" + _SECTION_BLOCK + ")"
 _LINE_INFO = (re.compile(_LINE_INFO_TEXT), re.compile("\n" + _LINE_INFO_TEXT))
 _DWARF_ONLY = (re.compile(_DWARF_TEXT), re.compile("\n" + _DWARF_TEXT))
+_DWARF_LINE_AT = re.compile(r"\n[ \t]*@@DWARF[^\n]*")  # (what _DWARF_ONLY's second finds at an @@DWARF line)
 _LOC_TAIL = re.compile(r"(\.loc[ \t]+\d+[ \t]+\d+[ \t]+\d+)[ \t]*,[ \t]*function_name[^\n/]*?"
                        r"(?=[ \t]*(?://|\r?\n|$))")
 _TARGET_DEBUG = re.compile(r"([ \t]*\.target[ \t]+[^\n]*?)(?:[ \t]*,[ \t]*debug\b|\bdebug[ \t]*,[ \t]*)")
@@ -999,26 +1067,29 @@ def strip_debug(text: str | bytes, keep_lineinfo: bool = False) -> str:
     which point into the removed ``.debug_str``). Every other byte is left alone.
     """
     text = _as_text(text, None)
-    if _BLOCK_OPEN.search(text):  # decide on a view with comments blanked (same offsets), cut the text
-        out = _cut(text, _strip_cuts(_blank_text(text), keep_lineinfo))
-        view = _blank_text(out)
+    if _block_comment(text):  # decide on a view with comments blanked (same offsets), cut the text
+        cuts, uncut = _strip_cuts(_blank_text(text), keep_lineinfo)
+        out = _cut(text, cuts)
+        view = _blank_text(out) if uncut else out
     else:
-        out = view = _strip_plain(text, keep_lineinfo)
-    left = _line_led(view, _SECTION_WORD, _DEBUG_SECTION_AT, ";{}")
+        out, uncut = _strip_plain(text, keep_lineinfo)
+        view = out
+    left = uncut and _line_led(view, _SECTION_WORD, _DEBUG_SECTION_AT, ";{}")
     if left:  # a header without its body, or a body holding another .section: not PTX ptxas takes
         raise PtxParseError(f"cannot strip debug section {left.group(1)}: its '{{ ... }}' body is missing or "
                             "holds another .section", line=_line(view, left.start(1)))
     return out
 
 
-def _strip_plain(text: str, keep_lineinfo: bool) -> str:
+def _strip_plain(text: str, keep_lineinfo: bool) -> tuple[str, bool]:
     """strip_debug of text without block comments (what compilers write): the cuts of
     ``_strip_cuts``, with the lines of line information (one every few lines of compiler
-    output) removed by the regex engine's own substitution between the other cuts."""
-    cuts = _dwarf_cuts(text)
+    output) removed by the regex engine's own substitution between the other cuts. Returns
+    the text and whether a '.section' of it is in no cut (``_dwarf_cuts``)."""
+    cuts, uncut = _dwarf_cuts(text)
     if keep_lineinfo:
         out = _cut(text, cuts)
-        return _LOC_TAIL.sub(r"\1", out) if "function_name" in out else out
+        return (_LOC_TAIL.sub(r"\1", out) if "function_name" in out else out), uncut
     first, rest = _LINE_INFO
     m = first.match(text)  # a first line is line information too
     if m:
@@ -1028,15 +1099,16 @@ def _strip_plain(text: str, keep_lineinfo: bool) -> str:
         parts += (rest.sub("", text[pos:a]), keep)
         pos = b
     parts.append(rest.sub("", text[pos:]))
-    return "".join(parts)
+    return "".join(parts), uncut
 
 
-def _strip_cuts(view: str, keep_lineinfo: bool) -> list[tuple[int, int, str]]:
+def _strip_cuts(view: str, keep_lineinfo: bool) -> tuple[list[tuple[int, int, str]], bool]:
     """(start, end, replacement) of everything stripping removes, decided on ``view``: the
-    DWARF cuts, and line information in the text between them."""
-    cuts = _dwarf_cuts(view)
+    DWARF cuts, and line information in the text between them; and whether a '.section' of
+    the view is in no DWARF cut."""
+    cuts, uncut = _dwarf_cuts(view)
     if keep_lineinfo and "function_name" not in view:
-        return cuts
+        return cuts, uncut
     first, rest = _LINE_INFO
     m = None if keep_lineinfo else first.match(view)
     more = [(0, m.end(), "")] if m else []
@@ -1047,16 +1119,50 @@ def _strip_cuts(view: str, keep_lineinfo: bool) -> list[tuple[int, int, str]]:
         else:
             more += [(x.start(), x.end(), "") for x in rest.finditer(view, max(pos, m.end() if m else 0), a)]
         pos = b
-    return sorted(cuts + more)
+    return sorted(cuts + more), uncut
 
 
-def _dwarf_cuts(view: str) -> list[tuple[int, int, str]]:
+def _dwarf_cuts(view: str) -> tuple[list[tuple[int, int, str]], bool]:
     """(start, end, replacement) of the DWARF sections, @@DWARF lines and the .target's
-    ``debug``, in order."""
+    ``debug``, in order: what ``_DWARF_ONLY`` finds from the start (a first line, then each
+    from its newline), the sections among them found through the literal '.section' (the
+    pattern tried at every newline took a third of stripping Triton PTX; where a text holds
+    many, that pattern's own search again). And whether a '.section' of the view may be in no
+    cut (stripping may leave it: strip_debug looks)."""
     first, rest = _DWARF_ONLY
     m = first.match(view)  # a first line is debug information too
     cuts = [(0, m.end(), _line_cut(m))] if m else []
-    cuts += [(x.start(), x.end(), _line_cut(x)) for x in rest.finditer(view, m.end() if m else 0)]
+    start = pos = m.end() if m else 0
+    uncut = False
+    for n, w in enumerate(_SECTION_WORD.finditer(view, pos)):
+        if n == _RARE:  # many: the pattern itself is faster through them
+            cuts = cuts[:1] if m else []
+            cuts += [(x.start(), x.end(), _line_cut(x)) for x in rest.finditer(view, start)]
+            return _target_cut(view, cuts), True
+        i = w.start()
+        if i < pos:  # inside the section cut before it
+            continue
+        j = i
+        while j > pos and view[j - 1] in " \t":
+            j -= 1
+        x = rest.match(view, j - 1) if j > pos and view[j - 1] == "\n" else None  # a line-led section
+        if x is None:
+            uncut = True
+            continue
+        cuts.append((x.start(), x.end(), _line_cut(x)))
+        pos = x.end()
+    if "@@DWARF" in view:  # legacy DWARF lines (rare), but those inside a section cut
+        starts = [a for a, _, _ in cuts]
+        for x in _DWARF_LINE_AT.finditer(view, start):
+            k = bisect.bisect_right(starts, x.start()) - 1
+            if k < 0 or cuts[k][1] <= x.start():
+                cuts.append((x.start(), x.end(), _line_cut(x)))
+        cuts.sort()
+    return _target_cut(view, cuts), uncut
+
+
+def _target_cut(view: str, cuts: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
+    """``cuts`` with the cut of ``debug`` from the .target line, if any, in order."""
     t = _line_led(view, _TARGET_WORD, _TARGET_AT)
     if t is not None:
         b = view.find("\n", t.start())

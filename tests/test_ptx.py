@@ -396,6 +396,9 @@ FAMILIES = {
     ".global without ';'": lambda n: H + ".global .u32 x\n" * (n // 15),
     ".visible chain": lambda n: H + ".visible " * (n // 9) + ".entry k(){ret;}\n",
     "many kernels on one line": lambda n: H + "".join(f".entry k{i}(){{ret;}} " for i in range(n // 20)),
+    "a long parameter list, bad at its end": lambda n: H + ".visible .entry k(" + ".param .u32 p, " * (n // 15)
+    + ".param .u32 )\n{\nret;\n}\n",
+    "stars and quotes in a comment": lambda n: H + "// " + '*"' * (n // 2) + "\n.visible .entry k()\n{\nret;\n}\n",
 }
 STRIP_FAMILIES = {
     "unterminated debug sections": lambda n: H + ".section .debug_x {\n" * (n // 20),
@@ -590,3 +593,191 @@ def test_a_path_given_for_ptx_text_is_named_as_one():
                                                 "nbjit.inspect_image\\(path\\)\\)"):
             f(path)
     assert nbjit.inspect_image(path).entries  # the way that takes a path
+
+
+# ------------------------------------------------------------------ the usual shapes, read fast
+# The reader takes declaration heads, parameter lists and variables of the shapes compilers
+# write through a few compiled patterns, everything else token by token: both ways must agree.
+
+def _commented(text: str) -> str:
+    """``text`` with a comment after every parameter line: a head holding one is not of the
+    usual shape, and is read the general way (comments blanked, then the same parts)."""
+    return re.sub(r"(?m)^([ \t]*\.param\b[^\n]*)$", r"\1 // p", text)
+
+
+def _reordered(text: str) -> str:
+    """``text`` with every parameter line's alignment written after its type (``.param .u64
+    .align 8 p``; the natural one where it had none): the same parameters, in an order only
+    the token reader takes."""
+    from nbjit.signature import SCALAR_TYPES
+
+    def move(m):
+        return f"{m.group(1)}.{m.group(3)} .align {m.group(2) or SCALAR_TYPES[m.group(3)]}"
+    return re.sub(r"(?m)^([ \t]*\.param\s+)(?:\.align\s+(\d+)\s+)?\.([a-z0-9]+)\b", move, text)
+
+
+@pytest.fixture
+def spy(monkeypatch):
+    """Calls of the reader's general ways: ``spy["param"]`` (the token reader, one call a
+    parameter), ``spy["declaration"]`` (a head read with its comments blanked) and
+    ``spy["check_scope"]`` (a gap between bodies read with its comments blanked)."""
+    import nbjit.ptx
+    calls: dict[str, list] = {"param": [], "declaration": [], "check_scope": []}
+    for name, got in calls.items():
+        real = getattr(nbjit.ptx._Parser, name)
+        monkeypatch.setattr(nbjit.ptx._Parser, name, lambda self, *a, _r=real, _g=got: _g.append(a) or _r(self, *a))
+    return calls
+
+
+def _same(fast, slow):
+    assert fast.entries == slow.entries and fast.functions == slow.functions and fast.globals == slow.globals
+    assert json.dumps(fast.to_json()) == json.dumps(slow.to_json())
+
+
+@pytest.mark.parametrize("rel", ALL_PTX)
+def test_usual_heads_and_heads_read_the_general_way_agree(rel, spy):
+    text = read(rel)
+    fast = inspect_ptx(text)
+    if not rel.startswith("hand/"):
+        assert not spy["declaration"] and not spy["param"]  # compilers' output is all of the usual shapes
+    other = _commented(text)
+    if other == text or "/*" in text:  # (with block comments, every head is read on a view with comments blanked)
+        pytest.skip("no parameter on a line of its own, or block comments")
+    spy["declaration"].clear()
+    _same(fast, inspect_ptx(other))
+    assert spy["declaration"]
+
+
+@pytest.mark.parametrize("rel", ALL_PTX)
+def test_usual_gaps_and_gaps_read_the_general_way_agree(rel, spy):
+    text = read(rel)
+    # a module-scope .pragma before each declaration: its string keeps the gap from the usual shape
+    other = re.sub(r"(?m)^(?=[ \t]*(?:\.(?:visible|weak|extern)\s+)*\.(?:entry|func)\b)", '.pragma "x";\n', text)
+    fast = inspect_ptx(text)
+    spy["check_scope"].clear()
+    _same(fast, inspect_ptx(other))
+    assert len(spy["check_scope"]) >= len(fast.entries)  # each read the general way
+
+
+@pytest.mark.parametrize("rel", ALL_PTX)
+def test_usual_parameters_and_the_token_reader_agree(rel, spy):
+    text = read(rel)
+    other = _reordered(text)
+    if other == text:
+        pytest.skip("no parameter on a line of its own")
+    fast = inspect_ptx(text)
+    spy["param"].clear()
+    _same(fast, inspect_ptx(other))
+    assert spy["param"]
+
+
+PARAM_FORMS = [
+    ".param .u64 p", ".param .align 8 .b8 s[24]", ".param .align 64 .b8 tmap[128]", ".param .u64 .ptr p",
+    ".param .u64 .ptr .global p", ".param .u64 .ptr .global .align 16 p", ".param .u64 .ptr .shared .align 1 p",
+    ".param .u64 .ptr .align 8 p", ".param .b8 z[]", ".param .u32 x [ 4 ]", ".param .b128 v", ".param .f16x2 h",
+    ".param .bf16 $b", ".param .u32 %r1", ".param   .align\t16\n .b8\ts[32]",
+]
+
+
+@pytest.mark.parametrize("form", PARAM_FORMS)
+def test_each_parameter_form_reads_as_the_token_reader_reads_it(form, spy):
+    from nbjit.ptx import _Parser
+    from nbjit.signature import layout
+    chunks = [".param .u8 first", form]
+    fast = inspect_ptx(H + ".visible .entry k(\n\t" + ",\n\t".join(chunks) + "\n)\n{\nret;\n}\n").entries[0]
+    assert not spy["param"]  # read by the pattern
+    slow = layout([_Parser(H, None).param(c, i, 0, "kernel 'k'") for i, c in enumerate(chunks)])
+    assert fast.signature == slow and slow.params[1].offset > 0
+
+
+@pytest.mark.parametrize("usual,other", [
+    (".global .align 4 .u32 x;", ".global .u32 .align 4 x;"),
+    (".visible .global .align 8 .b8 t[16] = {1, 2};", ".visible .global .b8 .align 8 t[16] = {1, 2};"),
+    (".extern .shared .align 16 .b8 dsm[];", ".extern .shared .b8 .align 16 dsm[];"),
+    (".const .f64 c[0];", ".const .f64 .align 8 c[0];"),
+    (".common .global .align 8 .u64 env;", ".common .global .u64 .align 8 env;"),
+])
+def test_variables_of_the_usual_shape_read_as_the_token_reader_reads_them(usual, other):
+    assert inspect_ptx(H + usual + "\n").globals == inspect_ptx(H + other + "\n").globals
+
+
+@pytest.mark.parametrize("text,msg", [
+    (H + ".visible .entry k(.param .align 3 .b8 s[8])\n{\nret;\n}\n", "alignment 3 is not a power of two"),
+    (H + ".visible .entry k(.param .u64 .ptr .align 0 p)\n{\nret;\n}\n", "alignment 0 is not a power of two"),
+    (H + ".visible .entry k(.param .u65 p)\n{\nret;\n}\n", "unknown type or qualifier '.u65'"),
+    (H + ".visible .entry k(.param .u32 a,)\n{\nret;\n}\n", "parameter 1 of kernel 'k': expected '.param'"),
+    (H + ".visible .entry k(.param .u32 a, ( .param .u32 b)\n{\nret;\n}\n", "unbalanced parentheses"),
+    (H + ".visible .entry k(.param .u32 a b)\n{\nret;\n}\n", "unexpected 'b'"),
+])
+def test_shapes_the_patterns_leave_are_reported_by_the_token_reader(text, msg):
+    with pytest.raises(PtxParseError, match=re.escape(msg)):
+        inspect_ptx(text)
+
+
+def test_strip_finds_sections_through_their_word_and_dwarf_lines_in_and_out_of_them():
+    # sections are found by the literal '.section' at a line's start (after blanks); @@DWARF
+    # lines inside a section go with it, the others on their own; one after code on its
+    # line is left, and refused
+    text = (H + "@@DWARF .b8 1\n\t .section .debug_info {\n@@DWARF .b8 2\n.b8 3 // }\n}\n@@DWARF x\n"
+            ".visible .entry k()\n{\nret;\n}\n  .section\t.debug_str\n{\n.b8 0\n} // end\n")
+    assert strip_debug(text) == H + ".visible .entry k()\n{\nret;\n}\n"
+    assert strip_debug("/* c */\n" + text) == "/* c */\n" + H + ".visible .entry k()\n{\nret;\n}\n"
+    with pytest.raises(PtxParseError, match=r"cannot strip debug section \.debug_y") as e:
+        strip_debug(H + ".visible .entry k()\n{\nret;\n} .section .debug_y { .b8 1 }\n")
+    assert e.value.line == 7
+
+
+def test_many_stars_and_quotes_before_a_block_comment_or_a_brace_in_a_string():
+    # '/*' and strings holding braces are found through '*' and '"' (rare in PTX), the
+    # regex engine taking over after many: either way a comment hides what is in it
+    stars = "// " + "*" * 200 + "\n"
+    text = H + stars * 3 + "/* .visible .entry fake(){ret;} */\n.visible .entry k()\n{\nret;\n}\n"
+    assert [e.name for e in inspect_ptx(text).entries] == ["k"]
+    quotes = '.pragma "x";\n' * 100 + '.pragma "{";\n'
+    text = H + quotes + ".visible .entry k()\n{\nret;\n}\n"
+    assert [e.name for e in inspect_ptx(text).entries] == ["k"]
+
+
+# ------------------------------------------------------------------ the collector's pause
+
+
+def test_the_garbage_collector_is_as_it_was_after_reading():
+    import gc
+    text = read("nvcc/kernels_sm90.ptx")
+    assert gc.isenabled()
+    inspect_ptx(text)
+    assert gc.isenabled()
+    with pytest.raises(PtxParseError):
+        inspect_ptx(text[: len(text) // 2])
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        inspect_ptx(text)
+        assert not gc.isenabled()  # a collector the caller turned off stays off
+    finally:
+        gc.enable()
+
+
+def test_the_collector_is_paused_while_reading_and_back_when_every_thread_is_done():
+    import gc
+    import threading
+    seen, go = [], threading.Barrier(4)
+    real = __import__("nbjit.ptx", fromlist=["_Parser"])._Parser.parse
+
+    def parse(self):
+        seen.append(gc.isenabled())
+        go.wait(timeout=30)  # every thread is inside the reader at once
+        return real(self)
+
+    import nbjit.ptx
+    text = read("nvcc/kernels_sm90.ptx")
+    nbjit.ptx._Parser.parse = parse
+    try:
+        threads = [threading.Thread(target=inspect_ptx, args=(text,)) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        nbjit.ptx._Parser.parse = real
+    assert seen == [False] * 4 and gc.isenabled()

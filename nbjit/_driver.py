@@ -12,10 +12,10 @@ import ctypes
 import functools
 import os
 import struct
-from dataclasses import dataclass
 from typing import Any
 
 from . import _native
+from ._record import record
 from .errors import NbjitArgumentError, NbjitError, NbjitLaunchError, NbjitLoadError
 
 __all__: list[str] = []
@@ -207,7 +207,7 @@ def driver_version() -> int:
     return int(check(_cu().cuDriverGetVersion(), "cuDriverGetVersion"))
 
 
-@dataclass(frozen=True)
+@record
 class DeviceInfo:
     ordinal: int
     cc: tuple[int, int]
@@ -261,7 +261,7 @@ def context_device(ctx_handle: int) -> int | None:
 # ------------------------------------------------------------------ modules
 
 
-@dataclass
+@record(frozen=False)
 class Loaded:
     handle: object  # CUmodule
     info_log: str
@@ -386,7 +386,7 @@ def potential_block_size(func, dynamic_shared: int, limit: int = 0) -> tuple[int
 # ------------------------------------------------------------------ launching
 
 
-@dataclass(frozen=True)
+@record
 class Backend:
     """The launch primitive of the hot path: ``launch(func, gx, gy, gz, bx, by, bz, shared,
     stream, params) -> CUresult`` (an int, 0 on success), taking ``func`` and ``stream``

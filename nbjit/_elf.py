@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import os
 import struct
-from dataclasses import dataclass
 
+from ._record import record
 from .errors import ImageFormatError
 
 __all__ = ["ElfFile", "Section", "Symbol", "gnu_build_id"]
@@ -17,7 +17,7 @@ SHT_NOBITS = 8
 _MAX_SECTIONS = 1 << 16
 
 
-@dataclass(frozen=True)
+@record
 class Section:
     index: int
     name: str
@@ -30,7 +30,7 @@ class Section:
     entsize: int
 
 
-@dataclass(frozen=True)
+@record
 class Symbol:
     index: int
     name: str

@@ -7,9 +7,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from ._record import field, record
 from .arch import Arch
 from .cdecl import CParam
 from .cubin import CubinInfo, GlobalSymbol
@@ -27,7 +27,7 @@ class FactsError(ValueError):
     """Something in a facts record that this code does not write."""
 
 
-@dataclass(frozen=True)
+@record
 class Facts:
     """What nbjit read from a compiled image and its source, kept in its cache entry:
     ``declarations`` (the source's kernels' C declarations, ``{kernel: (origin, (CParam,

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Union
+
+from ._record import record
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -24,7 +25,7 @@ __all__ = ["Arch", "ArchLike", "existence_problem", "pick"]
 _PATTERN = re.compile(r"(sm|compute)?_?(\d+)([af]?)")
 
 
-@dataclass(frozen=True, eq=False)
+@record(eq=False)
 class Arch:
     """An architecture: ``number`` (90 for compute capability 9.0), ``variant`` (``""``,
     ``"a"`` arch-specific, ``"f"`` family) and whether it is ``virtual`` (PTX, ``compute_``).

@@ -22,13 +22,13 @@ import re
 import stat
 import tempfile
 import zipfile
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from . import _bundle_file
 from ._bundle_file import (FORMAT, MANIFEST, MAX_BUNDLE_BYTES, MAX_MANIFEST_BYTES, MAX_MEMBERS, VERSION, image_error,
                            is_image_name, load_bundle, open_bundle, records)
+from ._record import field, record
 from .arch import Arch
 from .errors import BundleError, ImageFormatError, NbjitError, NbjitLoadError
 from .image import Image, read_regular, sniff
@@ -53,7 +53,7 @@ class _Utf8Member(zipfile.ZipInfo):
         return self.filename.encode("utf-8"), self.flag_bits | _UTF8_NAMES
 
 
-@dataclass(frozen=True)
+@record
 class BundleEntry:
     """One payload of a bundle image: a cubin for a real architecture or PTX for a virtual
     one, stored as the member ``file``."""
@@ -79,7 +79,7 @@ class BundleEntry:
         return d
 
 
-@dataclass(frozen=True)
+@record
 class BundleImage:
     """One module of a bundle: its entries (one per architecture), what it was built from,
     and its kernels with the signatures ``kernel.params`` shows."""
@@ -112,7 +112,7 @@ class BundleImage:
         return d
 
 
-@dataclass(frozen=True)
+@record
 class BundleInfo:
     """What a bundle holds: its images, read and verified (every payload's digest checked)."""
 
@@ -350,7 +350,7 @@ def _kernels(name: str, entries: Iterable[BundleEntry], decls: Mapping, bad) -> 
 # ------------------------------------------------------------------ building
 
 
-@dataclass
+@record(frozen=False)
 class _Part:
     """One image being built: its entries and what it was made from."""
 

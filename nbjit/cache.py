@@ -32,7 +32,7 @@ import threading
 import time
 import warnings
 from collections import OrderedDict
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
@@ -41,6 +41,7 @@ try:
 except ImportError:  # not POSIX: no cross-process lock, each process compiles
     fcntl = None  # type: ignore[assignment]
 
+from ._record import field, record
 from .errors import NbjitCacheError, NbjitWarning
 from .pch import PCH_DIR, PCH_SUFFIX, writer_alive as _pch_writer_alive
 from .image import content_digest, content_hash, read_regular, read_regular_stat, write_output
@@ -90,7 +91,7 @@ def _warn(msg: str) -> None:
     warnings.warn(msg, NbjitWarning, stacklevel=4)
 
 
-@dataclass(frozen=True)
+@record
 class CacheEntry:
     """What a cache entry holds: the produced image and what came with it."""
 
@@ -747,7 +748,7 @@ class Cache:
 
 
 
-@dataclass
+@record(frozen=False)
 class _Listing:
     """One scan of a cache directory: (file, bytes, mtime) of each kind of file in it."""
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import bisect
 import functools
 import re
-from dataclasses import dataclass
+
+from ._record import record
 
 
 class _Pattern:
@@ -78,7 +79,7 @@ _VECTORS.update({"__half2": 4, "half2": 4, "__nv_bfloat162": 4, "nv_bfloat162": 
 _COMPLEX = _Pattern(r"(?:(?:\w+::)*)complex<(float|double|__half|half)>")
 
 
-@dataclass(frozen=True)
+@record
 class CParam:
     """One parameter's C type: ``base`` (``"float"``, ``"unsigned int"``, ``"Pair"``,
     ``"thrust::complex<float>"``), whether it is a pointer, and for pointers whether the
@@ -415,7 +416,7 @@ def source_declarations(source: str) -> dict[str, tuple[CParam, ...]]:
     return out
 
 
-@dataclass(frozen=True)
+@record
 class DeviceDeclaration:
     """An ``extern "C" __device__`` function a source declares or defines: the name a link
     resolves, its return and parameter types (None where they cannot be read without a

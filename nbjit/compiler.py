@@ -12,11 +12,11 @@ import shlex
 import sys
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from . import pch as _pch
 from ._facts import Facts
+from ._record import record
 from .arch import Arch, existence_problem
 from .cache import Cache, CacheEntry, cache_key, default_cache
 from .cdecl import source_declarations
@@ -35,7 +35,7 @@ __all__ = ["AssembledCubin", "assemble_ptx", "assemble_cached", "nvjitlink_versi
            "normalize_options", "CompileFailure"]
 
 
-@dataclass(frozen=True)
+@record
 class AssembledCubin:
     """A cubin produced by nvJitLink from PTX, with nvJitLink's info log."""
 
@@ -647,7 +647,7 @@ def _derive_facts(entry: CacheEntry, req: "CompileRequest") -> Facts | None:
     return Facts(decls, info, typed, ptxas_report(entry.log) if info is not None else {})
 
 
-@dataclass(frozen=True)
+@record
 class CompileRequest:
     """One NVRTC compile as data: what ``_key`` hashes and ``_run_nvrtc`` runs."""
 

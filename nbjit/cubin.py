@@ -7,9 +7,9 @@ shared/docs/FORMATS.md §4, each checked against cuobjdump.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 
 from ._elf import ElfFile
+from ._record import field, record
 from .arch import Arch
 from .errors import ImageFormatError
 from .signature import Directives, KernelInfo, KernelSignature, Param, find_entry
@@ -56,7 +56,7 @@ _ANNOTATES_SPILLS = 130
 _BINDINGS = {0: None, 1: "visible", 2: "weak"}
 
 
-@dataclass(frozen=True)
+@record
 class GlobalSymbol:
     """A module variable (``__device__``, ``__constant__``) found in a cubin's symbol table."""
 
@@ -69,7 +69,7 @@ class GlobalSymbol:
         return {"name": self.name, "space": self.space, "size": self.size, "section": self.section}
 
 
-@dataclass(frozen=True)
+@record
 class CubinInfo:
     """What nbjit reads from a cubin."""
 

@@ -6,11 +6,11 @@ the sizes the headers declare."""
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import Iterable
 
 from ._fatbin_write import (_F_ARCH_SPECIFIC, _F_FAMILY, _MAX_ENTRIES, FATBIN_MAGIC, MAX_ENTRY_BYTES,
                             MAX_TOTAL_BYTES, build_fatbin)
+from ._record import field, record
 from .arch import Arch, ArchLike, pick
 from .errors import ImageFormatError
 
@@ -26,7 +26,7 @@ _F_ZSTD = 0x8000
 _F_OPAQUE = 0x10000
 
 
-@dataclass(frozen=True)
+@record
 class FatbinEntry:
     """One image in a fatbin. ``payload`` is the (decompressed) image, or None where it is
     compressed in a way Python cannot undo here (zstd without the ``zstandard`` package, a
@@ -73,7 +73,7 @@ class FatbinEntry:
                 "ptx_version": list(self.ptx_version) if self.ptx_version else None}
 
 
-@dataclass(frozen=True)
+@record
 class FatbinInfo:
     """The entries of a fatbin (one or more containers back to back)."""
 

@@ -10,7 +10,6 @@ import os
 import re
 import secrets
 import stat
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Mapping, Union
 
@@ -19,6 +18,7 @@ if TYPE_CHECKING:
     from .fatbin import FatbinInfo
     from .ptx import PtxInfo
 
+from ._record import field, record
 from .arch import Arch
 from .errors import ImageFormatError
 
@@ -139,7 +139,7 @@ _BITCODE = (b"BC\xc0\xde", b"\xde\xc0\x17\x0b")  # LLVM bitcode, raw and wrapped
 _PTX_VERSION = re.compile(rb"^[ \t]*\.version[ \t]+\d+\.\d+", re.M)
 
 
-@dataclass(frozen=True)
+@record
 class Image:
     """Device code ready to load: ``data`` (bytes), ``kind`` ("ptx", "cubin", "fatbin"),
     ``name`` (for messages), the ``arch`` it was built for where known, the

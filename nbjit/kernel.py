@@ -9,7 +9,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 import numpy as np
@@ -17,6 +17,7 @@ import numpy as np
 from . import _driver, _native
 from ._driver import stream_handle
 from ._host import current_host
+from ._record import record
 from .args import _EXTRACTORS, ArgPacker, array_element, device_pointer
 from .errors import NbjitArgumentError, NbjitLaunchError
 from .signature import KernelInfo, KernelSignature, Param
@@ -33,7 +34,7 @@ _MAX_CONFIGS = 256
 _MULTI: list = [None]
 
 
-@dataclass(frozen=True)
+@record
 class KernelAttributes:
     """What the driver says about a loaded kernel."""
 
@@ -150,7 +151,7 @@ class _State:
             return self.tls.buf
 
 
-@dataclass(frozen=True)
+@record
 class LaunchConfig:
     """How to launch: grid and block (3 ints each), stream, dynamic shared memory bytes,
     cluster shape, whether the launch is cooperative and whether it is a programmatic

@@ -13,10 +13,10 @@ import os
 import re
 import sys
 import types
-from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from . import compiler as _c, pch as _pch
+from ._record import record
 from .arch import Arch
 from .cache import Cache, CacheEntry, cache_key, default_cache
 from .cdecl import CParam, DeviceDeclaration, demangled_text, device_declarations, parse_ctype, scalar_facts
@@ -38,7 +38,7 @@ _TWICE = re.compile(r"globals named '([^'\n]+)': symbol multiply defined|Multipl
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")  # Numba's error colours
 
 
-@dataclass(frozen=True)
+@record
 class _Input:
     """One link input, read: its kind ("python", "source" or one of nvJitLink's
     ``compiler.LINK_INPUT_KINDS``), its label in messages (and in nvJitLink's log), and what

@@ -13,9 +13,9 @@ PTX, and a ``debug`` target compiles unoptimised):
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
+from ._record import field, record
 from .arch import Arch, pick
 from .errors import NbjitLoadError
 from .image import Image
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 __all__ = ["Plan", "Assemble", "plan"]
 
 
-@dataclass(frozen=True)
+@record
 class Assemble:
     """A step the plan needs done on the host: PTX assembled to a cubin by nvJitLink."""
 
@@ -44,7 +44,7 @@ class Assemble:
     ptx_version: tuple[int, int]
 
 
-@dataclass(frozen=True)
+@record
 class Plan:
     """What to load: ``data`` of ``kind`` ("ptx" NUL-terminated, "cubin", "fatbin"), the
     inspection that gives kernel layouts (``info``), the ``route`` a PTX takes, a ``note`` for

@@ -8,11 +8,11 @@ import types
 import warnings
 import weakref
 import zlib
-from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from . import _driver
 from ._host import current_host, host_of
+from ._record import record
 from .arch import Arch
 from .args import parse_signature
 from .cdecl import demangle, demangled_text
@@ -25,7 +25,7 @@ from .signature import KernelInfo, KernelSignature, Param, SignatureConflict, me
 __all__ = ["Module", "DeviceGlobal", "load", "compile", "compile_many", "from_numba"]
 
 
-@dataclass(frozen=True)
+@record
 class DeviceGlobal:
     """A module-scope ``__device__`` / ``__constant__`` variable: its device address and size."""
 

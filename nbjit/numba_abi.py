@@ -22,11 +22,11 @@ are not supported here: ``NumbaAbiError`` says so.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 import numpy as np
 
+from ._record import record
 from .cdecl import MAX_DEMANGLED, mangled_tree, scalar_facts
 from .errors import NbjitLoadError
 from .signature import RESOURCES, KernelInfo, KernelSignature, Param
@@ -47,7 +47,7 @@ class NumbaAbiError(NbjitLoadError):
     """A Numba kernel whose arguments nbjit cannot pass (tuples, records by value, ...)."""
 
 
-@dataclass(frozen=True)
+@record
 class NumbaArray:
     """An array argument: element ``dtype`` (None where a name does not say, e.g. records),
     ``ndim``, ``layout`` ("C", "F" or "A": any strides), whether it is read-only, and the
@@ -65,7 +65,7 @@ class NumbaArray:
         return f"{'readonly ' if self.readonly else ''}array({d}, {self.ndim}d, {self.layout})"
 
 
-@dataclass(frozen=True)
+@record
 class NumbaScalar:
     """A scalar argument of ``dtype`` (complex ones take two parameters under numba-cuda's
     ``model``, one under numba-cuda-mlir's)."""

@@ -11,8 +11,8 @@ block needs it), as ``cuOccupancyMaxActiveBlocksPerMultiprocessor`` assumes.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 
+from ._record import record
 from .arch import Arch
 from .errors import NbjitArgumentError
 from .signature import KernelInfo
@@ -22,7 +22,7 @@ __all__ = ["Occupancy", "SMLimits", "sm_limits", "occupancy"]
 KIB = 1024
 
 
-@dataclass(frozen=True)
+@record
 class SMLimits:
     """What one SM of a compute capability offers (the numbers cudaGetDeviceProperties gives)."""
 
@@ -75,7 +75,7 @@ def sm_limits(arch: Arch | str | int) -> SMLimits:
     return limits
 
 
-@dataclass(frozen=True)
+@record
 class Occupancy:
     """Resident blocks per SM for one kernel, block size and dynamic shared memory."""
 

@@ -20,8 +20,9 @@ import os
 import re
 import sys
 import threading
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
+from ._record import field, record
 from .errors import PtxParseError
 from .signature import (SCALAR_TYPES, Directives, KernelInfo, KernelSignature, find_entry, layout, maker,
                         param_shape, place)
@@ -44,7 +45,7 @@ __all__ = [
 # --------------------------------------------------------------------------- data
 
 
-@dataclass(frozen=True)
+@record
 class FuncInfo:
     """A ``.func`` device function (definition or ``.extern`` declaration)."""
 
@@ -61,7 +62,7 @@ class FuncInfo:
         return d
 
 
-@dataclass(frozen=True)
+@record
 class GlobalVar:
     """A module-scope variable. ``size`` is None for an unsized ``.extern .shared x[]``
     (dynamic shared memory)."""
@@ -83,7 +84,7 @@ class GlobalVar:
                 "align": self.align, "linkage": self.linkage, "initialized": self.initialized}
 
 
-@dataclass(frozen=True)
+@record
 class DebugInfo:
     """What debug information a PTX text carries."""
 
@@ -125,7 +126,7 @@ _LEGACY_META = {
 }
 
 
-@dataclass(frozen=True)
+@record
 class PtxInfo:
     """Everything nbjit reads from a PTX module."""
 

@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, fields
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from ._record import record
 from .cdecl import demangle, element_of, scalar_facts
 
 __all__ = ["Param", "KernelSignature", "Directives", "KernelInfo", "RESOURCES", "SCALAR_TYPES", "layout", "find_entry",
@@ -23,7 +24,7 @@ SCALAR_TYPES: dict[str, int] = {
 }
 
 
-@dataclass(frozen=True)
+@record
 class Param:
     """One kernel parameter and its place in the parameter buffer.
 
@@ -111,7 +112,7 @@ class Param:
         return p
 
 
-@dataclass(frozen=True)
+@record
 class KernelSignature:
     """The ordered parameters of a kernel and the size of its parameter buffer."""
 
@@ -183,7 +184,7 @@ def place(params: Iterable[tuple[str, tuple[int, int, dict]]]) -> KernelSignatur
     return KernelSignature(tuple(out), off)
 
 
-@dataclass(frozen=True)
+@record
 class Directives:
     """Per-kernel performance directives (PTX) or their cubin attribute equivalents."""
 
@@ -242,7 +243,7 @@ _DIRECTIVE_KINDS = {"maxntid": tuple, "reqntid": tuple, "minnctapersm": int, "ma
 RESOURCES = ("registers", "shared", "const", "local", "stack", "frame", "spills", "barriers")
 
 
-@dataclass(frozen=True)
+@record
 class KernelInfo:
     """A kernel entry: its name, parameters and launch directives.
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 import itertools
 import operator
 import re
-from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
 
+from ._record import record
 from .errors import NbjitArgumentError
 
 __all__ = ["TensorMap", "TensorMapPlan", "plan_tiled", "plan_from_interface", "whole_numbers",
@@ -39,7 +39,7 @@ _L2 = {"none": "NONE", "64B": "L2_64B", "128B": "L2_128B", "256B": "L2_256B"}
 _OOB = {"zero": "NONE", "nan": "NAN_REQUEST_ZERO_FMA"}
 
 
-@dataclass(frozen=True)
+@record
 class TensorMapPlan:
     """The arguments of ``cuTensorMapEncodeTiled``, checked: enum names (without their
     ``CU_TENSOR_MAP_..._`` prefix) and the driver's dimension order (innermost first)."""

@@ -14,7 +14,7 @@ import re
 import stat
 import threading
 import warnings
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -26,6 +26,7 @@ import numpy as np
 
 from . import _driver
 from ._host import current_host
+from ._record import field, record
 from .arch import Arch
 from .args import device_pointer
 from .errors import NbjitArgumentError, NbjitLoadError, NbjitWarning
@@ -49,7 +50,7 @@ DEFAULTS: dict[str, int] = {
 __all__ = ["TritonMeta", "TritonKernel", "read_triton", "load_triton", "from_module", "launch_rules"]
 
 
-@dataclass(frozen=True)
+@record
 class TritonMeta:
     """Triton's launch metadata for one compiled kernel."""
 
@@ -85,7 +86,7 @@ class TritonMeta:
         return self.global_scratch_size * programs, self.profile_scratch_size * programs
 
 
-@dataclass(frozen=True)
+@record
 class TensorDescMeta:
     """How Triton compiled one host-side tensor descriptor argument (its ``tensordesc_meta``):
     the tensor map's swizzle (0 none, 1 32B, 2 64B, 3 128B), element size and type (Triton's
@@ -237,7 +238,7 @@ def _from_ptx_comments(meta: dict, source: str) -> TritonMeta:
     return TritonMeta(**{**m.__dict__, "source": "ptx comments"})
 
 
-@dataclass(frozen=True)
+@record
 class TritonArtifacts:
     """Where a Triton kernel's files are: metadata and the images beside it."""
 

@@ -1,0 +1,167 @@
+"""Records: nbjit's result and parameter classes, made as ``dataclasses.dataclass`` makes them
+(the same fields, ``__init__``, ``repr``, equality, hashing, frozen-ness and ``__post_init__``;
+``dataclasses.fields``, ``replace``, ``asdict`` and ``is_dataclass`` work on them), without
+generating and compiling Python source for each class.
+
+``dataclass`` compiles each class's ``__init__``, ``__repr__``, ``__eq__``, ``__hash__``,
+``__setattr__`` and ``__delattr__`` from text: ~1.5 ms a class, and a package's first kernel
+from a bundle imports ~15 of these classes (issue 26: nbjit's share of that process's time).
+Here each method is a closure over the class's field table, made in microseconds.
+Only what nbjit uses is offered: ``frozen`` and ``eq``; fields with a default, a
+``default_factory``, ``repr=False``, ``compare=False``; no ``order``, ``slots``, ``kw_only``,
+``InitVar`` or ``ClassVar`` (refused, so a new use is noticed)."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import MISSING, Field, FrozenInstanceError, field
+
+__all__ = ["record", "field"]
+
+_FIELD = dataclasses._FIELD  # (what dataclasses.fields() looks for in a Field: a field proper)
+_setattr = object.__setattr__
+
+
+def record(cls: type | None = None, /, *, frozen: bool = True, eq: bool = True):
+    """``@record`` / ``@record(frozen=False, eq=False)``: ``cls`` made a dataclass (as
+    ``@dataclass(frozen=frozen, eq=eq)`` would make it)."""
+    def wrap(c: type) -> type:
+        return _make(c, frozen, eq)
+    return wrap if cls is None else wrap(cls)
+
+
+def _fields_of(cls: type) -> dict[str, Field]:
+    out: dict[str, Field] = {}
+    for base in reversed(cls.__mro__[1:]):
+        out.update(getattr(base, "__dataclass_fields__", {}))
+    for name, kind in cls.__dict__.get("__annotations__", {}).items():
+        text = kind if isinstance(kind, str) else getattr(kind, "__name__", "")
+        if text.startswith(("ClassVar", "InitVar", "typing.ClassVar", "dataclasses.InitVar", "KW_ONLY")):
+            raise TypeError(f"{cls.__name__}.{name}: record() takes plain fields only")
+        value = cls.__dict__.get(name, MISSING)
+        f = value if isinstance(value, Field) else field(default=value)
+        if f.kw_only is True or f.init is False:
+            raise TypeError(f"{cls.__name__}.{name}: record() takes no kw_only or init=False fields")
+        if f.default is not MISSING and f.default_factory is not MISSING:
+            raise ValueError(f"{cls.__name__}.{name}: cannot give both default and default_factory")
+        if f.default is not MISSING and f.default.__class__.__hash__ is None:
+            raise ValueError(f"{cls.__name__}.{name}: mutable default {type(f.default)} is not allowed: "
+                             "use default_factory")
+        f.name, f.type, f._field_type = name, kind, _FIELD
+        if f.kw_only is MISSING:
+            f.kw_only = False
+        if f.default is MISSING:
+            if isinstance(value, Field):
+                delattr(cls, name)
+        else:
+            setattr(cls, name, f.default)
+        out[name] = f
+    return out
+
+
+def _make(cls: type, frozen: bool, eq: bool) -> type:
+    fields = _fields_of(cls)
+    names = tuple(fields)
+    qual = cls.__qualname__
+    defaults = {n: f.default for n, f in fields.items() if f.default is not MISSING}
+    factories = {n: f.default_factory for n, f in fields.items() if f.default_factory is not MISSING}
+    required = [n for n in names if n not in defaults and n not in factories]
+    for later, name in zip(names[1:], names):  # (as dataclasses: no required field after a default)
+        if name not in required and later in required:
+            raise TypeError(f"non-default argument {later!r} follows default argument")
+    post_init = getattr(cls, "__post_init__", None)
+    count = len(names)
+    takes = f"{count + 1}" if len(required) == count else f"from {len(required) + 1} to {count + 1}"
+
+    def __init__(self, *args, **kwargs):
+        if len(args) > count:
+            raise TypeError(f"{qual}.__init__() takes {takes} positional arguments but "
+                            f"{len(args) + 1} were given")
+        d = dict(zip(names, args))
+        if kwargs:
+            for k in kwargs:
+                if k in d:
+                    raise TypeError(f"{qual}.__init__() got multiple values for argument {k!r}")
+                if k not in fields:
+                    raise TypeError(f"{qual}.__init__() got an unexpected keyword argument {k!r}")
+            d.update(kwargs)
+        if len(d) < count:
+            missing = [n for n in required if n not in d]
+            if missing:
+                raise TypeError(f"{qual}.__init__() missing {len(missing)} required positional "
+                                f"argument{'s' if len(missing) > 1 else ''}: "
+                                + ", ".join(repr(n) for n in missing))
+            for n, v in defaults.items():
+                d.setdefault(n, v)
+            for n, make in factories.items():
+                if n not in d:
+                    d[n] = make()
+        if len(args) < count:
+            d = {n: d[n] for n in names}  # (the fields' own order, as dataclasses sets them)
+        _setattr(self, "__dict__", d)
+        if post_init is not None:
+            post_init(self)
+
+    cls.__init__ = _named(cls, "__init__", __init__)
+    shown = tuple(n for n, f in fields.items() if f.repr)
+    if "__repr__" not in cls.__dict__:
+        active: set = set()
+
+        def __repr__(self):
+            key = id(self)  # (as dataclasses: a record that holds itself is shown as ...)
+            if key in active:
+                return "..."
+            active.add(key)
+            try:
+                d = self.__dict__
+                return f"{type(self).__qualname__}(" + ", ".join(f"{n}={d[n]!r}" for n in shown) + ")"
+            finally:
+                active.discard(key)
+
+        cls.__repr__ = _named(cls, "__repr__", __repr__)
+    compared = tuple(n for n, f in fields.items() if f.compare)
+    if eq and "__eq__" not in cls.__dict__:
+        def __eq__(self, other):
+            if other.__class__ is not self.__class__:
+                return NotImplemented
+            a, b = self.__dict__, other.__dict__
+            return tuple(a[n] for n in compared) == tuple(b[n] for n in compared)
+
+        cls.__eq__ = _named(cls, "__eq__", __eq__)
+    hashed = tuple(n for n, f in fields.items() if (f.compare if f.hash is None else f.hash))
+    if "__hash__" not in cls.__dict__ or (eq and cls.__dict__["__hash__"] is None):
+        if eq and frozen:
+            def __hash__(self):
+                d = self.__dict__
+                return hash(tuple(d[n] for n in hashed))
+
+            cls.__hash__ = _named(cls, "__hash__", __hash__)
+        elif eq:
+            cls.__hash__ = None  # (as dataclasses: equal by value and mutable, so unhashable)
+    if frozen:
+        for name in ("__setattr__", "__delattr__"):
+            if name in cls.__dict__:
+                raise TypeError(f"cannot overwrite attribute {name} in class {cls.__name__}")
+
+        def __setattr__(self, name, value):
+            if type(self) is cls or name in fields:
+                raise FrozenInstanceError(f"cannot assign to field {name!r}")
+            _setattr(self, name, value)
+
+        def __delattr__(self, name):
+            if type(self) is cls or name in fields:
+                raise FrozenInstanceError(f"cannot delete field {name!r}")
+            object.__delattr__(self, name)
+
+        cls.__setattr__ = _named(cls, "__setattr__", __setattr__)
+        cls.__delattr__ = _named(cls, "__delattr__", __delattr__)
+    cls.__dataclass_fields__ = fields
+    cls.__match_args__ = names
+    if "__doc__" not in cls.__dict__ or cls.__doc__ is None:
+        cls.__doc__ = f"{cls.__name__}({', '.join(names)})"
+    return cls
+
+
+def _named(cls: type, name: str, f):
+    f.__qualname__ = f"{cls.__qualname__}.{name}"
+    f.__module__ = cls.__module__
+    return f

@@ -15,7 +15,7 @@ import struct
 from typing import Any
 
 from . import _native
-from ._record import record
+from ._defs import record
 from .errors import NbjitArgumentError, NbjitError, NbjitLaunchError, NbjitLoadError
 
 __all__: list[str] = []

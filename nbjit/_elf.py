@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import struct
 
-from ._record import record
+from ._defs import record
 from .errors import ImageFormatError
 
 __all__ = ["ElfFile", "Section", "Symbol", "gnu_build_id"]

@@ -9,7 +9,7 @@ import functools
 import os
 from typing import Any, Mapping
 
-from ._record import field, record
+from ._defs import field, record
 from .arch import Arch
 from .cdecl import CParam
 from .cubin import CubinInfo, GlobalSymbol

@@ -8,6 +8,7 @@ import re
 import struct
 from typing import Iterable
 
+from ._defs import Pattern
 from .arch import Arch, ArchLike
 from .errors import ImageFormatError
 
@@ -25,7 +26,7 @@ MAX_TOTAL_BYTES = 512 << 20
 _CONTAINER_HEADER = 16
 
 
-_PTX_VERSION = re.compile(rb"^[ \t]*\.version[ \t]+(\d+)\.(\d+)", re.M)
+_PTX_VERSION = Pattern(rb"^[ \t]*\.version[ \t]+(\d+)\.(\d+)", re.M)
 
 
 def build_fatbin(entries: Iterable[tuple[str, ArchLike, bytes]], *, source: str | None = None) -> bytes:

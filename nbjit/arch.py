@@ -12,17 +12,16 @@ The rule (CUDA's compatibility rules for SASS and PTX):
 from __future__ import annotations
 
 import functools
-import re
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING
 
-from ._record import record
+from ._defs import Pattern, record
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
 __all__ = ["Arch", "ArchLike", "existence_problem", "pick"]
 
-_PATTERN = re.compile(r"(sm|compute)?_?(\d+)([af]?)")
+_PATTERN = Pattern(r"(sm|compute)?_?(\d+)([af]?)")
 
 
 @record(eq=False)
@@ -103,7 +102,7 @@ class Arch:
         return dev // 10 == self.major and dev >= self.number
 
 
-ArchLike = Union[Arch, str, int, "tuple[int, int]"]
+ArchLike = Arch | str | int | tuple[int, int]
 
 # The compute capabilities of the chips NVIDIA has shipped (CUDA 13's list; sm_101 was renamed
 # sm_110). A number between them names no device; one above the last may be a newer chip.

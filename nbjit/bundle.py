@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 from . import _bundle_file
 from ._bundle_file import (FORMAT, MANIFEST, MAX_BUNDLE_BYTES, MAX_MANIFEST_BYTES, MAX_MEMBERS, VERSION, image_error,
                            is_image_name, load_bundle, open_bundle, records)
-from ._record import field, record
+from ._defs import field, record
 from .arch import Arch
 from .errors import BundleError, ImageFormatError, NbjitError, NbjitLoadError
 from .image import Image, read_regular, sniff

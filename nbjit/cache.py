@@ -41,7 +41,7 @@ try:
 except ImportError:  # not POSIX: no cross-process lock, each process compiles
     fcntl = None  # type: ignore[assignment]
 
-from ._record import field, record
+from ._defs import field, record
 from .errors import NbjitCacheError, NbjitWarning
 from .pch import PCH_DIR, PCH_SUFFIX, writer_alive as _pch_writer_alive
 from .image import content_digest, content_hash, read_regular, read_regular_stat, write_output

@@ -12,32 +12,14 @@ import bisect
 import functools
 import re
 
-from ._record import record
-
-
-class _Pattern:
-    """A regular expression compiled on first use, then used as ``re.compile`` made it:
-    most of this module's read CUDA sources and Triton IR, which typing a cached kernel or a
-    kernel bundle's never does (compiling them all took most of the module's import)."""
-
-    __slots__ = ("_args", "_compiled")
-
-    def __init__(self, pattern: str, flags: int = 0):
-        self._args = (pattern, flags)
-        self._compiled = None
-
-    def __getattr__(self, name: str):
-        compiled = self._compiled
-        if compiled is None:
-            compiled = self._compiled = re.compile(*self._args)
-        return getattr(compiled, name)
+from ._defs import Pattern, record
 
 
 # patterns used on every call, compiled once (on first use)
-_EXTERN_C = _Pattern(r'extern\s+"C"')
-_TRAILING_NAME = _Pattern(r"(?<!\w)([A-Za-z_]\w*)\s*$")  # (?<!\w): each word tried once
-_VOID = _Pattern(r"\bvoid\b")
-_NOT_NEWLINE = _Pattern(r"[^\n]")
+_EXTERN_C = Pattern(r'extern\s+"C"')
+_TRAILING_NAME = Pattern(r"(?<!\w)([A-Za-z_]\w*)\s*$")  # (?<!\w): each word tried once
+_VOID = Pattern(r"\bvoid\b")
+_NOT_NEWLINE = Pattern(r"[^\n]")
 
 __all__ = ["CParam", "DeviceDeclaration", "scalar_facts", "demangle", "demangled_text", "source_declarations",
            "device_declarations", "triton_ir_signatures", "parse_ctype", "element_of"]
@@ -76,7 +58,7 @@ _VECTOR_BASE = {"char": 1, "uchar": 1, "short": 2, "ushort": 2, "int": 4, "uint"
                 "longlong": 8, "ulonglong": 8, "float": 4, "double": 8}
 _VECTORS: dict[str, int] = {f"{b}{n}": s * n for b, s in _VECTOR_BASE.items() for n in (1, 2, 3, 4)}
 _VECTORS.update({"__half2": 4, "half2": 4, "__nv_bfloat162": 4, "nv_bfloat162": 4})
-_COMPLEX = _Pattern(r"(?:(?:\w+::)*)complex<(float|double|__half|half)>")
+_COMPLEX = Pattern(r"(?:(?:\w+::)*)complex<(float|double|__half|half)>")
 
 
 @record
@@ -138,7 +120,7 @@ MAX_DEMANGLED = 1 << 16
 # A name nested in a name (``L_Z...E``, a template argument naming a function or object) is
 # read by the library's own top level, whose search for equal substitutions is quadratic:
 # only short ones are read.
-_LONG_NESTED_NAME = _Pattern(r"L_Z[^E]{256}")
+_LONG_NESTED_NAME = Pattern(r"L_Z[^E]{256}")
 
 
 @functools.lru_cache(maxsize=4096)
@@ -355,20 +337,20 @@ def _from_node(node) -> CParam | None:
 # comment). An unterminated comment runs to the end, an unterminated string to the end of
 # its line, and a character literal is short: each match ends where the scan for it ends,
 # so no text is read twice.
-_COMMENTS = _Pattern(r"""//[^\n]*|/\*(?:.*?\*/|.*)|"(?:\\.|[^"\\\n])*"?|'(?:\\.|[^'\\\n]){1,10}'""", re.S)
-_EXTERN_BLOCK = _Pattern(r'extern\s+"C"\s*\{')
-_KERNEL = _Pattern(r"__global__\b")
-_ATTRS = _Pattern(r"\b(?:__launch_bounds__|__cluster_dims__|__maxnreg__|__attribute__)\s*\((?:[^()]|\([^()]*\))*\)")
+_COMMENTS = Pattern(r"""//[^\n]*|/\*(?:.*?\*/|.*)|"(?:\\.|[^"\\\n])*"?|'(?:\\.|[^'\\\n]){1,10}'""", re.S)
+_EXTERN_BLOCK = Pattern(r'extern\s+"C"\s*\{')
+_KERNEL = Pattern(r"__global__\b")
+_ATTRS = Pattern(r"\b(?:__launch_bounds__|__cluster_dims__|__maxnreg__|__attribute__)\s*\((?:[^()]|\([^()]*\))*\)")
 # Preprocessor lines as a declaration's head holds them: the head runs from the last ';', '{'
 # or '}' to __global__, and its start counts as a line's.
-_PREPROCESSOR = _Pattern(r"(?:^|(?<=[;{}]))[ \t]*#[^\n;{}]*", re.M)
-_QUALIFIERS = _Pattern(r"\b(?:__restrict__|__restrict|restrict|__grid_constant__|volatile|struct|class|"
+_PREPROCESSOR = Pattern(r"(?:^|(?<=[;{}]))[ \t]*#[^\n;{}]*", re.M)
+_QUALIFIERS = Pattern(r"\b(?:__restrict__|__restrict|restrict|__grid_constant__|volatile|struct|class|"
                        r"enum|register|__device__|__constant__|__shared__)\b")
-_TEMPLATE = _Pattern("template")
-_HASH = _Pattern("#")
-_DELIMITER = _Pattern(r"[;{}]")
-_PAREN = _Pattern(r"[()]")
-_BRACE = _Pattern(r"[{}]")
+_TEMPLATE = Pattern("template")
+_HASH = Pattern("#")
+_DELIMITER = Pattern(r"[;{}]")
+_PAREN = Pattern(r"[()]")
+_BRACE = Pattern(r"[{}]")
 _MAX_PARAMS = 65536  # characters of a parameter list read at most
 
 
@@ -431,9 +413,9 @@ class DeviceDeclaration:
     defines: bool = False
 
 
-_DEVICE = re.compile(r"__device__\b")
-_FUNC_WORDS = re.compile(r"\b(?:static|inline|__inline__|__forceinline__|__noinline__|extern|__host__|constexpr)\b")
-_STRING_C = re.compile(r'"C"')
+_DEVICE = Pattern(r"__device__\b")
+_FUNC_WORDS = Pattern(r"\b(?:static|inline|__inline__|__forceinline__|__noinline__|extern|__host__|constexpr)\b")
+_STRING_C = Pattern(r'"C"')
 
 
 def device_declarations(source: str) -> dict[str, DeviceDeclaration]:
@@ -487,7 +469,7 @@ def _blank_comment(m: re.Match) -> str:
     return s if s[0] in "\"'" else _NOT_NEWLINE.sub(" ", s)
 
 
-def _starts(pattern: "re.Pattern | _Pattern", text: str) -> list[int]:
+def _starts(pattern: "re.Pattern | Pattern", text: str) -> list[int]:
     return [m.start() for m in pattern.finditer(text)]
 
 
@@ -497,7 +479,7 @@ def _any_within(matches: list[re.Match], lo: int, hi: int) -> bool:
     return i < len(matches) and matches[i].end() <= hi
 
 
-def _matching(text: str, pattern: "re.Pattern | _Pattern", opener: str) -> dict[int, int]:
+def _matching(text: str, pattern: "re.Pattern | Pattern", opener: str) -> dict[int, int]:
     """``{position of an opening bracket: position of its closing one}`` for the brackets
     ``pattern`` finds (one kind), in one pass; an unclosed one is left out."""
     out, stack = {}, []
@@ -557,7 +539,7 @@ def _param_list(text: str) -> tuple[CParam, ...] | None:
     return tuple(out)
 
 
-_WORDS = _Pattern(r"[A-Za-z_]\w*(?:::[A-Za-z_]\w*)*|\*|&")
+_WORDS = Pattern(r"[A-Za-z_]\w*(?:::[A-Za-z_]\w*)*|\*|&")
 
 
 def parse_ctype(text: str, *, named: bool = False) -> CParam | None:
@@ -598,8 +580,8 @@ def _is_type_words(words: list[str]) -> bool:
 
 # ------------------------------------------------------------------ Triton IR
 
-_TT_FUNC = _Pattern(r"tt\.func\s+(?:public\s+|private\s+)?@([\w$.]+)\s*\(")
-_TT_ARG = _Pattern(r"%([\w.]+)\s*:\s*((?:!tt\.ptr<[^>]*>)|[\w.]+)")
+_TT_FUNC = Pattern(r"tt\.func\s+(?:public\s+|private\s+)?@([\w$.]+)\s*\(")
+_TT_ARG = Pattern(r"%([\w.]+)\s*:\s*((?:!tt\.ptr<[^>]*>)|[\w.]+)")
 _TT_SCALARS = {"f32": "float", "f64": "double", "f16": "__half", "bf16": "__nv_bfloat16", "i1": "bool",
                "i8": "signed char", "i16": "short", "i32": "int", "i64": "long", "ui8": "unsigned char",
                "ui16": "unsigned short", "ui32": "unsigned int", "ui64": "unsigned long"}
@@ -637,7 +619,7 @@ def triton_ir_signatures(ttir: str) -> dict[str, tuple[CParam, ...]]:
     return out
 
 
-_PARENS = _Pattern(r"[()]")
+_PARENS = Pattern(r"[()]")
 
 
 def _list_end(text: str, start: int, end: int) -> int | None:

@@ -16,7 +16,7 @@ from typing import Iterable, Mapping
 
 from . import pch as _pch
 from ._facts import Facts
-from ._record import record
+from ._defs import record
 from .arch import Arch, existence_problem
 from .cache import Cache, CacheEntry, cache_key, default_cache
 from .cdecl import source_declarations

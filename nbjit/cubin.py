@@ -9,7 +9,7 @@ from __future__ import annotations
 import struct
 
 from ._elf import ElfFile
-from ._record import field, record
+from ._defs import field, record
 from .arch import Arch
 from .errors import ImageFormatError
 from .signature import Directives, KernelInfo, KernelSignature, Param, find_entry

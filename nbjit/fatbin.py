@@ -10,7 +10,7 @@ from typing import Iterable
 
 from ._fatbin_write import (_F_ARCH_SPECIFIC, _F_FAMILY, _MAX_ENTRIES, FATBIN_MAGIC, MAX_ENTRY_BYTES,
                             MAX_TOTAL_BYTES, build_fatbin)
-from ._record import field, record
+from ._defs import field, record
 from .arch import Arch, ArchLike, pick
 from .errors import ImageFormatError
 

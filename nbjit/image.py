@@ -11,14 +11,14 @@ import re
 import secrets
 import stat
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Mapping, Union
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Mapping
 
 if TYPE_CHECKING:
     from .cubin import CubinInfo
     from .fatbin import FatbinInfo
     from .ptx import PtxInfo
 
-from ._record import field, record
+from ._defs import Pattern, field, record
 from .arch import Arch
 from .errors import ImageFormatError
 
@@ -136,7 +136,7 @@ _FATBIN = b"\x50\xed\x55\xba"
 _FATBIN_WRAPPER = b"\xb1\x43\x62\x46"  # __fatBinC_Wrapper_t magic 0x466243B1
 _LTOIR = b"\xed\x43\x4e\x7f"  # NVVM LTO-IR (nvcc/NVRTC -dlto)
 _BITCODE = (b"BC\xc0\xde", b"\xde\xc0\x17\x0b")  # LLVM bitcode, raw and wrapped
-_PTX_VERSION = re.compile(rb"^[ \t]*\.version[ \t]+\d+\.\d+", re.M)
+_PTX_VERSION = Pattern(rb"^[ \t]*\.version[ \t]+\d+\.\d+", re.M)
 
 
 @record
@@ -226,7 +226,7 @@ def content_digest(data: bytes) -> str:
     return content_hash(data).hex()
 
 
-ImageLike = Union[Image, bytes, bytearray, memoryview, str, os.PathLike]
+ImageLike = Image | bytes | bytearray | memoryview | str | os.PathLike
 
 
 def sniff(data: bytes, name: str = "<image>") -> str:

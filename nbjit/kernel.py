@@ -10,14 +10,14 @@ import ctypes
 import functools
 import threading
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
 from . import _driver, _native
 from ._driver import stream_handle
 from ._host import current_host
-from ._record import record
+from ._defs import record
 from .args import _EXTRACTORS, ArgPacker, array_element, device_pointer
 from .errors import NbjitArgumentError, NbjitLaunchError
 from .signature import KernelInfo, KernelSignature, Param
@@ -685,7 +685,8 @@ class _ExtendedLauncher(_PyLauncher):
                                  cooperative=c.cooperative, cluster=c.cluster, pdl=c.pdl)
 
 
-class LauncherSpec(NamedTuple):
+@record
+class LauncherSpec:
     """What nbjit's C ``Launcher`` is made from (``_launch.c`` reads these by name)."""
 
     func: int  # the CUfunction's address

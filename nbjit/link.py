@@ -16,7 +16,7 @@ import types
 from typing import Any, Iterable, Mapping
 
 from . import compiler as _c, pch as _pch
-from ._record import record
+from ._defs import record
 from .arch import Arch
 from .cache import Cache, CacheEntry, cache_key, default_cache
 from .cdecl import CParam, DeviceDeclaration, demangled_text, device_declarations, parse_ctype, scalar_facts

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
-from ._record import field, record
+from ._defs import field, record
 from .arch import Arch, pick
 from .errors import NbjitLoadError
 from .image import Image

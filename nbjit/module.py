@@ -12,7 +12,7 @@ from typing import Any, Iterable, Mapping
 
 from . import _driver
 from ._host import current_host, host_of
-from ._record import record
+from ._defs import Pattern, record
 from .arch import Arch
 from .args import parse_signature
 from .cdecl import demangle, demangled_text
@@ -801,7 +801,7 @@ def _device_arch(ctx) -> Arch:
     return Arch.parse(host.context_cc(ctx) if ctx is not None else host.current_cc())
 
 
-_NO_SPACE = re.compile(r"\s+")
+_NO_SPACE = Pattern(r"\s+")
 # the last letters of compiler.SOURCE_SUFFIXES (.cu, .cuh, .cuda), either case: a str ending
 # so may be a path (tests/test_module.py holds the two together)
 _PATH_ENDS = frozenset("uhaUHA")
@@ -878,5 +878,5 @@ def from_numba(dispatcher: Any, signature: Any) -> Kernel:
 
 # Functions a PTX may call that the driver's JIT provides (PTX ISA, "System calls");
 # any other `.extern .func` is defined in code the host's linker adds.
-_EXTERN_FUNC = re.compile(r"^\s*\.extern\s+\.func\s*(?:\([^)]*\)\s*)?([A-Za-z_$%][\w$]*)", re.M)
+_EXTERN_FUNC = Pattern(r"^\s*\.extern\s+\.func\s*(?:\([^)]*\)\s*)?([A-Za-z_$%][\w$]*)", re.M)
 _JIT_PROVIDES = frozenset({"vprintf", "malloc", "free", "__assertfail"})

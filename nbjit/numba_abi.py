@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from ._record import record
+from ._defs import record
 from .cdecl import MAX_DEMANGLED, mangled_tree, scalar_facts
 from .errors import NbjitLoadError
 from .signature import RESOURCES, KernelInfo, KernelSignature, Param

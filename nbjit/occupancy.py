@@ -12,7 +12,7 @@ block needs it), as ``cuOccupancyMaxActiveBlocksPerMultiprocessor`` assumes.
 from __future__ import annotations
 
 
-from ._record import record
+from ._defs import record
 from .arch import Arch
 from .errors import NbjitArgumentError
 from .signature import KernelInfo

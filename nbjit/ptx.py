@@ -22,7 +22,7 @@ import sys
 import threading
 from dataclasses import replace
 
-from ._record import field, record
+from ._defs import field, record
 from .errors import PtxParseError
 from .signature import (SCALAR_TYPES, Directives, KernelInfo, KernelSignature, find_entry, layout, maker,
                         param_shape, place)

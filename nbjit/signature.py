@@ -6,7 +6,7 @@ import re
 from dataclasses import MISSING, fields
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from ._record import record
+from ._defs import record
 from .cdecl import demangle, element_of, scalar_facts
 
 __all__ = ["Param", "KernelSignature", "Directives", "KernelInfo", "RESOURCES", "SCALAR_TYPES", "layout", "find_entry",

@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ._record import record
+from ._defs import record
 from .errors import NbjitArgumentError
 
 __all__ = ["TensorMap", "TensorMapPlan", "plan_tiled", "plan_from_interface", "whole_numbers",

@@ -26,7 +26,7 @@ import numpy as np
 
 from . import _driver
 from ._host import current_host
-from ._record import field, record
+from ._defs import field, record
 from .arch import Arch
 from .args import device_pointer
 from .errors import NbjitArgumentError, NbjitLoadError, NbjitWarning

@@ -77,10 +77,11 @@ def test_only_the_driver_module_calls_the_driver():
 
 
 def test_the_driver_is_the_ground_floor():
-    """_driver imports no stage above it: errors, and _native (the C extension's switch),
-    which imports nothing of nbjit's; the host stands on _driver."""
-    assert GRAPH["_driver"] <= {"errors", "_native"}, GRAPH["_driver"]
+    """_driver imports no stage above it: errors, _native (the C extension's switch) and
+    _defs (how records are made), which import nothing of nbjit's; the host stands on _driver."""
+    assert GRAPH["_driver"] <= {"errors", "_native", "_defs"}, GRAPH["_driver"]
     assert GRAPH["_native"] == set(), GRAPH["_native"]
+    assert GRAPH["_defs"] == set(), GRAPH["_defs"]
     assert GRAPH["_host"] <= {"_driver", "errors", "arch"}, GRAPH["_host"]
 
 
@@ -217,7 +218,7 @@ def test_the_public_names_are_each_homes_and_every_error():
     assert set(nbjit.__all__) == set(nbjit._HOME_OF) | set(errors.__all__)
 
 
-BUNDLE_ROUTE = {"nbjit", "nbjit.errors", "nbjit._host", "nbjit._native", "nbjit._bundle_file", "nbjit._fatbin_write",
+BUNDLE_ROUTE = {"nbjit", "nbjit.errors", "nbjit._defs", "nbjit._host", "nbjit._native", "nbjit._bundle_file", "nbjit._fatbin_write",
                 "nbjit.arch", "nbjit.image", "nbjit.cdecl", "nbjit.signature", "nbjit.args", "nbjit._driver",
                 "nbjit.kernel", "nbjit.loader", "nbjit.module"}
 

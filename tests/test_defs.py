@@ -1,4 +1,4 @@
-"""nbjit._record.record makes the classes dataclasses.dataclass makes: each test builds one
+"""nbjit._defs.record makes the classes dataclasses.dataclass makes: each test builds one
 class both ways from the same body and holds them to the same behaviour."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pkgutil
 import pytest
 
 import nbjit
-from nbjit._record import field, record
+from nbjit._defs import field, record
 
 
 def twins(body, **options):
@@ -192,6 +192,6 @@ def test_nbjits_classes_are_records():
             continue
         for value in vars(module).values():
             if isinstance(value, type) and value.__module__ == info.name and dataclasses.is_dataclass(value):
-                assert value.__init__.__code__.co_filename.endswith("_record.py"), value
+                assert value.__init__.__code__.co_filename.endswith("_defs.py"), value
                 seen_any += 1
     assert seen_any >= 30

@@ -1,4 +1,7 @@
-"""Records: nbjit's result and parameter classes, made as ``dataclasses.dataclass`` makes them
+"""Definitions that cost next to nothing at import: records and regular expressions compiled
+on first use (a package's first kernel from a bundle imports ~15 of nbjit's modules: issue 26).
+
+Records: nbjit's result and parameter classes, made as ``dataclasses.dataclass`` makes them
 (the same fields, ``__init__``, ``repr``, equality, hashing, frozen-ness and ``__post_init__``;
 ``dataclasses.fields``, ``replace``, ``asdict`` and ``is_dataclass`` work on them), without
 generating and compiling Python source for each class.
@@ -13,9 +16,10 @@ Only what nbjit uses is offered: ``frozen`` and ``eq``; fields with a default, a
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import MISSING, Field, FrozenInstanceError, field
 
-__all__ = ["record", "field"]
+__all__ = ["Pattern", "field", "record"]
 
 _FIELD = dataclasses._FIELD  # (what dataclasses.fields() looks for in a Field: a field proper)
 _setattr = object.__setattr__
@@ -165,3 +169,21 @@ def _named(cls: type, name: str, f):
     f.__qualname__ = f"{cls.__qualname__}.{name}"
     f.__module__ = cls.__module__
     return f
+
+
+class Pattern:
+    """A regular expression compiled on first use, then used as ``re.compile`` made it
+    (``.search``, ``.finditer``, ``.pattern``...): compiling a module's patterns at import is
+    most of importing it, and most are for inputs a given process never reads."""
+
+    __slots__ = ("_args", "_compiled")
+
+    def __init__(self, pattern: str | bytes, flags: int = 0):
+        self._args = (pattern, flags)
+        self._compiled = None
+
+    def __getattr__(self, name: str):
+        compiled = self._compiled
+        if compiled is None:
+            compiled = self._compiled = re.compile(*self._args)
+        return getattr(compiled, name)

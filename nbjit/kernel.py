@@ -365,12 +365,15 @@ class Kernel(_EXTENSION.KernelBase if _EXTENSION is not None else _PyIndexing): 
     def attributes(self) -> KernelAttributes:
         """What the driver says about the loaded function (read once)."""
         s = self._loaded()
-        if s.attrs is None:
-            mod = self.module  # (what ptxas said while compiling it, where nbjit compiled it)
-            told = mod.image.resources.get(s.name, {}) if mod is not None else {}
-            s.attrs = KernelAttributes(**_driver.function_attributes(s.func), frame=s.info.frame, spills=s.info.spills,
-                                       spill_stores=told.get("spill_stores"), spill_loads=told.get("spill_loads"))
-        return s.attrs
+        attrs = s.attrs
+        if attrs is None:  # (the driver's, read once per loaded function: modules of the same bytes share it)
+            attrs = s.attrs = KernelAttributes(**_driver.function_attributes(s.func), frame=s.info.frame,
+                                               spills=s.info.spills)
+        mod = self.module  # what ptxas said while compiling it, where nbjit compiled this module's image
+        told = mod.image.resources.get(s.name) if mod is not None else None
+        if told:
+            return replace(attrs, spill_stores=told.get("spill_stores"), spill_loads=told.get("spill_loads"))
+        return attrs
 
     def sass(self, arch: "Arch | str | None" = None) -> str:
         """The kernel's SASS as ``nvdisasm`` prints it (``pip install 'nbjit[sass]'``): of the

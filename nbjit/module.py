@@ -103,7 +103,8 @@ def _flag(value, what: str, error: type) -> bool:
 
 def _load_into(img: Image, ctx, keep_debug: bool) -> "Module":
     """``img`` loaded into Numba context ``ctx``, or the module already loaded there from
-    the same bytes."""
+    the same bytes; where ``img`` tells what the compiler reported and that module's image
+    does not (``_tells_more``), a module of ``img`` sharing that module's loaded copy."""
     reg = _registry(ctx)
     key = (img.digest, keep_debug)
     with _LOAD_LOCK:
@@ -111,9 +112,21 @@ def _load_into(img: Image, ctx, keep_debug: bool) -> "Module":
         if mod is None:
             mod = Module._load(img, ctx, keep_debug)
             reg[key] = mod
+        elif mod.image is not img and _tells_more(img, mod.image):
+            twin = Module(img, keep_debug)
+            twin._attach(mod)  # (one handle, one state per kernel; its names and declarations join)
+            return twin
         else:
             mod._learn(img.lowered_names, img.declarations)
     return mod
+
+
+def _tells_more(new: Image, old: Image) -> bool:
+    """Whether ``new``, an image of the same bytes as ``old``, carries what its compiler
+    reported that ``old`` lacks: ptxas's report (``-Xptxas=-v``: ``Image.resources``) or a
+    log. (A cubin NVRTC made with ``-Xptxas=-v`` is byte for byte the one ``nvrtc``/``nvcc``
+    made with it elsewhere: a file loaded earlier must not hide the compile's report.)"""
+    return bool(new.resources and new.resources != old.resources) or bool(new.log and not old.log)
 
 
 class _Facts:

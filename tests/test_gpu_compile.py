@@ -129,3 +129,25 @@ def test_attributes_of_a_spilling_kernel(cuda, tmp_path):
         assert (a.spill_stores, a.spill_loads, a.frame) == (told["spill_stores"], told["spill_loads"],
                                                             told["stack_frame"])
         assert a.spill_stores > 0 and a.registers <= 32
+
+
+def test_a_compile_keeps_its_ptxas_report_where_its_bytes_were_loaded_already(cuda, tmp_path):
+    """The same cubin loaded first without ptxas's report (as a file: spill_sm90.cubin is NVRTC's
+    -v output byte for byte, and test_occupancy loads it), then compiled with -Xptxas=-v for the
+    device: the compile's module has its image (log, report, spill bytes) and shares the copy
+    loaded already; the first module keeps its own image."""
+    from nbjit.compiler import compile_image
+    src = DATA / "src/spill.cu"
+    cc = cuda.get_current_device().compute_capability
+    made = compile_image(src, arch=f"sm_{cc[0]}{cc[1]}", options=["-Xptxas=-v"], cache=nbjit.Cache(tmp_path))
+    plain = nbjit.load(made.data, name="spill_sm90.cubin")
+    assert plain["spills"].attributes.spill_stores is None and not plain.image.log
+    m = nbjit.compile(src, options=["-Xptxas=-v"], cache=nbjit.Cache(tmp_path))
+    assert m.image.name == "spill.cu" and "ptxas info" in m.image.log, (m, m.image.name, m.image.log[:200])
+    told = m.image.resources["spills"]
+    a = m["spills"].attributes
+    assert (a.spill_stores, a.spill_loads, a.frame) == (told["spill_stores"], told["spill_loads"], told["stack_frame"])
+    assert m._live is plain._live and plain["spills"].attributes.spill_stores is None
+    out = cuda.device_array(32, np.float32)
+    m["plain"][1, 32](out)
+    np.testing.assert_array_equal(out.copy_to_host(), np.ones(32, np.float32))

@@ -1,6 +1,7 @@
 """Every example script runs as a new user runs it (marker `gpu`): a fresh process, from the
-repository root, exit status 0 (each checks its own results against numpy). The Dask example
-has its own test (test_gpu_multi.py), needing dask-cuda."""
+repository root, exit status 0 (each checks its own results against numpy). The Dask examples
+have their own tests: dask_multi_gpu.py in test_gpu_multi.py (needing dask-cuda),
+dask_numba_arrays.py here under each host (needing dask and distributed)."""
 from __future__ import annotations
 
 import os
@@ -13,7 +14,8 @@ from conftest import DATA  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 ROOT = DATA.parent.parent
-EXAMPLES = sorted(p for p in (ROOT / "examples").glob("*.py") if p.name != "dask_multi_gpu.py")
+EXAMPLES = sorted(p for p in (ROOT / "examples").glob("*.py")
+                  if p.name not in ("dask_multi_gpu.py", "dask_numba_arrays.py"))
 
 
 def _env() -> dict:
@@ -52,6 +54,33 @@ def test_example_runs_with_numba_cuda_mlir(name, cuda, tmp_path):
     assert r.stdout.strip(), f"{name} printed nothing"
     if name == "mix_with_cuda_jit":
         assert "(numba-cuda-mlir's @cuda.jit)" in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("host", ["numba-cuda", "numba-cuda-mlir"])
+def test_dask_example_with_the_hosts_arrays_and_streams(host, cuda, tmp_path):
+    """examples/dask_numba_arrays.py under each host: a LocalCluster of two spawned worker
+    processes (two threads each) on this GPU launches the kernel compiled once on the client on
+    the host's device arrays and streams; the result equals numpy's (the example checks it).
+    Under numba-cuda-mlir, its arrays and context in every worker, and numba-cuda imported
+    nowhere (installed or not)."""
+    import importlib.util
+    for need in ("dask", "distributed", {"numba-cuda": "numba_cuda", "numba-cuda-mlir": "numba_cuda_mlir"}[host]):
+        if importlib.util.find_spec(need) is None:
+            pytest.skip(f"{need} is not installed")
+    env = {**_env(), "NBJIT_CACHE_DIR": str(tmp_path / "cache"), "NBJIT_HOST": host}
+    r = subprocess.run([sys.executable, str(ROOT / "examples/dask_numba_arrays.py"), "--n", "6000007", "--chunk",
+                        "500000", "--workers", "2", "--threads", "2"], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=480)
+    assert r.returncode == 0, f"{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
+    assert "13 chunks of 500,000 values, 6,000,007 in all" in r.stdout and "equal to numpy's" in r.stdout, r.stdout
+    package = "numba_cuda_mlir." if host == "numba-cuda-mlir" else "numba.cuda."
+    workers = [line for line in r.stdout.splitlines() if line.startswith("worker ")]
+    assert len(workers) == 2, r.stdout
+    for line in workers:
+        assert f"arrays {package}" in line and f"kernel loaded into {package}" in line, r.stdout
+    if host == "numba-cuda-mlir":
+        assert all(line.endswith("numba-cuda imported: no") for line in workers), r.stdout
+        assert "client: numba-cuda imported: no" in r.stdout, r.stdout
 
 
 def test_tma_example_refuses_rows_that_break_a_rule(cuda):

@@ -219,6 +219,38 @@ print(sorted(n for n in sys.modules if n == "numba" or n.startswith("numba.")))
     assert r.stdout.splitlines() == ["numba-cuda-mlir True mlir Module", "[]"], r.stdout + r.stderr
 
 
+def unpickle_in_a_worker(shipped: bytes) -> tuple:
+    """A spawned worker (it inherits NBJIT_HOST): the kernel unpickled and described, then
+    used (it loads on first use where there is a GPU); which host serves there, and the numba
+    modules imported."""
+    from nbjit._host import current_host
+    k = pickle.loads(shipped)
+    described = [p.ctype for p in k.params], k.module.kernels
+    try:
+        used = f"loaded on device {k.module.device}"
+    except NbjitLoadError as e:
+        used = str(e)
+    numba = sorted(n for n in sys.modules if n == "numba" or n.startswith("numba."))
+    return current_host().name, described, used, numba
+
+
+def test_its_kernel_pickles_to_a_spawned_worker_without_numba_cuda(monkeypatch):
+    """A kernel compiled on the client (no GPU needed for a named architecture) travels to a
+    spawned worker process (as Dask's and multiprocessing's do) as data: there it is described
+    from its image, loads on first use in numba-cuda-mlir's context (or says there is no GPU),
+    and no numba module is imported, numba-cuda installed or not."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    src = 'extern "C" __global__ void poly(float* y, const float* x, float a, long long n) { y[n] = a * x[n]; }'
+    k = nbjit.compile(src, arch="sm_90", lazy=True)["poly"]
+    monkeypatch.setenv("NBJIT_HOST", "numba-cuda-mlir")
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        host, described, used, numba = pool.submit(unpickle_in_a_worker, pickle.dumps(k)).result(timeout=300)
+    assert host == "numba-cuda-mlir" and numba == []
+    assert described == (["float*", "const float*", "float", "long long"], ("poly",))
+    assert used.startswith("loaded on device") or "no usable CUDA GPU" in used, used
+
+
 def test_both_imported_numba_cuda_serves_and_it_says_so():
     pytest.importorskip("numba.cuda")
     code = ("import warnings, numba.cuda, numba_cuda_mlir\nfrom nbjit._host import current_host\n"

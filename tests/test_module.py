@@ -333,6 +333,36 @@ def test_first_use_from_many_threads_loads_once(ptx_module, fake_gpu):
     assert len(fake_gpu.loads) == 1 and len({id(s) for s in got}) == 1 and m.loaded
 
 
+def test_a_compile_keeps_its_ptxas_report_where_its_bytes_were_loaded_already(data, tmp_path, fake_gpu, monkeypatch):
+    """nbjit.compile(..., options=["-Xptxas=-v"]) for the context's device gives a module whose
+    image is the compile's (its log, ptxas's report, the kernels' spill bytes), also where the
+    same bytes were loaded in this context before without them (as a file, such as
+    tests/data/nvrtc/spill_sm90.cubin: NVRTC's -v output, byte for byte): it shares that module's
+    loaded copy (one load), and that module still says what its own image says. (On the GPU a
+    module from that file, still alive, was given back instead: no log, no report.)"""
+    said = dict(registers=32, shared=0, const=0, local=0, max_threads_per_block=1024, ptx_version=90,
+                binary_version=90, max_dynamic_shared=0)
+    monkeypatch.setattr(_driver, "function_attributes", lambda func: said)
+    src = data / "src/spill.cu"
+    made = compiler_stage.compile_image(src, arch="sm_90", options=["-Xptxas=-v"], cache=nbjit.Cache(tmp_path))
+    assert made.resources["spills"]["spill_stores"] > 0 and made.log
+    plain = nbjit.load(made.data, name="spill_sm90.cubin")  # the same bytes as a file gives them
+    assert plain.image.resources == {} and not plain.image.log
+    assert plain["spills"].attributes.spill_stores is None  # (the driver's numbers read first, through it)
+    for cache in (nbjit.Cache(tmp_path), nbjit.Cache(tmp_path)):  # a hit in a fresh cache object, twice
+        m = nbjit.compile(src, options=["-Xptxas=-v"], cache=cache)  # for the device: (9, 0)
+        assert m is not plain and m.image.name == "spill.cu" and m.image.log and m.image.arch == "sm_90"
+        told = m.image.resources["spills"]
+        a = m["spills"].attributes
+        assert (a.spill_stores, a.spill_loads, a.frame) == (told["spill_stores"], told["spill_loads"],
+                                                            told["stack_frame"])
+        assert a.spill_stores > 0 and a.registers == 32
+        assert m._live is plain._live and m["spills"]._s is plain["spills"]._s and len(fake_gpu.loads) == 1
+    assert nbjit.load(made.data) is plain and plain["spills"].attributes.spill_stores is None
+    again = nbjit.load(made)  # the compiled image itself: a module of it, sharing the same copy
+    assert again._live is plain._live and again.image.resources == made.resources
+
+
 def test_new_facts_type_a_kernel_afresh(ptx_module, fake_gpu):
     """A declaration learned after a kernel was typed (the same bytes loaded again with
     more facts) types it afresh, loaded or not."""

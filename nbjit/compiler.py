@@ -10,8 +10,10 @@ import os
 import re
 import shlex
 import sys
+import threading
 import warnings
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Iterable, Mapping
 
 from . import pch as _pch
@@ -635,7 +637,10 @@ def _derive_facts(entry: CacheEntry, req: "CompileRequest") -> Facts | None:
     """The facts nbjit reads from a compile's entry and its request (see ``_facts``): the
     source's C declarations and, for a cubin, its inspection, its kernels typed with them and
     what ptxas reported of each function in NVRTC's log (where the options asked for its
-    report); None where they cannot be read (the loader then reports what is wrong)."""
+    report); None where they cannot be read (the loader then reports what is wrong). An
+    entry a worker process made carries them already."""
+    if entry.facts is not None:
+        return entry.facts
     try:
         decls = _source_decls(req.source)
         info = inspect_cubin(entry.payload, source=req.name) if entry.kind == "cubin" else None
@@ -743,7 +748,14 @@ def _nvrtc_arch(target: Arch, output: str, name: str, nvrtc: str) -> Arch:
 
 
 def _run_nvrtc(req: CompileRequest):
-    """Run NVRTC on a request: a CacheEntry (cubin or PTX), or CompileFailure."""
+    """Run NVRTC on a request: a CacheEntry (cubin or PTX), or CompileFailure. In a thread of
+    ``compile_many``'s process route, in a worker process where one is ready (the entry
+    comes back with its facts)."""
+    route = getattr(_ROUTE, "pool", None)
+    if route is not None:
+        done, entry = route[0].try_call((req, _toolchain_fingerprint()), route[1], route[2])
+        if done:
+            return entry
     N = _nvrtc()
     major, minor = nvrtc_version()
     arch = _nvrtc_arch(req.arch, req.output, req.name, f"NVRTC {major}.{minor}")
@@ -926,7 +938,8 @@ def _nvrtc_log(N, prog) -> str:
     return buf.rstrip(b"\0").decode(errors="replace").strip()
 
 
-def compile_many(sources: Iterable, *, workers: int | None = None, **common) -> list[Image]:
+def compile_many(sources: Iterable, *, workers: int | None = None, processes: bool | None = None,
+                 **common) -> list[Image]:
     """Compile independent sources at once, each as ``compile_image`` would (through the
     cache and its per-key lock), and return their images in the order given.
 
@@ -934,9 +947,15 @@ def compile_many(sources: Iterable, *, workers: int | None = None, **common) -> 
     ----------
     sources: each CUDA C++ text, a ``.cu`` path, or a dict of ``compile_image``'s arguments
         (``{"source": ..., "name": ..., "options": ...}``) that override ``common``.
-    workers: threads compiling at once (default: the CPUs this process may use). NVRTC
-        releases the GIL while it compiles (cuda.bindings calls it ``nogil``), so threads
-        compile in parallel.
+    workers: compiles at once, at most (default: the CPUs this process may use).
+    processes: where NVRTC runs. Each source is looked up and cached by a thread of this
+        process (the cache's memory, its files and their per-key locks as ``compile_image``
+        has them); what must be compiled is compiled in that thread (NVRTC releases the GIL)
+        or, on the process route, in one of nbjit's worker processes (fresh interpreters, never
+        forks; they stay for the next call and exit after a minute idle). ``None`` (default):
+        the process route where ``workers`` (capped by the sources) is ``PROCESS_ROUTE_MIN``
+        or more, compiling in threads until workers have started (the first call starts
+        them); ``True``: always in workers, waiting for them to start; ``False``: in threads.
     common: ``compile_image``'s keyword arguments for every source (``arch``, ``options``...).
 
     Raises
@@ -958,13 +977,23 @@ def compile_many(sources: Iterable, *, workers: int | None = None, **common) -> 
     if workers is None:
         workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     n = max(1, min(len(jobs), workers))
+    if processes not in (None, True, False):
+        raise NbjitCompileError(f"compile_many: processes must be True, False or None, not {processes!r}")
+    route = None
+    if processes or (processes is None and n >= PROCESS_ROUTE_MIN):
+        if os.name == "posix":  # (the workers' pipes are waited on with select)
+            from . import _workers
+            route = (_workers.pool(_WORKER, _WORKER_INIT), n, processes is True)
 
     def one(job):
         s, kw = job
+        _ROUTE.pool = route
         try:
             return compile_image(s, **kw), None
         except Exception as e:  # reported below, in order, naming the source
             return None, e
+        finally:
+            _ROUTE.pool = None
 
     if n == 1:
         results = [one(j) for j in jobs]
@@ -981,3 +1010,34 @@ def compile_many(sources: Iterable, *, workers: int | None = None, **common) -> 
         more = f" (and {len(failed) - 1} more: items {', '.join(str(j) for j, _ in failed[1:8])})" if failed[1:] else ""
         raise NbjitCompileError(f"compile_many: source {i} ({label}) failed{more}: {e}") from e
     return [img for img, _ in results]
+
+
+# compile_many's process route: the threads of a call on it hold (pool, workers, wait) here
+_ROUTE = threading.local()
+PROCESS_ROUTE_MIN = 4  # compile_many(processes=None) takes worker processes from this many at once
+_WORKER = "nbjit.compiler:_compile_entry"
+_WORKER_INIT = "nbjit.compiler:_worker_init"
+
+
+def _worker_init() -> None:
+    """A worker process's start: NVRTC loaded, and warmed by one small compile (a first
+    compile reads NVRTC's builtins: ~20 ms more than later ones)."""
+    try:
+        known = supported_archs()
+        if known:
+            _run_nvrtc(_request('extern "C" __global__ void nbjit_warm_up() {}\n', "warm_up.cu", (), None, (), (),
+                                f"sm_{max(known)}", "cubin"))
+    except Exception:  # (the first real compile reports what is wrong)
+        pass
+
+
+def _compile_entry(req: CompileRequest, fingerprint: dict) -> CacheEntry:
+    """In a worker process: the entry NVRTC makes of ``req``, with its facts. ``fingerprint``:
+    the parent's NVRTC, which made the cache key: this process must load the same."""
+    if fingerprint != _toolchain_fingerprint():
+        raise NbjitCompileError(f"{req.name}: nbjit's worker process found another NVRTC than its parent's "
+                                f"({_toolchain_fingerprint()} against {fingerprint}); compile_many(processes=False) "
+                                "compiles in threads")
+    entry = _run_nvrtc(req)
+    facts = _derive_facts(entry, req)
+    return entry if facts is None else replace(entry, facts=facts)

@@ -774,7 +774,7 @@ def compile(source: str, *, name: str | None = None, name_expressions: Iterable[
 
 def compile_many(sources: Iterable, *, workers: int | None = None, keep_debug: bool = False, lazy: bool = False,
                  **common) -> "list[Module]":
-    """Compile independent sources at once (threads: NVRTC releases the GIL), each through
+    """Compile independent sources at once (threads, or worker processes: ``processes=``), each through
     the cache, and load them into the current Numba context: Modules in the order given.
     Items and arguments as for ``nbjit.compiler.compile_many`` (each a source, a ``.cu`` path
     or a dict of ``compile``'s arguments); ``arch`` defaults to the current device's. With

@@ -63,3 +63,84 @@ def test_errors_name_the_source_that_failed():
 def test_modules_lazily_without_a_gpu():
     mods = nbjit.compile_many([src(30), src(31)], arch="sm_90", lazy=True)
     assert [m.kernels for m in mods] == [("k30",), ("k31",)]
+
+
+# ------------------------------------------------------------------ the process route
+
+def _pool():
+    from nbjit import _workers
+    from nbjit.compiler import _WORKER, _WORKER_INIT
+    return _workers.pool(_WORKER, _WORKER_INIT)
+
+
+def test_process_route_compiles_in_workers_in_order(tmp_path):
+    pool = _pool()
+    before = pool.calls
+    srcs = [src(40 + i) for i in range(5)]
+    images = compile_many(srcs, arch="sm_90", cache=nbjit.Cache(tmp_path), workers=2, processes=True)
+    assert pool.calls - before == 5  # each compiled in a worker process
+    assert [img.info.entries[0].name for img in images] == [f"k{40 + i}" for i in range(5)]
+    # the same bytes and facts as a compile in this process, and the same cache entries
+    here = compile_image(srcs[3], arch="sm_90", cache=nbjit.Cache(tmp_path / "other"))
+    assert here.data == images[3].data and here.info == images[3].info and here.typed == images[3].typed
+    assert compile_image(srcs[3], arch="sm_90", cache=nbjit.Cache(tmp_path)).data == images[3].data
+    assert len(nbjit.Cache(tmp_path).entries()) == 5
+
+
+def test_process_route_hits_the_cache_without_workers(tmp_path):
+    pool = _pool()
+    srcs = [src(50 + i) for i in range(4)]
+    first = compile_many(srcs, arch="sm_90", cache=nbjit.Cache(tmp_path), workers=2, processes=True)
+    before = pool.calls
+    # a fresh Cache object on the same directory: each found on disk, no worker asked
+    again = compile_many(srcs, arch="sm_90", cache=nbjit.Cache(tmp_path), workers=2, processes=True)
+    assert pool.calls == before
+    assert [a.data for a in again] == [f.data for f in first]
+
+
+def test_process_route_errors_name_the_source(tmp_path):
+    with pytest.raises(NbjitCompileError, match=r"source 2 \(bad\.cu\) failed: bad\.cu: NVRTC") as e:
+        compile_many([src(60), src(61), {"source": "not C++ at all", "name": "bad.cu"}], arch="sm_90",
+                     cache=nbjit.Cache(tmp_path), workers=2, processes=True)
+    cause = e.value.__cause__
+    assert isinstance(cause, CompileFailure) and "not C++" in cause.source and cause.log  # pickled back whole
+    # the others were compiled and cached
+    assert compile_many([src(60), src(61)], arch="sm_90", cache=nbjit.Cache(tmp_path), processes=False)
+
+
+def test_process_route_replaces_a_worker_that_died(tmp_path):
+    pool = _pool()
+    compile_many([src(70), src(71)], arch="sm_90", cache=nbjit.Cache(tmp_path), workers=2, processes=True)
+    with pool._lock:
+        victims = list(pool._idle)
+    assert victims
+    for w in victims:
+        w.proc.kill()
+        w.proc.wait()
+    before = pool.calls
+    images = compile_many([src(72), src(73)], arch="sm_90", cache=nbjit.Cache(tmp_path), workers=2, processes=True)
+    assert pool.calls - before == 2 and [i.info.entries[0].name for i in images] == ["k72", "k73"]
+
+
+def test_workers_load_neither_numba_nor_nbjits_driver_stage():
+    from nbjit import _workers
+    from nbjit.compiler import _WORKER_INIT
+    probe = _workers.Pool("builtins:eval", _WORKER_INIT)
+    try:
+        done, mods = probe.try_call(("sorted(m for m in __import__('sys').modules if m.split('.')[0] in "
+                                     "('numba', 'numba_cuda_mlir', 'numpy') or m in ('nbjit._driver', 'nbjit.module', "
+                                     "'nbjit.kernel'))",), 1, wait=True)
+        assert done and mods == []
+        done, main = probe.try_call(("__import__('sys').modules['__main__'].__dict__.get('__file__')",), 1, wait=True)
+        assert done and main is None  # the caller's script is not run again there
+    finally:
+        probe.close()
+
+
+def test_route_choice():
+    pool = _pool()
+    before = pool.calls
+    compile_many([src(80 + i) for i in range(3)], arch="sm_90", workers=3)  # fewer than PROCESS_ROUTE_MIN: threads
+    assert pool.calls == before
+    with pytest.raises(NbjitCompileError, match="processes must be True, False or None, not 'yes'"):
+        compile_many([src(0)], arch="sm_90", processes="yes")

@@ -1,0 +1,279 @@
+"""Worker processes that run one function on pickled arguments: where ``compile_many`` runs
+NVRTC when many sources compile at once (see compiling.md, "Many sources at once").
+
+Each worker is a fresh interpreter (``sys.executable -c``, this process's ``sys.path`` and
+environment), never a fork: this process may hold a CUDA context, and a fork of it could not
+use CUDA. It is not multiprocessing's spawn either, which imports the caller's ``__main__``
+again in every worker (a script without an ``if __name__ == "__main__"`` guard would run
+once per worker). A worker imports only the module of its function (``init`` runs once,
+after start-up: loading and warming NVRTC), never Numba.
+
+The protocol: length-prefixed pickles on the worker's stdin and on a copy of its original
+stdout (its fd 1 then goes to stderr, so that a library printing cannot corrupt a reply).
+A worker that waits ``IDLE_EXIT_S`` for work exits (its memory back: NVRTC keeps ~100 MB), and
+one whose parent is gone sees its stdin close and exits. Imported by the caller only where
+workers are used.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import pickle
+import select
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+IDLE_EXIT_S = 60.0
+_LEN = struct.Struct("<Q")
+_PATH_ENV = "NBJIT_WORKER_SYS_PATH"
+_BOOT = ("import json, os, sys\n"
+         f"sys.path[:] = json.loads(os.environ.pop({_PATH_ENV!r}))\n"
+         "from nbjit._workers import serve\n"
+         "serve(sys.argv[1], sys.argv[2])\n")
+
+
+class WorkerDied(Exception):
+    """A worker process that exited (or crashed) before it replied."""
+
+
+def _function(spec: str):
+    mod, _, name = spec.partition(":")
+    return getattr(importlib.import_module(mod), name)
+
+
+def _read(f) -> bytes | None:
+    head = f.read(_LEN.size)
+    if len(head) < _LEN.size:
+        return None
+    n = _LEN.unpack(head)[0]
+    data = f.read(n)
+    return data if len(data) == n else None
+
+
+def _write(f, data: bytes) -> None:
+    f.write(_LEN.pack(len(data)) + data)
+    f.flush()
+
+
+def serve(target: str, init: str) -> None:  # pragma: no cover - runs in the worker
+    """A worker's loop: ``init()`` once, "ready", then each request ``args`` answered with
+    ``(True, target(*args))`` or ``(False, the exception)``, until stdin closes or it has
+    waited ``IDLE_EXIT_S`` for one."""
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # (prints go to stderr)
+    inp = os.fdopen(0, "rb")  # (one request at a time: nothing is read ahead of what select sees)
+    if init:
+        _function(init)()
+    fn = _function(target)
+    _write(out, pickle.dumps((True, os.getpid())))
+    while True:
+        if not select.select([inp], [], [], IDLE_EXIT_S)[0]:
+            return  # idle: the parent starts another when it needs one
+        raw = _read(inp)
+        if raw is None:
+            return  # the parent closed the pipe (or is gone)
+        try:
+            reply = pickle.dumps((True, fn(*pickle.loads(raw))), pickle.HIGHEST_PROTOCOL)
+        except BaseException as e:  # sent to the parent, which raises it
+            try:
+                reply = pickle.dumps((False, e), pickle.HIGHEST_PROTOCOL)
+            except Exception:  # an exception that does not pickle: its text
+                reply = pickle.dumps((False, RuntimeError(f"{type(e).__name__}: {e}")))
+        _write(out, reply)
+
+
+class _Worker:
+    def __init__(self, target: str, init: str):
+        env = dict(os.environ)
+        env[_PATH_ENV] = json.dumps(sys.path)
+        self.proc = subprocess.Popen([sys.executable, "-c", _BOOT, target, init], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, env=env, close_fds=True)
+        self.ready = False
+        self.started = time.monotonic()
+
+    def poll_ready(self) -> bool:
+        """Whether its start-up finished (reading its "ready", which is there, or not waiting)."""
+        if not self.ready and select.select([self.proc.stdout], [], [], 0)[0]:
+            self._reply()  # (raises WorkerDied where it failed to start)
+            self.ready = True
+        return self.ready
+
+    def call(self, args: tuple):
+        try:
+            _write(self.proc.stdin, pickle.dumps(args, pickle.HIGHEST_PROTOCOL))
+        except OSError:  # a broken pipe: it exited
+            raise WorkerDied(self._why()) from None
+        return self._reply()
+
+    def _reply(self):
+        raw = _read(self.proc.stdout)
+        if raw is None:
+            raise WorkerDied(self._why())
+        ok, value = pickle.loads(raw)
+        if not ok:
+            raise value
+        return value
+
+    def _why(self) -> str:
+        try:
+            code = self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.close()
+            code = self.proc.returncode
+        if code is not None and code < 0:
+            return f"the worker process was killed by signal {-code}"
+        return f"the worker process exited (status {code})"
+
+    def close(self) -> None:
+        for f in (self.proc.stdin, self.proc.stdout):
+            try:
+                f.close()
+            except OSError:
+                pass
+        if self.proc.poll() is None:
+            try:
+                self.proc.wait(0.5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+class Pool:
+    """Worker processes running ``target`` (``"module:function"``), shared by the threads of
+    this process; started on demand, up to the most any caller asked for at once."""
+
+    def __init__(self, target: str, init: str = ""):
+        self.target, self.init = target, init
+        self._idle: list[_Worker] = []
+        self._booting: list[_Worker] = []
+        self._busy = 0
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        self.broken = ""  # why workers cannot start here (then none is started again)
+        self.calls = 0  # calls answered by workers
+
+    def workers(self) -> int:
+        """Workers alive or starting (ready, busy or booting)."""
+        with self._lock:
+            return len(self._idle) + len(self._booting) + self._busy
+
+    def ready(self) -> int:
+        with self._lock:
+            self._collect()
+            return len(self._idle)
+
+    def start(self, count: int) -> None:
+        """Start workers (without waiting for them) until ``count`` are alive or starting."""
+        with self._lock:
+            self._collect()
+            while len(self._idle) + len(self._booting) + self._busy < count:
+                self._booting.append(_Worker(self.target, self.init))
+
+    def try_call(self, args: tuple, want: int, wait: bool = False):
+        """``(True, target(*args))`` run in a ready worker, or ``(False, None)`` where none is
+        ready (workers are then started, without waiting, up to ``want``: the caller runs it
+        itself meanwhile); ``wait``: wait for one instead. A worker that died before replying
+        is replaced once; where workers cannot start at all, ``(False, None)``."""
+        for attempt in (0, 1):
+            while True:
+                with self._lock:
+                    self._collect()
+                    w = self._idle.pop() if self._idle else None
+                    if w is None and not self.broken:
+                        while len(self._booting) + self._busy < want:
+                            self._booting.append(_Worker(self.target, self.init))
+                    if w is not None:
+                        self._busy += 1
+                        break
+                    booting = [b.proc.stdout for b in self._booting]
+                if not wait or self.broken:
+                    return False, None
+                if booting:
+                    select.select(booting, [], [], 0.05)
+                else:  # all busy (another caller's): one comes back soon
+                    time.sleep(0.002)
+            try:
+                value = w.call(args)
+            except WorkerDied:
+                w.close()
+                with self._lock:
+                    self._busy -= 1
+                if attempt:
+                    raise
+                continue
+            except BaseException:
+                with self._lock:  # the target's own error: the worker is fine
+                    self._busy -= 1
+                    self._idle.append(w)
+                raise
+            with self._lock:
+                self._busy -= 1
+                self._idle.append(w)
+                self.calls += 1
+            return True, value
+        return False, None  # (not reached)
+
+    def _collect(self) -> None:
+        """(Under the lock.) Booting workers that are ready join the idle ones; exited ones go."""
+        now = []
+        for w in self._booting:
+            try:
+                if w.poll_ready():
+                    self._idle.append(w)
+                    continue
+            except Exception as e:  # it failed to start: none is started again (the callers compile)
+                self.broken = str(e) or type(e).__name__
+                w.close()
+                continue
+            if w.proc.poll() is not None:
+                w.close()
+                continue
+            now.append(w)
+        self._booting = now
+        live = [w for w in self._idle if w.proc.poll() is None]
+        for w in self._idle:
+            if w.proc.poll() is not None:
+                w.close()
+        self._idle = live
+
+    def close(self) -> None:
+        with self._lock:
+            ws, self._idle, self._booting = self._idle + self._booting, [], []
+        for w in ws:
+            w.close()
+
+
+_POOLS: dict[tuple[str, str], Pool] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def pool(target: str, init: str = "") -> Pool:
+    """This process's pool for ``target`` (made on first use)."""
+    p = _POOLS.get((target, init))
+    if p is None or p._pid != os.getpid():
+        with _POOLS_LOCK:
+            p = _POOLS.get((target, init))
+            if p is None or p._pid != os.getpid():
+                p = _POOLS[(target, init)] = Pool(target, init)
+    return p
+
+
+def _close_all() -> None:
+    for p in list(_POOLS.values()):
+        if p._pid == os.getpid():
+            p.close()
+
+
+def _forget_in_child() -> None:
+    _POOLS.clear()  # a forked child's pools are its parent's: never used (nor closed) there
+
+
+import atexit  # noqa: E402
+
+atexit.register(_close_all)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)

@@ -188,3 +188,9 @@ def test_core_wheel(wheels):
     with zipfile.ZipFile(wheels["nbjit-core"]) as zf:
         ep, = [n for n in zf.namelist() if n.endswith(".dist-info/entry_points.txt")]
         assert "nbjit = nbjit.cli:main" in zf.read(ep).decode()
+
+
+def test_a_library_of_kernels_depends_on_nbjit_core():
+    """examples/bundle_package (a library shipping kernels) leaves the Numba to its users."""
+    example = _pyproject(ROOT / "examples" / "bundle_package" / "pyproject.toml")
+    assert [_req(r)[:2] for r in example["dependencies"]] == [("nbjit-core", set())]

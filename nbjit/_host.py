@@ -73,7 +73,7 @@ class Host:
     package: str = ""
     modules: Mapping[str, str] = {}
     top: str = ""  # its top-level import package: installed where it is found (importing nothing)
-    extra: str = ""  # nbjit's extra that installs it
+    extra: str = ""  # nbjit-core's extra that installs it (not the `nbjit` metapackage's: that brings numba-cuda)
     abi: str = "numba"  # how its kernels take arrays and complex numbers (numba_abi: "numba" or "mlir")
 
     def __init__(self) -> None:
@@ -94,7 +94,7 @@ class Host:
                     raise  # one of the package's own dependencies: its own message says which
                 raise NbjitLoadError(
                     f"nbjit loads and launches in the context of a Numba, and {self.name} (the one it serves "
-                    f"in this process) is not installed: pip install 'nbjit[{self.extra}]', or choose another "
+                    f"in this process) is not installed: pip install 'nbjit-core[{self.extra}]', or choose another "
                     f"with {ENV} / nbjit.use_host() ({', '.join(repr(h.name) for h in HOSTS)})") from None
         return m
 

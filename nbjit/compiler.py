@@ -163,7 +163,8 @@ def _nvrtc():
         why = (str(e).strip().splitlines() or [""])[0][:160]
         raise NbjitCompileError(
             f"NVRTC is not installed ({type(e).__name__}: {why}): install it with "
-            "pip install 'nbjit[cu13]' (or 'nbjit[cu12]' for CUDA 12 drivers), which brings nvidia-cuda-nvrtc"
+            "pip install 'nbjit-core[cu13]' (with numba-cuda; 'nbjit-core[cu12]' for CUDA 12 drivers) or "
+            "'nbjit-core[mlir]' (with numba-cuda-mlir), which bring nvidia-cuda-nvrtc"
         ) from None
 
 

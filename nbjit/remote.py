@@ -243,7 +243,7 @@ class RemoteTier:
             raise
         except ImportError as e:
             raise NbjitCacheError(f"the remote cache {self.url} needs {e.name or 'a package'}: pip install "
-                                  f"\"nbjit[remote]\" (or the fsspec package for {self.protocol}://)") from None
+                                  f"\"nbjit-core[remote]\" (or the fsspec package for {self.protocol}://)") from None
         except Exception as e:  # noqa: BLE001  # whatever a store's client raises: the store did not answer
             why = self._scrub(_why(e))
             self._failed_call(what, why)
@@ -347,7 +347,7 @@ def _check_installed(protocol: str, url: str) -> None:
     try:
         from fsspec.registry import known_implementations, registry
     except ImportError:
-        raise NbjitCacheError(f"the remote cache {url} needs fsspec: pip install \"nbjit[remote]\"") from None
+        raise NbjitCacheError(f"the remote cache {url} needs fsspec: pip install \"nbjit-core[remote]\"") from None
     if protocol in registry:
         return
     impl = known_implementations.get(protocol)
@@ -361,7 +361,7 @@ def _check_installed(protocol: str, url: str) -> None:
         found = False
     if not found:
         raise NbjitCacheError(f"the remote cache {url} needs the {module.split('.')[0]} package "
-                              f"({impl.get('err', 'not installed')}): pip install \"nbjit[remote]\" for S3")
+                              f"({impl.get('err', 'not installed')}): pip install \"nbjit-core[remote]\" for S3")
 
 
 def tier_from_env() -> RemoteTier | None:

@@ -19,8 +19,8 @@ import pytest
 from nbjit import NbjitCacheError, NbjitWarning, RemoteTier, compile_image
 from nbjit.cache import Cache, _decode
 
-pytest.importorskip("s3fs", reason="the remote tier's tests need s3fs (pip install 'nbjit[test]')")
-moto_server = pytest.importorskip("moto.server", reason="needs moto[server] (pip install 'nbjit[test]')")
+pytest.importorskip("s3fs", reason="the remote tier's tests need s3fs (pip install 'nbjit-core[test]')")
+moto_server = pytest.importorskip("moto.server", reason="needs moto[server] (pip install 'nbjit-core[test]')")
 
 ROOT = str(Path(__file__).resolve().parent.parent)
 SECRET = "nbjit-test-secret-0123456789abcdef"  # a credential that must never be shown

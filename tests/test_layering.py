@@ -218,8 +218,8 @@ def test_the_public_names_are_each_homes_and_every_error():
     assert set(nbjit.__all__) == set(nbjit._HOME_OF) | set(errors.__all__)
 
 
-BUNDLE_ROUTE = {"nbjit", "nbjit.errors", "nbjit._defs", "nbjit._host", "nbjit._native", "nbjit._bundle_file", "nbjit._fatbin_write",
-                "nbjit.arch", "nbjit.image", "nbjit.cdecl", "nbjit.signature", "nbjit.args", "nbjit._driver",
+BUNDLE_ROUTE = {"nbjit", "nbjit.errors", "nbjit._defs", "nbjit._host", "nbjit._native", "nbjit._bundle_file",
+                "nbjit._fatbin_write", "nbjit.arch", "nbjit.image", "nbjit.cdecl", "nbjit.signature", "nbjit.args", "nbjit._driver",
                 "nbjit.kernel", "nbjit.loader", "nbjit.module"}
 
 

@@ -219,8 +219,8 @@ def test_the_public_names_are_each_homes_and_every_error():
 
 
 BUNDLE_ROUTE = {"nbjit", "nbjit.errors", "nbjit._defs", "nbjit._host", "nbjit._native", "nbjit._bundle_file",
-                "nbjit._fatbin_write", "nbjit.arch", "nbjit.image", "nbjit.cdecl", "nbjit.signature", "nbjit.args", "nbjit._driver",
-                "nbjit.kernel", "nbjit.loader", "nbjit.module"}
+                "nbjit._fatbin_write", "nbjit.arch", "nbjit.image", "nbjit.cdecl", "nbjit.signature", "nbjit.args",
+                "nbjit._driver", "nbjit.kernel", "nbjit.loader", "nbjit.module"}
 
 
 def test_a_bundles_first_kernel_imports_only_its_route():

@@ -10,6 +10,7 @@ generating and compiling Python source for each class.
 ``__setattr__`` and ``__delattr__`` from text: ~1.5 ms a class, and a package's first kernel
 from a bundle imports ~15 of these classes (issue 26: nbjit's share of that process's time).
 Here each method is a closure over the class's field table, made in microseconds.
+The ``Field`` objects that ``dataclasses.fields`` returns are made when it first asks for them.
 Only what nbjit uses is offered: ``frozen`` and ``eq``; fields with a default, a
 ``default_factory``, ``repr=False``, ``compare=False``; no ``order``, ``slots``, ``kw_only``,
 ``InitVar`` or ``ClassVar`` (refused, so a new use is noticed)."""

@@ -10,6 +10,7 @@ generating and compiling Python source for each class.
 ``__setattr__`` and ``__delattr__`` from text: ~1.5 ms a class, and a package's first kernel
 from a bundle imports ~15 of these classes (issue 26: nbjit's share of that process's time).
 Here each method is a closure over the class's field table, made in microseconds.
+The ``Field`` objects that ``dataclasses.fields`` returns are made when it first asks for them.
 Only what nbjit uses is offered: ``frozen`` and ``eq``; fields with a default, a
 ``default_factory``, ``repr=False``, ``compare=False``; no ``order``, ``slots``, ``kw_only``,
 ``InitVar`` or ``ClassVar`` (refused, so a new use is noticed)."""
@@ -33,41 +34,81 @@ def record(cls: type | None = None, /, *, frozen: bool = True, eq: bool = True):
     return wrap if cls is None else wrap(cls)
 
 
-def _fields_of(cls: type) -> dict[str, Field]:
-    out: dict[str, Field] = {}
+def _fields_of(cls: type) -> tuple[dict[str, tuple], dict[str, Field]]:
+    """``cls``'s fields, its bases' first, each ``(default, default_factory, repr, compare,
+    hash)``: what ``_make`` needs, read without making the ``Field`` objects (those are made
+    when ``__dataclass_fields__`` is first read: ``_Fields``); and the ``Field`` objects the
+    class body gave. Refuses what ``record`` does not offer, and what dataclasses refuse."""
+    out: dict[str, tuple] = {}
+    given: dict[str, Field] = {}
     for base in reversed(cls.__mro__[1:]):
-        out.update(getattr(base, "__dataclass_fields__", {}))
+        table = base.__dict__.get("__dataclass_fields__")
+        if table is None:
+            continue
+        if type(table) is _Fields:
+            out.update(table.table)
+        else:  # (a dataclass base)
+            out.update((n, (f.default, f.default_factory, f.repr, f.compare, f.hash)) for n, f in table.items())
     for name, kind in cls.__dict__.get("__annotations__", {}).items():
         text = kind if isinstance(kind, str) else getattr(kind, "__name__", "")
         if text.startswith(("ClassVar", "InitVar", "typing.ClassVar", "dataclasses.InitVar", "KW_ONLY")):
             raise TypeError(f"{cls.__name__}.{name}: record() takes plain fields only")
         value = cls.__dict__.get(name, MISSING)
-        f = value if isinstance(value, Field) else field(default=value)
-        if f.kw_only is True or f.init is False:
-            raise TypeError(f"{cls.__name__}.{name}: record() takes no kw_only or init=False fields")
-        if f.default is not MISSING and f.default_factory is not MISSING:
-            raise ValueError(f"{cls.__name__}.{name}: cannot give both default and default_factory")
-        if f.default is not MISSING and f.default.__class__.__hash__ is None:
-            raise ValueError(f"{cls.__name__}.{name}: mutable default {type(f.default)} is not allowed: "
-                             "use default_factory")
-        f.name, f.type, f._field_type = name, kind, _FIELD
-        if f.kw_only is MISSING:
-            f.kw_only = False
-        if f.default is MISSING:
-            if isinstance(value, Field):
+        if isinstance(value, Field):
+            f = value
+            if f.kw_only is True or f.init is False:
+                raise TypeError(f"{cls.__name__}.{name}: record() takes no kw_only or init=False fields")
+            if f.default is not MISSING and f.default_factory is not MISSING:
+                raise ValueError(f"{cls.__name__}.{name}: cannot give both default and default_factory")
+            if f.default is MISSING:
                 delattr(cls, name)
-        else:
-            setattr(cls, name, f.default)
-        out[name] = f
-    return out
+            else:
+                setattr(cls, name, f.default)
+            given[name] = f
+            value = f.default
+            out[name] = (value, f.default_factory, f.repr, f.compare, f.hash)
+        else:  # (a plain default stays the class attribute it is)
+            out[name] = (value, MISSING, True, True, None)
+        if value is not MISSING and value.__class__.__hash__ is None:
+            raise ValueError(f"{cls.__name__}.{name}: mutable default {type(value)} is not allowed: "
+                             "use default_factory")
+    return out, given
+
+
+class _Fields:
+    """A record's ``__dataclass_fields__`` until it is first read (``dataclasses.fields``,
+    ``replace``, ``asdict``, ``is_dataclass``): then the ``Field`` objects are made, as
+    ``dataclass`` makes them, and replace it. A package's first kernel from a bundle reads
+    none (issue 26)."""
+
+    __slots__ = ("cls", "table", "given")
+
+    def __init__(self, cls: type, table: dict[str, tuple], given: dict[str, Field]):
+        self.cls, self.table, self.given = cls, table, given
+
+    def __get__(self, obj, owner=None) -> dict[str, Field]:
+        cls = self.cls
+        out: dict[str, Field] = {}
+        for base in reversed(cls.__mro__[1:]):
+            out.update(getattr(base, "__dataclass_fields__", {}))
+        for name, kind in cls.__dict__.get("__annotations__", {}).items():
+            f = self.given.get(name)
+            if f is None:
+                f = field(default=self.table[name][0])
+            f.name, f.type, f._field_type = name, kind, _FIELD
+            if f.kw_only is MISSING:
+                f.kw_only = False
+            out[name] = f
+        type.__setattr__(cls, "__dataclass_fields__", out)
+        return out
 
 
 def _make(cls: type, frozen: bool, eq: bool) -> type:
-    fields = _fields_of(cls)
+    fields, given = _fields_of(cls)  # {name: (default, default_factory, repr, compare, hash)}
     names = tuple(fields)
     qual = cls.__qualname__
-    defaults = {n: f.default for n, f in fields.items() if f.default is not MISSING}
-    factories = {n: f.default_factory for n, f in fields.items() if f.default_factory is not MISSING}
+    defaults = {n: f[0] for n, f in fields.items() if f[0] is not MISSING}
+    factories = {n: f[1] for n, f in fields.items() if f[1] is not MISSING}
     required = [n for n in names if n not in defaults and n not in factories]
     for later, name in zip(names[1:], names):  # (as dataclasses: no required field after a default)
         if name not in required and later in required:
@@ -106,7 +147,7 @@ def _make(cls: type, frozen: bool, eq: bool) -> type:
             post_init(self)
 
     cls.__init__ = _named(cls, "__init__", __init__)
-    shown = tuple(n for n, f in fields.items() if f.repr)
+    shown = tuple(n for n, f in fields.items() if f[2])
     if "__repr__" not in cls.__dict__:
         active: set = set()
 
@@ -122,7 +163,7 @@ def _make(cls: type, frozen: bool, eq: bool) -> type:
                 active.discard(key)
 
         cls.__repr__ = _named(cls, "__repr__", __repr__)
-    compared = tuple(n for n, f in fields.items() if f.compare)
+    compared = tuple(n for n, f in fields.items() if f[3])
     if eq and "__eq__" not in cls.__dict__:
         def __eq__(self, other):
             if other.__class__ is not self.__class__:
@@ -131,7 +172,7 @@ def _make(cls: type, frozen: bool, eq: bool) -> type:
             return tuple(a[n] for n in compared) == tuple(b[n] for n in compared)
 
         cls.__eq__ = _named(cls, "__eq__", __eq__)
-    hashed = tuple(n for n, f in fields.items() if (f.compare if f.hash is None else f.hash))
+    hashed = tuple(n for n, f in fields.items() if (f[3] if f[4] is None else f[4]))
     if "__hash__" not in cls.__dict__ or (eq and cls.__dict__["__hash__"] is None):
         if eq and frozen:
             def __hash__(self):
@@ -158,7 +199,7 @@ def _make(cls: type, frozen: bool, eq: bool) -> type:
 
         cls.__setattr__ = _named(cls, "__setattr__", __setattr__)
         cls.__delattr__ = _named(cls, "__delattr__", __delattr__)
-    cls.__dataclass_fields__ = fields
+    cls.__dataclass_fields__ = _Fields(cls, fields, given)
     cls.__match_args__ = names
     if "__doc__" not in cls.__dict__ or cls.__doc__ is None:
         cls.__doc__ = f"{cls.__name__}({', '.join(names)})"

@@ -3,6 +3,7 @@ launch path's fast rules agreeing byte for byte with the Python ones."""
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import struct
 
 import numpy as np
@@ -380,7 +381,8 @@ def test_c_launcher_spec_is_checked_by_name():
                         p.pack, lambda e: None)
     c = _launch.Launcher(spec)
     assert c.pack_fast((0x10, 0x20, 1.0, 3)) == p.pack((0x10, 0x20, 1.0, 3))
-    partial = types.SimpleNamespace(**{f: v for f, v in spec._asdict().items() if f != "on_error"})
+    partial = types.SimpleNamespace(**{f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)
+                                       if f.name != "on_error"})
     with pytest.raises(TypeError, match="a launcher spec needs the attribute on_error"):
         _launch.Launcher(partial)
     for field, bad, msg in (("grid", (4, 1), "grid must be a tuple of 3 ints"),
@@ -394,7 +396,7 @@ def test_c_launcher_spec_is_checked_by_name():
                             ("fallback", None, "fallback and on_error must be callable"),
                             ("attributes", b"x" * 71, "up to 4 blocks of 72 bytes")):
         with pytest.raises((TypeError, ValueError, OverflowError), match=msg):
-            _launch.Launcher(spec._replace(**{field: bad}))
+            _launch.Launcher(dataclasses.replace(spec, **{field: bad}))
     with pytest.raises(TypeError, match="one spec"):
         _launch.Launcher(spec, stream=0)
 

@@ -116,6 +116,6 @@ def test_a_host_not_installed_says_what_to_install():
     ghost.modules = {"cuda": "other_numba.cuda"}
     ghost.extra = "other"
     with pytest.raises(NbjitLoadError, match=r"other \(the one it serves in this process\) is not installed: "
-                                             r"pip install 'nbjit\[other\]'"):
+                                             r"pip install 'nbjit-core\[other\]'"):
         ghost.current_context()
     assert not ghost.installed()

@@ -88,5 +88,5 @@ def test_bad_input_is_named():
 
 def test_missing_nvdisasm_says_what_to_install(monkeypatch):
     monkeypatch.setattr(S, "find_nvdisasm", lambda: None)
-    with pytest.raises(NbjitError, match=r"k.cubin: SASS needs NVIDIA's nvdisasm.*pip install 'nbjit\[sass\]'"):
+    with pytest.raises(NbjitError, match=r"k.cubin: SASS needs NVIDIA's nvdisasm.*pip install 'nbjit-core\[sass\]'"):
         S.disassemble(b"", name="k.cubin")

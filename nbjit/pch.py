@@ -116,7 +116,7 @@ def worth_it(mode: str, prefix: str, user_bytes: int) -> bool:
     return mode == "on" or any(HEAVY_HEADERS.match(n) for n in names) or user_bytes >= HEAVY_USER_BYTES
 
 
-# options NVRTC does not compare when it takes a PCH (13.5: a PCH made without them, or with
+# options NVRTC does not compare when it takes a PCH (13.0, 13.5: a PCH made without them, or with
 # another value, is used, and the cubin is the one the same options make without a PCH; the
 # tests check both): they act after the front end (NVVM, ptxas) or only time it. The PCH's key
 # leaves them out, so that a new register limit or ptxas option is a warm compile too.

@@ -838,8 +838,9 @@ def _pch_plan(req: CompileRequest, arch: Arch, version: tuple[int, int]) -> str 
     key = cache_key({
         "producer": "nvrtc-pch", "toolchain": _toolchain_fingerprint(), "cccl": cccl[1] if cccl else None,
         "cuda_headers": _cuda_headers_id(), "prefix": prefix, "name": req.name,
-        "headers": [list(h) for h in req.headers], "options": _portable_options(req.options), "arch": str(arch),
-        "includes": includes,
+        "headers": [list(h) for h in req.headers], "arch": str(arch), "includes": includes,
+        # (not the back-end options NVRTC does not compare for a PCH: one PCH serves every value)
+        "options": _portable_options(_pch.pch_options(req.options)),
     })
     if req.pch == "auto" and key not in _pch.STORE.seen and _pch.STORE.get(key) is None:
         # a PCH serves this process only, and making one costs its compile a quarter more and

@@ -18,7 +18,8 @@ import threading
 
 from .errors import NbjitCompileError
 
-__all__ = ["PCH_ENV", "pch_mode", "header_prefix", "worth_it", "Store", "clean_log", "PCH_DIR", "writer_alive"]
+__all__ = ["PCH_ENV", "pch_mode", "header_prefix", "worth_it", "pch_options", "Store", "clean_log", "PCH_DIR",
+           "writer_alive"]
 
 PCH_ENV = "NBJIT_PCH"
 PCH_DIR = "pch"  # the cache directory's subdirectory for PCH files
@@ -113,6 +114,30 @@ def worth_it(mode: str, prefix: str, user_bytes: int) -> bool:
     if not names:
         return False  # nothing to precompile
     return mode == "on" or any(HEAVY_HEADERS.match(n) for n in names) or user_bytes >= HEAVY_USER_BYTES
+
+
+# options NVRTC does not compare when it takes a PCH (13.0, 13.5: a PCH made without them, or with
+# another value, is used, and the cubin is the one the same options make without a PCH; the
+# tests check both): they act after the front end (NVVM, ptxas) or only time it. The PCH's key
+# leaves them out, so that a new register limit or ptxas option is a warm compile too.
+_BACK_END = re.compile(r"--?(maxrregcount|extra-device-vectorization|split-compile|ptxas-options|Xptxas|time)(=|$)")
+_TAKES_NEXT = ("-maxrregcount", "--maxrregcount", "-Xptxas", "--ptxas-options", "-ptxas-options", "-split-compile",
+               "--split-compile", "-time", "--time")  # (spelt without '=': the value is the next item)
+
+
+def pch_options(options) -> list[str]:
+    """The options a PCH depends on: ``options`` without the back-end ones NVRTC does not
+    compare for a PCH (``-maxrregcount``, ``-Xptxas``/``--ptxas-options``,
+    ``--extra-device-vectorization``, ``-split-compile``, ``-time``)."""
+    out, skip = [], False
+    for o in options:
+        if skip:
+            skip = False
+        elif _BACK_END.match(o):
+            skip = o in _TAKES_NEXT
+        else:
+            out.append(o)
+    return out
 
 
 def user_pch_option(options) -> bool:

@@ -92,6 +92,13 @@ def test_which_sources_get_a_pch():
     assert not P.user_pch_option(["-std=c++17", "-DPCH=1"])
 
 
+def test_back_end_options_are_not_in_the_pch_key():
+    opts = ["-DW=4", "-maxrregcount=64", "-Xptxas", "-v", "--ptxas-options=-O2", "--extra-device-vectorization",
+            "-split-compile=2", "--time=t.csv", "-lineinfo", "--maxrregcount", "32", "-Xptxas=-O1", "-time-passes"]
+    assert P.pch_options(opts) == ["-DW=4", "-lineinfo", "-time-passes"]
+    assert P.pch_options(["-std=c++20", "--use_fast_math", "-G"]) == ["-std=c++20", "--use_fast_math", "-G"]
+
+
 def test_pch_setting(monkeypatch):
     monkeypatch.delenv(P.PCH_ENV, raising=False)
     assert P.pch_mode(None) == "auto" and P.pch_mode(True) == "on" and P.pch_mode(False) == "off"
@@ -180,6 +187,37 @@ def test_another_set_of_headers_or_options_gets_its_own_pch(tmp_path, store):
     assert store.stats["created"] == 2 and len(store.files) == 2
     _fill(cache, "double", options=["-DWIDTH=4"])
     assert store.stats["created"] == 2
+
+
+@needs_pch
+@pytest.mark.parametrize("first, later", [
+    ([], ["-maxrregcount=32"]),
+    (["-maxrregcount=32"], []),
+    (["-maxrregcount=64"], ["-maxrregcount=32", "-Xptxas", "-O1", "--extra-device-vectorization", "-split-compile=2"]),
+    ([], ["--ptxas-options=-O2"]),
+])
+def test_a_new_back_end_option_uses_the_same_pch(tmp_path, store, first, later):
+    """NVRTC takes a PCH made with other back-end options (it does not compare them), and the
+    cubin is the one the same options make without a PCH: the key leaves them out, and a new
+    register limit is a warm compile (were NVRTC to refuse, "refused" would count it)."""
+    cache = Cache(tmp_path / "c")
+    _fill(cache, "int", options=first)
+    assert store.stats["created"] == 1
+    used, refused = store.stats["used"], store.stats["refused"]
+    img = _fill(cache, "float", options=later)
+    assert store.stats["used"] == used + 1 and store.stats["refused"] == refused and store.stats["created"] == 1
+    without = _fill(Cache(None), "float", options=later, pch=False)
+    assert _same_code(img.data, without.data) and img.log == without.log
+
+
+@needs_pch
+def test_a_front_end_option_still_gets_its_own_pch(tmp_path, store):
+    """-lineinfo, --use_fast_math: NVRTC compares them (warning #629), so they stay in the key."""
+    cache = Cache(tmp_path / "c")
+    _fill(cache, "int", options=["-maxrregcount=64"])
+    _fill(cache, "float", options=["-maxrregcount=64", "-lineinfo"])
+    _fill(cache, "short", options=["--use_fast_math"])
+    assert store.stats["created"] == 3 and store.stats["refused"] == 0
 
 
 @needs_pch

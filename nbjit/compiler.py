@@ -763,54 +763,9 @@ def _run_nvrtc(req: CompileRequest):
     full = [f"-arch={arch}", *req.options]
     plan = _pch_plan(req, arch, (major, minor))
     if plan is None:
-        entry = _nvrtc_compile(N, req, arch, full, None)
-    else:
-        with _pch.STORE.lock:  # one PCH heap per process: its files and size change under this lock
-            entry = _nvrtc_compile(N, req, arch, full, plan)
-    if entry.kind == "cubin" and "ptxas" not in entry.log and _asks_ptxas_report(req.options):
-        return _report_elsewhere(req, entry)
-    return entry
-
-
-def _asks_ptxas_report(options) -> bool:
-    """Whether NVRTC options ask ptxas for its report (``-Xptxas=-v``, ``-Xptxas -v``,
-    ``--ptxas-options=--verbose``...)."""
-    opts = list(options)
-    for i, o in enumerate(opts):
-        value = None
-        for head in ("-Xptxas=", "--ptxas-options=", "-Xptxas", "--ptxas-options"):
-            if o == head.rstrip("=") and i + 1 < len(opts):
-                value = opts[i + 1]
-            elif o.startswith(head) and head.endswith("="):
-                value = o[len(head):]
-            if value is not None:
-                break
-        if value is not None and {"-v", "--verbose"} & set(value.split(",")):
-            return True
-    return False
-
-
-# NVRTC 13.0 leaves ptxas's -v report out of the program log in a process that has initialised
-# the CUDA driver (cuInit: a Numba import, a context), and gives it in one that has not (H200,
-# driver 580; the cubin is the same bytes either way). Such a compile is run again, once, in a
-# fresh worker process (_workers: no Numba, no driver), whose entry has the report; where that
-# one has none either, this NVRTC gives none, and no compile in this process asks again.
-_REPORT_ELSEWHERE = {"in_worker": False, "futile": False}
-
-
-def _report_elsewhere(req: CompileRequest, entry):
-    """``entry``, or the same compile run in a worker process where that gives ptxas's report."""
-    if _REPORT_ELSEWHERE["in_worker"] or _REPORT_ELSEWHERE["futile"]:
-        return entry
-    try:
-        from . import _workers
-        done, other = _workers.pool(_WORKER, _WORKER_INIT).try_call((req, _toolchain_fingerprint()), 1, wait=True)
-    except Exception:  # (no worker could start, or it failed: the local compile stands)
-        done, other = False, None
-    if not done or other.kind != entry.kind or "ptxas" not in other.log:
-        _REPORT_ELSEWHERE["futile"] = True
-        return entry
-    return other
+        return _nvrtc_compile(N, req, arch, full, None)
+    with _pch.STORE.lock:  # one PCH heap per process: its files and size change under this lock
+        return _nvrtc_compile(N, req, arch, full, plan)
 
 
 def _pch_supported(version: tuple[int, int]) -> bool:
@@ -1081,7 +1036,6 @@ def _worker_init() -> None:
 def _compile_entry(req: CompileRequest, fingerprint: dict) -> CacheEntry:
     """In a worker process: the entry NVRTC makes of ``req``, with its facts. ``fingerprint``:
     the parent's NVRTC, which made the cache key: this process must load the same."""
-    _REPORT_ELSEWHERE["in_worker"] = True  # (a worker never hands a compile on again)
     if fingerprint != _toolchain_fingerprint():
         raise NbjitCompileError(f"{req.name}: nbjit's worker process found another NVRTC than its parent's "
                                 f"({_toolchain_fingerprint()} against {fingerprint}); compile_many(processes=False) "

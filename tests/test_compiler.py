@@ -1,7 +1,6 @@
 """NVRTC through nbjit.compile_image (no GPU: the arch is always given)."""
 from __future__ import annotations
 
-import dataclasses
 import re
 from pathlib import Path
 
@@ -456,33 +455,6 @@ def test_ptxas_reports_spills_and_stack_frames_kept_with_the_entry(tmp_path, cou
     plain = compile_image(src, arch="sm_90", cache=Cache(tmp_path))
     assert plain.resources == {} and len(counted) == 2  # (another key: CUDA 13's ptxas records -v in the cubin)
     assert compile_image(src, arch="compute_90", options=["-Xptxas=-v"], cache=Cache(tmp_path)).resources == {}
-
-
-def test_a_report_nvrtc_leaves_out_comes_from_a_fresh_process(tmp_path, monkeypatch):
-    """NVRTC 13.0 leaves ptxas's -v report out of its log in a process that has initialised the
-    CUDA driver (on the H200: any Numba import), and gives it in one that has not. A compile
-    that asked for it and got none runs again once in a worker process (no driver there), and
-    the entry is that one's: log and report. Here the parent's NVRTC output is stripped of its
-    log, as that NVRTC does; the worker, a fresh interpreter, is not."""
-    from nbjit import compiler
-    real = compiler._nvrtc_compile
-
-    def no_log(*a, **k):
-        return dataclasses.replace(real(*a, **k), log="")
-    monkeypatch.setattr(compiler, "_nvrtc_compile", no_log)
-    monkeypatch.setitem(compiler._REPORT_ELSEWHERE, "futile", False)
-    img = compile_image(DATA / "src/spill.cu", arch="sm_90", options=["-Xptxas", "-v"], cache=Cache(tmp_path))
-    assert "Function properties for spills" in img.log and img.resources["spills"]["spill_stores"] > 0
-    assert compile_image(DATA / "src/spill.cu", arch="sm_90", cache=Cache(tmp_path / "b")).log == ""  # not asked
-
-
-@pytest.mark.parametrize("options,asks", [(["-Xptxas=-v"], True), (["-Xptxas", "-v"], True),
-                                          (["--ptxas-options=--verbose"], True), (["-Xptxas=-O3,-v"], True),
-                                          (["--ptxas-options", "-v"], True), (["-v"], False),
-                                          (["-Xptxas=-O3"], False), (["-Xptxas"], False), ([], False)])
-def test_which_options_ask_for_ptxas_report(options, asks):
-    from nbjit.compiler import _asks_ptxas_report
-    assert _asks_ptxas_report(options) is asks
 
 
 def test_ptxas_report_of_nvjitlink(tmp_path):

@@ -119,11 +119,22 @@ def test_the_target_on_a_gpu(cuda, tmp_path):
     np.testing.assert_array_equal(x.copy_to_host(), 2 * np.arange(32))
 
 
+def _needs_report(img) -> None:
+    """Skip where NVRTC gave no ptxas report for a -Xptxas=-v compile: NVRTC 13.0 on the H200
+    (driver 580) leaves it out of the program log in some processes and not others: raw NVRTC
+    calls in such a process get none either, so it is NVRTC's doing; whether the CUDA driver
+    was initialised did not decide it. NVRTC 13.5 has always given it. What nbjit does with a
+    report is tested here where there is one, and without a GPU on every CI run."""
+    if "ptxas" not in (img.log or ""):
+        pytest.skip("NVRTC gave no ptxas report for -Xptxas=-v in this process (NVRTC 13.0 does so at times)")
+
+
 def test_attributes_of_a_spilling_kernel(cuda, tmp_path):
     """kernel.attributes carries the spill bytes ptxas reported (asked with -Xptxas=-v) beside
     the driver's numbers, from a compile and from a cache hit in a fresh cache object."""
     for _ in range(2):
         m = nbjit.compile(DATA / "src/spill.cu", options=["-Xptxas=-v"], cache=nbjit.Cache(tmp_path))
+        _needs_report(m.image)
         a = m["spills"].attributes
         told = m.image.resources["spills"]
         assert (a.spill_stores, a.spill_loads, a.frame) == (told["spill_stores"], told["spill_loads"],
@@ -140,6 +151,7 @@ def test_a_compile_keeps_its_ptxas_report_where_its_bytes_were_loaded_already(cu
     src = DATA / "src/spill.cu"
     cc = cuda.get_current_device().compute_capability
     made = compile_image(src, arch=f"sm_{cc[0]}{cc[1]}", options=["-Xptxas=-v"], cache=nbjit.Cache(tmp_path))
+    _needs_report(made)
     plain = nbjit.load(made.data, name="spill_sm90.cubin")
     assert plain["spills"].attributes.spill_stores is None and not plain.image.log
     m = nbjit.compile(src, options=["-Xptxas=-v"], cache=nbjit.Cache(tmp_path))

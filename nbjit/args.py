@@ -61,6 +61,49 @@ def _cupy(a) -> int:
     return a.data.ptr
 
 
+# DLPack (objects that offer only ``__dlpack__``: JAX arrays, others): the capsule's DLTensor
+# read in place. The capsule is left unconsumed (its name stays "dltensor"), so its producer's
+# destructor frees what it made when the capsule goes; the memory is the array's, which the
+# caller holds as the argument.
+_DL_CUDA, _DL_CUDA_MANAGED = 2, 13  # kDLCUDA, kDLCUDAManaged
+_DL_DEVICES = {1: "the CPU", 3: "pinned host memory", 4: "OpenCL", 7: "Vulkan", 8: "Metal", 10: "ROCm",
+               14: "oneAPI"}
+_DL_KINDS = {0: "i", 1: "i", 2: "f", 4: "bf", 5: "c", 6: "b"}  # DLDataTypeCode -> element kind
+_DL_NAMES = {0: "int", 1: "uint", 2: "float", 4: "bfloat", 5: "complex", 6: "bool"}
+_DL_HEAD = struct.Struct("<QiiiBBHQQQ")  # data, device type and id, ndim, dtype code/bits/lanes, shape, strides, offset
+_capsule_pointer = None
+
+
+def _dl_tensor(a) -> tuple[int, str, int, str]:
+    """``(address, element kind, item size, dtype name)`` of an object offering DLPack, on
+    a CUDA device; ``_NotAPointer`` saying where its memory is otherwise."""
+    global _capsule_pointer
+    try:
+        dev, _ = a.__dlpack_device__()
+    except Exception as e:
+        raise _NotAPointer(f"{type(a).__name__}.__dlpack_device__() failed: {e}") from None
+    if dev not in (_DL_CUDA, _DL_CUDA_MANAGED):
+        raise _NotAPointer(f"a {type(a).__name__} in {_DL_DEVICES.get(int(dev), f'DLPack device type {dev}')} "
+                           "(its __dlpack_device__): pass one on the GPU")
+    capsule = a.__dlpack__()
+    if _capsule_pointer is None:
+        f = ctypes.pythonapi.PyCapsule_GetPointer
+        f.restype, f.argtypes = ctypes.c_void_p, (ctypes.py_object, ctypes.c_char_p)
+        _capsule_pointer = f
+    try:
+        at = _capsule_pointer(capsule, b"dltensor")
+    except ValueError:
+        raise _NotAPointer(f"{type(a).__name__}.__dlpack__() gave no DLPack tensor capsule") from None
+    data, _, _, _, code, bits, lanes, _, _, offset = _DL_HEAD.unpack(ctypes.string_at(at, _DL_HEAD.size))
+    size = bits * lanes // 8
+    name = f"{_DL_NAMES.get(code, f'dlpack type {code} of ')}{bits}" + (f"x{lanes}" if lanes != 1 else "")
+    return data + offset, ("V" if lanes != 1 else _DL_KINDS.get(code, "V")), size, name
+
+
+def _dlpack(a) -> int:
+    return _dl_tensor(a)[0]
+
+
 def _host_array(a) -> int:
     raise _NotAPointer(f"a host {type(a).__name__} (memory on the CPU): copy it to the device first, "
                        "e.g. numba.cuda.to_device(array)")
@@ -78,14 +121,19 @@ def _extractor(t: type) -> Callable[[Any], int] | None:
         return _cupy
     if hasattr(t, "__cuda_array_interface__"):
         return _cai
-    if issubclass(t, np.ndarray) or hasattr(t, "__array_interface__") or hasattr(t, "__array__"):
+    if issubclass(t, np.ndarray):
+        return _host_array
+    if hasattr(t, "__dlpack__") and hasattr(t, "__dlpack_device__"):  # (JAX arrays also have __array__)
+        return _dlpack
+    if hasattr(t, "__array_interface__") or hasattr(t, "__array__"):
         return _host_array
     return None
 
 
 def device_pointer(obj: Any) -> int:
     """The device address an argument stands for: Numba device arrays and pointers, anything
-    with ``__cuda_array_interface__`` (CuPy, PyTorch), plain integers and ``None`` (NULL).
+    with ``__cuda_array_interface__`` (CuPy, PyTorch) or DLPack on a CUDA device
+    (``__dlpack__``: JAX arrays), plain integers and ``None`` (NULL).
 
     Raises ``NbjitArgumentError`` for host arrays and other objects.
     """
@@ -101,7 +149,8 @@ def device_pointer(obj: Any) -> int:
         f = _extractor(t)
         if f is None:
             raise NbjitArgumentError(f"{t.__name__} is not a device array or pointer (expected a Numba device "
-                                     "array, an object with __cuda_array_interface__, an int address or None)")
+                                     "array, an object with __cuda_array_interface__ or __dlpack__, an int address "
+                                     "or None)")
         _EXTRACTORS[t] = f
     try:
         return f(obj)
@@ -143,7 +192,12 @@ def array_element(v) -> tuple[str, int, str] | None:
     if not isinstance(d, np.dtype):
         try:
             d = np.dtype(v.__cuda_array_interface__["typestr"])
-        except Exception:  # no array interface: nothing to check
+        except Exception:  # no array interface: DLPack's, else nothing to check
+            if hasattr(v, "__dlpack__") and hasattr(v, "__dlpack_device__"):
+                try:
+                    return _dl_tensor(v)[1:]
+                except Exception:  # (the pointer's own check says what is wrong)
+                    return None
             return None
     if d.name == "bfloat16":  # ml_dtypes
         return "bf", 2, d.name
@@ -343,8 +397,10 @@ class _Rule:
                 f"a {got[2]} array was passed; the parameter is {p.ctype} and takes "
                 f"{describe_element(self.want)} arrays (to reinterpret the memory on purpose, pass "
                 f"arr.view(<dtype>))")
-        key = getattr(v, "dtype", type(v)) if got is not None else type(v)
-        if len(self.accepted) < 8 and not any(a is key for a in self.accepted):
+        # remembered by its dtype (what typed_fast compares); an array whose element type came
+        # from elsewhere (its interface or DLPack, no .dtype) is checked every time
+        key = getattr(v, "dtype", None) if got is not None else type(v)
+        if key is not None and len(self.accepted) < 8 and not any(a is key for a in self.accepted):
             try:
                 hash(key)
                 self.accepted.append(key)

@@ -429,3 +429,67 @@ def test_kernel_indexing_bases(base):
     assert k[4, 256] == ("launcher", (4, 256)) and k[4, 256] == ("launcher", (4, 256))
     assert k.made == [(4, 256)]
     assert k[[4], 256] == ("launcher", ([4], 256)) and len(k.made) == 2  # unhashable: configured each time
+
+
+# ------------------------------------------------------------------ DLPack
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32),
+                ("ndim", ctypes.c_int32), ("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
+                ("lanes", ctypes.c_uint16), ("shape", ctypes.c_void_p), ("strides", ctypes.c_void_p),
+                ("byte_offset", ctypes.c_uint64)]
+
+
+class _DLManaged(ctypes.Structure):
+    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p)]
+
+
+class DLPackTensor:
+    """A producer of DLPack capsules as the standard lays them out (DLManagedTensor, capsule
+    name "dltensor"): the tensor a CUDA library would hand over, at a made-up address."""
+
+    def __init__(self, data, device_type=2, code=2, bits=32, lanes=1, offset=0, shape=(16,)):
+        self._shape = (ctypes.c_int64 * len(shape))(*shape)
+        self._managed = _DLManaged(_DLTensor(data, device_type, 0, len(shape), code, bits, lanes,
+                                             ctypes.cast(self._shape, ctypes.c_void_p), None, offset), None, None)
+        self.device_type = device_type
+        self.calls = 0
+
+    def __dlpack__(self, stream=None):
+        self.calls += 1
+        new = ctypes.pythonapi.PyCapsule_New
+        new.restype, new.argtypes = ctypes.py_object, (ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)
+        return new(ctypes.addressof(self._managed), b"dltensor", None)
+
+    def __dlpack_device__(self):
+        return (self.device_type, 0)
+
+    def __array__(self):  # (as JAX arrays have: DLPack must come first)
+        raise AssertionError("nbjit must not copy a DLPack tensor to the host")
+
+
+def test_dlpack_tensors_pass_for_pointers():
+    from nbjit.args import array_element
+    t = DLPackTensor(0x7F0000001000, offset=256)
+    assert device_pointer(t) == 0x7F0000001100 and t.calls == 1
+    assert array_element(t) == ("f", 4, "float32")
+    assert array_element(DLPackTensor(0x1000, code=4, bits=16)) == ("bf", 2, "bfloat16")
+    assert array_element(DLPackTensor(0x1000, code=1, bits=8)) == ("i", 1, "uint8")
+    assert device_pointer(DLPackTensor(0x2000, device_type=13)) == 0x2000  # managed memory
+
+
+def test_dlpack_tensor_types_are_checked_against_the_pointee():
+    k = typed("k_basic")  # y: float*, x: const float*
+    p = ArgPacker(k.signature, k.name)
+    good = DLPackTensor(0x7F0000001000)
+    assert p.pack((good, good, 1.0, 4))[:8] == struct.pack("<Q", 0x7F0000001000)
+    with pytest.raises(NbjitArgumentError, match="int32"):
+        p.pack((DLPackTensor(0x1000, code=0, bits=32), good, 1.0, 4))
+
+
+def test_a_dlpack_tensor_off_the_gpu_is_refused_saying_where_it_is():
+    with pytest.raises(NbjitArgumentError, match="the CPU.*pass one on the GPU"):
+        device_pointer(DLPackTensor(0x1000, device_type=1))
+    with pytest.raises(NbjitArgumentError, match="pinned host memory"):
+        device_pointer(DLPackTensor(0x1000, device_type=3))

@@ -39,3 +39,34 @@ def test_torch_tensors(cuda, kernels):
     np.testing.assert_array_equal(y.cpu().numpy(), 3 * np.arange(n, dtype=np.float32) + 1)
     with pytest.raises(NbjitArgumentError, match="CPU"):
         kernels["k_basic"][1, 32](torch.zeros(4), x, 1.0, 4)
+
+
+class DLPackOnly:
+    """A tensor seen through DLPack alone (as a JAX array is): no __cuda_array_interface__."""
+
+    def __init__(self, t):
+        self._t = t
+
+    def __dlpack__(self, **kw):
+        return self._t.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return self._t.__dlpack_device__()
+
+
+def test_arrays_offering_only_dlpack(cuda, kernels):
+    """Objects with __dlpack__ and no __cuda_array_interface__ pass for pointer parameters (a
+    view at an offset is the DLTensor's data plus byte_offset); the element type is checked; a
+    CPU tensor is refused naming where its memory is."""
+    if torch is None:
+        pytest.skip("PyTorch is not installed")
+    n = 4096
+    x = torch.arange(n + 8, dtype=torch.float32, device="cuda")[8:]
+    y = torch.ones(n, dtype=torch.float32, device="cuda")
+    kernels["k_basic"][(n + 255) // 256, 256](DLPackOnly(y), DLPackOnly(x), 2.0, n)
+    torch.cuda.synchronize()
+    np.testing.assert_array_equal(y.cpu().numpy(), 2 * (np.arange(n, dtype=np.float32) + 8) + 1)
+    with pytest.raises(NbjitArgumentError, match="int32"):
+        kernels["k_basic"][1, 32](DLPackOnly(torch.zeros(4, dtype=torch.int32, device="cuda")), x, 1.0, 4)
+    with pytest.raises(NbjitArgumentError, match="the CPU"):
+        kernels["k_basic"][1, 32](DLPackOnly(torch.zeros(4)), x, 1.0, 4)

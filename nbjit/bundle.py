@@ -20,7 +20,6 @@ import json
 import os
 import re
 import stat
-import tempfile
 import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
@@ -31,7 +30,7 @@ from ._bundle_file import (FORMAT, MANIFEST, MAX_BUNDLE_BYTES, MAX_MANIFEST_BYTE
 from ._defs import field, record
 from .arch import Arch
 from .errors import BundleError, ImageFormatError, NbjitError, NbjitLoadError
-from .image import Image, read_regular, sniff
+from .image import Image, read_regular, sniff, write_output
 
 if TYPE_CHECKING:
     from .triton import TritonKernel
@@ -330,6 +329,9 @@ def _kernels(name: str, entries: Iterable[BundleEntry], decls: Mapping, bad) -> 
         if e.kind == "cubin":
             facts[e.file] = ({k.name: {r: getattr(k, r) for r in RESOURCES if getattr(k, r) is not None}
                               for k in info.entries}, tuple(g.to_json() for g in info.globals))
+    if not per:
+        raise bad("it holds no cubin and no PTX, nothing a driver loads (LTO-IR is linked into a cubin "
+                  "first: nbjit.link_image)")
     names = list(per[0][1])
     for e, ks in per[1:]:
         if set(ks) != set(names):
@@ -444,25 +446,16 @@ def _zip(members: list[tuple[str, bytes]]) -> bytes:
 
 
 def _write_atomic(dest: Path, data: bytes) -> None:
-    """``data`` at ``dest``, complete or not at all (a reader never sees half a bundle)."""
+    """``data`` at ``dest``, complete or not at all (a reader never sees half a bundle); through
+    a link to where it points, into a FIFO or character device being read (as every nbjit output:
+    ``image.write_output``)."""
+
     try:
-        fd, tmp = tempfile.mkstemp(dir=dest.parent if str(dest.parent) else ".", prefix=f".{dest.name}.",
-                                   suffix=".tmp")
+        write_output(dest, lambda f: f.write(data))
+    except ValueError as e:
+        raise BundleError(f"{dest}: cannot write it there: {e}") from None
     except OSError as e:
-        raise BundleError(f"{dest}: cannot write there: {e.strerror}") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, dest)
-    except BaseException as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(e, OSError):
-            raise BundleError(f"{dest}: cannot write it: {e.strerror or e}") from None
-        raise
+        raise BundleError(f"{dest}: cannot write it: {e.strerror or e}") from None
 
 
 def _arch_list(value: Any, what: str, virtual: bool) -> list[Arch]:

@@ -642,9 +642,12 @@ class Cache:
             fd = os.open(src, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except (OSError, ValueError) as e:
             raise NbjitCacheError(f"cannot read the cache archive {src}: {getattr(e, 'strerror', None) or e}") from None
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):  # (before fdopen, which refuses a directory with its own error)
+            os.close(fd)
+            what = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+            raise NbjitCacheError(f"{src} is {what}, so not a cache archive (give the file nbjit cache export wrote)")
         with os.fdopen(fd, "rb") as fobj:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise NbjitCacheError(f"{src} is not a regular file, so not a cache archive")
             try:
                 digests = None if secret is None else _check_signature(fobj, src, secret)
                 fobj.seek(0)

@@ -287,7 +287,11 @@ def _inspect(args) -> int:
             args.arch = Arch.parse(args.arch)  # (the value from here on)
         except ValueError as e:
             raise _Usage(str(e)) from None
+    compiled = args.sass or args.occupancy or args.fail_on_spills
+    what = "--sass, --occupancy and --fail-on-spills read one cubin, or PTX with --arch"
     if args.file != "-" and (Path(args.file).is_dir() or args.file.endswith(".json")):
+        if compiled:
+            raise _Usage(f"{what}: give the Triton kernel's .cubin file, not {args.file}")
         if args.arch:
             raise _Usage("--arch chooses a fatbin's image; a Triton kernel has its own")
         from .triton import describe
@@ -296,9 +300,10 @@ def _inspect(args) -> int:
         return 0
     raw = _read(args.file)
     if raw.startswith(b"PK\x03\x04"):  # a ZIP archive: a kernel bundle, or refused as not one
+        if compiled:
+            raise _Usage(f"{what}: a kernel bundle holds several; build one from the cubin or PTX you want to check")
         return _inspect_bundle(args, raw)
     img = Image.from_bytes(raw, "<stdin>" if args.file == "-" else args.file)
-    compiled = args.sass or args.occupancy or args.fail_on_spills
     if args.arch and img.kind != "fatbin" and not (compiled and img.kind == "ptx"):
         raise _Usage(f"--arch chooses a fatbin's image; {args.file} is {img.kind}, not a fatbin (with --sass, "
                      "--occupancy or --fail-on-spills it also names the SASS to assemble PTX to)")
@@ -318,6 +323,9 @@ def _inspect(args) -> int:
     return 0
 
 
+_QUOTED_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"', re.M)
+
+
 def _occupancy_arg(text: str) -> tuple[int, int]:
     """``BLOCK[,SMEM]`` -> (threads per block, dynamic shared bytes)."""
     parts = text.split(",")
@@ -328,8 +336,9 @@ def _occupancy_arg(text: str) -> tuple[int, int]:
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not BLOCK[,SMEM] (threads per block, then dynamic shared "
                                          "memory in bytes: 256 or 256,4096)") from None
-    if block < 1 or smem < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: the block is at least 1 thread, shared memory at least 0 bytes")
+    if not 1 <= block <= 1024 or smem < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a block is 1 to 1024 threads (on every NVIDIA GPU), shared "
+                                         "memory at least 0 bytes")
     return block, smem
 
 
@@ -579,6 +588,9 @@ def _compile(args) -> int:
     raw = _read(args.file)
     _check_source(raw, args.file)
     source = raw.decode("utf-8")
+    # #include "..." found beside the source, as nvcc does (only where it has one: the key of a
+    # source without one stays that of its text, which a program's nbjit.compile(text) finds)
+    here = (str(Path(args.file).resolve().parent),) if args.file != "-" and _QUOTED_INCLUDE.search(source) else ()
     opts = ([o for d in args.include for o in ("-I", d)] + [f"-D{d}" for d in args.define]
             + ([f"-std={args.std}"] if args.std else []) + (["-G"] if args.G else [])
             + (["-lineinfo"] if args.lineinfo else []) + list(args.option))
@@ -588,7 +600,7 @@ def _compile(args) -> int:
     made = []
     for arch in archs:
         img = compile_image(source, name=path.name, options=opts, arch=arch, output=output,
-                            name_expressions=args.expr)
+                            name_expressions=args.expr, include_paths=here)
         if img.log:
             print(img.log, file=sys.stderr)
         for e, m in img.lowered_names.items():

@@ -79,14 +79,14 @@ def write_output(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> 
     ``/dev/stdout``, ``>(gzip > x.gz)``) is written through, never replaced by a file.
     Anything else (a directory, a block device, a socket, a FIFO nobody reads) is refused:
     ``ValueError`` says what the path is; ``OSError`` for what the system refuses."""
-    target = os.path.realpath(path)  # write where a link points, never over the link
-    try:
-        st: os.stat_result | None = os.stat(target)
+    try:  # (through links: /dev/stdout -> /proc/self/fd/1 -> a pipe that has no path to resolve)
+        st: os.stat_result | None = os.stat(path)
     except FileNotFoundError:
         st = None
     if st is not None and not stat.S_ISREG(st.st_mode):
-        _write_through(target, st.st_mode, write)
+        _write_through(os.fspath(path), st.st_mode, write)
         return
+    target = os.path.realpath(path)  # write where a link points, never over the link
     tmp = os.path.join(os.path.dirname(target), f".nbjit-{os.getpid()}-{secrets.token_hex(6)}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as to a new file
     try:

@@ -509,7 +509,7 @@ def test_compile_options_that_start_with_a_dash(tmp_path, monkeypatch, capsys):
     from nbjit.image import Image
     seen = []
 
-    def fake(source, *, name, options, arch, output, name_expressions):
+    def fake(source, *, name, options, arch, output, name_expressions, include_paths=()):
         seen.append(list(options))
         return Image(b"//\n.version 8.0\n.target sm_90\n.address_size 64\n", "ptx", name, arch=arch)
     monkeypatch.setattr("nbjit.compiler.compile_image", fake)
@@ -750,7 +750,7 @@ def test_occupancy_table_and_json():
 
 
 @pytest.mark.parametrize("args,err", [
-    (["--occupancy", "12x"], "is not BLOCK[,SMEM]"), (["--occupancy", "0"], "at least 1 thread"),
+    (["--occupancy", "12x"], "is not BLOCK[,SMEM]"), (["--occupancy", "0"], "1 to 1024 threads"),
     (["--occupancy", "1,2,3"], "is not BLOCK[,SMEM]"),
 ])
 def test_occupancy_bad_arguments(args, err):
@@ -770,3 +770,76 @@ def test_sass():
         pytest.skip("nvdisasm not installed (pip install nvidia-cuda-nvdisasm)")
     r = nbjit("inspect", "--sass", SPILL)
     assert r.returncode == 0 and ".text.spills" in r.stdout and "STL" in r.stdout
+
+
+# ------------------------------------------------------------------ a newcomer's findings (session 35)
+
+
+def test_bundle_writes_through_a_link_and_into_a_fifo(tmp_path):
+    """nbjit bundle -o writes where a link points (the link stays) and into a FIFO being read,
+    as every other output does (it once replaced both with a file)."""
+    import os
+    import threading
+    real, link = tmp_path / "real.nbjit", tmp_path / "link.nbjit"
+    link.symlink_to(real)
+    r = nbjit("bundle", str(DATA / "nvcc/kernels_sm90.ptx"), "-o", str(link))
+    assert r.returncode == 0, r.stderr
+    assert link.is_symlink() and real.read_bytes()[:4] == b"PK\x03\x04"
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    r = nbjit("bundle", str(DATA / "nvcc/kernels_sm90.ptx"), "-o", str(fifo))
+    reader.join(30)
+    assert r.returncode == 0, r.stderr
+    assert fifo.is_fifo() and got and got[0] == real.read_bytes()
+
+
+def test_compile_to_dev_stdout_writes_into_the_pipe():
+    r = subprocess.run([EXE or sys.executable, *([] if EXE else ["-m", "nbjit"]), "compile",
+                        str(DATA / "src/spill.cu"), "--arch", "sm_90", "-o", "/dev/stdout"],
+                       capture_output=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout[:4] == b"\x7fELF"
+
+
+def test_bundle_of_lto_ir_alone_says_so_in_one_line(tmp_path):
+    r = nbjit("bundle", str(DATA / "nvcc/lto_rdc.fatbin"), "-o", str(tmp_path / "x.nbjit"))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "holds no cubin and no PTX" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_cache_import_of_a_directory_says_so_in_one_line(tmp_path):
+    r = nbjit("cache", "import", str(DATA))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "is a directory, so not a cache archive" in r.stderr
+
+
+@pytest.mark.parametrize("target", ["triton/add_kernel", "bundle"])
+@pytest.mark.parametrize("option", [["--fail-on-spills"], ["--occupancy", "256"], ["--sass"]])
+def test_compiled_code_options_refuse_what_they_cannot_read(target, option):
+    """--fail-on-spills, --occupancy and --sass on a Triton kernel's directory or a bundle
+    are refused (a CI spill check must not pass having checked nothing)."""
+    path = PKG_BUNDLE if target == "bundle" else DATA / target
+    r = nbjit("inspect", *option, str(path))
+    assert r.returncode == 2 and "read one cubin" in r.stderr, (r.returncode, r.stdout[:200], r.stderr)
+
+
+def test_occupancy_refuses_a_block_no_gpu_has():
+    r = nbjit("inspect", "--occupancy", "2048", str(DATA / "nvcc/kernels_sm_90.cubin"))
+    assert r.returncode == 2 and "1 to 1024 threads" in r.stderr
+
+
+def test_compile_finds_includes_beside_the_source_from_anywhere(tmp_path):
+    """#include "scale.cuh" is found in the source's own directory, whatever the working
+    directory (as nvcc and nbjit.compile(path) do)."""
+    out = tmp_path / "t.cubin"
+    cmd = [EXE] if EXE else [sys.executable, "-m", "nbjit"]
+    r = subprocess.run([*cmd, "compile", str(DATA / "src/nvrtc_tmpl.cu"), "--arch", "sm_90", "-o", str(out)],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert out.read_bytes()[:4] == b"\x7fELF"
+
+
+PKG_BUNDLE = DATA.parent.parent / "examples/bundle_package/src/nbjit_demo_kernels/kernels.nbjit"

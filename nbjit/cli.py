@@ -208,7 +208,7 @@ def format_cubin(info: CubinInfo, path: str) -> str:
 
 
 def format_fatbin(info: FatbinInfo, path: str, arch: Arch | str | None) -> str:
-    out = [f"{path}: fatbin with {len(info.entries)} images"]
+    out = [f"{path}: fatbin with {_count(len(info.entries), 'image')}"]
     rows = [[e.index, e.kind, e.arch_name, e.compression or "-", e.size,
              "yes" if e.payload is not None else "no (nvJitLink reads it)" if e.kind == "ltoir" else
              "no (needs zstandard)"] for e in info.entries]
@@ -321,6 +321,13 @@ def _inspect(args) -> int:
     else:
         print(_describe(img, args.arch))
     return 0
+
+
+def _count(n: int, noun: str) -> str:
+    """``1 entry``, ``2 entries``, ``0 images``."""
+    if n == 1:
+        return f"1 {noun}"
+    return f"{n} {noun[:-1] + 'ies' if noun.endswith('y') else noun + 's'}"
 
 
 _QUOTED_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"', re.M)
@@ -528,26 +535,27 @@ def _cache(args) -> int:
             print(json.dumps(rows, indent=2))
     elif args.action == "push":
         pushed, there = c.push()
-        print(f"published {pushed} entries to {c.remote.url}" + (f"; {there} were there already" if there else ""))
+        print(f"published {_count(pushed, 'entry')} to {c.remote.url}"
+              + (f"; {there} were there already" if there else ""))
     elif args.action == "pull":
         added, refused = c.pull()
         for why in refused:
             print(f"refused {why}", file=sys.stderr)
-        print(f"pulled {added} new entries from {c.remote.url} into {c.path}"
+        print(f"pulled {_count(added, 'new entry')} from {c.remote.url} into {c.path}"
               + (f"; refused {len(refused)}" if refused else ""))
         return 1 if refused else 0
     elif args.action == "clear":
-        print(f"removed {c.clear()} entries from {c.path}")
+        print(f"removed {_count(c.clear(), 'entry')} from {c.path}")
     elif args.action == "export":
-        print(f"exported {c.export_archive(args.file, archive_key_file=args.key_file)} entries to {args.file}")
+        print(f"exported {_count(c.export_archive(args.file, archive_key_file=args.key_file), 'entry')} to {args.file}")
     elif args.action == "import":
         added, refused = c.import_archive(args.file, archive_key_file=args.key_file)
         for why in refused:
             print(f"refused {why}", file=sys.stderr)
-        print(f"imported {added} new entries into {c.path}" + (f"; refused {len(refused)}" if refused else ""))
+        print(f"imported {_count(added, 'new entry')} into {c.path}" + (f"; refused {len(refused)}" if refused else ""))
         return 1 if refused else 0
     else:
-        print(f"removed {c.prune(args.max_bytes)} entries; {c.info()['bytes']} bytes left "
+        print(f"removed {_count(c.prune(args.max_bytes), 'entry')}; {c.info()['bytes']} bytes left "
               f"(limit {c.max_bytes if args.max_bytes is None else args.max_bytes})")
     return 0
 

@@ -483,9 +483,11 @@ class Module:
         import difflib
 
         names = list(self.kernels) + [k for k in self._facts.names if k not in self.kernels]
-        close = difflib.get_close_matches(name, names, n=len(names), cutoff=0.0)
-        shown = [f"{k} ({demangled_text(k)})" if demangled_text(k) else k for k in close]
-        return KernelNotFoundError(f"no kernel {name!r} in {self.name}; it has: {', '.join(shown) or '(none)'}")
+        guess = difflib.get_close_matches(name, names, n=1) if isinstance(name, str) else []
+        shown = [f"{k} ({demangled_text(k)})" if demangled_text(k) else k for k in sorted(names)]
+        return KernelNotFoundError(f"no kernel {name!r} in {self.name}"
+                                   + (f"; did you mean {guess[0]!r}?" if guess else "")
+                                   + f" It has: {', '.join(shown) or '(none)'}")
 
     def __getitem__(self, name: str) -> Kernel:
         # a kernel already made, asked for by its own name: two dict look-ups

@@ -305,8 +305,8 @@ def test_cli_cache_commands(tmp_path):
     assert len(run("cache", "list").stdout.strip().splitlines()) == 2
     listed = run("cache", "list").stdout
     assert "cubin sm_90 NVRTC" in listed and "ptx compute_90 NVRTC" in listed and "corrupt" not in listed
-    assert "removed 1 entries" in run("cache", "prune", "--max-bytes", "4000").stdout
-    assert "removed 1 entries" in run("cache", "clear").stdout
+    assert "removed 1 entry" in run("cache", "prune", "--max-bytes", "4000").stdout
+    assert "removed 1 entry" in run("cache", "clear").stdout
     assert "entries:  0" in run("cache", "info").stdout
     r = run("compile", str(src), "--arch", "sm_90", "-o", str(tmp_path / "x.cubin"))
     assert r.returncode == 2 and 'k.cu(1): error: identifier "SCALE" is undefined' in r.stderr
@@ -600,9 +600,9 @@ def test_cli_export_import(tmp_path):
                                            text=True, env={**os.environ, "NBJIT_CACHE_DIR": str(tmp_path / cache)},
                                            timeout=60)
     r = run("a", "export", str(tmp_path / "c.tar.gz"))
-    assert r.returncode == 0 and r.stdout.startswith("exported 1 entries"), r.stderr
+    assert r.returncode == 0 and r.stdout.startswith("exported 1 entry to"), r.stderr
     r = run("b", "import", str(tmp_path / "c.tar.gz"))
-    assert r.returncode == 0 and r.stdout.startswith("imported 1 new entries"), r.stderr
+    assert r.returncode == 0 and r.stdout.startswith("imported 1 new entry into"), r.stderr
     assert len(Cache(tmp_path / "b").entries()) == 1
     tar_with(tmp_path / "bad.tar.gz", [("notes.txt", b"x")])
     r = run("b", "import", str(tmp_path / "bad.tar.gz"))
@@ -710,14 +710,14 @@ def test_cli_signed_export_import(tmp_path):
                                            text=True, env={**os.environ, "NBJIT_CACHE_DIR": str(tmp_path / cache)},
                                            timeout=60)
     r = run("a", "export", str(tmp_path / "s.tar.gz"), "--key-file", str(keyfile))
-    assert r.returncode == 0 and r.stdout.startswith("exported 1 entries"), r.stderr
+    assert r.returncode == 0 and r.stdout.startswith("exported 1 entry to"), r.stderr
     r = run("a", "export", str(tmp_path / "u.tar.gz"))
     assert r.returncode == 0, r.stderr
     r = run("b", "import", str(tmp_path / "u.tar.gz"), "--key-file", str(keyfile))
     assert r.returncode == 2 and "not signed" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert ARCHIVE_KEY not in r.stderr + r.stdout
     r = run("b", "import", str(tmp_path / "s.tar.gz"), "--key-file", str(keyfile))
-    assert r.returncode == 0 and r.stdout.startswith("imported 1 new entries"), r.stderr
+    assert r.returncode == 0 and r.stdout.startswith("imported 1 new entry into"), r.stderr
     r = run("b", "info", "--key-file", str(keyfile))
     assert r.returncode == 2 and "--key-file applies to" in r.stderr
 

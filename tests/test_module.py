@@ -383,3 +383,17 @@ def test_the_path_endings_are_the_compilers_source_suffixes():
     from nbjit.compiler import SOURCE_SUFFIXES
     want = {s[-1] for s in SOURCE_SUFFIXES} | {s[-1].upper() for s in SOURCE_SUFFIXES}
     assert module_stage._PATH_ENDS == want
+
+
+def test_a_missing_kernel_is_named_with_a_guess_and_the_sorted_list(data):
+    m = nbjit.load(data / "nvcc/kernels_sm90.ptx", lazy=True)
+    with pytest.raises(nbjit.KernelNotFoundError) as e:
+        m["k_basc"]
+    msg = str(e.value)
+    assert "no kernel 'k_basc'" in msg and "did you mean 'k_basic'?" in msg
+    listed = msg.split("It has: ")[1]
+    at = [listed.index(k) for k in sorted(m.kernels)]  # every kernel, in sorted order
+    assert at == sorted(at) and len(m.kernels) > 3
+    with pytest.raises(nbjit.KernelNotFoundError) as e:
+        m["zzzz"]
+    assert "did you mean" not in str(e.value)

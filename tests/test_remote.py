@@ -285,7 +285,7 @@ def test_cli_push_pull_info_list_and_no_credentials_shown(tmp_path, s3, prefix):
     s3.client.put_object(Bucket="fleet", Key=name, Body=b"NBJITC\0\1 not an entry")
     r = run("cache", "pull", NBJIT_CACHE_DIR=str(tmp_path / "c"))
     ok(r, code=1)
-    assert "pulled 1 new entries" in r.stdout and "refused" in r.stderr and "truncated header" in r.stderr
+    assert "pulled 1 new entry" in r.stdout and "refused" in r.stderr and "truncated header" in r.stderr
     # the server gone: info says so, push is an error naming the store; nothing shows a credential
     s3.stop()
     assert "cannot list the remote cache" in ok(run("cache", "info"))

@@ -56,17 +56,29 @@ class DLPackOnly:
 
 def test_arrays_offering_only_dlpack(cuda, kernels):
     """Objects with __dlpack__ and no __cuda_array_interface__ pass for pointer parameters (a
-    view at an offset is the DLTensor's data plus byte_offset); the element type is checked; a
-    CPU tensor is refused naming where its memory is."""
+    view at an offset is the DLTensor's data plus byte_offset); a typed pointer checks the
+    element type at every launch (such an object has no dtype to remember); a CPU tensor is
+    refused naming where its memory is."""
     if torch is None:
         pytest.skip("PyTorch is not installed")
     n = 4096
     x = torch.arange(n + 8, dtype=torch.float32, device="cuda")[8:]
     y = torch.ones(n, dtype=torch.float32, device="cuda")
-    kernels["k_basic"][(n + 255) // 256, 256](DLPackOnly(y), DLPackOnly(x), 2.0, n)
+    kernels["k_basic"][(n + 255) // 256, 256](DLPackOnly(y), DLPackOnly(x), 2.0, n)  # extern "C" PTX: untyped
     torch.cuda.synchronize()
     np.testing.assert_array_equal(y.cpu().numpy(), 2 * (np.arange(n, dtype=np.float32) + 8) + 1)
-    with pytest.raises(NbjitArgumentError, match="int32"):
-        kernels["k_basic"][1, 32](DLPackOnly(torch.zeros(4, dtype=torch.int32, device="cuda")), x, 1.0, 4)
+    tmpl = kernels["_Z6k_tmplIfEvPT_S0_i"]  # k_tmpl<float>(float* out, float v, int n): out[i] = v * i
+    assert tmpl.params[0].ctype == "float*"
+    out = torch.zeros(n + 8, dtype=torch.float32, device="cuda")
+    for _ in range(2):  # the second launch takes the launcher the first made
+        tmpl[(n + 255) // 256, 256](DLPackOnly(out[8:]), 3.0, n)
+        with pytest.raises(NbjitArgumentError, match="int32"):
+            tmpl[1, 32](DLPackOnly(torch.zeros(4, dtype=torch.int32, device="cuda")), 1.0, 4)
+    torch.cuda.synchronize()
+    got = out.cpu().numpy()
+    assert not got[:8].any()
+    np.testing.assert_array_equal(got[8:], 3 * np.arange(n, dtype=np.float32))
     with pytest.raises(NbjitArgumentError, match="the CPU"):
         kernels["k_basic"][1, 32](DLPackOnly(torch.zeros(4)), x, 1.0, 4)
+    with pytest.raises(NbjitArgumentError, match="the CPU"):
+        tmpl[1, 32](DLPackOnly(torch.zeros(4)), 1.0, 4)

@@ -82,3 +82,62 @@ def test_arrays_offering_only_dlpack(cuda, kernels):
         kernels["k_basic"][1, 32](DLPackOnly(torch.zeros(4)), x, 1.0, 4)
     with pytest.raises(NbjitArgumentError, match="the CPU"):
         tmpl[1, 32](DLPackOnly(torch.zeros(4)), 1.0, 4)
+
+
+JAX_SCRIPT = r"""
+import os
+os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"  # JAX takes 75% of the GPU otherwise
+import numpy as np
+import jax, jax.numpy as jnp
+import nbjit
+from nbjit import NbjitArgumentError
+{host}
+if jax.default_backend() != "gpu":
+    print("skip: JAX has no GPU backend here:", jax.devices())
+    raise SystemExit(0)
+k = nbjit.load({ptx!r})
+n = 4096
+x = jnp.arange(n, dtype=jnp.float32) * 0.5  # a JAX array: __dlpack__, a numpy dtype, no __cuda_array_interface__
+assert not hasattr(x, "__cuda_array_interface__")
+y = cuda.to_device(np.ones(n, np.float32))
+k["k_basic"][(n + 255) // 256, 256](y, x, 2.0, n)  # y = 2 x + y, x read through DLPack
+cuda.synchronize()
+np.testing.assert_array_equal(y.copy_to_host(), np.arange(n, dtype=np.float32) + 1)
+tmpl = k["_Z6k_tmplIfEvPT_S0_i"]  # k_tmpl<float>(float* out, float v, int n)
+try:
+    tmpl[1, 32](jnp.zeros(4, dtype=jnp.int32), 1.0, 4)
+except NbjitArgumentError as e:
+    assert "int32" in str(e), e
+else:
+    raise AssertionError("an int32 JAX array passed for float*")
+cpu = jax.device_put(jnp.zeros(4, jnp.float32), jax.devices("cpu")[0])
+try:
+    k["k_basic"][1, 32](y, cpu, 1.0, 4)
+except NbjitArgumentError as e:
+    assert "CPU" in str(e), e
+else:
+    raise AssertionError("a JAX array on the CPU passed")
+print("ok", jax.__version__)
+"""
+
+
+def test_jax_arrays(cuda, tmp_path):
+    """JAX arrays (DLPack and a dtype, no __cuda_array_interface__) pass for pointer
+    parameters, in a process of their own (JAX's runtime beside the host's context)."""
+    import importlib.util
+    import os
+    import subprocess
+    import sys
+
+    from conftest import DATA, HOST_CUDA
+    if importlib.util.find_spec("jax") is None:
+        pytest.skip("JAX is not installed")
+    script = JAX_SCRIPT.format(host=HOST_CUDA, ptx=str(DATA / "nvcc/kernels_sm90.ptx"))
+    root = str(DATA.parent.parent)
+    env = {**os.environ, "NBJIT_CACHE_DIR": str(tmp_path / "cache"),
+           "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, f"{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
+    if r.stdout.startswith("skip: "):
+        pytest.skip(r.stdout.strip()[6:])
+    assert r.stdout.startswith("ok"), r.stdout

@@ -1042,14 +1042,14 @@ def test_compile_of_a_missing_file_over_an_existing_output(tmp_path):
 @pytest.mark.parametrize("args", [["inspect", "missing.ptx"], ["compile", str(AXPY), "--arch", "sm_999"],
                                   ["inspct"], ["--help"], ["inspect", str(DATA / "nvcc/kernels_sm90.ptx")],
                                   ["bundle", "--help"]])
-def test_a_closed_standard_error_is_no_traceback(args):
+def test_a_closed_standard_error_is_no_traceback(args, tmp_path):
     """With standard output and error a pipe nobody reads (2>&1 | true) an error once ended
     in a BrokenPipeError traceback and status 1: the status says what went wrong, silently."""
     cmd = [EXE] if EXE else [sys.executable, "-m", "nbjit"]
     read, write = os.pipe()
     os.close(read)
     try:
-        r = subprocess.run([*cmd, *args], stdout=write, stderr=write, timeout=120)
+        r = subprocess.run([*cmd, *args], stdout=write, stderr=write, timeout=120, cwd=tmp_path)
     finally:
         os.close(write)
     assert r.returncode == (0 if "--help" in args or args[0] == "inspect" and "missing" not in args[1] else 2)

@@ -634,6 +634,9 @@ def _cache(args) -> int:
     if args.remote is not None:
         from .cache import Cache
         c = Cache(c.path, max_bytes=c.max_bytes, lock_timeout=c.lock_timeout, remote=args.remote)
+    if args.action in ("push", "pull") and c.remote is None:
+        raise _Usage(f"'cache {args.action}' needs a remote cache: give --remote URL (s3://bucket/prefix, "
+                     "gs://..., file:///dir) or set NBJIT_CACHE_REMOTE")
     if args.action == "info":
         i = c.info()
         if c.remote is not None:
@@ -921,6 +924,8 @@ def main(argv: list[str] | None = None) -> int:
             stream.reconfigure(errors="backslashreplace")
     parser = _parser()
     args, extra = parser.parse_known_args(_option_values(sys.argv[1:] if argv is None else list(argv)))
+    if args.cmd is None and extra:
+        parser.unrecognized(extra)  # (nbjit --versoin: did you mean --version?)
     if args.cmd is None:
         parser.error("give a command: inspect, strip, compile, bundle or cache (nbjit --help, nbjit COMMAND --help)")
     if extra:

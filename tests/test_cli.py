@@ -546,8 +546,14 @@ def test_compile_options_that_start_with_a_dash(tmp_path, monkeypatch, capsys):
                           "'strip', 'cache', 'compile', 'bundle'); did you mean 'inspect'?"),
     ([], "nbjit: error: give a command: inspect, strip, compile, bundle or cache (nbjit --help, nbjit COMMAND "
          "--help)"),
+    (["--versoin"], "nbjit: error: unrecognized arguments: --versoin (did you mean --version?)"),
+    (["cache", "push"], "nbjit cache: error: 'cache push' needs a remote cache: give --remote URL "
+                        "(s3://bucket/prefix, gs://..., file:///dir) or set NBJIT_CACHE_REMOTE"),
+    (["inspect", "k.ptx", "-o", "k.txt"], "nbjit inspect: error: unrecognized arguments: -o k.txt (inspect prints "
+                                          "to standard output: redirect it, > FILE)"),
 ])
-def test_usage_errors_are_one_line_naming_the_command(args, line):
+def test_usage_errors_are_one_line_naming_the_command(args, line, monkeypatch):
+    monkeypatch.delenv("NBJIT_CACHE_REMOTE", raising=False)
     r = nbjit(*args)
     assert r.returncode == 2 and r.stderr == line + "\n" and not r.stdout
 

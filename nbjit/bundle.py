@@ -308,10 +308,13 @@ def _signature_json(k: "KernelInfo") -> dict:
     return k.to_json()
 
 
-def _kernels(name: str, entries: Iterable[BundleEntry], decls: Mapping, bad) -> tuple[tuple["KernelInfo", ...], dict]:
+def _kernels(name: str, entries: Iterable[BundleEntry], decls: Mapping, bad,
+             labels: Mapping[str, str] | None = None) -> tuple[tuple["KernelInfo", ...], dict]:
     """The image's kernels, merged from every entry (PTX first: it has types) with the C
     declarations and mangled names (the entries must describe the same kernels alike); and
-    each cubin's own facts, ``{file: (resources, globals)}`` as ``BundleEntry`` records them."""
+    each cubin's own facts, ``{file: (resources, globals)}`` as ``BundleEntry`` records them.
+    ``labels``: what each entry (by member file) was made from, for messages (a build's inputs)."""
+    labels = labels or {}
     from .cdecl import demangle
     from .cubin import inspect_cubin
     from .ptx import inspect_ptx
@@ -336,6 +339,10 @@ def _kernels(name: str, entries: Iterable[BundleEntry], decls: Mapping, bad) -> 
     for e, ks in per[1:]:
         if set(ks) != set(names):
             diff = sorted(set(ks) ^ set(names))
+            if labels:
+                first, other = labels.get(per[0][0].file, per[0][0].file), labels.get(e.file, e.file)
+                raise bad(f"{first} and {other} hold different kernels ({', '.join(diff[:4])}): the inputs of one "
+                          "image are the same code built for other architectures")
             raise bad(f"entries {per[0][0].file!r} and {e.file!r} hold different kernels ({', '.join(diff[:4])}): "
                       "the entries of one image are the same code for other architectures")
     out = []
@@ -366,6 +373,7 @@ class _Part:
     toolchain: Any = None
     triton: dict | None = None
     paths: list = field(default_factory=list)  # the input files (never overwritten)
+    labels: dict = field(default_factory=dict)  # {(kind, Arch): what that entry was made from}, for messages
 
 
 def build_bundle(inputs: Any, dest: str | os.PathLike, *, archs: Iterable[str] | str = (),
@@ -396,15 +404,24 @@ def build_bundle(inputs: Any, dest: str | os.PathLike, *, archs: Iterable[str] |
     that describe different kernels, no architecture for a CUDA source, ``dest`` naming an
     input. NbjitCompileError: NVRTC rejected a source.
     """
+    dest = Path(dest)
+    data, info = bundle_bytes(inputs, dest, archs=archs, ptx=ptx, options=options, name_expressions=name_expressions,
+                              include_paths=include_paths, headers=headers, cache=cache)
+    _write_atomic(dest, data)
+    return dataclasses.replace(info, source=str(dest))
+
+
+def bundle_bytes(inputs: Any, dest: Path | None = None, **how: Any) -> tuple[bytes, BundleInfo]:
+    """``build_bundle``'s bundle as bytes, and its ``BundleInfo``, written nowhere (``dest``, where
+    given, is where it will be written: never over an input). The keywords are build_bundle's."""
     import nbjit
 
-    dest = Path(dest)
-    archs_l, ptx_l = _arch_list(archs, "archs", False), _arch_list(ptx, "ptx", True)
-    parts = _parts(inputs, dict(archs=archs_l, ptx=ptx_l, options=options, name_expressions=name_expressions,
-                                include_paths=include_paths, headers=headers, cache=cache))
+    archs_l, ptx_l = _arch_list(how.pop("archs", ()), "archs", False), _arch_list(how.pop("ptx", ()), "ptx", True)
+    how = {"options": (), "name_expressions": (), "include_paths": (), "headers": None, "cache": None, **how}
+    parts = _parts(inputs, dict(archs=archs_l, ptx=ptx_l, **how))
     for p in parts:
         for path in p.paths:
-            if dest.exists() and Path(path).exists() and os.path.samefile(dest, path):
+            if dest is not None and dest.exists() and Path(path).exists() and os.path.samefile(dest, path):
                 raise BundleError(f"{dest}: is an input ({path}); write the bundle elsewhere")
     manifest = {"format": FORMAT, "version": VERSION, "nbjit": nbjit.__version__, "images": []}
     members: list[tuple[str, bytes]] = []
@@ -415,8 +432,8 @@ def build_bundle(inputs: Any, dest: str | os.PathLike, *, archs: Iterable[str] |
             entries.append(BundleEntry(file, kind, a, hashlib.sha256(payload).hexdigest(), len(payload),
                                        payload))
             members.append((file, payload))
-        kernels, facts = _kernels(p.name, entries, p.decls,
-                                  lambda msg, n=p.name: BundleError(f"{dest}: image {n!r}: {msg}"))
+        kernels, facts = _kernels(p.name, entries, p.decls, lambda msg, n=p.name: BundleError(f"image {n!r}: {msg}"),
+                                  {f"{p.name}/{a}.{k}": label for (k, a), label in p.labels.items()})
         entries = [dataclasses.replace(e, resources=facts[e.file][0], globals=facts[e.file][1]) if e.file in facts
                    else e for e in entries]
         # (name expressions and declarations sorted: a compile and a cache hit list them in other orders)
@@ -428,9 +445,7 @@ def build_bundle(inputs: Any, dest: str | os.PathLike, *, archs: Iterable[str] |
     # parameter's origin keeps the order in which its facts were found, as kernel.params shows it
     raw = json.dumps(manifest, indent=1).encode() + b"\n"
     data = _zip([(MANIFEST, raw), *members])
-    info = read_bundle(data)  # what a reader will find: checked before it is written
-    _write_atomic(dest, data)
-    return dataclasses.replace(info, source=str(dest))
+    return data, read_bundle(data)  # what a reader will find: checked before it is written
 
 
 def _zip(members: list[tuple[str, bytes]]) -> bytes:
@@ -508,13 +523,24 @@ def _parts(inputs: Any, how: dict) -> list[_Part]:
             compiled_any |= _add(part, item, how, name is None and len(items) == 1)
         if not part.name:
             raise BundleError(f"{items[0]!r}: give it a name ({{'name': ...}}) to bundle it")
-        if any(p.name == part.name for p in parts):
-            raise BundleError(f"two images would be called {part.name!r}: name them ({{'a': ..., 'b': ...}})")
+        other = next((p for p in parts if p.name == part.name), None)
+        if other is not None and _origin(other) == _origin(part):
+            raise BundleError(f"{_origin(part)}: given twice")
+        if other is not None:
+            raise BundleError(f"{_origin(other)} and {_origin(part)}: two images would be called {part.name!r} (an "
+                              "image is named after its file): name them ({'a': ..., 'b': ...})")
         parts.append(part)
     if (how["archs"] or how["ptx"]) and not compiled_any:
         raise BundleError("archs and ptx say what to compile CUDA sources for; the inputs hold none (PTX, cubins and "
                           "fatbins go in at their own architectures)")
     return parts
+
+
+def _origin(part: _Part) -> str:
+    """What an image is made from, for messages: its first input."""
+    if part.paths:
+        return str(part.paths[0])
+    return part.sources[0]["name"] if part.sources else f"image {part.name!r}"
 
 
 def _add(part: _Part, item: Any, how: dict, naming: bool) -> bool:
@@ -554,7 +580,15 @@ def _add(part: _Part, item: Any, how: dict, naming: bool) -> bool:
         raise BundleError(f"{path}: no such file") from None
     except (OSError, ValueError) as e:
         raise BundleError(f"{path}: cannot read it: {e}") from None
-    _add_image(part, data, _sniff(data, str(path)), str(path), False)
+    try:
+        kind = sniff(data, str(path))
+    except ImageFormatError as e:
+        if "CUDA C++ source" in str(e):
+            raise BundleError(f"{path}: CUDA C++ source, which a bundle compiles from a file named "
+                              f"{', '.join(SOURCE_SUFFIXES[:-1])} or {SOURCE_SUFFIXES[-1]}: rename it") from None
+        raise BundleError(f"{e} (a bundle takes these, CUDA sources named .cu and Triton cache entries)"
+                          if str(e).endswith("a cubin or a fatbin") else str(e)) from None
+    _add_image(part, data, kind, str(path), False)
     return False
 
 
@@ -581,21 +615,31 @@ def _add_image(part: _Part, data: bytes, kind: str, label: str, naming: bool) ->
         part.name = _image_name(Path(label))
     try:
         if kind == "fatbin":
-            found = []
+            found, lto = [], []
             for e in inspect_fatbin(data, source=label).entries:
                 if e.kind == "ltoir":
+                    lto.append(str(e.arch))
                     continue  # linked, never loaded: a bundle holds what loads
                 if e.payload is None:
                     raise BundleError(f"{label}: entry {e.index} ({e.arch}) is zstd-compressed and 'zstandard' is not "
                                       "installed (pip install zstandard)")
                 found.append((e.kind, e.arch, e.payload))
+            if not found and lto:
+                raise BundleError(f"{label}: holds no cubin and no PTX, only LTO-IR ({', '.join(lto)}), which no "
+                                  "driver loads: link it into a cubin first (nvcc -dlink, or nbjit.link_image) and "
+                                  "bundle that")
         elif kind == "cubin":
             found = [("cubin", inspect_cubin(data, source=label).arch, data)]
         else:
             text = data.rstrip(b"\0")
-            found = [("ptx", Arch.parse(inspect_ptx(text, source=label).arch, virtual=True), text)]
+            target = inspect_ptx(text, source=label).arch
+            try:
+                found = [("ptx", Arch.parse(target, virtual=True), text)]
+            except ValueError:
+                raise BundleError(f"{label}: its .target {target!r} names no architecture (as sm_90 does)") from None
     except (ImageFormatError, ValueError) as e:
-        raise BundleError(f"{label}: {e}") from None
+        msg = str(e)  # (nbjit's readers name the file themselves: once is enough)
+        raise BundleError(msg if msg.startswith(label) else f"{label}: {msg}") from None
     for k, a, payload in found:
         _put(part, k, a, payload, label)
     part.sources.append({"name": os.path.basename(label), "kind": kind, "sha256": hashlib.sha256(data).hexdigest()})
@@ -604,8 +648,13 @@ def _add_image(part: _Part, data: bytes, kind: str, label: str, naming: bool) ->
 def _put(part: _Part, kind: str, arch: Arch, payload: bytes, label: str) -> None:
     for k, a, _ in part.entries:
         if k == kind and a == arch:
-            raise BundleError(f"{label}: image {part.name!r} has a {kind} for {arch} already")
+            first = part.labels[(k, a)]
+            if first == label:
+                raise BundleError(f"{label}: given twice for image {part.name!r}")
+            raise BundleError(f"{label}: image {part.name!r} has a {kind} for {arch} already, from {first}: one "
+                              f"{kind} per architecture in an image")
     part.entries.append((kind, arch, payload))
+    part.labels[(kind, arch)] = label
 
 
 def _compile(part: _Part, source: Any, name: str | None, how: dict) -> None:

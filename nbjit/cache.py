@@ -34,7 +34,7 @@ import warnings
 from collections import OrderedDict
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, BinaryIO, Callable
 
 try:
     import fcntl
@@ -581,10 +581,11 @@ class Cache:
             freed += size
         return n, freed
 
-    def export_archive(self, dest: str | os.PathLike, *, archive_key: bytes | str | None = None,
+    def export_archive(self, dest: str | os.PathLike | BinaryIO, *, archive_key: bytes | str | None = None,
                        archive_key_file: str | os.PathLike | None = None) -> int:
-        """Write every entry that verifies into the tar archive ``dest`` (gzip-compressed);
-        returns how many. Corrupt entries are left out. With an archive key (``archive_key``,
+        """Write every entry that verifies into the tar archive ``dest`` (gzip-compressed): a
+        path, or a binary file object it is streamed to (``sys.stdout.buffer``); returns how
+        many. Corrupt entries are left out. With an archive key (``archive_key``,
         ``archive_key_file``, else ``NBJIT_CACHE_ARCHIVE_KEY_FILE`` or
         ``NBJIT_CACHE_ARCHIVE_KEY``) the archive ends with an HMAC-SHA256 signature of
         everything in it, which ``import_archive`` with the same key checks."""
@@ -616,6 +617,9 @@ class Cache:
                     info = tarfile.TarInfo(_SIGNATURE)
                     info.size, info.mtime, info.mode = len(sig), int(time.time()), 0o644
                     tar.addfile(info, io.BytesIO(sig))
+        if hasattr(dest, "write"):  # a file object: written as it is (tar and gzip need no seeking)
+            fill(dest)
+            return n
         try:
             write_output(dest, fill)
         except OSError as e:
@@ -624,20 +628,21 @@ class Cache:
             raise NbjitCacheError(f"cannot write the cache archive {dest}: it is {e}") from None
         return n
 
-    def import_archive(self, src: str | os.PathLike, *, archive_key: bytes | str | None = None,
+    def import_archive(self, src: str | os.PathLike | BinaryIO, *, archive_key: bytes | str | None = None,
                        archive_key_file: str | os.PathLike | None = None) -> tuple[int, list[str]]:
-        """Add the entries of an archive made by ``export_archive``, each verified again
-        against its key; returns how many were new here and why others were refused (the
-        first 1000 reasons, then how many more). An archive is trusted like code: an entry
-        carries the image its key's compile will use. With an archive key (as for
-        ``export_archive``) an archive not signed with that key is refused whole, before
-        anything is imported. Archives that are not one (too large headers or descriptions,
+        """Add the entries of an archive made by ``export_archive`` (a path, or a seekable
+        binary file object), each verified again against its key; returns how many were new
+        here and why others were refused (the first 1000 reasons, then how many more). An
+        archive is trusted like code: an entry carries the image its key's compile will use.
+        With an archive key (as for ``export_archive``) an archive not signed with that key
+        is refused whole, before anything is imported. Archives that are not one (too large headers or descriptions,
         sparse members, damage) are an ``NbjitCacheError``."""
-        import tarfile
-        import zlib
         if self.path is None:
             raise NbjitCacheError("cannot import: the disk cache is off (NBJIT_CACHE=0)")
         secret = _archive_key(archive_key, archive_key_file)
+        if hasattr(src, "read"):
+            name = getattr(src, "name", None)
+            return self._import_file(src, name if isinstance(name, str) else "<archive>", secret)
         try:
             fd = os.open(src, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except (OSError, ValueError) as e:
@@ -648,19 +653,26 @@ class Cache:
             what = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
             raise NbjitCacheError(f"{src} is {what}, so not a cache archive (give the file nbjit cache export wrote)")
         with os.fdopen(fd, "rb") as fobj:
-            try:
-                digests = None if secret is None else _check_signature(fobj, src, secret)
-                fobj.seek(0)
-                return self._import_members(_open_archive(fobj, src), digests)
-            except _NotAnArchive as e:
-                raise NbjitCacheError(f"{src}: {e}") from None
-            except _Damaged as e:
-                raise NbjitCacheError(f"{src}: a damaged cache archive ({e})") from None
-            except RecursionError:
-                raise NbjitCacheError(f"{src}: headers nested too deep, so not a cache archive") from None
-            except (tarfile.TarError, EOFError, zlib.error, OSError, ValueError) as e:
-                why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                raise NbjitCacheError(f"{src}: a damaged cache archive ({why})") from None
+            return self._import_file(fobj, src, secret)
+
+    def _import_file(self, fobj, src, secret: bytes | None) -> tuple[int, list[str]]:
+        """``import_archive`` of the open, seekable archive ``fobj`` (``src`` names it)."""
+        import tarfile
+        import zlib
+        start = fobj.tell()
+        try:
+            digests = None if secret is None else _check_signature(fobj, src, secret)
+            fobj.seek(start)
+            return self._import_members(_open_archive(fobj, src), digests)
+        except _NotAnArchive as e:
+            raise NbjitCacheError(f"{src}: {e}") from None
+        except _Damaged as e:
+            raise NbjitCacheError(f"{src}: a damaged cache archive ({e})") from None
+        except RecursionError:
+            raise NbjitCacheError(f"{src}: headers nested too deep, so not a cache archive") from None
+        except (tarfile.TarError, EOFError, zlib.error, OSError, ValueError) as e:
+            why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise NbjitCacheError(f"{src}: a damaged cache archive ({why})") from None
 
     def _import_members(self, tar, digests: list | None) -> tuple[int, list[str]]:
         """``import_archive`` of an open archive; ``digests``: what each member of a signed

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import io
 import json
 import os
 import re
@@ -12,9 +13,9 @@ import warnings
 from pathlib import Path
 from typing import NoReturn
 
-from .arch import Arch
+from .arch import Arch, existence_problem
 from .cubin import CubinInfo, inspect_cubin
-from .errors import ImageFormatError, NbjitError
+from .errors import ImageFormatError, NbjitError, NbjitWarning
 from .fatbin import FatbinInfo, inspect_fatbin
 from .image import MAX_FILE_BYTES, Image, inspect_image, read_regular, sniff, write_output
 from .ptx import PtxInfo, inspect_ptx, strip_debug
@@ -54,7 +55,14 @@ class _Parser(argparse.ArgumentParser):
                 hints.append(f"did you mean {near[0]}?" if len(extra) == 1 else f"{a}: did you mean {near[0]}?")
             elif "--option" in options:
                 hints.append(f"an NVRTC option goes as --option {a}")
+            elif a.split("=", 1)[0] in ("-o", "--output") and self.prog in _NO_OUTPUT:
+                hints.append(_NO_OUTPUT[self.prog])
         self.error(f"unrecognized arguments: {' '.join(extra)}" + (f" ({'; '.join(hints)})" if hints else ""))
+
+
+# what a command without -o writes to, for a -o given it
+_NO_OUTPUT = {"nbjit cache": "the archive is FILE: nbjit cache export FILE, - for standard output",
+              "nbjit inspect": "inspect prints to standard output: redirect it, > FILE"}
 
 
 def _read(path: str) -> bytes:
@@ -92,11 +100,70 @@ def _write(path: str, data: bytes, source: str, in_place: bool, in_place_option:
         raise _Usage(f"cannot write {path}: it is {e}") from None
 
 
+def _binary_to_stdout(what: str, given: str = "-o -") -> None:
+    """Refuse binary output to standard output (``given``) where that is a terminal, as gzip and tar do."""
+    if sys.stdout.isatty():
+        raise _Usage(f"{given}: {what} is binary, not for a terminal: redirect standard output (> FILE) or pipe it")
+
+
+_ARCH_EXAMPLES = "e.g. sm_90, sm_90a, sm_100f, compute_90"
+
+
+def _parse_archs(text: str, option: str) -> list[Arch]:
+    """The architectures of ``--arch sm_80,sm_90`` (``option``), each given once."""
+    items = [t.strip() for t in text.split(",")]
+    if not any(items):
+        raise _Usage(f"{option} {text!r}: give one or more architectures, separated by commas ({option} sm_80,sm_90)")
+    archs = []
+    for t in items:
+        try:
+            archs.append(Arch.parse(t) if t else None)
+        except ValueError:
+            raise _Usage(f"{option} {t!r}: not an architecture ({_ARCH_EXAMPLES})") from None
+    if None in archs or len(set(archs)) != len(archs):
+        raise _Usage(f"{option} {text!r}: give architectures once each, separated by commas (sm_80,sm_90)")
+    return archs
+
+
+def _check_exists(a: Arch, option: str) -> None:
+    """Refuse an architecture no chip has (sm_91, sm_89a); one newer than all is let be."""
+    problem = existence_problem(a)
+    if problem:
+        raise _Usage(f"{option} {a}: {problem}")
+
+
+def _check_compilable(a: Arch, option: str, *, tool: str = "NVRTC", newer: str = "") -> None:
+    """Refuse an architecture this NVRTC (or nvJitLink, ``tool``, where it is NVRTC's version)
+    cannot compile for, naming those it can; ``newer``: the option that would give PTX for
+    the newest it knows, for a GPU newer than it (none: no such hint)."""
+    from .compiler import nvjitlink_version, nvrtc_version, supported_archs
+    _check_exists(a, option)
+    try:
+        known, version = supported_archs(), nvrtc_version()
+    except NbjitError:
+        return  # no NVRTC: what compiles (or not) says why
+    if tool != "NVRTC":
+        if nvjitlink_version() != version:
+            return  # another CUDA's nvJitLink: it says what it refuses
+    if not known or a.number in known:
+        return
+    prefix = "compute" if a.virtual else "sm"
+    hint = ""
+    if a.number > max(known) and newer and not a.variant:
+        hint = f" (for a newer GPU, PTX for compute_{max(known)} runs there: {newer} compute_{max(known)})"
+    elif a.number < min(known):
+        hint = " (an older CUDA's may)"
+    verb, verbs = ("compile", "compiles") if tool == "NVRTC" else ("assemble PTX", "assembles PTX")
+    raise _Usage(f"{option} {a}: {tool} {version[0]}.{version[1]} cannot {verb} for it; it {verbs} for "
+                 + ", ".join(f"{prefix}_{n}" for n in known) + hint)
+
+
 def _refuse_input(path: str, source: str, in_place_option: bool = True) -> None:
     """Refuse an output that is the input (also through a link)."""
-    if source != "-" and os.path.exists(path) and os.path.samefile(path, source):
+    if source != "-" and os.path.exists(path) and os.path.exists(source) and os.path.samefile(path, source):
         hint = "pass --in-place to replace it, or choose another -o" if in_place_option else "choose another -o"
-        raise _Usage(f"{path} is the input file {source}: refusing to overwrite it ({hint})")
+        named = "" if os.path.normpath(path) == os.path.normpath(source) else f" {source}"  # (a path said once)
+        raise _Usage(f"-o {path} is the input file{named}: refusing to overwrite it ({hint})")
 
 
 def _table(rows: list[list[str]], header: list[str]) -> list[str]:
@@ -285,8 +352,9 @@ def _inspect(args) -> int:
     if args.arch:
         try:
             args.arch = Arch.parse(args.arch)  # (the value from here on)
-        except ValueError as e:
-            raise _Usage(str(e)) from None
+        except ValueError:
+            raise _Usage(f"--arch {args.arch!r}: not an architecture ({_ARCH_EXAMPLES})") from None
+        _check_exists(args.arch, "--arch")
     compiled = args.sass or args.occupancy or args.fail_on_spills
     what = "--sass, --occupancy and --fail-on-spills read one cubin, or PTX with --arch"
     if args.file != "-" and (Path(args.file).is_dir() or args.file.endswith(".json")):
@@ -355,13 +423,34 @@ def _inspect_compiled(args, img: Image) -> int:
     from .sass import cubin_for, disassemble
     if img.kind != "cubin" and not args.arch:
         raise _Usage(f"{img.name} is {img.kind}: give --arch (e.g. sm_90) for the SASS it gives")
+    ptx = img.data if img.kind == "ptx" else None
+    if img.kind == "fatbin":
+        fat = inspect_fatbin(img.data, source=img.name)
+        chosen = fat.select(args.arch)
+        if chosen is None:
+            raise _Usage(f"--arch {args.arch}: no image of {img.name} runs on it (it holds "
+                         f"{', '.join(e.arch_name for e in fat.entries)})")
+        ptx = chosen.payload if chosen.kind == "ptx" else None
+    if ptx is not None:  # assembled for --arch by nvJitLink: said here, in one line, what it would refuse
+        _check_compilable(args.arch.real(), "--arch", tool="nvJitLink")
+        declared = inspect_ptx(ptx, source=img.name).arch
+        try:
+            target = Arch.parse(declared, virtual=True)
+        except ValueError:  # (a .target that names no architecture: nvJitLink says what it makes of it)
+            target = None
+        if target is not None and not target.runs_on(args.arch):
+            where = {"a": f"{target.real()} only", "f": f"the sm_{target.major}x family from {target.real()}"}.get(
+                target.variant, f"{target.real()} and newer")
+            raise _Usage(f"--arch {args.arch}: {img.name} holds PTX for {target.real()}, which assembles for "
+                         f"{where}")
     data = cubin_for(img, args.arch)
     info = inspect_cubin(data, source=img.name)
     entries = typed_entries(info.entries, "cubin")
     out: dict = {"file": img.name, "arch": str(info.arch)}
+    device = args.arch.real() if args.arch else info.arch  # (an sm_86 GPU runs an sm_80 cubin by sm_86's limits)
     if args.occupancy:
         block, smem = args.occupancy
-        out["occupancy"] = [occupancy(e, info.arch, block, smem).to_json() for e in info.entries]
+        out["occupancy"] = [occupancy(e, device, block, smem).to_json() for e in info.entries]
     spilling = [e for e in entries if e.spills]
     out["spills"] = [{"kernel": e.name, "spills": e.spills, "frame": e.frame} for e in spilling]
     if args.sass:
@@ -375,7 +464,8 @@ def _inspect_compiled(args, img: Image) -> int:
             rows = [[o["kernel"], e.registers, e.shared, o["blocks_per_sm"],
                      f"{o['warps_per_sm']}/{o['max_warps_per_sm']}", f"{o['occupancy']:.0%}",
                      ",".join(o["limited_by"])] for o, e in zip(out["occupancy"], entries)]
-            print(f"{img.name}: occupancy on {info.arch}, block {block}, dynamic shared {smem} bytes")
+            print(f"{img.name}: occupancy on {device}" + (f" (its {info.arch} cubin)" if device != info.arch else "")
+                  + f", block {block}, dynamic shared {smem} bytes")
             print("\n".join(_table(rows, ["kernel", "registers", "shared", "blocks/SM", "warps/SM", "occupancy",
                                           "limited by"])))
         if args.fail_on_spills and not spilling:
@@ -430,18 +520,75 @@ def _inspect_bundle(args, raw: bytes) -> int:
 
 
 def _bundle(args) -> int:
-    from .bundle import build_bundle
+    from ._bundle_file import is_image_name
+    from .bundle import _image_name, bundle_bytes
+    from .compiler import SOURCE_SUFFIXES
 
-    if any(os.path.abspath(f) == os.path.abspath(args.output) for f in args.files):
-        raise _Usage(f"-o {args.output}: is an input; write the bundle elsewhere")
+    # everything the command line can get wrong is said here, in its terms (--arch, --name), before
+    # anything is compiled; what only building finds is said by build_bundle's own checks
+    to_stdout = args.output == "-"
+    for f in args.files:
+        if not os.path.lexists(f):
+            raise _Usage(f"cannot read {f}: No such file or directory")
+    if to_stdout:
+        _binary_to_stdout("a bundle")
+    else:
+        if os.path.isdir(args.output):
+            raise _Usage(f"-o {args.output} is a directory: give the bundle's file name "
+                         f"({os.path.join(args.output, 'kernels.nbjit')})")
+        for f in args.files:
+            _refuse_input(args.output, f, in_place_option=False)
+    if args.name is not None and not is_image_name(args.name):
+        raise _Usage(f"--name {args.name!r}: an image name is 1 to 128 letters, digits, '_', '.', '+' or '-', not "
+                     "starting with '.', '+' or '-'")
+    archs = _parse_archs(args.arch, "--arch") if args.arch is not None else []
+    for a in archs:
+        if a.virtual:
+            raise _Usage(f"--arch {a} is a virtual architecture (PTX): give --ptx {a} for PTX, or --arch {a.real()} "
+                         "for a cubin")
+        _check_compilable(a, "--arch", newer="--ptx")
+    ptx = [Arch(a.number, a.variant, True) for a in _parse_archs(args.ptx, "--ptx")] if args.ptx is not None else []
+    for a in ptx:
+        _check_compilable(a, "--ptx", newer="--ptx")
+    seen: dict[str, str] = {}  # image name -> the FILE it comes from
+    for f in args.files:
+        p = Path(f)
+        if args.name or p.is_dir() or p.suffix == ".json":
+            continue  # (a Triton kernel is named by its metadata: build_bundle says where two are alike)
+        first = seen.setdefault(_image_name(p), f)
+        if first != f and os.path.exists(first) and os.path.samefile(first, f):
+            raise _Usage(f"{f} is given twice")
+        if first != f:
+            raise _Usage(f"{first} and {f} would both be image {_image_name(p)!r} (each FILE is one image, named "
+                         "after the file): rename one, or give --name NAME to put them in one image")
+    sources = [f for f in args.files if Path(f).suffix.lower() in SOURCE_SUFFIXES]
+    if sources and not archs and not ptx:
+        raise _Usage(f"{sources[0]} is CUDA source: say what to compile it for with --arch (SASS: sm_80,sm_90) "
+                     "and/or --ptx (PTX: compute_80)")
+    if (archs or ptx) and not sources:
+        given = " and ".join(o for o, v in (("--arch", archs), ("--ptx", ptx)) if v)
+        raise _Usage(f"{given} {'say' if ptx and archs else 'says'} what to compile CUDA sources for, and no FILE is "
+                     "one (named .cu, .cuh or .cuda; PTX, cubins, fatbins and Triton kernels go in as they were "
+                     f"built): drop {given}")
     opts = [o for d in args.include for o in ("-I", d)] + [f"-D{d}" for d in args.define] + list(args.option)
     inputs = {args.name: args.files} if args.name else args.files
-    info = build_bundle(inputs, args.output, archs=args.arch or (), ptx=args.ptx or (), options=opts,
-                        name_expressions=args.expr)
+    with warnings.catch_warnings():
+        # (a source that compiles to no kernel: the error below says so, with what to do)
+        warnings.filterwarnings("ignore", "(?s).*NVRTC compiled no kernel", NbjitWarning)
+        data, info = bundle_bytes(inputs, None if to_stdout else Path(args.output), archs=archs, ptx=ptx,
+                                  options=opts, name_expressions=args.expr)
     for img in info.images:
-        n = len(img.kernels)
-        archs = ", ".join(map(str, img.archs))
-        print(f"{args.output}: {img.name}: {archs} ({n} kernel{'s' * (n != 1)})", file=sys.stderr)
+        if not img.kernels:
+            names = ", ".join(str(s.get("name")) for s in img.sources)
+            why = ("a template kernel is compiled only where it is instantiated (--expr 'name<float>'), and a "
+                   "kernel is declared __global__" if any(s.get("kind") == "cuda" for s in img.sources)
+                   else "it declares no .entry")
+            raise _Usage(f"{names}: no kernel to launch in image {img.name!r}: {why}; nothing written")
+    _write(args.output, data, "-", in_place=True)  # (never over an input: refused above)
+    shown = "<stdout>" if to_stdout else args.output
+    for img in info.images:
+        print(f"{shown}: {img.name}: {', '.join(map(str, img.archs))} ({_count(len(img.kernels), 'kernel')})",
+              file=sys.stderr)
         for e, m in img.lowered_names.items():
             print(f"  {e} -> {m}", file=sys.stderr)
     return 0
@@ -481,10 +628,15 @@ def _cache(args) -> int:
                      else f"'cache {args.action}' takes no FILE (only export and import do)")
     if args.json and args.action not in ("info", "list"):
         raise _Usage(f"--json applies to 'cache info' and 'cache list', not 'cache {args.action}'")
+    if args.action == "export" and args.file == "-":
+        _binary_to_stdout("a cache archive", "cache export -")
     c = default_cache()
     if args.remote is not None:
         from .cache import Cache
         c = Cache(c.path, max_bytes=c.max_bytes, lock_timeout=c.lock_timeout, remote=args.remote)
+    if args.action in ("push", "pull") and c.remote is None:
+        raise _Usage(f"'cache {args.action}' needs a remote cache: give --remote URL (s3://bucket/prefix, "
+                     "gs://..., file:///dir) or set NBJIT_CACHE_REMOTE")
     if args.action == "info":
         i = c.info()
         if c.remote is not None:
@@ -547,9 +699,19 @@ def _cache(args) -> int:
     elif args.action == "clear":
         print(f"removed {_count(c.clear(), 'entry')} from {c.path}")
     elif args.action == "export":
-        print(f"exported {_count(c.export_archive(args.file, archive_key_file=args.key_file), 'entry')} to {args.file}")
+        if args.file == "-":  # streamed to standard output, as tar does; what was done said on standard error
+            n = c.export_archive(sys.stdout.buffer, archive_key_file=args.key_file)
+            sys.stdout.buffer.flush()
+            print(f"exported {_count(n, 'entry')} to <stdout>", file=sys.stderr)
+        else:
+            print(f"exported {_count(c.export_archive(args.file, archive_key_file=args.key_file), 'entry')} to "
+                  f"{args.file}")
     elif args.action == "import":
-        added, refused = c.import_archive(args.file, archive_key_file=args.key_file)
+        src = args.file
+        if src == "-":
+            src = io.BytesIO(_read("-"))
+            src.name = "<stdin>"
+        added, refused = c.import_archive(src, archive_key_file=args.key_file)
         for why in refused:
             print(f"refused {why}", file=sys.stderr)
         print(f"imported {_count(added, 'new entry')} into {c.path}" + (f"; refused {len(refused)}" if refused else ""))
@@ -564,15 +726,9 @@ def _compile(args) -> int:
     from .compiler import compile_image
 
     path = Path(args.file)
-    texts = [a.strip() for a in args.arch.split(",")]
-    archs = []  # what each compile is told it is for
-    for a in texts:
-        try:
-            archs.append(Arch.parse(a) if a else None)
-        except ValueError as e:
-            raise _Usage(f"--arch {a!r}: {e}") from None
-    if None in archs or len(set(archs)) != len(archs):
-        raise _Usage(f"--arch {args.arch!r}: give architectures once each, separated by commas (sm_80,sm_90)")
+    archs = _parse_archs(args.arch, "--arch")  # what each compile is told it is for
+    for a in archs:
+        _check_compilable(a, "--arch", newer="--arch")
     if args.json and args.output == "-":
         raise _Usage("--json prints to standard output, and so does -o -: choose one")
     if args.cache_only and args.output is not None:
@@ -695,7 +851,8 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("cache", help="show, list, clear, prune, export or import nbjit's compile cache; push "
                        "to or pull from its remote tier")
     c.add_argument("action", choices=["info", "list", "clear", "prune", "export", "import", "push", "pull"])
-    c.add_argument("file", nargs="?", help="for export and import: the archive (a .tar.gz)")
+    c.add_argument("file", nargs="?", help="for export and import: the archive (a .tar.gz; - for standard output "
+                   "or input)")
     c.add_argument("--max-bytes", type=_size, metavar="SIZE", help="for prune: the size to prune to, in bytes "
                    "or with a unit: 100k, 512M, 1G (powers of 1024; default: the cache's limit)")
     c.add_argument("--json", action="store_true", help="for info and list: machine-readable output")
@@ -731,9 +888,10 @@ def _parser() -> argparse.ArgumentParser:
                        "in one file that loads with no NVRTC (nbjit.load_bundle)")
     b.add_argument("files", nargs="+", metavar="FILE", help=".cu sources (compiled), PTX, cubins, fatbins, Triton "
                    "cache entries; each one image named after its file")
-    b.add_argument("--arch", help="SASS to compile each .cu for: sm_80,sm_90,sm_100,...")
+    b.add_argument("--arch", help="SASS to compile each .cu for: sm_80,sm_90,sm_100,... (those NVRTC compiles for)")
     b.add_argument("--ptx", help="virtual architecture(s) to compile each .cu to PTX for: compute_80")
-    b.add_argument("-o", "--output", required=True, help="the bundle to write (e.g. kernels.nbjit)")
+    b.add_argument("-o", "--output", required=True, help="the bundle to write (e.g. kernels.nbjit; - for standard "
+                   "output, where that is not a terminal)")
     b.add_argument("--name", help="put every FILE in one image of this name (cubins nvcc built per architecture)")
     b.add_argument("-I", dest="include", action="append", default=[], metavar="DIR")
     b.add_argument("-D", dest="define", action="append", default=[], metavar="NAME=VALUE")
@@ -766,6 +924,8 @@ def main(argv: list[str] | None = None) -> int:
             stream.reconfigure(errors="backslashreplace")
     parser = _parser()
     args, extra = parser.parse_known_args(_option_values(sys.argv[1:] if argv is None else list(argv)))
+    if args.cmd is None and extra:
+        parser.unrecognized(extra)  # (nbjit --versoin: did you mean --version?)
     if args.cmd is None:
         parser.error("give a command: inspect, strip, compile, bundle or cache (nbjit --help, nbjit COMMAND --help)")
     if extra:
@@ -782,14 +942,30 @@ def main(argv: list[str] | None = None) -> int:
                 return args.func(args)
             finally:
                 sys.stdout.flush()
+    except KeyboardInterrupt:  # Ctrl-C: stopped, as the user asked (no traceback), with the shell's status
+        print(file=sys.stderr)
+        return 130
     except BrokenPipeError:
         # the reader went away (nbjit inspect x | head -1): stop quietly, as Unix tools do
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        _quiet(sys.stdout)
         return 0
     except (NbjitError, _Usage) as e:
-        print(f"nbjit {args.cmd}: error: {e}", file=sys.stderr)
+        try:
+            print(f"nbjit {args.cmd}: error: {e}", file=sys.stderr)
+        except BrokenPipeError:  # (2>&1 | head -0: the error goes unsaid, the status says it)
+            _quiet(sys.stderr)
         return 2
+
+
+def _quiet(stream) -> None:
+    """Point ``stream``'s descriptor at /dev/null: its reader is gone, and what Python flushes
+    at exit must not fail there (a traceback, or status 120)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, stream.fileno())
+    finally:
+        os.close(devnull)
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -553,8 +553,9 @@ def compile_image(source: str, *, name: str | None = None, name_expressions: Ite
     img = _image(entry, req)
     if _no_kernels(img):
         warnings.warn(f"{img.name}: NVRTC compiled no kernel (the {img.kind} for {img.arch} holds none): a template "
-                      "kernel is compiled only where it is instantiated (name_expressions=['kern<float>'], or --expr "
-                      "with nbjit compile), and a kernel is declared __global__", NbjitWarning, stacklevel=2)
+                      "kernel is compiled only where it is instantiated (name_expressions=['kern<float>']; on the "
+                      "command line --expr 'kern<float>'), and a kernel is declared __global__", NbjitWarning,
+                      stacklevel=2)
     if call is not None:
         cache.remember(call, img)
     return img
@@ -605,9 +606,12 @@ def source_text(source, name: str | None, include_paths) -> tuple[str, str | Non
     try:
         raw = read_regular(path, MAX_SOURCE_BYTES)
     except FileNotFoundError:
-        raise NbjitCompileError(f"{path}: no such file (a str ending in {'/'.join(SOURCE_SUFFIXES)} is taken as a "
-                                "source file's path; pass the file's text to compile it as text)") from None
-    except (OSError, ValueError) as e:
+        raise NbjitCompileError(f"{path}: no such file" + ("" if isinstance(source, os.PathLike) else
+                                f" (a str ending in {'/'.join(SOURCE_SUFFIXES)} is taken as a source file's path; "
+                                "pass the file's text to compile it as text)")) from None
+    except OSError as e:
+        raise NbjitCompileError(f"{path}: cannot read it as CUDA source: {e.strerror or e}") from None
+    except ValueError as e:
         raise NbjitCompileError(f"{path}: cannot read it as CUDA source: {e}") from None
     try:
         text = raw.decode("utf-8")

@@ -88,7 +88,11 @@ def write_output(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> 
         return
     target = os.path.realpath(path)  # write where a link points, never over the link
     tmp = os.path.join(os.path.dirname(target), f".nbjit-{os.getpid()}-{secrets.token_hex(6)}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as to a new file
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as to a new file
+    except FileNotFoundError:  # (the only cause: no such directory) named as what is missing
+        where = os.path.dirname(target if os.path.islink(path) else os.fspath(path)) or "."
+        raise FileNotFoundError(errno.ENOENT, f"no directory {where}", os.fspath(path)) from None
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)

@@ -417,22 +417,28 @@ def test_output_to_standard_output(tmp_path):
 
 def test_compile_never_writes_ptx_as_a_cubin(tmp_path, capsys):
     """--arch sm_91 -o k.cubin once exited 0 and wrote PTX text into k.cubin. An output
-    named .cubin asks for a cubin; .ptx for PTX; an architecture no chip has is refused."""
+    named .cubin asks for a cubin; .ptx for PTX; an architecture no chip has, or one newer
+    than NVRTC knows (which once gave PTX for the newest it knows, whatever -o said), is
+    refused, in one line naming what NVRTC compiles for."""
     from nbjit import cli
     from nbjit.arch import SHIPPED
+    from nbjit.compiler import supported_archs
     cu = tmp_path / "k.cu"
     cu.write_text('extern "C" __global__ void k(int* p) { p[0] = 1; }\n')
     newer = f"sm_{max(SHIPPED) + 9}"
-    for arch, out in (("sm_91", "k.cubin"), (newer, "k.cubin"), ("sm_91", "k.ptx")):
+    newest = f"compute_{max(supported_archs())}"
+    for arch, out, said in (("sm_91", "k.cubin", "no chip has that compute capability"),
+                            (newer, "k.cubin", f"runs there: --arch {newest})"), ("sm_91", "k.ptx", "no chip"),
+                            (newer, "dir", f"cannot compile for it; it compiles for sm_{min(supported_archs())}, ")):
         assert cli.main(["compile", str(cu), "--arch", arch, "-o", str(tmp_path / out)]) == 2
         err = capsys.readouterr().err
-        assert err.startswith("nbjit compile: error: k.cu: NVRTC") and f"cannot compile for {arch}" in err
-        assert not (tmp_path / out).exists()
+        assert err.startswith(f"nbjit compile: error: --arch {arch}: ") and said in err, err
+        assert len(err.splitlines()) == 1 and not (tmp_path / out).exists()
     assert cli.main(["compile", str(cu), "--arch", "sm_90", "-o", str(tmp_path / "k.ptx")]) == 0
     assert (tmp_path / "k.ptx").read_bytes().lstrip().startswith(b"//")
     assert cli.main(["compile", str(cu), "--arch", "sm_90", "-o", str(tmp_path / "k.cubin")]) == 0
     assert (tmp_path / "k.cubin").read_bytes()[:4] == b"\x7fELF"
-    assert cli.main(["compile", str(cu), "--arch", newer, "-o", str(tmp_path / "dir")]) == 0  # no suffix: PTX
+    assert cli.main(["compile", str(cu), "--arch", newest, "-o", str(tmp_path / "dir")]) == 0  # no suffix: PTX
     assert (tmp_path / "dir").read_bytes().lstrip().startswith(b"//") and "ptx for compute_" in capsys.readouterr().err
 
 
@@ -540,8 +546,14 @@ def test_compile_options_that_start_with_a_dash(tmp_path, monkeypatch, capsys):
                           "'strip', 'cache', 'compile', 'bundle'); did you mean 'inspect'?"),
     ([], "nbjit: error: give a command: inspect, strip, compile, bundle or cache (nbjit --help, nbjit COMMAND "
          "--help)"),
+    (["--versoin"], "nbjit: error: unrecognized arguments: --versoin (did you mean --version?)"),
+    (["cache", "push"], "nbjit cache: error: 'cache push' needs a remote cache: give --remote URL "
+                        "(s3://bucket/prefix, gs://..., file:///dir) or set NBJIT_CACHE_REMOTE"),
+    (["inspect", "k.ptx", "-o", "k.txt"], "nbjit inspect: error: unrecognized arguments: -o k.txt (inspect prints "
+                                          "to standard output: redirect it, > FILE)"),
 ])
-def test_usage_errors_are_one_line_naming_the_command(args, line):
+def test_usage_errors_are_one_line_naming_the_command(args, line, monkeypatch):
+    monkeypatch.delenv("NBJIT_CACHE_REMOTE", raising=False)
     r = nbjit(*args)
     assert r.returncode == 2 and r.stderr == line + "\n" and not r.stdout
 
@@ -843,3 +855,207 @@ def test_compile_finds_includes_beside_the_source_from_anywhere(tmp_path):
 
 
 PKG_BUNDLE = DATA.parent.parent / "examples/bundle_package/src/nbjit_demo_kernels/kernels.nbjit"
+AXPY = DATA.parent.parent / "examples/bundle_package/kernels/axpy.cu"
+
+
+def _run(*args: str, stdin: bytes | None = None, **kw) -> subprocess.CompletedProcess:
+    """nbjit as a user runs it, with bytes in and out."""
+    cmd = [EXE] if EXE else [sys.executable, "-m", "nbjit"]
+    return subprocess.run([*cmd, *args], input=stdin, capture_output=True, timeout=120, **kw)
+
+
+def _on_a_terminal(*args: str, **kw) -> subprocess.CompletedProcess:
+    """nbjit with its standard output a terminal."""
+    cmd = [EXE] if EXE else [sys.executable, "-m", "nbjit"]
+    leader, follower = os.openpty()
+    try:
+        return subprocess.run([*cmd, *args], stdout=follower, stderr=subprocess.PIPE, timeout=120, **kw)
+    finally:
+        os.close(follower)
+        os.close(leader)
+
+
+def test_bundle_to_standard_output(tmp_path):
+    """bundle -o - once wrote a file named '-'. It writes the bundle to standard output, which
+    'nbjit inspect -' reads back; the report goes to standard error; a terminal is refused."""
+    r = _run("bundle", str(DATA / "nvcc/kernels_sm90.ptx"), "-o", "-", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout[:4] == b"PK\x03\x04" and r.stderr == b"<stdout>: kernels_sm90: compute_90 (11 kernels)\n"
+    back = _run("inspect", "--json", "-", stdin=r.stdout)
+    assert back.returncode == 0 and json.loads(back.stdout)["images"][0]["name"] == "kernels_sm90"
+    t = _on_a_terminal("bundle", str(DATA / "nvcc/kernels_sm90.ptx"), "-o", "-", cwd=tmp_path)
+    assert t.returncode == 2 and t.stderr == (b"nbjit bundle: error: -o -: a bundle is binary, not for a terminal: "
+                                              b"redirect standard output (> FILE) or pipe it\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cache_export_and_import_through_a_pipe(tmp_path):
+    """cache export - once wrote a file named '-' (and its report into the archive's stream).
+    As tar: export - streams the archive to standard output, import - reads standard input."""
+    one, two = tmp_path / "one", tmp_path / "two"
+    env1 = {**os.environ, "NBJIT_CACHE_DIR": str(one)}
+    env2 = {**os.environ, "NBJIT_CACHE_DIR": str(two)}
+    assert _run("compile", str(AXPY), "--arch", "sm_90", "--cache-only", env=env1).returncode == 0
+    out = _run("cache", "export", "-", env=env1, cwd=tmp_path)
+    assert out.returncode == 0 and out.stdout[:2] == b"\x1f\x8b", out.stderr  # gzip
+    assert out.stderr == b"exported 1 entry to <stdout>\n" and not (tmp_path / "-").exists()
+    r = _run("cache", "import", "-", stdin=out.stdout, env=env2)
+    assert r.returncode == 0 and r.stdout.decode() == f"imported 1 new entry into {two}\n", r.stderr
+    r = _run("cache", "import", "-", stdin=b"hello\n", env=env2)
+    assert r.returncode == 2 and r.stderr.startswith(b"nbjit cache: error: <stdin>: not a tar archive")
+    t = _on_a_terminal("cache", "export", "-", env=env1)
+    assert t.returncode == 2 and b"cache export -: a cache archive is binary, not for a terminal" in t.stderr
+    r = _run("cache", "export", "-o", "-", env=env1)
+    assert r.returncode == 2 and b"(the archive is FILE: nbjit cache export FILE, - for standard output)" in r.stderr
+
+
+@pytest.mark.parametrize("args, line", [
+    (["compile", str(AXPY), "--arch", "sm_999"], "--arch sm_999: NVRTC {v} cannot compile for it; it compiles for "
+     "{sm} (for a newer GPU, PTX for {newest} runs there: --arch {newest})"),
+    (["compile", str(AXPY), "--arch", "sm_90,sm_50"], "--arch sm_50: NVRTC {v} cannot compile for it; it compiles "
+     "for {sm} (an older CUDA's may)"),
+    (["compile", str(AXPY), "--arch", "compute_999"], "--arch compute_999: NVRTC {v} cannot compile for it; it "
+     "compiles for compute_"),
+    (["bundle", str(AXPY), "--arch", "sm_999", "-o", "x.nbjit"], "--arch sm_999: NVRTC {v} cannot compile for it; "
+     "it compiles for {sm} (for a newer GPU, PTX for {newest} runs there: --ptx {newest})"),
+    (["bundle", str(AXPY), "--ptx", "compute_999", "-o", "x.nbjit"], "--ptx compute_999: NVRTC {v} cannot compile"),
+    (["bundle", str(AXPY), "--arch", "sm_91", "-o", "x.nbjit"], "--arch sm_91: no chip has that compute capability"),
+    (["compile", str(AXPY), "--arch", "sm_89a"], "--arch sm_89a: arch-specific ('a') builds exist from sm_90a on"),
+    (["inspect", str(DATA / "nvcc/kernels_multi.fatbin"), "--arch", "sm_91"], "--arch sm_91: no chip has"),
+    (["inspect", str(DATA / "nvcc/kernels_multi.fatbin"), "--arch", "sm_9x"], "--arch 'sm_9x': not an architecture "
+     "(e.g. sm_90, sm_90a, sm_100f, compute_90)"),
+    (["inspect", str(DATA / "nvcc/kernels_sm90.ptx"), "--occupancy", "128", "--arch", "sm_999"],
+     "--arch sm_999: nvJitLink {v} cannot assemble PTX for it; it assembles PTX for {sm}"),
+    (["inspect", str(DATA / "nvcc/kernels_multi.fatbin"), "--sass", "--arch", "sm_999"],
+     "--arch sm_999: nvJitLink {v} cannot assemble PTX for it"),
+    (["inspect", str(DATA / "nvcc/kernels_sm90.ptx"), "--occupancy", "128", "--arch", "sm_80"],
+     "--arch sm_80: {ptx90} holds PTX for sm_90, which assembles for sm_90 and newer"),
+    (["inspect", str(DATA / "triton/add_kernel/add_kernel.ptx"), "--fail-on-spills", "--arch", "sm_100"],
+     "--arch sm_100: {tri} holds PTX for sm_90a, which assembles for sm_90a only"),
+    (["inspect", str(DATA / "nvcc/kernels_multi.fatbin"), "--occupancy", "128", "--arch", "sm_75"],
+     "--arch sm_75: no image of {multi} runs on it (it holds sm_80, compute_90, sm_90)"),
+])
+def test_architectures_are_checked_in_one_line(tmp_path, args, line):
+    """--arch sm_999 once compiled PTX for the newest architecture NVRTC knows and wrote k.ptx;
+    inspect passed what nvJitLink refuses on to it (a multi-line log, or its error code)."""
+    from nbjit.compiler import nvjitlink_version, nvrtc_version, supported_archs
+    known = supported_archs()
+    if "nvJitLink" in line and nvjitlink_version() != nvrtc_version():
+        pytest.skip("nvJitLink of another CUDA than NVRTC's: it says itself what it refuses")
+    v = ".".join(map(str, nvrtc_version()))
+    want = line.format(v=v, sm=", ".join(f"sm_{k}" for k in known), newest=f"compute_{known[-1]}",
+                       ptx90=DATA / "nvcc/kernels_sm90.ptx", tri=DATA / "triton/add_kernel/add_kernel.ptx",
+                       multi=DATA / "nvcc/kernels_multi.fatbin")
+    r = _run(*args, cwd=tmp_path)
+    err = r.stderr.decode()
+    assert r.returncode == 2 and err.startswith(f"nbjit {args[0]}: error: ") and len(err.splitlines()) == 1, err
+    assert err.startswith(f"nbjit {args[0]}: error: {want}"), err
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_occupancy_counts_by_the_device_arch_not_the_cubin():
+    """A fatbin's sm_80 cubin on an sm_86 GPU: sm_86's limits (48 warps per SM), not sm_80's (64)."""
+    r = nbjit("inspect", "--json", "--occupancy", "128", "--arch", "sm_86", str(DATA / "nvcc/kernels_multi.fatbin"))
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert j["arch"] == "sm_80" and {o["arch"] for o in j["occupancy"]} == {"sm_86"}
+    assert {o["max_warps_per_sm"] for o in j["occupancy"]} == {48}
+    r = nbjit("inspect", "--occupancy", "128", "--arch", "sm_86", str(DATA / "nvcc/kernels_multi.fatbin"))
+    assert f"{DATA / 'nvcc/kernels_multi.fatbin'}: occupancy on sm_86 (its sm_80 cubin), block 128" in r.stdout
+
+
+def _bundle_cases(tmp: Path) -> list:
+    """(FILE... and options, the error line) of bundles that cannot be built."""
+    nv = DATA / "nvcc"
+    (tmp / "notes.txt").write_text("hello, world\n")
+    (tmp / "k.cpp").write_text(AXPY.read_text())
+    (tmp / "t.cu").write_text("template <class T> __global__ void fill(T* p, T v) { *p = v; }\n")
+    (tmp / "none.ptx").write_text(".version 8.0\n.target sm_80\n.address_size 64\n.visible .func f() { ret; }\n")
+    (tmp / "odd.ptx").write_text(".version 8.0\n.target bogus\n.address_size 64\n.visible .entry k() { ret; }\n")
+    (tmp / "cut.cubin").write_bytes((nv / "kernels_sm_90.cubin").read_bytes()[:3000])
+    (tmp / "a").mkdir()
+    (tmp / "b").mkdir()
+    (tmp / "a/k.ptx").write_bytes((nv / "kernels_sm90.ptx").read_bytes())
+    (tmp / "b/k.ptx").write_bytes((nv / "pdl_sm90.ptx").read_bytes())
+    (tmp / "made.nbjit").write_bytes(b"")
+    return [
+        (["missing.cu", "--arch", "sm_90"], "cannot read missing.cu: No such file or directory"),
+        (["missing.cu", "--arch", "sm_90", "-o", "made.nbjit"], "cannot read missing.cu: No such file or directory"),
+        (["notes.txt"], "notes.txt: not PTX (no '.version' directive), a cubin or a fatbin (a bundle takes these, "
+         "CUDA sources named .cu and Triton cache entries)"),
+        (["k.cpp"], "k.cpp: CUDA C++ source, which a bundle compiles from a file named .cu, .cuh or .cuda: rename it"),
+        ([str(AXPY)], f"{AXPY} is CUDA source: say what to compile it for with --arch (SASS: sm_80,sm_90) and/or "
+         "--ptx (PTX: compute_80)"),
+        ([str(AXPY), "--arch", ""], "--arch '': give one or more architectures, separated by commas"),
+        ([str(AXPY), "--arch", ","], "--arch ',': give one or more architectures, separated by commas"),
+        ([str(AXPY), "--arch", "compute_90"], "--arch compute_90 is a virtual architecture (PTX): give --ptx "
+         "compute_90 for PTX, or --arch sm_90 for a cubin"),
+        ([str(AXPY), "--ptx", "bogus"], "--ptx 'bogus': not an architecture"),
+        ([str(AXPY), "--arch", "sm_90", "-o", "no/dir/k.nbjit"], "cannot write no/dir/k.nbjit: no directory no/dir"),
+        ([str(nv / "kernels_sm90.ptx"), "-o", "."], "-o . is a directory: give the bundle's file name "
+         "(./kernels.nbjit)"),
+        ([str(nv / "kernels_sm90.ptx"), "-o", str(nv / "kernels_sm90.ptx")], f"-o {nv / 'kernels_sm90.ptx'} is the "
+         "input file: refusing to overwrite it (choose another -o)"),
+        ([str(DATA)], f"{DATA}: no Triton metadata (<name>.json) in this directory"),
+        ([str(nv / "lto_rdc.fatbin")], f"{nv / 'lto_rdc.fatbin'}: holds no cubin and no PTX, only LTO-IR"),
+        (["none.ptx"], "none.ptx: no kernel to launch in image 'none': it declares no .entry; nothing written"),
+        (["t.cu", "--arch", "sm_90"], "t.cu: no kernel to launch in image 't': a template kernel is compiled only "
+         "where it is instantiated (--expr 'name<float>')"),
+        (["odd.ptx"], "odd.ptx: its .target 'bogus' names no architecture (as sm_90 does)"),
+        (["cut.cubin"], "cut.cubin: section header table"),
+        (["a/k.ptx", "b/k.ptx"], "a/k.ptx and b/k.ptx would both be image 'k' (each FILE is one image, named after "
+         "the file): rename one, or give --name NAME to put them in one image"),
+        (["a/k.ptx", "./a/k.ptx"], "./a/k.ptx is given twice"),
+        (["a/k.ptx", "a/k.ptx", "--name", "k"], "a/k.ptx: given twice for image 'k'"),
+        (["a/k.ptx", "b/k.ptx", "--name", "k"], "b/k.ptx: image 'k' has a ptx for compute_90 already, from a/k.ptx: "
+         "one ptx per architecture in an image"),
+        ([str(nv / "kernels_sm_80.cubin"), str(nv / "pdl_sm_90.cubin"), "--name", "k"],
+         f"image 'k': {nv / 'kernels_sm_80.cubin'} and {nv / 'pdl_sm_90.cubin'} hold different kernels ("),
+        (["a/k.ptx", "--name", "a/b"], "--name 'a/b': an image name is 1 to 128 letters"),
+        (["a/k.ptx", "--name", ""], "--name '': an image name is 1 to 128 letters"),
+        (["a/k.ptx", "--arch", "sm_90"], "--arch says what to compile CUDA sources for, and no FILE is one (named "
+         ".cu, .cuh or .cuda; PTX, cubins, fatbins and Triton kernels go in as they were built): drop --arch"),
+    ]
+
+
+def test_bundle_errors_say_what_where_and_what_would_do_in_cli_terms(tmp_path):
+    """nbjit bundle with bad inputs once answered in the Python API's terms (archs=[...],
+    ptx='compute_80', name them ({'a': ..., 'b': ...})), named a path twice, or wrote a bundle
+    of nothing to launch. Each is one line, exit 2, nothing written, the path once."""
+    for args, line in _bundle_cases(tmp_path):
+        out = [] if "-o" in args else ["-o", "out.nbjit"]
+        r = _run("bundle", *args, *out, cwd=tmp_path)
+        err = r.stderr.decode()
+        assert r.returncode == 2 and err.startswith(f"nbjit bundle: error: {line}"), (args, err)
+        assert len(err.splitlines()) == 1 and "Traceback" not in err, (args, err)
+        for api in ("archs=", "ptx=", "name=", "({'", "keyword"):
+            assert api not in err, (args, err)
+        for p in {a for a in args if "/" in a or a.endswith((".ptx", ".cu", ".cubin", ".txt", ".cpp"))}:
+            assert err.count(p) <= 1, (args, err)
+        assert not (tmp_path / "out.nbjit").exists() and not (tmp_path / "-").exists()
+    assert (tmp_path / "made.nbjit").read_bytes() == b""
+
+
+def test_compile_of_a_missing_file_over_an_existing_output(tmp_path):
+    """compile missing.cu -o existing.cubin once ended in a FileNotFoundError traceback."""
+    (tmp_path / "old.cubin").write_bytes(b"old")
+    r = _run("compile", "missing.cu", "--arch", "sm_90", "-o", "old.cubin", cwd=tmp_path)
+    assert r.returncode == 2
+    assert r.stderr == b"nbjit compile: error: cannot read missing.cu: No such file or directory\n"
+    assert (tmp_path / "old.cubin").read_bytes() == b"old"
+
+
+@pytest.mark.parametrize("args", [["inspect", "missing.ptx"], ["compile", str(AXPY), "--arch", "sm_999"],
+                                  ["inspct"], ["--help"], ["inspect", str(DATA / "nvcc/kernels_sm90.ptx")],
+                                  ["bundle", "--help"]])
+def test_a_closed_standard_error_is_no_traceback(args, tmp_path):
+    """With standard output and error a pipe nobody reads (2>&1 | true) an error once ended
+    in a BrokenPipeError traceback and status 1: the status says what went wrong, silently."""
+    cmd = [EXE] if EXE else [sys.executable, "-m", "nbjit"]
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        r = subprocess.run([*cmd, *args], stdout=write, stderr=write, timeout=120, cwd=tmp_path)
+    finally:
+        os.close(write)
+    assert r.returncode == (0 if "--help" in args or args[0] == "inspect" and "missing" not in args[1] else 2)

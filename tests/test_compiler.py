@@ -268,9 +268,10 @@ def test_source_given_as_a_path(tmp_path):
     m = nbjit.compile(cu, arch="sm_90", lazy=True)
     assert m.kernels == ("k",) and m.name == "k.cu"
     for src, msg in ((str(tmp_path / "nope.cu"), "nope.cu: no such file (a str ending in .cu"),
+                     (tmp_path / "nope.cu", f"{tmp_path / 'nope.cu'}: no such file"),
                      (tmp_path, "cannot read it as CUDA source: a directory"),
                      (3, "source must be CUDA C++ text (str) or a .cu file's path, not int")):
-        with pytest.raises(NbjitCompileError, match=re.escape(msg)):
+        with pytest.raises(NbjitCompileError, match=re.escape(msg) + ("$" if src == tmp_path / "nope.cu" else "")):
             compile_image(src, arch="sm_90", cache=Cache(tmp_path / "c"))
     (tmp_path / "bad.cu").write_bytes(b"// caf\xe9\n")
     with pytest.raises(NbjitCompileError, match="bad.cu: not UTF-8 text"):

@@ -693,7 +693,8 @@ def parse_signature(text: str, kernel: str = "<kernel>") -> list:
     N-byte aggregate passed by value, or ``CUtensorMap`` for a TMA descriptor (it takes an
     ``nbjit.TensorMap``).
     """
-    from .cdecl import CParam, parse_ctype, scalar_facts
+    from ._csource import parse_ctype
+    from .cdecl import CParam, scalar_facts
 
     out = []
     for i, raw in enumerate(t.strip() for t in text.split(",")):

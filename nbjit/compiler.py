@@ -21,7 +21,7 @@ from ._facts import Facts
 from ._defs import record
 from .arch import Arch, existence_problem
 from .cache import Cache, CacheEntry, cache_key, default_cache
-from .cdecl import source_declarations
+from ._csource import source_declarations
 from .cubin import inspect_cubin
 from .errors import CompileFailure, LinkFailure, NbjitCompileError, NbjitWarning
 from ._elf import gnu_build_id

@@ -254,7 +254,8 @@ class TritonArtifacts:
         params)}``, or {} without IR."""
         if self.ttir is None:
             return {}
-        from .cdecl import CParam, triton_ir_signatures
+        from ._csource import triton_ir_signatures
+        from .cdecl import CParam
         sigs = triton_ir_signatures(_read(self.ttir, TTIR_BYTES).decode(errors="replace"))
         names = ("global_scratch", "profile_scratch")[: self.meta.scratch_params]
         return {k: ("triton ir", v + tuple(CParam("void", True, False, n) for n in names))

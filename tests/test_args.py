@@ -226,7 +226,7 @@ def test_c_rules_extract_device_arrays():
 
 # ---------------------------------------------------------------- typed pointers: dtype checks
 
-from nbjit.cdecl import source_declarations  # noqa: E402
+from nbjit._csource import source_declarations  # noqa: E402
 from nbjit.signature import merge  # noqa: E402
 
 SOURCE = source_declarations((DATA / "src/kernels.cu").read_text())

@@ -368,7 +368,7 @@ def test_new_facts_type_a_kernel_afresh(ptx_module, fake_gpu):
     more facts) types it afresh, loaded or not."""
     m = ptx_module
     assert [p.ctype for p in m["k_basic"].params][2] != "float"
-    from nbjit.cdecl import source_declarations
+    from nbjit._csource import source_declarations
     src = 'extern "C" __global__ void k_basic(float* y, const float* x, float a, int n) {}'
     m._learn(decls={k: ("source", v) for k, v in source_declarations(src).items()})
     assert [p.ctype for p in m["k_basic"].params][:3] == ["float*", "const float*", "float"]

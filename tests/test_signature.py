@@ -7,7 +7,8 @@ from dataclasses import replace
 import pytest
 
 from nbjit import inspect_cubin, inspect_ptx
-from nbjit.cdecl import CParam, demangle, source_declarations, triton_ir_signatures
+from nbjit._csource import source_declarations, triton_ir_signatures
+from nbjit.cdecl import CParam, demangle
 from nbjit.signature import KernelInfo, KernelSignature, SignatureConflict, merge, typed_entries
 
 from conftest import DATA  # noqa: E402

@@ -218,13 +218,13 @@ def test_a_huge_ir_file_is_not_read(tmp_path):
 @pytest.mark.parametrize("unit", ["tt.func @f(", "tt.func public @f(%a: i32, (", "(tt.func @f("])
 def test_ir_with_unclosed_parameter_lists_reads_in_linear_time(unit):
     from conftest import assert_linear
-    from nbjit.cdecl import triton_ir_signatures
+    from nbjit._csource import triton_ir_signatures
     assert triton_ir_signatures(unit * 100) == {}
     assert_linear(triton_ir_signatures, lambda n: unit * n, 6000)
 
 
 def test_ir_signatures_unchanged_after_an_unclosed_list():
-    from nbjit.cdecl import triton_ir_signatures
+    from nbjit._csource import triton_ir_signatures
     ir = (T / "add_kernel/add_kernel.ttir").read_text()
     want = triton_ir_signatures(ir)
     assert list(want) == ["add_kernel"] and len(want["add_kernel"]) == 5

@@ -113,7 +113,7 @@ def test_every_ptx_type():
 
 
 def test_bf16_and_pred_rules():
-    from nbjit.args import _float_to_bf16
+    from nbjit._args_extra import _float_to_bf16
     assert _float_to_bf16(1.0) == 0x3F80 and _float_to_bf16(-2.0) == 0xC000
     assert _float_to_bf16(1.00390625) == 0x3F80  # ties to even
 

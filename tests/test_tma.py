@@ -8,7 +8,7 @@ import pytest
 
 import nbjit
 from nbjit import NbjitArgumentError, args, cdecl, signature
-from nbjit.kernel import plan_for_array
+from nbjit._kernel_extra import plan_for_array
 from nbjit.tma import TensorMap, plan_tiled
 
 from conftest import DATA  # noqa: E402

@@ -42,7 +42,8 @@ def tensor_map(array: Any, box: Any, **options: Any) -> TensorMap:
     """``nbjit.tensor_map``: the plan for ``array`` checked, then encoded by the driver."""
     from .tma import TensorMap
     plan = plan_for_array(array, box, **options)
-    return TensorMap(_driver.encode_tensor_map_tiled(plan), plan, array)
+    from ._driver_extra import encode_tensor_map_tiled
+    return TensorMap(encode_tensor_map_tiled(plan), plan, array)
 
 
 def plan_for_array(array: Any, box: Any, **options: Any) -> TensorMapPlan:

@@ -341,7 +341,8 @@ class Kernel(_EXTENSION.KernelBase if _EXTENSION is not None else _PyIndexing): 
         want = requested if requested is not None else s.pdl
         if not want:
             return False
-        cc = _driver.device_info(s.device).cc
+        from ._driver_extra import device_info
+        cc = device_info(s.device).cc
         if cc >= (9, 0):
             return True
         if requested:
@@ -376,13 +377,15 @@ class Kernel(_EXTENSION.KernelBase if _EXTENSION is not None else _PyIndexing): 
         s = self._loaded()
         threads = LaunchConfig.make(1, block, kernel=s.label).threads
         _adopt_context(s)  # (the occupancy queries need a current context)
-        return _driver.max_active_blocks(s.func, threads, dynamic_shared)
+        from ._driver_extra import max_active_blocks
+        return max_active_blocks(s.func, threads, dynamic_shared)
 
     def suggested_block_size(self, dynamic_shared: int = 0) -> tuple[int, int]:
         """(minimum grid size for full occupancy, block size) from the occupancy calculator."""
         s = self._loaded()
         _adopt_context(s)
-        return _driver.potential_block_size(s.func, dynamic_shared)
+        from ._driver_extra import potential_block_size
+        return potential_block_size(s.func, dynamic_shared)
 
     def __repr__(self) -> str:
         s = self._s
@@ -415,7 +418,8 @@ class Kernel(_EXTENSION.KernelBase if _EXTENSION is not None else _PyIndexing): 
                                    f"shape {tuple(shape)}")
         if config.cooperative:
             per_sm = self.max_active_blocks_per_sm(config.block, config.shared)
-            most = per_sm * _driver.device_info(s.device).sm_count
+            from ._driver_extra import device_info
+            most = per_sm * device_info(s.device).sm_count
             if config.blocks > most:
                 raise NbjitLaunchError(f"kernel {s.label!r}: a cooperative launch of {config.blocks} blocks exceeds "
                                        f"the {most} that can be resident at once ({per_sm} per SM)")
@@ -444,7 +448,8 @@ class Kernel(_EXTENSION.KernelBase if _EXTENSION is not None else _PyIndexing): 
         s = self._loaded()
         if nbytes <= s.optin:
             return nbytes
-        dev = _driver.device_info(s.device)
+        from ._driver_extra import device_info
+        dev = device_info(s.device)
         static = self.attributes.shared
         if static + nbytes > dev.max_shared_optin:
             raise NbjitLaunchError(

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 import numpy as np
 
-from . import _driver
+from . import _driver_extra
 from ._host import current_host
 from ._defs import field, record
 from .arch import Arch
@@ -428,7 +428,7 @@ def _descriptor_args(a: Any, d: dict, kernel: str) -> tuple:
     plan = plan_tiled(device_pointer(a.base), shape, tuple(s * size for s in strides), d["dtype"], block,
                       swizzle=d["swizzle"], l2_promotion="128B",
                       oob_fill="nan" if getattr(a, "padding", "zero") == "nan" else None, data_type=d["data_type"])
-    return (TensorMap(_driver.encode_tensor_map_tiled(plan), plan, a.base), *shape, *strides)
+    return (TensorMap(_driver_extra.encode_tensor_map_tiled(plan), plan, a.base), *shape, *strides)
 
 
 class TritonKernel:

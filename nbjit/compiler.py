@@ -26,7 +26,7 @@ from .cubin import inspect_cubin
 from .errors import CompileFailure, LinkFailure, NbjitCompileError, NbjitWarning
 from ._elf import gnu_build_id
 from .image import Image, content_digest, read_regular
-from .signature import typed_entries
+from ._signature_build import typed_entries
 
 # patterns used on every call, compiled once at import
 _ARCH_NAME = re.compile(r"(sm|compute)_\d+[af]?")

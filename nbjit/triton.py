@@ -648,7 +648,7 @@ def from_module(module: Module, meta: TritonMeta | dict, *, route: str | None = 
 
 def describe(path: str | os.PathLike) -> dict:
     """The metadata and launch rules of a Triton kernel on disk (no GPU): for ``nbjit inspect``."""
-    from .signature import typed_entries
+    from ._signature_build import typed_entries
 
     art = read_triton(path)
     image = art.ptx_text or (_read(art.ptx) if art.ptx else None)

@@ -235,7 +235,8 @@ def test_a_bundles_first_kernel_imports_only_its_route():
     nor difflib, shlex or the cp437 codec. It reads no payload but the image's (checked) and
     parses none: the module waiting for first use describes its kernels from the manifest,
     and loading on an sm_90 device takes the manifest's facts of that cubin. A device its
-    cubins do not cover runs the PTX, which needs the PTX reader, and only that."""
+    cubins do not cover runs the PTX, which needs the PTX reader (with _signature_build,
+    which lays out its parameters), and only that."""
     import subprocess
     import sys
     bundle = PKG.parent / "examples/bundle_package/src/nbjit_demo_kernels/kernels.nbjit"
@@ -262,4 +263,4 @@ print(sorted(x for x in set(sys.modules) - before - new if x.startswith("nbjit")
     assert out[0] == "const float* float*"
     assert out[1] == "cubin 2 EntryFacts 10 float*"  # (entry 2: the PTX is first in the fatbin, then sm_80, sm_90)
     assert out[2] == str(sorted(BUNDLE_ROUTE)) and out[3] == "[]"
-    assert out[4] == "['nbjit.ptx']"
+    assert out[4] == "['nbjit._signature_build', 'nbjit.ptx']"

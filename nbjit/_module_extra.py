@@ -2,7 +2,7 @@
 this imports no ``module``): its pickled form and unpickling, a kernel found by its
 demangled name, the error naming a missing kernel, PTX newer than the driver assembled
 through the cache, a kernel the driver alone describes, a device variable as the host's
-array."""
+array (``DeviceGlobal``, made with the first global asked for)."""
 from __future__ import annotations
 
 import collections
@@ -10,7 +10,7 @@ import threading
 import zlib
 from typing import Any, Callable, Iterable
 
-from ._defs import Pattern
+from ._defs import Pattern, record
 from ._host import current_host
 from .arch import Arch
 from .cdecl import demangled_text
@@ -19,7 +19,7 @@ from .image import Image, _sha256
 from .loader import Plan
 from .signature import KernelInfo, KernelSignature, Param
 
-__all__: list[str] = []
+__all__ = ["DeviceGlobal"]
 
 _WIRE_VERSION = 1
 # the modules most recently unpickled in this process: tasks of one graph (each unpickled on
@@ -141,18 +141,28 @@ def from_driver(name: str, params: list[tuple[int, int]] | None) -> KernelInfo:
     return KernelInfo(name, KernelSignature(tuple(ps), end))
 
 
-def as_array(g, dtype: Any, shape: int | tuple[int, ...] | None) -> Any:
-    """``DeviceGlobal.as_array``: the host's device array over device variable ``g``."""
-    import numpy as np
+@record
+class DeviceGlobal:
+    """A module-scope ``__device__`` / ``__constant__`` variable: its device address and size."""
 
-    dt = np.dtype(dtype)
-    if shape is None:
-        if g.size % dt.itemsize:
-            raise ValueError(f"global {g.name!r} has {g.size} bytes, not a whole number of {dt}")
-        shape = (g.size // dt.itemsize,)
-    elif isinstance(shape, int):
-        shape = (shape,)
-    need = int(np.prod(shape)) * dt.itemsize
-    if need > g.size:
-        raise ValueError(f"global {g.name!r} has {g.size} bytes; shape {tuple(shape)} of {dt} needs {need}")
-    return current_host().array_view(g.ptr, tuple(shape), dt, g.module)
+    name: str
+    ptr: int
+    size: int
+    module: "Module"  # noqa: F821 (nbjit.module's: this imports no module)
+
+    def as_array(self, dtype: Any, shape: int | tuple[int, ...] | None = None) -> Any:
+        """A device array of the Numba host nbjit serves (numba-cuda's ``DeviceNDArray``, or
+        numba-cuda-mlir's) over the variable's memory (reads and writes go to it)."""
+        import numpy as np
+
+        dt = np.dtype(dtype)
+        if shape is None:
+            if self.size % dt.itemsize:
+                raise ValueError(f"global {self.name!r} has {self.size} bytes, not a whole number of {dt}")
+            shape = (self.size // dt.itemsize,)
+        elif isinstance(shape, int):
+            shape = (shape,)
+        need = int(np.prod(shape)) * dt.itemsize
+        if need > self.size:
+            raise ValueError(f"global {self.name!r} has {self.size} bytes; shape {tuple(shape)} of {dt} needs {need}")
+        return current_host().array_view(self.ptr, tuple(shape), dt, self.module)

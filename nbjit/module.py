@@ -5,11 +5,10 @@ import threading
 import types
 import warnings
 import weakref
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from . import _driver
 from ._host import current_host
-from ._defs import record
 from .arch import Arch
 from .args import parse_signature
 from .cdecl import demangle
@@ -19,23 +18,17 @@ from .kernel import Kernel, _State
 from .loader import Plan, plan
 from .signature import KernelInfo, SignatureConflict, merge, same_layout
 
+if TYPE_CHECKING:
+    from ._module_extra import DeviceGlobal
+
 __all__ = ["Module", "DeviceGlobal", "load", "compile", "compile_many", "from_numba"]
 
 
-@record
-class DeviceGlobal:
-    """A module-scope ``__device__`` / ``__constant__`` variable: its device address and size."""
-
-    name: str
-    ptr: int
-    size: int
-    module: "Module"
-
-    def as_array(self, dtype: Any, shape: int | tuple[int, ...] | None = None) -> Any:
-        """A device array of the Numba host nbjit serves (numba-cuda's ``DeviceNDArray``, or
-        numba-cuda-mlir's) over the variable's memory (reads and writes go to it)."""
-        from ._module_extra import as_array
-        return as_array(self, dtype, shape)
+def __getattr__(name: str):
+    if name == "DeviceGlobal":  # (made with the first global asked for: _module_extra)
+        from ._module_extra import DeviceGlobal
+        return DeviceGlobal
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _registry(ctx) -> "weakref.WeakValueDictionary":
@@ -480,6 +473,7 @@ class Module:
         if g is None:
             names = live.global_names()
             raise KernelNotFoundError(f"no global {name!r} in {self.name}; it has: {', '.join(names) or '(none)'}")
+        from ._module_extra import DeviceGlobal
         return DeviceGlobal(name, g[0], g[1], self)
 
     # ------------------------------------------------------------ other devices, lifetime

@@ -107,12 +107,31 @@ def _make(cls: type, frozen: bool, eq: bool) -> type:
     fields, given = _fields_of(cls)  # {name: (default, default_factory, repr, compare, hash)}
     names = tuple(fields)
     qual = cls.__qualname__
-    defaults = {n: f[0] for n, f in fields.items() if f[0] is not MISSING}
-    factories = {n: f[1] for n, f in fields.items() if f[1] is not MISSING}
-    required = [n for n in names if n not in defaults and n not in factories]
-    for later, name in zip(names[1:], names):  # (as dataclasses: no required field after a default)
-        if name not in required and later in required:
-            raise TypeError(f"non-default argument {later!r} follows default argument")
+    # the tables the methods read, in one pass (a record's making is on a bundle's route: issue 26)
+    defaults: dict = {}
+    factories: dict = {}
+    required: list = []
+    shown: list = []
+    compared: list = []
+    hashed: list = []
+    after_default = False
+    for n, (default, factory, in_repr, in_eq, in_hash) in fields.items():
+        if default is not MISSING:
+            defaults[n] = default
+        if factory is not MISSING:
+            factories[n] = factory
+        if default is MISSING and factory is MISSING:
+            if after_default:  # (as dataclasses: no required field after a default)
+                raise TypeError(f"non-default argument {n!r} follows default argument")
+            required.append(n)
+        else:
+            after_default = True
+        if in_repr:
+            shown.append(n)
+        if in_eq:
+            compared.append(n)
+        if in_eq if in_hash is None else in_hash:
+            hashed.append(n)
     post_init = getattr(cls, "__post_init__", None)
     count = len(names)
     takes = f"{count + 1}" if len(required) == count else f"from {len(required) + 1} to {count + 1}"
@@ -147,7 +166,7 @@ def _make(cls: type, frozen: bool, eq: bool) -> type:
             post_init(self)
 
     cls.__init__ = _named(cls, "__init__", __init__)
-    shown = tuple(n for n, f in fields.items() if f[2])
+    shown = tuple(shown)
     if "__repr__" not in cls.__dict__:
         active: set = set()
 
@@ -163,7 +182,7 @@ def _make(cls: type, frozen: bool, eq: bool) -> type:
                 active.discard(key)
 
         cls.__repr__ = _named(cls, "__repr__", __repr__)
-    compared = tuple(n for n, f in fields.items() if f[3])
+    compared = tuple(compared)
     if eq and "__eq__" not in cls.__dict__:
         def __eq__(self, other):
             if other.__class__ is not self.__class__:
@@ -172,7 +191,7 @@ def _make(cls: type, frozen: bool, eq: bool) -> type:
             return tuple(a[n] for n in compared) == tuple(b[n] for n in compared)
 
         cls.__eq__ = _named(cls, "__eq__", __eq__)
-    hashed = tuple(n for n, f in fields.items() if (f[3] if f[4] is None else f[4]))
+    hashed = tuple(hashed)
     if "__hash__" not in cls.__dict__ or (eq and cls.__dict__["__hash__"] is None):
         if eq and frozen:
             def __hash__(self):

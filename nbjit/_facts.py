@@ -20,7 +20,8 @@ _FIELDS = {name: tuple(f.name for f in dataclasses.fields(c)) for name, c in _CL
 _HERE = os.path.dirname(__file__)  # (absolute: a module's __file__ is, since Python 3.9)
 # the modules whose code decides what inspection, declaration reading and the compiler's
 # derivation (typing, ptxas's report) give
-_READERS = ("_elf.py", "arch.py", "cdecl.py", "cubin.py", "signature.py", "_facts.py", "compiler.py")
+_READERS = ("_elf.py", "arch.py", "cdecl.py", "_demangle.py", "_csource.py", "cubin.py", "signature.py",
+            "_signature_build.py", "_facts.py", "compiler.py")
 
 
 class FactsError(ValueError):

@@ -189,7 +189,8 @@ class Host:
         current where none is): two driver calls once a context is current."""
         dev = _driver.current_device()
         if dev is not None:
-            return _driver.device_info(dev).cc
+            from ._driver_extra import device_info
+            return device_info(dev).cc
         return self.context_cc(self.current_context())
 
     def device_arch(self) -> Arch:

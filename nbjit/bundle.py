@@ -30,7 +30,8 @@ from ._bundle_file import (FORMAT, MANIFEST, MAX_BUNDLE_BYTES, MAX_MANIFEST_BYTE
 from ._defs import field, record
 from .arch import Arch
 from .errors import BundleError, ImageFormatError, NbjitError, NbjitLoadError
-from .image import Image, read_regular, sniff, write_output
+from ._write import write_output
+from .image import Image, read_regular, sniff
 
 if TYPE_CHECKING:
     from .triton import TritonKernel
@@ -463,7 +464,7 @@ def _zip(members: list[tuple[str, bytes]]) -> bytes:
 def _write_atomic(dest: Path, data: bytes) -> None:
     """``data`` at ``dest``, complete or not at all (a reader never sees half a bundle); through
     a link to where it points, into a FIFO or character device being read (as every nbjit output:
-    ``image.write_output``)."""
+    ``_write.write_output``)."""
 
     try:
         write_output(dest, lambda f: f.write(data))

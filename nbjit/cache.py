@@ -44,7 +44,8 @@ except ImportError:  # not POSIX: no cross-process lock, each process compiles
 from ._defs import field, record
 from .errors import NbjitCacheError, NbjitWarning
 from .pch import PCH_DIR, PCH_SUFFIX, writer_alive as _pch_writer_alive
-from .image import content_digest, content_hash, read_regular, read_regular_stat, write_output
+from ._write import write_output
+from .image import content_digest, content_hash, read_regular, read_regular_stat
 
 if TYPE_CHECKING:
     from ._facts import Facts

@@ -17,10 +17,12 @@ from .arch import Arch, existence_problem
 from .cubin import CubinInfo, inspect_cubin
 from .errors import ImageFormatError, NbjitError, NbjitWarning
 from .fatbin import FatbinInfo, inspect_fatbin
-from .image import MAX_FILE_BYTES, Image, inspect_image, read_regular, sniff, write_output
+from ._write import write_output
+from .image import MAX_FILE_BYTES, Image, inspect_image, read_regular, sniff
 from .ptx import PtxInfo, inspect_ptx, strip_debug
 from .cdecl import demangled_text
-from .signature import RESOURCES, typed_entries
+from ._signature_build import typed_entries
+from .signature import RESOURCES
 
 __all__ = ["main"]
 

@@ -21,12 +21,12 @@ from ._facts import Facts
 from ._defs import record
 from .arch import Arch, existence_problem
 from .cache import Cache, CacheEntry, cache_key, default_cache
-from .cdecl import source_declarations
+from ._csource import source_declarations
 from .cubin import inspect_cubin
 from .errors import CompileFailure, LinkFailure, NbjitCompileError, NbjitWarning
 from ._elf import gnu_build_id
 from .image import Image, content_digest, read_regular
-from .signature import typed_entries
+from ._signature_build import typed_entries
 
 # patterns used on every call, compiled once at import
 _ARCH_NAME = re.compile(r"(sm|compute)_\d+[af]?")

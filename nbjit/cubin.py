@@ -12,7 +12,8 @@ from ._elf import ElfFile
 from ._defs import field, record
 from .arch import Arch
 from .errors import ImageFormatError
-from .signature import Directives, KernelInfo, KernelSignature, Param, find_entry
+from ._signature_build import find_entry
+from .signature import Directives, KernelInfo, KernelSignature, Param
 
 __all__ = ["CubinInfo", "GlobalSymbol", "inspect_cubin", "EM_CUDA", "arch_name"]
 

@@ -2,16 +2,13 @@
 function that tells the kinds apart by content."""
 from __future__ import annotations
 
-import contextlib
-import errno
 import functools
 import hashlib
 import os
 import re
-import secrets
 import stat
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 if TYPE_CHECKING:
     from .cubin import CubinInfo
@@ -22,7 +19,7 @@ from ._defs import Pattern, field, record
 from .arch import Arch
 from .errors import ImageFormatError
 
-__all__ = ["Image", "ImageLike", "sniff", "as_image", "inspect_image", "read_regular", "write_output",
+__all__ = ["Image", "ImageLike", "sniff", "as_image", "inspect_image", "read_regular",
            "MAX_FILE_BYTES"]
 
 MAX_FILE_BYTES = 1 << 30  # no kernel image, source or metadata file is this large
@@ -64,74 +61,6 @@ def read_regular_stat(path: str | os.PathLike, limit: int = MAX_FILE_BYTES) -> t
     finally:
         os.close(fd)
 
-
-def _special(mode: int) -> str:
-    """What a path that is not a regular file is, for messages."""
-    return ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else
-            "a character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode) else
-            "a socket" if stat.S_ISSOCK(mode) else "a special file")
-
-
-def write_output(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> None:
-    """Make ``path`` hold what ``write(f)`` writes to the binary file ``f``. A regular file
-    (or nothing yet), also at the end of a symbolic link, is replaced whole or not at all,
-    keeping its permissions. A character device or a FIFO being read (``/dev/null``,
-    ``/dev/stdout``, ``>(gzip > x.gz)``) is written through, never replaced by a file.
-    Anything else (a directory, a block device, a socket, a FIFO nobody reads) is refused:
-    ``ValueError`` says what the path is; ``OSError`` for what the system refuses."""
-    try:  # (through links: /dev/stdout -> /proc/self/fd/1 -> a pipe that has no path to resolve)
-        st: os.stat_result | None = os.stat(path)
-    except FileNotFoundError:
-        st = None
-    if st is not None and not stat.S_ISREG(st.st_mode):
-        _write_through(os.fspath(path), st.st_mode, write)
-        return
-    target = os.path.realpath(path)  # write where a link points, never over the link
-    tmp = os.path.join(os.path.dirname(target), f".nbjit-{os.getpid()}-{secrets.token_hex(6)}")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as to a new file
-    except FileNotFoundError:  # (the only cause: no such directory) named as what is missing
-        where = os.path.dirname(target if os.path.islink(path) else os.fspath(path)) or "."
-        raise FileNotFoundError(errno.ENOENT, f"no directory {where}", os.fspath(path)) from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-        if st is not None:
-            os.chmod(tmp, stat.S_IMODE(st.st_mode))
-        try:  # made a device or a directory meanwhile? still never renamed over
-            now = os.stat(target).st_mode
-        except FileNotFoundError:
-            now = stat.S_IFREG
-        if not stat.S_ISREG(now):
-            raise ValueError(f"{_special(now)}, not a regular file")
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-def _write_through(target: str, mode: int, write: Callable[[BinaryIO], None]) -> None:
-    """``write`` into the character device or FIFO ``target`` as it is (no creating, no truncating)."""
-    if not (stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)):
-        raise ValueError(f"{_special(mode)}, not a regular file")
-    try:  # non-blocking: a FIFO nobody reads is refused, not waited on
-        fd = os.open(target, os.O_WRONLY | getattr(os, "O_NONBLOCK", 0))
-    except OSError as e:
-        if e.errno == errno.ENXIO and stat.S_ISFIFO(mode):
-            raise ValueError("a FIFO that no process is reading") from None
-        raise
-    try:
-        now = os.fstat(fd).st_mode
-        if not (stat.S_ISCHR(now) or stat.S_ISFIFO(now)):
-            raise ValueError(f"{_special(now)}, not a character device or FIFO")  # swapped since the stat
-        os.set_blocking(fd, True)
-        f = os.fdopen(fd, "wb")
-    except BaseException:
-        os.close(fd)
-        raise
-    with f:
-        write(f)
 
 IMAGE_KINDS = ("ptx", "cubin", "fatbin")
 

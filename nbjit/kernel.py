@@ -18,40 +18,29 @@ from . import _driver, _native
 from ._driver import stream_handle
 from ._host import current_host
 from ._defs import record
-from .args import _EXTRACTORS, ArgPacker, array_element, device_pointer
+from .args import _EXTRACTORS, ArgPacker, device_pointer
 from .errors import NbjitArgumentError, NbjitLaunchError
 from .signature import KernelInfo, KernelSignature, Param
 
 if TYPE_CHECKING:
+    from ._kernel_extra import KernelAttributes
     from .arch import Arch
-    from .tma import TensorMap, TensorMapPlan
+    from .tma import TensorMap
 
 __all__ = ["Kernel", "KernelAttributes", "LaunchConfig", "BoundLaunch", "tensor_map"]
+
+
+def __getattr__(name: str):
+    if name == "KernelAttributes":  # (made with the first kernel's attributes: _kernel_extra)
+        from ._kernel_extra import KernelAttributes
+        return KernelAttributes
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 _MAX_CONFIGS = 256
 # Several GPUs visible? Decided when the first kernel is made; with one GPU the launch
 # path skips every device check.
 _MULTI: list = [None]
-
-
-@record
-class KernelAttributes:
-    """What the driver says about a loaded kernel."""
-
-    registers: int
-    shared: int  # static shared memory, bytes
-    const: int
-    local: int
-    max_threads_per_block: int
-    ptx_version: int  # e.g. 90 for PTX ISA 9.0 (the virtual arch for cubins)
-    binary_version: int  # e.g. 90 for SASS sm_90
-    max_dynamic_shared: int
-    # from the cubin's own records (None where the code came as PTX, which the driver compiled):
-    frame: int | None = None  # the kernel's stack frame, bytes (spills and local arrays live there)
-    spills: int | None = None  # instructions that spill or refill registers
-    # as ptxas reported them compiling it (nbjit.compile with -Xptxas=-v; None where not known):
-    spill_stores: int | None = None  # bytes stored by spills
-    spill_loads: int | None = None  # bytes loaded by refills
 
 
 class _Buffer:
@@ -245,7 +234,6 @@ def _inexact(config) -> bool:
 
 _EXTENSION = _native.extension()  # nbjit's C extension where it is used (decided there), or None
 
-
 class Kernel(_EXTENSION.KernelBase if _EXTENSION is not None else _PyIndexing):  # type: ignore[misc]
     """A kernel of a loaded module.
 
@@ -353,7 +341,8 @@ class Kernel(_EXTENSION.KernelBase if _EXTENSION is not None else _PyIndexing): 
         want = requested if requested is not None else s.pdl
         if not want:
             return False
-        cc = _driver.device_info(s.device).cc
+        from ._driver_extra import device_info
+        cc = device_info(s.device).cc
         if cc >= (9, 0):
             return True
         if requested:
@@ -367,6 +356,7 @@ class Kernel(_EXTENSION.KernelBase if _EXTENSION is not None else _PyIndexing): 
         s = self._loaded()
         attrs = s.attrs
         if attrs is None:  # (the driver's, read once per loaded function: modules of the same bytes share it)
+            from ._kernel_extra import KernelAttributes
             attrs = s.attrs = KernelAttributes(**_driver.function_attributes(s.func), frame=s.info.frame,
                                                spills=s.info.spills)
         mod = self.module  # what ptxas said while compiling it, where nbjit compiled this module's image
@@ -379,24 +369,23 @@ class Kernel(_EXTENSION.KernelBase if _EXTENSION is not None else _PyIndexing): 
         """The kernel's SASS as ``nvdisasm`` prints it (``pip install 'nbjit-core[sass]'``): of the
         module's cubin, or of the cubin its PTX or fatbin gives for ``arch`` (default: the
         current device's). Needs no GPU for a cubin or with ``arch`` given."""
-        from .sass import cubin_for, disassemble
-        img = self.module.image
-        if img.kind != "cubin" and arch is None:
-            arch = current_host().device_arch()
-        return disassemble(cubin_for(img, arch), kernel=self.name, name=img.name)
+        from ._kernel_extra import sass
+        return sass(self, arch)
 
     def max_active_blocks_per_sm(self, block: int | tuple, dynamic_shared: int = 0) -> int:
         """How many blocks of this size can be resident on one SM at once."""
         s = self._loaded()
         threads = LaunchConfig.make(1, block, kernel=s.label).threads
         _adopt_context(s)  # (the occupancy queries need a current context)
-        return _driver.max_active_blocks(s.func, threads, dynamic_shared)
+        from ._driver_extra import max_active_blocks
+        return max_active_blocks(s.func, threads, dynamic_shared)
 
     def suggested_block_size(self, dynamic_shared: int = 0) -> tuple[int, int]:
         """(minimum grid size for full occupancy, block size) from the occupancy calculator."""
         s = self._loaded()
         _adopt_context(s)
-        return _driver.potential_block_size(s.func, dynamic_shared)
+        from ._driver_extra import potential_block_size
+        return potential_block_size(s.func, dynamic_shared)
 
     def __repr__(self) -> str:
         s = self._s
@@ -429,7 +418,8 @@ class Kernel(_EXTENSION.KernelBase if _EXTENSION is not None else _PyIndexing): 
                                    f"shape {tuple(shape)}")
         if config.cooperative:
             per_sm = self.max_active_blocks_per_sm(config.block, config.shared)
-            most = per_sm * _driver.device_info(s.device).sm_count
+            from ._driver_extra import device_info
+            most = per_sm * device_info(s.device).sm_count
             if config.blocks > most:
                 raise NbjitLaunchError(f"kernel {s.label!r}: a cooperative launch of {config.blocks} blocks exceeds "
                                        f"the {most} that can be resident at once ({per_sm} per SM)")
@@ -458,7 +448,8 @@ class Kernel(_EXTENSION.KernelBase if _EXTENSION is not None else _PyIndexing): 
         s = self._loaded()
         if nbytes <= s.optin:
             return nbytes
-        dev = _driver.device_info(s.device)
+        from ._driver_extra import device_info
+        dev = device_info(s.device)
         static = self.attributes.shared
         if static + nbytes > dev.max_shared_optin:
             raise NbjitLaunchError(
@@ -522,29 +513,9 @@ def tensor_map(array: Any, box: Any, *, element_strides: Any = None, interleave:
     NbjitArgumentError: the array or tile breaks a rule of the driver's (alignment, strides,
     box sizes, swizzle span, ...): the message says which, and for which axis.
     """
-    from .tma import TensorMap
-    plan = plan_for_array(array, box, element_strides=element_strides, interleave=interleave, swizzle=swizzle,
-                          l2_promotion=l2_promotion, oob_fill=oob_fill)
-    return TensorMap(_driver.encode_tensor_map_tiled(plan), plan, array)
-
-
-def plan_for_array(array: Any, box: Any, **options: Any) -> TensorMapPlan:
-    """``tma.plan_from_interface`` for a device array (a Numba device array, or anything
-    with ``__cuda_array_interface__``), its element type read as the packer reads it."""
-    from .tma import plan_from_interface
-    try:
-        cai = array.__cuda_array_interface__
-    except AttributeError:
-        cai = None
-    except Exception as e:  # the exporter refused (torch: a dtype the interface has no typestr for)
-        raise NbjitArgumentError(f"tensor map: {type(array).__name__}.__cuda_array_interface__ raised "
-                                 f"{type(e).__name__}: {str(e)[:200]}") from None
-    if cai is None:
-        raise NbjitArgumentError(f"tensor map: {type(array).__name__} is not a device array (expected a Numba "
-                                 "device array or an object with __cuda_array_interface__)")
-    if (array_element(array) or ("",))[0] == "bf":  # typestr '<V2': the array's own dtype says bfloat16
-        return plan_from_interface(cai, box, dtype="u2", data_type="BFLOAT16", **options)
-    return plan_from_interface(cai, box, **options)
+    from ._kernel_extra import tensor_map
+    return tensor_map(array, box, element_strides=element_strides, interleave=interleave, swizzle=swizzle,
+                      l2_promotion=l2_promotion, oob_fill=oob_fill)
 
 
 _LAUNCH = object()  # marks kernel.launch(...)'s configurations among kernel[...]'s
@@ -607,33 +578,9 @@ class _Launcher:
         return int(err) == _INVALID_CONTEXT and _adopt_context(self._s)
 
     def error(self, err) -> NbjitLaunchError:
-        why = _driver.FORK_MESSAGE if _driver.forked() else _driver.error_text(err) + self._shape_problem(err)
-        e = NbjitLaunchError(
-            f"launch of kernel {self._s.label!r} failed (grid {self.grid}, block {self.block}, "
-            f"{self.shared} bytes dynamic shared memory): {why}")
-        e.code = int(err)  # the CUresult, as numba's CudaAPIError has it (a capture reads it)
-        return e
-
-    def _shape_problem(self, err) -> str:
-        """For an invalid-value refusal, which CUDA limit the grid or block exceeds, if one
-        does (the kernel's own limit asked of the driver only now, on the way to an error)."""
-        if int(err) != 1:  # CUDA_ERROR_INVALID_VALUE
-            return ""
-        (gx, gy, gz), (bx, by, bz) = self.grid, self.block
-        threads = bx * by * bz
-        try:
-            most = _driver.function_attributes(self._s.func)["max_threads_per_block"]
-        except Exception:  # no answer: the other limits may still tell
-            most = 1024
-        if threads > most:
-            return f": a block of {threads} threads, and this kernel runs at most {most} per block"
-        for axis, v, limit in (("x", bx, 1024), ("y", by, 1024), ("z", bz, 64)):
-            if v > limit:
-                return f": block {axis} is {v}, and CUDA allows at most {limit}"
-        for axis, v, limit in (("x", gx, 2 ** 31 - 1), ("y", gy, 65535), ("z", gz, 65535)):
-            if v > limit:
-                return f": grid {axis} is {v}, and CUDA allows at most {limit}"
-        return ""
+        """The error a launch that failed with ``err`` raises (``_kernel_extra.launch_error``)."""
+        from ._kernel_extra import launch_error
+        return launch_error(self, err)
 
 
 class _PyLauncher(_Launcher):

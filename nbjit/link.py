@@ -19,7 +19,8 @@ from . import compiler as _c, pch as _pch
 from ._defs import record
 from .arch import Arch
 from .cache import Cache, CacheEntry, cache_key, default_cache
-from .cdecl import CParam, DeviceDeclaration, demangled_text, device_declarations, parse_ctype, scalar_facts
+from ._csource import DeviceDeclaration, device_declarations, parse_ctype
+from .cdecl import CParam, demangled_text, scalar_facts
 from .errors import LinkFailure, NbjitCompileError, NbjitError
 from .image import Image, content_digest, read_regular
 

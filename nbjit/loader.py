@@ -21,6 +21,7 @@ from .errors import NbjitLoadError
 from .image import Image
 
 if TYPE_CHECKING:
+    from ._assemble import Assemble
     from .cubin import CubinInfo
     from .fatbin import FatbinInfo
     from .ptx import PtxInfo
@@ -31,17 +32,11 @@ if TYPE_CHECKING:
 __all__ = ["Plan", "Assemble", "plan"]
 
 
-@record
-class Assemble:
-    """A step the plan needs done on the host: PTX assembled to a cubin by nvJitLink."""
-
-    ptx: str
-    arch: Arch  # sm_90, sm_90a
-    nvjitlink: tuple[int, int]
-    name: str
-    driver_cuda: tuple[int, int]
-    driver_ptx: tuple[int, int]  # the newest PTX the driver takes
-    ptx_version: tuple[int, int]
+def __getattr__(name: str):
+    if name == "Assemble":  # (made for PTX newer than the driver alone: _assemble)
+        from ._assemble import Assemble
+        return Assemble
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @record
@@ -134,6 +129,7 @@ def _plan_ptx(raw: bytes, name: str, cc, driver: int, keep_debug: bool, nvjitlin
         arch = _assemble_target(cc, target)
         note = (f"{name}: PTX {info.version[0]}.{info.version[1]} is newer than the driver accepts "
                 f"({limit[0]}.{limit[1]}); assembled to a {arch} cubin with nvJitLink {nvjitlink[0]}.{nvjitlink[1]}")
+        from ._assemble import Assemble
         step = Assemble(text, arch, tuple(nvjitlink), name, driver_cuda, limit, info.version)
         return Plan(text.encode(), "cubin", None, "nvjitlink", note, ptx=info, details=details, assemble=step)
     lowered = set_version(text, limit)

@@ -1,55 +1,34 @@
 """Module: an image loaded into one Numba context; kernels by name; device globals."""
 from __future__ import annotations
 
-import collections
-import re
 import threading
 import types
 import warnings
 import weakref
-import zlib
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from . import _driver
-from ._host import current_host, host_of
-from ._defs import Pattern, record
+from ._host import current_host
 from .arch import Arch
 from .args import parse_signature
-from .cdecl import demangle, demangled_text
+from .cdecl import demangle
 from .errors import KernelNotFoundError, NbjitArgumentError, NbjitCompileError, NbjitLoadError, NbjitWarning
-from .image import Image, ImageLike, _sha256, as_image, inspect_image
+from .image import Image, ImageLike, as_image, inspect_image
 from .kernel import Kernel, _State
 from .loader import Plan, plan
-from .signature import KernelInfo, KernelSignature, Param, SignatureConflict, merge, same_layout
+from .signature import KernelInfo, SignatureConflict, merge, same_layout
+
+if TYPE_CHECKING:
+    from ._module_extra import DeviceGlobal
 
 __all__ = ["Module", "DeviceGlobal", "load", "compile", "compile_many", "from_numba"]
 
 
-@record
-class DeviceGlobal:
-    """A module-scope ``__device__`` / ``__constant__`` variable: its device address and size."""
-
-    name: str
-    ptr: int
-    size: int
-    module: "Module"
-
-    def as_array(self, dtype: Any, shape: int | tuple[int, ...] | None = None) -> Any:
-        """A device array of the Numba host nbjit serves (numba-cuda's ``DeviceNDArray``, or
-        numba-cuda-mlir's) over the variable's memory (reads and writes go to it)."""
-        import numpy as np
-
-        dt = np.dtype(dtype)
-        if shape is None:
-            if self.size % dt.itemsize:
-                raise ValueError(f"global {self.name!r} has {self.size} bytes, not a whole number of {dt}")
-            shape = (self.size // dt.itemsize,)
-        elif isinstance(shape, int):
-            shape = (shape,)
-        need = int(np.prod(shape)) * dt.itemsize
-        if need > self.size:
-            raise ValueError(f"global {self.name!r} has {self.size} bytes; shape {tuple(shape)} of {dt} needs {need}")
-        return current_host().array_view(self.ptr, tuple(shape), dt, self.module)
+def __getattr__(name: str):
+    if name == "DeviceGlobal":  # (made with the first global asked for: _module_extra)
+        from ._module_extra import DeviceGlobal
+        return DeviceGlobal
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _registry(ctx) -> "weakref.WeakValueDictionary":
@@ -297,16 +276,8 @@ class Module:
 
     def _wire(self) -> tuple:
         """The pickled form: plain data, the bytes compressed once per module."""
-        blob = self._wire_blob
-        live = self._live
-        data, kind = live.shipped if live is not None else (self.image.data, self.image.kind)
-        if blob is None:
-            if kind == "ptx":
-                data = data.rstrip(b"\0")
-            blob = self._wire_blob = (_sha256(data), len(data), zlib.compress(data, 6))
-        img = self.image
-        arch = None if img.arch is None else str(img.arch)  # (plain data: the text)
-        return (_WIRE_VERSION, img.name, kind, arch, *blob, {**self._facts.wire(), "keep_debug": self.keep_debug})
+        from ._module_extra import wire
+        return wire(self)
 
     # ------------------------------------------------------------ what the live part says
     @property
@@ -377,27 +348,9 @@ class Module:
         return self._by_demangled_name(name) or real
 
     def _by_demangled_name(self, name: str) -> str | None:
-        """The kernel whose demangled name is ``name`` (``fill<float>(float*, int)``) or begins
-        with it up to its template or parameter list (``fill<float>``, or ``fill`` where one
-        kernel is so named), spaces aside; None where none is; ``KernelNotFoundError`` where
-        several are."""
-        want = _NO_SPACE.sub("", name.strip().removeprefix("void "))
-        if not want:
-            return None
-        found = []
-        for k in self.kernels:
-            text = demangled_text(k)
-            if text is None:
-                continue
-            t = _NO_SPACE.sub("", text.removeprefix("void "))  # (a template kernel's return type)
-            if t == want:
-                return k
-            if t.startswith(want) and t[len(want)] in "<(":
-                found.append((k, text))
-        if len(found) > 1:
-            raise KernelNotFoundError(f"{name!r} could be any of {len(found)} kernels in {self.name}: "
-                                      + "; ".join(text for _, text in found) + " (give more of the name)")
-        return found[0][0] if found else None
+        """The kernel whose demangled name is ``name`` or begins with it (``_module_extra``)."""
+        from ._module_extra import by_demangled_name
+        return by_demangled_name(self.kernels, name, self.name)
 
     def get_kernel(self, name: str, signature: str | None = None) -> Kernel:
         """The kernel ``name`` (a mangled name, or an NVRTC name expression such as
@@ -451,7 +404,8 @@ class Module:
             raise self._missing(asked)
         driver_params = _driver.param_info(func)
         if not layouts:
-            layouts = [("driver", _from_driver(real, driver_params))]
+            from ._module_extra import from_driver
+            layouts = [("driver", from_driver(real, driver_params))]
             driver_params = None
         f = live.facts
         info, image, label = _kernel_info(self.name, real, layouts, signature, bool(extra_layouts), f.decls,
@@ -480,14 +434,8 @@ class Module:
         return info
 
     def _missing(self, name: str) -> KernelNotFoundError:
-        import difflib
-
-        names = list(self.kernels) + [k for k in self._facts.names if k not in self.kernels]
-        guess = difflib.get_close_matches(name, names, n=1) if isinstance(name, str) else []
-        shown = [f"{k} ({demangled_text(k)})" if demangled_text(k) else k for k in sorted(names)]
-        return KernelNotFoundError(f"no kernel {name!r} in {self.name}"
-                                   + (f"; did you mean {guess[0]!r}?" if guess else "")
-                                   + f" It has: {', '.join(shown) or '(none)'}")
+        from ._module_extra import missing
+        return missing(name, self.kernels, self._facts.names, self.name)
 
     def __getitem__(self, name: str) -> Kernel:
         # a kernel already made, asked for by its own name: two dict look-ups
@@ -525,6 +473,7 @@ class Module:
         if g is None:
             names = live.global_names()
             raise KernelNotFoundError(f"no global {name!r} in {self.name}; it has: {', '.join(names) or '(none)'}")
+        from ._module_extra import DeviceGlobal
         return DeviceGlobal(name, g[0], g[1], self)
 
     # ------------------------------------------------------------ other devices, lifetime
@@ -553,41 +502,12 @@ class Module:
 
 
 _ATTACH_LOCK = threading.Lock()
-_WIRE_VERSION = 1
-# the modules most recently unpickled in this process: tasks of one graph (each unpickled on
-# its own) share one module, and a worker keeps it loaded between tasks
-_RESTORED: "collections.OrderedDict[tuple, Module]" = collections.OrderedDict()
-_RESTORED_KEEP = 16
 
 
 def _restore_module(wire: tuple) -> Module:
-    """A pickled module (``Module._wire``), waiting for first use; the same object for the
-    same bytes while it is among the last ``_RESTORED_KEEP`` unpickled."""
-    if not isinstance(wire, tuple) or not wire or wire[0] != _WIRE_VERSION:
-        got = wire[0] if isinstance(wire, tuple) and wire else wire
-        raise NbjitLoadError(f"a pickled nbjit module of format {got!r}: this nbjit reads format {_WIRE_VERSION} "
-                             "(pickle and unpickle with the same nbjit version)")
-    _, name, kind, arch, sha, size, blob, facts = wire
-    key = (sha, facts["keep_debug"])
-    with _ATTACH_LOCK:
-        mod = _RESTORED.get(key)
-        if mod is not None:
-            _RESTORED.move_to_end(key)
-    if mod is None:
-        d = zlib.decompressobj()
-        data = d.decompress(blob, size + 1)
-        if len(data) != size or _sha256(data) != sha:
-            raise NbjitLoadError(f"a pickled nbjit module ({name}): its bytes do not match their SHA-256 (the pickle "
-                                 "is damaged)")
-        img = Image(data, kind, name, None if arch is None else Arch.parse(arch), facts["lowered_names"], "",
-                    facts["declarations"])
-        mod = Module._pending(img, facts["keep_debug"], facts["numba"])
-        with _ATTACH_LOCK:
-            mod = _RESTORED.setdefault(key, mod)
-            while len(_RESTORED) > _RESTORED_KEEP:
-                _RESTORED.popitem(last=False)
-    mod._learn(facts["lowered_names"], facts["declarations"], facts["numba"])  # a later pickle may know more
-    return mod
+    """A pickled module (``Module._wire``), waiting for first use (``_module_extra.restore``)."""
+    from ._module_extra import restore
+    return restore(wire, Module._pending)
 
 
 def _image_source(img: Image) -> tuple[str, tuple[KernelInfo, ...]]:
@@ -659,19 +579,10 @@ def _nvjitlink_version() -> tuple[int, int] | None:
 def carry_out(p: Plan, cache=None) -> Plan:
     """The plan with its host step done: PTX newer than the driver assembled to a cubin by
     nvJitLink, through the cache (``cache``, default ``nbjit.default_cache()``)."""
-    a = p.assemble
-    if a is None:
+    if p.assemble is None:
         return p
-    from .compiler import assemble_cached  # (here: loading a cubin or a kernel bundle imports no compiler)
-    from .cubin import inspect_cubin
-    try:
-        cubin = assemble_cached(a.ptx, a.arch, name=a.name, cache=cache)
-    except NbjitCompileError as e:
-        raise NbjitLoadError(
-            f"{a.name}: PTX {a.ptx_version[0]}.{a.ptx_version[1]} is newer than this driver takes (CUDA "
-            f"{a.driver_cuda[0]}.{a.driver_cuda[1]}: PTX up to {a.driver_ptx[0]}.{a.driver_ptx[1]}), and nvJitLink "
-            f"{a.nvjitlink[0]}.{a.nvjitlink[1]} could not assemble it:\n{e}") from None
-    return Plan(cubin, "cubin", inspect_cubin(cubin, source=a.name), p.route, p.note, p.entry, p.ptx, p.details)
+    from ._module_extra import assemble  # (loading a cubin or a kernel bundle imports no compiler)
+    return assemble(p, cache)
 
 
 def _describe(p: Plan) -> str:
@@ -682,15 +593,6 @@ def _describe(p: Plan) -> str:
     if p.kind == "cubin" and p.info is not None:
         return f"cubin for {p.info.arch}"
     return p.kind + (f" ({d})" if d else "")
-
-
-def _from_driver(name: str, params: list[tuple[int, int]] | None) -> KernelInfo:
-    if params is None:
-        raise NbjitLoadError(f"kernel {name!r}: its parameter list is unknown (no readable image and no "
-                             "cuFuncGetParamInfo in this driver)")
-    ps = [Param(f"param_{i}", "unknown", size, 1, off) for i, (off, size) in enumerate(params) if off >= 0]
-    end = max((p.offset + p.size for p in ps), default=0)
-    return KernelInfo(name, KernelSignature(tuple(ps), end))
 
 
 def _verify(entry: KernelInfo, driver_params: list[tuple[int, int]], source: str) -> None:
@@ -718,60 +620,9 @@ def compile(source: str, *, name: str | None = None, name_expressions: Iterable[
     and ``link_options`` for nvJitLink, as for ``nbjit.link_image`` (``output`` is then a cubin)."""
     if keep_debug is not False or lazy is not False:  # (the defaults: nothing to check)
         keep_debug, lazy = _flag(keep_debug, "keep_debug", NbjitCompileError), _flag(lazy, "lazy", NbjitCompileError)
-    if link is not None:  # LTO with the link inputs: nbjit.link
-        from .link import link_image
-        if output not in ("auto", "cubin"):
-            raise NbjitCompileError(f"output={output!r}: a link makes a cubin (leave output out)")
-        ctx, lazy = _context_for(arch, lazy)
-        target = arch if arch is not None else _device_arch(ctx)
-        img = link_image(source, link, name=name, name_expressions=name_expressions, headers=headers,
-                         include_paths=include_paths, options=options, arch=target, link_options=link_options,
-                         cache=cache, pch=pch)
-        return Module._pending(img, keep_debug) if lazy else _load_into(img, ctx, keep_debug)
-    if type(source) is not str or source[-1:] in _PATH_ENDS:  # a file's path: its text (and its directory)
-        from .compiler import source_text
-        source, name, include_paths = source_text(source, name, include_paths)
-    exprs, opts = name_expressions, options
-    if type(exprs) is not tuple or type(opts) is not tuple:  # (the defaults are: nothing to do)
-        from .compiler import one_or_many, option_list
-        exprs, opts = one_or_many(exprs), option_list(opts)  # a str is one item; options split as a shell does
-        try:
-            exprs, opts = tuple(exprs), tuple(opts)
-        except TypeError:  # not a list at all: compile_image says so
-            pass
-    # A repeated call is one look-up in the cache's memo of calls: {context: the module the
-    # call made there}, weakly. Not with include_paths, whose files may change between calls.
-    from .cache import Cache, default_cache  # (here: loading a cubin or a kernel bundle imports no compiler)
-    from .compiler import compile_image
-    memo = cache if cache is not None else default_cache()
-    call = None
-    if not include_paths and not lazy and isinstance(memo, Cache):
-        try:
-            call = ("module", source, name, exprs, tuple(sorted(headers.items())) if headers else (), opts, arch,
-                    output, keep_debug)
-        except Exception:  # headers that are not a dict of str: compile_image says so
-            call = None
-        made = memo.recall(call) if call is not None else None
-        if made:  # (a process's first call finds nothing: it asks the driver nothing here)
-            try:
-                ref = made.get(_driver.current_context_key())
-            except Exception:  # no driver, a forked child: the long way says what is wrong
-                ref = None
-            mod = ref() if ref is not None else None
-            if mod is not None:
-                return mod
-    ctx, lazy = _context_for(arch, lazy)
-    target = arch if arch is not None else _device_arch(ctx)
-    img = compile_image(source, name=name, name_expressions=exprs, headers=headers, include_paths=include_paths,
-                        options=opts, arch=target, output=output, cache=cache, pch=pch)
-    if lazy:
-        return Module._pending(img, keep_debug)
-    mod = _load_into(img, ctx, keep_debug)
-    if call is not None:  # a new dict (a reader keeps the one it found), without modules that are gone
-        made = {k: r for k, r in (memo.recall(call) or {}).items() if r() is not None}
-        made[mod._ctx_key] = weakref.ref(mod)
-        memo.remember(call, made)
-    return mod
+    from ._compiling import compile  # (here: loading a cubin or a kernel bundle imports no compiler, no cache)
+    return compile(_place, source, name, name_expressions, headers, include_paths, options, arch, output, keep_debug,
+                   cache, lazy, pch, link, link_options)
 
 
 def compile_many(sources: Iterable, *, workers: int | None = None, keep_debug: bool = False, lazy: bool = False,
@@ -788,38 +639,14 @@ def compile_many(sources: Iterable, *, workers: int | None = None, keep_debug: b
     NbjitCompileError: naming the first source that failed (its index and name).
     """
     keep_debug, lazy = _flag(keep_debug, "keep_debug", NbjitCompileError), _flag(lazy, "lazy", NbjitCompileError)
-    ctx, lazy = _context_for(common.get("arch"), lazy)
-    if common.get("arch") is None:
-        common["arch"] = _device_arch(ctx)
-    from .compiler import compile_many as compile_images
-    images = compile_images(sources, workers=workers, **common)
-    return [Module._pending(img, keep_debug) if lazy else _load_into(img, ctx, keep_debug) for img in images]
+    from ._compiling import compile_many
+    return compile_many(_place, sources, workers, keep_debug, lazy, common)
 
 
-def _context_for(arch, lazy: bool) -> tuple[Any, bool]:
-    """(the context a compiled module loads into, or None; whether it loads on first use
-    instead): the current context; where there is no usable GPU and ``arch`` names the
-    target, none (the module loads on first use, which says what is wrong if it still is)."""
-    if lazy:
-        return None, True
-    try:
-        return current_host().current_context(), False
-    except NbjitLoadError:
-        if arch is None:  # the device is what it compiles for: say what to do
-            raise
-        return None, True
-
-
-def _device_arch(ctx) -> Arch:
-    """The architecture of ``ctx``'s device (the current device's where ``ctx`` is None)."""
-    host = current_host()
-    return Arch.parse(host.context_cc(ctx) if ctx is not None else host.current_cc())
-
-
-_NO_SPACE = Pattern(r"\s+")
-# the last letters of compiler.SOURCE_SUFFIXES (.cu, .cuh, .cuda), either case: a str ending
-# so may be a path (tests/test_module.py holds the two together)
-_PATH_ENDS = frozenset("uhaUHA")
+def _place(img: Image, ctx, lazy: bool, keep_debug: bool) -> "Module":
+    """A module of ``img``: loaded into ``ctx``, or waiting for first use where ``lazy``
+    (what ``_compiling`` makes of what it compiled)."""
+    return Module._pending(img, keep_debug) if lazy else _load_into(img, ctx, keep_debug)
 
 
 def from_numba(dispatcher: Any, signature: Any) -> Kernel:
@@ -838,60 +665,5 @@ def from_numba(dispatcher: Any, signature: Any) -> Kernel:
     prepares its arguments (``extensions=``), or argument types nbjit cannot pass (the
     message names the argument).
     """
-    from . import numba_abi
-    from .cache import default_cache
-
-    host = host_of(dispatcher)
-    py = getattr(dispatcher, "py_func", None)
-    opts = dict(getattr(dispatcher, "targetoptions", None) or {})
-    if py is None:
-        raise NbjitLoadError(f"{type(dispatcher).__name__} is not a @cuda.jit kernel")
-    what = f"@cuda.jit kernel {py.__name__!r}"
-    if opts.get("device"):
-        raise NbjitLoadError(f"{what} is a device function: only kernels can be launched")
-    if opts.get("debug"):
-        raise NbjitLoadError(f"{what} is compiled with debug=True, which reports exceptions through Numba's own "
-                             "launcher: nbjit does not run it; compile it without debug=True")
-    if opts.get("link"):
-        raise NbjitLoadError(f"{what} links other code (link={list(opts['link'])!r}), which {host.name}'s linker adds "
-                             f"and nbjit does not: launch it with {host.name}")
-    if opts.get("extensions"):
-        raise NbjitLoadError(f"{what} prepares its arguments at each launch (extensions=), which nbjit's launcher "
-                             f"does not run: launch it with {host.name}")
-    try:
-        args, ret = host.kernel_types(signature)
-    except Exception as e:  # numba's TypeError / parse errors
-        raise NbjitLoadError(f"{what}: {signature!r} is not a signature ({e})") from None
-    if not host.returns_nothing(ret):
-        raise NbjitLoadError(f"{what}: a kernel returns nothing; the signature says {ret}")
-    try:
-        nargs = numba_abi.from_numba_types(args, host.describe_type, host.abi)
-    except numba_abi.NumbaAbiError as e:
-        raise numba_abi.NumbaAbiError(f"{what}: {e}") from None
-    serving = current_host()
-    cc = serving.context_cc(serving.current_context())
-    cache = default_cache()
-    call = (host.name, py, args, cc, tuple(sorted((k, str(v)) for k, v in opts.items())))
-    ptx = cache.recall(call)
-    if ptx is None:
-        ptx = host.compile_ptx(py, args, cc, **host.ptx_options(opts))
-        cache.remember(call, ptx)
-    if "cudaCG" in ptx:
-        raise NbjitLoadError(f"{what} uses cooperative groups, which need Numba's linker (cudadevrt): launch it "
-                             "with Numba")
-    missing = sorted(set(_EXTERN_FUNC.findall(ptx)) - _JIT_PROVIDES)
-    if missing:
-        raise NbjitLoadError(f"{what} calls {', '.join(missing[:4])}, which its PTX declares and {host.name}'s "
-                             f"linker adds: nbjit loads the PTX alone; launch it with {host.name}")
-    mod = load(Image(ptx.encode(), "ptx", f"{py.__name__}.ptx"))
-    names = [k for k in mod.kernels if _is_numba_name(k)] or list(mod.kernels)
-    if len(names) != 1:
-        raise NbjitLoadError(f"{what}: expected one kernel in Numba's PTX, found {names}")
-    mod._learn_numba({names[0]: nargs})
-    return mod._kernel(names[0])
-
-
-# Functions a PTX may call that the driver's JIT provides (PTX ISA, "System calls");
-# any other `.extern .func` is defined in code the host's linker adds.
-_EXTERN_FUNC = Pattern(r"^\s*\.extern\s+\.func\s*(?:\([^)]*\)\s*)?([A-Za-z_$%][\w$]*)", re.M)
-_JIT_PROVIDES = frozenset({"vprintf", "malloc", "free", "__assertfail"})
+    from ._compiling import from_numba
+    return from_numba(_place, _is_numba_name, dispatcher, signature)

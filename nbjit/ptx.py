@@ -24,8 +24,8 @@ from dataclasses import replace
 
 from ._defs import field, record
 from .errors import PtxParseError
-from .signature import (SCALAR_TYPES, Directives, KernelInfo, KernelSignature, find_entry, layout, maker,
-                        param_shape, place)
+from ._signature_build import find_entry, layout, maker, param_shape, place
+from .signature import SCALAR_TYPES, Directives, KernelInfo, KernelSignature
 
 _NO_DIRECTIVES = Directives()
 _NO_PARAMS = KernelSignature((), 0)
@@ -951,7 +951,7 @@ def _positions(text: str, ch: str) -> list[int]:
 @functools.lru_cache(maxsize=512)
 def _param_shape(prefix: str, dims: str):
     """A parameter as ``_PARAM_ITEM`` matched it (the text before its name, its array size) ->
-    what ``_Parser.param`` makes of it after the name, as ``signature.param_shape`` (for
+    what ``_Parser.param`` makes of it after the name, as ``_signature_build.param_shape`` (for
     ``place``); None for an unknown type or an alignment that is no power of two (errors
     ``param`` reports)."""
     align, typ, ptr, space, palign = _PARAM_PREFIX.fullmatch(prefix).groups()

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 import numpy as np
 
-from . import _driver
+from . import _driver_extra
 from ._host import current_host
 from ._defs import field, record
 from .arch import Arch
@@ -254,7 +254,8 @@ class TritonArtifacts:
         params)}``, or {} without IR."""
         if self.ttir is None:
             return {}
-        from .cdecl import CParam, triton_ir_signatures
+        from ._csource import triton_ir_signatures
+        from .cdecl import CParam
         sigs = triton_ir_signatures(_read(self.ttir, TTIR_BYTES).decode(errors="replace"))
         names = ("global_scratch", "profile_scratch")[: self.meta.scratch_params]
         return {k: ("triton ir", v + tuple(CParam("void", True, False, n) for n in names))
@@ -427,7 +428,7 @@ def _descriptor_args(a: Any, d: dict, kernel: str) -> tuple:
     plan = plan_tiled(device_pointer(a.base), shape, tuple(s * size for s in strides), d["dtype"], block,
                       swizzle=d["swizzle"], l2_promotion="128B",
                       oob_fill="nan" if getattr(a, "padding", "zero") == "nan" else None, data_type=d["data_type"])
-    return (TensorMap(_driver.encode_tensor_map_tiled(plan), plan, a.base), *shape, *strides)
+    return (TensorMap(_driver_extra.encode_tensor_map_tiled(plan), plan, a.base), *shape, *strides)
 
 
 class TritonKernel:
@@ -647,7 +648,7 @@ def from_module(module: Module, meta: TritonMeta | dict, *, route: str | None = 
 
 def describe(path: str | os.PathLike) -> dict:
     """The metadata and launch rules of a Triton kernel on disk (no GPU): for ``nbjit inspect``."""
-    from .signature import typed_entries
+    from ._signature_build import typed_entries
 
     art = read_triton(path)
     image = art.ptx_text or (_read(art.ptx) if art.ptx else None)

@@ -113,7 +113,7 @@ def test_every_ptx_type():
 
 
 def test_bf16_and_pred_rules():
-    from nbjit.args import _float_to_bf16
+    from nbjit._args_extra import _float_to_bf16
     assert _float_to_bf16(1.0) == 0x3F80 and _float_to_bf16(-2.0) == 0xC000
     assert _float_to_bf16(1.00390625) == 0x3F80  # ties to even
 
@@ -226,7 +226,7 @@ def test_c_rules_extract_device_arrays():
 
 # ---------------------------------------------------------------- typed pointers: dtype checks
 
-from nbjit.cdecl import source_declarations  # noqa: E402
+from nbjit._csource import source_declarations  # noqa: E402
 from nbjit.signature import merge  # noqa: E402
 
 SOURCE = source_declarations((DATA / "src/kernels.cu").read_text())

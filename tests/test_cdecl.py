@@ -1,4 +1,4 @@
-"""C parameter types (nbjit.cdecl): demangled names, CUDA source declarations, Triton IR."""
+"""C parameter types (nbjit.cdecl, nbjit._csource): demangled names, CUDA source declarations, Triton IR."""
 from __future__ import annotations
 
 import re
@@ -6,8 +6,8 @@ import re
 import numpy as np
 import pytest
 
-from nbjit.cdecl import (MAX_DEMANGLED, CParam, demangle, demangled_text, device_declarations, element_of,
-                         mangled_tree, parse_ctype, source_declarations, triton_ir_signatures)
+from nbjit._csource import device_declarations, parse_ctype, source_declarations, triton_ir_signatures
+from nbjit.cdecl import MAX_DEMANGLED, CParam, demangle, demangled_text, element_of, mangled_tree
 from nbjit.ptx import inspect_ptx
 
 from conftest import DATA  # noqa: E402

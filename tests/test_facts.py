@@ -12,7 +12,7 @@ import pytest
 from nbjit import _facts, compile_image, compiler, inspect_cubin
 from nbjit import cubin as cubin_mod
 from nbjit.cache import Cache
-from nbjit.cdecl import source_declarations
+from nbjit._csource import source_declarations
 
 from conftest import DATA  # noqa: E402
 
@@ -76,7 +76,7 @@ def test_a_warm_hit_reads_no_elf_and_no_source(tmp_path, monkeypatch):
         raise AssertionError("read again")
     for where in (cubin_mod, compiler):
         monkeypatch.setattr(where, "inspect_cubin", refuse)
-    monkeypatch.setattr("nbjit.cdecl.source_declarations", refuse)
+    monkeypatch.setattr("nbjit._csource.source_declarations", refuse)
     monkeypatch.setattr(compiler, "source_declarations", refuse)
     again = compile_image(SRC, name_expressions=["fill<float>"], headers=HDR, arch="sm_90", cache=Cache(tmp_path))
     assert again.info == first.info and again.declarations == first.declarations and again.data == first.data

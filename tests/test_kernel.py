@@ -6,7 +6,7 @@ import types
 
 import pytest
 
-from nbjit import NbjitLaunchError, _driver, inspect_ptx
+from nbjit import NbjitLaunchError, _driver, _driver_extra, inspect_ptx
 from nbjit import kernel as K
 
 from conftest import DATA  # noqa: E402
@@ -56,7 +56,7 @@ def pdl_kernels(monkeypatch):
     """Kernels of the PDL fixture over a fake function handle, on a device of chosen arch."""
     monkeypatch.setattr(K, "_MULTI", [False])
     cc = {"value": (9, 0)}
-    monkeypatch.setattr(_driver, "device_info", lambda ordinal: types.SimpleNamespace(cc=cc["value"]))
+    monkeypatch.setattr(_driver_extra, "device_info", lambda ordinal: types.SimpleNamespace(cc=cc["value"]))
     info = inspect_ptx((DATA / "nvcc/pdl_sm90.ptx").read_text())
     ks = {e.name: K.Kernel(None, (e.name, None, ()), K._State(e.name, None, e, 0, 0)) for e in info.entries}
     return ks, cc
@@ -170,7 +170,7 @@ def fake_launch(monkeypatch):
         return results.pop(0) if results else 0
     monkeypatch.setattr(_driver, "backend", lambda: _driver.Backend("python", launch, int))
     monkeypatch.setattr(_driver, "error_text", lambda err: f"E{int(err)}")
-    monkeypatch.setattr(_driver, "device_info", lambda ordinal: types.SimpleNamespace(
+    monkeypatch.setattr(_driver_extra, "device_info", lambda ordinal: types.SimpleNamespace(
         cc=(9, 0), max_shared_optin=227 << 10, max_shared_default=48 << 10))
     monkeypatch.setattr(_driver, "function_attributes", lambda func: dict(
         registers=16, shared=0, const=0, local=0, max_threads_per_block=1024, ptx_version=90, binary_version=90,
@@ -208,7 +208,7 @@ def test_configure_decides_pdl_by_the_kernel_and_the_device(fake_launch, monkeyp
     assert k.configure(K.LaunchConfig.make(1, 32, pdl=False)).config.pdl is False
     on(0x10, 0x20, 3)
     assert fake_launch.calls[-1][-1]["pdl"] is True
-    monkeypatch.setattr(_driver, "device_info", lambda ordinal: types.SimpleNamespace(cc=(8, 0)))
+    monkeypatch.setattr(_driver_extra, "device_info", lambda ordinal: types.SimpleNamespace(cc=(8, 0)))
     assert k.configure(cfg).config.pdl is False and k.configure(cfg).path == "python"
     with pytest.raises(NbjitLaunchError, match="needs a device of compute capability 9.0"):
         k.configure(K.LaunchConfig.make(1, 32, pdl=True))

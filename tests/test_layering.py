@@ -1,6 +1,7 @@
 """The package's layering holds: no import cycle among nbjit's modules (lazy imports inside
-functions included); only _driver.py (with the C launch path it sets up) calls the CUDA
-driver, and it stands on the ground floor; only _host.py imports Numba; one module decides
+functions included); only _driver.py (with the C launch path it sets up) and _driver_extra.py
+(the driver's calls off the launch path, standing on _driver) call the CUDA driver, and
+_driver stands on the ground floor; only _host.py imports Numba; one module decides
 whether the C extension is used; process state is read through functions. Read from the
 source, no import needed."""
 from __future__ import annotations
@@ -57,14 +58,16 @@ def test_readers_do_not_reach_for_the_gpu():
     pure = ["arch", "cdecl", "ptx", "cubin", "_elf", "fatbin", "image", "signature", "errors", "cache", "loader",
             "_facts", "pch", "compiler"]
     for m in pure:
-        assert not GRAPH[m] & {"_driver", "kernel", "module", "triton"}, (m, GRAPH[m])
+        assert not GRAPH[m] & {"_driver", "_driver_extra", "kernel", "module", "triton"}, (m, GRAPH[m])
 
 
 def test_only_the_driver_module_calls_the_driver():
     """cuda.bindings' driver API (cuLaunchKernel, cuModuleLoadDataEx, ...) is called from
-    _driver.py alone (Numba's context and device objects through _host, which asks it)."""
+    _driver.py alone, and from _driver_extra.py for what no launch needs (a device's
+    attributes, occupancy, tensor maps, graphs); Numba's context and device objects through
+    _host, which asks them."""
     for name, path in MODULES.items():
-        if name == "_driver":
+        if name in ("_driver", "_driver_extra"):
             continue
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
@@ -78,11 +81,13 @@ def test_only_the_driver_module_calls_the_driver():
 
 def test_the_driver_is_the_ground_floor():
     """_driver imports no stage above it: errors, _native (the C extension's switch) and
-    _defs (how records are made), which import nothing of nbjit's; the host stands on _driver."""
+    _defs (how records are made), which import nothing of nbjit's; _driver_extra and the host
+    stand on _driver."""
     assert GRAPH["_driver"] <= {"errors", "_native", "_defs"}, GRAPH["_driver"]
     assert GRAPH["_native"] == set(), GRAPH["_native"]
     assert GRAPH["_defs"] == set(), GRAPH["_defs"]
-    assert GRAPH["_host"] <= {"_driver", "errors", "arch"}, GRAPH["_host"]
+    assert GRAPH["_driver_extra"] <= {"_driver", "errors", "_defs"}, GRAPH["_driver_extra"]
+    assert GRAPH["_host"] <= {"_driver", "_driver_extra", "errors", "arch"}, GRAPH["_host"]
 
 
 _NUMBA = re.compile(r"(numba|numba_cuda_mlir)(\.\w+)*")
@@ -230,7 +235,8 @@ def test_a_bundles_first_kernel_imports_only_its_route():
     nor difflib, shlex or the cp437 codec. It reads no payload but the image's (checked) and
     parses none: the module waiting for first use describes its kernels from the manifest,
     and loading on an sm_90 device takes the manifest's facts of that cubin. A device its
-    cubins do not cover runs the PTX, which needs the PTX reader, and only that."""
+    cubins do not cover runs the PTX, which needs the PTX reader (with _signature_build,
+    which lays out its parameters), and only that."""
     import subprocess
     import sys
     bundle = PKG.parent / "examples/bundle_package/src/nbjit_demo_kernels/kernels.nbjit"
@@ -257,4 +263,4 @@ print(sorted(x for x in set(sys.modules) - before - new if x.startswith("nbjit")
     assert out[0] == "const float* float*"
     assert out[1] == "cubin 2 EntryFacts 10 float*"  # (entry 2: the PTX is first in the fatbin, then sm_80, sm_90)
     assert out[2] == str(sorted(BUNDLE_ROUTE)) and out[3] == "[]"
-    assert out[4] == "['nbjit.ptx']"
+    assert out[4] == "['nbjit._signature_build', 'nbjit.ptx']"

@@ -10,7 +10,7 @@ import cloudpickle
 import pytest
 
 import nbjit
-from nbjit import _driver, inspect_ptx, module as module_stage
+from nbjit import _driver, _module_extra, inspect_ptx, module as module_stage
 from nbjit import compiler as compiler_stage
 from nbjit._host import current_host
 from nbjit.triton import TritonKernel, describe, read_triton
@@ -34,7 +34,7 @@ def no_cuda(monkeypatch):
         raise AssertionError("a CUDA call was made")
     monkeypatch.setattr(current_host(), "current_context", refuse)
     monkeypatch.setattr(_driver, "get_function", refuse)
-    module_stage._RESTORED.clear()
+    _module_extra._RESTORED.clear()
 
 
 def no_gpu():
@@ -368,7 +368,7 @@ def test_new_facts_type_a_kernel_afresh(ptx_module, fake_gpu):
     more facts) types it afresh, loaded or not."""
     m = ptx_module
     assert [p.ctype for p in m["k_basic"].params][2] != "float"
-    from nbjit.cdecl import source_declarations
+    from nbjit._csource import source_declarations
     src = 'extern "C" __global__ void k_basic(float* y, const float* x, float a, int n) {}'
     m._learn(decls={k: ("source", v) for k, v in source_declarations(src).items()})
     assert [p.ctype for p in m["k_basic"].params][:3] == ["float*", "const float*", "float"]
@@ -382,7 +382,8 @@ def test_the_path_endings_are_the_compilers_source_suffixes():
     compiler (loading a bundle or a cubin never imports it): the letters are its suffixes'."""
     from nbjit.compiler import SOURCE_SUFFIXES
     want = {s[-1] for s in SOURCE_SUFFIXES} | {s[-1].upper() for s in SOURCE_SUFFIXES}
-    assert module_stage._PATH_ENDS == want
+    from nbjit._compiling import _PATH_ENDS
+    assert _PATH_ENDS == want
 
 
 def test_a_missing_kernel_is_named_with_a_guess_and_the_sorted_list(data):

@@ -682,7 +682,7 @@ PARAM_FORMS = [
 @pytest.mark.parametrize("form", PARAM_FORMS)
 def test_each_parameter_form_reads_as_the_token_reader_reads_it(form, spy):
     from nbjit.ptx import _Parser
-    from nbjit.signature import layout
+    from nbjit._signature_build import layout
     chunks = [".param .u8 first", form]
     fast = inspect_ptx(H + ".visible .entry k(\n\t" + ",\n\t".join(chunks) + "\n)\n{\nret;\n}\n").entries[0]
     assert not spy["param"]  # read by the pattern

@@ -7,8 +7,10 @@ from dataclasses import replace
 import pytest
 
 from nbjit import inspect_cubin, inspect_ptx
-from nbjit.cdecl import CParam, demangle, source_declarations, triton_ir_signatures
-from nbjit.signature import KernelInfo, KernelSignature, SignatureConflict, merge, typed_entries
+from nbjit._csource import source_declarations, triton_ir_signatures
+from nbjit.cdecl import CParam, demangle
+from nbjit._signature_build import typed_entries
+from nbjit.signature import KernelInfo, KernelSignature, SignatureConflict, merge
 
 from conftest import DATA  # noqa: E402
 PTX = inspect_ptx((DATA / "nvcc/kernels_sm90.ptx").read_text())
@@ -133,7 +135,8 @@ def _same_object(made, built):
 
 
 def test_layout_places_as_the_dataclass_would():
-    from nbjit.signature import Param, layout
+    from nbjit._signature_build import layout
+    from nbjit.signature import Param
     specs = [("a", "u8", 1, None, False, None, None, None), ("s", "b8", 1, 24, False, None, 8, None),
              ("p", "u64", 8, None, True, "global", None, 16), ("v", "b128", 16, None, False, None, None, None),
              ("e", "b8", 1, 0, False, None, None, None)]
@@ -149,7 +152,8 @@ def test_layout_places_as_the_dataclass_would():
 
 def test_maker_builds_what_the_constructor_builds():
     from nbjit.ptx import PtxInfo
-    from nbjit.signature import Directives, maker
+    from nbjit._signature_build import maker
+    from nbjit.signature import Directives
     sig = KernelSignature((), 0)
     _same_object(maker(KernelInfo)(name="k", signature=sig, linkage="visible", griddepcontrol=("wait",)),
                  KernelInfo("k", sig, linkage="visible", griddepcontrol=("wait",)))

@@ -8,7 +8,7 @@ import pytest
 
 import nbjit
 from nbjit import NbjitArgumentError, args, cdecl, signature
-from nbjit.kernel import plan_for_array
+from nbjit._kernel_extra import plan_for_array
 from nbjit.tma import TensorMap, plan_tiled
 
 from conftest import DATA  # noqa: E402
@@ -67,7 +67,7 @@ def test_the_binding_takes_the_arguments_as_built():
     """cuda.bindings converts cuTensorMapEncodeTiled's arguments before it loads the driver,
     so a wrong Python type shows here without a GPU (its size lists refuse plain ints)."""
     cu = pytest.importorskip("cuda.bindings.driver")
-    from nbjit._driver import tensor_map_call
+    from nbjit._driver_extra import tensor_map_call
     for p in (plan_tiled(A, (100, 72), None, np.float32, (32, 16), swizzle="64B", oob_fill="nan"),
               plan_tiled(A, (4, 8, 16), (1024, 128, 2), np.uint16, (2, 4, 8), element_strides=(1, 2, 1))):
         call = tensor_map_call(cu, p)

@@ -20,7 +20,7 @@ from . import pch as _pch
 from ._facts import Facts
 from ._defs import record
 from .arch import Arch, existence_problem
-from .cache import Cache, CacheEntry, cache_key, default_cache
+from .cache import Cache, CacheEntry, Written, cache_key, default_cache, write_entry
 from .cdecl import source_declarations
 from .cubin import inspect_cubin
 from .errors import CompileFailure, LinkFailure, NbjitCompileError, NbjitWarning
@@ -549,7 +549,10 @@ def compile_image(source: str, *, name: str | None = None, name_expressions: Ite
             return hit
     req = _request(source, name, name_expressions, headers, include_paths, options, arch, output,
                    _pch.pch_mode(pch), cache.path)
-    entry = cache.get_or_create(_key(req), lambda: _run_nvrtc(req), lambda e: _derive_facts(e, req))
+    key = _key(req)
+    route = getattr(_ROUTE, "pool", None)
+    make = (lambda: _run_nvrtc(req)) if route is None else (lambda: _make_in_worker(route, req, key, cache))
+    entry = cache.get_or_create(key, make, lambda e: _derive_facts(e, req))
     img = _image(entry, req)
     if _no_kernels(img):
         warnings.warn(f"{img.name}: NVRTC compiled no kernel (the {img.kind} for {img.arch} holds none): a template "
@@ -749,14 +752,7 @@ def _nvrtc_arch(target: Arch, output: str, name: str, nvrtc: str) -> Arch:
 
 
 def _run_nvrtc(req: CompileRequest):
-    """Run NVRTC on a request: a CacheEntry (cubin or PTX), or CompileFailure. In a thread of
-    ``compile_many``'s process route, in a worker process where one is ready (the entry
-    comes back with its facts)."""
-    route = getattr(_ROUTE, "pool", None)
-    if route is not None:
-        done, entry = route[0].try_call((req, _toolchain_fingerprint()), route[1], route[2])
-        if done:
-            return entry
+    """Run NVRTC on a request: a CacheEntry (cubin or PTX), or CompileFailure."""
     N = _nvrtc()
     major, minor = nvrtc_version()
     arch = _nvrtc_arch(req.arch, req.output, req.name, f"NVRTC {major}.{minor}")
@@ -1022,24 +1018,36 @@ _WORKER_INIT = "nbjit.compiler:_worker_init"
 
 
 def _worker_init() -> None:
-    """A worker process's start: NVRTC loaded, and warmed by one small compile (a first
-    compile reads NVRTC's builtins: ~20 ms more than later ones)."""
+    """A worker process's start: NVRTC loaded (no warm-up compile: one costs a whole small
+    compile, ~50 ms on the 2-core machine, to save ~10 ms of the first real one)."""
     try:
-        known = supported_archs()
-        if known:
-            _run_nvrtc(_request('extern "C" __global__ void nbjit_warm_up() {}\n', "warm_up.cu", (), None, (), (),
-                                f"sm_{max(known)}", "cubin"))
+        supported_archs()
+        _toolchain_fingerprint()
     except Exception:  # (the first real compile reports what is wrong)
         pass
 
 
-def _compile_entry(req: CompileRequest, fingerprint: dict) -> CacheEntry:
+def _make_in_worker(route: tuple, req: CompileRequest, key: str, cache: Cache):
+    """``compile_image``'s maker on ``compile_many``'s process route (called holding the
+    key's lock): the entry compiled, with its facts, and its cache file written, by a worker
+    process where one is ready (a ``cache.Written``); else compiled here."""
+    done, got = route[0].try_call((req, _toolchain_fingerprint(), key, cache._file(key), cache.remote is not None),
+                                  route[1], route[2])
+    return got if done else _run_nvrtc(req)
+
+
+def _compile_entry(req: CompileRequest, fingerprint: dict, key: str | None = None, file: str | None = None,
+                   keep: bool = False) -> "CacheEntry | Written":
     """In a worker process: the entry NVRTC makes of ``req``, with its facts. ``fingerprint``:
-    the parent's NVRTC, which made the cache key: this process must load the same."""
+    the parent's NVRTC, which made the cache key: this process must load the same. With
+    ``key``: the entry encoded as its cache file and written to ``file`` (where not None)
+    as the parent's cache writes it, the parent holding the key's lock (``write_entry``:
+    a ``Written``; ``keep``: with the file's bytes, for the remote tier)."""
     if fingerprint != _toolchain_fingerprint():
         raise NbjitCompileError(f"{req.name}: nbjit's worker process found another NVRTC than its parent's "
                                 f"({_toolchain_fingerprint()} against {fingerprint}); compile_many(processes=False) "
                                 "compiles in threads")
     entry = _run_nvrtc(req)
     facts = _derive_facts(entry, req)
-    return entry if facts is None else replace(entry, facts=facts)
+    entry = entry if facts is None else replace(entry, facts=facts)
+    return entry if key is None else write_entry(key, entry, file, keep)

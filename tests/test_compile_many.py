@@ -87,6 +87,46 @@ def test_process_route_compiles_in_workers_in_order(tmp_path):
     assert len(nbjit.Cache(tmp_path).entries()) == 5
 
 
+def test_process_route_workers_write_the_entry_files(tmp_path, monkeypatch):
+    """A worker encodes the entry and writes its file (whole: a temporary file renamed), the
+    caller holding the key's lock; the caller writes none itself."""
+    import nbjit.cache as cache_mod
+    from nbjit.image import content_digest
+    here = []
+    real = cache_mod._write_file
+    monkeypatch.setattr(cache_mod, "_write_file", lambda *a: here.append(a) or real(*a))
+    srcs = [src(45 + i) for i in range(3)]
+    images = compile_many(srcs, arch="sm_90", cache=nbjit.Cache(tmp_path), workers=2, processes=True)
+    assert here == []
+    files = sorted(p.name for p in tmp_path.rglob("*") if p.is_file())
+    assert len(files) == 3 and all(f.endswith(".nbjit") for f in files)  # no temporary or lock file left
+    for img, s in zip(images, srcs):
+        assert img.__dict__["digest"] == content_digest(img.data)  # hashed once, in the worker
+        # a fresh cache reads the file, with its facts (no ELF parsed again)
+        again = compile_image(s, arch="sm_90", cache=nbjit.Cache(tmp_path))
+        assert again.data == img.data and again.info == img.info and again.typed == img.typed
+
+
+def test_process_route_a_cache_it_cannot_write_is_given_up_once(tmp_path):
+    (tmp_path / "file").write_text("")
+    c = nbjit.Cache(tmp_path / "file" / "cache")  # (root ignores permissions: a path under a file)
+    with pytest.warns(nbjit.NbjitWarning, match="cannot write") as w:
+        images = compile_many([src(47 + i) for i in range(3)], arch="sm_90", cache=c, workers=2, processes=True)
+    assert len([x for x in w if issubclass(x.category, nbjit.NbjitWarning)]) == 1 and c.path is None
+    assert [img.info.entries[0].name for img in images] == ["k47", "k48", "k49"]
+
+
+def test_process_route_publishes_to_the_remote_tier(tmp_path):
+    pytest.importorskip("fsspec")
+    shared = tmp_path / "shared"
+    images = compile_many([src(57), src(58)], arch="sm_90", cache=nbjit.Cache(tmp_path / "a", remote=shared),
+                          workers=2, processes=True)
+    assert sorted(p.name for p in shared.rglob("*") if p.is_file()) == \
+        sorted(f.name for f, _, _ in nbjit.Cache(tmp_path / "a").entries())
+    assert [compile_image(s, arch="sm_90", cache=nbjit.Cache(tmp_path / "b", remote=shared)).data
+            for s in (src(57), src(58))] == [i.data for i in images]
+
+
 def test_process_route_hits_the_cache_without_workers(tmp_path):
     pool = _pool()
     srcs = [src(50 + i) for i in range(4)]

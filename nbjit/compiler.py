@@ -972,16 +972,18 @@ def compile_many(sources: Iterable, *, workers: int | None = None, processes: bo
         jobs.append((s, kw))
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
         raise NbjitCompileError(f"compile_many: workers must be an int >= 1, not {workers!r}")
-    if workers is None:
-        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    n = max(1, min(len(jobs), workers))
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    n = max(1, min(len(jobs), workers or cpus))
     if processes not in (None, True, False):
         raise NbjitCompileError(f"compile_many: processes must be True, False or None, not {processes!r}")
     route = None
     if processes or (processes is None and n >= PROCESS_ROUTE_MIN):
         if os.name == "posix":  # (the workers' pipes are waited on with select)
             from . import _workers
-            route = (_workers.pool(_WORKER, _WORKER_INIT), n, processes is True)
+            # processes=None: while no worker is ready, a few compile in their threads (NVRTC
+            # serialises compiles in threads beyond about two); the others wait for a worker
+            slots = None if processes else _workers.Slots(max(1, min(n, PROCESS_INLINE, cpus)))
+            route = (_workers.pool(_WORKER, _WORKER_INIT), n, processes is True, slots)
 
     def one(job):
         s, kw = job
@@ -1010,9 +1012,10 @@ def compile_many(sources: Iterable, *, workers: int | None = None, processes: bo
     return [img for img, _ in results]
 
 
-# compile_many's process route: the threads of a call on it hold (pool, workers, wait) here
+# compile_many's process route: the threads of a call on it hold (pool, workers, wait, slots) here
 _ROUTE = threading.local()
 PROCESS_ROUTE_MIN = 4  # compile_many(processes=None) takes worker processes from this many at once
+PROCESS_INLINE = 4  # ... and compiles at most this many in its threads while no worker is ready
 _WORKER = "nbjit.compiler:_compile_entry"
 _WORKER_INIT = "nbjit.compiler:_worker_init"
 
@@ -1030,10 +1033,18 @@ def _worker_init() -> None:
 def _make_in_worker(route: tuple, req: CompileRequest, key: str, cache: Cache):
     """``compile_image``'s maker on ``compile_many``'s process route (called holding the
     key's lock): the entry compiled, with its facts, and its cache file written, by a worker
-    process where one is ready (a ``cache.Written``); else compiled here."""
-    done, got = route[0].try_call((req, _toolchain_fingerprint(), key, cache._file(key), cache.remote is not None),
-                                  route[1], route[2])
-    return got if done else _run_nvrtc(req)
+    process where one is ready (a ``cache.Written``); else compiled here (in one of the
+    call's slots, where it has them: given back after)."""
+    pool, want, wait, slots = route
+    done, got = pool.try_call((req, _toolchain_fingerprint(), key, cache._file(key), cache.remote is not None),
+                              want, wait, slots)
+    if done:
+        return got
+    try:
+        return _run_nvrtc(req)
+    finally:
+        if got is not None:
+            pool.release(got)
 
 
 def _compile_entry(req: CompileRequest, fingerprint: dict, key: str | None = None, file: str | None = None,

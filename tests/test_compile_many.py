@@ -177,6 +177,64 @@ def test_workers_load_neither_numba_nor_nbjits_driver_stage():
         probe.close()
 
 
+def test_a_cold_process_route_compiles_a_few_in_threads_until_workers_are_ready(tmp_path, monkeypatch):
+    """processes=None, no worker started yet: at most PROCESS_INLINE (and the CPUs) compile in
+    the call's threads at once; the other sources wait for a worker or a free thread."""
+    import os
+    from nbjit import _workers, compiler
+    monkeypatch.setattr(_workers, "_POOLS", {})  # a pool of its own: cold
+    lock, now, most, here = threading.Lock(), [0], [0], []
+    real = compiler._run_nvrtc
+
+    def counting(req):
+        with lock:
+            now[0] += 1
+            most[0] = max(most[0], now[0])
+            here.append(req.name)
+        try:
+            return real(req)
+        finally:
+            with lock:
+                now[0] -= 1
+
+    monkeypatch.setattr(compiler, "_run_nvrtc", counting)
+    try:
+        images = compile_many([src(90 + i) for i in range(10)], arch="sm_90", cache=nbjit.Cache(tmp_path), workers=8)
+        pool = _pool()
+        assert [img.info.entries[0].name for img in images] == [f"k{90 + i}" for i in range(10)]
+        assert 1 <= most[0] <= min(compiler.PROCESS_INLINE, len(os.sched_getaffinity(0)))
+        assert len(here) + pool.calls == 10
+    finally:
+        _pool().close()
+
+
+def test_pool_slots_let_a_caller_run_it_while_workers_start():
+    from nbjit import _workers
+    probe = _workers.Pool("builtins:eval")
+    slots = _workers.Slots(1)
+    try:
+        assert probe.try_call(("1 + 1",), 1, slots=slots) == (False, slots) and slots.free == 0
+        got = []
+        t = threading.Thread(target=lambda: got.append(probe.try_call(("2 + 2",), 1, slots=slots)))
+        t.start()  # no slot left: it waits for the worker
+        t.join(60)
+        assert got == [(True, 4)] and slots.free == 0
+        probe.release(slots)
+        assert slots.free == 1 and probe.try_call(("3 + 3",), 1, slots=slots) == (True, 6)
+    finally:
+        probe.close()
+
+
+def test_workers_that_cannot_start_leave_the_callers_to_run_it():
+    from nbjit import _workers
+    probe = _workers.Pool("nbjit.no_such_module:f")
+    try:
+        assert probe.try_call((), 1, wait=True) == (False, None) and "exited" in probe.broken
+        assert probe.try_call((), 1, wait=True) == (False, None) and probe.workers() == 0  # none started again
+    finally:
+        probe.close()
+
+
 def test_route_choice():
     pool = _pool()
     before = pool.calls

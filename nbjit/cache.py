@@ -192,14 +192,17 @@ class Cache:
 
     # ------------------------------------------------------------ look-up
     def get_or_create(self, key: str, make: Callable[[], CacheEntry],
-                      derive: "Callable[[CacheEntry], Facts | None] | None" = None) -> CacheEntry:
+                      derive: "Callable[[CacheEntry], Facts | None] | None" = None,
+                      delegate: "Callable[[], Written | None] | None" = None) -> CacheEntry:
         """The entry for ``key``: from memory, from disk, from the remote tier, or ``make()``
         (then written, and published to the remote tier). ``derive(entry)`` gives the facts
         of an entry that keeps none this nbjit reads (one just made, one another nbjit
         version wrote): they are kept with it (the file rewritten where the disk allows), so
         that the entry returned carries them; it returns None where they cannot be read.
         ``make`` may write the file itself (``write_entry``: a ``Written``), while this
-        process holds the key's lock."""
+        process holds the key's lock. ``delegate``, where there is no remote tier: asked
+        first on a miss, it has another process do all that ``make`` and the key's lock do
+        here (``make_locked``: a ``Written``), or returns None (then it is done here)."""
         with self._lock:
             hit = self._mem.get(key)
             if hit is not None:
@@ -207,6 +210,13 @@ class Cache:
         if hit is not None:
             return hit if hit.facts is not None or derive is None else self._with_facts(key, hit, derive)
         entry = self.read(key)
+        if entry is None and delegate is not None and self.remote is None:
+            written = delegate()
+            if written is not None:
+                entry = written.entry
+                if not written.found:  # (found: another process made it meanwhile, as the read below finds)
+                    self._stored(written.size, written.error)
+                    derive = None  # (its facts were read as it was made)
         if entry is None:
             made = None
             with self._key_lock(key):  # one process makes it; the others wait, then read it
@@ -256,40 +266,9 @@ class Cache:
         self._store(key, raw)
         return entry
 
-    @contextlib.contextmanager
     def _key_lock(self, key: str):
-        """An exclusive ``flock`` on ``<key>.lock`` while an entry is made, so that processes
-        asking for the same entry at once run the compiler once. The OS drops the lock of a
-        process that dies; after ``lock_timeout`` seconds a waiter goes on without it. The
-        holder removes the file as it lets go (so none pile up), and a waiter that then holds
-        a removed file's lock takes the one at the path instead."""
-        f = self._file(key)
-        fd = None
-        if f is not None and fcntl is not None:
-            lock = f[:-len(_SUFFIX)] + _LOCK_SUFFIX
-            deadline = time.monotonic() + self.lock_timeout
-            while fd is None:
-                try:
-                    # never through a link: a planted one would make a file outside the cache
-                    fd = _open_making_directory(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC)
-                except OSError:
-                    break  # an unwritable cache (no lock, as no write), or a link there: no lock
-                if not _flock(fd, deadline):
-                    os.close(fd)  # a holder that takes too long: make it ourselves
-                    fd = None
-                    break
-                if not _is_at(fd, lock):
-                    os.close(fd)  # its holder finished and removed it: lock the file there now
-                    fd = None
-                    if time.monotonic() >= deadline:
-                        break
-        try:
-            yield
-        finally:
-            if fd is not None:
-                if _is_at(fd, lock):
-                    _remove(lock)  # still holding it: a waiter that has it open sees it gone
-                os.close(fd)  # closing releases the lock
+        """The key's lock (``_key_lock``) for this cache's entry of ``key``."""
+        return _key_lock(self._file(key), self.lock_timeout)
 
     def recall(self, call: object) -> object | None:
         """What ``remember(call, result)`` stored for this call in this process, or None."""
@@ -808,6 +787,42 @@ def _new_temporary(f: "Path | str") -> tuple[str, int]:
     return tmp, _open_making_directory(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC)
 
 
+@contextlib.contextmanager
+def _key_lock(f: str | None, lock_timeout: float):
+    """An exclusive ``flock`` on ``<key>.lock`` beside the entry file ``f`` (None: no lock)
+    while the entry is made, so that processes asking for the same entry at once run the
+    compiler once. The OS drops the lock of a process that dies; after ``lock_timeout``
+    seconds a waiter goes on without it. The holder removes the file as it lets go (so none
+    pile up), and a waiter that then holds a removed file's lock takes the one at the path
+    instead."""
+    fd = None
+    if f is not None and fcntl is not None:
+        lock = f[:-len(_SUFFIX)] + _LOCK_SUFFIX
+        deadline = time.monotonic() + lock_timeout
+        while fd is None:
+            try:
+                # never through a link: a planted one would make a file outside the cache
+                fd = _open_making_directory(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except OSError:
+                break  # an unwritable cache (no lock, as no write), or a link there: no lock
+            if not _flock(fd, deadline):
+                os.close(fd)  # a holder that takes too long: make it ourselves
+                fd = None
+                break
+            if not _is_at(fd, lock):
+                os.close(fd)  # its holder finished and removed it: lock the file there now
+                fd = None
+                if time.monotonic() >= deadline:
+                    break
+    try:
+        yield
+    finally:
+        if fd is not None:
+            if _is_at(fd, lock):
+                _remove(lock)  # still holding it: a waiter that has it open sees it gone
+            os.close(fd)  # closing releases the lock
+
+
 def _open_making_directory(path: str, flags: int) -> int:
     """``os.open(path, flags, 0o666)``, making its directory where that is missing."""
     try:
@@ -851,6 +866,22 @@ class Written:
     size: int = 0
     error: "tuple[OSError, bool] | None" = None
     data: bytes | None = None
+    found: bool = False  # (make_locked: the entry was on disk, made by another process)
+
+
+def make_locked(key: str, file: str | None, lock_timeout: float, make: Callable[[], CacheEntry],
+                keep: bool = False) -> Written:
+    """What ``Cache.get_or_create`` does on a miss, done by the process that runs ``make``
+    (a ``compile_many`` worker: its ``delegate``): the key's lock taken (``_key_lock``: the
+    file ``file``'s lock, ``lock_timeout``), the file read again (another process may have
+    made the entry: ``found``), else ``make()``'s entry written (``write_entry``)."""
+    with _key_lock(file, lock_timeout):
+        got = _read_entry(file) if file is not None else None
+        if got is not None:
+            entry = _decode(got[0], key)[0]
+            if entry is not None:
+                return Written(entry, found=True)
+        return write_entry(key, make(), file, keep)
 
 
 def write_entry(key: str, entry: CacheEntry, file: str | None, keep: bool) -> Written:

@@ -20,7 +20,7 @@ from . import pch as _pch
 from ._facts import Facts
 from ._defs import record
 from .arch import Arch, existence_problem
-from .cache import Cache, CacheEntry, Written, cache_key, default_cache, write_entry
+from .cache import Cache, CacheEntry, Written, cache_key, default_cache, make_locked, write_entry
 from .cdecl import source_declarations
 from .cubin import inspect_cubin
 from .errors import CompileFailure, LinkFailure, NbjitCompileError, NbjitWarning
@@ -551,8 +551,10 @@ def compile_image(source: str, *, name: str | None = None, name_expressions: Ite
                    _pch.pch_mode(pch), cache.path)
     key = _key(req)
     route = getattr(_ROUTE, "pool", None)
-    make = (lambda: _run_nvrtc(req)) if route is None else (lambda: _make_in_worker(route, req, key, cache))
-    entry = cache.get_or_create(key, make, lambda e: _derive_facts(e, req))
+    if route is None:
+        entry = cache.get_or_create(key, lambda: _run_nvrtc(req), lambda e: _derive_facts(e, req))
+    else:
+        entry = _through_worker(route, req, key, cache)
     img = _image(entry, req)
     if _no_kernels(img):
         warnings.warn(f"{img.name}: NVRTC compiled no kernel (the {img.kind} for {img.arch} holds none): a template "
@@ -1030,35 +1032,56 @@ def _worker_init() -> None:
         pass
 
 
-def _make_in_worker(route: tuple, req: CompileRequest, key: str, cache: Cache):
-    """``compile_image``'s maker on ``compile_many``'s process route (called holding the
-    key's lock): the entry compiled, with its facts, and its cache file written, by a worker
-    process where one is ready (a ``cache.Written``); else compiled here (in one of the
-    call's slots, where it has them: given back after)."""
+def _through_worker(route: tuple, req: CompileRequest, key: str, cache: Cache) -> CacheEntry:
+    """``cache.get_or_create`` on ``compile_many``'s process route: what a miss needs done by
+    a worker process where one is ready: the key's lock taken, NVRTC run, the facts read and
+    the cache file written there (``cache.make_locked``); where the cache has a remote tier,
+    the lock is this process's (the tier is looked in under it) and the worker compiles and
+    writes the file under it. Where no worker is ready, compiled here as ``compile_image``
+    does (in one of the call's slots, where it has them: given back after)."""
     pool, want, wait, slots = route
-    done, got = pool.try_call((req, _toolchain_fingerprint(), key, cache._file(key), cache.remote is not None),
-                              want, wait, slots)
-    if done:
-        return got
-    try:
-        return _run_nvrtc(req)
-    finally:
+    taken = []
+
+    def ask(lock_timeout):
+        done, got = pool.try_call((req, _toolchain_fingerprint(), key, cache._file(key), cache.remote is not None,
+                                   lock_timeout), want, wait, None if taken else slots)
+        if done:
+            return got
         if got is not None:
-            pool.release(got)
+            taken.append(got)
+        return None
+
+    def make():
+        got = ask(None) if cache.remote is not None else None  # (no remote tier: delegate asked already)
+        return got if got is not None else _run_nvrtc(req)
+
+    try:
+        return cache.get_or_create(key, make, lambda e: _derive_facts(e, req), lambda: ask(cache.lock_timeout))
+    finally:
+        if taken:
+            pool.release(taken[0])
 
 
 def _compile_entry(req: CompileRequest, fingerprint: dict, key: str | None = None, file: str | None = None,
-                   keep: bool = False) -> "CacheEntry | Written":
+                   keep: bool = False, lock_timeout: float | None = None) -> "CacheEntry | Written":
     """In a worker process: the entry NVRTC makes of ``req``, with its facts. ``fingerprint``:
     the parent's NVRTC, which made the cache key: this process must load the same. With
     ``key``: the entry encoded as its cache file and written to ``file`` (where not None)
-    as the parent's cache writes it, the parent holding the key's lock (``write_entry``:
-    a ``Written``; ``keep``: with the file's bytes, for the remote tier)."""
+    as the parent's cache writes it (``write_entry``: a ``Written``; ``keep``: with the
+    file's bytes, for the remote tier), the parent holding the key's lock; with
+    ``lock_timeout`` too, under the key's lock taken here (``make_locked``)."""
     if fingerprint != _toolchain_fingerprint():
         raise NbjitCompileError(f"{req.name}: nbjit's worker process found another NVRTC than its parent's "
                                 f"({_toolchain_fingerprint()} against {fingerprint}); compile_many(processes=False) "
                                 "compiles in threads")
-    entry = _run_nvrtc(req)
-    facts = _derive_facts(entry, req)
-    entry = entry if facts is None else replace(entry, facts=facts)
-    return entry if key is None else write_entry(key, entry, file, keep)
+
+    def make() -> CacheEntry:
+        entry = _run_nvrtc(req)
+        facts = _derive_facts(entry, req)
+        return entry if facts is None else replace(entry, facts=facts)
+
+    if key is None:
+        return make()
+    if lock_timeout is None:
+        return write_entry(key, make(), file, keep)
+    return make_locked(key, file, lock_timeout, make, keep)

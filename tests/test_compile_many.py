@@ -127,6 +127,32 @@ def test_process_route_publishes_to_the_remote_tier(tmp_path):
             for s in (src(57), src(58))] == [i.data for i in images]
 
 
+def test_process_route_a_worker_takes_the_key_lock_and_reads_what_its_holder_made(tmp_path):
+    """The worker takes the key's lock itself: while another process holds it, it waits, then
+    reads the entry that process made (it compiles nothing)."""
+    import dataclasses
+    import time
+    from nbjit import compiler as C
+    s = src(98)
+    key = C._key(C._request(s, None, (), None, (), (), "sm_90", "auto"))
+    compile_image(s, arch="sm_90", cache=nbjit.Cache(tmp_path / "elsewhere"))
+    planted = dataclasses.replace(nbjit.Cache(tmp_path / "elsewhere").read(key), log="made by the lock's holder")
+    c = nbjit.Cache(tmp_path / "c")
+    pool = _pool()
+    compile_many([src(99)], arch="sm_90", cache=c, processes=True)  # (a worker ready)
+    before, out = pool.calls, []
+    with c._key_lock(key):  # as another process making it holds it
+        t = threading.Thread(target=lambda: out.append(compile_many([s], arch="sm_90", cache=c, processes=True)))
+        t.start()
+        deadline = time.monotonic() + 30
+        while pool._busy == 0 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(0.2)  # (the worker waits for the lock)
+        c.write(key, planted)
+    t.join(60)
+    assert out and out[0][0].log == "made by the lock's holder" and pool.calls - before == 1
+
+
 def test_process_route_hits_the_cache_without_workers(tmp_path):
     pool = _pool()
     srcs = [src(50 + i) for i in range(4)]

@@ -857,16 +857,17 @@ def _write_file(f: str, data: bytes) -> "tuple[OSError, bool] | None":
 
 @record
 class Written:
-    """What a ``get_or_create`` maker returns that wrote the entry file itself, with
-    ``write_entry`` (a worker process of ``compile_many``), while the caller held the key's
-    lock: the entry (with its facts), the bytes written (0: none), the
-    failure (``_write_file``'s) and, where the remote tier takes them, the file's bytes."""
+    """What a process that wrote the entry file for ``Cache.get_or_create`` sends back (a
+    ``compile_many`` worker: ``write_entry`` under the caller's lock, or ``make_locked``
+    under its own): the entry (with its facts), the bytes written (0: none), the failure
+    (``_write_file``'s), where the remote tier takes them the file's bytes, and whether the
+    entry was found on disk instead (made by another process: nothing written)."""
 
     entry: CacheEntry
     size: int = 0
     error: "tuple[OSError, bool] | None" = None
     data: bytes | None = None
-    found: bool = False  # (make_locked: the entry was on disk, made by another process)
+    found: bool = False
 
 
 def make_locked(key: str, file: str | None, lock_timeout: float, make: Callable[[], CacheEntry],

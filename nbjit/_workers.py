@@ -142,6 +142,15 @@ class _Worker:
                 self.proc.wait()
 
 
+class Slots:
+    """How many callers may still run the target themselves while no worker is ready
+    (``Pool.try_call``'s ``slots``): one ``compile_many`` call's compiles in its own threads
+    while workers start."""
+
+    def __init__(self, count: int):
+        self.free = count
+
+
 class Pool:
     """Worker processes running ``target`` (``"module:function"``), shared by the threads of
     this process; started on demand, up to the most any caller asked for at once."""
@@ -151,7 +160,11 @@ class Pool:
         self._idle: list[_Worker] = []
         self._booting: list[_Worker] = []
         self._busy = 0
-        self._lock = threading.Lock()
+        self._lock = threading.Condition(threading.Lock())  # notified when a worker or a slot is free
+        self._to_start = 0  # workers the starter thread is to start (it runs while any is booting)
+        self._starting = 0  # workers it is starting now
+        self._starter: threading.Thread | None = None
+        self._wake: tuple[int, int] | None = None  # a pipe that wakes the starter from its select
         self._pid = os.getpid()
         self.broken = ""  # why workers cannot start here (then none is started again)
         self.calls = 0  # calls answered by workers
@@ -170,52 +183,118 @@ class Pool:
         """Start workers (without waiting for them) until ``count`` are alive or starting."""
         with self._lock:
             self._collect()
-            while len(self._idle) + len(self._booting) + self._busy < count:
-                self._booting.append(_Worker(self.target, self.init))
+            self._grow(count - len(self._idle) - self._busy)
 
-    def try_call(self, args: tuple, want: int, wait: bool = False):
+    def try_call(self, args: tuple, want: int, wait: bool = False, slots: Slots | None = None):
         """``(True, target(*args))`` run in a ready worker, or ``(False, None)`` where none is
         ready (workers are then started, without waiting, up to ``want``: the caller runs it
-        itself meanwhile); ``wait``: wait for one instead. A worker that died before replying
-        is replaced once; where workers cannot start at all, ``(False, None)``."""
+        itself meanwhile). ``wait``: wait for a worker instead; ``slots``: take one of them
+        where no worker is ready, ``(False, slots)`` (the caller runs it, then gives the slot
+        back with ``release``), and where none is left wait for a worker or a slot. A worker that died
+        before replying is replaced once; where workers cannot start at all, ``(False, None)``."""
         for attempt in (0, 1):
-            while True:
-                with self._lock:
-                    self._collect()
-                    w = self._idle.pop() if self._idle else None
-                    if w is None and not self.broken:
-                        while len(self._booting) + self._busy < want:
-                            self._booting.append(_Worker(self.target, self.init))
+            with self._lock:
+                while True:
+                    w = self._take()
                     if w is not None:
                         self._busy += 1
                         break
-                    booting = [b.proc.stdout for b in self._booting]
-                if not wait or self.broken:
-                    return False, None
-                if booting:
-                    select.select(booting, [], [], 0.05)
-                else:  # all busy (another caller's): one comes back soon
-                    time.sleep(0.002)
+                    if not self.broken:
+                        self._grow(want - self._busy)
+                    if self.broken or (slots is None and not wait):
+                        return False, None
+                    if slots is not None and slots.free > 0:
+                        slots.free -= 1
+                        return False, slots
+                    self._lock.wait(1.0)  # (notified; the timeout is a safety net)
             try:
                 value = w.call(args)
             except WorkerDied:
                 w.close()
                 with self._lock:
                     self._busy -= 1
+                    self._lock.notify()
                 if attempt:
                     raise
                 continue
             except BaseException:
-                with self._lock:  # the target's own error: the worker is fine
-                    self._busy -= 1
-                    self._idle.append(w)
+                self._done(w)  # the target's own error: the worker is fine
                 raise
-            with self._lock:
-                self._busy -= 1
-                self._idle.append(w)
-                self.calls += 1
+            self._done(w, answered=True)
             return True, value
         return False, None  # (not reached)
+
+    def release(self, slots: Slots) -> None:
+        """Give back a slot ``try_call`` took (the caller ran the target itself)."""
+        with self._lock:
+            slots.free += 1
+            self._lock.notify_all()  # (its waiters are among others': each checks its own)
+
+    def _done(self, w: _Worker, answered: bool = False) -> None:
+        with self._lock:
+            self._busy -= 1
+            self._idle.append(w)
+            self.calls += answered
+            self._lock.notify()
+
+    def _take(self) -> _Worker | None:
+        """(Under the lock.) An idle worker that is alive (those that exited go), or None."""
+        while self._idle:
+            w = self._idle.pop()
+            if w.proc.poll() is None:
+                return w
+            w.close()
+        return None
+
+    def _grow(self, count: int) -> None:
+        """(Under the lock.) Have ``count`` workers starting: the starter thread starts the
+        missing ones (a process start takes milliseconds, not to be spent by a caller holding
+        this lock; each worker then takes a few hundred to import and load NVRTC)."""
+        short = count - len(self._booting) - self._starting - self._to_start
+        if self.broken or short <= 0:
+            return
+        self._to_start += short
+        if self._starter is None:
+            if self._wake is None:
+                self._wake = os.pipe()
+                os.set_blocking(self._wake[1], False)
+            self._starter = threading.Thread(target=self._start_and_watch, name="nbjit-workers", daemon=True)
+            self._starter.start()
+        else:
+            try:
+                os.write(self._wake[1], b"!")
+            except BlockingIOError:  # (it has been woken already)
+                pass
+
+    def _start_and_watch(self) -> None:
+        """The starter thread: starts the workers asked for and waits for them; each ready one
+        joins the idle ones (and waiters are told). It ends when none is starting."""
+        wake = self._wake[0]
+        while True:
+            with self._lock:
+                self._collect()
+                self._lock.notify_all()
+                n, self._to_start = self._to_start, 0
+                self._starting = n
+                if not n and not self._booting:
+                    self._starter = None
+                    return
+            new = []
+            try:
+                for _ in range(n):
+                    new.append(_Worker(self.target, self.init))
+            except OSError as e:  # (no interpreter to run, too many processes...): the callers run it
+                with self._lock:
+                    self.broken = str(e) or type(e).__name__
+            with self._lock:
+                self._booting += new
+                self._starting = 0
+                pipes = [w.proc.stdout for w in self._booting]
+            try:
+                if wake in select.select([*pipes, wake], [], [], 1.0)[0]:
+                    os.read(wake, 64)
+            except (OSError, ValueError):  # a pipe was closed (the pool closed): look again
+                time.sleep(0.01)
 
     def _collect(self) -> None:
         """(Under the lock.) Booting workers that are ready join the idle ones; exited ones go."""
@@ -234,15 +313,12 @@ class Pool:
                 continue
             now.append(w)
         self._booting = now
-        live = [w for w in self._idle if w.proc.poll() is None]
-        for w in self._idle:
-            if w.proc.poll() is not None:
-                w.close()
-        self._idle = live
 
     def close(self) -> None:
         with self._lock:
             ws, self._idle, self._booting = self._idle + self._booting, [], []
+            self._to_start = 0
+            self._lock.notify_all()
         for w in ws:
             w.close()
 

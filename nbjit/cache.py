@@ -193,12 +193,17 @@ class Cache:
 
     # ------------------------------------------------------------ look-up
     def get_or_create(self, key: str, make: Callable[[], CacheEntry],
-                      derive: "Callable[[CacheEntry], Facts | None] | None" = None) -> CacheEntry:
+                      derive: "Callable[[CacheEntry], Facts | None] | None" = None,
+                      delegate: "Callable[[], Written | None] | None" = None) -> CacheEntry:
         """The entry for ``key``: from memory, from disk, from the remote tier, or ``make()``
         (then written, and published to the remote tier). ``derive(entry)`` gives the facts
         of an entry that keeps none this nbjit reads (one just made, one another nbjit
         version wrote): they are kept with it (the file rewritten where the disk allows), so
-        that the entry returned carries them; it returns None where they cannot be read."""
+        that the entry returned carries them; it returns None where they cannot be read.
+        ``make`` may write the file itself (``write_entry``: a ``Written``), while this
+        process holds the key's lock. ``delegate``, where there is no remote tier: asked
+        first on a miss, it has another process do all that ``make`` and the key's lock do
+        here (``make_locked``: a ``Written``), or returns None (then it is done here)."""
         with self._lock:
             hit = self._mem.get(key)
             if hit is not None:
@@ -206,6 +211,13 @@ class Cache:
         if hit is not None:
             return hit if hit.facts is not None or derive is None else self._with_facts(key, hit, derive)
         entry = self.read(key)
+        if entry is None and delegate is not None and self.remote is None:
+            written = delegate()
+            if written is not None:
+                entry = written.entry
+                if not written.found:  # (found: another process made it meanwhile, as the read below finds)
+                    self._stored(written.size, written.error)
+                    derive = None  # (its facts were read as it was made)
         if entry is None:
             made = None
             with self._key_lock(key):  # one process makes it; the others wait, then read it
@@ -214,14 +226,19 @@ class Cache:
                     entry = self._from_remote(key)
                 if entry is None:
                     entry = make()
-                    if derive is not None:
-                        entry = _with(entry, derive(entry))
-                    made = _encode(key, entry)
-                    self._store(key, made)
-            if made is not None:
-                if self.remote is not None:
-                    self.remote.put(key, made)  # after the lock: local waiters read the entry meanwhile
-                derive = None  # (its facts were read as it was made)
+                    if type(entry) is Written:  # its maker wrote the file (``write_entry``), under our lock
+                        written, entry = entry, entry.entry
+                        self._stored(written.size, written.error)
+                        made = written.data if written.data is not None or self.remote is None \
+                            else _encode(key, entry)
+                    else:
+                        if derive is not None:
+                            entry = _with(entry, derive(entry))
+                        made = _encode(key, entry)
+                        self._store(key, made)
+                    derive = None  # (its facts were read as it was made)
+            if made and self.remote is not None:
+                self.remote.put(key, made)  # after the lock: local waiters read the entry meanwhile
         if entry.facts is None and derive is not None:
             return self._with_facts(key, entry, derive)
         self._remember(key, entry)
@@ -250,41 +267,9 @@ class Cache:
         self._store(key, raw)
         return entry
 
-    @contextlib.contextmanager
     def _key_lock(self, key: str):
-        """An exclusive ``flock`` on ``<key>.lock`` while an entry is made, so that processes
-        asking for the same entry at once run the compiler once. The OS drops the lock of a
-        process that dies; after ``lock_timeout`` seconds a waiter goes on without it. The
-        holder removes the file as it lets go (so none pile up), and a waiter that then holds
-        a removed file's lock takes the one at the path instead."""
-        f = self.file(key)
-        fd = None
-        if f is not None and fcntl is not None:
-            lock = f.with_suffix(_LOCK_SUFFIX)
-            deadline = time.monotonic() + self.lock_timeout
-            while fd is None:
-                try:
-                    f.parent.mkdir(parents=True, exist_ok=True)
-                    # never through a link: a planted one would make a file outside the cache
-                    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
-                except OSError:
-                    break  # an unwritable cache (no lock, as no write), or a link there: no lock
-                if not _flock(fd, deadline):
-                    os.close(fd)  # a holder that takes too long: make it ourselves
-                    fd = None
-                    break
-                if not _is_at(fd, lock):
-                    os.close(fd)  # its holder finished and removed it: lock the file there now
-                    fd = None
-                    if time.monotonic() >= deadline:
-                        break
-        try:
-            yield
-        finally:
-            if fd is not None:
-                if _is_at(fd, lock):
-                    _remove(lock)  # still holding it: a waiter that has it open sees it gone
-                os.close(fd)  # closing releases the lock
+        """The key's lock (``_key_lock``) for this cache's entry of ``key``."""
+        return _key_lock(self._file(key), self.lock_timeout)
 
     def recall(self, call: object) -> object | None:
         """What ``remember(call, result)`` stored for this call in this process, or None."""
@@ -354,33 +339,25 @@ class Cache:
     def _store(self, key: str, data: bytes, *, refresh: bool = False) -> bytes | None:
         """Write the entry file ``data`` for ``key`` (``write``); returns ``data``, or None
         where nothing was written."""
-        f = self.file(key)
+        f = self._file(key)
         if f is None:
             return None
-        try:
-            tmp, fd = _new_temporary(f)
-        except OSError as e:
-            if not refresh:
+        error = _write_file(f, data)
+        return data if self._stored(len(data), error, refresh=refresh) else None
+
+    def _stored(self, size: int, error: "tuple[OSError, bool] | None", *, refresh: bool = False) -> bool:
+        """After an entry file of ``size`` bytes was written (``_write_file``, here or in a
+        worker process: ``Written``): whether it was. A write that failed gives the disk up
+        (one warning), except a refresh, or a temporary file that went (another process
+        cleared the cache: this write alone failed)."""
+        if error is not None:
+            e, made_temporary = error
+            if not refresh and not (made_temporary and e.errno in (errno.ENOENT, errno.ESTALE)):
                 self._give_up(e)
-            return None
-        try:
-            with os.fdopen(fd, "wb") as out:
-                out.write(data)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(tmp, f)
-        except OSError as e:
-            _remove(tmp)
-            if e.errno in (errno.ENOENT, errno.ESTALE) or refresh:
-                return None  # the temporary file went (another process cleared the cache): this write failed
-            self._give_up(e)
-            return None
-        except BaseException:
-            _remove(tmp)
-            raise
-        if not refresh:
-            self._wrote(len(data))
-        return data
+            return False
+        if size and not refresh:
+            self._wrote(size)
+        return bool(size)
 
     def _wrote(self, n: int) -> None:
         """Count ``n`` bytes this process added; prune when a scan is due (see _SCAN_FRACTION)."""
@@ -816,12 +793,122 @@ def _pch_files(d: str) -> list[tuple[Path, int, float]]:
     return out
 
 
-def _new_temporary(f: Path) -> tuple[Path, int]:
+def _new_temporary(f: "Path | str") -> tuple[str, int]:
     """A new temporary file beside entry ``f`` (made with its directory), open for writing."""
-    tmp = f.parent / f"{_TMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
-    f.parent.mkdir(parents=True, exist_ok=True)
+    tmp = os.path.join(os.path.dirname(f), f"{_TMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}")
     # mode 0666 less the umask, as any file a user makes: a team can share a cache
-    return tmp, os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+    return tmp, _open_making_directory(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC)
+
+
+@contextlib.contextmanager
+def _key_lock(f: str | None, lock_timeout: float):
+    """An exclusive ``flock`` on ``<key>.lock`` beside the entry file ``f`` (None: no lock)
+    while the entry is made, so that processes asking for the same entry at once run the
+    compiler once. The OS drops the lock of a process that dies; after ``lock_timeout``
+    seconds a waiter goes on without it. The holder removes the file as it lets go (so none
+    pile up), and a waiter that then holds a removed file's lock takes the one at the path
+    instead."""
+    fd = None
+    if f is not None and fcntl is not None:
+        lock = f[:-len(_SUFFIX)] + _LOCK_SUFFIX
+        deadline = time.monotonic() + lock_timeout
+        while fd is None:
+            try:
+                # never through a link: a planted one would make a file outside the cache
+                fd = _open_making_directory(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except OSError:
+                break  # an unwritable cache (no lock, as no write), or a link there: no lock
+            if not _flock(fd, deadline):
+                os.close(fd)  # a holder that takes too long: make it ourselves
+                fd = None
+                break
+            if not _is_at(fd, lock):
+                os.close(fd)  # its holder finished and removed it: lock the file there now
+                fd = None
+                if time.monotonic() >= deadline:
+                    break
+    try:
+        yield
+    finally:
+        if fd is not None:
+            if _is_at(fd, lock):
+                _remove(lock)  # still holding it: a waiter that has it open sees it gone
+            os.close(fd)  # closing releases the lock
+
+
+def _open_making_directory(path: str, flags: int) -> int:
+    """``os.open(path, flags, 0o666)``, making its directory where that is missing."""
+    try:
+        return os.open(path, flags, 0o666)
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        return os.open(path, flags, 0o666)
+
+
+def _write_file(f: str, data: bytes) -> "tuple[OSError, bool] | None":
+    """Write the entry file ``f`` whole or not at all: ``data`` in a temporary file beside
+    it, synced, renamed into place. None where it was written, else (the OSError, whether
+    the temporary file had been made)."""
+    try:
+        tmp, fd = _new_temporary(f)
+    except OSError as e:
+        return e, False
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, f)
+    except OSError as e:
+        _remove(tmp)
+        return e, True
+    except BaseException:
+        _remove(tmp)
+        raise
+    return None
+
+
+@record
+class Written:
+    """What a process that wrote the entry file for ``Cache.get_or_create`` sends back (a
+    ``compile_many`` worker: ``write_entry`` under the caller's lock, or ``make_locked``
+    under its own): the entry (with its facts), the bytes written (0: none), the failure
+    (``_write_file``'s), where the remote tier takes them the file's bytes, and whether the
+    entry was found on disk instead (made by another process: nothing written)."""
+
+    entry: CacheEntry
+    size: int = 0
+    error: "tuple[OSError, bool] | None" = None
+    data: bytes | None = None
+    found: bool = False
+
+
+def make_locked(key: str, file: str | None, lock_timeout: float, make: Callable[[], CacheEntry],
+                keep: bool = False) -> Written:
+    """What ``Cache.get_or_create`` does on a miss, done by the process that runs ``make``
+    (a ``compile_many`` worker: its ``delegate``): the key's lock taken (``_key_lock``: the
+    file ``file``'s lock, ``lock_timeout``), the file read again (another process may have
+    made the entry: ``found``), else ``make()``'s entry written (``write_entry``)."""
+    with _key_lock(file, lock_timeout):
+        got = _read_entry(file) if file is not None else None
+        if got is not None:
+            entry = _decode(got[0], key)[0]
+            if entry is not None:
+                return Written(entry, found=True)
+        return write_entry(key, make(), file, keep)
+
+
+def write_entry(key: str, entry: CacheEntry, file: str | None, keep: bool) -> Written:
+    """``entry`` encoded as the cache file for ``key`` and written to ``file`` (a
+    ``Cache``'s ``_file(key)``; None: not written) as ``Cache._store`` writes it: a
+    ``Written`` for ``get_or_create``, with the payload's digest (hashed to encode it) and,
+    with ``keep``, the file's bytes."""
+    data, digest = _encode_digest(key, entry)
+    entry = replace(entry, payload_digest=digest)
+    if file is None:
+        return Written(entry, 0, None, data if keep else None)
+    error = _write_file(file, data)
+    return Written(entry, len(data) if error is None else 0, error, data if keep else None)
 
 
 def _writer_alive(name: str) -> bool:
@@ -905,6 +992,11 @@ def _with(entry: CacheEntry, facts: "Facts | None") -> CacheEntry:
 
 
 def _encode(key: str, e: CacheEntry) -> bytes:
+    return _encode_digest(key, e)[0]
+
+
+def _encode_digest(key: str, e: CacheEntry) -> tuple[bytes, str]:
+    """The entry file of ``e`` for ``key``, and its payload's ``content_digest``."""
     d = {"key": key, "kind": e.kind, "arch": e.arch, "lowered_names": e.lowered_names, "log": e.log,
          "producer": e.producer, "payload_bytes": len(e.payload)}
     if e.meta:
@@ -916,8 +1008,9 @@ def _encode(key: str, e: CacheEntry) -> bytes:
         except _facts.FactsError:  # facts that cannot be kept: the entry without them (they are read again)
             pass
     desc = json.dumps(d, sort_keys=True).encode()
-    check = _checksum(desc, content_hash(e.payload))
-    return _HEAD.pack(_MAGIC, FORMAT_VERSION, len(desc), check) + desc + e.payload
+    payload_hash = content_hash(e.payload)
+    check = _checksum(desc, payload_hash)
+    return _HEAD.pack(_MAGIC, FORMAT_VERSION, len(desc), check) + desc + e.payload, payload_hash.hex()
 
 
 def _check_head(head: bytes) -> tuple[int, bytes, str]:

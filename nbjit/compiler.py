@@ -20,7 +20,7 @@ from . import pch as _pch
 from ._facts import Facts
 from ._defs import record
 from .arch import Arch, existence_problem
-from .cache import Cache, CacheEntry, cache_key, default_cache
+from .cache import Cache, CacheEntry, Written, cache_key, default_cache, make_locked, write_entry
 from ._csource import source_declarations
 from .cubin import inspect_cubin
 from .errors import CompileFailure, LinkFailure, NbjitCompileError, NbjitWarning
@@ -549,7 +549,12 @@ def compile_image(source: str, *, name: str | None = None, name_expressions: Ite
             return hit
     req = _request(source, name, name_expressions, headers, include_paths, options, arch, output,
                    _pch.pch_mode(pch), cache.path)
-    entry = cache.get_or_create(_key(req), lambda: _run_nvrtc(req), lambda e: _derive_facts(e, req))
+    key = _key(req)
+    route = getattr(_ROUTE, "pool", None)
+    if route is None:
+        entry = cache.get_or_create(key, lambda: _run_nvrtc(req), lambda e: _derive_facts(e, req))
+    else:
+        entry = _through_worker(route, req, key, cache)
     img = _image(entry, req)
     if _no_kernels(img):
         warnings.warn(f"{img.name}: NVRTC compiled no kernel (the {img.kind} for {img.arch} holds none): a template "
@@ -753,14 +758,7 @@ def _nvrtc_arch(target: Arch, output: str, name: str, nvrtc: str) -> Arch:
 
 
 def _run_nvrtc(req: CompileRequest):
-    """Run NVRTC on a request: a CacheEntry (cubin or PTX), or CompileFailure. In a thread of
-    ``compile_many``'s process route, in a worker process where one is ready (the entry
-    comes back with its facts)."""
-    route = getattr(_ROUTE, "pool", None)
-    if route is not None:
-        done, entry = route[0].try_call((req, _toolchain_fingerprint()), route[1], route[2])
-        if done:
-            return entry
+    """Run NVRTC on a request: a CacheEntry (cubin or PTX), or CompileFailure."""
     N = _nvrtc()
     major, minor = nvrtc_version()
     arch = _nvrtc_arch(req.arch, req.output, req.name, f"NVRTC {major}.{minor}")
@@ -980,16 +978,18 @@ def compile_many(sources: Iterable, *, workers: int | None = None, processes: bo
         jobs.append((s, kw))
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
         raise NbjitCompileError(f"compile_many: workers must be an int >= 1, not {workers!r}")
-    if workers is None:
-        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    n = max(1, min(len(jobs), workers))
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    n = max(1, min(len(jobs), workers or cpus))
     if processes not in (None, True, False):
         raise NbjitCompileError(f"compile_many: processes must be True, False or None, not {processes!r}")
     route = None
     if processes or (processes is None and n >= PROCESS_ROUTE_MIN):
         if os.name == "posix":  # (the workers' pipes are waited on with select)
             from . import _workers
-            route = (_workers.pool(_WORKER, _WORKER_INIT), n, processes is True)
+            # processes=None: while no worker is ready, a few compile in their threads (NVRTC
+            # serialises compiles in threads beyond about two); the others wait for a worker
+            slots = None if processes else _workers.Slots(max(1, min(n, PROCESS_INLINE, cpus)))
+            route = (_workers.pool(_WORKER, _WORKER_INIT), n, processes is True, slots)
 
     def one(job):
         s, kw = job
@@ -1018,32 +1018,74 @@ def compile_many(sources: Iterable, *, workers: int | None = None, processes: bo
     return [img for img, _ in results]
 
 
-# compile_many's process route: the threads of a call on it hold (pool, workers, wait) here
+# compile_many's process route: the threads of a call on it hold (pool, workers, wait, slots) here
 _ROUTE = threading.local()
 PROCESS_ROUTE_MIN = 4  # compile_many(processes=None) takes worker processes from this many at once
+PROCESS_INLINE = 4  # ... and compiles at most this many in its threads while no worker is ready
 _WORKER = "nbjit.compiler:_compile_entry"
 _WORKER_INIT = "nbjit.compiler:_worker_init"
 
 
 def _worker_init() -> None:
-    """A worker process's start: NVRTC loaded, and warmed by one small compile (a first
-    compile reads NVRTC's builtins: ~20 ms more than later ones)."""
+    """A worker process's start: NVRTC loaded (no warm-up compile: one costs a whole small
+    compile, ~50 ms on the 2-core machine, to save ~10 ms of the first real one)."""
     try:
-        known = supported_archs()
-        if known:
-            _run_nvrtc(_request('extern "C" __global__ void nbjit_warm_up() {}\n', "warm_up.cu", (), None, (), (),
-                                f"sm_{max(known)}", "cubin"))
+        supported_archs()
+        _toolchain_fingerprint()
     except Exception:  # (the first real compile reports what is wrong)
         pass
 
 
-def _compile_entry(req: CompileRequest, fingerprint: dict) -> CacheEntry:
+def _through_worker(route: tuple, req: CompileRequest, key: str, cache: Cache) -> CacheEntry:
+    """``cache.get_or_create`` on ``compile_many``'s process route: what a miss needs done by
+    a worker process where one is ready: the key's lock taken, NVRTC run, the facts read and
+    the cache file written there (``cache.make_locked``); where the cache has a remote tier,
+    the lock is this process's (the tier is looked in under it) and the worker compiles and
+    writes the file under it. Where no worker is ready, compiled here as ``compile_image``
+    does (in one of the call's slots, where it has them: given back after)."""
+    pool, want, wait, slots = route
+    taken = []
+
+    def ask(lock_timeout):
+        done, got = pool.try_call((req, _toolchain_fingerprint(), key, cache._file(key), cache.remote is not None,
+                                   lock_timeout), want, wait, None if taken else slots)
+        if done:
+            return got
+        if got is not None:
+            taken.append(got)
+        return None
+
+    def make():
+        got = ask(None) if cache.remote is not None else None  # (no remote tier: delegate asked already)
+        return got if got is not None else _run_nvrtc(req)
+
+    try:
+        return cache.get_or_create(key, make, lambda e: _derive_facts(e, req), lambda: ask(cache.lock_timeout))
+    finally:
+        if taken:
+            pool.release(taken[0])
+
+
+def _compile_entry(req: CompileRequest, fingerprint: dict, key: str | None = None, file: str | None = None,
+                   keep: bool = False, lock_timeout: float | None = None) -> "CacheEntry | Written":
     """In a worker process: the entry NVRTC makes of ``req``, with its facts. ``fingerprint``:
-    the parent's NVRTC, which made the cache key: this process must load the same."""
+    the parent's NVRTC, which made the cache key: this process must load the same. With
+    ``key``: the entry encoded as its cache file and written to ``file`` (where not None)
+    as the parent's cache writes it (``write_entry``: a ``Written``; ``keep``: with the
+    file's bytes, for the remote tier), the parent holding the key's lock; with
+    ``lock_timeout`` too, under the key's lock taken here (``make_locked``)."""
     if fingerprint != _toolchain_fingerprint():
         raise NbjitCompileError(f"{req.name}: nbjit's worker process found another NVRTC than its parent's "
                                 f"({_toolchain_fingerprint()} against {fingerprint}); compile_many(processes=False) "
                                 "compiles in threads")
-    entry = _run_nvrtc(req)
-    facts = _derive_facts(entry, req)
-    return entry if facts is None else replace(entry, facts=facts)
+
+    def make() -> CacheEntry:
+        entry = _run_nvrtc(req)
+        facts = _derive_facts(entry, req)
+        return entry if facts is None else replace(entry, facts=facts)
+
+    if key is None:
+        return make()
+    if lock_timeout is None:
+        return write_entry(key, make(), file, keep)
+    return make_locked(key, file, lock_timeout, make, keep)

@@ -87,6 +87,72 @@ def test_process_route_compiles_in_workers_in_order(tmp_path):
     assert len(nbjit.Cache(tmp_path).entries()) == 5
 
 
+def test_process_route_workers_write_the_entry_files(tmp_path, monkeypatch):
+    """A worker encodes the entry and writes its file (whole: a temporary file renamed), the
+    caller holding the key's lock; the caller writes none itself."""
+    import nbjit.cache as cache_mod
+    from nbjit.image import content_digest
+    here = []
+    real = cache_mod._write_file
+    monkeypatch.setattr(cache_mod, "_write_file", lambda *a: here.append(a) or real(*a))
+    srcs = [src(45 + i) for i in range(3)]
+    images = compile_many(srcs, arch="sm_90", cache=nbjit.Cache(tmp_path), workers=2, processes=True)
+    assert here == []
+    files = sorted(p.name for p in tmp_path.rglob("*") if p.is_file())
+    assert len(files) == 3 and all(f.endswith(".nbjit") for f in files)  # no temporary or lock file left
+    for img, s in zip(images, srcs):
+        assert img.__dict__["digest"] == content_digest(img.data)  # hashed once, in the worker
+        # a fresh cache reads the file, with its facts (no ELF parsed again)
+        again = compile_image(s, arch="sm_90", cache=nbjit.Cache(tmp_path))
+        assert again.data == img.data and again.info == img.info and again.typed == img.typed
+
+
+def test_process_route_a_cache_it_cannot_write_is_given_up_once(tmp_path):
+    (tmp_path / "file").write_text("")
+    c = nbjit.Cache(tmp_path / "file" / "cache")  # (root ignores permissions: a path under a file)
+    with pytest.warns(nbjit.NbjitWarning, match="cannot write") as w:
+        images = compile_many([src(47 + i) for i in range(3)], arch="sm_90", cache=c, workers=2, processes=True)
+    assert len([x for x in w if issubclass(x.category, nbjit.NbjitWarning)]) == 1 and c.path is None
+    assert [img.info.entries[0].name for img in images] == ["k47", "k48", "k49"]
+
+
+def test_process_route_publishes_to_the_remote_tier(tmp_path):
+    pytest.importorskip("fsspec")
+    shared = tmp_path / "shared"
+    images = compile_many([src(57), src(58)], arch="sm_90", cache=nbjit.Cache(tmp_path / "a", remote=shared),
+                          workers=2, processes=True)
+    assert sorted(p.name for p in shared.rglob("*") if p.is_file()) == \
+        sorted(f.name for f, _, _ in nbjit.Cache(tmp_path / "a").entries())
+    assert [compile_image(s, arch="sm_90", cache=nbjit.Cache(tmp_path / "b", remote=shared)).data
+            for s in (src(57), src(58))] == [i.data for i in images]
+
+
+def test_process_route_a_worker_takes_the_key_lock_and_reads_what_its_holder_made(tmp_path):
+    """The worker takes the key's lock itself: while another process holds it, it waits, then
+    reads the entry that process made (it compiles nothing)."""
+    import dataclasses
+    import time
+    from nbjit import compiler as C
+    s = src(98)
+    key = C._key(C._request(s, None, (), None, (), (), "sm_90", "auto"))
+    compile_image(s, arch="sm_90", cache=nbjit.Cache(tmp_path / "elsewhere"))
+    planted = dataclasses.replace(nbjit.Cache(tmp_path / "elsewhere").read(key), log="made by the lock's holder")
+    c = nbjit.Cache(tmp_path / "c")
+    pool = _pool()
+    compile_many([src(99)], arch="sm_90", cache=c, processes=True)  # (a worker ready)
+    before, out = pool.calls, []
+    with c._key_lock(key):  # as another process making it holds it
+        t = threading.Thread(target=lambda: out.append(compile_many([s], arch="sm_90", cache=c, processes=True)))
+        t.start()
+        deadline = time.monotonic() + 30
+        while pool._busy == 0 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(0.2)  # (the worker waits for the lock)
+        c.write(key, planted)
+    t.join(60)
+    assert out and out[0][0].log == "made by the lock's holder" and pool.calls - before == 1
+
+
 def test_process_route_hits_the_cache_without_workers(tmp_path):
     pool = _pool()
     srcs = [src(50 + i) for i in range(4)]
@@ -133,6 +199,64 @@ def test_workers_load_neither_numba_nor_nbjits_driver_stage():
         assert done and mods == []
         done, main = probe.try_call(("__import__('sys').modules['__main__'].__dict__.get('__file__')",), 1, wait=True)
         assert done and main is None  # the caller's script is not run again there
+    finally:
+        probe.close()
+
+
+def test_a_cold_process_route_compiles_a_few_in_threads_until_workers_are_ready(tmp_path, monkeypatch):
+    """processes=None, no worker started yet: at most PROCESS_INLINE (and the CPUs) compile in
+    the call's threads at once; the other sources wait for a worker or a free thread."""
+    import os
+    from nbjit import _workers, compiler
+    monkeypatch.setattr(_workers, "_POOLS", {})  # a pool of its own: cold
+    lock, now, most, here = threading.Lock(), [0], [0], []
+    real = compiler._run_nvrtc
+
+    def counting(req):
+        with lock:
+            now[0] += 1
+            most[0] = max(most[0], now[0])
+            here.append(req.name)
+        try:
+            return real(req)
+        finally:
+            with lock:
+                now[0] -= 1
+
+    monkeypatch.setattr(compiler, "_run_nvrtc", counting)
+    try:
+        images = compile_many([src(90 + i) for i in range(10)], arch="sm_90", cache=nbjit.Cache(tmp_path), workers=8)
+        pool = _pool()
+        assert [img.info.entries[0].name for img in images] == [f"k{90 + i}" for i in range(10)]
+        assert 1 <= most[0] <= min(compiler.PROCESS_INLINE, len(os.sched_getaffinity(0)))
+        assert len(here) + pool.calls == 10
+    finally:
+        _pool().close()
+
+
+def test_pool_slots_let_a_caller_run_it_while_workers_start():
+    from nbjit import _workers
+    probe = _workers.Pool("builtins:eval")
+    slots = _workers.Slots(1)
+    try:
+        assert probe.try_call(("1 + 1",), 1, slots=slots) == (False, slots) and slots.free == 0
+        got = []
+        t = threading.Thread(target=lambda: got.append(probe.try_call(("2 + 2",), 1, slots=slots)))
+        t.start()  # no slot left: it waits for the worker
+        t.join(60)
+        assert got == [(True, 4)] and slots.free == 0
+        probe.release(slots)
+        assert slots.free == 1 and probe.try_call(("3 + 3",), 1, slots=slots) == (True, 6)
+    finally:
+        probe.close()
+
+
+def test_workers_that_cannot_start_leave_the_callers_to_run_it():
+    from nbjit import _workers
+    probe = _workers.Pool("nbjit.no_such_module:f")
+    try:
+        assert probe.try_call((), 1, wait=True) == (False, None) and "exited" in probe.broken
+        assert probe.try_call((), 1, wait=True) == (False, None) and probe.workers() == 0  # none started again
     finally:
         probe.close()
 

@@ -97,8 +97,7 @@ if jax.default_backend() != "gpu":
     raise SystemExit(0)
 k = nbjit.load({ptx!r})
 n = 4096
-x = jnp.arange(n, dtype=jnp.float32) * 0.5  # a JAX array: __dlpack__, a numpy dtype, no __cuda_array_interface__
-assert not hasattr(x, "__cuda_array_interface__")
+x = jnp.arange(n, dtype=jnp.float32) * 0.5  # a JAX array: __cuda_array_interface__ (jax >= 0.4), __dlpack__, a dtype
 y = cuda.to_device(np.ones(n, np.float32))
 k["k_basic"][(n + 255) // 256, 256](y, x, 2.0, n)  # y = 2 x + y, x read through DLPack
 cuda.synchronize()
@@ -122,8 +121,9 @@ print("ok", jax.__version__)
 
 
 def test_jax_arrays(cuda, tmp_path):
-    """JAX arrays (DLPack and a dtype, no __cuda_array_interface__) pass for pointer
-    parameters, in a process of their own (JAX's runtime beside the host's context)."""
+    """JAX arrays pass for pointer parameters, their dtype checked, in a process of their own
+    (JAX's runtime beside the host's context). JAX's GPU arrays offer __cuda_array_interface__
+    as well as DLPack; DLPack alone is test_arrays_offering_only_dlpack's."""
     import importlib.util
     import os
     import subprocess

@@ -48,7 +48,12 @@ class _NotAPointer(ValueError):
 
 
 def _cai(a) -> int:
-    return a.__cuda_array_interface__["data"][0]
+    try:
+        return a.__cuda_array_interface__["data"][0]
+    except Exception as e:  # JAX: the property raises for an array on the CPU
+        if hasattr(a, "__dlpack__") and hasattr(a, "__dlpack_device__"):
+            return _dlpack(a)  # (where the memory is, said as DLPack's device says it)
+        raise _NotAPointer(f"{type(a).__name__}.__cuda_array_interface__ failed: {e}") from None
 
 
 def _torch(t) -> int:

@@ -493,3 +493,34 @@ def test_a_dlpack_tensor_off_the_gpu_is_refused_saying_where_it_is():
         device_pointer(DLPackTensor(0x1000, device_type=1))
     with pytest.raises(NbjitArgumentError, match="pinned host memory"):
         device_pointer(DLPackTensor(0x1000, device_type=3))
+
+
+class JaxLike(DLPackTensor):
+    """As a JAX array is: __cuda_array_interface__ on the GPU, a property that raises
+    AttributeError for an array on the CPU, and DLPack either way."""
+
+    @property
+    def __cuda_array_interface__(self):
+        if self.device_type != 2:
+            raise AttributeError("__cuda_array_interface__ is only defined for GPU buffers.")
+        return {"data": (0x7F0000002000, True), "shape": (16,), "typestr": "<f4", "version": 3}
+
+
+def test_an_array_whose_interface_raises_is_refused_saying_where_it_is():
+    """An array type taken once for its __cuda_array_interface__ whose property raises for
+    one instance (JAX's on the CPU) gets nbjit's error saying where its memory is, never the
+    property's AttributeError; an interface that fails otherwise is named."""
+    assert device_pointer(JaxLike(0x1000)) == 0x7F0000002000
+    with pytest.raises(NbjitArgumentError, match="the CPU.*pass one on the GPU"):
+        device_pointer(JaxLike(0x1000, device_type=1))
+    k = typed("k_basic")
+    p = ArgPacker(k.signature, k.name)
+    with pytest.raises(NbjitArgumentError, match="the CPU"):
+        p.pack((JaxLike(0x1000, device_type=1), JaxLike(0x1000), 1.0, 4))
+
+    class Broken:
+        @property
+        def __cuda_array_interface__(self):
+            raise RuntimeError("no context")
+    with pytest.raises(NbjitArgumentError, match=r"Broken.__cuda_array_interface__ failed: no context"):
+        device_pointer(Broken())

@@ -20,3 +20,6 @@ class Assemble:
     driver_cuda: tuple[int, int]
     driver_ptx: tuple[int, int]  # the newest PTX the driver takes
     ptx_version: tuple[int, int]
+
+
+Assemble.__module__ = "nbjit.loader"  # (where users find it; pickles name it so)

@@ -38,6 +38,9 @@ class KernelAttributes:
     spill_loads: int | None = None  # bytes loaded by refills
 
 
+KernelAttributes.__module__ = "nbjit.kernel"  # (where users find it; pickles name it so)
+
+
 def tensor_map(array: Any, box: Any, **options: Any) -> TensorMap:
     """``nbjit.tensor_map``: the plan for ``array`` checked, then encoded by the driver."""
     from .tma import TensorMap

@@ -166,3 +166,6 @@ class DeviceGlobal:
         if need > self.size:
             raise ValueError(f"global {self.name!r} has {self.size} bytes; shape {tuple(shape)} of {dt} needs {need}")
         return current_host().array_view(self.ptr, tuple(shape), dt, self.module)
+
+
+DeviceGlobal.__module__ = "nbjit.module"  # (where users find it; pickles name it so)

@@ -93,6 +93,7 @@ class _Worker:
         self.proc = subprocess.Popen([sys.executable, "-c", _BOOT, target, init], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, env=env, close_fds=True)
         self.ready = False
+        self.answered = False
         self.started = time.monotonic()
 
     def poll_ready(self) -> bool:
@@ -103,6 +104,7 @@ class _Worker:
         return self.ready
 
     def call(self, args: tuple):
+        self.answered = False  # (True once the reply was read whole: the pipe holds no other)
         try:
             _write(self.proc.stdin, pickle.dumps(args, pickle.HIGHEST_PROTOCOL))
         except OSError:  # a broken pipe: it exited
@@ -113,6 +115,7 @@ class _Worker:
         raw = _read(self.proc.stdout)
         if raw is None:
             raise WorkerDied(self._why())
+        self.answered = True
         ok, value = pickle.loads(raw)
         if not ok:
             raise value
@@ -218,7 +221,13 @@ class Pool:
                     raise
                 continue
             except BaseException:
-                self._done(w)  # the target's own error: the worker is fine
+                if w.answered:  # the target's own error: the worker is fine
+                    self._done(w)
+                else:  # interrupted before its answer was read (Ctrl-C): it may still send one
+                    w.close()
+                    with self._lock:
+                        self._busy -= 1
+                        self._lock.notify()
                 raise
             self._done(w, answered=True)
             return True, value
@@ -268,7 +277,18 @@ class Pool:
 
     def _start_and_watch(self) -> None:
         """The starter thread: starts the workers asked for and waits for them; each ready one
-        joins the idle ones (and waiters are told). It ends when none is starting."""
+        joins the idle ones (and waiters are told). It ends when none is starting; should it
+        fail, the pool is broken (its callers run the target themselves), never left waited on."""
+        try:
+            self._start_and_watch_loop()
+        except BaseException as e:
+            with self._lock:
+                self.broken = self.broken or f"nbjit's worker starter failed: {type(e).__name__}: {e}"
+                self._starting = self._to_start = 0
+                self._starter = None
+                self._lock.notify_all()
+
+    def _start_and_watch_loop(self) -> None:
         wake = self._wake[0]
         while True:
             with self._lock:
@@ -283,9 +303,10 @@ class Pool:
             try:
                 for _ in range(n):
                     new.append(_Worker(self.target, self.init))
-            except OSError as e:  # (no interpreter to run, too many processes...): the callers run it
+            except Exception as e:  # (no interpreter to run, too many processes...): the callers run it
                 with self._lock:
                     self.broken = str(e) or type(e).__name__
+                    self._lock.notify_all()
             with self._lock:
                 self._booting += new
                 self._starting = 0

@@ -268,3 +268,48 @@ def test_route_choice():
     assert pool.calls == before
     with pytest.raises(NbjitCompileError, match="processes must be True, False or None, not 'yes'"):
         compile_many([src(0)], arch="sm_90", processes="yes")
+
+
+def test_a_starter_that_fails_leaves_the_pool_broken_never_waited_on(monkeypatch):
+    """Starting a worker that raises something other than OSError (no sys.executable, say)
+    breaks the pool: a caller waiting for a worker is answered (it runs the target itself)."""
+    from nbjit import _workers
+
+    def no_start(*a, **k):
+        raise TypeError("expected str, bytes or os.PathLike object, not NoneType")
+    monkeypatch.setattr(_workers, "_Worker", no_start)
+    probe = _workers.Pool("builtins:eval")
+    got = []
+    try:
+        t = threading.Thread(target=lambda: got.append(probe.try_call(("1 + 1",), 1, wait=True)), daemon=True)
+        t.start()
+        t.join(30)
+        assert got == [(False, None)] and "NoneType" in probe.broken
+    finally:
+        probe.close()
+
+
+def test_a_call_interrupted_before_its_answer_drops_that_worker(monkeypatch):
+    """Ctrl-C while a caller waits for a worker's answer: that worker is not used again (its
+    answer may still come and would be taken for the next call's)."""
+    from nbjit import _workers
+    probe = _workers.Pool("builtins:eval")
+    try:
+        assert probe.try_call(("1 + 1",), 1, wait=True) == (True, 2)
+        read, calls = _workers._read, []
+
+        def interrupted(f):
+            if not calls:
+                calls.append(1)
+                raise KeyboardInterrupt
+            return read(f)
+        monkeypatch.setattr(_workers, "_read", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            probe.try_call(("2 + 2",), 1, wait=True)
+        assert probe.try_call(("3 + 3",), 1, wait=True) == (True, 6)
+        assert probe.try_call(("'a' * 2",), 1, wait=True) == (True, "aa")
+        with pytest.raises(ZeroDivisionError):  # the target's own error: the worker stays
+            probe.try_call(("1 / 0",), 1, wait=True)
+        assert probe.try_call(("4 + 4",), 1, wait=True) == (True, 8)
+    finally:
+        probe.close()

@@ -942,6 +942,8 @@ def test_architectures_are_checked_in_one_line(tmp_path, args, line):
     known = supported_archs()
     if "nvJitLink" in line and nvjitlink_version() != nvrtc_version():
         pytest.skip("nvJitLink of another CUDA than NVRTC's: it says itself what it refuses")
+    if "sm_90,sm_50" in args and 50 in known:
+        pytest.skip("this NVRTC (CUDA 12) still compiles for sm_50")
     v = ".".join(map(str, nvrtc_version()))
     want = line.format(v=v, sm=", ".join(f"sm_{k}" for k in known), newest=f"compute_{known[-1]}",
                        ptx90=DATA / "nvcc/kernels_sm90.ptx", tri=DATA / "triton/add_kernel/add_kernel.ptx",

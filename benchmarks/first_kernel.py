@@ -5,14 +5,17 @@ RawModule (warm disk cache), cuda.core's Program.compile(cache=FileStreamProgram
 a @cuda.jit(cache=True) kernel, the same process with Numba arrays and no nbjit call, and a
 bare interpreter. Variants take turns, process by process; each child also reports where
 its time went (imports, context, arrays, nbjit's own call; wall and CPU time), so nbjit's
-share is read from inside the process as well as from the paired walls.
+share is read from inside the process as well as from the paired walls, with the cyclic
+collector's part of it (its passes over objects Numba's import left behind land in whatever
+runs next: here, nbjit). --vs DIR runs each nbjit variant a second time with another checkout's
+nbjit, taking turns, for an A/B in one run.
 
 "nbjit, bundle (by stage)" takes the bundle's route apart after its imports: reading and
 checking the archive and manifest, checking the image's payloads into its fatbin, choosing
 the entry, the driver's load (cuModuleLoadData: the driver's part, not nbjit's), typing the
 kernel (with the driver's function and parameter queries), the launcher, the first launch.
 
-    python benchmarks/first_kernel.py [--runs 9] [--json out.json]     (needs a GPU)
+    python benchmarks/first_kernel.py [--runs 9] [--vs DIR] [--json out.json]     (needs a GPU)
     python benchmarks/first_kernel.py --no-gpu [--runs 15]             (the bundle route's CPU side)
 
 ``--no-gpu`` runs what of the bundle route needs no GPU, in fresh processes that have imported
@@ -38,16 +41,27 @@ BUNDLE = ROOT / "examples/bundle_package/src/nbjit_demo_kernels/kernels.nbjit"
 N = 1 << 20
 
 # Each child prints one JSON line: {"done": time.time() once the launch finished, "marks":
-# {phase: wall seconds}, "cpu": {phase: CPU seconds}, "stages": {stage: wall seconds}}.
+# {phase: wall seconds}, "cpu": {phase: CPU seconds}, "stages": {stage: wall seconds},
+# "collector": {phase: [the cyclic collector's seconds, its passes of generation 0, 1, 2]}}.
 PRELUDE = """\
 import time
 T = [time.time()]
 C = [time.process_time()]
-import json, sys
-marks, cpu, stages = {}, {}, {}
+import gc, json, sys
+marks, cpu, stages, collector = {}, {}, {}, {}
+GC = [0.0, 0.0, [0, 0, 0]]  # the cyclic collector: its time so far, when this pass began, passes per generation
+G = [(0.0, [0, 0, 0])]
+def _gc(phase, info):
+    if phase == "start":
+        GC[1] = time.perf_counter()
+    else:
+        GC[0] += time.perf_counter() - GC[1]; GC[2][info["generation"]] += 1
+gc.callbacks.append(_gc)
 def mark(name):
     now, c = time.time(), time.process_time()
     marks[name] = now - T[-1]; cpu[name] = c - C[-1]; T.append(now); C.append(c)
+    t, n = G[-1]
+    collector[name] = [GC[0] - t] + [a - b for a, b in zip(GC[2], n)]; G.append((GC[0], list(GC[2])))
 def timed(module, name, stage):
     \"\"\"Time each call of module.name (a stage of the route, inclusive) into stages[stage].\"\"\"
     f = getattr(module, name, None)
@@ -183,24 +197,29 @@ def child(variant: str, work: Path, cold_dir: Path | None) -> tuple[str, str]:
     """The child's script, written to a file (Numba's cache=True needs a source file)."""
     cache = cold_dir if cold_dir is not None else work / "cache"
     head = (PRELUDE + f"SRC = {SRC!r}\nBUNDLE = {str(BUNDLE)!r}\nN = {N}\nCACHE = {str(work / 'cuda-core')!r}\n")
-    body = VARIANTS[variant]
+    body = VARIANTS[variant.split(VS)[0]]
     path = work / ("numba_axpy.py" if "cuda.jit" in variant else f"v{abs(hash(variant)) % 10**8}.py")
     path.write_text(head + body + "print(json.dumps({'done': time.time(), 'marks': marks, 'cpu': cpu, "
-                                  "'stages': stages}))\n")
+                                  "'stages': stages, 'collector': collector}))\n")
     return str(path), str(cache)
 
 
+VS = " @ "  # "nbjit, bundle @ DIR": the variant with DIR's nbjit (--vs)
+
+
 def run_once(variant: str, work: Path) -> dict:
-    cold = Path(tempfile.mkdtemp(dir=work)) if variant in COLD else None
+    base, _, other = variant.partition(VS)
+    cold = Path(tempfile.mkdtemp(dir=work)) if base in COLD else None
     script, cache = child(variant, work, cold)
     env = {**os.environ, "NBJIT_CACHE_DIR": cache, "CUPY_CACHE_DIR": str(work / "cupy"),
-           "NUMBA_CACHE_DIR": str(work / "numba"), "PYTHONUNBUFFERED": "1", "PYTHONPATH": _pythonpath()}
+           "NUMBA_CACHE_DIR": str(work / "numba"), "PYTHONUNBUFFERED": "1", "PYTHONPATH": _pythonpath(other or None)}
     t0 = time.time()
     r = subprocess.run([sys.executable, script], capture_output=True, text=True, env=env, timeout=300)
     if r.returncode != 0:
         raise SystemExit(f"{variant}: exit {r.returncode}\n{r.stderr[-3000:]}")
     out = json.loads(r.stdout.strip().splitlines()[-1])
-    return {"wall": out["done"] - t0, "marks": out["marks"], "cpu": out.get("cpu", {}), "stages": out.get("stages", {})}
+    return {"wall": out["done"] - t0, "marks": out["marks"], "cpu": out.get("cpu", {}), "stages": out.get("stages", {}),
+            "collector": out.get("collector", {})}
 
 
 def main() -> None:
@@ -208,18 +227,26 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=9, help="processes per variant (they take turns)")
     ap.add_argument("--only", nargs="*", help="variants to run (default: all)")
     ap.add_argument("--no-gpu", action="store_true", help="only the bundle route's CPU side (no GPU needed)")
+    ap.add_argument("--vs", metavar="DIR", help="also run each nbjit variant with the nbjit of DIR (a directory "
+                    "holding an nbjit package: another checkout), taking turns with this one's")
     ap.add_argument("--json")
     a = ap.parse_args()
     # nbjit's bytecode, as pip's install writes it: where PYTHONDONTWRITEBYTECODE is set (the GPU
     # machine's image sets it) every process would otherwise compile nbjit's sources again (~80 ms)
     import compileall
     compileall.compile_dir(str(ROOT / "nbjit"), quiet=1)
+    if a.vs:
+        if not (Path(a.vs) / "nbjit" / "__init__.py").is_file():
+            raise SystemExit(f"--vs {a.vs}: no nbjit package there")
+        compileall.compile_dir(str(Path(a.vs) / "nbjit"), quiet=1)
     work = Path(tempfile.mkdtemp(prefix="nbjit-first-kernel-"))
     if a.no_gpu:
         return no_gpu(a, work)
     names = [v for v in VARIANTS if not a.only or v in a.only]
+    if a.vs:
+        names = [x for v in names for x in ((v, f"{v}{VS}{os.path.abspath(a.vs)}") if v.startswith("nbjit") else (v,))]
     for v in names:  # fill the warm caches (not counted)
-        if v not in COLD:
+        if v.split(VS)[0] not in COLD:
             run_once(v, work)
     results: dict[str, list] = {v: [] for v in names}
     for _ in range(a.runs):
@@ -243,9 +270,15 @@ def main() -> None:
         if v.startswith("nbjit"):
             own = [_own(r["marks"]) * 1e3 for r in results[v]]
             own_cpu = [_own(r["cpu"]) * 1e3 for r in results[v]]
-            table[v]["own_ms"], table[v]["own_cpu_ms"] = own, own_cpu
+            gc_ms = [_own({k: c[0] for k, c in r["collector"].items()}) * 1e3 for r in results[v]]
+            passes = [[sum(c[g] for k, c in list(r["collector"].items())[list(r["collector"]).index("arrays") + 1:])
+                       for g in (1, 2, 3)] for r in results[v] if "arrays" in r["collector"]]
+            table[v]["own_ms"], table[v]["own_cpu_ms"], table[v]["own_collector_ms"] = own, own_cpu, gc_ms
+            table[v]["own_collector_passes"] = passes
             print(f"nbjit's own share ({v}): everything after Numba's arrays, median {statistics.median(own):.1f} ms "
-                  f"[{min(own):.1f}-{max(own):.1f}], CPU {statistics.median(own_cpu):.1f} ms")
+                  f"[{min(own):.1f}-{max(own):.1f}], CPU {statistics.median(own_cpu):.1f} ms; of it the cyclic "
+                  f"collector {statistics.median(gc_ms):.2f} ms (passes of generations 0/1/2, first process: "
+                  f"{'/'.join(map(str, passes[0])) if passes else '-'})")
     if "nbjit, bundle (by stage)" in results:
         rs = results["nbjit, bundle (by stage)"]
         print("\nnbjit, bundle (by stage), medians in ms: phase wall / CPU")
@@ -259,9 +292,9 @@ def main() -> None:
         Path(a.json).write_text(json.dumps(table, indent=2))
 
 
-def _pythonpath() -> str:
-    """This checkout first: the children measure its nbjit, installed or not."""
-    return os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+def _pythonpath(root: str | None = None) -> str:
+    """This checkout (or ``root``, --vs) first: the children measure its nbjit, installed or not."""
+    return os.pathsep.join([root or str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
 
 
 def _medians(runs: list, key: str) -> dict:
@@ -285,7 +318,7 @@ def no_gpu(a, work: Path) -> None:
     """The bundle route's CPU side (``NO_GPU``), ``--runs`` fresh processes."""
     script = work / "no_gpu.py"
     script.write_text(PRELUDE + f"BUNDLE = {str(BUNDLE)!r}\nN = {N}\n" + NO_GPU
-                      + "print(json.dumps({'marks': marks, 'cpu': cpu, 'stages': stages}))\n")
+                      + "print(json.dumps({'marks': marks, 'cpu': cpu, 'stages': stages, 'collector': collector}))\n")
     env = {**os.environ, "NBJIT_CACHE_DIR": str(work / "cache"), "PYTHONUNBUFFERED": "1", "PYTHONPATH": _pythonpath()}
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # (nbjit's is compiled; numpy's and Numba's as installed)
     runs = []
@@ -297,9 +330,10 @@ def no_gpu(a, work: Path) -> None:
     wall, cpu = _medians(runs, "marks"), _medians(runs, "cpu")
     cpu_min = {k: min(r["cpu"][k] for r in runs) * 1e3 for k in cpu}
     print(f"the bundle route without a GPU, {a.runs} fresh processes; ms (CPU: this process's CPU time)")
-    print(f"  {'phase':42}{'wall':>9}{'CPU':>9}{'CPU min':>9}")
+    coll = {k: statistics.median(r["collector"][k][0] for r in runs) * 1e3 for k in wall}
+    print(f"  {'phase':42}{'wall':>9}{'CPU':>9}{'CPU min':>9}{'GC':>8}  (GC: the cyclic collector's part of the wall)")
     for k in wall:
-        print(f"  {k:42}{wall[k]:9.2f}{cpu[k]:9.2f}{cpu_min[k]:9.2f}")
+        print(f"  {k:42}{wall[k]:9.2f}{cpu[k]:9.2f}{cpu_min[k]:9.2f}{coll[k]:8.2f}")
     after = list(wall)[1:]  # nbjit's part: after numpy and numba.cuda
     share = [sum(r["cpu"][k] for k in after) * 1e3 for r in runs]
     share_wall = [sum(r["marks"][k] for k in after) * 1e3 for r in runs]
@@ -307,7 +341,7 @@ def no_gpu(a, work: Path) -> None:
           f"{min(share):9.2f}")
     print(f"  nbjit's modules imported: {', '.join(runs[0]['stages']['modules'])}")
     if a.json:
-        Path(a.json).write_text(json.dumps({"wall_ms": wall, "cpu_ms": cpu, "cpu_min_ms": cpu_min,
+        Path(a.json).write_text(json.dumps({"wall_ms": wall, "cpu_ms": cpu, "cpu_min_ms": cpu_min, "collector_ms": coll,
                                             "nbjit_cpu_ms": share, "nbjit_wall_ms": share_wall,
                                             "modules": runs[0]["stages"]["modules"]}, indent=2))
 

@@ -21,8 +21,10 @@ import hashlib
 import io
 import json
 import os
+import struct
 import types
 import zipfile
+import zlib
 from typing import TYPE_CHECKING, Any
 
 from ._fatbin_write import layout_fatbin
@@ -45,6 +47,7 @@ MANIFEST = "manifest.json"
 KINDS = ("cubin", "ptx")
 _NAME_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.+-"
 _HEX = "0123456789abcdef"
+_LOCAL = struct.Struct("<4s2xH18xHH")  # a local file header: signature, flags, name and extra lengths
 
 
 def load_bundle(bundle: Any, *, name: str | None = None, lazy: bool = False, keep_debug: bool = False) -> "Module":
@@ -81,13 +84,14 @@ class Archive:
     """A bundle's archive, checked: where it came from (``source``, for messages), its
     manifest (format and version checked) and its members, read on demand."""
 
-    __slots__ = ("source", "manifest", "_zip", "_members")
+    __slots__ = ("source", "manifest", "_zip", "_members", "_data")
 
-    def __init__(self, source: str, manifest: dict, zf: zipfile.ZipFile, members: dict):
+    def __init__(self, source: str, manifest: dict, zf: zipfile.ZipFile, members: dict, data: bytes):
         self.source = source
         self.manifest = manifest
         self._zip = zf
         self._members = members  # name -> ZipInfo
+        self._data = data  # the archive's bytes (its members are stored: read by slicing)
 
     @property
     def names(self) -> list[str]:
@@ -95,11 +99,32 @@ class Archive:
         return [n for n in self._members if n != MANIFEST]
 
     def read(self, name: str) -> bytes:
-        """Member ``name``'s bytes, checked against the archive's CRC-32."""
-        try:
-            return self._zip.read(self._members[name])
-        except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError) as e:  # a CRC mismatch
-            raise BundleError(f"{self.source}: member {name!r} is damaged: {e}") from None
+        """Member ``name``'s bytes, checked against the archive's CRC-32 (as ``ZipFile.read``
+        checks a stored member: its local header's signature and name, its extent, its CRC;
+        read from the archive's bytes, without ``ZipFile``'s file objects)."""
+        zi = self._members[name]
+        data, at = self._data, zi.header_offset
+        why = ""
+        if at < 0 or at + _LOCAL.size > len(data):
+            why = "its local header lies outside the archive"
+        else:
+            sig, flags, n, m = _LOCAL.unpack_from(data, at)
+            start = at + _LOCAL.size + n + m
+            if sig != b"PK\x03\x04":
+                why = "bad magic number for its local header"
+            elif flags & 0x1:
+                why = "it is encrypted"
+            elif data[at + _LOCAL.size:at + _LOCAL.size + n] != zi.orig_filename.encode(
+                    "utf-8" if flags & 0x800 else "cp437"):
+                why = "the names in its central directory entry and its local header differ"
+            elif start + zi.compress_size > len(data):
+                why = "it runs past the end of the archive"
+            else:
+                out = data[start:start + zi.compress_size]
+                if zlib.crc32(out) == zi.CRC:
+                    return out
+                why = "bad CRC-32"
+        raise BundleError(f"{self.source}: member {name!r} is damaged: {why}")
 
 
 def open_bundle(bundle: Any, name: str | None = None) -> Archive:
@@ -110,7 +135,7 @@ def open_bundle(bundle: Any, name: str | None = None) -> Archive:
     data, src = _bytes_of(bundle)
     src = name or src
     zf, members = _archive(data, src)
-    archive = Archive(src, {}, zf, members)
+    archive = Archive(src, {}, zf, members, data)
     raw = archive.read(MANIFEST)
     try:
         m = json.loads(raw, parse_constant=_no_constant)

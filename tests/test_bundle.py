@@ -264,6 +264,35 @@ def test_a_changed_payload_is_found_before_the_driver(small):
         read_bundle(bytes(raw))
 
 
+def test_members_are_read_as_zipfile_reads_them_and_a_damaged_local_header_is_named(small):
+    """A member's bytes come from the archive's bytes (its local header, extent and CRC-32
+    checked), equal to what ``ZipFile.read`` gives; each way a local header can be damaged is a
+    BundleError naming the member and what is wrong."""
+    from nbjit._bundle_file import open_bundle
+
+    example = (DATA.parent.parent / "examples/bundle_package/src/nbjit_demo_kernels/kernels.nbjit").read_bytes()
+    for data in (small, example):
+        archive = open_bundle(data)
+        with zipfile.ZipFile(io.BytesIO(data)) as zf:
+            assert archive.names and all(archive.read(n) == zf.read(n) for n in zf.namelist())
+    with zipfile.ZipFile(io.BytesIO(small)) as zf:
+        zi = zf.getinfo("k/sm_80.cubin")
+    at, name = zi.header_offset, b"k/sm_80.cubin"
+    assert small[at:at + 4] == b"PK\x03\x04" and small[at + 30:at + 30 + len(name)] == name
+
+    def changed(offset: int, value: bytes) -> bytes:
+        raw = bytearray(small)
+        raw[offset:offset + len(value)] = value
+        return bytes(raw)
+    for raw, why in ((changed(at, b"PK\x05\x06"), "bad magic number for its local header"),
+                     (changed(at + 6, b"\x01\x00"), "it is encrypted"),
+                     (changed(at + 30, b"q"), "the names in its central directory entry and its local header differ"),
+                     (changed(at + 28, b"\xff\xff"), "it runs past the end of the archive|bad CRC-32"),
+                     (changed(at + 30 + len(name) + 200, b"\x00\x01\x02\x03"), "bad CRC-32")):
+        with pytest.raises(BundleError, match=rf"member 'k/sm_80.cubin' is damaged: ({why})"):
+            open_bundle(raw).read("k/sm_80.cubin")
+
+
 def test_only_the_loaded_images_payloads_are_read_at_load(small, tmp_path):
     """load_bundle checks every payload of the image it loads (they all go into the module's
     fatbin, which a pickle carries to other devices) and reads no other image's;

@@ -425,14 +425,16 @@ class EntryFacts:
     """What a kernel bundle's manifest records of one cubin entry: the parts of its
     ``CubinInfo`` a loaded module uses, so that loading it reads no ELF. ``arch``;
     ``entries``, the image's kernels (their signatures merged from every entry) with this
-    cubin's own resources; ``globals``, its module variables (``.name``, ``.size``, ...)."""
+    cubin's own resources (made on first use: a device loads one entry of several);
+    ``globals``, its module variables (``.name``, ``.size``, ...)."""
 
-    __slots__ = ("arch", "entries", "globals")
+    __slots__ = ("arch", "globals", "_typed", "_resources", "_entries")
 
-    def __init__(self, arch: Arch, entries: tuple, globals_: tuple):
+    def __init__(self, arch: Arch, typed: dict, resources: dict, globals_: tuple):
         self.arch = arch
-        self.entries = entries
-        self.globals = globals_
+        self.globals = tuple(types.SimpleNamespace(**g) for g in globals_)
+        self._typed, self._resources = typed, resources
+        self._entries: tuple | None = None
 
     @classmethod
     def of(cls, arch: Arch, typed: dict, resources: dict | None, globals_: tuple | None) -> "EntryFacts | None":
@@ -440,11 +442,16 @@ class EntryFacts:
         whose kernels it lists), else None (the loader reads the cubin)."""
         if resources is None or globals_ is None or not typed:
             return None
-        from .signature import RESOURCES, replace
+        return cls(arch, typed, resources, globals_)
 
-        entries = tuple(replace(k, **{r: v for r, v in resources.get(name, {}).items() if r in RESOURCES})
-                        for name, k in typed.items())
-        return cls(arch, entries, tuple(types.SimpleNamespace(**g) for g in globals_))
+    @property
+    def entries(self) -> tuple:
+        if self._entries is None:
+            from .signature import RESOURCES, replace
+
+            self._entries = tuple(replace(k, **{r: v for r, v in self._resources.get(name, {}).items()
+                                                if r in RESOURCES}) for name, k in self._typed.items())
+        return self._entries
 
     def entry(self, name: str):
         """The kernel called ``name`` (KeyError if none), as ``CubinInfo.entry``."""

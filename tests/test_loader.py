@@ -187,7 +187,7 @@ def test_listed_cubin_facts_are_the_plan_and_no_cubin_is_read(monkeypatch):
     from nbjit._bundle_file import EntryFacts, fatbin_image
     from nbjit.arch import Arch
     cubin = (DATA / "nvcc/kernels_sm_90.cubin").read_bytes()
-    facts = EntryFacts("sm_90", (), ())
+    facts = EntryFacts("sm_90", {}, {}, ())
     listed = fatbin_image("k", [("cubin", Arch.parse("sm_90"), cubin, facts),
                                 ("ptx", Arch.parse("compute_90"), (DATA / "nvcc/kernels_sm90.ptx").read_bytes(), None)],
                           {}, {})

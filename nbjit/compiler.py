@@ -967,11 +967,12 @@ def compile_many(sources: Iterable, *, workers: int | None = None, processes: bo
     sources: each CUDA C++ text, a ``.cu`` path, or a dict of ``compile_image``'s arguments
         (``{"source": ..., "name": ..., "options": ...}``) that override ``common``.
     workers: compiles at once, at most (default: the CPUs this process may use).
-    processes: where NVRTC runs. Each source is looked up and cached by a thread of this
-        process (the cache's memory, its files and their per-key locks as ``compile_image``
-        has them); what must be compiled is compiled in that thread (NVRTC releases the GIL)
-        or, on the process route, in one of nbjit's worker processes (fresh interpreters, never
-        forks; they stay for the next call and exit after a minute idle). ``None`` (default):
+    processes: where NVRTC runs. Each source is looked up and cached by this process (the
+        cache's memory, its files and their per-key locks as ``compile_image`` has them); what
+        must be compiled is compiled in a thread of the call (NVRTC releases the GIL) or, on the
+        process route, in one of nbjit's worker processes (fresh interpreters, never forks;
+        they stay for the next call and exit after a minute idle), fed by the calling thread
+        itself where workers are ready (no thread per source). ``None`` (default):
         the process route where ``workers`` (capped by the sources) is ``PROCESS_ROUTE_MIN``
         or more, compiling in threads until workers have started (the first call starts
         them); ``True``: always in workers, waiting for them to start; ``False``: in threads.

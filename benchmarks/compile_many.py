@@ -81,8 +81,20 @@ class Trace:
             from nbjit import _workers
         except ImportError:  # (no worker processes here)
             return
-        send, reply, sent = _workers._Worker.send, _workers._Worker._reply, {}
         trace = self
+        if not hasattr(_workers._Worker, "send"):  # (an nbjit before the calling thread fed the workers)
+            call = _workers._Worker.call
+
+            def traced_call(worker, args):
+                t = time.perf_counter()
+                try:
+                    return call(worker, args)
+                finally:
+                    if trace.on:
+                        trace.calls.append((t, time.perf_counter()))
+            _workers._Worker.call = traced_call
+            return
+        send, reply, sent = _workers._Worker.send, _workers._Worker._reply, {}
 
         def traced_send(worker, args):
             send(worker, args)

@@ -1098,10 +1098,11 @@ _IMAGE_ARGS = {"name": None, "name_expressions": (), "headers": None, "include_p
 def _on_workers(jobs: list, pool, want: int, results: list) -> list[int]:
     """``compile_many``'s process route with workers ready (or ``processes=True``: waited for),
     all in the calling thread: each source planned as ``compile_image`` plans it (the
-    first level, the request, its key) and looked up (memory, disk); a miss is sent at once
-    to an idle worker (``make_locked`` there: the key's lock, NVRTC, the facts, the file
-    written), up to ``want`` at once, each worker given the next miss as its reply comes
-    (``select`` over the busy workers' pipes). A thread per source would cost each source
+    first level, the request, its key) and looked up (memory, disk); the misses are sent to
+    idle workers (``make_locked`` there: the key's lock, NVRTC, the facts, the file written)
+    in a burst once there are enough to fill them, up to ``want`` at once, each worker given
+    the next miss as its reply comes (``poll`` over the busy workers' pipes: no limit on
+    their descriptors' numbers, as ``select`` has). A thread per source would cost each source
     a thread start and GIL hand-overs before its request leaves, many milliseconds apart
     on busy CPUs (the workers compiling). ``results[i]``: ``(image, None)`` or ``(None,
     error)``; returns the sources left to ``compile_image`` in threads: a cache with a
@@ -1117,6 +1118,7 @@ def _on_workers(jobs: list, pool, want: int, results: list) -> list[int]:
     waiting: dict = {}  # (cache, key) -> [(index, request, call)]: one compile for sources of one key
     pending: deque = deque()  # [(cache, key), request, key, cache, attempts] to send
     busy: dict = {}  # a busy worker's pipe -> (worker, its pending item)
+    replies = select.poll()  # (the busy workers' pipes)
 
     def done(item, entry=None, error=None) -> None:
         for i, req, call in waiting.pop(item[0]):
@@ -1157,18 +1159,22 @@ def _on_workers(jobs: list, pool, want: int, results: list) -> list[int]:
             pending.append([k, req, key, cache, 0])
 
     def send(w, item) -> None:
-        busy[w.fileno()] = w, item
+        fd = w.fileno()
+        busy[fd] = w, item
         _, req, key, cache, _ = item
         try:
             w.send((req, fingerprint, key, cache._file(key), False, cache.lock_timeout))
         except WorkerDied as e:
-            del busy[w.fileno()]
+            del busy[fd]
             pool.drop(w)
             again(item, e)
+            return
         except Exception as e:  # (not sent: a request that does not pickle)
-            del busy[w.fileno()]
+            del busy[fd]
             pool.drop(w)
             done(item, error=e)
+            return
+        replies.register(fd, select.POLLIN)
 
     def again(item, e) -> None:
         item[4] += 1
@@ -1179,6 +1185,7 @@ def _on_workers(jobs: list, pool, want: int, results: list) -> list[int]:
 
     def receive(fd) -> None:
         w, item = busy[fd]
+        replies.unregister(fd)
         try:
             written = w.receive()
         except WorkerDied as e:
@@ -1216,7 +1223,7 @@ def _on_workers(jobs: list, pool, want: int, results: list) -> list[int]:
             if len(pending) >= want - len(busy) or i == len(jobs) - 1:
                 feed()
                 if busy and pending:  # (the first replies while many sources are planned)
-                    for fd in select.select(list(busy), [], [], 0)[0]:
+                    for fd, _ in replies.poll(0):
                         receive(fd)
         while pending or busy:
             feed()
@@ -1229,7 +1236,7 @@ def _on_workers(jobs: list, pool, want: int, results: list) -> list[int]:
                     pending.clear()
                 continue
             # while sources wait and workers are starting, look for a ready one now and then
-            for fd in select.select(list(busy), [], [], 0.01 if pending and pool.starting() else None)[0]:
+            for fd, _ in replies.poll(10 if pending and pool.starting() else None):
                 receive(fd)
     finally:
         for w, _ in busy.values():  # interrupted: their replies are never read (nor taken for others')

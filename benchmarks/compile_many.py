@@ -13,6 +13,13 @@ worker counts too (after the rounds; the workers started by the first call serve
 
     python benchmarks/compile_many.py [--sources 16] [--rounds 3] [--arch sm_90] [--processes auto|yes|no]
         [--set light|heavy] [--sweep 2,4,8,16] [--json out.json]
+
+On the process route it also reports where the time goes, seen from this process (medians
+over the rounds): its CPU per source (``parent_cpu_ms_per_source``: requests, keys, cache
+look-ups, pickles, threads), when the first and the last request went to a worker
+(``sent_first_ms``, ``sent_last_ms``), a source's time from its request to its reply read
+(``in_worker_ms_median``/``_max``: the compile, its facts and cache file, against
+``serial_ms_per_source``) and from the last reply to the call's return.
 """
 from __future__ import annotations
 
@@ -61,6 +68,74 @@ __device__ T poly(T x) {{ T s = 0; _Pragma("unroll") for (int k = 0; k < N; ++k)
 SETS = {"light": source, "heavy": heavy_source}
 
 
+class Trace:
+    """Where a compile_many call's time goes on the process route, seen from this process:
+    when each request went to a worker and when its reply was read (nbjit's private
+    ``_Worker.send`` and ``_Worker._reply``, wrapped), and this process's CPU time (all its
+    threads) during the call."""
+
+    def __init__(self):
+        self.calls: list[tuple[float, float]] = []
+        self.on = False
+        try:
+            from nbjit import _workers
+        except ImportError:  # (no worker processes here)
+            return
+        trace = self
+        if not hasattr(_workers._Worker, "send"):  # (an nbjit before the calling thread fed the workers)
+            call = _workers._Worker.call
+
+            def traced_call(worker, args):
+                t = time.perf_counter()
+                try:
+                    return call(worker, args)
+                finally:
+                    if trace.on:
+                        trace.calls.append((t, time.perf_counter()))
+            _workers._Worker.call = traced_call
+            return
+        send, reply, sent = _workers._Worker.send, _workers._Worker._reply, {}
+
+        def traced_send(worker, args):
+            send(worker, args)
+            if trace.on:
+                sent[id(worker)] = time.perf_counter()
+
+        def traced_reply(worker):
+            try:
+                return reply(worker)
+            finally:
+                t = sent.pop(id(worker), None)
+                if trace.on and t is not None:  # (not a worker's "ready")
+                    trace.calls.append((t, time.perf_counter()))
+        _workers._Worker.send, _workers._Worker._reply = traced_send, traced_reply
+
+    def run(self, sources: list, **kw) -> dict:
+        """One ``compile_many(sources, **kw)`` call: its wall time and what the trace saw."""
+        from nbjit.compiler import compile_many
+        self.calls.clear()
+        self.on = True
+        cpu, t = time.process_time(), time.perf_counter()
+        try:
+            compile_many(sources, **kw)
+        finally:
+            end, cpu = time.perf_counter(), time.process_time() - cpu
+            self.on = False
+        row = {"s": end - t, "parent_cpu_ms_per_source": 1e3 * cpu / len(sources), "worker_calls": len(self.calls)}
+        if self.calls:
+            sent = sorted(c[0] - t for c in self.calls)
+            spans = sorted(b - a for a, b in self.calls)
+            row.update({"sent_first_ms": 1e3 * sent[0], "sent_last_ms": 1e3 * sent[-1],
+                        "in_worker_ms_median": 1e3 * spans[len(spans) // 2], "in_worker_ms_max": 1e3 * spans[-1],
+                        "last_reply_to_return_ms": 1e3 * (end - max(c[1] for c in self.calls))})
+        return row
+
+
+def _median(rows: list[dict], field: str):
+    got = sorted(r[field] for r in rows if field in r)
+    return got[len(got) // 2] if got else None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sources", type=int, default=16)
@@ -78,6 +153,7 @@ def main() -> None:
     from nbjit import Cache
     from nbjit.compiler import compile_image, compile_many
 
+    trace = Trace()
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     compile_image(source(999999), arch=a.arch, cache=Cache(tempfile.mkdtemp()))  # load NVRTC, headers, fingerprints
     with tempfile.TemporaryDirectory() as d:  # the process's first call: starts the workers where they are used
@@ -85,7 +161,7 @@ def main() -> None:
         compile_many([source(900000 + i) for i in range(a.sources)], arch=a.arch, cache=Cache(d),
                      workers=max([a.workers or cpus, *sweep]) if sweep else a.workers, **route)
         first = time.perf_counter() - t
-    serial, parallel = [], []
+    serial, parallel, rows = [], [], []
     for r in range(a.rounds):
         srcs = [source(1000 * r + i) for i in range(a.sources)]  # distinct per round: nothing cached
         with tempfile.TemporaryDirectory() as d:
@@ -95,30 +171,51 @@ def main() -> None:
             serial.append(time.perf_counter() - t)
         srcs = [source(1000 * r + 500 + i) for i in range(a.sources)]
         with tempfile.TemporaryDirectory() as d:
-            t = time.perf_counter()
-            compile_many(srcs, arch=a.arch, cache=Cache(d), workers=a.workers, **route)
-            parallel.append(time.perf_counter() - t)
+            rows.append(trace.run(srcs, arch=a.arch, cache=Cache(d), workers=a.workers, **route))
+            parallel.append(rows[-1]["s"])
     s, p = min(serial), min(parallel)
     swept = []
     for w in sweep:
-        times = []
+        times, wrows = [], []
         for r in range(a.rounds):
             srcs = [source(1000 * r + 100_000 * w + i) for i in range(a.sources)]
             with tempfile.TemporaryDirectory() as d:
-                t = time.perf_counter()
-                compile_many(srcs, arch=a.arch, cache=Cache(d), workers=w, **route)
-                times.append(time.perf_counter() - t)
-        swept.append({"workers": w, "compile_many_s": times, "speedup": s / min(times), "goal": 0.7 * min(w, cpus)})
+                wrows.append(trace.run(srcs, arch=a.arch, cache=Cache(d), workers=w, **route))
+                times.append(wrows[-1]["s"])
+        swept.append({"workers": w, "compile_many_s": times, "speedup": s / min(times), "goal": 0.7 * min(w, cpus),
+                      "parent_cpu_ms_per_source": _median(wrows, "parent_cpu_ms_per_source"),
+                      "sent_last_ms": _median(wrows, "sent_last_ms"),
+                      "in_worker_ms_median": _median(wrows, "in_worker_ms_median"), "rounds": wrows})
     res = {"sources": a.sources, "set": a.set, "cpus": cpus, "workers": a.workers or cpus, "arch": a.arch,
            "processes": a.processes, "serial_s": serial, "compile_many_s": parallel, "first_call_s": first,
            "speedup": s / p, "goal": 0.7 * cpus, "sweep": swept,
+           # where the time goes (medians over the rounds; see Trace): this process's CPU per source
+           # (on the thread route it holds the compiles too), the last request's departure, a
+           # source's time in a worker against one compile at a time
+           "serial_ms_per_source": 1e3 * s / a.sources,
+           "parent_cpu_ms_per_source": _median(rows, "parent_cpu_ms_per_source"),
+           "sent_first_ms": _median(rows, "sent_first_ms"), "sent_last_ms": _median(rows, "sent_last_ms"),
+           "in_worker_ms_median": _median(rows, "in_worker_ms_median"),
+           "in_worker_ms_max": _median(rows, "in_worker_ms_max"),
+           "last_reply_to_return_ms": _median(rows, "last_reply_to_return_ms"), "rounds": rows,
            "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None}
     print(f"{a.sources} {a.set} sources on {cpus} CPUs: one at a time {s:.2f} s, compile_many {p:.2f} s: "
           f"speed-up {s / p:.2f} (goal {0.7 * cpus:.1f}); the first call {first:.2f} s; "
           f"load average {res['load_average']}")
+    if res["sent_last_ms"] is not None:
+        print(f"  process route (medians): this process's CPU {res['parent_cpu_ms_per_source']:.2f} ms/source; "
+              f"requests sent {res['sent_first_ms']:.1f} to {res['sent_last_ms']:.1f} ms after the call's start; "
+              f"a source in a worker {res['in_worker_ms_median']:.1f} ms (slowest {res['in_worker_ms_max']:.1f})"
+              f" against {res['serial_ms_per_source']:.1f} one at a time; last reply to return "
+              f"{res['last_reply_to_return_ms']:.1f} ms")
+    else:
+        print(f"  thread route: this process's CPU (the compiles' too) {res['parent_cpu_ms_per_source']:.1f} ms/source")
     for r in swept:
+        where = "" if r["sent_last_ms"] is None else (
+            f"; CPU here {r['parent_cpu_ms_per_source']:.2f} ms/source, last sent at {r['sent_last_ms']:.1f} ms, "
+            f"in a worker {r['in_worker_ms_median']:.1f} ms")
         print(f"  workers={r['workers']:<3} compile_many {min(r['compile_many_s']):.3f} s: speed-up {r['speedup']:.2f} "
-              f"(goal {r['goal']:.1f})")
+              f"(goal {r['goal']:.1f}){where}")
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=1) + "\n")
 

@@ -104,12 +104,24 @@ class _Worker:
         return self.ready
 
     def call(self, args: tuple):
+        self.send(args)
+        return self._reply()
+
+    def send(self, args: tuple) -> None:
+        """Send a request (its reply is read with ``receive``: the worker answers one at a time)."""
         self.answered = False  # (True once the reply was read whole: the pipe holds no other)
         try:
             _write(self.proc.stdin, pickle.dumps(args, pickle.HIGHEST_PROTOCOL))
         except OSError:  # a broken pipe: it exited
             raise WorkerDied(self._why()) from None
+
+    def receive(self):
+        """The reply to the request sent (waiting for it): the target's value, or its error raised."""
         return self._reply()
+
+    def fileno(self) -> int:
+        """Its replies' pipe (readable: a reply, or the worker gone), for ``select``."""
+        return self.proc.stdout.fileno()
 
     def _reply(self):
         raw = _read(self.proc.stdout)
@@ -232,6 +244,43 @@ class Pool:
             self._done(w, answered=True)
             return True, value
         return False, None  # (not reached)
+
+    def take(self, want: int, timeout: float = 0.0) -> _Worker | None:
+        """A ready worker, the caller's alone until it gives it back (``put``, or ``drop`` where
+        its reply was not read), to ``send`` requests to and ``receive`` replies from itself; or
+        None where none is ready within ``timeout`` seconds (workers are then started up to
+        ``want``, counting the busy ones) or workers cannot start here (``broken``)."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while True:
+                w = self._take()
+                if w is not None:
+                    self._busy += 1
+                    return w
+                if not self.broken:
+                    self._grow(want - self._busy)
+                left = deadline - time.monotonic()
+                if self.broken or left <= 0:
+                    return None
+                self._lock.wait(min(left, 1.0))
+
+    def put(self, w: _Worker, answered: bool = True) -> None:
+        """Give back a worker ``take`` gave, its reply read (``answered``: a value, counted in
+        ``calls``; else the target's error)."""
+        self._done(w, answered)
+
+    def starting(self) -> bool:
+        """Whether workers are starting (one may be ready soon)."""
+        with self._lock:
+            return bool(self._booting or self._starting or self._to_start)
+
+    def drop(self, w: _Worker) -> None:
+        """Give back a worker ``take`` gave whose reply was not read (interrupted, or it died):
+        closed (a late reply is never taken for another request)."""
+        w.close()
+        with self._lock:
+            self._busy -= 1
+            self._lock.notify()
 
     def release(self, slots: Slots) -> None:
         """Give back a slot ``try_call`` took (the caller ran the target itself)."""

@@ -204,6 +204,39 @@ class Cache:
         process holds the key's lock. ``delegate``, where there is no remote tier: asked
         first on a miss, it has another process do all that ``make`` and the key's lock do
         here (``make_locked``: a ``Written``), or returns None (then it is done here)."""
+        entry = self.lookup(key, derive)
+        if entry is not None:
+            return entry
+        if delegate is not None and self.remote is None:
+            written = delegate()
+            if written is not None:
+                return self.adopt(key, written, derive)
+        made = None
+        with self._key_lock(key):  # one process makes it; the others wait, then read it
+            entry = self.read(key, warn=False)  # another process may have made it meanwhile
+            if entry is None and self.remote is not None:
+                entry = self._from_remote(key)
+            if entry is None:
+                entry = make()
+                if type(entry) is Written:  # its maker wrote the file (``write_entry``), under our lock
+                    written, entry = entry, entry.entry
+                    self._stored(written.size, written.error)
+                    made = written.data if written.data is not None or self.remote is None \
+                        else _encode(key, entry)
+                else:
+                    if derive is not None:
+                        entry = _with(entry, derive(entry))
+                    made = _encode(key, entry)
+                    self._store(key, made)
+                derive = None  # (its facts were read as it was made)
+        if made and self.remote is not None:
+            self.remote.put(key, made)  # after the lock: local waiters read the entry meanwhile
+        return self._settle(key, entry, derive)
+
+    def lookup(self, key: str, derive: "Callable[[CacheEntry], Facts | None] | None" = None) -> CacheEntry | None:
+        """``get_or_create``'s look-up without a make: the entry for ``key`` in memory or on
+        disk (with its facts, as ``get_or_create`` keeps them), or None (the remote tier is
+        not asked)."""
         with self._lock:
             hit = self._mem.get(key)
             if hit is not None:
@@ -211,34 +244,19 @@ class Cache:
         if hit is not None:
             return hit if hit.facts is not None or derive is None else self._with_facts(key, hit, derive)
         entry = self.read(key)
-        if entry is None and delegate is not None and self.remote is None:
-            written = delegate()
-            if written is not None:
-                entry = written.entry
-                if not written.found:  # (found: another process made it meanwhile, as the read below finds)
-                    self._stored(written.size, written.error)
-                    derive = None  # (its facts were read as it was made)
-        if entry is None:
-            made = None
-            with self._key_lock(key):  # one process makes it; the others wait, then read it
-                entry = self.read(key, warn=False)  # another process may have made it meanwhile
-                if entry is None and self.remote is not None:
-                    entry = self._from_remote(key)
-                if entry is None:
-                    entry = make()
-                    if type(entry) is Written:  # its maker wrote the file (``write_entry``), under our lock
-                        written, entry = entry, entry.entry
-                        self._stored(written.size, written.error)
-                        made = written.data if written.data is not None or self.remote is None \
-                            else _encode(key, entry)
-                    else:
-                        if derive is not None:
-                            entry = _with(entry, derive(entry))
-                        made = _encode(key, entry)
-                        self._store(key, made)
-                    derive = None  # (its facts were read as it was made)
-            if made and self.remote is not None:
-                self.remote.put(key, made)  # after the lock: local waiters read the entry meanwhile
+        return None if entry is None else self._settle(key, entry, derive)
+
+    def adopt(self, key: str, written: "Written", derive: "Callable[[CacheEntry], Facts | None] | None" = None
+              ) -> CacheEntry:
+        """The entry another process wrote for ``key`` (``make_locked``'s ``Written``: what
+        ``get_or_create``'s ``delegate`` returns), counted and kept as ``get_or_create`` keeps it."""
+        if not written.found:  # (found: another process made it meanwhile: nothing written by this one)
+            self._stored(written.size, written.error)
+            derive = None  # (its facts were read as it was made)
+        return self._settle(key, written.entry, derive)
+
+    def _settle(self, key: str, entry: CacheEntry, derive) -> CacheEntry:
+        """(The end of a look-up.) ``entry`` with its facts, kept in memory."""
         if entry.facts is None and derive is not None:
             return self._with_facts(key, entry, derive)
         self._remember(key, entry)

@@ -527,6 +527,21 @@ def compile_image(source: str, *, name: str | None = None, name_expressions: Ite
     NbjitCompileError: NVRTC rejected the source (with its log, options and source name), no
     architecture or one it cannot compile for, or an argument of the wrong kind (named).
     """
+    got = _plan(source, name, name_expressions, headers, include_paths, options, arch, output, cache, pch)
+    if type(got) is Image:
+        return got
+    req, key, cache, call = got
+    route = getattr(_ROUTE, "pool", None)
+    if route is None:
+        entry = cache.get_or_create(key, lambda: _run_nvrtc(req), lambda e: _derive_facts(e, req))
+    else:
+        entry = _through_worker(route, req, key, cache)
+    return _finish(entry, req, cache, call, 3)
+
+
+def _plan(source, name, name_expressions, headers, include_paths, options, arch, output, cache, pch):
+    """``compile_image``'s first half: its image where the cache's first level remembers the
+    call, else (the request, its cache key, the cache, the call to remember or None)."""
     source, name, include_paths = source_text(source, name, include_paths)
     if cache is not None and not isinstance(cache, Cache):
         raise NbjitCompileError(f"cache must be an nbjit.Cache (or None for the default), not {type(cache).__name__}")
@@ -549,18 +564,18 @@ def compile_image(source: str, *, name: str | None = None, name_expressions: Ite
             return hit
     req = _request(source, name, name_expressions, headers, include_paths, options, arch, output,
                    _pch.pch_mode(pch), cache.path)
-    key = _key(req)
-    route = getattr(_ROUTE, "pool", None)
-    if route is None:
-        entry = cache.get_or_create(key, lambda: _run_nvrtc(req), lambda e: _derive_facts(e, req))
-    else:
-        entry = _through_worker(route, req, key, cache)
+    return req, _key(req), cache, call
+
+
+def _finish(entry: CacheEntry, req: "CompileRequest", cache: Cache, call, stacklevel: int) -> Image:
+    """``compile_image``'s second half: the image of the entry found or made (warned of where
+    it holds no kernel: ``stacklevel`` names the user's call), remembered for the call."""
     img = _image(entry, req)
     if _no_kernels(img):
         warnings.warn(f"{img.name}: NVRTC compiled no kernel (the {img.kind} for {img.arch} holds none): a template "
                       "kernel is compiled only where it is instantiated (name_expressions=['kern<float>']; on the "
                       "command line --expr 'kern<float>'), and a kernel is declared __global__", NbjitWarning,
-                      stacklevel=2)
+                      stacklevel=stacklevel)
     if call is not None:
         cache.remember(call, img)
     return img
@@ -952,11 +967,12 @@ def compile_many(sources: Iterable, *, workers: int | None = None, processes: bo
     sources: each CUDA C++ text, a ``.cu`` path, or a dict of ``compile_image``'s arguments
         (``{"source": ..., "name": ..., "options": ...}``) that override ``common``.
     workers: compiles at once, at most (default: the CPUs this process may use).
-    processes: where NVRTC runs. Each source is looked up and cached by a thread of this
-        process (the cache's memory, its files and their per-key locks as ``compile_image``
-        has them); what must be compiled is compiled in that thread (NVRTC releases the GIL)
-        or, on the process route, in one of nbjit's worker processes (fresh interpreters, never
-        forks; they stay for the next call and exit after a minute idle). ``None`` (default):
+    processes: where NVRTC runs. Each source is looked up and cached by this process (the
+        cache's memory, its files and their per-key locks as ``compile_image`` has them); what
+        must be compiled is compiled in a thread of the call (NVRTC releases the GIL) or, on the
+        process route, in one of nbjit's worker processes (fresh interpreters, never forks;
+        they stay for the next call and exit after a minute idle), fed by the calling thread
+        itself where workers are ready (no thread per source). ``None`` (default):
         the process route where ``workers`` (capped by the sources) is ``PROCESS_ROUTE_MIN``
         or more, compiling in threads until workers have started (the first call starts
         them); ``True``: always in workers, waiting for them to start; ``False``: in threads.
@@ -1001,12 +1017,20 @@ def compile_many(sources: Iterable, *, workers: int | None = None, processes: bo
         finally:
             _ROUTE.pool = None
 
-    if n == 1:
-        results = [one(j) for j in jobs]
+    results: list = [None] * len(jobs)
+    todo = range(len(jobs))
+    if route is not None and not route[0].broken and (route[2] or route[0].ready()) and \
+            getattr(common.get("cache") or default_cache(), "remote", None) is None:
+        # workers ready (or to be waited for): all in this thread, no thread per source
+        todo = _on_workers(jobs, route[0], n, results)
+    if n == 1 or len(todo) <= 1:
+        for i in todo:
+            results[i] = one(jobs[i])
     else:
         from concurrent.futures import ThreadPoolExecutor
         with ThreadPoolExecutor(max_workers=n, thread_name_prefix="nbjit-compile") as pool:
-            results = list(pool.map(one, jobs))
+            for i, r in zip(todo, pool.map(one, [jobs[i] for i in todo])):
+                results[i] = r
     failed = [(i, e) for i, (_, e) in enumerate(results) if e is not None]
     if failed:
         i, e = failed[0]
@@ -1064,6 +1088,160 @@ def _through_worker(route: tuple, req: CompileRequest, key: str, cache: Cache) -
     finally:
         if taken:
             pool.release(taken[0])
+
+
+# compile_image's keyword arguments and their defaults, in _plan's order
+_IMAGE_ARGS = {"name": None, "name_expressions": (), "headers": None, "include_paths": (), "options": (), "arch": None,
+               "output": "auto", "cache": None, "pch": None}
+
+
+def _on_workers(jobs: list, pool, want: int, results: list) -> list[int]:
+    """``compile_many``'s process route with workers ready (or ``processes=True``: waited for),
+    all in the calling thread: each source planned as ``compile_image`` plans it (the
+    first level, the request, its key) and looked up (memory, disk); the misses are sent to
+    idle workers (``make_locked`` there: the key's lock, NVRTC, the facts, the file written)
+    in a burst once there are enough to fill them, up to ``want`` at once, each worker given
+    the next miss as its reply comes (``poll`` over the busy workers' pipes: no limit on
+    their descriptors' numbers, as ``select`` has). A thread per source would cost each source
+    a thread start and GIL hand-overs before its request leaves, many milliseconds apart
+    on busy CPUs (the workers compiling). ``results[i]``: ``(image, None)`` or ``(None,
+    error)``; returns the sources left to ``compile_image`` in threads: a cache with a
+    remote tier (the key's lock is this process's), an argument it does not take (its
+    error), and where workers cannot start (the pool broke) those not yet sent."""
+    import select
+    from collections import deque
+
+    from ._workers import WorkerDied
+
+    fingerprint = _toolchain_fingerprint()
+    left: list[int] = []
+    waiting: dict = {}  # (cache, key) -> [(index, request, call)]: one compile for sources of one key
+    pending: deque = deque()  # [(cache, key), request, key, cache, attempts] to send
+    busy: dict = {}  # a busy worker's pipe -> (worker, its pending item)
+    replies = select.poll()  # (the busy workers' pipes)
+
+    def done(item, entry=None, error=None) -> None:
+        for i, req, call in waiting.pop(item[0]):
+            if error is None:
+                try:  # (a warning names compile_many's caller: _finish, done, receive, _on_workers, compile_many)
+                    results[i] = _finish(entry, req, item[3], call, 6), None
+                except Exception as e:
+                    results[i] = None, e
+            else:
+                results[i] = None, error
+
+    def plan(i: int) -> None:
+        s, kw = jobs[i]
+        if not kw.keys() <= _IMAGE_ARGS.keys():
+            left.append(i)
+            return
+        try:
+            got = _plan(s, *(kw.get(a, d) for a, d in _IMAGE_ARGS.items()))
+            if type(got) is Image:
+                results[i] = got, None
+                return
+            req, key, cache, call = got
+            if cache.remote is not None:
+                left.append(i)
+                return
+            entry = cache.lookup(key, lambda e: _derive_facts(e, req))
+            if entry is not None:
+                results[i] = _finish(entry, req, cache, call, 5), None
+                return
+        except Exception as e:
+            results[i] = None, e
+            return
+        k = (id(cache), key)
+        if k in waiting:
+            waiting[k].append((i, req, call))
+        else:
+            waiting[k] = [(i, req, call)]
+            pending.append([k, req, key, cache, 0])
+
+    def send(w, item) -> None:
+        fd = w.fileno()
+        busy[fd] = w, item
+        _, req, key, cache, _ = item
+        try:
+            w.send((req, fingerprint, key, cache._file(key), False, cache.lock_timeout))
+        except WorkerDied as e:
+            del busy[fd]
+            pool.drop(w)
+            again(item, e)
+            return
+        except Exception as e:  # (not sent: a request that does not pickle)
+            del busy[fd]
+            pool.drop(w)
+            done(item, error=e)
+            return
+        replies.register(fd, select.POLLIN)
+
+    def again(item, e) -> None:
+        item[4] += 1
+        if item[4] < 2:
+            pending.appendleft(item)  # once more, in another worker
+        else:
+            done(item, error=e)
+
+    def receive(fd) -> None:
+        w, item = busy[fd]
+        replies.unregister(fd)
+        try:
+            written = w.receive()
+        except WorkerDied as e:
+            del busy[fd]
+            pool.drop(w)
+            again(item, e)
+            return
+        except Exception as e:  # the target's own error (NVRTC's, say): the worker is fine
+            del busy[fd]
+            pool.put(w, answered=False)
+            done(item, error=e)
+            return
+        del busy[fd]
+        pool.put(w)
+        try:
+            entry = item[3].adopt(item[2], written, lambda e: _derive_facts(e, item[1]))
+        except Exception as e:
+            done(item, error=e)
+            return
+        done(item, entry)
+
+    def feed() -> None:
+        while pending and len(busy) < want:
+            w = pool.take(want)
+            if w is None:
+                return
+            send(w, pending.popleft())
+
+    try:
+        for i in range(len(jobs)):
+            plan(i)
+            # the misses go out together once there are enough for the workers free (their
+            # requests in a burst: sent before this process's time slice ends, the workers
+            # woken then compiling); those planned later, as workers reply
+            if len(pending) >= want - len(busy) or i == len(jobs) - 1:
+                feed()
+                if busy and pending:  # (the first replies while many sources are planned)
+                    for fd, _ in replies.poll(0):
+                        receive(fd)
+        while pending or busy:
+            feed()
+            if not busy:
+                w = pool.take(want, timeout=1.0)  # none ready: wait for one starting
+                if w is not None:
+                    send(w, pending.popleft())
+                elif pool.broken:  # the rest are compiled in threads, as compile_image does
+                    left += [i for item in pending for i, _, _ in waiting.pop(item[0])]
+                    pending.clear()
+                continue
+            # while sources wait and workers are starting, look for a ready one now and then
+            for fd, _ in replies.poll(10 if pending and pool.starting() else None):
+                receive(fd)
+    finally:
+        for w, _ in busy.values():  # interrupted: their replies are never read (nor taken for others')
+            pool.drop(w)
+    return sorted(left)
 
 
 def _compile_entry(req: CompileRequest, fingerprint: dict, key: str | None = None, file: str | None = None,

@@ -313,3 +313,98 @@ def test_a_call_interrupted_before_its_answer_drops_that_worker(monkeypatch):
         assert probe.try_call(("4 + 4",), 1, wait=True) == (True, 8)
     finally:
         probe.close()
+
+
+# ------------------------------------------------------------------ the process route, workers ready
+
+def _ready_pool(tmp_path, count: int = 2):
+    """The pool with ``count`` workers ready (started by a call of its own)."""
+    compile_many([src(200 + i) for i in range(count)], arch="sm_90", cache=nbjit.Cache(tmp_path / "warm"),
+                 workers=count, processes=True)
+    return _pool()
+
+
+def test_ready_workers_are_fed_from_the_calling_thread(tmp_path, monkeypatch):
+    """Workers ready: each source is planned (its key computed) and sent by the calling thread
+    itself, no thread per source; the images come back in order, each compiled in a worker."""
+    from nbjit import compiler
+    pool = _ready_pool(tmp_path)
+    seen, real = set(), compiler._key
+    monkeypatch.setattr(compiler, "_key", lambda req: seen.add(threading.current_thread().name) or real(req))
+    before = pool.calls
+    images = compile_many([src(210 + i) for i in range(5)], arch="sm_90", cache=nbjit.Cache(tmp_path / "c"),
+                          workers=4)
+    assert seen == {threading.current_thread().name}
+    assert pool.calls - before == 5 and [i.info.entries[0].name for i in images] == [f"k{210 + i}" for i in range(5)]
+
+
+def test_one_source_twice_in_a_call_is_compiled_once(tmp_path):
+    pool = _ready_pool(tmp_path)
+    before = pool.calls
+    images = compile_many([src(220), src(221), src(220)], arch="sm_90", cache=nbjit.Cache(tmp_path / "c"),
+                          workers=4, processes=True)
+    assert pool.calls - before == 2 and images[0].data == images[2].data and images[0] is not images[2]
+    assert [i.info.entries[0].name for i in images] == ["k220", "k221", "k220"]
+
+
+def test_a_source_without_kernels_warns_naming_the_callers_line(tmp_path):
+    _ready_pool(tmp_path)
+    for _ in ("compiled in a worker", "found on disk"):
+        with pytest.warns(nbjit.NbjitWarning, match="compiled no kernel") as w:
+            compile_many(["__device__ int f(int x) { return x + 230; }\n", src(231)], arch="sm_90",
+                         cache=nbjit.Cache(tmp_path / "c"), workers=4, processes=True)
+        assert [x.filename for x in w if issubclass(x.category, nbjit.NbjitWarning)] == [__file__]
+
+
+def test_a_worker_that_dies_during_a_request_is_replaced(tmp_path, monkeypatch):
+    from nbjit import _workers
+    pool = _ready_pool(tmp_path)
+    real, killed = _workers._Worker.send, []
+
+    def send_and_kill(worker, args):
+        real(worker, args)
+        if not killed:  # the first request's worker dies before it replies
+            killed.append(worker)
+            worker.proc.kill()
+    monkeypatch.setattr(_workers._Worker, "send", send_and_kill)
+    before = pool.calls
+    images = compile_many([src(240 + i) for i in range(3)], arch="sm_90", cache=nbjit.Cache(tmp_path / "c"),
+                          workers=2, processes=True)
+    assert killed and killed[0].proc.poll() is not None
+    assert pool.calls - before == 3 and [i.info.entries[0].name for i in images] == ["k240", "k241", "k242"]
+    assert pool._busy == 0 and killed[0] not in pool._idle
+
+
+def test_a_call_interrupted_while_workers_compile_drops_those_workers(tmp_path, monkeypatch):
+    """Ctrl-C while the calling thread waits for replies: the workers whose replies were not
+    read are closed (never given another request), the others kept; the next call works."""
+    from nbjit import _workers
+    pool = _ready_pool(tmp_path, 3)
+    real, sent = _workers._read, []
+    monkeypatch.setattr(_workers._Worker, "send", lambda w, args, send=_workers._Worker.send: sent.append(w) or
+                        send(w, args))
+
+    def interrupted(f):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(_workers, "_read", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        compile_many([src(250 + i) for i in range(3)], arch="sm_90", cache=nbjit.Cache(tmp_path / "c"), workers=3,
+                     processes=True)
+    monkeypatch.setattr(_workers, "_read", real)
+    assert sent and pool._busy == 0 and not any(w in pool._idle for w in sent)
+    assert all(w.proc.wait(10) is not None for w in sent)
+    images = compile_many([src(250 + i) for i in range(3)], arch="sm_90", cache=nbjit.Cache(tmp_path / "c"),
+                          workers=3, processes=True)
+    assert [i.info.entries[0].name for i in images] == ["k250", "k251", "k252"]
+
+
+def test_workers_that_cannot_start_leave_compile_many_to_compile_here(tmp_path, monkeypatch):
+    """processes=True, and no worker can start (its module is missing): the sources are
+    compiled in this process's threads instead, none lost."""
+    from nbjit import _workers, compiler
+    monkeypatch.setattr(_workers, "_POOLS", {})
+    monkeypatch.setattr(compiler, "_WORKER", "nbjit.no_such_module:f")
+    images = compile_many([src(260 + i) for i in range(4)], arch="sm_90", cache=nbjit.Cache(tmp_path), workers=4,
+                          processes=True)
+    assert [i.info.entries[0].name for i in images] == [f"k{260 + i}" for i in range(4)]
+    assert _workers.pool(compiler._WORKER, compiler._WORKER_INIT).broken

@@ -114,8 +114,7 @@ class Archive:
                 why = "bad magic number for its local header"
             elif flags & 0x1:
                 why = "it is encrypted"
-            elif data[at + _LOCAL.size:at + _LOCAL.size + n] != zi.orig_filename.encode(
-                    "utf-8" if flags & 0x800 else "cp437"):
+            elif _name(data[at + _LOCAL.size:at + _LOCAL.size + n], flags) != zi.orig_filename:
                 why = "the names in its central directory entry and its local header differ"
             elif start + zi.compress_size > len(data):
                 why = "it runs past the end of the archive"
@@ -125,6 +124,15 @@ class Archive:
                     return out
                 why = "bad CRC-32"
         raise BundleError(f"{self.source}: member {name!r} is damaged: {why}")
+
+
+def _name(raw: bytes, flags: int) -> str | None:
+    """A local header's member name as ``zipfile`` decodes it (UTF-8 where flag 0x800 says so,
+    else code page 437), or None where it does not decode."""
+    try:
+        return raw.decode("utf-8" if flags & 0x800 else "cp437")
+    except UnicodeDecodeError:
+        return None
 
 
 def open_bundle(bundle: Any, name: str | None = None) -> Archive:
@@ -205,8 +213,10 @@ def _archive(data: bytes, src: str) -> tuple[zipfile.ZipFile, dict]:
                               "<image>/<arch>.cubin or .ptx")
         if name in members:
             raise BundleError(f"{where} appears twice")
-        if zi.flag_bits & 0x1:
+        if zi.flag_bits & 0x41:  # (0x40: strong encryption)
             raise BundleError(f"{where} is encrypted; bundle members are stored as they are")
+        if zi.flag_bits & 0x20:
+            raise BundleError(f"{where} is compressed patched data; bundle members are stored as they are")
         if zi.compress_type != zipfile.ZIP_STORED:
             raise BundleError(f"{where} is compressed; bundle members are stored uncompressed (so cuobjdump reads "
                               "them as they are)")

@@ -112,7 +112,7 @@ def missing(name: str, kernels: Iterable[str], names: Iterable[str], module: str
     shown = [f"{k} ({demangled_text(k)})" if demangled_text(k) else k for k in sorted(names)]
     return KernelNotFoundError(f"no kernel {name!r} in {module}"
                                + (f"; did you mean {guess[0]!r}?" if guess else "")
-                               + f" It has: {', '.join(shown) or '(none)'}")
+                               + f". It has: {', '.join(shown) or '(none)'}")
 
 
 def assemble(p: Plan, cache=None) -> Plan:

@@ -144,14 +144,22 @@ class _Worker:
         return f"the worker process exited (status {code})"
 
     def close(self) -> None:
+        self.close_pipes()
+        self.reap(time.monotonic() + 0.5)
+
+    def close_pipes(self) -> None:
+        """Its pipes closed: it exits once it sees its stdin closed (or its reply unread)."""
         for f in (self.proc.stdin, self.proc.stdout):
             try:
                 f.close()
             except OSError:
                 pass
+
+    def reap(self, deadline: float) -> None:
+        """Waited for until ``deadline`` (``time.monotonic()``), then killed."""
         if self.proc.poll() is None:
             try:
-                self.proc.wait(0.5)
+                self.proc.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
@@ -277,10 +285,19 @@ class Pool:
     def drop(self, w: _Worker) -> None:
         """Give back a worker ``take`` gave whose reply was not read (interrupted, or it died):
         closed (a late reply is never taken for another request)."""
-        w.close()
+        self.drop_all([w])
+
+    def drop_all(self, ws: list[_Worker]) -> None:
+        """``drop`` for several at once: their pipes closed first, then each waited for within
+        one half-second (16 workers interrupted mid-compile are not 16 waits one after another)."""
+        for w in ws:
+            w.close_pipes()
+        deadline = time.monotonic() + 0.5
+        for w in ws:
+            w.reap(deadline)
         with self._lock:
-            self._busy -= 1
-            self._lock.notify()
+            self._busy -= len(ws)
+            self._lock.notify(len(ws))
 
     def release(self, slots: Slots) -> None:
         """Give back a slot ``try_call`` took (the caller ran the target itself)."""

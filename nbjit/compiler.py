@@ -991,6 +991,11 @@ def compile_many(sources: Iterable, *, workers: int | None = None, processes: bo
             if "source" not in kw:
                 raise NbjitCompileError(f"compile_many: item {i} is a dict without 'source'")
             s = kw.pop("source")
+        unknown = sorted(k for k in kw if k not in _IMAGE_ARGS)
+        if unknown:  # (before anything compiles: an item's keys, or the call's own keywords)
+            where = f"item {i}" if any(k not in common for k in unknown) else "the call"
+            raise NbjitCompileError(f"compile_many: {where}: no argument {', '.join(map(repr, unknown))} "
+                                    f"(compile_image takes {', '.join(_IMAGE_ARGS)})")
         jobs.append((s, kw))
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
         raise NbjitCompileError(f"compile_many: workers must be an int >= 1, not {workers!r}")
@@ -1019,9 +1024,9 @@ def compile_many(sources: Iterable, *, workers: int | None = None, processes: bo
 
     results: list = [None] * len(jobs)
     todo = range(len(jobs))
-    if route is not None and not route[0].broken and (route[2] or route[0].ready()) and \
-            getattr(common.get("cache") or default_cache(), "remote", None) is None:
-        # workers ready (or to be waited for): all in this thread, no thread per source
+    if route is not None and not route[0].broken and (route[2] or route[0].ready()):
+        # workers ready (or to be waited for): all in this thread, no thread per source (each
+        # source whose cache has a remote tier goes to a thread: the key's lock is this process's)
         todo = _on_workers(jobs, route[0], n, results)
     if n == 1 or len(todo) <= 1:
         for i in todo:
@@ -1037,7 +1042,8 @@ def compile_many(sources: Iterable, *, workers: int | None = None, processes: bo
         s, kw = jobs[i]
         label = kw.get("name") or (os.fspath(s) if isinstance(s, os.PathLike) or (
             isinstance(s, str) and "\n" not in s and s.rstrip().lower().endswith(SOURCE_SUFFIXES)) else "kernel.cu")
-        more = f" (and {len(failed) - 1} more: items {', '.join(str(j) for j, _ in failed[1:8])})" if failed[1:] else ""
+        more = f" (and {len(failed) - 1} more: item{'s' if failed[2:] else ''} " \
+            f"{', '.join(str(j) for j, _ in failed[1:8])})" if failed[1:] else ""
         raise NbjitCompileError(f"compile_many: source {i} ({label}) failed{more}: {e}") from e
     return [img for img, _ in results]
 
@@ -1169,9 +1175,9 @@ def _on_workers(jobs: list, pool, want: int, results: list) -> list[int]:
             pool.drop(w)
             again(item, e)
             return
-        except Exception as e:  # (not sent: a request that does not pickle)
+        except Exception as e:  # (not sent: a request that does not pickle; the worker read nothing)
             del busy[fd]
-            pool.drop(w)
+            pool.put(w, answered=False)
             done(item, error=e)
             return
         replies.register(fd, select.POLLIN)
@@ -1228,6 +1234,8 @@ def _on_workers(jobs: list, pool, want: int, results: list) -> list[int]:
         while pending or busy:
             feed()
             if not busy:
+                if not pending:  # (feed's last sends failed: those sources have their errors)
+                    break
                 w = pool.take(want, timeout=1.0)  # none ready: wait for one starting
                 if w is not None:
                     send(w, pending.popleft())
@@ -1239,8 +1247,8 @@ def _on_workers(jobs: list, pool, want: int, results: list) -> list[int]:
             for fd, _ in replies.poll(10 if pending and pool.starting() else None):
                 receive(fd)
     finally:
-        for w, _ in busy.values():  # interrupted: their replies are never read (nor taken for others')
-            pool.drop(w)
+        if busy:  # interrupted: their replies are never read (nor taken for others')
+            pool.drop_all([w for w, _ in busy.values()])
     return sorted(left)
 
 

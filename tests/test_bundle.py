@@ -293,6 +293,34 @@ def test_members_are_read_as_zipfile_reads_them_and_a_damaged_local_header_is_na
             open_bundle(raw).read("k/sm_80.cubin")
 
 
+def test_member_names_and_flags_zipfile_refuses_are_refused(small):
+    """A local header whose name does not decode as its flags say (a UTF-8 name outside code
+    page 437, the UTF-8 flag cleared) differs from its central directory entry; flag bits for
+    strong encryption (0x40) and compressed patched data (0x20) are refused as ZipFile refuses them."""
+    from nbjit._bundle_file import open_bundle
+
+    def renamed(members):
+        m = json.loads(members["manifest.json"])
+        m["images"][0]["entries"][0]["file"] = "k/\u6f22.cubin"
+        members["k/\u6f22.cubin"] = members.pop("k/sm_80.cubin")
+        members["manifest.json"] = json.dumps(m).encode()
+        return members
+    raw = bytearray(_rezip(small, renamed))
+    with zipfile.ZipFile(io.BytesIO(bytes(raw))) as zf:
+        zi = zf.getinfo("k/\u6f22.cubin")
+    assert raw[zi.header_offset + 7] & 0x08  # (0x800: UTF-8 names)
+    raw[zi.header_offset + 7] &= ~0x08
+    with pytest.raises(BundleError, match=r"is damaged: the names in its central directory entry and its local "
+                                          r"header differ"):
+        open_bundle(bytes(raw)).read("k/\u6f22.cubin")
+    for bit, why in ((0x20, "compressed patched data"), (0x40, "encrypted")):
+        raw = bytearray(small)
+        at = raw.index(b"PK\x01\x02")  # the first central directory entry: its flags at +8
+        raw[at + 8] |= bit
+        with pytest.raises(BundleError, match=why):
+            load_bundle(bytes(raw), lazy=True)
+
+
 def test_only_the_loaded_images_payloads_are_read_at_load(small, tmp_path):
     """load_bundle checks every payload of the image it loads (they all go into the module's
     fatbin, which a pickle carries to other devices) and reads no other image's;

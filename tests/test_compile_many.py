@@ -50,7 +50,7 @@ def test_runs_in_threads():
 
 
 def test_errors_name_the_source_that_failed():
-    with pytest.raises(NbjitCompileError, match=r"source 1 \(bad\.cu\) failed \(and 1 more: items 2\): bad\.cu: "
+    with pytest.raises(NbjitCompileError, match=r"source 1 \(bad\.cu\) failed \(and 1 more: item 2\): bad\.cu: "
                                                 r"NVRTC") as e:
         compile_many([src(20), {"source": "not C++ at all", "name": "bad.cu"}, "also bad"], arch="sm_90")
     assert isinstance(e.value.__cause__, CompileFailure)
@@ -408,3 +408,41 @@ def test_workers_that_cannot_start_leave_compile_many_to_compile_here(tmp_path, 
                           processes=True)
     assert [i.info.entries[0].name for i in images] == [f"k{260 + i}" for i in range(4)]
     assert _workers.pool(compiler._WORKER, compiler._WORKER_INIT).broken
+
+
+def test_a_last_request_that_cannot_be_sent_is_that_sources_error_and_the_worker_stays(tmp_path):
+    """The last pending source's request does not pickle: that source fails with nbjit's error
+    naming it, the others compile, and the worker it was to go to is given back, not lost."""
+    pool = _ready_pool(tmp_path)
+
+    def unpicklable(text):
+        class Local(str):  # (a class defined in a function does not pickle)
+            pass
+        return Local(text)
+    with pytest.raises(NbjitCompileError, match=r"source 1 \(kernel\.cu\) failed: .*pickle"):
+        compile_many([src(270), unpicklable(src(271))], arch="sm_90", cache=nbjit.Cache(tmp_path / "c"), workers=1,
+                     processes=True)
+    assert pool._busy == 0
+    images = compile_many([src(272), src(273)], arch="sm_90", cache=nbjit.Cache(tmp_path / "c"), workers=2,
+                          processes=True)
+    assert [i.info.entries[0].name for i in images] == ["k272", "k273"]
+
+
+def test_items_with_their_own_caches_need_no_default_cache(tmp_path, monkeypatch):
+    """Every item brings its cache: the default one (here unusable) is never made."""
+    _ready_pool(tmp_path)
+    monkeypatch.setenv("NBJIT_CACHE_MAX_BYTES", "junk")
+    monkeypatch.setattr(nbjit.cache, "_DEFAULT", [])  # (none made yet: made from the environment on first use)
+    images = compile_many([{"source": src(280 + i), "cache": nbjit.Cache(tmp_path / "c")} for i in range(3)],
+                          arch="sm_90", workers=2, processes=True)
+    assert [i.info.entries[0].name for i in images] == ["k280", "k281", "k282"]
+
+
+def test_an_unknown_argument_is_refused_before_anything_compiles(tmp_path):
+    cache = nbjit.Cache(tmp_path / "c")
+    with pytest.raises(NbjitCompileError, match=r"compile_many: item 1: no argument 'bogus' \(compile_image takes "
+                                                r"name, name_expressions, .*pch\)"):
+        compile_many([src(290), {"source": src(291), "bogus": 1}], arch="sm_90", cache=cache)
+    with pytest.raises(NbjitCompileError, match=r"compile_many: the call: no argument 'bogus'"):
+        compile_many([src(292)], arch="sm_90", cache=cache, bogus=3)
+    assert cache.entries() == []

@@ -832,7 +832,8 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=_Parser)
     p.commands = sub.choices
     i = sub.add_parser("inspect", help="show the kernels, parameters and metadata of an image")
-    i.add_argument("file", help="a PTX, cubin or fatbin file (- for standard input), or a Triton cache entry")
+    i.add_argument("file", help="a PTX, cubin or fatbin file (- for standard input), an nbjit bundle (.nbjit), "
+                   "or a Triton cache entry")
     i.add_argument("--json", action="store_true", help="machine-readable output (see docs/cli.md)")
     i.add_argument("--arch", help="for a fatbin: show the image this architecture (e.g. sm_90) would use; with "
                    "--sass, --occupancy or --fail-on-spills, also the SASS PTX is assembled to")
@@ -895,8 +896,10 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("-o", "--output", required=True, help="the bundle to write (e.g. kernels.nbjit; - for standard "
                    "output, where that is not a terminal)")
     b.add_argument("--name", help="put every FILE in one image of this name (cubins nvcc built per architecture)")
-    b.add_argument("-I", dest="include", action="append", default=[], metavar="DIR")
-    b.add_argument("-D", dest="define", action="append", default=[], metavar="NAME=VALUE")
+    b.add_argument("-I", dest="include", action="append", default=[], metavar="DIR",
+                   help="an include directory for the CUDA C++ sources (repeatable)")
+    b.add_argument("-D", dest="define", action="append", default=[], metavar="NAME=VALUE",
+                   help="a macro defined for the CUDA C++ sources (repeatable)")
     b.add_argument("--expr", action="append", default=[], help="a name expression to instantiate")
     b.add_argument("--option", action="append", default=[], help="another NVRTC option")
     b.set_defaults(func=_bundle)

@@ -84,12 +84,11 @@ class Archive:
     """A bundle's archive, checked: where it came from (``source``, for messages), its
     manifest (format and version checked) and its members, read on demand."""
 
-    __slots__ = ("source", "manifest", "_zip", "_members", "_data")
+    __slots__ = ("source", "manifest", "_members", "_data")
 
-    def __init__(self, source: str, manifest: dict, zf: zipfile.ZipFile, members: dict, data: bytes):
+    def __init__(self, source: str, manifest: dict, members: dict, data: bytes):
         self.source = source
         self.manifest = manifest
-        self._zip = zf
         self._members = members  # name -> ZipInfo
         self._data = data  # the archive's bytes (its members are stored: read by slicing)
 
@@ -142,8 +141,7 @@ def open_bundle(bundle: Any, name: str | None = None) -> Archive:
     of a format this nbjit reads."""
     data, src = _bytes_of(bundle)
     src = name or src
-    zf, members = _archive(data, src)
-    archive = Archive(src, {}, zf, members, data)
+    archive = Archive(src, {}, _archive(data, src), data)
     raw = archive.read(MANIFEST)
     try:
         m = json.loads(raw, parse_constant=_no_constant)
@@ -186,9 +184,9 @@ def _bytes_of(bundle: Any) -> tuple[bytes, str]:
     raise BundleError(f"a bundle is a path, bytes or an importlib.resources file, not {type(bundle).__name__}")
 
 
-def _archive(data: bytes, src: str) -> tuple[zipfile.ZipFile, dict]:
-    """The ZIP archive in ``data`` and its members by name, after the format's checks on each
-    member's name, flags and sizes (its bytes are read later, on demand)."""
+def _archive(data: bytes, src: str) -> dict:
+    """The members of the ZIP archive in ``data`` by name (their ``ZipInfo``), after the
+    format's checks on each member's name, flags and sizes (its bytes are read later, on demand)."""
     if not data.startswith(b"PK\x03\x04"):
         what = ""
         try:
@@ -232,7 +230,7 @@ def _archive(data: bytes, src: str) -> tuple[zipfile.ZipFile, dict]:
     if manifest.file_size > MAX_MANIFEST_BYTES:
         raise BundleError(f"{src}: {MANIFEST} has {manifest.file_size} bytes, more than nbjit reads "
                           f"({MAX_MANIFEST_BYTES})")
-    return zf, members
+    return members
 
 
 def _no_constant(word: str):

@@ -1096,9 +1096,8 @@ def _through_worker(route: tuple, req: CompileRequest, key: str, cache: Cache) -
             pool.release(taken[0])
 
 
-# compile_image's keyword arguments and their defaults, in _plan's order
-_IMAGE_ARGS = {"name": None, "name_expressions": (), "headers": None, "include_paths": (), "options": (), "arch": None,
-               "output": "auto", "cache": None, "pch": None}
+# compile_image's keyword arguments and their defaults, in its (and _plan's) order
+_IMAGE_ARGS = compile_image.__kwdefaults__
 
 
 def _on_workers(jobs: list, pool, want: int, results: list) -> list[int]:
@@ -1112,8 +1111,8 @@ def _on_workers(jobs: list, pool, want: int, results: list) -> list[int]:
     a thread start and GIL hand-overs before its request leaves, many milliseconds apart
     on busy CPUs (the workers compiling). ``results[i]``: ``(image, None)`` or ``(None,
     error)``; returns the sources left to ``compile_image`` in threads: a cache with a
-    remote tier (the key's lock is this process's), an argument it does not take (its
-    error), and where workers cannot start (the pool broke) those not yet sent."""
+    remote tier (the key's lock is this process's), and where workers cannot start (the
+    pool broke) those not yet sent."""
     import select
     from collections import deque
 
@@ -1137,10 +1136,7 @@ def _on_workers(jobs: list, pool, want: int, results: list) -> list[int]:
                 results[i] = None, error
 
     def plan(i: int) -> None:
-        s, kw = jobs[i]
-        if not kw.keys() <= _IMAGE_ARGS.keys():
-            left.append(i)
-            return
+        s, kw = jobs[i]  # (its keys are compile_image's: compile_many refused others)
         try:
             got = _plan(s, *(kw.get(a, d) for a, d in _IMAGE_ARGS.items()))
             if type(got) is Image:

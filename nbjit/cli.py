@@ -276,12 +276,28 @@ def format_cubin(info: CubinInfo, path: str) -> str:
     return "\n".join(out)
 
 
+def damaged_entries(info: FatbinInfo, path: str) -> dict[int, str]:
+    """{index: what is wrong} for each cubin of fatbin ``info`` that does not read as one."""
+    out = {}
+    for e in info.entries:
+        if e.kind == "cubin" and e.payload is not None:
+            try:
+                inspect_cubin(e.payload, source=f"{path}[{e.index}]")
+            except ImageFormatError as err:
+                out[e.index] = str(err)
+    return out
+
+
 def format_fatbin(info: FatbinInfo, path: str, arch: Arch | str | None) -> str:
     out = [f"{path}: fatbin with {_count(len(info.entries), 'image')}"]
+    damaged = damaged_entries(info, path)
     rows = [[e.index, e.kind, e.arch_name, e.compression or "-", e.size,
+             "no (damaged: below)" if e.index in damaged else
              "yes" if e.payload is not None else "no (nvJitLink reads it)" if e.kind == "ltoir" else
              "no (needs zstandard)"] for e in info.entries]
     out += _table(rows, ["#", "kind", "arch", "compressed", "bytes", "readable"])
+    for msg in damaged.values():
+        out.append(f"damaged: {msg}")
     if arch:
         chosen = info.select(arch)
         out.append("")
@@ -289,7 +305,9 @@ def format_fatbin(info: FatbinInfo, path: str, arch: Arch | str | None) -> str:
             out.append(f"no image runs on {arch}")
         else:
             out.append(f"{arch} uses image {chosen.index} ({chosen.kind} {chosen.arch}):")
-            if chosen.payload is None:
+            if chosen.index in damaged:
+                out.append("  damaged (above): not a cubin nbjit can read, nor the driver load")
+            elif chosen.payload is None:
                 out.append("  compressed with zstd and 'zstandard' is not installed: the driver will "
                            "read the whole fatbin")
             else:
@@ -379,17 +397,26 @@ def _inspect(args) -> int:
                      "--occupancy or --fail-on-spills it also names the SASS to assemble PTX to)")
     if compiled:
         return _inspect_compiled(args, img)
+    info = inspect_image(img)
+    damaged = damaged_entries(info, img.name) if isinstance(info, FatbinInfo) else {}
     if args.json:
-        info = inspect_image(img)
         j = _typed_json(info)
-        if isinstance(info, FatbinInfo) and args.arch:
-            chosen = info.select(args.arch)
-            j["selected"] = None if chosen is None else chosen.index
-            if chosen is not None and chosen.payload is not None:
-                j["selected_image"] = _typed_json(inspect_image(Image(chosen.payload, chosen.kind)))
+        if isinstance(info, FatbinInfo):
+            for e in j["images"]:
+                if e["index"] in damaged:
+                    e["damaged"] = damaged[e["index"]]
+            if args.arch:
+                chosen = info.select(args.arch)
+                j["selected"] = None if chosen is None else chosen.index
+                if chosen is not None and chosen.payload is not None and chosen.index not in damaged:
+                    j["selected_image"] = _typed_json(inspect_image(Image(chosen.payload, chosen.kind)))
         print(json.dumps(j, indent=2))
     else:
         print(_describe(img, args.arch))
+    if damaged:
+        print(f"nbjit inspect: {img.name}: {_count(len(damaged), 'image')} damaged (entry "
+              f"{', '.join(map(str, damaged))}): not a cubin nbjit can read", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import nbjit as nbjit_lib
 from conftest import DATA  # noqa: E402
 EXE = shutil.which("nbjit")
 
@@ -120,6 +121,28 @@ def test_inspect_fatbin_with_arch():
     assert [(i["kind"], i["arch"], i["compressed"]) for i in j["images"]] == [
         ("cubin", "sm_80", False), ("ptx", "compute_90", True), ("cubin", "sm_90", False)]
     assert j["selected"] == 1 and j["selected_image"]["kind"] == "ptx"
+
+
+def test_inspect_fatbin_with_a_damaged_cubin(tmp_path):
+    """A fatbin whose embedded cubin does not read as one: listed as damaged, with what is
+    wrong, and the exit status says so (the fatbin's container itself reads)."""
+    data = bytearray((DATA / "nvcc/kernels_multi_none.fatbin").read_bytes())
+    entry = {e.index: e for e in nbjit_lib.inspect_fatbin(bytes(data)).entries}[0]
+    assert entry.kind == "cubin" and entry.arch_name == "sm_80"
+    data[entry.offset + 0x28:entry.offset + 0x30] = b"\xff" * 8  # its ELF section header table's offset
+    f = tmp_path / "damaged.fatbin"
+    f.write_bytes(data)
+    r = nbjit("inspect", str(f), "--arch", "sm_80")
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    rows = [line.split() for line in r.stdout.splitlines()[3:6]]
+    assert rows[0][-3:] == ["no", "(damaged:", "below)"] and rows[1][-1] == rows[2][-1] == "yes"
+    assert f"damaged: {f}[0]: section header table" in r.stdout and "sm_80 uses image 0" in r.stdout
+    assert "1 image damaged (entry 0)" in r.stderr
+    r = nbjit("inspect", "--json", str(f), "--arch", "sm_80")
+    j = json.loads(r.stdout)
+    assert r.returncode == 1 and "section header table" in j["images"][0]["damaged"]
+    assert "damaged" not in j["images"][2] and j["selected"] == 0 and "selected_image" not in j
+    assert nbjit("inspect", str(DATA / "nvcc/kernels_multi_none.fatbin")).returncode == 0
 
 
 def test_inspect_fatbin_with_ltoir():

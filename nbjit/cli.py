@@ -387,6 +387,8 @@ def _inspect(args) -> int:
         print(json.dumps(d, indent=2) if args.json else format_triton(d, args.file))
         return 0
     raw = _read(args.file)
+    if args.file.endswith(".nbjit") and not raw.startswith(b"PK\x03\x04"):
+        raise _Usage(f"{args.file}: not a kernel bundle (a bundle is a ZIP archive, and this file is not one)")
     if raw.startswith(b"PK\x03\x04"):  # a ZIP archive: a kernel bundle, or refused as not one
         if compiled:
             raise _Usage(f"{what}: a kernel bundle holds several; build one from the cubin or PTX you want to check")
@@ -834,6 +836,9 @@ def _check_source(raw: bytes, path: str) -> None:
     if kind is not None:
         raise _Usage(f"{path} is {kind}, already compiled: inspect it with 'nbjit inspect' or load it with "
                      "nbjit.load(), it needs no compiling")
+    if raw.startswith(b"PK\x03\x04"):
+        raise _Usage(f"{path} is a ZIP archive (a kernel bundle?), not CUDA source: a bundle is already compiled "
+                     "(inspect it with 'nbjit inspect', load it with nbjit.load_bundle())")
     try:
         raw.decode("utf-8")
     except UnicodeDecodeError as e:

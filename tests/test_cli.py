@@ -123,6 +123,13 @@ def test_inspect_fatbin_with_arch():
     assert j["selected"] == 1 and j["selected_image"]["kind"] == "ptx"
 
 
+def test_inspect_a_bundle_name_that_is_no_bundle(tmp_path):
+    f = tmp_path / "kernels.nbjit"
+    f.write_text("hello\n")
+    r = nbjit("inspect", str(f))
+    assert r.returncode == 2 and "not a kernel bundle (a bundle is a ZIP archive" in r.stderr
+
+
 def test_inspect_fatbin_with_a_damaged_cubin(tmp_path):
     """A fatbin whose embedded cubin does not read as one: listed as damaged, with what is
     wrong, and the exit status says so (the fatbin's container itself reads)."""
@@ -229,7 +236,9 @@ def test_compile_refuses_output_onto_the_input_before_compiling(tmp_path, monkey
     ('extern "C" __global__ void k() {} // caf\xe9\n'.encode("latin-1"), "not UTF-8 text"),
     ((DATA / "nvcc/kernels_sm90.ptx").read_bytes(), "is ptx, already compiled"),
     ((DATA / "nvcc/kernels_sm_90.cubin").read_bytes(), "is cubin, already compiled"),
-])
+    ((DATA.parent.parent / "examples/bundle_package/src/nbjit_demo_kernels/kernels.nbjit").read_bytes(),
+     "is a ZIP archive (a kernel bundle?), not CUDA source"),
+], ids=["utf16", "latin1", "ptx", "cubin", "bundle"])
 def test_compile_says_what_a_file_is(tmp_path, content, msg):
     f = tmp_path / "x.cu"
     f.write_bytes(content)

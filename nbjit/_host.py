@@ -38,7 +38,7 @@ from typing import Any, Callable, Collection, Mapping, Sequence
 
 from . import _driver
 from .arch import Arch
-from .errors import NbjitHostError, NbjitLoadError, NbjitWarning
+from .errors import NbjitWarning
 
 __all__ = ["Host", "NumbaCuda", "NumbaCudaMlir", "HOSTS", "ENV", "current_host", "use_host", "choose", "host_of",
            "pointer_getter", "error_code"]
@@ -92,10 +92,8 @@ class Host:
             except ModuleNotFoundError as e:
                 if e.name is None or e.name.split(".")[0] != self.modules[part].split(".")[0]:
                     raise  # one of the package's own dependencies: its own message says which
-                raise NbjitLoadError(
-                    f"nbjit loads and launches in the context of a Numba, and {self.name} (the one it serves "
-                    f"in this process) is not installed: pip install 'nbjit-core[{self.extra}]', or choose another "
-                    f"with {ENV} / nbjit.use_host() ({', '.join(repr(h.name) for h in HOSTS)})") from None
+                from ._host_extra import not_installed
+                raise not_installed(self, HOSTS, ENV) from None
         return m
 
     def installed(self) -> bool:
@@ -153,17 +151,8 @@ class Host:
         try:
             return cuda.current_context()
         except Exception as e:  # numba's CudaSupportError and driver errors: dozens of lines of text
-            # its first line, or two where the first only introduces the second ("Error at driver init:")
-            lines = [line.strip() for line in str(e).splitlines() if line.strip(": \t")]
-            first = " ".join(lines[:2] if lines and lines[0].endswith(":") else lines[:1]) or type(e).__name__
-            if "non-primary" in first:  # a context someone else created is current on this thread
-                raise NbjitLoadError(
-                    f"the CUDA context current on this thread is not a device's primary context ({first[:200]}), "
-                    "and Numba, whose context nbjit loads into, works only in those: pop that context "
-                    "(cuCtxPopCurrent) before using nbjit or Numba in this thread") from None
-            raise NbjitLoadError(
-                f"no usable CUDA GPU or driver ({first[:200]}): loading and launching need one; nbjit can still "
-                "inspect, strip and compile (give compile an explicit arch=, e.g. 'sm_90')") from None
+            from ._host_extra import context_error
+            raise context_error(e) from None
 
     def make_current(self, device: int) -> None:
         """Make the host's context of ``device`` current in this thread, as Numba's own
@@ -244,23 +233,14 @@ class Host:
         """A Numba type as nbjit passes it: ``("array", dtype, ndim, layout, readonly)``,
         ``("scalar", dtype)`` for integers, floats, booleans and complex numbers, None for
         any other type."""
-        types, as_dtype = self.module("types"), self.module("numpy_support").as_dtype
-        if isinstance(t, types.Array):
-            return ("array", as_dtype(t.dtype), t.ndim, t.layout, not t.mutable)
-        if isinstance(t, (types.Integer, types.Float, types.Boolean, types.Complex)):
-            return ("scalar", as_dtype(t))
-        return None
+        from ._host_extra import describe_type
+        return describe_type(self, t)
 
     def ptx_options(self, targetoptions: Mapping[str, Any]) -> dict[str, Any]:
         """What of a ``@cuda.jit`` dispatcher's options ``compile_ptx`` takes again (as
         keywords for it): fastmath, lineinfo, launch bounds and optimisation."""
-        out: dict[str, Any] = {"fastmath": bool(targetoptions.get("fastmath", False)),
-                               "lineinfo": bool(targetoptions.get("lineinfo", False))}
-        if targetoptions.get("launch_bounds") is not None:
-            out["launch_bounds"] = targetoptions["launch_bounds"]
-        if targetoptions.get("opt") is not None:
-            out["opt"] = bool(targetoptions["opt"])
-        return out
+        from ._host_extra import ptx_options
+        return ptx_options(targetoptions)
 
     def compile_ptx(self, py_func: Callable, args: Sequence, cc: tuple[int, int], **options: Any) -> str:
         """The PTX of a kernel's Python function for argument types ``args`` and compute
@@ -278,13 +258,8 @@ class Host:
         dispatcher, whose ``fastmath``, ``lineinfo``, ``debug`` and ``opt`` apply) compiled by
         the host with the C ABI as the function ``name``, for compute capability ``cc``;
         ``ret`` None: the host infers it. No GPU needed."""
-        py = getattr(func, "py_func", func)
-        opts = dict(getattr(func, "targetoptions", None) or {})
-        code, resty = self.module("cuda").compile(
-            py, tuple(args) if ret is None else ret(*args), device=True, abi="c", abi_info={"abi_name": name},
-            output="ltoir", cc=cc, fastmath=bool(opts.get("fastmath", False)),
-            lineinfo=bool(opts.get("lineinfo", False)), debug=bool(opts.get("debug", False)), opt=opts.get("opt", True))
-        return bytes(code), resty
+        from ._host_extra import compile_ltoir
+        return compile_ltoir(self, func, args, ret, name, cc)
 
 
 class NumbaCuda(Host):
@@ -321,25 +296,14 @@ class NumbaCudaMlir(Host):
     def array_view(self, ptr: int, shape: tuple[int, ...], dtype: Any, owner: Any) -> Any:
         # its from_cuda_array_interface reads owner.dtype (for records): a Module would look
         # for a kernel called "dtype" each time; a keeper holds the owner and has no dtype
-        return super().array_view(ptr, shape, dtype, _Keeper(owner))
+        from ._host_extra import Keeper
+        return super().array_view(ptr, shape, dtype, Keeper(owner))
 
     def ptx_options(self, targetoptions: Mapping[str, Any]) -> dict[str, Any]:
         """As numba-cuda's; its dispatchers keep ``opt_level`` (0 to 3), which ``compile_ptx``
         takes as ``opt`` (0: off; 1 to 3: on, as level 3)."""
-        out = super().ptx_options({k: v for k, v in targetoptions.items() if k != "opt"})
-        level = targetoptions.get("opt_level")
-        if level is not None:
-            out["opt"] = int(level) > 0
-        return out
-
-
-class _Keeper:
-    """Keeps an object alive as a host array's owner, with nothing else to read."""
-
-    __slots__ = ("obj",)
-
-    def __init__(self, obj: Any) -> None:
-        self.obj = obj
+        from ._host_extra import mlir_ptx_options
+        return mlir_ptx_options(targetoptions)
 
 
 # The hosts nbjit serves, in order of preference where the user imported neither.
@@ -352,8 +316,8 @@ def _named(name: str, hosts: Sequence[Host], where: str) -> Host:
     """The host called ``name``; an NbjitHostError naming ``where`` it was asked for and the names."""
     found = next((h for h in hosts if h.name == name), None)
     if found is None:
-        raise NbjitHostError(f"{where}: {name!r} is not a host nbjit serves; the names are "
-                             f"{', '.join(repr(h.name) for h in hosts)}")
+        from ._host_extra import not_a_host
+        raise not_a_host(name, hosts, where)
     return found
 
 
@@ -380,13 +344,8 @@ def current_host() -> Host:
                 h = choose(HOSTS, sys.modules, wanted)
                 both = [x.name for x in HOSTS if x.package in sys.modules]
                 if wanted is None and len(both) > 1:
-                    other = next(x.name for x in HOSTS if x is not h)
-                    warnings.warn(
-                        f"both {' and '.join(both)} are imported: nbjit serves {h.name} (it loads into its "
-                        f"context, and DeviceGlobal.as_array and Triton's scratch buffers are its arrays; either's "
-                        f"arrays and streams launch, and from_numba takes either's kernels). To serve {other}, "
-                        f"set {ENV}={other} or call nbjit.use_host({other!r}) before nbjit's first use",
-                        NbjitWarning, stacklevel=3)
+                    from ._host_extra import both_imported
+                    warnings.warn(both_imported(h, both, HOSTS, ENV), NbjitWarning, stacklevel=3)
                 _CHOSEN.append(h)
     return _CHOSEN[0]
 
@@ -401,16 +360,14 @@ def use_host(name: str) -> Host:
     ------
     NbjitHostError: not a host's name, or another host serves already.
     """
-    h = _named(name, HOSTS, "nbjit.use_host") if isinstance(name, str) else None
-    if h is None:
-        raise NbjitHostError(f"nbjit.use_host takes a host's name ({', '.join(repr(x.name) for x in HOSTS)}), "
-                             f"not {type(name).__name__}")
+    if not isinstance(name, str):
+        from ._host_extra import not_a_name
+        raise not_a_name(name, HOSTS)
+    h = _named(name, HOSTS, "nbjit.use_host")
     with _CHOOSING:
         if _CHOSEN and _CHOSEN[0] is not h:
-            raise NbjitHostError(
-                f"nbjit.use_host({name!r}): nbjit serves {_CHOSEN[0].name} in this process already (chosen at its "
-                f"first use, which loads into that host's context); call use_host before nbjit loads, compiles or "
-                f"launches anything, or set {ENV}={name} in the environment")
+            from ._host_extra import serving_already
+            raise serving_already(name, _CHOSEN[0], ENV)
         if not _CHOSEN:
             _CHOSEN.append(h)
     return h

@@ -1,8 +1,9 @@
 """What a ``Module`` does off a package's first kernel (``module.py`` hands over here, and
-this imports no ``module``): its pickled form and unpickling, a kernel found by its
-demangled name, the error naming a missing kernel, PTX newer than the driver assembled
-through the cache, a kernel the driver alone describes, a device variable as the host's
-array (``DeviceGlobal``, made with the first global asked for)."""
+this imports no ``module``): its pickled form and unpickling, the same bytes loaded again,
+kernels typed afresh, a kernel found by its demangled name, the error naming a missing
+kernel, PTX newer than the driver assembled through the cache, a kernel the driver alone
+describes, a device variable as the host's array (``DeviceGlobal``, made with the first
+global asked for), the module in another context, its ``repr``."""
 from __future__ import annotations
 
 import collections
@@ -10,6 +11,7 @@ import threading
 import zlib
 from typing import Any, Callable, Iterable
 
+from . import _driver
 from ._defs import Pattern, record
 from ._host import current_host
 from .arch import Arch
@@ -40,7 +42,10 @@ def wire(mod) -> tuple:
         blob = mod._wire_blob = (_sha256(data), len(data), zlib.compress(data, 6))
     img = mod.image
     arch = None if img.arch is None else str(img.arch)  # (plain data: the text)
-    return (_WIRE_VERSION, img.name, kind, arch, *blob, {**mod._facts.wire(), "keep_debug": mod.keep_debug})
+    f = mod._facts
+    with f.lock:
+        facts = {"lowered_names": dict(f.names), "declarations": dict(f.decls), "numba": dict(f.numba)}
+    return (_WIRE_VERSION, img.name, kind, arch, *blob, {**facts, "keep_debug": mod.keep_debug})
 
 
 def restore(wire: tuple, pending: Callable) -> Any:
@@ -72,6 +77,55 @@ def restore(wire: tuple, pending: Callable) -> Any:
                 _RESTORED.popitem(last=False)
     mod._learn(facts["lowered_names"], facts["declarations"], facts["numba"])  # a later pickle may know more
     return mod
+
+
+def loaded_again(mod, img: Image, keep_debug: bool) -> Any:
+    """``module._load_into`` of ``img`` where ``mod`` is loaded there from the same bytes
+    (another image object): ``mod``, with ``img``'s facts added; where ``img`` tells more
+    (``tells_more``), a module of ``img`` sharing ``mod``'s loaded copy."""
+    if tells_more(img, mod.image):
+        twin = type(mod)(img, keep_debug)
+        twin._attach(mod)  # (one handle, one state per kernel; its names and declarations join)
+        return twin
+    mod._learn(img.lowered_names, img.declarations)
+    return mod
+
+
+def tells_more(new: Image, old: Image) -> bool:
+    """Whether ``new``, an image of the same bytes as ``old``, carries what its compiler
+    reported that ``old`` lacks: ptxas's report (``-Xptxas=-v``: ``Image.resources``) or a
+    log. (A cubin NVRTC made with ``-Xptxas=-v`` is byte for byte the one ``nvrtc``/``nvcc``
+    made with it elsewhere: a file loaded earlier must not hide the compile's report.)"""
+    return bool(new.resources and new.resources != old.resources) or bool(new.log and not old.log)
+
+
+def forget(live, names: Iterable[str]) -> None:
+    """Kernels of a module's live part (``module._Live``) to type afresh on next use (new
+    facts about them)."""
+    with live.lock:
+        for k in names:
+            live.states.pop(k, None)
+            live.typed.pop(k, None)
+
+
+def on_current_device(mod, load: Callable) -> Any:
+    """``Module.on_current_device``: ``mod``'s image loaded in the current context by
+    ``load`` (``module.load``), with ``mod``'s facts; ``mod`` where that is its own."""
+    if _driver.current_context_key() == mod._loaded().ctx_key:
+        return mod
+    twin = load(mod.image, keep_debug=mod.keep_debug)
+    f = mod._facts
+    twin._learn(f.names, f.decls, f.numba)
+    return twin
+
+
+def module_repr(mod) -> str:
+    """``Module.__repr__``."""
+    live = mod._live
+    if live is None:
+        return f"<nbjit.Module {mod.name} ({mod.image.kind}): loads on first use>"
+    route = f", {live.route}" if live.route else ""
+    return f"<nbjit.Module {mod.name} ({live.kind}{route}) on device {live.device}: {len(live.kernels)} kernels>"
 
 
 _NO_SPACE = Pattern(r"\s+")
@@ -139,6 +193,17 @@ def from_driver(name: str, params: list[tuple[int, int]] | None) -> KernelInfo:
     ps = [Param(f"param_{i}", "unknown", size, 1, off) for i, (off, size) in enumerate(params) if off >= 0]
     end = max((p.offset + p.size for p in ps), default=0)
     return KernelInfo(name, KernelSignature(tuple(ps), end))
+
+
+def get_global(mod, name: str) -> "DeviceGlobal":
+    """``Module.get_global``: the variable ``name`` of ``mod`` (loaded first)."""
+    live = mod._loaded()
+    g = _driver.get_global(live.handle, mod._facts.names.get(name, name))
+    if g is None:
+        src = live.ptx or live.info
+        names = [v.name for v in getattr(src, "globals", ()) if getattr(v, "size", None)]
+        raise KernelNotFoundError(f"no global {name!r} in {mod.name}; it has: {', '.join(names) or '(none)'}")
+    return DeviceGlobal(name, g[0], g[1], mod)
 
 
 @record

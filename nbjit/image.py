@@ -66,9 +66,10 @@ IMAGE_KINDS = ("ptx", "cubin", "fatbin")
 
 _ELF = b"\x7fELF"
 _FATBIN = b"\x50\xed\x55\xba"
-_FATBIN_WRAPPER = b"\xb1\x43\x62\x46"  # __fatBinC_Wrapper_t magic 0x466243B1
-_LTOIR = b"\xed\x43\x4e\x7f"  # NVVM LTO-IR (nvcc/NVRTC -dlto)
-_BITCODE = (b"BC\xc0\xde", b"\xde\xc0\x17\x0b")  # LLVM bitcode, raw and wrapped
+# what the driver cannot load, by its first bytes (``_image_extra`` says what to do instead)
+_NOT_LOADABLE = ((b"\xb1\x43\x62\x46", "fatbin wrapper"),  # __fatBinC_Wrapper_t magic 0x466243B1
+                 (b"\xed\x43\x4e\x7f", "LTO-IR"),  # NVVM LTO-IR (nvcc/NVRTC -dlto)
+                 (b"BC\xc0\xde", "bitcode"), (b"\xde\xc0\x17\x0b", "bitcode"))  # LLVM bitcode, raw and wrapped
 _PTX_VERSION = Pattern(rb"^[ \t]*\.version[ \t]+\d+\.\d+", re.M)
 
 
@@ -171,36 +172,25 @@ def sniff(data: bytes, name: str = "<image>") -> str:
     (LTO-IR, LLVM bitcode or IR, CUDA C++ source, a host object) and what to do instead.
     """
     head = bytes(data[:64])
-    if not head:
-        raise ImageFormatError(f"{name}: empty image")
     if head.startswith(_ELF):
         if len(head) >= 20 and int.from_bytes(head[18:20], "little") == 190:
             return "cubin"
-        raise ImageFormatError(f"{name}: an ELF file for the host, not a cubin: nbjit does not read host objects "
-                               "or libraries; extract their device code with 'cuobjdump -xelf all' or '-xptx all'")
-    if head.startswith(_FATBIN):
+        what = "host ELF"
+    elif head.startswith(_FATBIN):
         return "fatbin"
-    if head.startswith(_FATBIN_WRAPPER):
-        raise ImageFormatError(f"{name}: a host-side fatbin wrapper (.nvFatBinSegment), not the fatbin itself")
-    if head.startswith(_LTOIR):
-        raise ImageFormatError(f"{name}: NVVM LTO-IR (from -dlto), which the driver cannot load: link it to a cubin "
-                               "(nbjit.compile(source, link=[it]) or nbjit.link_image), or compile without -dlto "
-                               "to get PTX or a cubin")
-    if head.startswith(_BITCODE):
-        raise ImageFormatError(f"{name}: LLVM bitcode (NVVM IR), which the driver cannot load: compile it to PTX "
-                               "with libNVVM or llc first")
-    sample = bytes(data[: 1 << 16])
-    if b"\0" in sample.rstrip(b"\0"):
-        raise ImageFormatError(f"{name}: binary data that is neither PTX, a cubin (ELF) nor a fatbin "
-                               f"(starts with {head[:8].hex(' ')})")
-    if _PTX_VERSION.search(sample):
-        return "ptx"
-    if re.search(rb"__global__|#include", sample):
-        raise ImageFormatError(f"{name}: CUDA C++ source, not compiled code: compile it first "
-                               "(nbjit.compile(), or 'nbjit compile FILE --arch sm_XX')")
-    if re.search(rb"^(?:target (?:triple|datalayout)|define |; ModuleID)", sample, re.M):
-        raise ImageFormatError(f"{name}: LLVM IR text, which the driver cannot load: compile it to PTX first")
-    raise ImageFormatError(f"{name}: not PTX (no '.version' directive), a cubin or a fatbin")
+    else:
+        what = "" if head else "empty"
+        for magic, kind in _NOT_LOADABLE:
+            if head.startswith(magic):
+                what = kind
+        if not what:
+            sample = bytes(data[: 1 << 16])
+            binary = b"\0" in sample.rstrip(b"\0")
+            if not binary and _PTX_VERSION.search(sample):
+                return "ptx"
+            what = "binary" if binary else "text"
+    from ._image_extra import not_an_image
+    raise not_an_image(what, data, name)
 
 
 def as_image(obj: ImageLike, name: str | None = None) -> Image:

@@ -83,7 +83,8 @@ def _flag(value, what: str, error: type) -> bool:
 def _load_into(img: Image, ctx, keep_debug: bool) -> "Module":
     """``img`` loaded into Numba context ``ctx``, or the module already loaded there from
     the same bytes; where ``img`` tells what the compiler reported and that module's image
-    does not (``_tells_more``), a module of ``img`` sharing that module's loaded copy."""
+    does not (``_module_extra.tells_more``), a module of ``img`` sharing that module's loaded
+    copy."""
     reg = _registry(ctx)
     key = (img.digest, keep_debug)
     with _LOAD_LOCK:
@@ -91,21 +92,12 @@ def _load_into(img: Image, ctx, keep_debug: bool) -> "Module":
         if mod is None:
             mod = Module._load(img, ctx, keep_debug)
             reg[key] = mod
-        elif mod.image is not img and _tells_more(img, mod.image):
-            twin = Module(img, keep_debug)
-            twin._attach(mod)  # (one handle, one state per kernel; its names and declarations join)
-            return twin
+        elif mod.image is not img:
+            from ._module_extra import loaded_again
+            return loaded_again(mod, img, keep_debug)
         else:
             mod._learn(img.lowered_names, img.declarations)
     return mod
-
-
-def _tells_more(new: Image, old: Image) -> bool:
-    """Whether ``new``, an image of the same bytes as ``old``, carries what its compiler
-    reported that ``old`` lacks: ptxas's report (``-Xptxas=-v``: ``Image.resources``) or a
-    log. (A cubin NVRTC made with ``-Xptxas=-v`` is byte for byte the one ``nvrtc``/``nvcc``
-    made with it elsewhere: a file loaded earlier must not hide the compile's report.)"""
-    return bool(new.resources and new.resources != old.resources) or bool(new.log and not old.log)
 
 
 class _Facts:
@@ -133,10 +125,6 @@ class _Facts:
                     self.numba[k] = v
                     changed.add(k)
         return changed
-
-    def wire(self) -> dict:
-        with self.lock:
-            return {"lowered_names": dict(self.names), "declarations": dict(self.decls), "numba": dict(self.numba)}
 
 
 class _Live:
@@ -169,13 +157,6 @@ class _Live:
         self.finalizer = weakref.finalize(self, _driver.unload_module, loaded.handle)
         self.finalizer.atexit = False  # at interpreter exit the driver may already be gone
 
-    def forget(self, names: Iterable[str]) -> None:
-        """Kernels to type afresh on next use (new facts about them)."""
-        with self.lock:
-            for k in names:
-                self.states.pop(k, None)
-                self.typed.pop(k, None)
-
     def layouts(self, name: str) -> list[tuple[str, KernelInfo]]:
         """The parameter layouts the inspected images give for kernel ``name``: the PTX first
         (it has types), then the cubin actually loaded (resources, pointer attributes)."""
@@ -188,10 +169,6 @@ class _Live:
             if e is not None:  # (what is not the PTX is the cubin loaded: its inspection or a bundle's facts of it)
                 out.append(("ptx" if src is self.ptx else "cubin", e))
         return out
-
-    def global_names(self) -> list[str]:
-        src = self.ptx or self.info
-        return [g.name for g in getattr(src, "globals", ()) if getattr(g, "size", None)]
 
 
 class Module:
@@ -264,8 +241,9 @@ class Module:
         changed = self._facts.learn(names, decls, numba)
         if changed:
             self._offline.clear()
-            if self._live is not None:
-                self._live.forget(changed)
+            if self._live is not None:  # (those kernels typed afresh on next use)
+                from ._module_extra import forget
+                forget(self._live, changed)
 
     def _learn_numba(self, types: Mapping[str, tuple]) -> None:
         """Numba argument types for kernels (``from_numba``): they type them afresh."""
@@ -468,24 +446,15 @@ class Module:
     # ------------------------------------------------------------ globals
     def get_global(self, name: str) -> DeviceGlobal:
         """A ``__device__`` / ``__constant__`` variable: address and size, and ``as_array``."""
-        live = self._loaded()
-        g = _driver.get_global(live.handle, self._facts.names.get(name, name))
-        if g is None:
-            names = live.global_names()
-            raise KernelNotFoundError(f"no global {name!r} in {self.name}; it has: {', '.join(names) or '(none)'}")
-        from ._module_extra import DeviceGlobal
-        return DeviceGlobal(name, g[0], g[1], self)
+        from ._module_extra import get_global
+        return get_global(self, name)
 
     # ------------------------------------------------------------ other devices, lifetime
     def on_current_device(self) -> "Module":
         """This image loaded in the current context (the same module if that is its own),
         with this module's facts."""
-        if _driver.current_context_key() == self._loaded().ctx_key:
-            return self
-        twin = load(self.image, keep_debug=self.keep_debug)
-        f = self._facts
-        twin._learn(f.names, f.decls, f.numba)
-        return twin
+        from ._module_extra import on_current_device
+        return on_current_device(self, load)
 
     def close(self) -> None:
         """Unload now (kernels of this module must not be launched afterwards); a module
@@ -494,11 +463,8 @@ class Module:
             self._live.finalizer()
 
     def __repr__(self) -> str:
-        live = self._live
-        if live is None:
-            return f"<nbjit.Module {self.name} ({self.image.kind}): loads on first use>"
-        route = f", {live.route}" if live.route else ""
-        return f"<nbjit.Module {self.name} ({live.kind}{route}) on device {live.device}: {len(live.kernels)} kernels>"
+        from ._module_extra import module_repr
+        return module_repr(self)
 
 
 _ATTACH_LOCK = threading.Lock()

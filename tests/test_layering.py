@@ -87,7 +87,8 @@ def test_the_driver_is_the_ground_floor():
     assert GRAPH["_native"] == set(), GRAPH["_native"]
     assert GRAPH["_defs"] == set(), GRAPH["_defs"]
     assert GRAPH["_driver_extra"] <= {"_driver", "errors", "_defs"}, GRAPH["_driver_extra"]
-    assert GRAPH["_host"] <= {"_driver", "_driver_extra", "errors", "arch"}, GRAPH["_host"]
+    assert GRAPH["_host"] <= {"_driver", "_driver_extra", "_host_extra", "errors", "arch"}, GRAPH["_host"]
+    assert GRAPH["_host_extra"] <= {"errors"}, GRAPH["_host_extra"]
 
 
 _NUMBA = re.compile(r"(numba|numba_cuda_mlir)(\.\w+)*")

@@ -6,7 +6,7 @@ import types
 
 import pytest
 
-from nbjit import NbjitLaunchError, _driver, _driver_extra, inspect_ptx
+from nbjit import NbjitLaunchError, _driver, _driver_extra, _kernel_extra, inspect_ptx
 from nbjit import kernel as K
 
 from conftest import DATA  # noqa: E402
@@ -121,7 +121,7 @@ def test_an_invalid_launch_shape_is_named(monkeypatch, grid, block, most, said):
     kernel's own thread limit asked of the driver only then)."""
     monkeypatch.setattr(_driver, "function_attributes", lambda f: {"max_threads_per_block": most})
     monkeypatch.setattr(_driver, "error_text", lambda err: f"E{int(err)}")
-    cfg = object.__new__(K._PyLauncher)
+    cfg = object.__new__(K._Launcher)
     cfg.grid, cfg.block, cfg.shared, cfg._s = grid, block, 0, types.SimpleNamespace(name="k", label="k", func=None)
     e = cfg.error(1)
     head = f"launch of kernel 'k' failed (grid {grid}, block {block}, 0 bytes dynamic shared memory)"
@@ -220,7 +220,7 @@ def test_a_refused_launch_goes_again_once_where_a_context_was_made_current(fake_
     configured launcher and a bound launch alike."""
     k, calls, results = fake_launch.kernel, fake_launch.calls, fake_launch.results
     adopted = []
-    monkeypatch.setattr(K, "_adopt_context", lambda s: adopted.append(s) or True)
+    monkeypatch.setattr(_kernel_extra, "adopt_context", lambda s: adopted.append(s) or True)
     for launch in (lambda: k[4, 256](0x10, 0x20, 1.0, 5), k.bind(4, 256, 0x10, 0x20, 1.0, 5)):
         calls.clear()
         results[:] = [201, 0]

@@ -49,7 +49,7 @@ def kernel_attributes(kernel) -> KernelAttributes:
     s = kernel._loaded()
     attrs = s.attrs
     if attrs is None:  # (the driver's, read once per loaded function: modules of the same bytes share it)
-        attrs = s.attrs = KernelAttributes(**_driver.function_attributes(s.func), frame=s.info.frame,
+        attrs = s.attrs = KernelAttributes(**_driver_extra.function_attributes(s.func), frame=s.info.frame,
                                            spills=s.info.spills)
     mod = kernel.module  # what ptxas said while compiling it, where nbjit compiled this module's image
     told = mod.image.resources.get(s.name) if mod is not None else None
@@ -179,7 +179,7 @@ def _shape_problem(launcher, err) -> str:
     (gx, gy, gz), (bx, by, bz) = launcher.grid, launcher.block
     threads = bx * by * bz
     try:
-        most = _driver.function_attributes(launcher._s.func)["max_threads_per_block"]
+        most = _driver_extra.function_attributes(launcher._s.func)["max_threads_per_block"]
     except Exception:  # no answer: the other limits may still tell
         most = 1024
     if threads > most:

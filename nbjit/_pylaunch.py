@@ -11,7 +11,7 @@ import ctypes
 import functools
 from typing import TYPE_CHECKING
 
-from . import _driver
+from . import _driver, _driver_extra
 from .args import device_pointer
 from .errors import NbjitArgumentError
 
@@ -102,8 +102,8 @@ def launcher_types(base: type) -> tuple[type, type]:
 
         def launch_at(self, address: int) -> int:
             c = self.config
-            return _driver.launch_ex(self._s.func, c.grid, c.block, c.shared, self.stream, address,
-                                     cooperative=c.cooperative, cluster=c.cluster, pdl=c.pdl)
+            return _driver_extra.launch_ex(self._s.func, c.grid, c.block, c.shared, self.stream, address,
+                                           cooperative=c.cooperative, cluster=c.cluster, pdl=c.pdl)
 
     return _PyLauncher, _ExtendedLauncher
 
@@ -167,12 +167,12 @@ def _check_devices(launcher, args: tuple) -> None:
         if a is None or isinstance(a, int):
             continue
         try:
-            ctx = _driver.pointer_context(device_pointer(a))
+            ctx = _driver_extra.pointer_context(device_pointer(a))
         except NbjitArgumentError:
             continue  # the packer reports it with the parameter's name
         if ctx is None or ctx == s.ctx_key:
             continue
-        dev = _driver.context_device(ctx)
+        dev = _driver_extra.context_device(ctx)
         if dev is not None and dev != s.device:
             raise NbjitArgumentError(f"kernel {s.label!r}, parameter {i}: the array lives on device {dev}, the "
                                      f"kernel on device {s.device}")

@@ -399,7 +399,7 @@ class Kernel(_EXTENSION.KernelBase if _EXTENSION is not None else _PyIndexing): 
         s = self._loaded()
         if nbytes <= s.optin:
             return nbytes
-        from ._driver_extra import device_info
+        from ._driver_extra import device_info, set_max_dynamic_shared
         dev = device_info(s.device)
         static = self.attributes.shared
         if static + nbytes > dev.max_shared_optin:
@@ -409,7 +409,7 @@ class Kernel(_EXTENSION.KernelBase if _EXTENSION is not None else _PyIndexing): 
         if static + nbytes > dev.max_shared_default:
             with s.lock:
                 if nbytes > s.optin:
-                    _driver.set_max_dynamic_shared(s.func, nbytes)
+                    set_max_dynamic_shared(s.func, nbytes)
                     s.optin = nbytes
         return nbytes
 
@@ -536,8 +536,11 @@ if _EXTENSION is not None:  # (else the Python launcher serves)
             self._setup(kernel, cfg, tail, count_error)
             s = self._s
             layout = s.layout[:self.nargs] + tuple((off, "Z") for off, *_ in s.layout[self.nargs:])
-            self._attrs = _driver.launch_attributes(cooperative=cfg.cooperative, cluster=cfg.cluster,
-                                                    pdl=cfg.pdl) if cfg.extended else b""
+            if cfg.extended:
+                from ._driver_extra import launch_attributes
+                self._attrs = launch_attributes(cooperative=cfg.cooperative, cluster=cfg.cluster, pdl=cfg.pdl)
+            else:
+                self._attrs = b""
             c = self._cfg
             super().__init__(LauncherSpec(c[0], c[1:4], c[4:7], c[7], c[8], layout, s.sig.size, _EXTRACTORS,
                                           _numbers(), self._pack if tail else s.packer.pack, self._raise,

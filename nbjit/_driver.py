@@ -1,8 +1,9 @@
 """The one place that talks to the CUDA driver on the way to a launch (through
 cuda.bindings, the bindings numba-cuda itself uses): the ground floor, importing no stage of
 nbjit above it. Numba's context objects are the host's (``_host``); everything else in nbjit
-is data. The driver's calls off that way (devices' attributes, occupancy, tensor maps, stream
-capture and graphs) are ``_driver_extra``'s, which stands on this.
+is data. The driver's calls off that way (devices' and functions' attributes, occupancy, tensor
+maps, stream capture and graphs, launches with attributes through cuda.bindings, the contexts
+of pointers) are ``_driver_extra``'s, which stands on this.
 
 Version differences are absorbed here, once: which optional entry points the bindings
 have (cuFuncGetParamInfo, cuLaunchKernelEx) is probed on first use. Process state (whether
@@ -13,7 +14,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
-import struct
 from typing import Any
 
 from . import _native
@@ -209,28 +209,6 @@ def driver_version() -> int:
     return int(check(_cu().cuDriverGetVersion(), "cuDriverGetVersion"))
 
 
-def pointer_context(ptr: int) -> int | None:
-    """The handle of the context a device address was allocated in (None if unknown).
-    (CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL read 0 for memory of device 1 through
-    cuda.bindings 13.3 on a 2-GPU H200 machine; the context is reliable.)"""
-    cu = _cu()
-    res = cu.cuPointerGetAttribute(cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_CONTEXT, ptr)
-    return int(res[1]) if res[0] == 0 else None
-
-
-def context_device(ctx_handle: int) -> int | None:
-    """The device ordinal of a context."""
-    cu = _cu()
-    ctx = cu.CUcontext(ctx_handle)
-    if cu.cuCtxPushCurrent(ctx)[0] != 0:
-        return None
-    try:
-        res = cu.cuCtxGetDevice()
-        return int(res[1]) if res[0] == 0 else None
-    finally:
-        cu.cuCtxPopCurrent()
-
-
 # ------------------------------------------------------------------ modules
 
 
@@ -306,28 +284,6 @@ def _not_found(err, what: str) -> None:
     return None
 
 
-def function_attributes(func) -> dict:
-    cu = _cu()
-    A = cu.CUfunction_attribute
-    names = {
-        "registers": A.CU_FUNC_ATTRIBUTE_NUM_REGS,
-        "shared": A.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
-        "const": A.CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES,
-        "local": A.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES,
-        "max_threads_per_block": A.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
-        "ptx_version": A.CU_FUNC_ATTRIBUTE_PTX_VERSION,
-        "binary_version": A.CU_FUNC_ATTRIBUTE_BINARY_VERSION,
-        "max_dynamic_shared": A.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-    }
-    return {k: int(check(cu.cuFuncGetAttribute(a, func), "cuFuncGetAttribute")) for k, a in names.items()}
-
-
-def set_max_dynamic_shared(func, nbytes: int) -> None:
-    cu = _cu()
-    check(cu.cuFuncSetAttribute(func, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                nbytes), "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", NbjitLaunchError)
-
-
 def param_info(func) -> list[tuple[int, int]] | None:
     """(offset, size) of every parameter from cuFuncGetParamInfo (CUDA >= 12.4), or None
     where the driver or bindings lack it."""
@@ -397,51 +353,3 @@ def _same(x):
 def stream_object(handle: int):
     """A CUstream for an integer handle (what cuLaunchKernel takes fastest)."""
     return _cu().CUstream(handle)
-
-
-_ATTR = struct.Struct("<I4x64s")  # CUlaunchAttribute: the id, padding, a 64-byte value
-
-
-def launch_attributes(*, cooperative: bool, cluster, pdl: bool) -> bytes:
-    """A launch's attributes as the driver's ``CUlaunchAttribute`` array (72 bytes each),
-    for nbjit's C launcher: cooperative, a cluster shape, programmatic stream serialization."""
-    ids = _cu().CUlaunchAttributeID
-    out = []
-    if cooperative:
-        out.append(_ATTR.pack(int(ids.CU_LAUNCH_ATTRIBUTE_COOPERATIVE), struct.pack("<i", 1)))
-    if cluster is not None:
-        out.append(_ATTR.pack(int(ids.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION), struct.pack("<3I", *cluster)))
-    if pdl:
-        out.append(_ATTR.pack(int(ids.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION), struct.pack("<i", 1)))
-    return b"".join(out)
-
-
-def launch_ex(func, grid, block, shared: int, stream, params: int, *, cooperative: bool, cluster,
-              pdl: bool = False) -> int:
-    """cuLaunchKernelEx with cooperative / cluster / programmatic stream serialization
-    attributes; returns the CUresult."""
-    cu = _cu()
-    cfg = cu.CUlaunchConfig()
-    cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
-    cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block
-    cfg.sharedMemBytes = shared
-    cfg.hStream = stream
-    attrs = []
-    if cooperative:
-        a = cu.CUlaunchAttribute()
-        a.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
-        a.value.cooperative = 1
-        attrs.append(a)
-    if cluster is not None:
-        a = cu.CUlaunchAttribute()
-        a.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-        a.value.clusterDim.x, a.value.clusterDim.y, a.value.clusterDim.z = cluster
-        attrs.append(a)
-    if pdl:
-        a = cu.CUlaunchAttribute()
-        a.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-        a.value.programmaticStreamSerializationAllowed = 1
-        attrs.append(a)
-    cfg.attrs = attrs
-    cfg.numAttrs = len(attrs)
-    return cu.cuLaunchKernelEx(cfg, func, params, 0)[0]

@@ -1,9 +1,13 @@
 """The driver's calls off the way to a launch (``_driver`` has those, and this stands on it):
-a device's attributes (``device_info``), occupancy, tensor maps, stream capture and graphs.
+a device's attributes (``device_info``), a function's, occupancy, tensor maps, stream capture
+and graphs; and those of the launches a bundle's first kernel does not make: with attributes
+(the C launcher's attribute bytes, cuLaunchKernelEx through cuda.bindings) and with several
+GPUs (the contexts of pointers).
 With ``_driver`` the only code that calls the driver (``tests/test_layering.py``)."""
 from __future__ import annotations
 
 import functools
+import struct
 
 from ._defs import record
 from ._driver import _cu, check, error_text
@@ -50,6 +54,101 @@ def potential_block_size(func, dynamic_shared: int, limit: int = 0) -> tuple[int
     res = check(_cu().cuOccupancyMaxPotentialBlockSize(func, None, dynamic_shared, limit),
                 "cuOccupancyMaxPotentialBlockSize")
     return int(res[0]), int(res[1])
+
+
+# ------------------------------------------------------------------ functions, pointers, launches
+
+
+def function_attributes(func) -> dict:
+    cu = _cu()
+    A = cu.CUfunction_attribute
+    names = {
+        "registers": A.CU_FUNC_ATTRIBUTE_NUM_REGS,
+        "shared": A.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
+        "const": A.CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES,
+        "local": A.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES,
+        "max_threads_per_block": A.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+        "ptx_version": A.CU_FUNC_ATTRIBUTE_PTX_VERSION,
+        "binary_version": A.CU_FUNC_ATTRIBUTE_BINARY_VERSION,
+        "max_dynamic_shared": A.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+    }
+    return {k: int(check(cu.cuFuncGetAttribute(a, func), "cuFuncGetAttribute")) for k, a in names.items()}
+
+
+def set_max_dynamic_shared(func, nbytes: int) -> None:
+    cu = _cu()
+    check(cu.cuFuncSetAttribute(func, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                nbytes), "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", NbjitLaunchError)
+
+
+def pointer_context(ptr: int) -> int | None:
+    """The handle of the context a device address was allocated in (None if unknown).
+    (CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL read 0 for memory of device 1 through
+    cuda.bindings 13.3 on a 2-GPU H200 machine; the context is reliable.)"""
+    cu = _cu()
+    res = cu.cuPointerGetAttribute(cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_CONTEXT, ptr)
+    return int(res[1]) if res[0] == 0 else None
+
+
+def context_device(ctx_handle: int) -> int | None:
+    """The device ordinal of a context."""
+    cu = _cu()
+    ctx = cu.CUcontext(ctx_handle)
+    if cu.cuCtxPushCurrent(ctx)[0] != 0:
+        return None
+    try:
+        res = cu.cuCtxGetDevice()
+        return int(res[1]) if res[0] == 0 else None
+    finally:
+        cu.cuCtxPopCurrent()
+
+
+_ATTR = struct.Struct("<I4x64s")  # CUlaunchAttribute: the id, padding, a 64-byte value
+
+
+def launch_attributes(*, cooperative: bool, cluster, pdl: bool) -> bytes:
+    """A launch's attributes as the driver's ``CUlaunchAttribute`` array (72 bytes each),
+    for nbjit's C launcher: cooperative, a cluster shape, programmatic stream serialization."""
+    ids = _cu().CUlaunchAttributeID
+    out = []
+    if cooperative:
+        out.append(_ATTR.pack(int(ids.CU_LAUNCH_ATTRIBUTE_COOPERATIVE), struct.pack("<i", 1)))
+    if cluster is not None:
+        out.append(_ATTR.pack(int(ids.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION), struct.pack("<3I", *cluster)))
+    if pdl:
+        out.append(_ATTR.pack(int(ids.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION), struct.pack("<i", 1)))
+    return b"".join(out)
+
+
+def launch_ex(func, grid, block, shared: int, stream, params: int, *, cooperative: bool, cluster,
+              pdl: bool = False) -> int:
+    """cuLaunchKernelEx with cooperative / cluster / programmatic stream serialization
+    attributes; returns the CUresult."""
+    cu = _cu()
+    cfg = cu.CUlaunchConfig()
+    cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
+    cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block
+    cfg.sharedMemBytes = shared
+    cfg.hStream = stream
+    attrs = []
+    if cooperative:
+        a = cu.CUlaunchAttribute()
+        a.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
+        a.value.cooperative = 1
+        attrs.append(a)
+    if cluster is not None:
+        a = cu.CUlaunchAttribute()
+        a.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        a.value.clusterDim.x, a.value.clusterDim.y, a.value.clusterDim.z = cluster
+        attrs.append(a)
+    if pdl:
+        a = cu.CUlaunchAttribute()
+        a.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        a.value.programmaticStreamSerializationAllowed = 1
+        attrs.append(a)
+    cfg.attrs = attrs
+    cfg.numAttrs = len(attrs)
+    return cu.cuLaunchKernelEx(cfg, func, params, 0)[0]
 
 
 # ------------------------------------------------------------------ tensor maps

@@ -2,11 +2,12 @@
 
 The launch hot path: one cached dictionary look-up for the launch configuration, the
 argument converters that are needed (pointers), one ``struct.pack_into`` into this
-thread's parameter buffer, and ``cuLaunchKernel``.
+thread's parameter buffer, and ``cuLaunchKernel``. The Python launchers (no C extension, or
+several GPUs) and ``BoundLaunch`` are ``_pylaunch``'s; what a kernel does off a package's first
+launch is ``_kernel_extra``'s (each imported where it is first used).
 """
 from __future__ import annotations
 
-import ctypes
 import functools
 import threading
 from dataclasses import replace
@@ -16,24 +17,26 @@ import numpy as np
 
 from . import _driver, _native
 from ._driver import stream_handle
-from ._host import current_host
 from ._defs import record
-from .args import _EXTRACTORS, ArgPacker, device_pointer
-from .errors import NbjitArgumentError, NbjitLaunchError
+from .args import _EXTRACTORS, ArgPacker
+from .errors import NbjitLaunchError
 from .signature import KernelInfo, KernelSignature, Param
 
 if TYPE_CHECKING:
-    from ._kernel_extra import KernelAttributes
+    from ._kernel_extra import KernelAttributes, tensor_map
+    from ._pylaunch import BoundLaunch
     from .arch import Arch
-    from .tma import TensorMap
 
 __all__ = ["Kernel", "KernelAttributes", "LaunchConfig", "BoundLaunch", "tensor_map"]
 
 
 def __getattr__(name: str):
-    if name == "KernelAttributes":  # (made with the first kernel's attributes: _kernel_extra)
-        from ._kernel_extra import KernelAttributes
-        return KernelAttributes
+    if name in ("KernelAttributes", "tensor_map"):  # (made on first use: _kernel_extra)
+        from . import _kernel_extra
+        return getattr(_kernel_extra, name)
+    if name == "BoundLaunch":  # (made with the first bound launch: _pylaunch)
+        from ._pylaunch import BoundLaunch
+        return BoundLaunch
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -41,26 +44,6 @@ _MAX_CONFIGS = 256
 # Several GPUs visible? Decided when the first kernel is made; with one GPU the launch
 # path skips every device check.
 _MULTI: list = [None]
-
-
-class _Buffer:
-    """A parameter buffer and the void*[] array pointing into it, at fixed addresses."""
-
-    __slots__ = ("data", "view", "ptrs", "address")
-
-    def __init__(self, info: KernelInfo):
-        self.data = bytearray(max(1, info.param_size))  # struct.pack_into is fastest into a bytearray
-        self.view = (ctypes.c_char * len(self.data)).from_buffer(self.data)  # pins it in place
-        base = ctypes.addressof(self.view)
-        offsets = _param_offsets(info)
-        n = len(offsets)
-        self.ptrs = (ctypes.c_void_p * max(1, n))(*[base + off for off in offsets])
-        self.address = ctypes.addressof(self.ptrs) if n else 0
-
-
-def _param_offsets(info: KernelInfo) -> tuple[int, ...]:
-    """Where each of the kernel's own parameters starts (what cuLaunchKernel is handed)."""
-    return info.launch_offsets if info.launch_offsets is not None else tuple(p.offset for p in info.params)
 
 
 class Launchers(dict):
@@ -131,13 +114,6 @@ class _State:
         self.lock = threading.Lock()
         if _MULTI[0] is None:
             _MULTI[0] = _driver.multi_gpu()
-
-    def buffer(self) -> _Buffer:
-        try:
-            return self.tls.buf
-        except AttributeError:
-            self.tls.buf = _Buffer(self.info)
-            return self.tls.buf
 
 
 @record
@@ -314,24 +290,14 @@ class Kernel(_EXTENSION.KernelBase if _EXTENSION is not None else _PyIndexing): 
 
     @pdl.setter
     def pdl(self, value: bool) -> None:
-        if not isinstance(value, bool):
-            raise NbjitLaunchError(f"kernel {self._loaded().label!r}: pdl must be True or False, got {value!r}")
-        self._set_pdl(value, chosen=True)
+        from ._kernel_extra import set_pdl
+        set_pdl(self._loaded(), value, chosen=True)
 
     def default_pdl(self, value: bool) -> None:
         """Set ``pdl`` as a producer's default (Triton's ``launch_pdl``): a value the user set
         stays. Launchers configured before follow the new default."""
-        self._set_pdl(bool(value), chosen=False)
-
-    def _set_pdl(self, value: bool, chosen: bool) -> None:
-        s = self._loaded()
-        with s.lock:
-            if chosen:
-                s.pdl_chosen = True
-            elif s.pdl_chosen or s.pdl == value:
-                return
-            s.pdl = value
-            s.launchers.clear()  # launchers configured before (Triton's included) follow the new default
+        from ._kernel_extra import set_pdl
+        set_pdl(self._loaded(), bool(value), chosen=False)
 
     def _pdl(self, requested: bool | None) -> bool:
         """Whether a launch is a programmatic dependent one: ``requested`` (the caller's
@@ -353,17 +319,8 @@ class Kernel(_EXTENSION.KernelBase if _EXTENSION is not None else _PyIndexing): 
     @property
     def attributes(self) -> KernelAttributes:
         """What the driver says about the loaded function (read once)."""
-        s = self._loaded()
-        attrs = s.attrs
-        if attrs is None:  # (the driver's, read once per loaded function: modules of the same bytes share it)
-            from ._kernel_extra import KernelAttributes
-            attrs = s.attrs = KernelAttributes(**_driver.function_attributes(s.func), frame=s.info.frame,
-                                               spills=s.info.spills)
-        mod = self.module  # what ptxas said while compiling it, where nbjit compiled this module's image
-        told = mod.image.resources.get(s.name) if mod is not None else None
-        if told:
-            return replace(attrs, spill_stores=told.get("spill_stores"), spill_loads=told.get("spill_loads"))
-        return attrs
+        from ._kernel_extra import kernel_attributes
+        return kernel_attributes(self)
 
     def sass(self, arch: "Arch | str | None" = None) -> str:
         """The kernel's SASS as ``nvdisasm`` prints it (``pip install 'nbjit-core[sass]'``): of the
@@ -376,16 +333,13 @@ class Kernel(_EXTENSION.KernelBase if _EXTENSION is not None else _PyIndexing): 
         """How many blocks of this size can be resident on one SM at once."""
         s = self._loaded()
         threads = LaunchConfig.make(1, block, kernel=s.label).threads
-        _adopt_context(s)  # (the occupancy queries need a current context)
-        from ._driver_extra import max_active_blocks
-        return max_active_blocks(s.func, threads, dynamic_shared)
+        from ._kernel_extra import blocks_per_sm
+        return blocks_per_sm(s, threads, dynamic_shared)
 
     def suggested_block_size(self, dynamic_shared: int = 0) -> tuple[int, int]:
         """(minimum grid size for full occupancy, block size) from the occupancy calculator."""
-        s = self._loaded()
-        _adopt_context(s)
-        from ._driver_extra import potential_block_size
-        return potential_block_size(s.func, dynamic_shared)
+        from ._kernel_extra import block_size
+        return block_size(self._loaded(), dynamic_shared)
 
     def __repr__(self) -> str:
         s = self._s
@@ -423,10 +377,7 @@ class Kernel(_EXTENSION.KernelBase if _EXTENSION is not None else _PyIndexing): 
             if config.blocks > most:
                 raise NbjitLaunchError(f"kernel {s.label!r}: a cooperative launch of {config.blocks} blocks exceeds "
                                        f"the {most} that can be resident at once ({per_sm} per SM)")
-        kind = _launcher_type()
-        if config.extended and not (kind is _CLauncher and _driver.backend().extended):
-            kind = _ExtendedLauncher
-        return kind(self, config, tail, count_error)
+        return _launcher_type(config)(self, config, tail, count_error)
 
     def launcher_group(self) -> Launchers:
         """A cache for launchers of this kernel configured elsewhere (a Triton grid's, by
@@ -448,7 +399,7 @@ class Kernel(_EXTENSION.KernelBase if _EXTENSION is not None else _PyIndexing): 
         s = self._loaded()
         if nbytes <= s.optin:
             return nbytes
-        from ._driver_extra import device_info
+        from ._driver_extra import device_info, set_max_dynamic_shared
         dev = device_info(s.device)
         static = self.attributes.shared
         if static + nbytes > dev.max_shared_optin:
@@ -458,7 +409,7 @@ class Kernel(_EXTENSION.KernelBase if _EXTENSION is not None else _PyIndexing): 
         if static + nbytes > dev.max_shared_default:
             with s.lock:
                 if nbytes > s.optin:
-                    _driver.set_max_dynamic_shared(s.func, nbytes)
+                    set_max_dynamic_shared(s.func, nbytes)
                     s.optin = nbytes
         return nbytes
 
@@ -489,33 +440,8 @@ class Kernel(_EXTENSION.KernelBase if _EXTENSION is not None else _PyIndexing): 
              shared_mem: int = 0) -> "BoundLaunch":
         """Pack ``args`` once; the returned object relaunches with them at the lowest cost."""
         label = self._loaded().label
+        from ._pylaunch import BoundLaunch
         return BoundLaunch(self.configure(LaunchConfig.make(grid, block, stream, shared_mem, kernel=label)), args)
-
-
-def tensor_map(array: Any, box: Any, *, element_strides: Any = None, interleave: str | None = None,
-               swizzle: str | None = None, l2_promotion: str | None = None,
-               oob_fill: str | None = None) -> TensorMap:
-    """A tiled TMA tensor map over a device array (a Numba device array, or anything with
-    ``__cuda_array_interface__``: CuPy, PyTorch), for a kernel's ``const __grid_constant__
-    CUtensorMap`` parameter.
-
-    Parameters
-    ----------
-    box: the tile, one size per axis in the array's order (e.g. ``(64, 32)``: 64 rows of 32).
-    element_strides: the step along each axis inside the box (1 to 8; default 1).
-    interleave: ``None``/``"none"``, ``"16B"`` or ``"32B"``.
-    swizzle: ``None``/``"none"``, ``"32B"``, ``"64B"`` or ``"128B"`` (shared-memory bank swizzling).
-    l2_promotion: ``None``/``"none"``, ``"64B"``, ``"128B"`` or ``"256B"``.
-    oob_fill: ``None``/``"zero"`` (elements outside the array read as 0) or ``"nan"`` (floats).
-
-    Raises
-    ------
-    NbjitArgumentError: the array or tile breaks a rule of the driver's (alignment, strides,
-    box sizes, swizzle span, ...): the message says which, and for which axis.
-    """
-    from ._kernel_extra import tensor_map
-    return tensor_map(array, box, element_strides=element_strides, interleave=interleave, swizzle=swizzle,
-                      l2_promotion=l2_promotion, oob_fill=oob_fill)
 
 
 _LAUNCH = object()  # marks kernel.launch(...)'s configurations among kernel[...]'s
@@ -538,6 +464,7 @@ class _Launcher:
         self.tail = tail
         self.nargs = s.n - tail
         self.count_error = count_error or s.packer.count_error
+        self.multi = _MULTI[0]  # (several GPUs: a Python launcher checks devices on each launch)
         self.grid, self.block, self.shared = cfg.grid, cfg.block, cfg.shared
         self._stream_obj = cfg.stream
         self.stream = stream_handle(cfg.stream)
@@ -557,7 +484,7 @@ class _Launcher:
 
     def _failed(self, err, address: int) -> None:
         """A launch of the parameters at ``address`` returned ``err``: launched again, once,
-        where that may now succeed (see ``_recover``), else the error raised. (The C
+        where that may now succeed (see ``_raise``), else the error raised. (The C
         launcher runs the same rule with ``_raise``.)"""
         if self._raise(err):
             err = self.launch_at(address)
@@ -565,74 +492,17 @@ class _Launcher:
                 raise self.error(err)
 
     def _raise(self, err) -> bool:
-        """True where a launch that failed with ``err`` may go again (see ``_recover``), else
-        the error raised."""
-        if self._recover(err):
+        """True where a launch that failed with ``err`` may go again (for want of a context in
+        this thread: ``_kernel_extra.may_relaunch``), else the error raised."""
+        from ._kernel_extra import may_relaunch
+        if may_relaunch(self._s, err):
             return True
         raise self.error(err)
-
-    def _recover(self, err) -> bool:
-        """Whether a launch that failed for want of a context in this thread (one that made
-        no CUDA call before) can go again: the kernel's context made current, as Numba's
-        first call in a thread makes one current."""
-        return int(err) == _INVALID_CONTEXT and _adopt_context(self._s)
 
     def error(self, err) -> NbjitLaunchError:
         """The error a launch that failed with ``err`` raises (``_kernel_extra.launch_error``)."""
         from ._kernel_extra import launch_error
         return launch_error(self, err)
-
-
-class _PyLauncher(_Launcher):
-    """The launch path in Python (no C extension, or several GPUs to check)."""
-
-    fallbacks = 0
-
-    def __init__(self, kernel: Kernel, cfg: LaunchConfig, tail: int = 0, count_error=None):
-        self._setup(kernel, cfg, tail, count_error)
-
-    def __call__(self, *args) -> None:
-        if _MULTI[0]:
-            other = _on_current_device(self)
-            if other is not None:  # a plain launcher of the twin kernel: pass the tail too
-                if len(args) != self.nargs:
-                    raise self.count_error(len(args))
-                return other(*args, *(0,) * self.tail)
-        address = self._packed(args).address
-        err = self._launch(*self._cfg, address)
-        if err:
-            self._failed(err, address)
-
-    def _packed(self, args: tuple) -> _Buffer:
-        """This thread's parameter buffer with ``args`` packed (count and devices checked)."""
-        s = self._s
-        if len(args) != self.nargs:
-            raise self.count_error(len(args))
-        if self.tail:
-            args = args + (0,) * self.tail
-        if _MULTI[0]:
-            _check_devices(self, args)
-        buf = s.buffer()
-        s.packer.pack_into(buf.data, args)
-        return buf
-
-
-class _ExtendedLauncher(_PyLauncher):
-    """Launches that carry attributes (cooperative, a cluster shape set at launch,
-    programmatic dependent) go through cuLaunchKernelEx with the same packing rules."""
-
-    path = "python (cuLaunchKernelEx)"
-
-    def __call__(self, *args) -> None:
-        address = self._packed(args).address
-        err = self.launch_at(address)
-        if err:
-            self._failed(err, address)
-
-    def launch_at(self, address: int) -> int:
-        c = self.config
-        return _driver.launch_ex(self._s.func, c.grid, c.block, c.shared, self.stream, address,
-                                 cooperative=c.cooperative, cluster=c.cluster, pdl=c.pdl)
 
 
 @record
@@ -666,8 +536,11 @@ if _EXTENSION is not None:  # (else the Python launcher serves)
             self._setup(kernel, cfg, tail, count_error)
             s = self._s
             layout = s.layout[:self.nargs] + tuple((off, "Z") for off, *_ in s.layout[self.nargs:])
-            self._attrs = _driver.launch_attributes(cooperative=cfg.cooperative, cluster=cfg.cluster,
-                                                    pdl=cfg.pdl) if cfg.extended else b""
+            if cfg.extended:
+                from ._driver_extra import launch_attributes
+                self._attrs = launch_attributes(cooperative=cfg.cooperative, cluster=cfg.cluster, pdl=cfg.pdl)
+            else:
+                self._attrs = b""
             c = self._cfg
             super().__init__(LauncherSpec(c[0], c[1:4], c[4:7], c[7], c[8], layout, s.sig.size, _EXTRACTORS,
                                           _numbers(), self._pack if tail else s.packer.pack, self._raise,
@@ -679,12 +552,16 @@ else:
     _CLauncher = None  # type: ignore[assignment,misc]
 
 
-def _launcher_type() -> type:
-    """The C launcher where nbjit's extension is built and set up and one GPU is visible,
-    else the Python one."""
-    if _MULTI[0] or _CLauncher is None or _driver.backend().name != "c":
-        return _PyLauncher
-    return _CLauncher
+def _launcher_type(config: LaunchConfig) -> type:
+    """The C launcher where nbjit's extension is built and set up and one GPU is visible (for
+    a launch with attributes, where it has cuLaunchKernelEx), else a Python one (_pylaunch)."""
+    if not _MULTI[0] and _CLauncher is not None:
+        backend = _driver.backend()
+        if backend.name == "c" and (backend.extended or not config.extended):
+            return _CLauncher
+    from ._pylaunch import launcher_types
+    plain, extended = launcher_types(_Launcher)
+    return extended if config.extended else plain
 
 
 @functools.lru_cache(maxsize=None)
@@ -693,78 +570,3 @@ def _numbers() -> dict:
     types = (np.float16, np.float32, np.float64, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
              np.uint32, np.uint64)
     return {t: f"{np.dtype(t).kind}{np.dtype(t).itemsize}" for t in types}
-
-
-class BoundLaunch:
-    """A launch with its arguments packed once (see ``Kernel.bind``); call it to launch.
-    Holds the arguments, so the memory they point to stays alive."""
-
-    __slots__ = ("launcher", "args", "_data", "_ptrs", "_address", "_cfg", "_launch")
-
-    def __init__(self, launcher: _Launcher, args: tuple):
-        s = launcher._s
-        if len(args) != s.packer.n:
-            raise s.packer.count_error(len(args))
-        if _MULTI[0]:
-            _check_devices(launcher, args)
-        self.launcher = launcher
-        self.args = args
-        buf = _Buffer(s.info)
-        s.packer.pack_into(buf.data, args)
-        self._data, self._ptrs, self._address = buf.data, buf.ptrs, buf.address
-        if launcher.config.extended:  # launch attributes (a programmatic dependent launch)
-            self._cfg = ()
-            self._launch = launcher.launch_at
-        else:
-            self._cfg = launcher._cfg
-            self._launch = launcher._launch
-
-    def __call__(self) -> None:
-        """Launch again with the packed arguments."""
-        err = self._launch(*self._cfg, self._address)
-        if err:
-            self.launcher._failed(err, self._address)
-
-    launch = __call__
-
-
-def _on_current_device(launcher: _Launcher):
-    """With several GPUs, launching under another device than the kernel's: the same
-    kernel of the module's copy in the current context (loaded on first use)."""
-    s = launcher._s
-    key = _driver.current_context_key()
-    if key == s.ctx_key or (key == 0 and _adopt_context(s)):  # (no device chosen in this thread: the kernel's)
-        return None
-    twin = launcher.kernel.module.on_current_device()[s.name]
-    return twin[launcher.grid, launcher.block, launcher._stream_obj, launcher.shared]
-
-
-_INVALID_CONTEXT = 201  # CUDA_ERROR_INVALID_CONTEXT: what a launch in a thread with no context gets
-
-
-def _adopt_context(s: _State) -> bool:
-    """In a thread with no current CUDA context, make the kernel's context current; True
-    where that is now the current one."""
-    if _driver.current_context_key() != 0:
-        return False
-    current_host().make_current(s.device)
-    return _driver.current_context_key() == s.ctx_key
-
-
-def _check_devices(launcher: _Launcher, args: tuple) -> None:
-    """With several GPUs: every array must live on the kernel's device."""
-    s = launcher._s
-    for i in s.pointer_params:
-        a = args[i]
-        if a is None or isinstance(a, int):
-            continue
-        try:
-            ctx = _driver.pointer_context(device_pointer(a))
-        except NbjitArgumentError:
-            continue  # the packer reports it with the parameter's name
-        if ctx is None or ctx == s.ctx_key:
-            continue
-        dev = _driver.context_device(ctx)
-        if dev is not None and dev != s.device:
-            raise NbjitArgumentError(f"kernel {s.label!r}, parameter {i}: the array lives on device {dev}, the "
-                                     f"kernel on device {s.device}")

@@ -6,7 +6,7 @@ import types
 
 import pytest
 
-from nbjit import NbjitLaunchError, _driver, _driver_extra, inspect_ptx
+from nbjit import NbjitLaunchError, _driver, _driver_extra, _kernel_extra, inspect_ptx
 from nbjit import kernel as K
 
 from conftest import DATA  # noqa: E402
@@ -38,9 +38,9 @@ def test_launch_attributes_are_the_drivers_struct():
     coop = theirs("COOPERATIVE", lambda v: setattr(v, "cooperative", 1))
     clus = theirs("CLUSTER_DIMENSION", cluster)
     pdl = theirs("PROGRAMMATIC_STREAM_SERIALIZATION", lambda v: setattr(v, "programmaticStreamSerializationAllowed", 1))
-    assert _driver.launch_attributes(cooperative=False, cluster=None, pdl=True) == pdl
-    assert _driver.launch_attributes(cooperative=True, cluster=(2, 3, 4), pdl=True) == coop + clus + pdl
-    assert _driver.launch_attributes(cooperative=False, cluster=None, pdl=False) == b""
+    assert _driver_extra.launch_attributes(cooperative=False, cluster=None, pdl=True) == pdl
+    assert _driver_extra.launch_attributes(cooperative=True, cluster=(2, 3, 4), pdl=True) == coop + clus + pdl
+    assert _driver_extra.launch_attributes(cooperative=False, cluster=None, pdl=False) == b""
 
 
 def test_c_launcher_refuses_malformed_attributes():
@@ -119,9 +119,9 @@ def test_c_entry_points_are_named():
 def test_an_invalid_launch_shape_is_named(monkeypatch, grid, block, most, said):
     """A launch the driver refuses as an invalid value says which limit the shape passes (the
     kernel's own thread limit asked of the driver only then)."""
-    monkeypatch.setattr(_driver, "function_attributes", lambda f: {"max_threads_per_block": most})
+    monkeypatch.setattr(_driver_extra, "function_attributes", lambda f: {"max_threads_per_block": most})
     monkeypatch.setattr(_driver, "error_text", lambda err: f"E{int(err)}")
-    cfg = object.__new__(K._PyLauncher)
+    cfg = object.__new__(K._Launcher)
     cfg.grid, cfg.block, cfg.shared, cfg._s = grid, block, 0, types.SimpleNamespace(name="k", label="k", func=None)
     e = cfg.error(1)
     head = f"launch of kernel 'k' failed (grid {grid}, block {block}, 0 bytes dynamic shared memory)"
@@ -172,10 +172,10 @@ def fake_launch(monkeypatch):
     monkeypatch.setattr(_driver, "error_text", lambda err: f"E{int(err)}")
     monkeypatch.setattr(_driver_extra, "device_info", lambda ordinal: types.SimpleNamespace(
         cc=(9, 0), max_shared_optin=227 << 10, max_shared_default=48 << 10))
-    monkeypatch.setattr(_driver, "function_attributes", lambda func: dict(
+    monkeypatch.setattr(_driver_extra, "function_attributes", lambda func: dict(
         registers=16, shared=0, const=0, local=0, max_threads_per_block=1024, ptx_version=90, binary_version=90,
         max_dynamic_shared=0))
-    monkeypatch.setattr(_driver, "launch_ex", lambda *a, **kw: launch(*a, kw))
+    monkeypatch.setattr(_driver_extra, "launch_ex", lambda *a, **kw: launch(*a, kw))
     monkeypatch.setattr(K, "_MULTI", [False])
     info = inspect_ptx((DATA / "nvcc/kernels_sm90.ptx").read_text()).entry("k_basic")
     k = K.Kernel(None, ("k_basic", None, ()), K._State("k_basic", 0x1234, info, 0, 0))
@@ -220,7 +220,7 @@ def test_a_refused_launch_goes_again_once_where_a_context_was_made_current(fake_
     configured launcher and a bound launch alike."""
     k, calls, results = fake_launch.kernel, fake_launch.calls, fake_launch.results
     adopted = []
-    monkeypatch.setattr(K, "_adopt_context", lambda s: adopted.append(s) or True)
+    monkeypatch.setattr(_kernel_extra, "adopt_context", lambda s: adopted.append(s) or True)
     for launch in (lambda: k[4, 256](0x10, 0x20, 1.0, 5), k.bind(4, 256, 0x10, 0x20, 1.0, 5)):
         calls.clear()
         results[:] = [201, 0]
@@ -262,7 +262,7 @@ def test_attributes_carry_what_ptxas_reported(fake_device, monkeypatch, tmp_path
     import nbjit
     driver_says = dict(registers=32, shared=0, const=0, local=0, max_threads_per_block=1024, ptx_version=90,
                        binary_version=90, max_dynamic_shared=0)  # (a stand-in for the driver's answer)
-    monkeypatch.setattr(_driver, "function_attributes", lambda func: driver_says)
+    monkeypatch.setattr(_driver_extra, "function_attributes", lambda func: driver_says)
     m = nbjit.compile(DATA / "src/spill.cu", arch="sm_90", options=["-Xptxas=-v"], cache=nbjit.Cache(tmp_path))
     told = m.image.resources["spills"]
     a = m["spills"].attributes

@@ -10,7 +10,7 @@ import cloudpickle
 import pytest
 
 import nbjit
-from nbjit import _driver, _module_extra, inspect_ptx, module as module_stage
+from nbjit import _driver, _driver_extra, _module_extra, inspect_ptx, module as module_stage
 from nbjit import compiler as compiler_stage
 from nbjit._host import current_host
 from nbjit.triton import TritonKernel, describe, read_triton
@@ -342,7 +342,7 @@ def test_a_compile_keeps_its_ptxas_report_where_its_bytes_were_loaded_already(da
     module from that file, still alive, was given back instead: no log, no report.)"""
     said = dict(registers=32, shared=0, const=0, local=0, max_threads_per_block=1024, ptx_version=90,
                 binary_version=90, max_dynamic_shared=0)
-    monkeypatch.setattr(_driver, "function_attributes", lambda func: said)
+    monkeypatch.setattr(_driver_extra, "function_attributes", lambda func: said)
     src = data / "src/spill.cu"
     made = compiler_stage.compile_image(src, arch="sm_90", options=["-Xptxas=-v"], cache=nbjit.Cache(tmp_path))
     assert made.resources["spills"]["spill_stores"] > 0 and made.log

@@ -504,7 +504,7 @@ def fake_kernel(monkeypatch):
     monkeypatch.setattr(_driver, "backend", lambda: _driver.Backend("python", lambda *a: calls.append(a) or 0, int))
     monkeypatch.setattr(_driver_extra, "device_info", lambda ordinal: types.SimpleNamespace(
         cc=(9, 0), max_shared_optin=227 << 10, max_shared_default=48 << 10))
-    monkeypatch.setattr(_driver, "function_attributes", lambda func: dict(
+    monkeypatch.setattr(_driver_extra, "function_attributes", lambda func: dict(
         registers=16, shared=0, const=0, local=0, max_threads_per_block=1024, ptx_version=90, binary_version=90,
         max_dynamic_shared=0))
     monkeypatch.setattr(K, "_MULTI", [False])

@@ -16,7 +16,7 @@ checking the archive and manifest, checking the image's payloads into its fatbin
 the entry, the driver's load (cuModuleLoadData: the driver's part, not nbjit's), typing the
 kernel (with the driver's function and parameter queries), the launcher, the first launch.
 
-    python benchmarks/first_kernel.py [--runs 9] [--vs DIR] [--json out.json]     (needs a GPU)
+    python benchmarks/first_kernel.py [--runs 9] [--vs DIR] [--pin CPUS] [--json out.json]     (needs a GPU)
     python benchmarks/first_kernel.py --no-gpu [--runs 15]             (the bundle route's CPU side)
 
 ``--no-gpu`` runs what of the bundle route needs no GPU, in fresh processes that have imported
@@ -70,6 +70,13 @@ def mark(name):
     t, n, old = G[-1]
     collector[name] = [GC[0] - t] + [a - b for a, b in zip(GC[2], n)] + [GC[3] - old]
     G.append((GC[0], list(GC[2]), GC[3]))
+def ON_CPU():
+    \"\"\"The CPU this process ran on last (/proc/self/stat's field 39), or None.\"\"\"
+    try:
+        with open("/proc/self/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[36])
+    except (OSError, ValueError, IndexError):
+        return None
 def timed(module, name, stage):
     \"\"\"Time each call of module.name (a stage of the route, inclusive) into stages[stage].\"\"\"
     f = getattr(module, name, None)
@@ -215,7 +222,7 @@ def child(variant: str, work: Path, cold_dir: Path | None) -> tuple[str, str]:
     body = VARIANTS[variant.split(VS)[0]]
     path = work / ("numba_axpy.py" if "cuda.jit" in variant else f"v{abs(hash(variant)) % 10**8}.py")
     path.write_text(head + body + "print(json.dumps({'done': time.time(), 'marks': marks, 'cpu': cpu, "
-                                  "'stages': stages, 'collector': collector}))\n")
+                                  "'stages': stages, 'collector': collector, 'on_cpu': ON_CPU()}))\n")
     return str(path), str(cache)
 
 
@@ -229,12 +236,16 @@ def run_once(variant: str, work: Path) -> dict:
     env = {**os.environ, "NBJIT_CACHE_DIR": cache, "CUPY_CACHE_DIR": str(work / "cupy"),
            "NUMBA_CACHE_DIR": str(work / "numba"), "PYTHONUNBUFFERED": "1", "PYTHONPATH": _pythonpath(other or None)}
     t0 = time.time()
-    r = subprocess.run([sys.executable, script], capture_output=True, text=True, env=env, timeout=300)
+    pin = (lambda: os.sched_setaffinity(0, PIN)) if PIN else None
+    r = subprocess.run([sys.executable, script], capture_output=True, text=True, env=env, timeout=300, preexec_fn=pin)
     if r.returncode != 0:
         raise SystemExit(f"{variant}: exit {r.returncode}\n{r.stderr[-3000:]}")
     out = json.loads(r.stdout.strip().splitlines()[-1])
     return {"wall": out["done"] - t0, "marks": out["marks"], "cpu": out.get("cpu", {}), "stages": out.get("stages", {}),
-            "collector": out.get("collector", {})}
+            "collector": out.get("collector", {}), "on_cpu": out.get("on_cpu")}
+
+
+PIN: set[int] = set()  # --pin: the CPUs every child runs on (none: where the kernel puts it)
 
 
 def main() -> None:
@@ -244,8 +255,12 @@ def main() -> None:
     ap.add_argument("--no-gpu", action="store_true", help="only the bundle route's CPU side (no GPU needed)")
     ap.add_argument("--vs", metavar="DIR", help="also run each nbjit variant with the nbjit of DIR (a directory "
                     "holding an nbjit package: another checkout), taking turns with this one's")
+    ap.add_argument("--pin", metavar="CPUS", help="run every child on these CPUs only (e.g. 3 or 2,3): the same "
+                    "cores for every variant, where a host's cores run at different speeds")
     ap.add_argument("--json")
     a = ap.parse_args()
+    if a.pin:
+        PIN.update(int(c) for c in a.pin.split(","))
     # nbjit's bytecode, as pip's install writes it: where PYTHONDONTWRITEBYTECODE is set (the GPU
     # machine's image sets it) every process would otherwise compile nbjit's sources again (~80 ms)
     import compileall
@@ -291,6 +306,7 @@ def main() -> None:
                        for g in (1, 2, 3)] for r in results[v] if "arrays" in r["collector"]]
             table[v]["own_ms"], table[v]["own_cpu_ms"], table[v]["own_collector_ms"] = own, own_cpu, gc_ms
             table[v]["own_collector_passes"], table[v]["own_collector_old_ms"] = passes, gc_old_ms
+            table[v]["on_cpu"] = [r.get("on_cpu") for r in results[v]]
             print(f"nbjit's own share ({v}): everything after Numba's arrays, median {statistics.median(own):.1f} ms "
                   f"[{min(own):.1f}-{max(own):.1f}], CPU {statistics.median(own_cpu):.1f} ms; of it the cyclic "
                   f"collector {statistics.median(gc_ms):.2f} ms (passes of generations 0/1/2, first process: "
@@ -340,7 +356,8 @@ def no_gpu(a, work: Path) -> None:
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # (nbjit's is compiled; numpy's and Numba's as installed)
     runs = []
     for _ in range(a.runs):
-        r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+        r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300,
+                           preexec_fn=(lambda: os.sched_setaffinity(0, PIN)) if PIN else None)
         if r.returncode != 0:
             raise SystemExit(f"exit {r.returncode}\n{r.stderr[-3000:]}")
         runs.append(json.loads(r.stdout.strip().splitlines()[-1]))

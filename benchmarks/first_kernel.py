@@ -8,8 +8,8 @@ its time went (imports, context, arrays, nbjit's own call; wall and CPU time), s
 share is read from inside the process as well as from the paired walls, with the cyclic
 collector's part of it (its passes over objects Numba's import left behind land in whatever
 runs next: here, nbjit; "nbjit, bundle, Numba's due collector pass first" runs that pass
-before nbjit's part, so that part is nbjit's own work alone). --vs DIR runs each nbjit variant a second time with another checkout's
-nbjit, taking turns, for an A/B in one run.
+before nbjit's part, so that part is nbjit's own work alone). --vs DIR runs each nbjit variant
+a second time with another checkout's nbjit, taking turns, for an A/B in one run.
 
 "nbjit, bundle (by stage)" takes the bundle's route apart after its imports: reading and
 checking the archive and manifest, checking the image's payloads into its fatbin, choosing

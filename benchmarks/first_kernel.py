@@ -260,7 +260,12 @@ def main() -> None:
     ap.add_argument("--json")
     a = ap.parse_args()
     if a.pin:
-        PIN.update(int(c) for c in a.pin.split(","))
+        try:
+            PIN.update(int(c) for c in a.pin.split(","))
+        except ValueError:
+            raise SystemExit(f"--pin {a.pin}: not CPU numbers (e.g. 3 or 2,3)") from None
+        if not PIN <= os.sched_getaffinity(0):
+            raise SystemExit(f"--pin {a.pin}: this process may run on CPUs {sorted(os.sched_getaffinity(0))} only")
     # nbjit's bytecode, as pip's install writes it: where PYTHONDONTWRITEBYTECODE is set (the GPU
     # machine's image sets it) every process would otherwise compile nbjit's sources again (~80 ms)
     import compileall
@@ -284,7 +289,7 @@ def main() -> None:
             results[v].append(run_once(v, work))
     base = statistics.median(r["wall"] for r in results.get("Numba arrays, no kernel", [{"wall": 0}]))
     print(f"fresh process to its first finished launch, {a.runs} processes each (taking turns); ms")
-    print(f"{'variant':44}{'median':>8}{'min':>8}{'max':>8}{'- Numba':>9}  where the time went (medians)")
+    print(f"{'variant':50}{'median':>8}{'min':>8}{'max':>8}{'- Numba':>9}  where the time went (medians)")
     table = {}
     for v in names:
         walls = [r["wall"] * 1e3 for r in results[v]]
@@ -294,7 +299,7 @@ def main() -> None:
                     "cpu_phases_ms": _medians(results[v], "cpu"), "stages_ms": _medians(results[v], "stages"),
                     "walls_ms": walls}
         extra = f"{med - base * 1e3:9.1f}" if base and v.startswith("nbjit") else f"{'':9}"
-        print(f"{v:44}{med:8.1f}{min(walls):8.1f}{max(walls):8.1f}{extra}  "
+        print(f"{v:50}{med:8.1f}{min(walls):8.1f}{max(walls):8.1f}{extra}  "
               + ", ".join(f"{k} {t:.1f}" for k, t in phases.items()))
     for v in names:
         if v.startswith("nbjit"):

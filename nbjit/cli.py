@@ -277,20 +277,25 @@ def format_cubin(info: CubinInfo, path: str) -> str:
 
 
 def damaged_entries(info: FatbinInfo, path: str) -> dict[int, str]:
-    """{index: what is wrong} for each cubin of fatbin ``info`` that does not read as one."""
+    """{index: what is wrong} for each cubin of fatbin ``info`` whose ELF structure (header,
+    section table, sections within the file, a CUDA machine) is broken."""
+    from ._elf import ElfFile
+    from .cubin import EM_CUDA
+
     out = {}
     for e in info.entries:
         if e.kind == "cubin" and e.payload is not None:
             try:
-                inspect_cubin(e.payload, source=f"{path}[{e.index}]")
+                ElfFile(e.payload, f"{path}[{e.index}]", machine=(EM_CUDA, "CUDA"), what="cubin")
             except ImageFormatError as err:
                 out[e.index] = str(err)
     return out
 
 
-def format_fatbin(info: FatbinInfo, path: str, arch: Arch | str | None) -> str:
+def format_fatbin(info: FatbinInfo, path: str, arch: Arch | str | None, damaged: dict[int, str] | None = None) -> str:
     out = [f"{path}: fatbin with {_count(len(info.entries), 'image')}"]
-    damaged = damaged_entries(info, path)
+    if damaged is None:
+        damaged = damaged_entries(info, path)
     rows = [[e.index, e.kind, e.arch_name, e.compression or "-", e.size,
              "no (damaged: below)" if e.index in damaged else
              "yes" if e.payload is not None else "no (nvJitLink reads it)" if e.kind == "ltoir" else
@@ -306,7 +311,7 @@ def format_fatbin(info: FatbinInfo, path: str, arch: Arch | str | None) -> str:
         else:
             out.append(f"{arch} uses image {chosen.index} ({chosen.kind} {chosen.arch}):")
             if chosen.index in damaged:
-                out.append("  damaged (above): not a cubin nbjit can read, nor the driver load")
+                out.append("  damaged (above): not a cubin the driver can load")
             elif chosen.payload is None:
                 out.append("  compressed with zstd and 'zstandard' is not installed: the driver will "
                            "read the whole fatbin")
@@ -351,13 +356,13 @@ def format_triton(d: dict, path: str) -> str:
     return "\n".join(out)
 
 
-def _describe(img: Image, arch: str | None) -> str:
-    info = inspect_image(img)
+def _describe(img: Image, arch: str | None, info=None, damaged: dict[int, str] | None = None) -> str:
+    info = inspect_image(img) if info is None else info
     if isinstance(info, PtxInfo):
         return format_ptx(info, img.name)
     if isinstance(info, CubinInfo):
         return format_cubin(info, img.name)
-    return format_fatbin(info, img.name, arch)
+    return format_fatbin(info, img.name, arch, damaged)
 
 
 def _typed_json(info) -> dict:
@@ -387,8 +392,9 @@ def _inspect(args) -> int:
         print(json.dumps(d, indent=2) if args.json else format_triton(d, args.file))
         return 0
     raw = _read(args.file)
-    if args.file.endswith(".nbjit") and not raw.startswith(b"PK\x03\x04"):
-        raise _Usage(f"{args.file}: not a kernel bundle (a bundle is a ZIP archive, and this file is not one)")
+    if args.file.endswith(".nbjit") and not raw.startswith(b"PK\x03\x04") and _kind(raw, args.file) is None:
+        raise _Usage(f"{args.file}: not a kernel bundle (a bundle is a ZIP archive, and this file is not one) nor "
+                     "an image (PTX, cubin, fatbin)")
     if raw.startswith(b"PK\x03\x04"):  # a ZIP archive: a kernel bundle, or refused as not one
         if compiled:
             raise _Usage(f"{what}: a kernel bundle holds several; build one from the cubin or PTX you want to check")
@@ -414,10 +420,13 @@ def _inspect(args) -> int:
                     j["selected_image"] = _typed_json(inspect_image(Image(chosen.payload, chosen.kind)))
         print(json.dumps(j, indent=2))
     else:
-        print(_describe(img, args.arch))
+        print(_describe(img, args.arch, info, damaged))
     if damaged:
-        print(f"nbjit inspect: {img.name}: {_count(len(damaged), 'image')} damaged (entry "
-              f"{', '.join(map(str, damaged))}): not a cubin nbjit can read", file=sys.stderr)
+        try:
+            print(f"nbjit inspect: {img.name}: {_count(len(damaged), 'image')} damaged (entry "
+                  f"{', '.join(map(str, damaged))}): not a cubin the driver can load", file=sys.stderr)
+        except BrokenPipeError:  # (standard error's reader went away: the status still says it)
+            pass
         return 1
     return 0
 
@@ -827,12 +836,17 @@ def _compile(args) -> int:
     return 0
 
 
+def _kind(raw: bytes, path: str) -> str | None:
+    """The kind of image ``raw`` is (``sniff``), or None where it is none."""
+    try:
+        return sniff(raw, path)
+    except ImageFormatError:
+        return None
+
+
 def _check_source(raw: bytes, path: str) -> None:
     """CUDA C++ source is UTF-8 text; compiled code and binary files are named as what they are."""
-    try:
-        kind = sniff(raw, path)
-    except ImageFormatError:
-        kind = None  # not an image: good, it should be source
+    kind = _kind(raw, path)  # (None: not an image; good, it should be source)
     if kind is not None:
         raise _Usage(f"{path} is {kind}, already compiled: inspect it with 'nbjit inspect' or load it with "
                      "nbjit.load(), it needs no compiling")

@@ -40,6 +40,10 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | {"KernelAttributes", "tensor_map", "BoundLaunch"})
+
+
 _MAX_CONFIGS = 256
 # Several GPUs visible? Decided when the first kernel is made; with one GPU the launch
 # path skips every device check.

@@ -128,6 +128,9 @@ def test_inspect_a_bundle_name_that_is_no_bundle(tmp_path):
     f.write_text("hello\n")
     r = nbjit("inspect", str(f))
     assert r.returncode == 2 and "not a kernel bundle (a bundle is a ZIP archive" in r.stderr
+    f.write_bytes((DATA / "nvcc/kernels_sm90.ptx").read_bytes())  # an image by any name is read as one
+    r = nbjit("inspect", str(f))
+    assert r.returncode == 0 and "PTX 9.0" in r.stdout, r.stderr
 
 
 def test_inspect_fatbin_with_a_damaged_cubin(tmp_path):

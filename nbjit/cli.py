@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from .arch import Arch, existence_problem
-from .cubin import CubinInfo, inspect_cubin
+from .cubin import EM_CUDA, CubinInfo, inspect_cubin
 from .errors import ImageFormatError, NbjitError, NbjitWarning
 from .fatbin import FatbinInfo, inspect_fatbin
 from ._write import write_output
@@ -280,7 +280,6 @@ def damaged_entries(info: FatbinInfo, path: str) -> dict[int, str]:
     """{index: what is wrong} for each cubin of fatbin ``info`` whose ELF structure (header,
     section table, sections within the file, a CUDA machine) is broken."""
     from ._elf import ElfFile
-    from .cubin import EM_CUDA
 
     out = {}
     for e in info.entries:

@@ -391,13 +391,13 @@ def _inspect(args) -> int:
         print(json.dumps(d, indent=2) if args.json else format_triton(d, args.file))
         return 0
     raw = _read(args.file)
-    if args.file.endswith(".nbjit") and not raw.startswith(b"PK\x03\x04") and _kind(raw, args.file) is None:
-        raise _Usage(f"{args.file}: not a kernel bundle (a bundle is a ZIP archive, and this file is not one) nor "
-                     "an image (PTX, cubin, fatbin)")
     if raw.startswith(b"PK\x03\x04"):  # a ZIP archive: a kernel bundle, or refused as not one
         if compiled:
             raise _Usage(f"{what}: a kernel bundle holds several; build one from the cubin or PTX you want to check")
         return _inspect_bundle(args, raw)
+    if args.file.endswith(".nbjit") and _kind(raw, args.file) is None:
+        raise _Usage(f"{args.file}: not a kernel bundle (a bundle is a ZIP archive, and this file is not one) nor "
+                     "an image (PTX, cubin, fatbin)")
     img = Image.from_bytes(raw, "<stdin>" if args.file == "-" else args.file)
     if args.arch and img.kind != "fatbin" and not (compiled and img.kind == "ptx"):
         raise _Usage(f"--arch chooses a fatbin's image; {args.file} is {img.kind}, not a fatbin (with --sass, "

@@ -30,18 +30,20 @@ if TYPE_CHECKING:
 __all__ = ["Kernel", "KernelAttributes", "LaunchConfig", "BoundLaunch", "tensor_map"]
 
 
+# public names made on first use, by the module that makes them
+_LAZY = {"KernelAttributes": "_kernel_extra", "tensor_map": "_kernel_extra", "BoundLaunch": "_pylaunch"}
+
+
 def __getattr__(name: str):
-    if name in ("KernelAttributes", "tensor_map"):  # (made on first use: _kernel_extra)
-        from . import _kernel_extra
-        return getattr(_kernel_extra, name)
-    if name == "BoundLaunch":  # (made with the first bound launch: _pylaunch)
-        from ._pylaunch import BoundLaunch
-        return BoundLaunch
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    home = _LAZY.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+    return getattr(importlib.import_module(f".{home}", __package__), name)
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | {"KernelAttributes", "tensor_map", "BoundLaunch"})
+    return sorted(set(globals()) | set(_LAZY))
 
 
 _MAX_CONFIGS = 256

@@ -762,7 +762,7 @@ def _cache(args) -> int:
 
 
 def _compile(args) -> int:
-    from .compiler import compile_image
+    from .compiler import compile_image, compile_key
 
     path = Path(args.file)
     archs = _parse_archs(args.arch, "--arch")  # what each compile is told it is for
@@ -804,6 +804,12 @@ def _compile(args) -> int:
     for arch in archs:
         img = compile_image(source, name=path.name, options=opts, arch=arch, output=output,
                             name_expressions=args.expr, include_paths=here)
+        if args.cache_only and cache.path is not None and not os.path.exists(cache._file(compile_key(
+                source, name=path.name, options=opts, arch=arch, output=output, name_expressions=args.expr,
+                include_paths=here))):
+            raise _Usage(f"--cache-only: {img.kind} for {img.arch} was written to the cache and pruned at once: its "
+                         f"size limit ({cache.max_bytes} bytes, NBJIT_CACHE_MAX_BYTES) leaves no room for it "
+                         f"({len(img.data)} bytes); raise the limit")
         if img.log:
             print(img.log, file=sys.stderr)
         for e, m in img.lowered_names.items():

@@ -539,6 +539,14 @@ def compile_image(source: str, *, name: str | None = None, name_expressions: Ite
     return _finish(entry, req, cache, call, 3)
 
 
+def compile_key(source: str, *, name: str | None = None, name_expressions: Iterable[str] = (),
+                headers: Mapping[str, str] | None = None, include_paths: Iterable[str] = (),
+                options: Iterable[str] = (), arch: Arch | str | None = None, output: str = "auto") -> str:
+    """The cache key ``compile_image`` files its output under for these arguments (what
+    ``nbjit compile --cache-only`` looks for on disk after compiling)."""
+    return _plan(source, name, name_expressions, headers, include_paths, options, arch, output, Cache(None), None)[1]
+
+
 def _plan(source, name, name_expressions, headers, include_paths, options, arch, output, cache, pch):
     """``compile_image``'s first half: its image where the cache's first level remembers the
     call, else (the request, its cache key, the cache, the call to remember or None)."""

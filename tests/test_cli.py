@@ -740,8 +740,9 @@ def test_inspect_a_bundle_from_standard_input():
 
 
 def test_cache_only_says_when_nothing_was_stored(tmp_path):
-    """--cache-only said "in the cache" with NBJIT_CACHE=0 or an unwritable cache directory:
-    a container's prewarm step passed and stored nothing. Now it exits 2 saying why."""
+    """--cache-only said "in the cache" with NBJIT_CACHE=0, an unwritable cache directory or a
+    size limit that prunes the entry as it is written: a container's prewarm step passed and
+    stored nothing. Now it exits 2 saying why."""
     import os
     cu = tmp_path / "k.cu"
     cu.write_text('extern "C" __global__ void k(int* p) { p[0] = 1; }\n')
@@ -754,6 +755,10 @@ def test_cache_only_says_when_nothing_was_stored(tmp_path):
     r = run(NBJIT_CACHE_DIR=str(cu / "cache"))  # under a file: cannot be made
     assert r.returncode == 2 and "cubin for sm_90 was compiled but not stored" in r.stderr.splitlines()[-1]
     assert r.stderr.startswith("nbjit compile: warning: nbjit cache: cannot write to")
+    r = run(NBJIT_CACHE_DIR=str(tmp_path / "small"), NBJIT_CACHE_MAX_BYTES="0")  # written, then pruned at once
+    assert r.returncode == 2 and r.stderr.startswith("nbjit compile: error: --cache-only: cubin for sm_90 was written "
+                                                     "to the cache and pruned at once: its size limit (0 bytes")
+    assert not list((tmp_path / "small").glob("*/*.nbjit"))
     r = run(NBJIT_CACHE_DIR=str(tmp_path / "cache"))
     assert r.returncode == 0 and f"in the cache {tmp_path / 'cache'}" in r.stderr
     assert len(list((tmp_path / "cache").glob("*/*.nbjit"))) == 1

@@ -5,7 +5,9 @@ told the architecture it is for (``nbjit.compile_image``, ``nbjit.compile`` and
 from __future__ import annotations
 
 import functools
+import hashlib
 import itertools
+import json
 import os
 import re
 import shlex
@@ -256,15 +258,67 @@ def _toolchain_fingerprint(lib: str = "nvrtc") -> dict:
 
 
 def _library_id(path: str) -> str:
-    """A library file's identity: its GNU build ID, else its size and content digest."""
+    """A library file's identity: its GNU build ID (read from its program headers: cheap),
+    else its size and content digest. Digesting a library (NVRTC's is ~140 MB) costs far more
+    than a warm compile's look-up, so the digest is remembered in the default cache's
+    directory, by the file's real path, size and modification time: only the first process
+    after an install pays it."""
     build = gnu_build_id(path)
     if build is not None:
         return "build-id:" + build.hex()
     try:
-        data = read_regular(path)
-    except (OSError, ValueError):
+        st = os.stat(path)
+        real = os.path.realpath(path)
+    except OSError:
         return "unreadable"
-    return f"content:{len(data)}:{content_digest(data)}"
+    seen = [st.st_size, st.st_mtime_ns]
+    memo = default_cache().path
+    known = _read_ids(memo) if memo is not None else {}
+    if known.get(real, [None])[:2] == seen and isinstance(known[real][2], str):
+        return known[real][2]
+    h = hashlib.blake2b(digest_size=32)
+    try:
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    except OSError:
+        return "unreadable"
+    ident = f"content:{st.st_size}:{h.hexdigest()}"
+    if memo is not None:
+        known.pop(real, None)
+        known[real] = [*seen, ident]
+        _write_ids(memo, dict(list(known.items())[-_IDS_KEPT:]))
+    return ident
+
+
+_IDS_FILE = "toolchain-ids.json"  # in the cache directory: {real path: [size, mtime_ns, identity]}
+_IDS_KEPT = 64  # the most recently digested libraries remembered
+
+
+def _read_ids(cache_dir) -> dict:
+    """The remembered library identities (``_library_id``), or {} (none, or unreadable)."""
+    try:
+        got = json.loads(read_regular(os.path.join(cache_dir, _IDS_FILE), 1 << 20))
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return {k: v for k, v in got.items() if isinstance(v, list) and len(v) == 3} if isinstance(got, dict) else {}
+
+
+def _write_ids(cache_dir, ids: dict) -> None:
+    """Remember ``ids``, whole or not at all (a cache directory that cannot be written keeps
+    nothing: the digest is made again next time)."""
+    f = os.path.join(cache_dir, _IDS_FILE)
+    tmp = f"{f}.{os.getpid()}.{threading.get_ident()}.tmp"
+    try:
+        os.makedirs(cache_dir, exist_ok=True)
+        with open(tmp, "w") as out:
+            json.dump(ids, out)
+        os.replace(tmp, f)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
 
 
 @functools.lru_cache(maxsize=None)

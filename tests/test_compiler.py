@@ -192,6 +192,47 @@ def test_toolchain_fingerprint_follows_the_library_that_loads(tmp_path, monkeypa
         C._nvidia_dirs.cache_clear()
 
 
+def test_a_library_without_a_build_id_is_digested_once(tmp_path, monkeypatch):
+    """A library with no GNU build ID is named by its content: digesting it (NVRTC's is
+    ~140 MB) is remembered in the cache directory by its real path, size and time, so only
+    the first process after an install reads it whole. A changed time digests it again; a copy
+    elsewhere is the same library; with the disk cache off nothing is remembered."""
+    import json
+    import os
+
+    from nbjit import cache as cache_mod
+    from nbjit import compiler as C
+
+    lib = tmp_path / "venv1" / "libnvrtc.so.13"
+    lib.parent.mkdir()
+    lib.write_bytes(b"\x7fELF, no build id, one build" * 1000)
+    monkeypatch.setenv("NBJIT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(cache_mod, "_DEFAULT", [])  # (the default cache made again from the environment)
+    first = C._library_id(str(lib))
+    assert first == f"content:{lib.stat().st_size}:{C.content_digest(lib.read_bytes())}"
+    memo = json.loads((tmp_path / "cache" / "toolchain-ids.json").read_text())
+    st = lib.stat()
+    assert memo == {str(lib.resolve()): [st.st_size, st.st_mtime_ns, first]}
+    # the same size and time: remembered, not read (a changed content at the same size and time
+    # is what the remembered digest cannot see, as Python's own .pyc check cannot)
+    lib.write_bytes(b"\x7fELF, no build id, two build" * 1000)
+    os.utime(lib, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert C._library_id(str(lib)) == first
+    os.utime(lib, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # reinstalled: digested again
+    second = C._library_id(str(lib))
+    assert second != first and second == f"content:{st.st_size}:{C.content_digest(lib.read_bytes())}"
+    copy = tmp_path / "venv2" / "libnvrtc.so.13"  # another venv, the same wheel: the same library
+    copy.parent.mkdir()
+    copy.write_bytes(lib.read_bytes())
+    assert C._library_id(str(copy)) == second
+    assert len(json.loads((tmp_path / "cache" / "toolchain-ids.json").read_text())) == 2
+    monkeypatch.setenv("NBJIT_CACHE", "0")
+    monkeypatch.setattr(cache_mod, "_DEFAULT", [])
+    (tmp_path / "cache" / "toolchain-ids.json").unlink()
+    assert C._library_id(str(copy)) == second
+    assert not (tmp_path / "cache" / "toolchain-ids.json").exists()
+
+
 def test_architectures_nvrtc_does_not_know(tmp_path):
     """A device newer than NVRTC gets PTX for the newest architecture NVRTC knows (output
     "auto"); what cannot be compiled says which architectures can. An architecture no chip

@@ -3,11 +3,13 @@ fresh virtual environment that has nbjit and what loading needs (numpy, itanium-
 but no NVRTC, no cuda-bindings, no CUDA headers and no numba. The kernels load lazily and
 describe themselves there; tests/test_gpu_bundle.py launches them.
 
-nbjit goes into the environment as the files its wheel installs (the package directory):
-building nbjit's own wheel needs setuptools >= 77, which the test environment need not have,
-and reaching PyPI for it would make the test depend on the network. numpy and
-itanium-demangler are linked in from this environment through a .pth file naming a
-directory that holds only them, so nothing else of this environment is importable."""
+nbjit goes into the environment as its wheel, nbjit-core without an extra, installed by pip
+(with the ``nbjit`` command, which must inspect the installed bundle), where NBJIT_WHEELS names
+a directory holding that wheel (.ci/run's packaging leg builds it); else as the files its wheel
+installs (the package directory): building nbjit's own wheel needs setuptools >= 77, which the
+test environment need not have, and reaching PyPI for it would make the test depend on the
+network. numpy and itanium-demangler are linked in from this environment through a .pth file
+naming a directory that holds only them, so nothing else of this environment is importable."""
 from __future__ import annotations
 
 import json
@@ -107,7 +109,14 @@ def test_wheel_installs_and_loads_without_nvrtc(tmp_path):
                                check=True, capture_output=True, text=True).stdout.strip())
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet", "--target",
                     str(site), str(wheel)], check=True, capture_output=True, timeout=120)
-    shutil.copytree(Path(nbjit.__file__).parent, site / "nbjit", ignore=shutil.ignore_patterns("__pycache__"))
+    wheels = os.environ.get("NBJIT_WHEELS")
+    core = sorted(Path(wheels).glob("nbjit_core-*.whl")) if wheels else []
+    assert core or not wheels, f"no nbjit_core wheel in NBJIT_WHEELS={wheels}"
+    if core:  # nbjit-core's wheel, no extra: pip installs it into the environment, its command too
+        subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "--no-deps", "--no-index",
+                        "--quiet", str(core[-1])], check=True, capture_output=True, timeout=300)
+    else:
+        shutil.copytree(Path(nbjit.__file__).parent, site / "nbjit", ignore=shutil.ignore_patterns("__pycache__"))
     deps = tmp_path / "deps"  # numpy and the demangler only: not this environment's site-packages
     deps.mkdir()
     for name in ("numpy", "itanium_demangler"):
@@ -132,6 +141,11 @@ def test_wheel_installs_and_loads_without_nvrtc(tmp_path):
     assert out["params"] == {"axpy": ["float", "const float*", "float*", "int"],
                              "scale<float>": ["float*", "float", "int"], "scale<double>": ["double*", "double", "int"]}
     assert out["archs"] == ["sm_80", "sm_90", "sm_100", "sm_120", "compute_80"]
+    if core:  # the installed command reads the installed bundle (a shell pipes it to head: it stays quiet)
+        shown = subprocess.run(f"'{env_dir}/bin/nbjit' inspect '{site}/nbjit_demo_kernels/kernels.nbjit' | head -3",
+                               shell=True, capture_output=True, text=True, env=env, timeout=120)
+        assert shown.stderr == "" and shown.stdout.splitlines()[2].startswith("image axpy: from axpy.cu (cuda)"), \
+            shown.stdout + shown.stderr
 
 
 @pytest.mark.skipif(not (EXAMPLE / "build_bundle.py").exists(), reason="no example")

@@ -16,7 +16,8 @@ checking the archive and manifest, checking the image's payloads into its fatbin
 the entry, the driver's load (cuModuleLoadData: the driver's part, not nbjit's), typing the
 kernel (with the driver's function and parameter queries), the launcher, the first launch.
 
-    python benchmarks/first_kernel.py [--runs 9] [--vs DIR] [--pin CPUS] [--json out.json]     (needs a GPU)
+    python benchmarks/first_kernel.py [--runs 9] [--vs DIR] [--pin CPUS] [--json out.json] [--plot out.png]  (GPU)
+    python benchmarks/first_kernel.py --replot out.json --plot out.png   (chart an earlier run)
     python benchmarks/first_kernel.py --no-gpu [--runs 15]             (the bundle route's CPU side)
 
 ``--no-gpu`` runs what of the bundle route needs no GPU, in fresh processes that have imported
@@ -245,6 +246,7 @@ def run_once(variant: str, work: Path) -> dict:
             "collector": out.get("collector", {}), "on_cpu": out.get("on_cpu")}
 
 
+IMPORTS = "import numpy + numba.cuda"  # the phase that stands for the host's speed (every nbjit variant has it)
 PIN: set[int] = set()  # --pin: the CPUs every child runs on (none: where the kernel puts it)
 
 
@@ -258,7 +260,12 @@ def main() -> None:
     ap.add_argument("--pin", metavar="CPUS", help="run every child on these CPUs only (e.g. 3 or 2,3): the same "
                     "cores for every variant, where a host's cores run at different speeds")
     ap.add_argument("--json")
+    ap.add_argument("--plot", metavar="FILE.png", help="write a chart of the table: each variant's process, where its "
+                    "time went (needs matplotlib)")
+    ap.add_argument("--replot", metavar="JSON", help="draw --plot from an earlier run's --json (no GPU needed)")
     a = ap.parse_args()
+    if a.replot:
+        return plot(json.loads(Path(a.replot).read_text()), a.plot or "first_kernel.png")
     if a.pin:
         try:
             PIN.update(int(c) for c in a.pin.split(","))
@@ -312,11 +319,18 @@ def main() -> None:
             table[v]["own_ms"], table[v]["own_cpu_ms"], table[v]["own_collector_ms"] = own, own_cpu, gc_ms
             table[v]["own_collector_passes"], table[v]["own_collector_old_ms"] = passes, gc_old_ms
             table[v]["on_cpu"] = [r.get("on_cpu") for r in results[v]]
+            # the host's speed as a yardstick: nbjit's share per second of the same process's
+            # import of numpy and numba.cuda (leases of the same machine differ by 1.5x in both)
+            per_s = [o / (r["marks"][IMPORTS] * 1e3) * 1e3 for o, r in zip(own, results[v]) if r["marks"].get(IMPORTS)]
+            table[v]["own_ms_per_s_of_numba_import"] = per_s
             print(f"nbjit's own share ({v}): everything after Numba's arrays, median {statistics.median(own):.1f} ms "
                   f"[{min(own):.1f}-{max(own):.1f}], CPU {statistics.median(own_cpu):.1f} ms; of it the cyclic "
                   f"collector {statistics.median(gc_ms):.2f} ms (passes of generations 0/1/2, first process: "
                   f"{'/'.join(map(str, passes[0])) if passes else '-'}; generations 1-2: "
                   f"{statistics.median(gc_old_ms):.2f} ms)")
+            if per_s:
+                print(f"  per second of the same process's import of numpy + numba.cuda (the host's speed): median "
+                      f"{statistics.median(per_s):.1f} ms [{min(per_s):.1f}-{max(per_s):.1f}]")
     if "nbjit, bundle (by stage)" in results:
         rs = results["nbjit, bundle (by stage)"]
         print("\nnbjit, bundle (by stage), medians in ms: phase wall / CPU")
@@ -328,6 +342,51 @@ def main() -> None:
             print(f"    {k:42}{t:8.2f}")
     if a.json:
         Path(a.json).write_text(json.dumps(table, indent=2))
+    if a.plot:
+        plot(table, a.plot)
+
+
+# the chart's parts of a process, in order: (label, colour, which of a child's phases it sums)
+PARTS = (("interpreter start and exit", "#bbbbbb", None),
+         ("imports (numpy + the library's stack)", "#7f7f7f", lambda k: k.startswith("import numpy")),
+         ("CUDA context (and arrays)", "#2ca02c", lambda k: k.startswith("context")),
+         ("arrays", "#98df8a", lambda k: k == "arrays"),
+         ("the kernel: the library's part, first launch", "#d62728", lambda k: True))
+
+
+def plot(table: dict, path: str) -> None:
+    """A stacked bar per variant (A/B duplicates and the stage-by-stage variant left out): its
+    median process split into the parts of ``PARTS``, nbjit's share written beside its bar."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("--plot: matplotlib is not installed", file=sys.stderr)
+        return
+    names = [v for v in table if VS not in v and "by stage" not in v]
+    fig, ax = plt.subplots(figsize=(10, 0.42 * len(names) + 2.2))
+    for i, v in enumerate(names):
+        left, rest = 0.0, dict(table[v]["phases_ms"])
+        split = []
+        for label, color, pick in PARTS[1:]:
+            ms = sum(rest.pop(k) for k in [k for k in rest if pick(k)])
+            split.append((label, color, ms))
+        start = max(table[v]["median_ms"] - sum(ms for _, _, ms in split), 0.0)
+        for label, color, ms in [(PARTS[0][0], PARTS[0][1], start), *split]:
+            ax.barh(i, ms, left=left, color=color, label=label if i == 0 else None)
+            left += ms
+        own = table[v].get("own_ms")
+        note = f" {table[v]['median_ms']:.0f} ms" + (f" (nbjit's share {statistics.median(own):.1f} ms)" if own else "")
+        ax.text(left, i, note, va="center", fontsize=8)
+    ax.set_yticks(range(len(names)), names, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlim(0, max(table[v]["median_ms"] for v in names) * 1.35)
+    ax.set_xlabel("ms from the process's start to its first finished launch (medians; lower is better)")
+    ax.set_title("A fresh process's first kernel: where the time goes", fontsize=10)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3, fontsize=8, frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 def _pythonpath(root: str | None = None) -> str:
@@ -378,10 +437,14 @@ def no_gpu(a, work: Path) -> None:
     share_wall = [sum(r["marks"][k] for k in after) * 1e3 for r in runs]
     print(f"  {'nbjit (all but the first line)':42}{statistics.median(share_wall):9.2f}{statistics.median(share):9.2f}"
           f"{min(share):9.2f}")
+    per_s = [w / r["marks"][IMPORTS] for w, r in zip(share_wall, runs)]  # (ms per second of that import)
+    print(f"  nbjit's part per second of the same process's {IMPORTS} (the host's speed): median "
+          f"{statistics.median(per_s):.1f} ms [{min(per_s):.1f}-{max(per_s):.1f}]")
     print(f"  nbjit's modules imported: {', '.join(runs[0]['stages']['modules'])}")
     if a.json:
         Path(a.json).write_text(json.dumps({"wall_ms": wall, "cpu_ms": cpu, "cpu_min_ms": cpu_min, "collector_ms": coll,
                                             "nbjit_cpu_ms": share, "nbjit_wall_ms": share_wall,
+                                            "nbjit_ms_per_s_of_numba_import": per_s,
                                             "modules": runs[0]["stages"]["modules"]}, indent=2))
 
 

@@ -390,8 +390,9 @@ def build_bundle(inputs: Any, dest: str | os.PathLike, *, archs: Iterable[str] |
         it is, at its own architectures), a Triton cache entry directory or its ``.json``
         (cubin, PTX and metadata), an ``nbjit.Image``; one of them or a list. A dict
         ``{image name: input or list of inputs}`` names the images, gives CUDA source text or
-        image bytes, and puts several inputs (cubins nvcc built for several architectures,
-        say) in one image.
+        PTX text (a str of several lines, or one line naming no file and holding ``__global__``
+        or ``.entry``) or image bytes, and puts several inputs (cubins nvcc built for several
+        architectures, say) in one image.
     archs: the SASS to compile each CUDA source for (``"sm_80,sm_90,sm_100"`` or a list).
     ptx: the virtual architecture(s) to compile each CUDA source to PTX for (``"compute_80"``).
     options, name_expressions, include_paths, headers, cache: for each CUDA source, as
@@ -557,7 +558,9 @@ def _add(part: _Part, item: Any, how: dict, naming: bool) -> bool:
         data = bytes(item)
         _add_image(part, data, _sniff(data, part.name or "<bytes>"), part.name or "<bytes>", False)
         return False
-    if isinstance(item, str) and "\n" in item:  # text: PTX where it says so, else CUDA C++
+    # text: PTX where it says so, else CUDA C++ (a line of code too, where no file has that name)
+    if isinstance(item, str) and ("\n" in item or ("__global__" in item or ".entry" in item)
+                                  and not os.path.lexists(item)):
         if re.search(r"^[ \t]*\.version[ \t]+\d", item, re.M) and "__global__" not in item:
             _add_image(part, item.encode(), "ptx", part.name or "<ptx>", False)
             return False

@@ -157,6 +157,18 @@ def test_inputs_as_they_are(tmp_path):
     assert load_bundle(tmp_path / "two.nbjit", name="cluster_sm90", lazy=True).kernels
 
 
+def test_text_in_a_dict_is_source_even_on_one_line(tmp_path, monkeypatch):
+    """A dict gives CUDA source text (or PTX) as a str: one line of code was taken for a path
+    and refused as "no such file"; a str naming no file and holding no code still is."""
+    monkeypatch.chdir(tmp_path)
+    info = build_bundle({"one": 'extern "C" __global__ void z(int* p) { *p = 1; }'}, tmp_path / "k.nbjit",
+                        archs="sm_90")
+    assert [(i.name, i.archs, [k.name for k in i.kernels]) for i in info.images] == [("one", ("sm_90",), ["z"])]
+    assert info.image("one").sources[0]["kind"] == "cuda"
+    with pytest.raises(BundleError, match=r"^nothing_here\.ptx: no such file$"):
+        build_bundle({"p": "nothing_here.ptx"}, tmp_path / "x.nbjit")
+
+
 def test_triton_kernel_keeps_its_metadata_and_ir_types(tmp_path):
     src = DATA / "triton/add_kernel"
     info = build_bundle(src, tmp_path / "t.nbjit")

@@ -29,7 +29,7 @@ from ._bundle_file import (FORMAT, MANIFEST, MAX_BUNDLE_BYTES, MAX_MANIFEST_BYTE
                            is_image_name, load_bundle, open_bundle, records)
 from ._defs import field, record
 from .arch import Arch
-from .errors import BundleError, ImageFormatError, NbjitError, NbjitLoadError
+from .errors import BundleError, CompileFailure, ImageFormatError, NbjitError, NbjitLoadError
 from ._write import write_output
 from .image import Image, read_regular, sniff
 
@@ -677,9 +677,19 @@ def _compile(part: _Part, source: Any, name: str | None, how: dict) -> None:
         exprs = exprs.get(part.name, ())
     jobs = [(a, "cubin") for a in how["archs"]] + [(a, "ptx") for a in how["ptx"]]
     for a, output in jobs:
-        img = compile_image(text, name=label, name_expressions=exprs, headers=how["headers"],
-                            include_paths=include_paths, options=how["options"], arch=a, output=output,
-                            cache=how["cache"])
+        try:
+            img = compile_image(text, name=label, name_expressions=exprs, headers=how["headers"],
+                                include_paths=include_paths, options=how["options"], arch=a, output=output,
+                                cache=how["cache"])
+        except CompileFailure as e:
+            if exprs and "__nv_name_map" in e.log and not isinstance(how["name_expressions"], Mapping):
+                # (NVRTC's own words for a name expression the source does not declare)
+                first = next((ln.strip() for ln in e.log.splitlines() if "__nv_name_map" in ln), "")
+                raise BundleError(
+                    f"{label}: NVRTC cannot instantiate the name expressions here ({', '.join(map(repr, exprs))}: "
+                    f"{first}): they go to every CUDA source of the bundle unless given per image: "
+                    f"name_expressions={{{part.name!r}: [...]}}, or on the command line --expr IMAGE=EXPR") from e
+            raise
         for k, v in img.lowered_names.items():
             if part.lowered.setdefault(k, v) != v:
                 raise BundleError(f"{label}: name expression {k!r} is {part.lowered[k]} for one architecture and {v} "

@@ -615,7 +615,7 @@ def _bundle(args) -> int:
         # (a source that compiles to no kernel: the error below says so, with what to do)
         warnings.filterwarnings("ignore", "(?s).*NVRTC compiled no kernel", NbjitWarning)
         data, info = bundle_bytes(inputs, None if to_stdout else Path(args.output), archs=archs, ptx=ptx,
-                                  options=opts, name_expressions=args.expr)
+                                  options=opts, name_expressions=_expressions(args, sources))
     for img in info.images:
         if not img.kernels:
             names = ", ".join(str(s.get("name")) for s in img.sources)
@@ -631,6 +631,29 @@ def _bundle(args) -> int:
         for e, m in img.lowered_names.items():
             print(f"  {e} -> {m}", file=sys.stderr)
     return 0
+
+
+def _expressions(args, sources: list[str]) -> "list[str] | dict[str, list[str]]":
+    """``bundle``'s --expr: each ``EXPR`` for every CUDA source, each ``IMAGE=EXPR`` for that
+    image's only (as ``build_bundle``'s ``name_expressions={image: [...]}``)."""
+    from .bundle import _image_name
+
+    images = [args.name] if args.name else [_image_name(Path(f)) for f in sources]
+    every: list[str] = []
+    each: dict[str, list[str]] = {}
+    for e in args.expr:
+        image, eq, rest = e.partition("=")
+        if eq and rest and _IMAGE_PREFIX.fullmatch(image):
+            if image not in images:
+                raise _Usage(f"--expr {e}: no CUDA source makes image {image!r} (they make: "
+                             f"{', '.join(images) or 'none'})")
+            each.setdefault(image, []).append(rest)
+        else:
+            every.append(e)
+    return {i: every + each.get(i, []) for i in images} if each else every
+
+
+_IMAGE_PREFIX = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")  # IMAGE in --expr IMAGE=EXPR
 
 
 def _strip(args) -> int:
@@ -951,7 +974,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="an include directory for the CUDA C++ sources (repeatable)")
     b.add_argument("-D", dest="define", action="append", default=[], metavar="NAME=VALUE",
                    help="a macro defined for the CUDA C++ sources (repeatable)")
-    b.add_argument("--expr", action="append", default=[], help="a name expression to instantiate")
+    b.add_argument("--expr", action="append", default=[], metavar="[IMAGE=]EXPR",
+                   help="a name expression to instantiate ('scale<float>'), in every CUDA source, or with IMAGE= "
+                        "in that image's only (axpy='scale<float>')")
     b.add_argument("--option", action="append", default=[], help="another NVRTC option")
     b.set_defaults(func=_bundle)
     return p

@@ -524,6 +524,31 @@ def test_what_is_not_a_bundle(tmp_path):
 # ------------------------------------------------------------------ the command line
 
 
+def test_name_expressions_per_image(tmp_path, capsys):
+    """--expr EXPR goes to every CUDA source, --expr IMAGE=EXPR to that image's only (Python:
+    name_expressions={image: [...]}): bundling a template's source with one that lacks the
+    template needs the second; the first says so where NVRTC cannot instantiate it."""
+    from nbjit.cli import main
+
+    plain = tmp_path / "plain.cu"
+    plain.write_text('extern "C" __global__ void plain(float* y) { y[threadIdx.x] = 1.0f; }\n')
+    out = tmp_path / "k.nbjit"
+    assert main(["bundle", str(TMPL), str(plain), "--arch", "sm_90", "--expr", "fill<float>", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("nbjit bundle: error: plain.cu: NVRTC cannot instantiate the name expressions here "
+                          "('fill<float>': __nv_name_map") and "--expr IMAGE=EXPR" in err and not out.exists()
+    assert main(["bundle", str(TMPL), str(plain), "--arch", "sm_90", "--expr", "nvrtc_tmpl=fill<float>",
+                 "--expr", "nvrtc_tmpl=fill<int>", "-o", str(out)]) == 0
+    capsys.readouterr()
+    info = inspect_bundle(out)
+    assert set(info.image("nvrtc_tmpl").lowered_names) == {"fill<float>", "fill<int>"}
+    assert info.image("plain").lowered_names == {} and [k.name for k in info.image("plain").kernels] == ["plain"]
+    assert main(["bundle", str(TMPL), str(plain), "--arch", "sm_90", "--expr", "tmpl=fill<float>", "-o",
+                 str(tmp_path / "x.nbjit")]) == 2
+    assert capsys.readouterr().err == ("nbjit bundle: error: --expr tmpl=fill<float>: no CUDA source makes image "
+                                       "'tmpl' (they make: nvrtc_tmpl, plain)\n")
+
+
 def test_cli_bundle_and_inspect(tmp_path, capsys):
     from nbjit.cli import main
 

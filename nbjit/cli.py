@@ -633,6 +633,19 @@ def _bundle(args) -> int:
     return 0
 
 
+def _cannot_write(directory) -> str | None:
+    """Why a file cannot be made in ``directory`` (made where it is missing), or None."""
+    import tempfile
+    try:
+        os.makedirs(directory, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=directory, prefix=".nbjit-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        return e.strerror or str(e)
+    return None
+
+
 def _expressions(args, sources: list[str]) -> "list[str] | dict[str, list[str]]":
     """``bundle``'s --expr: each ``EXPR`` for every CUDA source, each ``IMAGE=EXPR`` for that
     image's only (as ``build_bundle``'s ``name_expressions={image: [...]}``)."""
@@ -758,6 +771,8 @@ def _cache(args) -> int:
         print(f"pulled {_count(added, 'new entry')} from {c.remote.url} into {c.path}"
               + (f"; refused {len(refused)}" if refused else ""))
         return 1 if refused else 0
+    elif args.action in ("clear", "prune") and c.path is None:
+        print(f"nothing to {args.action}: the disk cache is off (NBJIT_CACHE=0)")
     elif args.action == "clear":
         print(f"removed {_count(c.clear(), 'entry')} from {c.path}")
     elif args.action == "export":
@@ -802,6 +817,10 @@ def _compile(args) -> int:
         if cache.path is None:
             raise _Usage("--cache-only would store nothing: the disk cache is off (NBJIT_CACHE=0); set "
                          "NBJIT_CACHE_DIR to a writable directory")
+        why = _cannot_write(cache.path)  # said before NVRTC runs, in one line
+        if why:
+            raise _Usage(f"--cache-only would store nothing: the cache directory {cache.path} cannot be written "
+                         f"({why}); set NBJIT_CACHE_DIR to a writable directory")
     if args.output == "-" and (len(archs) > 1 or not args.ptx and sys.stdout.isatty()):
         raise _Usage("-o - writes one architecture's output to standard output" if len(archs) > 1 else
                      "-o -: a cubin is binary, not for a terminal: redirect standard output, or add --ptx")

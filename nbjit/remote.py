@@ -144,10 +144,17 @@ class RemoteTier:
                                   f"listed: its entries are fetched one by one as compiles miss")
         try:
             found = self._call(lambda fs: fs.find(self._root, detail=True), "list", wait=max(self.timeout, 60.0))
+            # (an object store's empty prefix is no error; a file:// cache's missing directory is: a typo)
+            missing = not found and self.protocol == "file" and not self._call(lambda fs: fs.isdir(self._root),
+                                                                                "list")
         except FileNotFoundError:
-            return []
+            missing = self.protocol == "file"
+            found = {}
         except _Unavailable as e:
             raise NbjitCacheError(f"cannot list the remote cache {self.url}: {e}") from None
+        if missing:
+            raise NbjitCacheError(f"the remote cache {self.url}: no such directory (a file:// remote cache is a "
+                                  "directory: check the URL, or create it)")
         out = []
         for name, info in sorted(found.items()):
             m = _ENTRY.search(name)

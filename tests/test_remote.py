@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import pickle
+import re
 import socket
 import subprocess
 import sys
@@ -317,6 +318,13 @@ def test_a_directory_tier_publishes_by_renaming(tmp_path, counted):
     assert not list(shared.rglob(".tmp-*"))
     assert build(Cache(tmp_path / "b", remote=shared.as_uri())).data == img.data and len(counted) == 1
     assert Cache(tmp_path / "c", remote=shared.as_uri()).pull() == (1, [])
+    # a directory that is not there is a mistyped URL, not an empty cache: pull and list say so
+    # (an empty directory is an empty cache)
+    typo = (tmp_path / "sahred").as_uri()
+    with pytest.raises(NbjitCacheError, match=rf"^the remote cache {re.escape(typo)}: no such directory"):
+        Cache(tmp_path / "d", remote=typo).pull()
+    (tmp_path / "empty").mkdir()
+    assert Cache(tmp_path / "d", remote=tmp_path / "empty").pull() == (0, [])
 
 
 @pytest.mark.parametrize("kwargs, msg", [

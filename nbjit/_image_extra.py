@@ -24,6 +24,9 @@ def not_an_image(what: str, data: bytes, name: str) -> ImageFormatError:
     said = _SAID.get(what)
     if said is not None:
         return ImageFormatError(f"{name}: {said}")
+    if what == "binary" and bytes(data[:4]) == b"PK\x03\x04":
+        return ImageFormatError(f"{name}: a ZIP archive (a kernel bundle?), not a kernel image: load a bundle with "
+                                "nbjit.load_bundle, read it with 'nbjit inspect'")
     if what == "binary":
         return ImageFormatError(f"{name}: binary data that is neither PTX, a cubin (ELF) nor a fatbin "
                                 f"(starts with {bytes(data[:8]).hex(' ')})")

@@ -38,7 +38,7 @@ def lto_ir() -> bytes:
     err, prog = N.nvrtcCreateProgram(b'extern "C" __global__ void k(float* x) { x[0] = 1; }', b"k.cu", 0, [], [])
     N.nvrtcCompileProgram(prog, 2, [b"-arch=sm_90", b"-dlto"])
     err, n = N.nvrtcGetLTOIRSize(prog)
-    buf = b" " * n
+    buf = bytearray(n)  # NVRTC writes here: never a bytes object (CPython shares small ones)
     N.nvrtcGetLTOIR(prog, buf)
     N.nvrtcDestroyProgram(prog)
     return buf
@@ -52,6 +52,8 @@ def lto_ir() -> bytes:
     (lambda: Path("/bin/sh").resolve().read_bytes()[:4096], "host"),
     (lambda: b"", "empty"),
     (lambda: b"\x01\x02\x03\x00\x00\x05garbage", "neither PTX"),
+    (lambda: (DATA.parent.parent / "examples/bundle_package/src/nbjit_demo_kernels/kernels.nbjit").read_bytes(),
+     r"^thing: a ZIP archive \(a kernel bundle\?\), not a kernel image: load a bundle with nbjit.load_bundle"),
     (lambda: b"just some words\n", "not PTX"),
 ])
 def test_sniff_rejects_with_advice(make, msg):

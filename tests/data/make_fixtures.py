@@ -121,18 +121,18 @@ def nvrtc() -> None:
             check(N.nvrtcAddNameExpression(prog, e.encode()))
         res = N.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
         size = check(N.nvrtcGetProgramLogSize(prog))
-        log = b" " * size
+        log = bytearray(size)  # NVRTC writes here: b" " * 1 would be the shared b" "
         check(N.nvrtcGetProgramLog(prog, log))
         if res[0] != N.nvrtcResult.NVRTC_SUCCESS:
             raise RuntimeError(log.decode())
         names = {e: check(N.nvrtcGetLoweredName(prog, e.encode())).decode() for e in exprs}
         size = check(N.nvrtcGetPTXSize(prog))
-        ptx = b" " * size
+        ptx = bytearray(size)
         check(N.nvrtcGetPTX(prog, ptx))
         (out / f"tmpl_{tag}.ptx").write_bytes(ptx.rstrip(b"\0"))
         if cubin:
             size = check(N.nvrtcGetCUBINSize(prog))
-            cub = b" " * size
+            cub = bytearray(size)
             check(N.nvrtcGetCUBIN(prog, cub))
             (out / f"tmpl_{tag}.cubin").write_bytes(cub)
         (out / f"tmpl_{tag}.names.json").write_text(json.dumps(names, indent=1) + "\n")

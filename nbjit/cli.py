@@ -605,6 +605,10 @@ def _bundle(args) -> int:
         raise _Usage(f"{sources[0]} is CUDA source: say what to compile it for with --arch (SASS: sm_80,sm_90) "
                      "and/or --ptx (PTX: compute_80)")
     if (archs or ptx) and not sources:
+        from .triton import read_triton
+        for f in args.files:  # a directory holding no Triton kernel is the first thing wrong: said first
+            if os.path.isdir(f):
+                read_triton(f)
         given = " and ".join(o for o, v in (("--arch", archs), ("--ptx", ptx)) if v)
         raise _Usage(f"{given} {'say' if ptx and archs else 'says'} what to compile CUDA sources for, and no FILE is "
                      "one (named .cu, .cuh or .cuda; PTX, cubins, fatbins and Triton kernels go in as they were "

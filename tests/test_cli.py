@@ -1073,6 +1073,8 @@ def _bundle_cases(tmp: Path) -> list:
         (["a/k.ptx", "--name", ""], "--name '': an image name is 1 to 128 letters"),
         (["a/k.ptx", "--arch", "sm_90"], "--arch says what to compile CUDA sources for, and no FILE is one (named "
          ".cu, .cuh or .cuda; PTX, cubins, fatbins and Triton kernels go in as they were built): drop --arch"),
+        # what is wrong with a FILE comes before what is wrong with an option
+        ([str(DATA), "--arch", "sm_90"], f"{DATA}: no Triton metadata (<name>.json) in this directory"),
     ]
 
 

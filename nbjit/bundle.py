@@ -420,6 +420,7 @@ def bundle_bytes(inputs: Any, dest: Path | None = None, **how: Any) -> tuple[byt
 
     archs_l, ptx_l = _arch_list(how.pop("archs", ()), "archs", False), _arch_list(how.pop("ptx", ()), "ptx", True)
     how = {"options": (), "name_expressions": (), "include_paths": (), "headers": None, "cache": None, **how}
+    how["name_expressions"] = _expressions(how["name_expressions"])
     parts = _parts(inputs, dict(archs=archs_l, ptx=ptx_l, **how))
     for p in parts:
         for path in p.paths:
@@ -500,6 +501,14 @@ def _arch_list(value: Any, what: str, virtual: bool) -> list[Arch]:
     return out
 
 
+def _expressions(exprs: Any) -> "list[str] | dict[str, list[str]]":
+    """``name_expressions`` read once: a list for every CUDA source, or {image: list}; one str
+    is one expression."""
+    def many(v: Any) -> list[str]:
+        return [v] if isinstance(v, str) else list(v)
+    return {k: many(v) for k, v in exprs.items()} if isinstance(exprs, Mapping) else many(exprs)
+
+
 def _parts(inputs: Any, how: dict) -> list[_Part]:
     """The images to build, each with its entries."""
     if isinstance(inputs, Mapping):
@@ -515,6 +524,9 @@ def _parts(inputs: Any, how: dict) -> list[_Part]:
         raise BundleError("no inputs: give the .cu, PTX, cubin, fatbin or Triton files to bundle")
     parts: list[_Part] = []
     compiled_any = False
+    # how many images compile CUDA source (a message about name expressions that go to them all)
+    how["cuda_images"] = sum(any(_is_source(x) for x in (v if isinstance(v, (list, tuple)) else [v]))
+                             for _, v in named)
     for name, value in named:
         if name is not None and not is_image_name(name):
             raise BundleError(f"image name {name!r}: letters, digits, '_', '.', '+', '-' (it names the archive's "
@@ -558,9 +570,7 @@ def _add(part: _Part, item: Any, how: dict, naming: bool) -> bool:
         data = bytes(item)
         _add_image(part, data, _sniff(data, part.name or "<bytes>"), part.name or "<bytes>", False)
         return False
-    # text: PTX where it says so, else CUDA C++ (a line of code too, where no file has that name)
-    if isinstance(item, str) and ("\n" in item or ("__global__" in item or ".entry" in item)
-                                  and not os.path.lexists(item)):
+    if _is_text(item):  # text: PTX where it says so, else CUDA C++
         if re.search(r"^[ \t]*\.version[ \t]+\d", item, re.M) and "__global__" not in item:
             _add_image(part, item.encode(), "ptx", part.name or "<ptx>", False)
             return False
@@ -594,6 +604,24 @@ def _add(part: _Part, item: Any, how: dict, naming: bool) -> bool:
                           if str(e).endswith("a cubin or a fatbin") else str(e)) from None
     _add_image(part, data, kind, str(path), False)
     return False
+
+
+def _is_text(item: Any) -> bool:
+    """Whether a bundle input is source or PTX text rather than a path: several lines, or one
+    line of code (``__global__``, a PTX ``.entry`` with its parameters) that names no file."""
+    return isinstance(item, str) and ("\n" in item or bool(_ONE_LINE_CODE.search(item)) and not os.path.lexists(item))
+
+
+_ONE_LINE_CODE = re.compile(r"__global__|\.entry\s+[\w$]+\s*\(")
+
+
+def _is_source(item: Any) -> bool:
+    """Whether a bundle input is CUDA C++ that NVRTC compiles (a .cu file, or source text)."""
+    from .compiler import SOURCE_SUFFIXES
+
+    if _is_text(item):
+        return "__global__" in item or not re.search(r"^[ \t]*\.version[ \t]+\d", item, re.M)
+    return isinstance(item, (str, os.PathLike)) and Path(item).suffix.lower() in SOURCE_SUFFIXES
 
 
 def _image_name(path: Path) -> str:
@@ -682,13 +710,14 @@ def _compile(part: _Part, source: Any, name: str | None, how: dict) -> None:
                                 include_paths=include_paths, options=how["options"], arch=a, output=output,
                                 cache=how["cache"])
         except CompileFailure as e:
-            if exprs and "__nv_name_map" in e.log and not isinstance(how["name_expressions"], Mapping):
-                # (NVRTC's own words for a name expression the source does not declare)
-                first = next((ln.strip() for ln in e.log.splitlines() if "__nv_name_map" in ln), "")
-                raise BundleError(
-                    f"{label}: NVRTC cannot instantiate the name expressions here ({', '.join(map(repr, exprs))}: "
-                    f"{first}): they go to every CUDA source of the bundle unless given per image: "
-                    f"name_expressions={{{part.name!r}: [...]}}, or on the command line --expr IMAGE=EXPR") from e
+            # (__nv_name_map: NVRTC's words for a name expression the source does not declare)
+            if exprs and "__nv_name_map" in e.log and how.get("cuda_images", 0) > 1 \
+                    and not isinstance(how["name_expressions"], Mapping):
+                hint = (f"The name expressions ({', '.join(map(repr, exprs))}) go to every CUDA source of the "
+                        f"bundle unless given per image: name_expressions={{{part.name!r}: [...], ...}}, or on "
+                        "the command line --expr IMAGE=EXPR.")
+                raise CompileFailure(e.name, e.source, e.options, e.log, e.producer,
+                                     "\n".join(filter(None, (e.hint, hint)))) from None
             raise
         for k, v in img.lowered_names.items():
             if part.lowered.setdefault(k, v) != v:

@@ -660,7 +660,7 @@ def _expressions(args, sources: list[str]) -> "list[str] | dict[str, list[str]]"
     each: dict[str, list[str]] = {}
     for e in args.expr:
         image, eq, rest = e.partition("=")
-        if eq and rest and _IMAGE_PREFIX.fullmatch(image):
+        if eq and rest and not _IN_EXPRESSION.search(image):  # (an = inside an expression: f<(a==b)>)
             if image not in images:
                 raise _Usage(f"--expr {e}: no CUDA source makes image {image!r} (they make: "
                              f"{', '.join(images) or 'none'})")
@@ -670,7 +670,7 @@ def _expressions(args, sources: list[str]) -> "list[str] | dict[str, list[str]]"
     return {i: every + each.get(i, []) for i in images} if each else every
 
 
-_IMAGE_PREFIX = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")  # IMAGE in --expr IMAGE=EXPR
+_IN_EXPRESSION = re.compile(r"[<>(:]")  # what IMAGE in --expr IMAGE=EXPR never holds, and an = in an expression follows
 
 
 def _strip(args) -> int:
@@ -821,10 +821,6 @@ def _compile(args) -> int:
         if cache.path is None:
             raise _Usage("--cache-only would store nothing: the disk cache is off (NBJIT_CACHE=0); set "
                          "NBJIT_CACHE_DIR to a writable directory")
-        why = _cannot_write(cache.path)  # said before NVRTC runs, in one line
-        if why:
-            raise _Usage(f"--cache-only would store nothing: the cache directory {cache.path} cannot be written "
-                         f"({why}); set NBJIT_CACHE_DIR to a writable directory")
     if args.output == "-" and (len(archs) > 1 or not args.ptx and sys.stdout.isatty()):
         raise _Usage("-o - writes one architecture's output to standard output" if len(archs) > 1 else
                      "-o -: a cubin is binary, not for a terminal: redirect standard output, or add --ptx")
@@ -846,16 +842,18 @@ def _compile(args) -> int:
     # an output file named .cubin or .ptx asks for that kind: never PTX written as k.cubin
     named = Path(args.output).suffix.lower() if len(archs) == 1 and args.output not in (None, "-") else ""
     output = "ptx" if args.ptx or named == ".ptx" else "cubin" if named == ".cubin" else "auto"
+    stored = {}  # --cache-only: each arch's entry file
+    if args.cache_only:
+        stored = {a: cache._file(compile_key(source, name=path.name, options=opts, arch=a, output=output,
+                                             name_expressions=args.expr, include_paths=here)) for a in archs}
+        why = None if all(map(os.path.exists, stored.values())) else _cannot_write(cache.path)
+        if why:  # said before NVRTC runs, in one line (a read-only cache that has them all is fine)
+            raise _Usage(f"--cache-only would store nothing: the cache directory {cache.path} cannot be written "
+                         f"({why}); set NBJIT_CACHE_DIR to a writable directory")
     made = []
     for arch in archs:
         img = compile_image(source, name=path.name, options=opts, arch=arch, output=output,
                             name_expressions=args.expr, include_paths=here)
-        if args.cache_only and cache.path is not None and not os.path.exists(cache._file(compile_key(
-                source, name=path.name, options=opts, arch=arch, output=output, name_expressions=args.expr,
-                include_paths=here))):
-            raise _Usage(f"--cache-only: {img.kind} for {img.arch} was written to the cache and pruned at once: its "
-                         f"size limit ({cache.max_bytes} bytes, NBJIT_CACHE_MAX_BYTES) leaves no room for it "
-                         f"({len(img.data)} bytes); raise the limit")
         if img.log:
             print(img.log, file=sys.stderr)
         for e, m in img.lowered_names.items():
@@ -871,8 +869,6 @@ def _compile(args) -> int:
             if cache.path is None:  # the cache gave up writing (a warning said why)
                 raise _Usage(f"--cache-only: {img.kind} for {img.arch} was compiled but not stored: the cache "
                              "directory cannot be written (set NBJIT_CACHE_DIR to a writable directory)")
-            print(f"{args.file}: {img.kind} for {img.arch} in the cache {cache.path} ({len(img.data)} bytes)",
-                  file=sys.stderr)
             continue
         if len(archs) == 1:
             out = args.output or path.with_suffix("." + img.kind).name
@@ -881,6 +877,15 @@ def _compile(args) -> int:
         _write(str(out), img.data, args.file, in_place=False, in_place_option=False)
         made[-1]["file"] = str(out)
         print(f"{args.file}: {img.kind} for {img.arch} -> {out} ({len(img.data)} bytes)", file=sys.stderr)
+    if args.cache_only:  # (checked once all are written: a later write may prune an earlier entry)
+        gone = [m for m, a in zip(made, archs) if not os.path.exists(stored[a])]
+        if gone:
+            raise _Usage(f"--cache-only: {', '.join(m['kind'] + ' for ' + m['arch'] for m in gone)} written to the "
+                         f"cache and pruned at once: its size limit ({cache.max_bytes} bytes, NBJIT_CACHE_MAX_BYTES) "
+                         f"cannot hold {'them' if len(archs) > 1 else 'it'}; raise the limit")
+        for m in made:
+            print(f"{args.file}: {m['kind']} for {m['arch']} in the cache {cache.path} ({m['bytes']} bytes)",
+                  file=sys.stderr)
     if args.json:
         print(json.dumps({"source": args.file, "lowered_names": made[-1]["lowered_names"], "outputs": made},
                          indent=2))

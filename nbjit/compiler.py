@@ -267,18 +267,15 @@ def _library_id(path: str) -> str:
     if build is not None:
         return "build-id:" + build.hex()
     try:
-        st = os.stat(path)
-        real = os.path.realpath(path)
-    except OSError:
-        return "unreadable"
-    seen = [st.st_size, st.st_mtime_ns]
-    memo = default_cache().path
-    known = _read_ids(memo) if memo is not None else {}
-    if known.get(real, [None])[:2] == seen and isinstance(known[real][2], str):
-        return known[real][2]
-    h = hashlib.blake2b(digest_size=32)
-    try:
         with open(path, "rb") as f:
+            st = os.fstat(f.fileno())  # (the size and time of the bytes read below)
+            real = os.path.realpath(path)
+            seen = [st.st_size, st.st_mtime_ns]
+            memo = default_cache().path
+            known = _read_ids(memo) if memo is not None else {}
+            if known.get(real, [None])[:2] == seen and isinstance(known[real][2], str):
+                return known[real][2]
+            h = hashlib.blake2b(digest_size=32)
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 h.update(chunk)
     except OSError:

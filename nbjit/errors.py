@@ -64,6 +64,7 @@ class CompileFailure(NbjitCompileError):
 
     def __init__(self, name: str, source: str, options: list[str], log: str, producer: str, hint: str = ""):
         self.name, self.source, self.options, self.log = name, source, list(options), log
+        self.producer, self.hint = producer, hint
         lines = source.splitlines()
         marks = sorted({int(m) for m in re.findall(re.escape(name) + r"\((\d+)\)", log)})
         shown = []

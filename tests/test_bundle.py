@@ -167,6 +167,8 @@ def test_text_in_a_dict_is_source_even_on_one_line(tmp_path, monkeypatch):
     assert info.image("one").sources[0]["kind"] == "cuda"
     with pytest.raises(BundleError, match=r"^nothing_here\.ptx: no such file$"):
         build_bundle({"p": "nothing_here.ptx"}, tmp_path / "x.nbjit")
+    with pytest.raises(BundleError, match=r"^out/k\.entry\.ptx: no such file$"):  # (a path, not PTX: no parameters)
+        build_bundle({"p": "out/k.entry.ptx"}, tmp_path / "x.nbjit")
 
 
 def test_triton_kernel_keeps_its_metadata_and_ir_types(tmp_path):
@@ -535,8 +537,21 @@ def test_name_expressions_per_image(tmp_path, capsys):
     out = tmp_path / "k.nbjit"
     assert main(["bundle", str(TMPL), str(plain), "--arch", "sm_90", "--expr", "fill<float>", "-o", str(out)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("nbjit bundle: error: plain.cu: NVRTC cannot instantiate the name expressions here "
-                          "('fill<float>': __nv_name_map") and "--expr IMAGE=EXPR" in err and not out.exists()
+    assert err.startswith("nbjit bundle: error: plain.cu: NVRTC") and "__nv_name_map" in err and not out.exists()
+    assert err.endswith("\n\nThe name expressions ('fill<float>') go to every CUDA source of the bundle unless given "
+                        "per image: name_expressions={'plain': [...], ...}, or on the command line --expr IMAGE=EXPR.\n")
+    # the same from Python: NVRTC's error (CompileFailure) with that hint; one str is one expression
+    with pytest.raises(nbjit.CompileFailure, match=r"(?s)__nv_name_map.*go to every CUDA source") as e:
+        build_bundle([TMPL, plain], out, archs="sm_90", name_expressions="fill<float>")
+    assert e.value.name == "plain.cu" and "('fill<float>')" in e.value.hint
+    # one source, or one image: a mistyped expression is NVRTC's error alone
+    for inputs in ([TMPL], {"one": [TMPL, plain]}):
+        with pytest.raises(nbjit.CompileFailure) as e:
+            build_bundle(inputs, out, archs="sm_90", name_expressions=iter(["fil<float>"]))
+        assert "__nv_name_map" in e.value.log and e.value.hint == ""
+    # expressions given as a generator are read once, for every architecture
+    info = build_bundle([TMPL], out, archs="sm_80,sm_90", name_expressions=(x for x in ["fill<float>"]))
+    assert info.image().lowered_names == {"fill<float>": "_Z4fillIfEvPT_S0_i"} and len(info.image().entries) == 2
     assert main(["bundle", str(TMPL), str(plain), "--arch", "sm_90", "--expr", "nvrtc_tmpl=fill<float>",
                  "--expr", "nvrtc_tmpl=fill<int>", "-o", str(out)]) == 0
     capsys.readouterr()

@@ -772,12 +772,46 @@ def test_cache_only_says_when_nothing_was_stored(tmp_path):
                                               f"directory {cu / 'cache'} cannot be written (Not a directory); set "
                                               "NBJIT_CACHE_DIR to a writable directory\n")
     r = run(NBJIT_CACHE_DIR=str(tmp_path / "small"), NBJIT_CACHE_MAX_BYTES="0")  # written, then pruned at once
-    assert r.returncode == 2 and r.stderr.startswith("nbjit compile: error: --cache-only: cubin for sm_90 was written "
-                                                     "to the cache and pruned at once: its size limit (0 bytes")
+    assert r.returncode == 2 and r.stderr == ("nbjit compile: error: --cache-only: cubin for sm_90 written to the "
+                                              "cache and pruned at once: its size limit (0 bytes, "
+                                              "NBJIT_CACHE_MAX_BYTES) cannot hold it; raise the limit\n")
     assert not list((tmp_path / "small").glob("*/*.nbjit"))
+    # several architectures: a later write can prune an earlier entry; each is looked for at the end
+    # (a limit that holds either entry, not both: writing sm_90's prunes sm_80's, the older)
+    several = [*cmd, "compile", str(cu), "--arch", "sm_80,sm_90", "--cache-only"]
+    subprocess.run(several, env={**os.environ, "NBJIT_CACHE_DIR": str(tmp_path / "sizes")}, check=True, timeout=120)
+    s80, s90 = (f.stat().st_size for f in sorted((tmp_path / "sizes").glob("*/*.nbjit"), key=os.path.getmtime))
+    limit = int(max(s80, s90 / 0.9)) + 16
+    assert limit < s80 + s90
+    r = subprocess.run(several, capture_output=True, text=True, env={
+        **os.environ, "NBJIT_CACHE_DIR": str(tmp_path / "one"), "NBJIT_CACHE_MAX_BYTES": str(limit)}, timeout=120)
+    assert len(list((tmp_path / "one").glob("*/*.nbjit"))) == 1
+    assert r.returncode == 2 and r.stderr.startswith("nbjit compile: error: --cache-only: cubin for sm_80 written to "
+                                                     "the cache and pruned at once"), r.stderr
     r = run(NBJIT_CACHE_DIR=str(tmp_path / "cache"))
     assert r.returncode == 0 and f"in the cache {tmp_path / 'cache'}" in r.stderr
     assert len(list((tmp_path / "cache").glob("*/*.nbjit"))) == 1
+
+
+def test_cache_only_over_a_read_only_cache(tmp_path, monkeypatch, capsys):
+    """--cache-only over a cache that cannot be written: fine where it holds every entry asked
+    for already (a prewarmed, read-only image layer), refused before NVRTC where one is missing."""
+    from nbjit import cache as cache_mod
+    from nbjit import cli
+    cu = tmp_path / "k.cu"
+    cu.write_text('extern "C" __global__ void k(int* p) { p[0] = 2; }\n')
+    monkeypatch.setenv("NBJIT_CACHE_DIR", str(tmp_path / "c"))
+    monkeypatch.setattr(cache_mod, "_DEFAULT", [])
+    assert cli.main(["compile", str(cu), "--arch", "sm_90", "--cache-only"]) == 0
+    capsys.readouterr()
+    monkeypatch.setattr(cli, "_cannot_write", lambda d: "Read-only file system")
+    monkeypatch.setattr(cache_mod, "_DEFAULT", [])
+    assert cli.main(["compile", str(cu), "--arch", "sm_90", "--cache-only"]) == 0
+    assert "cubin for sm_90 in the cache" in capsys.readouterr().err
+    assert cli.main(["compile", str(cu), "--arch", "sm_80,sm_90", "--cache-only"]) == 2
+    assert capsys.readouterr().err == (f"nbjit compile: error: --cache-only would store nothing: the cache directory "
+                                       f"{tmp_path / 'c'} cannot be written (Read-only file system); set "
+                                       "NBJIT_CACHE_DIR to a writable directory\n")
 
 
 # ------------------------------------------------ what the compiler made: spills, occupancy, SASS

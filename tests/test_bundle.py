@@ -538,8 +538,9 @@ def test_name_expressions_per_image(tmp_path, capsys):
     assert main(["bundle", str(TMPL), str(plain), "--arch", "sm_90", "--expr", "fill<float>", "-o", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("nbjit bundle: error: plain.cu: NVRTC") and "__nv_name_map" in err and not out.exists()
-    assert err.endswith("\n\nThe name expressions ('fill<float>') go to every CUDA source of the bundle unless given "
-                        "per image: name_expressions={'plain': [...], ...}, or on the command line --expr IMAGE=EXPR.\n")
+    assert err.endswith("\n\nThe name expressions ('fill<float>') go to every CUDA source of the bundle unless "
+                        "given per image: name_expressions={'plain': [...], ...}, or on the command line --expr "
+                        "IMAGE=EXPR.\n")
     # the same from Python: NVRTC's error (CompileFailure) with that hint; one str is one expression
     with pytest.raises(nbjit.CompileFailure, match=r"(?s)__nv_name_map.*go to every CUDA source") as e:
         build_bundle([TMPL, plain], out, archs="sm_90", name_expressions="fill<float>")

@@ -172,7 +172,7 @@ def __getattr__(name: str):
 # ``module`` imports the compiler and the cache only where it compiles (a bundle's or a
 # cubin's first kernel needs neither); the names that compile bring them when they are asked
 # for, so that their first call is not an import
-_WITH = {"compile": ("compiler", "cache"), "compile_many": ("compiler", "cache")}
+_WITH = {"compile": ("compiler", "cache", "_compiling"), "compile_many": ("compiler", "cache", "_compiling")}
 
 
 def __dir__() -> list[str]:

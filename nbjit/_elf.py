@@ -154,19 +154,23 @@ def gnu_build_id(path: str) -> bytes | None:
     except OSError:
         return None
     try:
-        head = os.pread(fd, 64, 0)
+        first = os.pread(fd, 4096, 0)  # (the header, program headers and notes are most often here)
+
+        def read(size: int, at: int) -> bytes:
+            return first[at:at + size] if at + size <= len(first) else os.pread(fd, size, at)
+        head = first[:64]
         if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
             return None
         (phoff,) = struct.unpack_from("<Q", head, 32)
         phentsize, phnum = struct.unpack_from("<HH", head, 54)
         if phentsize < 56 or phnum > 512:
             return None
-        ph = os.pread(fd, phentsize * phnum, phoff)
+        ph = read(phentsize * phnum, phoff)
         for i in range(len(ph) // phentsize):
             p_type, _, p_offset, _, _, p_filesz = struct.unpack_from("<IIQQQQ", ph, i * phentsize)
             if p_type != _PT_NOTE or p_filesz > 1 << 16:
                 continue
-            notes, pos = os.pread(fd, p_filesz, p_offset), 0
+            notes, pos = read(p_filesz, p_offset), 0
             while pos + 12 <= len(notes):
                 namesz, descsz, kind = struct.unpack_from("<III", notes, pos)
                 name_at = pos + 12

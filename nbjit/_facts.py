@@ -83,9 +83,13 @@ def stamp() -> str:
     """Identifies the code that reads images: the size and modification time of each module
     that does (a new nbjit, or an edited one, reads afresh)."""
     parts = []
-    for name in _READERS:
-        st = os.stat(f"{_HERE}/{name}")
-        parts.append(f"{name}:{st.st_size}:{st.st_mtime_ns}")
+    fd = os.open(_HERE, os.O_RDONLY)  # (each stat relative to it: the package's path is walked once)
+    try:
+        for name in _READERS:
+            st = os.stat(name, dir_fd=fd)
+            parts.append(f"{name}:{st.st_size}:{st.st_mtime_ns}")
+    finally:
+        os.close(fd)
     return ";".join(parts)
 
 

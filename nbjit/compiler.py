@@ -635,7 +635,7 @@ def _plan(source, name, name_expressions, headers, include_paths, options, arch,
         if hit is not None:
             return hit
     req = _request(source, name, name_expressions, headers, include_paths, options, arch, output,
-                   _pch.pch_mode(pch), cache.path)
+                   _pch.pch_mode(pch), cache._root)  # (text: no Path made on a warm start)
     return req, _key(req), cache, call
 
 

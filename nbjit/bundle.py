@@ -571,7 +571,7 @@ def _add(part: _Part, item: Any, how: dict, naming: bool) -> bool:
         _add_image(part, data, _sniff(data, part.name or "<bytes>"), part.name or "<bytes>", False)
         return False
     if _is_text(item):  # text: PTX where it says so, else CUDA C++
-        if re.search(r"^[ \t]*\.version[ \t]+\d", item, re.M) and "__global__" not in item:
+        if _is_ptx_text(item):
             _add_image(part, item.encode(), "ptx", part.name or "<ptx>", False)
             return False
         _compile(part, item, part.name + ".cu" if part.name else None, how)
@@ -615,12 +615,17 @@ def _is_text(item: Any) -> bool:
 _ONE_LINE_CODE = re.compile(r"__global__|\.entry\s+[\w$]+\s*\(")
 
 
+def _is_ptx_text(text: str) -> bool:
+    """Whether bundle input text is PTX (a ``.version`` directive, no ``__global__``), not CUDA C++."""
+    return "__global__" not in text and bool(re.search(r"^[ \t]*\.version[ \t]+\d", text, re.M))
+
+
 def _is_source(item: Any) -> bool:
     """Whether a bundle input is CUDA C++ that NVRTC compiles (a .cu file, or source text)."""
     from .compiler import SOURCE_SUFFIXES
 
     if _is_text(item):
-        return "__global__" in item or not re.search(r"^[ \t]*\.version[ \t]+\d", item, re.M)
+        return not _is_ptx_text(item)
     return isinstance(item, (str, os.PathLike)) and Path(item).suffix.lower() in SOURCE_SUFFIXES
 
 

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shlex
+import stat
 import sys
 import threading
 import warnings
@@ -318,21 +319,70 @@ def _write_ids(cache_dir, ids: dict) -> None:
             pass
 
 
-@functools.lru_cache(maxsize=None)
 def cuda_include_dir() -> str | None:
     """The CUDA headers (cuda_fp16.h, ...) that NVRTC compiles should see: the pip wheels'
     (nvidia/cu13/include, nvidia/cuda_runtime/include), else CUDA_HOME / CUDA_PATH, else
     what cuda-pathfinder finds (importing it costs ~30 ms, so it comes last)."""
+    found = _cuda_headers()
+    return found[0] if found else None
+
+
+def _cuda_headers_id() -> str | None:
+    """The identity of CUDA's headers on the include path: CUDART_VERSION and the size of
+    cuda_runtime_api.h (no path, no file time); None where there are none."""
+    found = _cuda_headers()
+    return found[1] if found else None
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_headers() -> tuple[str, str | None] | None:
+    """(``cuda_include_dir()``, ``_cuda_headers_id()``): the first directory that holds
+    cuda_runtime_api.h, found and identified by opening that file once (a warm start's
+    system calls cost ~5-10 us each on the GPU machine)."""
     wheels = (f"{n}/{sub}/include" for n in _nvidia_dirs() for sub in ("cu13", "cuda_runtime", "cu12"))
     homes = (f"{os.environ[v]}/include" for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v))
     for d in itertools.chain(wheels, homes):
-        if os.path.isfile(f"{d}/cuda_runtime_api.h"):
-            return d
+        try:
+            return d, _runtime_api_id(f"{d}/cuda_runtime_api.h")
+        except FileNotFoundError:
+            continue
     try:
         from cuda.pathfinder import find_nvidia_header_directory
-        return find_nvidia_header_directory("cudart")
+        d = find_nvidia_header_directory("cudart")
     except Exception:  # no headers installed: sources that include none still compile
         return None
+    if not d:
+        return None
+    try:
+        return d, _runtime_api_id(f"{d}/cuda_runtime_api.h")
+    except OSError:
+        return d, None
+
+
+def _runtime_api_id(path: str) -> str | None:
+    """``_cuda_headers_id`` of the cuda_runtime_api.h at ``path``, None where it cannot be
+    read; FileNotFoundError where there is no such file (or something else of that name)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _NONBLOCK)
+    except (FileNotFoundError, NotADirectoryError):
+        raise FileNotFoundError(path) from None
+    except OSError:  # (there, but unreadable: its identity unknown)
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise FileNotFoundError(path)
+        head = os.pread(fd, 1 << 15, 0)
+    except FileNotFoundError:
+        raise
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return f"{_defined_number(head, b'CUDART_VERSION') or '?'}:{st.st_size}"
+
+
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # (a FIFO named as a header is never waited on)
 
 
 @functools.lru_cache(maxsize=None)
@@ -344,28 +394,16 @@ def _cccl() -> tuple[str, str] | None:
         return None
     d = f"{inc}/cccl"
     try:
-        version = read_regular(f"{d}/cuda/std/__cccl/version.h", 1 << 20)
-    except (OSError, ValueError):
-        return None
-    return d, content_digest(version)
-
-
-@functools.lru_cache(maxsize=None)
-def _cuda_headers_id() -> str | None:
-    """The identity of CUDA's headers on the include path: CUDART_VERSION and the size of
-    cuda_runtime_api.h (no path, no file time); None where there are none."""
-    inc = cuda_include_dir()
-    if not inc:
-        return None
-    try:
-        fd = os.open(f"{inc}/cuda_runtime_api.h", os.O_RDONLY)
-        try:
-            head, size = os.pread(fd, 1 << 15, 0), os.fstat(fd).st_size
-        finally:
-            os.close(fd)
+        fd = os.open(f"{d}/cuda/std/__cccl/version.h", os.O_RDONLY | _NONBLOCK)
     except OSError:
         return None
-    return f"{_defined_number(head, b'CUDART_VERSION') or '?'}:{size}"
+    try:
+        version = os.read(fd, 1 << 16)
+    except OSError:  # (a directory of that name, say)
+        return None
+    finally:
+        os.close(fd)
+    return d, content_digest(version)
 
 
 def _defined_number(text: bytes, name: bytes) -> str | None:

@@ -95,6 +95,33 @@ def test_facts_of_other_code_are_read_afresh_and_kept(tmp_path, monkeypatch):
     assert again2.info == img.info
 
 
+def test_the_stamp_is_the_digest_of_the_readers_as_they_are():
+    """The stamp facts carry is a committed digest of the reader modules (no file system call
+    on a warm start): it must be that of their text now, or facts an older reader wrote would
+    be taken as this one's."""
+    assert _facts.READERS_DIGEST == _facts.readers_digest(), \
+        "a module that reads images changed: run `python -m nbjit._facts` to update READERS_DIGEST"
+    assert _facts.stamp() == f"readers:{_facts.READERS_DIGEST}"
+
+
+def test_the_readers_digest_changes_with_any_reader_but_not_its_own_line(tmp_path, monkeypatch):
+    pkg = tmp_path / "nbjit"
+    pkg.mkdir()
+    here = os.path.dirname(_facts.__file__)
+    for name in _facts._READERS:
+        with open(os.path.join(here, name), "rb") as f:
+            (pkg / name).write_bytes(f.read())
+    monkeypatch.setattr(_facts, "_HERE", str(pkg))
+    first = _facts.readers_digest()
+    assert first == _facts.READERS_DIGEST
+    facts_py = pkg / "_facts.py"
+    facts_py.write_text(facts_py.read_text().replace(f'READERS_DIGEST = "{first}"', 'READERS_DIGEST = "0"'))
+    assert _facts.readers_digest() == first  # its own line is not part of it
+    cubin_py = pkg / "cubin.py"
+    cubin_py.write_text(cubin_py.read_text() + "\n# edited\n")
+    assert _facts.readers_digest() != first
+
+
 def test_a_read_only_cache_is_still_used_when_its_facts_are_old(tmp_path, monkeypatch):
     c = Cache(tmp_path)
     compile_image(PLAIN, arch="sm_90", cache=c)

@@ -216,16 +216,21 @@ def _site_dir(nvidia_dir: str) -> bool:
     return os.path.basename(os.path.dirname(nvidia_dir)) in ("site-packages", "dist-packages")
 
 
-def _copies(dirs, lib: str) -> list[str]:
-    """The files in ``dirs`` named as ``lib`` can be loaded (each file once, however linked)."""
-    seen: list[str] = []
+def _copies(dirs, lib: str) -> list[tuple[str, os.stat_result]]:
+    """The files in ``dirs`` named as ``lib`` can be loaded (each file once, however linked),
+    with their ``os.stat`` (what their remembered identity is checked against)."""
+    seen: list[tuple[str, os.stat_result]] = []
     for d in dirs:
         if not os.path.isdir(d):
             continue
         for suffix in _SONAMES:
             f = f"{d}/lib{lib}{suffix}"
-            if os.path.isfile(f) and f not in seen:
-                seen.append(f)
+            try:
+                st = os.stat(f)
+            except (OSError, ValueError):
+                continue
+            if stat.S_ISREG(st.st_mode) and all(f != g for g, _ in seen):
+                seen.append((f, st))
     return seen
 
 
@@ -235,6 +240,11 @@ def _toolchain_copies(lib: str = "nvrtc") -> list[str]:
     pip wheels on sys.path; where none of them is in a site-packages directory (whose wheels
     cuda.bindings loads before any other copy), also those the system search could find
     (CUDA_HOME/CUDA_PATH, LD_LIBRARY_PATH)."""
+    return [f for f, _ in _toolchain_copies_stat(lib)]
+
+
+def _toolchain_copies_stat(lib: str) -> list[tuple[str, os.stat_result]]:
+    """``_toolchain_copies(lib)``, each with its ``os.stat``."""
     wheels = [(n, _copies([f"{n}/{sub}/lib" for sub in _WHEEL_LIB_DIRS[lib]], lib)) for n in _nvidia_dirs()]
     seen = [c for _, copies in wheels for c in copies]
     if not any(copies and _site_dir(n) for n, copies in wheels):
@@ -253,58 +263,96 @@ def _toolchain_fingerprint(lib: str = "nvrtc") -> dict:
     fp = _FINGERPRINTS.get(lib)
     if fp is not None:
         return fp
-    fp = {"lib": lib, "builds": sorted({_library_id(f) for f in _toolchain_copies(lib)})}
+    fp = {"lib": lib, "builds": sorted({_remembered(f, st, _library_ident) for f, st in _toolchain_copies_stat(lib)})}
     _FINGERPRINTS[lib] = fp
     return fp
 
 
 def _library_id(path: str) -> str:
-    """A library file's identity: its GNU build ID (read from its program headers: cheap),
-    else its size and content digest. Digesting a library (NVRTC's is ~140 MB) costs far more
-    than a warm compile's look-up, so the digest is remembered in the default cache's
-    directory, by the file's real path, size and modification time: only the first process
-    after an install pays it."""
+    """A library file's identity (``_library_ident``), remembered (``_remembered``)."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return "unreadable"
+    return _remembered(path, st, _library_ident)
+
+
+def _library_ident(path: str) -> str:
+    """A library file's identity: its GNU build ID (read from its program headers), else its
+    size and content digest (NVRTC's library is ~140 MB)."""
     build = gnu_build_id(path)
     if build is not None:
         return "build-id:" + build.hex()
     try:
         with open(path, "rb") as f:
-            st = os.fstat(f.fileno())  # (the size and time of the bytes read below)
-            real = os.path.realpath(path)
-            seen = [st.st_size, st.st_mtime_ns]
-            memo = default_cache().path
-            known = _read_ids(memo) if memo is not None else {}
-            if known.get(real, [None])[:2] == seen and isinstance(known[real][2], str):
-                return known[real][2]
             h = hashlib.blake2b(digest_size=32)
+            size = 0
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 h.update(chunk)
+                size += len(chunk)
     except OSError:
         return "unreadable"
-    ident = f"content:{st.st_size}:{h.hexdigest()}"
-    if memo is not None:
-        known.pop(real, None)
-        known[real] = [*seen, ident]
-        _write_ids(memo, dict(list(known.items())[-_IDS_KEPT:]))
+    return f"content:{size}:{h.hexdigest()}"
+
+
+def _remembered(path: str, st: os.stat_result, identify) -> str:
+    """``identify(path)``: the identity of a toolchain file (a library's build ID or digest,
+    CUDA's header version, CCCL's version digest) whose ``os.stat`` is ``st``, remembered in
+    the default cache's directory (``toolchain-ids.json``) by the file's path, inode, size,
+    modification and change times (a rewrite in place changes the change time, which no one
+    can set), so that a warm start opens one small file instead of every toolchain file, and
+    only the first process after an install reads them."""
+    seen = [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+    root = default_cache()._root
+    known = _ids(root)
+    got = known.get(path)
+    if got is not None and got[:4] == seen:
+        return got[4]
+    ident = identify(path)
+    if ident is not None and ident != "unreadable":
+        known.pop(path, None)
+        known[path] = [*seen, ident]
+        if root is not None:
+            _write_ids(root, dict(list(known.items())[-_IDS_KEPT:]))
     return ident
 
 
-_IDS_FILE = "toolchain-ids.json"  # in the cache directory: {real path: [size, mtime_ns, identity]}
-_IDS_KEPT = 64  # the most recently digested libraries remembered
+_IDS_FILE = "toolchain-ids.json"  # in the cache directory: {path: [inode, size, mtime_ns, ctime_ns, identity]}
+_IDS_KEPT = 64  # the most recently identified files remembered
+_IDS_BYTES = 1 << 16  # what they take at most (a read of 1 MiB costs a warm start a page-mapped buffer)
+_IDS: dict = {}  # cache directory -> its file as this process read it (once), with what it identified since
 
 
-def _read_ids(cache_dir) -> dict:
-    """The remembered library identities (``_library_id``), or {} (none, or unreadable)."""
+def _ids(root: str | None) -> dict:
+    """The identities remembered in the cache directory ``root`` (``_remembered``), read
+    once per process: {} where there are none, the file is unreadable or not of this shape,
+    or the cache is in memory only (``root`` None)."""
+    got = _IDS.get(root)
+    if got is None:
+        got = _IDS[root] = _read_ids(root) if root is not None else {}
+    return got
+
+
+def _read_ids(cache_dir: str) -> dict:
     try:
-        got = json.loads(read_regular(os.path.join(cache_dir, _IDS_FILE), 1 << 20))
+        fd = os.open(f"{cache_dir}/{_IDS_FILE}", os.O_RDONLY | _NONBLOCK)
+    except OSError:
+        return {}
+    try:
+        got = json.loads(os.read(fd, _IDS_BYTES))  # (more than _IDS_KEPT entries take: cut, so unreadable)
     except (OSError, ValueError, RecursionError):
         return {}
-    return {k: v for k, v in got.items() if isinstance(v, list) and len(v) == 3} if isinstance(got, dict) else {}
+    finally:
+        os.close(fd)
+    if not isinstance(got, dict):
+        return {}
+    return {k: v for k, v in got.items() if type(v) is list and len(v) == 5 and type(v[4]) is str
+            and all(type(x) is int for x in v[:4])}
 
 
-def _write_ids(cache_dir, ids: dict) -> None:
+def _write_ids(cache_dir: str, ids: dict) -> None:
     """Remember ``ids``, whole or not at all (a cache directory that cannot be written keeps
-    nothing: the digest is made again next time)."""
+    nothing: the files are read again next time)."""
     f = os.path.join(cache_dir, _IDS_FILE)
     tmp = f"{f}.{os.getpid()}.{threading.get_ident()}.tmp"
     try:
@@ -337,73 +385,80 @@ def _cuda_headers_id() -> str | None:
 @functools.lru_cache(maxsize=None)
 def _cuda_headers() -> tuple[str, str | None] | None:
     """(``cuda_include_dir()``, ``_cuda_headers_id()``): the first directory that holds
-    cuda_runtime_api.h, found and identified by opening that file once (a warm start's
-    system calls cost ~5-10 us each on the GPU machine)."""
+    cuda_runtime_api.h, with the identity of that file (remembered: ``_remembered``)."""
     wheels = (f"{n}/{sub}/include" for n in _nvidia_dirs() for sub in ("cu13", "cuda_runtime", "cu12"))
     homes = (f"{os.environ[v]}/include" for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v))
     for d in itertools.chain(wheels, homes):
-        try:
-            return d, _runtime_api_id(f"{d}/cuda_runtime_api.h")
-        except FileNotFoundError:
-            continue
+        found = _runtime_api(d)
+        if found is not None:
+            return found
     try:
         from cuda.pathfinder import find_nvidia_header_directory
         d = find_nvidia_header_directory("cudart")
     except Exception:  # no headers installed: sources that include none still compile
         return None
-    if not d:
-        return None
+    return (_runtime_api(d) or (d, None)) if d else None
+
+
+def _runtime_api(d: str) -> tuple[str, str | None] | None:
+    """(``d``, the identity of its cuda_runtime_api.h), or None where it has none."""
+    f = f"{d}/cuda_runtime_api.h"
     try:
-        return d, _runtime_api_id(f"{d}/cuda_runtime_api.h")
-    except OSError:
-        return d, None
+        st = os.stat(f)
+    except (OSError, ValueError):
+        return None
+    return (d, _remembered(f, st, _runtime_api_id)) if stat.S_ISREG(st.st_mode) else None
 
 
 def _runtime_api_id(path: str) -> str | None:
-    """``_cuda_headers_id`` of the cuda_runtime_api.h at ``path``, None where it cannot be
-    read; FileNotFoundError where there is no such file (or something else of that name)."""
+    """The identity of a cuda_runtime_api.h: CUDART_VERSION and the file's size (no path, no
+    file time); None where it cannot be read."""
     try:
         fd = os.open(path, os.O_RDONLY | _NONBLOCK)
-    except (FileNotFoundError, NotADirectoryError):
-        raise FileNotFoundError(path) from None
-    except OSError:  # (there, but unreadable: its identity unknown)
+    except OSError:
         return None
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise FileNotFoundError(path)
-        head = os.pread(fd, 1 << 15, 0)
-    except FileNotFoundError:
-        raise
+        head, size = os.pread(fd, 1 << 15, 0), os.fstat(fd).st_size
     except OSError:
         return None
     finally:
         os.close(fd)
-    return f"{_defined_number(head, b'CUDART_VERSION') or '?'}:{st.st_size}"
+    return f"{_defined_number(head, b'CUDART_VERSION') or '?'}:{size}"
 
 
-_NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # (a FIFO named as a header is never waited on)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # (a FIFO of a toolchain file's name is never waited on)
 
 
 @functools.lru_cache(maxsize=None)
 def _cccl() -> tuple[str, str] | None:
     """CCCL's headers beside CUDA's (the CUDA wheel's include/cccl) and the identity of its
-    version: a digest of its version header (a few hundred bytes; no path, no file time)."""
+    version: a digest of its version header (a few hundred bytes; no path, no file time;
+    remembered: ``_remembered``)."""
     inc = cuda_include_dir()
     if not inc:
         return None
     d = f"{inc}/cccl"
+    f = f"{d}/cuda/std/__cccl/version.h"
     try:
-        fd = os.open(f"{d}/cuda/std/__cccl/version.h", os.O_RDONLY | _NONBLOCK)
+        st = os.stat(f)
+    except (OSError, ValueError):
+        return None
+    ident = _remembered(f, st, _version_digest) if stat.S_ISREG(st.st_mode) else None
+    return (d, ident) if ident is not None else None
+
+
+def _version_digest(path: str) -> str | None:
+    """The digest of CCCL's version header, None where it cannot be read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _NONBLOCK)
     except OSError:
         return None
     try:
-        version = os.read(fd, 1 << 16)
-    except OSError:  # (a directory of that name, say)
+        return content_digest(os.read(fd, 1 << 16))
+    except OSError:
         return None
     finally:
         os.close(fd)
-    return d, content_digest(version)
 
 
 def _defined_number(text: bytes, name: bytes) -> str | None:

@@ -13,6 +13,7 @@ from nbjit.compiler import CompileFailure, assemble_ptx, normalize_options, nvji
 
 from conftest import DATA  # noqa: E402
 SRC = (DATA / "src/nvrtc_tmpl.cu").read_text()
+PLAIN = 'extern "C" __global__ void axpy(float* y, const float* x, float a, int n) { y[n] += a * x[n]; }\n'
 HDR = {"scale.cuh": (DATA / "src/scale.cuh").read_text()}
 EXPRS = ["fill<float>", "fill<int>", "ns::op<float, 4>", "&plain"]
 
@@ -194,9 +195,10 @@ def test_toolchain_fingerprint_follows_the_library_that_loads(tmp_path, monkeypa
 
 def test_a_library_without_a_build_id_is_digested_once(tmp_path, monkeypatch):
     """A library with no GNU build ID is named by its content: digesting it (NVRTC's is
-    ~140 MB) is remembered in the cache directory by its real path, size and time, so only
-    the first process after an install reads it whole. A changed time digests it again; a copy
-    elsewhere is the same library; with the disk cache off nothing is remembered."""
+    ~140 MB) is remembered in the cache directory by its path, inode, size and times, so only
+    the first process after an install reads it whole. A rewrite is digested again, even one
+    that puts the old modification time back (its change time moved); a copy elsewhere is the
+    same library; with the disk cache off nothing is remembered."""
     import json
     import os
 
@@ -212,13 +214,15 @@ def test_a_library_without_a_build_id_is_digested_once(tmp_path, monkeypatch):
     assert first == f"content:{lib.stat().st_size}:{C.content_digest(lib.read_bytes())}"
     memo = json.loads((tmp_path / "cache" / "toolchain-ids.json").read_text())
     st = lib.stat()
-    assert memo == {str(lib.resolve()): [st.st_size, st.st_mtime_ns, first]}
-    # the same size and time: remembered, not read (a changed content at the same size and time
-    # is what the remembered digest cannot see, as Python's own .pyc check cannot)
-    lib.write_bytes(b"\x7fELF, no build id, two build" * 1000)
-    os.utime(lib, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert memo == {str(lib): [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, first]}
+    monkeypatch.setattr(C, "_IDS", {})  # a new process: the file is read, the library is not
+    monkeypatch.setattr(C, "_library_ident", lambda path: pytest.fail(f"{path} read again"))
     assert C._library_id(str(lib)) == first
-    os.utime(lib, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # reinstalled: digested again
+    monkeypatch.undo()
+    monkeypatch.setenv("NBJIT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(cache_mod, "_DEFAULT", [])
+    lib.write_bytes(b"\x7fELF, no build id, two build" * 1000)  # the same size, its old time put back
+    os.utime(lib, ns=(st.st_atime_ns, st.st_mtime_ns))
     second = C._library_id(str(lib))
     assert second != first and second == f"content:{st.st_size}:{C.content_digest(lib.read_bytes())}"
     copy = tmp_path / "venv2" / "libnvrtc.so.13"  # another venv, the same wheel: the same library
@@ -231,6 +235,50 @@ def test_a_library_without_a_build_id_is_digested_once(tmp_path, monkeypatch):
     (tmp_path / "cache" / "toolchain-ids.json").unlink()
     assert C._library_id(str(copy)) == second
     assert not (tmp_path / "cache" / "toolchain-ids.json").exists()
+
+
+def test_a_warm_start_opens_no_toolchain_file(monkeypatch):
+    """The toolchain's identity (NVRTC's build ID, CUDA's header version, CCCL's version
+    digest) is remembered in the cache directory: a later process stats those files and reads
+    one small file, and finds the same key. Where one of them is another file now (a
+    reinstall), it is read again."""
+    import json
+
+    from nbjit import compiler as C
+
+    if not C._toolchain_copies():
+        pytest.skip("no NVRTC library found")
+    real = {name: getattr(C, name) for name in ("_library_ident", "_runtime_api_id", "_version_digest")}
+
+    def fresh_process(read: bool):
+        monkeypatch.setattr(C, "_FINGERPRINTS", {})
+        monkeypatch.setattr(C, "_IDS", {})
+        C._cuda_headers.cache_clear()
+        C._cccl.cache_clear()
+        for name, f in real.items():
+            monkeypatch.setattr(C, name, f if read else lambda path, name=name: pytest.fail(f"{name}({path}) read"))
+
+    try:
+        fresh_process(read=True)
+        key = C.compile_key(PLAIN, arch="sm_90")
+        memo = C.default_cache().path / "toolchain-ids.json"
+        ids = json.loads(memo.read_text())
+        (lib,) = C._toolchain_copies()[:1]
+        assert ids[lib][4] == C._library_ident(lib)
+        if C.cuda_include_dir():
+            assert f"{C.cuda_include_dir()}/cuda_runtime_api.h" in ids
+        if C.cccl_include_dir():
+            assert f"{C.cccl_include_dir()}/cuda/std/__cccl/version.h" in ids
+        fresh_process(read=False)
+        assert C.compile_key(PLAIN, arch="sm_90") == key
+        # the memo says another file was at NVRTC's path (another inode), of another build
+        memo.write_text(json.dumps({**ids, lib: [ids[lib][0] + 1, *ids[lib][1:4], "build-id:00"]}))
+        fresh_process(read=True)
+        assert C.compile_key(PLAIN, arch="sm_90") == key
+        assert json.loads(memo.read_text())[lib] == ids[lib]
+    finally:
+        C._cuda_headers.cache_clear()
+        C._cccl.cache_clear()
 
 
 def test_architectures_nvrtc_does_not_know(tmp_path):

@@ -23,7 +23,7 @@ from . import pch as _pch
 from ._facts import Facts
 from ._defs import record
 from .arch import Arch, existence_problem
-from .cache import Cache, CacheEntry, Written, cache_key, default_cache, make_locked, write_entry
+from .cache import _SCAN, Cache, CacheEntry, Written, cache_key, default_cache, make_locked, write_entry
 from ._csource import source_declarations
 from .cubin import inspect_cubin
 from .errors import CompileFailure, LinkFailure, NbjitCompileError, NbjitWarning
@@ -306,20 +306,20 @@ def _remembered(path: str, st: os.stat_result, identify) -> str:
     root = default_cache()._root
     known = _ids(root)
     got = known.get(path)
-    if got is not None and got[:4] == seen:
+    if type(got) is list and got[:4] == seen and len(got) == 5 and type(got[4]) is str:
         return got[4]
     ident = identify(path)
     if ident is not None and ident != "unreadable":
         known.pop(path, None)
         known[path] = [*seen, ident]
         if root is not None:
-            _write_ids(root, dict(list(known.items())[-_IDS_KEPT:]))
+            _write_ids(root, {k: v for k, v in list(known.items())[-_IDS_KEPT:] if type(v) is list and len(v) == 5})
     return ident
 
 
 _IDS_FILE = "toolchain-ids.json"  # in the cache directory: {path: [inode, size, mtime_ns, ctime_ns, identity]}
-_IDS_KEPT = 64  # the most recently identified files remembered
-_IDS_BYTES = 1 << 16  # what they take at most (a read of 1 MiB costs a warm start a page-mapped buffer)
+_IDS_KEPT = 48  # the most recently identified files remembered
+_IDS_BYTES = 1 << 15  # what they take at most (a read of 1 MiB costs a warm start a page-mapped buffer)
 _IDS: dict = {}  # cache directory -> its file as this process read it (once), with what it identified since
 
 
@@ -338,27 +338,32 @@ def _read_ids(cache_dir: str) -> dict:
         fd = os.open(f"{cache_dir}/{_IDS_FILE}", os.O_RDONLY | _NONBLOCK)
     except OSError:
         return {}
-    try:
-        got = json.loads(os.read(fd, _IDS_BYTES))  # (more than _IDS_KEPT entries take: cut, so unreadable)
-    except (OSError, ValueError, RecursionError):
+    try:  # (more than _IDS_KEPT entries take is cut, so unreadable; json's scanner: see cache._SCAN)
+        text = os.read(fd, _IDS_BYTES).decode()
+        got, end = _SCAN(text, 0)
+        if end != len(text):
+            return {}
+    except (OSError, ValueError, RecursionError, StopIteration):
         return {}
     finally:
         os.close(fd)
-    if not isinstance(got, dict):
-        return {}
-    return {k: v for k, v in got.items() if type(v) is list and len(v) == 5 and type(v[4]) is str
-            and all(type(x) is int for x in v[:4])}
+    return got if type(got) is dict else {}  # (each entry is checked where it is used)
 
 
 def _write_ids(cache_dir: str, ids: dict) -> None:
-    """Remember ``ids``, whole or not at all (a cache directory that cannot be written keeps
-    nothing: the files are read again next time)."""
+    """Remember ``ids`` (the oldest left out where they would not fit in ``_IDS_BYTES``), whole
+    or not at all (a cache directory that cannot be written keeps nothing: the files are read
+    again next time)."""
+    text = json.dumps(ids)
+    while len(text) >= _IDS_BYTES and ids:
+        ids = dict(list(ids.items())[1:])
+        text = json.dumps(ids)
     f = os.path.join(cache_dir, _IDS_FILE)
     tmp = f"{f}.{os.getpid()}.{threading.get_ident()}.tmp"
     try:
         os.makedirs(cache_dir, exist_ok=True)
         with open(tmp, "w") as out:
-            json.dump(ids, out)
+            out.write(text)
         os.replace(tmp, f)
     except OSError:
         try:

@@ -237,6 +237,24 @@ def test_a_library_without_a_build_id_is_digested_once(tmp_path, monkeypatch):
     assert not (tmp_path / "cache" / "toolchain-ids.json").exists()
 
 
+def test_remembered_identities_fit_what_is_read_back(tmp_path):
+    """The memo of toolchain identities keeps the newest entries that fit in what a warm
+    start reads (a file cut short would be unreadable: every file read again)."""
+    import json
+
+    from nbjit import compiler as C
+
+    ids = {f"/{'long/' * 120}{i}/libnvrtc.so.13": [i, 1, 2, 3, f"build-id:{i:040x}"] for i in range(C._IDS_KEPT)}
+    C._write_ids(str(tmp_path), ids)
+    text = (tmp_path / "toolchain-ids.json").read_text()
+    kept = json.loads(text)
+    assert len(text) < C._IDS_BYTES and 0 < len(kept) < len(ids)
+    assert list(kept) == list(ids)[-len(kept):]  # the newest
+    assert C._read_ids(str(tmp_path)) == kept
+    (tmp_path / "toolchain-ids.json").write_text("{" * 10)
+    assert C._read_ids(str(tmp_path)) == {}
+
+
 def test_a_warm_start_opens_no_toolchain_file(monkeypatch):
     """The toolchain's identity (NVRTC's build ID, CUDA's header version, CCCL's version
     digest) is remembered in the cache directory: a later process stats those files and reads

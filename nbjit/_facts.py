@@ -82,7 +82,7 @@ def _resources(data: Any) -> bool:
 # facts stamp costs a warm start no file system call (on the GPU machine, stat()ing the ten
 # modules was ~45 us of the ~1 ms budget). tests/test_facts.py fails where a reader changes
 # and this line does not (``python -m nbjit._facts`` rewrites it).
-READERS_DIGEST = "ab73fb7b23683bd3bfe26bc5db4610b63cbbc944"
+READERS_DIGEST = "a3f02d841f1ce2833a1c14fa14ac0880ccac1a01"
 
 
 def stamp() -> str:

@@ -319,7 +319,7 @@ def _remembered(path: str, st: os.stat_result, identify) -> str:
 
 _IDS_FILE = "toolchain-ids.json"  # in the cache directory: {path: [inode, size, mtime_ns, ctime_ns, identity]}
 _IDS_KEPT = 48  # the most recently identified files remembered
-_IDS_BYTES = 1 << 15  # what they take at most (a read of 1 MiB costs a warm start a page-mapped buffer)
+_IDS_BYTES = 1 << 15  # what they take at most
 _IDS: dict = {}  # cache directory -> its file as this process read it (once), with what it identified since
 
 
@@ -334,20 +334,12 @@ def _ids(root: str | None) -> dict:
 
 
 def _read_ids(cache_dir: str) -> dict:
-    try:
-        fd = os.open(f"{cache_dir}/{_IDS_FILE}", os.O_RDONLY | _NONBLOCK)
-    except OSError:
-        return {}
-    try:  # (more than _IDS_KEPT entries take is cut, so unreadable; json's scanner: see cache._SCAN)
-        text = os.read(fd, _IDS_BYTES).decode()
+    try:  # (json's scanner, as cache._SCAN; a file over _IDS_BYTES is not one _write_ids wrote)
+        text = read_regular(f"{cache_dir}/{_IDS_FILE}", _IDS_BYTES).decode()
         got, end = _SCAN(text, 0)
-        if end != len(text):
-            return {}
     except (OSError, ValueError, RecursionError, StopIteration):
         return {}
-    finally:
-        os.close(fd)
-    return got if type(got) is dict else {}  # (each entry is checked where it is used)
+    return got if type(got) is dict and end == len(text) else {}  # (each entry is checked where it is used)
 
 
 def _write_ids(cache_dir: str, ids: dict) -> None:
@@ -455,15 +447,9 @@ def _cccl() -> tuple[str, str] | None:
 def _version_digest(path: str) -> str | None:
     """The digest of CCCL's version header, None where it cannot be read."""
     try:
-        fd = os.open(path, os.O_RDONLY | _NONBLOCK)
-    except OSError:
+        return content_digest(read_regular(path, 1 << 20))
+    except (OSError, ValueError):
         return None
-    try:
-        return content_digest(os.read(fd, 1 << 16))
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 def _defined_number(text: bytes, name: bytes) -> str | None:

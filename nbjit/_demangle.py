@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import functools
 
+import itanium_demangler as dm  # (a missing one: cdecl.mangled_tree says what to install)
+
 __all__ = ["parse", "text_size"]
 
 
@@ -25,7 +27,6 @@ def _parse(name: str):
     shared part once per use, so 2**levels times) and looks for each new substitution by
     comparing it with every earlier one. (Names nested in names, ``L_Z...E``, are read by
     the library's own top level.) RTTI, thunks and guard variables are not kernels: None."""
-    import itanium_demangler as dm
     cursor = _linear_cursor_class()(name, 2)
     if dm._SPECIAL_RE.match(name, 2):
         return None
@@ -61,8 +62,6 @@ def _parse(name: str):
 def _expand_packs(tree):
     """The library's ``_expand_arg_packs``: template argument packs spliced into the lists
     that hold them."""
-    import itanium_demangler as dm
-
     @_once_per_node
     def expand(node):
         if node.kind == "tpl_args":
@@ -142,8 +141,6 @@ def _structure_key(x, keys: dict[int, tuple], ids: dict) -> object:
 
 @functools.cache
 def _linear_cursor_class():
-    import itanium_demangler as dm
-
     class LinearCursor(dm._Cursor):
         """The library's cursor, finding an equal earlier substitution by a dictionary
         rather than by comparing the new one with each (deeply)."""

@@ -645,7 +645,7 @@ def _sniff(data: bytes, name: str) -> str:
 def _add_image(part: _Part, data: bytes, kind: str, label: str, naming: bool) -> None:
     """A PTX, cubin or fatbin's entries, at the architectures they were built for."""
     from .cubin import inspect_cubin
-    from .fatbin import inspect_fatbin
+    from .fatbin import inspect_fatbin, undecoded
     from .ptx import inspect_ptx
 
     if naming and not part.name:
@@ -658,8 +658,7 @@ def _add_image(part: _Part, data: bytes, kind: str, label: str, naming: bool) ->
                     lto.append(str(e.arch))
                     continue  # linked, never loaded: a bundle holds what loads
                 if e.payload is None:
-                    raise BundleError(f"{label}: entry {e.index} ({e.arch}) is zstd-compressed and 'zstandard' is not "
-                                      "installed (pip install zstandard)")
+                    raise BundleError(f"{label}: entry {e.index} ({e.arch}) is {undecoded(e)}")
                 found.append((e.kind, e.arch, e.payload))
             if not found and lto:
                 raise BundleError(f"{label}: holds no cubin and no PTX, only LTO-IR ({', '.join(lto)}), which no "

@@ -123,7 +123,13 @@ def mangled_tree(name: str):
     linear in the name's length: the tree shares every substituted part."""
     if not name.startswith("_Z") or _LONG_NESTED_NAME.search(name):
         return None
-    from ._demangle import parse, text_size  # (the first mangled name read: an extern "C" one needs none)
+    try:  # (the first mangled name read: an extern "C" one needs none)
+        from ._demangle import parse, text_size
+    except ImportError as e:  # not "types unknown": a kernel typed by its name would launch unchecked
+        from .errors import NbjitError
+        raise NbjitError(f"the parameter types of the C++ kernel {name[:80]!r} are read with the itanium-demangler "
+                         f"package, a dependency of nbjit missing here ({e}): pip install "
+                         f"'itanium-demangler>=1.1,<1.2'") from None
     try:
         tree = parse(name)
         if tree is None or text_size(tree) > MAX_DEMANGLED:

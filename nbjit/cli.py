@@ -16,7 +16,7 @@ from typing import NoReturn
 from .arch import Arch, existence_problem
 from .cubin import EM_CUDA, CubinInfo, inspect_cubin
 from .errors import ImageFormatError, NbjitError, NbjitWarning
-from .fatbin import FatbinInfo, inspect_fatbin
+from .fatbin import DECODERS, FatbinInfo, inspect_fatbin, undecoded
 from ._write import write_output
 from .image import MAX_FILE_BYTES, Image, inspect_image, read_regular, sniff
 from .ptx import PtxInfo, inspect_ptx, strip_debug
@@ -298,7 +298,7 @@ def format_fatbin(info: FatbinInfo, path: str, arch: Arch | str | None, damaged:
     rows = [[e.index, e.kind, e.arch_name, e.compression or "-", e.size,
              "no (damaged: below)" if e.index in damaged else
              "yes" if e.payload is not None else "no (nvJitLink reads it)" if e.kind == "ltoir" else
-             "no (needs zstandard)"] for e in info.entries]
+             f"no (needs {DECODERS[e.compression]})"] for e in info.entries]
     out += _table(rows, ["#", "kind", "arch", "compressed", "bytes", "readable"])
     for msg in damaged.values():
         out.append(f"damaged: {msg}")
@@ -312,8 +312,7 @@ def format_fatbin(info: FatbinInfo, path: str, arch: Arch | str | None, damaged:
             if chosen.index in damaged:
                 out.append("  damaged (above): not a cubin the driver can load")
             elif chosen.payload is None:
-                out.append("  compressed with zstd and 'zstandard' is not installed: the driver will "
-                           "read the whole fatbin")
+                out.append(f"  {undecoded(chosen)}: the driver will read the whole fatbin")
             else:
                 out.append(_describe(Image(chosen.payload, chosen.kind, f"{path}[{chosen.index}]"), None))
     return "\n".join(out)

@@ -15,7 +15,7 @@ from .arch import Arch, ArchLike, pick
 from .errors import ImageFormatError
 
 __all__ = ["FatbinEntry", "FatbinInfo", "inspect_fatbin", "select_entry", "parse_arch", "build_fatbin",
-           "FATBIN_MAGIC", "MAX_ENTRY_BYTES", "MAX_TOTAL_BYTES"]
+           "undecoded", "DECODERS", "FATBIN_MAGIC", "MAX_ENTRY_BYTES", "MAX_TOTAL_BYTES"]
 
 _KIND = {1: "ptx", 2: "cubin", 8: "ltoir"}  # 8: NVVM LTO-IR (nvcc code=lto_XX; cuobjdump "nvvm code")
 _F_DEBUG = 0x2
@@ -29,8 +29,8 @@ _F_OPAQUE = 0x10000
 @record
 class FatbinEntry:
     """One image in a fatbin. ``payload`` is the (decompressed) image, or None where it is
-    compressed in a way Python cannot undo here (zstd without the ``zstandard`` package, a
-    compressed LTO-IR entry). LTO-IR entries (kind ``"ltoir"``) are linked, never loaded."""
+    compressed in a way Python cannot undo here (LZ4 without the ``lz4`` package, zstd without
+    ``zstandard``: ``undecoded`` says which; a compressed LTO-IR entry). LTO-IR entries (kind ``"ltoir"``) are linked, never loaded."""
 
     index: int
     kind: str  # "ptx", "cubin" or "ltoir"
@@ -103,7 +103,8 @@ def select_entry(entries: Iterable[FatbinEntry], device: ArchLike) -> FatbinEntr
 
 
 def inspect_fatbin(data: bytes, *, source: str | None = None) -> FatbinInfo:
-    """List a fatbin's entries, decompressing LZ4 and zstd (with ``lz4`` and ``zstandard``).
+    """List a fatbin's entries, decompressing LZ4 and zstd (with ``lz4`` and ``zstandard``;
+    an entry whose package is missing keeps ``payload`` None).
 
     Decompression is bounded by the sizes the headers declare, at most ``MAX_ENTRY_BYTES``
     an entry and ``MAX_TOTAL_BYTES`` in all, judged before anything is decompressed.
@@ -210,12 +211,27 @@ def _entry(d: bytes, off: int, end: int, index: int, fail) -> FatbinEntry:
                        (major, minor) if kind == 1 else None, payload)
 
 
+DECODERS = {"lz4": "lz4", "zstd": "zstandard"}  # the package each compression needs (both dependencies of nbjit)
+
+
+def undecoded(entry: FatbinEntry) -> str:
+    """Why a compressed entry's ``payload`` is None, and what to install: "zstd-compressed
+    and 'zstandard' is not installed (pip install zstandard)"."""
+    if entry.kind == "ltoir":
+        return f"{entry.compression}-compressed LTO-IR that nbjit leaves to nvJitLink"
+    package = DECODERS[entry.compression]
+    return f"{entry.compression}-compressed and {package!r} is not installed (pip install {package})"
+
+
 def _decompress(kind: str, blob: bytes, size: int, fail) -> bytes | None:
     """The decompressed entry, never more than the ``size`` its header declares (checked
     against the caps by the caller): a bomb fails before anything large is allocated.
-    None where zstd is needed and neither ``zstandard`` nor Python's own zstd is there."""
+    None where the package it needs (``DECODERS``) is not installed."""
     if kind == "lz4":
-        import lz4.block
+        try:
+            import lz4.block
+        except ImportError:  # as for zstd below: this entry unread, the whole fatbin to the driver if it is chosen
+            return None
 
         try:  # the output buffer is `size` bytes; more output is an error, not a reallocation
             out = lz4.block.decompress(blob, uncompressed_size=size)

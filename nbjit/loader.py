@@ -141,7 +141,7 @@ def _plan_ptx(raw: bytes, name: str, cc, driver: int, keep_debug: bool, nvjitlin
 
 
 def _plan_fatbin(img: Image, fb: FatbinInfo, cc, driver, keep_debug, nvjitlink) -> Plan:
-    from .fatbin import select_entry
+    from .fatbin import select_entry, undecoded
     entry = select_entry(fb.entries, cc)
     if entry is None:
         have = ", ".join(e.arch_name for e in fb.entries)
@@ -155,8 +155,8 @@ def _plan_fatbin(img: Image, fb: FatbinInfo, cc, driver, keep_debug, nvjitlink) 
         from .cubin import inspect_cubin
         info = inspect_cubin(readable.payload, source=img.name) if readable else None
         return Plan(img.data, "fatbin", info, None,
-                    f"{img.name}: image {entry.index} ({entry.arch_name}) is zstd-compressed and 'zstandard' is not "
-                    "installed; the driver loads the whole fatbin", entry.index)
+                    f"{img.name}: image {entry.index} ({entry.arch_name}) is {undecoded(entry)}; the driver loads "
+                    "the whole fatbin", entry.index)
     sub = Image(entry.payload, entry.kind, f"{img.name}[{entry.index}:{entry.arch_name}]")
     p = plan(sub, cc, driver, keep_debug=keep_debug, nvjitlink=nvjitlink)
     return Plan(p.data, p.kind, p.info, p.route, p.note, entry.index, p.ptx, p.details, p.assemble)

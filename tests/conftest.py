@@ -112,13 +112,23 @@ def _private_cache(tmp_path_factory, monkeypatch):
 
 @pytest.fixture
 def no_zstd(monkeypatch):
-    """As if neither zstandard nor compression.zstd were installed."""
+    """As if zstandard were not installed."""
+    _without(monkeypatch, "zstandard")
+
+
+@pytest.fixture
+def no_lz4(monkeypatch):
+    """As if lz4 were not installed."""
+    _without(monkeypatch, "lz4", "lz4.block")
+
+
+def _without(monkeypatch, *names: str) -> None:
     import builtins
     real = builtins.__import__
 
     def fake(name, *a, **k):
-        if name in ("zstandard", "compression"):
-            raise ImportError(name)
+        if name in names:
+            raise ImportError(f"No module named {name!r}", name=name)
         return real(name, *a, **k)
 
     monkeypatch.setattr(builtins, "__import__", fake)

@@ -645,3 +645,12 @@ def test_load_triton_picks_the_bundles_triton_image(tmp_path):
         nbjit.load_triton(t / "add_kernel", lazy=True)
     with pytest.raises(BundleError, match="not an nbjit bundle"):  # bytes are a bundle's or nothing
         nbjit.load_triton((t / "add_kernel/add_kernel.cubin").read_bytes(), lazy=True)
+
+
+def test_a_fatbin_entry_python_cannot_decompress_is_refused(tmp_path, no_lz4):
+    """A bundle holds raw cubin and PTX bytes: an LZ4 entry unread (no lz4 package) stops the
+    build, naming the entry and what to install, and writes nothing."""
+    with pytest.raises(BundleError, match=r"kernels_multi_lz4.fatbin: entry 1 \(compute_90\) is lz4-compressed and "
+                                          r"'lz4' is not installed \(pip install lz4\)"):
+        build_bundle(DATA / "nvcc/kernels_multi_lz4.fatbin", tmp_path / "k.nbjit")
+    assert not (tmp_path / "k.nbjit").exists()

@@ -1,6 +1,7 @@
 """C parameter types (nbjit.cdecl, nbjit._csource): demangled names, CUDA source declarations, Triton IR."""
 from __future__ import annotations
 
+import os
 import re
 
 import numpy as np
@@ -44,6 +45,32 @@ def test_every_mangled_kernel_in_the_fixtures():
     got = {e.name: texts(demangle(e.name)) for e in info.entries if e.name.startswith("_Z")}
     assert got == {"_Z4fillIfEvPT_S0_i": ["float*", "float", "int"], "_Z4fillIiEvPT_S0_i": ["int*", "int", "int"],
                    "_ZN2ns2opIfLi4EEEvPT_PKS1_i": ["float*", "const float*", "int"]}
+
+
+def test_a_missing_demangler_is_an_error_not_unknown_types(tmp_path):
+    """Without itanium-demangler (a dependency) a C++ kernel's types cannot be read: loading
+    says what to install, where it once left the kernel untyped (its launches unchecked, and
+    those unknown types kept in the facts cache after the package came back)."""
+    import subprocess
+    import sys
+    child = ("import sys; sys.modules['itanium_demangler'] = None\n"
+             "import nbjit\n"
+             "try:\n"
+             "    nbjit.load(sys.argv[1], lazy=True)['_Z9k_mangledPi'].params\n"
+             "except nbjit.NbjitError as e:\n"
+             "    print(type(e).__name__, e)\n")
+    env = {**os.environ, "NBJIT_CACHE_DIR": str(tmp_path),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(DATA.parent.parent), os.environ.get("PYTHONPATH")]))}
+    r = subprocess.run([sys.executable, "-c", child, str(DATA / "nvcc/kernels_sm90.ptx")], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("NbjitError the parameter types of the C++ kernel '_Z"), r.stdout
+    assert "pip install 'itanium-demangler>=1.1,<1.2'" in r.stdout
+    r = subprocess.run([sys.executable, "-c", "import sys, nbjit; m = nbjit.load(sys.argv[1], lazy=True); "
+                        "print([p.ctype for p in m['_Z9k_mangledPi'].params])",
+                        str(DATA / "nvcc/kernels_sm90.ptx")], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["['int*']"], r.stdout
 
 
 def test_numba_mangled_names_are_not_c_signatures():

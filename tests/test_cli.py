@@ -1153,3 +1153,15 @@ def test_a_closed_standard_error_is_no_traceback(args, tmp_path):
     finally:
         os.close(write)
     assert r.returncode == (0 if "--help" in args or args[0] == "inspect" and "missing" not in args[1] else 2)
+
+
+def test_inspect_a_fatbin_whose_entry_cannot_be_decompressed(no_lz4):
+    """(In-process: a package can only be hidden here.) The table and the chosen entry say
+    what is missing."""
+    from nbjit.cli import format_fatbin
+    from nbjit.fatbin import inspect_fatbin
+    path = DATA / "nvcc/kernels_multi_lz4.fatbin"
+    text = format_fatbin(inspect_fatbin(path.read_bytes()), str(path), "sm_100")
+    assert "1  ptx    compute_90  lz4         9285   no (needs lz4)" in text
+    assert text.endswith("sm_100 uses image 1 (ptx compute_90):\n  lz4-compressed and 'lz4' is not installed "
+                         "(pip install lz4): the driver will read the whole fatbin")

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from nbjit import ImageFormatError, inspect_ptx
 from nbjit.cubin import inspect_cubin
-from nbjit.fatbin import FatbinEntry, build_fatbin, inspect_fatbin, parse_arch, select_entry
+from nbjit.fatbin import FatbinEntry, build_fatbin, inspect_fatbin, parse_arch, select_entry, undecoded
 
 from conftest import DATA  # noqa: E402
 from cuobjdump_oracle import find_cuobjdump  # noqa: E402
@@ -114,6 +114,16 @@ def test_zstd_without_zstandard(no_zstd):
     assert ptx.compression == "zstd" and ptx.payload is None
     assert ptx.to_json()["decompressed"] is False
     assert fb.select("sm_100") is ptx  # the loader then hands the whole fatbin to the driver
+    assert undecoded(ptx) == "zstd-compressed and 'zstandard' is not installed (pip install zstandard)"
+
+
+def test_lz4_without_lz4(no_lz4):
+    """lz4 is a dependency, yet a missing one is treated as zstandard is: the entry stays
+    unread, the others are read (it was a ModuleNotFoundError that lost the whole fatbin)."""
+    fb = fatbin("kernels_multi_lz4.fatbin")
+    assert [(e.compression, e.payload is None) for e in fb.entries] == [(None, False), ("lz4", True), (None, False)]
+    assert fb.select("sm_100") is fb.entries[1] and fb.select("sm_90") is fb.entries[2]
+    assert undecoded(fb.entries[1]) == "lz4-compressed and 'lz4' is not installed (pip install lz4)"
 
 
 def container(*entries) -> bytes:

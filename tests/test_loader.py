@@ -134,8 +134,18 @@ def test_fatbin_with_ltoir_loads_its_cubin():
 def test_fatbin_whole_when_entry_unreadable(no_zstd):
     p = prepare(img("nvcc/kernels_multi.fatbin"), (10, 0), DRIVER_13_0)
     assert p.kind == "fatbin" and p.entry == 1 and "whole fatbin" in p.note
+    assert "image 1 (compute_90) is zstd-compressed and 'zstandard' is not installed (pip install zstandard)" in p.note
     assert p.data == (DATA / "nvcc/kernels_multi.fatbin").read_bytes()
     assert {e.name for e in p.info.entries} >= {"k_basic"}  # signatures from the readable sm_80 cubin
+
+
+def test_lz4_fatbin_without_lz4(no_lz4):
+    """The device's own cubin loads; a device that needs the LZ4 PTX gets the whole fatbin."""
+    p = prepare(img("nvcc/kernels_multi_lz4.fatbin"), H200, DRIVER_13_0)
+    assert (p.kind, p.entry, p.note) == ("cubin", 2, None)
+    p = prepare(img("nvcc/kernels_multi_lz4.fatbin"), (10, 0), DRIVER_13_0)
+    assert p.kind == "fatbin" and p.entry == 1
+    assert "is lz4-compressed and 'lz4' is not installed (pip install lz4); the driver loads the whole fatbin" in p.note
 
 
 def test_load_without_a_gpu_is_one_nbjit_error():

@@ -30,7 +30,8 @@ _F_OPAQUE = 0x10000
 class FatbinEntry:
     """One image in a fatbin. ``payload`` is the (decompressed) image, or None where it is
     compressed in a way Python cannot undo here (LZ4 without the ``lz4`` package, zstd without
-    ``zstandard``: ``undecoded`` says which; a compressed LTO-IR entry). LTO-IR entries (kind ``"ltoir"``) are linked, never loaded."""
+    ``zstandard``: ``undecoded`` says which; a compressed LTO-IR entry). LTO-IR entries (kind
+    ``"ltoir"``) are linked, never loaded."""
 
     index: int
     kind: str  # "ptx", "cubin" or "ltoir"

@@ -82,7 +82,7 @@ def _resources(data: Any) -> bool:
 # facts stamp costs a warm start no file system call (on the GPU machine, stat()ing the ten
 # modules was ~45 us of the ~1 ms budget). tests/test_facts.py fails where a reader changes
 # and this line does not (``python -m nbjit._facts`` rewrites it).
-READERS_DIGEST = "9cd29d6ecce73495fee12796d796dff3393ec86c"
+READERS_DIGEST = "baa8a841b6cf781ede519c733defc1e1213bf272"
 
 
 def stamp() -> str:

@@ -769,6 +769,8 @@ def source_text(source, name: str | None, include_paths) -> tuple[str, str | Non
     ``pathlib.Path`` or a str naming a ``.cu``/``.cuh`` file (one line, no code). A file's
     name is the default name and its directory is searched first for ``#include "..."``, as
     nvcc does."""
+    if type(source) is str and ("\n" in source or not source.rstrip().lower().endswith(SOURCE_SUFFIXES)):
+        return source, name, include_paths  # (text: no check against os.PathLike, whose first costs ~10 us)
     if isinstance(source, os.PathLike):
         path = os.fspath(source)
     elif isinstance(source, str) and "\n" not in source and source.rstrip().lower().endswith(SOURCE_SUFFIXES):
@@ -806,7 +808,12 @@ def source_text(source, name: str | None, include_paths) -> tuple[str, str | Non
 def read_once(values):
     """``values`` as a tuple where reading it would use it up (a generator, an iterator); as
     it is otherwise (a str, a list, something that is not a list: checked later)."""
+    if type(values) in _NOT_ITERATORS:  # (no check against Iterator, whose first costs a warm start ~10 us)
+        return values
     return tuple(values) if isinstance(values, Iterator) else values
+
+
+_NOT_ITERATORS = (tuple, list, str, type(None))
 
 
 def _source_decls(source: str) -> dict:

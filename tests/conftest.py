@@ -36,6 +36,28 @@ def pytest_report_header(config):
     return f"nbjit host: {current_host().name} (NBJIT_HOST=numba-cuda-mlir or numba-cuda chooses)"
 
 
+def missing_dependencies() -> list[str]:
+    """nbjit-core's own dependencies (pyproject.toml's ``dependencies``) that cannot be
+    imported here: a suite run with nbjit on PYTHONPATH rather than installed (the GPU
+    machine's image lacks three) fails tests of C++ kernels and compressed fatbins."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10: not checked
+        return []
+    import importlib.util
+    import re
+    deps = tomllib.loads((DATA.parents[1] / "pyproject.toml").read_text())["project"]["dependencies"]
+    names = [re.match(r"[A-Za-z0-9_.-]+", d)[0] for d in deps]
+    return [n for n in names if importlib.util.find_spec(n.replace("-", "_")) is None]
+
+
+def pytest_terminal_summary(terminalreporter):
+    missing = missing_dependencies()
+    if missing:  # (a summary line: shown under -q too, where the header is not)
+        terminalreporter.write_line(f"nbjit's dependencies missing here: {', '.join(missing)} (tests that need them "
+                                    "fail: pip install them)", yellow=True)
+
+
 @functools.lru_cache(maxsize=None)
 def gpu_available() -> tuple[bool, str]:
     from nbjit._host import current_host

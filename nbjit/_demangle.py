@@ -8,6 +8,12 @@ import functools
 
 import itanium_demangler as dm  # (a missing one: cdecl.mangled_tree says what to install)
 
+# the library's readers nbjit calls (private: pyproject.toml pins its minor version)
+_USED = ("FuncNode", "Node", "_Cursor", "_SPECIAL_RE", "_parse_name", "_parse_type")
+if not all(hasattr(dm, n) for n in _USED):
+    raise ImportError(f"this itanium_demangler ({getattr(dm, '__file__', '?')}) lacks "
+                      + ", ".join(n for n in _USED if not hasattr(dm, n)) + ", which nbjit reads names with")
+
 __all__ = ["parse", "text_size"]
 
 

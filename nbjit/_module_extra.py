@@ -15,7 +15,7 @@ from . import _driver
 from ._defs import Pattern, record
 from ._host import current_host
 from .arch import Arch
-from .cdecl import demangled_text
+from .cdecl import demangler_missing, shown_name
 from .errors import KernelNotFoundError, NbjitCompileError, NbjitLoadError
 from .image import Image, _sha256
 from .loader import Plan
@@ -141,7 +141,7 @@ def by_demangled_name(kernels: Iterable[str], name: str, module: str) -> str | N
         return None
     found = []
     for k in kernels:
-        text = demangled_text(k)
+        text = shown_name(k)
         if text is None:
             continue
         t = _NO_SPACE.sub("", text.removeprefix("void "))  # (a template kernel's return type)
@@ -163,10 +163,12 @@ def missing(name: str, kernels: Iterable[str], names: Iterable[str], module: str
     kernels = list(kernels)
     names = kernels + [k for k in names if k not in kernels]
     guess = difflib.get_close_matches(name, names, n=1) if isinstance(name, str) else []
-    shown = [f"{k} ({demangled_text(k)})" if demangled_text(k) else k for k in sorted(names)]
+    shown = [f"{k} ({shown_name(k)})" if shown_name(k) else k for k in sorted(names)]
+    why = demangler_missing() if any(k.startswith("_Z") for k in names) else None
     return KernelNotFoundError(f"no kernel {name!r} in {module}"
                                + (f"; did you mean {guess[0]!r}?" if guess else "")
-                               + f". It has: {', '.join(shown) or '(none)'}")
+                               + f". It has: {', '.join(shown) or '(none)'}"
+                               + (f" (C++ names are not demangled: the {why})" if why else ""))
 
 
 def assemble(p: Plan, cache=None) -> Plan:

@@ -125,11 +125,10 @@ def mangled_tree(name: str):
         return None
     try:  # (the first mangled name read: an extern "C" one needs none)
         from ._demangle import parse, text_size
-    except ImportError as e:  # not "types unknown": a kernel typed by its name would launch unchecked
+    except ImportError:  # not "types unknown": a kernel typed by its name would launch unchecked
         from .errors import NbjitError
-        raise NbjitError(f"the parameter types of the C++ kernel {name[:80]!r} are read with the itanium-demangler "
-                         f"package, a dependency of nbjit missing here ({e}): pip install "
-                         f"'itanium-demangler>=1.1,<1.2'") from None
+        raise NbjitError(f"the parameter types of the C++ kernel {name[:80]!r} are read with the "
+                         f"{demangler_missing()}") from None
     try:
         tree = parse(name)
         if tree is None or text_size(tree) > MAX_DEMANGLED:
@@ -166,6 +165,25 @@ def demangled_text(name: str) -> str | None:
     (not a mangled name, unreadable, or longer than ``MAX_DEMANGLED`` characters)."""
     tree = mangled_tree(name)
     return None if tree is None else str(tree)
+
+
+def shown_name(name: str) -> str | None:
+    """``demangled_text(name)``, or None where the demangler is missing: for messages and
+    look-ups by name, which work without it (``demangler_missing`` says why)."""
+    if name.startswith("_Z") and demangler_missing() is not None:
+        return None
+    return demangled_text(name)
+
+
+def demangler_missing() -> str | None:
+    """Where C++ names cannot be read here (the itanium-demangler package missing, or not a
+    version whose readers nbjit uses), what to install; None where they can."""
+    try:
+        from . import _demangle  # noqa: F401
+    except ImportError as e:
+        return (f"itanium-demangler package, a dependency of nbjit that cannot be used here ({e}): pip install "
+                "'itanium-demangler>=1.1,<1.2'")
+    return None
 
 
 def _from_node(node) -> CParam | None:

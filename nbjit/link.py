@@ -20,7 +20,7 @@ from ._defs import record
 from .arch import Arch
 from .cache import Cache, CacheEntry, cache_key, default_cache
 from ._csource import DeviceDeclaration, device_declarations, parse_ctype
-from .cdecl import CParam, demangled_text, scalar_facts
+from .cdecl import CParam, scalar_facts, shown_name
 from .errors import LinkFailure, NbjitCompileError, NbjitError
 from .image import Image, content_digest, read_regular
 
@@ -415,7 +415,7 @@ def _explain(e: LinkFailure, pythons, decls, producers: Mapping[str, str]) -> Li
         if where:
             text += ", which " + "; ".join(where)
         elif sym.startswith("_Z"):
-            text += f" ({demangled_text(sym) or 'a C++ name'}): a C++ (mangled) name, so its declaration lacks " \
+            text += f" ({shown_name(sym) or 'a C++ name'}): a C++ (mangled) name, so its declaration lacks " \
                     "extern \"C\""
         else:
             text += " (declared in a header or a macro nbjit does not read)"

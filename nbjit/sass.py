@@ -92,10 +92,11 @@ def cubin_for(image, arch: str | None = None) -> bytes:
         raise NbjitError(f"{img.name}: {img.kind} holds no SASS of its own: give the architecture to show SASS for "
                          "(arch='sm_90'; nbjit inspect --sass --arch sm_90)")
     if img.kind == "fatbin":
-        from .fatbin import inspect_fatbin
+        from .fatbin import inspect_fatbin, undecoded
         entry = inspect_fatbin(img.data, source=img.name).select(arch)
         if entry is None or entry.payload is None:
-            raise NbjitError(f"{img.name}: no readable entry of the fatbin runs on {arch}")
+            why = "" if entry is None else f": the one for it, {entry.arch_name}, is {undecoded(entry)}"
+            raise NbjitError(f"{img.name}: no readable entry of the fatbin runs on {arch}{why}")
         if entry.kind == "cubin":
             return bytes(entry.payload)
         ptx = entry.payload

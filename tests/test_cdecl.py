@@ -47,30 +47,74 @@ def test_every_mangled_kernel_in_the_fixtures():
                    "_ZN2ns2opIfLi4EEEvPT_PKS1_i": ["float*", "const float*", "int"]}
 
 
-def test_a_missing_demangler_is_an_error_not_unknown_types(tmp_path):
-    """Without itanium-demangler (a dependency) a C++ kernel's types cannot be read: loading
-    says what to install, where it once left the kernel untyped (its launches unchecked, and
-    those unknown types kept in the facts cache after the package came back)."""
+def _without_demangler(code: str, *args: str, env: dict, stub: bool = False) -> str:
+    """``code`` run in a fresh interpreter where ``itanium_demangler`` cannot be imported (or,
+    ``stub``, is an empty module of that name); its standard output."""
     import subprocess
     import sys
-    child = ("import sys; sys.modules['itanium_demangler'] = None\n"
-             "import nbjit\n"
-             "try:\n"
-             "    nbjit.load(sys.argv[1], lazy=True)['_Z9k_mangledPi'].params\n"
-             "except nbjit.NbjitError as e:\n"
-             "    print(type(e).__name__, e)\n")
+    hide = "" if stub else "import sys; sys.modules['itanium_demangler'] = None\n"
+    r = subprocess.run([sys.executable, "-c", hide + code, *args], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def test_a_missing_demangler_is_an_error_not_unknown_types(tmp_path):
+    """Without itanium-demangler (a dependency) a C++ kernel's types cannot be read: using it
+    says what to install, where it once left the kernel untyped (its launches unchecked, and
+    those unknown types kept in the facts cache after the package came back). Look-ups by name
+    still work, and say why C++ names are not shown demangled."""
     env = {**os.environ, "NBJIT_CACHE_DIR": str(tmp_path),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(DATA.parent.parent), os.environ.get("PYTHONPATH")]))}
-    r = subprocess.run([sys.executable, "-c", child, str(DATA / "nvcc/kernels_sm90.ptx")], env=env,
-                       capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.startswith("NbjitError the parameter types of the C++ kernel '_Z"), r.stdout
-    assert "pip install 'itanium-demangler>=1.1,<1.2'" in r.stdout
-    r = subprocess.run([sys.executable, "-c", "import sys, nbjit; m = nbjit.load(sys.argv[1], lazy=True); "
-                        "print([p.ctype for p in m['_Z9k_mangledPi'].params])",
-                        str(DATA / "nvcc/kernels_sm90.ptx")], env=env, capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.split() == ["['int*']"], r.stdout
+    ptx = str(DATA / "nvcc/kernels_sm90.ptx")
+    out = _without_demangler(
+        "import sys, nbjit\n"
+        "m = nbjit.load(sys.argv[1], lazy=True)\n"
+        "try:\n"
+        "    m['_Z9k_mangledPi'].params\n"
+        "except nbjit.NbjitError as e:\n"
+        "    print(type(e).__name__, e)\n"
+        "print('nope' in m, '_Z9k_mangledPi' in m, len(m['k_basic'].params))\n"
+        "try:\n"
+        "    m['nope']\n"
+        "except nbjit.KernelNotFoundError as e:\n"
+        "    print(e)\n", ptx, env=env)
+    lines = out.splitlines()
+    assert lines[0].startswith("NbjitError the parameter types of the C++ kernel '_Z9k_mangledPi' are read with the "
+                               "itanium-demangler package"), out
+    assert lines[0].endswith("pip install 'itanium-demangler>=1.1,<1.2'")
+    assert lines[1] == "False True 4", out  # (an extern "C" kernel needs no demangler)
+    assert "(C++ names are not demangled: the itanium-demangler package" in out
+    # a compile: its entry keeps no facts with unknown types, and is typed once the package is back
+    src = "__global__ void scale(float* x, int n) { x[threadIdx.x] *= n; }"
+    code = ("import sys, nbjit\n"
+            "m = nbjit.compile(sys.argv[1], arch='sm_90')\n"
+            "try:\n"
+            "    print([p.ctype for p in m['_Z5scalePfi'].params])\n"
+            "except nbjit.NbjitError as e:\n"
+            "    print(type(e).__name__)\n")
+    assert _without_demangler(code, src, env=env).split() == ["NbjitError"]
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-c", code, src], env=env, capture_output=True, text=True, timeout=120)
+    assert r.stdout.split() == ["['float*',", "'int']"], r.stderr
+
+
+def test_a_demangler_without_the_readers_nbjit_uses_is_an_error(tmp_path):
+    """An ``itanium_demangler`` that imports but lacks the private readers nbjit calls (another
+    version) is refused by name, not read as "no types"."""
+    (tmp_path / "itanium_demangler.py").write_text("")
+    env = {**os.environ, "NBJIT_CACHE_DIR": str(tmp_path / "cache"),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), str(DATA.parent.parent),
+                                                       os.environ.get("PYTHONPATH")]))}
+    out = _without_demangler("import sys, nbjit\n"
+                             "from nbjit.cdecl import demangle\n"
+                             "try:\n"
+                             "    demangle('_Z4fillIdEvPT_S0_m')\n"
+                             "except nbjit.NbjitError as e:\n"
+                             "    print(e)\n", env=env, stub=True)
+    assert "lacks FuncNode, Node, _Cursor, _SPECIAL_RE, _parse_name, _parse_type, which nbjit reads names with" in out
+    assert out.rstrip().endswith("pip install 'itanium-demangler>=1.1,<1.2'"), out
 
 
 def test_numba_mangled_names_are_not_c_signatures():

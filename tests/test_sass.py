@@ -90,3 +90,10 @@ def test_missing_nvdisasm_says_what_to_install(monkeypatch):
     monkeypatch.setattr(S, "find_nvdisasm", lambda: None)
     with pytest.raises(NbjitError, match=r"k.cubin: SASS needs NVIDIA's nvdisasm.*pip install 'nbjit-core\[sass\]'"):
         S.disassemble(b"", name="k.cubin")
+
+
+def test_cubin_for_names_the_package_an_entry_needs(no_lz4):
+    with pytest.raises(NbjitError, match=r"kernels_multi_lz4.fatbin: no readable entry of the fatbin runs on sm_100: "
+                                         r"the one for it, compute_90, is lz4-compressed and 'lz4' is not installed "
+                                         r"\(pip install lz4\)"):
+        S.cubin_for(DATA / "nvcc/kernels_multi_lz4.fatbin", "sm_100")

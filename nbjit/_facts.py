@@ -82,7 +82,7 @@ def _resources(data: Any) -> bool:
 # facts stamp costs a warm start no file system call (on the GPU machine, stat()ing the ten
 # modules was ~45 us of the ~1 ms budget). tests/test_facts.py fails where a reader changes
 # and this line does not (``python -m nbjit._facts`` rewrites it).
-READERS_DIGEST = "535d9375393738c1a1df62c7555495cc9272615d"
+READERS_DIGEST = "f7a4e7ca1ca0dd5bb4f9c871fd5e769162cc93ac"
 
 
 def stamp() -> str:

@@ -6,7 +6,9 @@ processes (imports and context creation excluded, everything after included):
   (b) warm: a fresh process over the cache (a) filled;
   (c) in-process repeat of the same call (median of 200 calls);
 
-for nbjit.compile and, where CuPy is installed (needs a GPU), cupy.RawModule the same way.
+for nbjit.compile and, where they are installed (they need a GPU), the peers the same way:
+cupy.RawModule (its own disk cache) and cuda.core's Program.compile(cache=FileStreamProgramCache)
+followed by get_kernel (cuda.core >= 1.2.2).
 ``--stand-in``: nbjit alone, on a machine without a GPU, with the driver's calls (context,
 load, function and parameter queries) replaced by stand-ins that return at once: everything
 nbjit's own code does on these paths, none of the driver's time.
@@ -96,6 +98,27 @@ print(json.dumps({"first": t1 - t0, "repeat": sorted(ts)[len(ts) // 2], "referen
 '''
 
 
+CUDA_CORE = REFERENCE + r'''
+import json, os, sys, time
+from cuda.core import Device, Program, ProgramOptions
+from cuda.core.utils import FileStreamProgramCache
+dev = Device(0); dev.set_current()
+src, where = sys.argv[1], os.environ["NBJIT_BENCH_CUDA_CORE_CACHE"]
+
+
+def get():
+    opts = ProgramOptions(arch=f"sm_{dev.arch}")
+    return Program(src, "c++", opts).compile("cubin", cache=FileStreamProgramCache(where)).get_kernel("saxpy")
+
+
+t0 = time.perf_counter(); k = get(); t1 = time.perf_counter()
+ts = []
+for _ in range(200):
+    t = time.perf_counter(); get(); ts.append(time.perf_counter() - t)
+print(json.dumps({"first": t1 - t0, "repeat": sorted(ts)[len(ts) // 2], "reference": host_reference()}))
+'''
+
+
 def run(code: str, env: dict, extra: tuple[str, ...] = ()) -> dict:
     r = subprocess.run([sys.executable, "-c", code, SRC, *extra], capture_output=True, text=True, env=env, cwd=ROOT,
                        timeout=600)
@@ -137,13 +160,18 @@ def main() -> None:
     extra = ("stand-in",) if a.stand_in else ()
     routes = {"nbjit.compile": (NBJIT, "NBJIT_CACHE_DIR")}
     if a.stand_in:
-        print("driver stand-ins: nbjit's own code, no GPU, no driver time (CuPy's rows need a GPU: skipped)")
+        print("driver stand-ins: nbjit's own code, no GPU, no driver time (the peers' rows need a GPU: skipped)")
     else:
         try:
             import cupy  # noqa: F401  (only to know whether CuPy's rows can run)
             routes["cupy.RawModule"] = (CUPY, "CUPY_CACHE_DIR")
         except ImportError:
             print("CuPy not installed: its rows are skipped")
+        try:
+            from cuda.core.utils import FileStreamProgramCache  # noqa: F401  (cuda.core >= 1.2.2)
+            routes["cuda.core Program"] = (CUDA_CORE, "NBJIT_BENCH_CUDA_CORE_CACHE")
+        except ImportError:
+            print("cuda.core (>= 1.2.2, with FileStreamProgramCache) not installed: its rows are skipped")
     samples: dict[str, list] = {k: [] for k in routes}
     for _ in range(a.runs):  # the routes take turns, so a change in the host's load meets both
         for k, (code, env_key) in routes.items():
@@ -158,10 +186,11 @@ def main() -> None:
         print(f"{k:18}{v['cold'] * 1e3:13.2f}{v['warm'] * 1e3:13.2f}{f'[{min(w) * 1e3:.2f}-{max(w) * 1e3:.2f}]':>15}"
               f"{v['repeat'] * 1e6:15.2f}{v['cold'] / v['warm']:8.0f}{v['reference'] * 1e6:13.1f}"
               f"{v['warm_in_references']:9.2f}")
-    if len(rows) == 2:
-        (na, a_), (nb, b_) = rows.items()
-        print(f"{na} / {nb}: cold {a_['cold'] / b_['cold']:.2f}, warm {a_['warm'] / b_['warm']:.3f}, "
-              f"repeat {a_['repeat'] / b_['repeat']:.2f}")
+    a_ = rows["nbjit.compile"]
+    for nb, b_ in rows.items():
+        if nb != "nbjit.compile":
+            print(f"nbjit.compile / {nb}: cold {a_['cold'] / b_['cold']:.2f}, warm {a_['warm'] / b_['warm']:.3f}, "
+                  f"repeat {a_['repeat'] / b_['repeat']:.2f}")
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=2))
 

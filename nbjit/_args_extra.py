@@ -293,6 +293,15 @@ _DECLARED = {
 _VECTOR_TYPES = frozenset(_VECTORS)
 
 
+def signature_text(signature: Any, kernel: str) -> str:
+    """A declared signature given as a list or tuple of C types, as the text
+    ``parse_signature`` reads; ``NbjitArgumentError`` for anything else that is not text."""
+    if isinstance(signature, (list, tuple)) and all(type(t) is str and "," not in t for t in signature):
+        return ", ".join(signature)
+    raise NbjitArgumentError(f"signature for {kernel!r}: C types as text (\"float*, const float*, float, int\") or a "
+                             f"list of them, one type each, not {str(signature)[:80]!r}")
+
+
 def parse_signature(text: str, kernel: str = "<kernel>") -> list:
     """``args.parse_signature``: a ``cdecl.CParam`` per item of a declared signature."""
     out = []

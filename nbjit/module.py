@@ -5,7 +5,7 @@ import threading
 import types
 import warnings
 import weakref
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from . import _driver
 from ._host import current_host
@@ -330,14 +330,18 @@ class Module:
         from ._module_extra import by_demangled_name
         return by_demangled_name(self.kernels, name, self.name)
 
-    def get_kernel(self, name: str, signature: str | None = None) -> Kernel:
+    def get_kernel(self, name: str, signature: str | Sequence[str] | None = None) -> Kernel:
         """The kernel ``name`` (a mangled name, or an NVRTC name expression such as
         ``"fill<float>"``). Its parameter types come from every source nbjit has (PTX types,
         the mangled name, the CUDA source given to ``nbjit.compile``, Triton IR);
         ``signature`` declares them where none says (an ``extern "C"`` kernel in a cubin):
         C types such as ``"float*, const float*, float, int"`` or short names
-        ``"ptr, ptr, f32, i32"``. A declaration must fit the image's sizes and agree with what
-        the image says; arrays passed for a typed pointer must hold its element type."""
+        ``"ptr, ptr, f32, i32"`` (or a list of them). A declaration must fit the image's sizes
+        and agree with what the image says; arrays passed for a typed pointer must hold its
+        element type."""
+        if signature is not None and type(signature) is not str:
+            from ._args_extra import signature_text
+            signature = signature_text(signature, name)
         return self._kernel(name, signature)
 
     def _kernel(self, name: str, signature: str | None = None, extra_layouts=()) -> Kernel:

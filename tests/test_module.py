@@ -155,6 +155,21 @@ def test_a_lazy_kernel_describes_itself_without_a_gpu(data, monkeypatch, path, k
     assert "loads on first use" in repr(m)
 
 
+def test_a_signature_is_text_or_a_list_of_types(data, monkeypatch):
+    """A signature given as a list or tuple of C types declares the same as the text (a list
+    raised "unhashable type", a tuple or a number an AttributeError from deep inside)."""
+    monkeypatch.setattr(current_host(), "current_context", no_gpu)
+    m = nbjit.load(data / "nvcc/kernels_sm_90.cubin", lazy=True)
+    want = [p.ctype for p in m.get_kernel("k_basic", signature="float*, const float*, float, int").params]
+    for given in (["float*", "const float*", "float", "int"], ("ptr", "ptr", "f32", "i32")):
+        assert [p.ctype is not None for p in m.get_kernel("k_basic", signature=given).params] == [True] * 4
+    assert [p.ctype for p in m.get_kernel("k_basic", signature=["float*", "const float*", "float", "int"]).params] \
+        == want
+    for bad in (42, ("float*, const float*", "float", "int"), [b"float*"], {"y": "float*"}):
+        with pytest.raises(nbjit.NbjitArgumentError, match="signature for 'k_basic': C types as text"):
+            m.get_kernel("k_basic", signature=bad)
+
+
 def test_triton_kernel_round_trip(data):
     path = data / "triton/add_kernel"
     art = read_triton(path)

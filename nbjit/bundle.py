@@ -406,6 +406,8 @@ def build_bundle(inputs: Any, dest: str | os.PathLike, *, archs: Iterable[str] |
     that describe different kernels, no architecture for a CUDA source, ``dest`` naming an
     input. NbjitCompileError: NVRTC rejected a source.
     """
+    if not isinstance(dest, (str, os.PathLike)):
+        raise BundleError(f"dest must be the bundle file's path (str or os.PathLike), not {type(dest).__name__}")
     dest = Path(dest)
     data, info = bundle_bytes(inputs, dest, archs=archs, ptx=ptx, options=options, name_expressions=name_expressions,
                               include_paths=include_paths, headers=headers, cache=cache)
@@ -524,6 +526,7 @@ def _parts(inputs: Any, how: dict) -> list[_Part]:
         raise BundleError("no inputs: give the .cu, PTX, cubin, fatbin or Triton files to bundle")
     parts: list[_Part] = []
     compiled_any = False
+    compiled: list[str] = []  # the images that compile CUDA source (what name_expressions={image: ...} can name)
     # how many images compile CUDA source (a message about name expressions that go to them all)
     how["cuda_images"] = sum(any(_is_source(x) for x in (v if isinstance(v, (list, tuple)) else [v]))
                              for _, v in named)
@@ -533,10 +536,14 @@ def _parts(inputs: Any, how: dict) -> list[_Part]:
                               "directory of the image)")
         items = value if isinstance(value, (list, tuple)) else [value]
         part = _Part(name or "")
+        made = False
         for item in items:
-            compiled_any |= _add(part, item, how, name is None and len(items) == 1)
+            made |= _add(part, item, how, name is None and len(items) == 1)
+        compiled_any |= made
         if not part.name:
-            raise BundleError(f"{items[0]!r}: give it a name ({{'name': ...}}) to bundle it")
+            raise BundleError(f"{_shown(items[0])}: give it a name ({{'name': ...}}) to bundle it")
+        if made:
+            compiled.append(part.name)
         other = next((p for p in parts if p.name == part.name), None)
         if other is not None and _origin(other) == _origin(part):
             raise BundleError(f"{_origin(part)}: given twice")
@@ -547,7 +554,23 @@ def _parts(inputs: Any, how: dict) -> list[_Part]:
     if (how["archs"] or how["ptx"]) and not compiled_any:
         raise BundleError("archs and ptx say what to compile CUDA sources for; the inputs hold none (PTX, cubins and "
                           "fatbins go in at their own architectures)")
+    exprs = how["name_expressions"]
+    unknown = [k for k in exprs if k not in compiled] if isinstance(exprs, Mapping) else []
+    if unknown:  # (as the command line's --expr IMAGE=EXPR says)
+        raise BundleError(f"name_expressions: no CUDA source makes image {unknown[0]!r} (they make: "
+                          f"{', '.join(compiled) or 'none'})")
     return parts
+
+
+def _shown(item: Any) -> str:
+    """An input as messages name it: a path as given, bytes by their length (not their repr)."""
+    if isinstance(item, (str, os.PathLike)):
+        return str(item)
+    if isinstance(item, (bytes, bytearray, memoryview)):
+        return f"unnamed data ({len(item)} bytes)"
+    if isinstance(item, Image):
+        return f"image {item.name!r}"
+    return repr(item)[:80]
 
 
 def _origin(part: _Part) -> str:

@@ -563,6 +563,27 @@ def test_name_expressions_per_image(tmp_path, capsys):
                  str(tmp_path / "x.nbjit")]) == 2
     assert capsys.readouterr().err == ("nbjit bundle: error: --expr tmpl=fill<float>: no CUDA source makes image "
                                        "'tmpl' (they make: nvrtc_tmpl, plain)\n")
+    # the same from Python (an image name nothing makes was ignored: fill<int> silently missing)
+    with pytest.raises(BundleError, match=r"^name_expressions: no CUDA source makes image 'nope' \(they make: "
+                       r"nvrtc_tmpl, plain\)$"):
+        build_bundle([TMPL, plain], tmp_path / "y.nbjit", archs="sm_90",
+                     name_expressions={"nvrtc_tmpl": ["fill<float>"], "nope": ["fill<int>"]})
+    with pytest.raises(BundleError, match=r"they make: none\)$"):
+        build_bundle([DATA / "nvcc/kernels_sm_90.cubin"], tmp_path / "y.nbjit", name_expressions={"x": ["f<int>"]})
+    assert not (tmp_path / "y.nbjit").exists()
+
+
+def test_bad_inputs_and_destinations_are_named_briefly(tmp_path):
+    """Unnamed bytes are named by their length in the message (it held their whole repr: 19 KB
+    for a cubin); a destination that is not a path is a BundleError (a TypeError from pathlib)."""
+    data = (DATA / "nvcc/kernels_sm_90.cubin").read_bytes()
+    with pytest.raises(BundleError, match=rf"^unnamed data \({len(data)} bytes\): give it a name") as e:
+        build_bundle(data, tmp_path / "k.nbjit")
+    assert len(str(e.value)) < 200
+    for dest in (3, None, b"k.nbjit"):
+        with pytest.raises(BundleError, match=f"dest must be the bundle file's path .*not {type(dest).__name__}"):
+            build_bundle({"k": data}, dest)
+    assert build_bundle({"k": data}, tmp_path / "k.nbjit").image("k").entries
 
 
 def test_cli_bundle_and_inspect(tmp_path, capsys):

@@ -656,24 +656,28 @@ class Cache:
         import tarfile
         import zlib
         start = fobj.tell()
+        added = [0]  # entries imported so far (each checked whole: those before any damage are kept)
         try:
             digests = None if secret is None else _check_signature(fobj, src, secret)
             fobj.seek(start)
-            return self._import_members(_open_archive(fobj, src), digests)
+            return self._import_members(_open_archive(fobj, src), digests, added)
         except _NotAnArchive as e:
-            raise NbjitCacheError(f"{src}: {e}") from None
+            why = str(e)
         except _Damaged as e:
-            raise NbjitCacheError(f"{src}: a damaged cache archive ({e})") from None
+            why = f"a damaged cache archive ({e})"
         except RecursionError:
-            raise NbjitCacheError(f"{src}: headers nested too deep, so not a cache archive") from None
+            why = "headers nested too deep, so not a cache archive"
         except (tarfile.TarError, EOFError, zlib.error, OSError, ValueError) as e:
-            why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise NbjitCacheError(f"{src}: a damaged cache archive ({why})") from None
+            why = f"a damaged cache archive ({str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__})"
+        n = added[0]
+        kept = f"; {n} {'entry' if n == 1 else 'entries'} before it {'was' if n == 1 else 'were'} imported, each " \
+            "checked whole" if n else ""
+        raise NbjitCacheError(f"{src}: {why}{kept}")
 
-    def _import_members(self, tar, digests: list | None) -> tuple[int, list[str]]:
+    def _import_members(self, tar, digests: list | None, added: list) -> tuple[int, list[str]]:
         """``import_archive`` of an open archive; ``digests``: what each member of a signed
-        archive was when its signature was checked."""
-        added, refused, more = 0, [], 0
+        archive was when its signature was checked; ``added[0]`` counts the entries imported."""
+        refused, more = [], 0
         with tar:
             for i, m in enumerate(_members(tar)):
                 if m.isdir() or m.name == _SIGNATURE and m.isreg():
@@ -687,7 +691,7 @@ class Cache:
                 elif self.read(key, warn=False) is None:
                     signed = None if digests is None else (m.name, m.type, digests[i] if i < len(digests) else b"")
                     why = self._import_entry(key, tar.extractfile(m), m.size, signed)
-                    added += not why
+                    added[0] += not why
                 if why:
                     if len(refused) < _MAX_REFUSALS_LISTED:
                         refused.append(f"{_shown(m.name)}: {why}")
@@ -695,7 +699,7 @@ class Cache:
                         more += 1
         if more:
             refused.append(f"... and {more} more members (reasons not listed)")
-        return added, refused
+        return added[0], refused
 
     def _import_entry(self, key: str, src, size: int, signed: tuple | None) -> str:
         """Copy one archive member of ``size`` bytes into the cache as the entry for ``key``,

@@ -620,9 +620,35 @@ def test_import_of_a_truncated_archive_is_a_cache_error(tmp_path):
     c.export_archive(tmp_path / "c.tar.gz")
     raw = (tmp_path / "c.tar.gz").read_bytes()
     (tmp_path / "t.tar.gz").write_bytes(raw[: len(raw) // 3])
-    with pytest.raises(NbjitCacheError, match="t.tar.gz: a damaged cache archive"):
+    with pytest.raises(NbjitCacheError, match="t.tar.gz: a damaged cache archive") as e:
         Cache(tmp_path / "b").import_archive(tmp_path / "t.tar.gz")
-    assert Cache(tmp_path / "b").entries() == []
+    assert Cache(tmp_path / "b").entries() == [] and "imported" not in str(e.value)
+
+
+def test_a_damaged_archive_says_how_many_entries_came_before_the_damage(tmp_path):
+    """Entries before the damage are imported (each is checked whole as it streams): the error
+    says how many (it said only that the archive was damaged, with entries already in)."""
+    from nbjit import NbjitCacheError
+    c = Cache(tmp_path / "a")
+    for i in range(6):
+        build(c, options=[f"-DSCALE={i + 2}"])
+    c.export_archive(tmp_path / "c.tar.gz")
+    raw = (tmp_path / "c.tar.gz").read_bytes()
+    seen = set()
+    for cut in range(len(raw) // 4, len(raw) - 64, len(raw) // 16):
+        (tmp_path / "t.tar.gz").write_bytes(raw[:cut])
+        b = Cache(tmp_path / f"b{cut}")
+        with pytest.raises(NbjitCacheError, match="t.tar.gz: a damaged cache archive") as e:
+            b.import_archive(tmp_path / "t.tar.gz")
+        n = len(b.entries())
+        seen.add(n)
+        assert all(b.read(f.stem) is not None for f, _, _ in b.entries())  # each one whole
+        if n:
+            assert str(e.value).endswith(f"; {n} {'entry' if n == 1 else 'entries'} before it "
+                                         f"{'was' if n == 1 else 'were'} imported, each checked whole")
+        else:
+            assert "imported" not in str(e.value)
+    assert max(seen) >= 2
 
 
 # ------------------------------------------------------------------ signed archives (#25 item 11)

@@ -633,7 +633,7 @@ def _arch_for(arch: "Arch | str | None", name: str) -> Arch:
         raise NbjitCompileError(
             f"{name}: no architecture to compile for: give arch= (e.g. 'sm_90'); nbjit.compile_image, nbjit.compile "
             "and nbjit.compile_many take the current device's where none is given")
-    a = str(arch).strip() if isinstance(arch, str) else None
+    a = arch.strip().lower() if isinstance(arch, str) else None  # (as the command line reads --arch SM_90)
     if a is None or not _ARCH_NAME.fullmatch(a):
         raise NbjitCompileError(f"{name}: arch {arch!r} is not an architecture (expected e.g. 'sm_90', 'sm_90a', "
                                 "'compute_90')")

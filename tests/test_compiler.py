@@ -541,6 +541,9 @@ def test_the_compiler_is_told_its_target(tmp_path, monkeypatch):
     by_arch = compiler.compile_image(SRC, arch=Arch.parse("sm_90a"), headers=HDR, name_expressions=["fill<float>"],
                                      cache=Cache(tmp_path))
     assert by_arch.data == by_text.data and by_arch.arch == "sm_90a" and len(cache.entries()) == 1
+    # the case of the text, as the command line's --arch: the same compile (it was "not an architecture")
+    by_upper = compiler.compile_image(SRC, arch=" SM_90A", headers=HDR, name_expressions=["fill<float>"], cache=cache)
+    assert by_upper.data == by_text.data and len(cache.entries()) == 1
 
 
 def test_ptxas_reports_spills_and_stack_frames_kept_with_the_entry(tmp_path, counted):

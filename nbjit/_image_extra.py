@@ -11,6 +11,7 @@ _SAID = {
     "empty": "empty image",
     "host ELF": "an ELF file for the host, not a cubin: nbjit does not read host objects or libraries; extract "
                 "their device code with 'cuobjdump -xelf all' or '-xptx all'",
+    "truncated ELF": "a truncated ELF file (shorter than an ELF header): not a whole cubin",
     "fatbin wrapper": "a host-side fatbin wrapper (.nvFatBinSegment), not the fatbin itself",
     "LTO-IR": "NVVM LTO-IR (from -dlto), which the driver cannot load: link it to a cubin (nbjit.compile(source, "
               "link=[it]) or nbjit.link_image), or compile without -dlto to get PTX or a cubin",

@@ -175,7 +175,7 @@ def sniff(data: bytes, name: str = "<image>") -> str:
     if head.startswith(_ELF):
         if len(head) >= 20 and int.from_bytes(head[18:20], "little") == 190:
             return "cubin"
-        what = "host ELF"
+        what = "host ELF" if len(head) >= 52 else "truncated ELF"  # (52: the smallest ELF header, 32-bit)
     elif head.startswith(_FATBIN):
         return "fatbin"
     else:

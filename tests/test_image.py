@@ -50,6 +50,8 @@ def lto_ir() -> bytes:
     (lambda: (DATA / "src/kernels.cu").read_bytes(), "CUDA C\\+\\+ source"),
     (lambda: b"; ModuleID = 'k'\ntarget triple = \"nvptx64-nvidia-cuda\"\n", "LLVM IR text"),
     (lambda: Path("/bin/sh").resolve().read_bytes()[:4096], "host"),
+    # a cubin cut before its header says what machine it is for (it was called a host file)
+    (lambda: (DATA / "nvcc/kernels_sm_90.cubin").read_bytes()[:10], r"^thing: a truncated ELF file \(shorter than "),
     (lambda: b"", "empty"),
     (lambda: b"\x01\x02\x03\x00\x00\x05garbage", "neither PTX"),
     (lambda: (DATA.parent.parent / "examples/bundle_package/src/nbjit_demo_kernels/kernels.nbjit").read_bytes(),

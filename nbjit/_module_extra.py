@@ -166,8 +166,8 @@ def missing(name: str, kernels: Iterable[str], names: Iterable[str], module: str
     shown = [f"{k} ({shown_name(k)})" if shown_name(k) else k for k in sorted(names)]
     why = demangler_missing() if any(k.startswith("_Z") for k in names) else None
     return KernelNotFoundError(f"no kernel {name!r} in {module}"
-                               + (f"; did you mean {guess[0]!r}?" if guess else "")
-                               + f". It has: {', '.join(shown) or '(none)'}"
+                               + (f"; did you mean {guess[0]!r}? It has: " if guess else ". It has: ")
+                               + (", ".join(shown) or "(none)")
                                + (f" (C++ names are not demangled: the {why})" if why else ""))
 
 

@@ -176,7 +176,10 @@ _WITH = {"compile": ("compiler", "cache", "_compiling"), "compile_many": ("compi
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_HOME_OF))
+    return sorted((set(globals()) - _NOT_API) | set(_HOME_OF))
+
+
+_NOT_API = {"importlib", "TYPE_CHECKING"}  # (this module's own imports: dir(nbjit) showed them)
 
 
 __version__ = "0.1.0"

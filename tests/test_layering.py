@@ -222,6 +222,11 @@ def test_the_public_names_are_each_homes_and_every_error():
     assert len(nbjit.__all__) == len(set(nbjit.__all__))
     assert nbjit.__all__[-len(errors.__all__):] == errors.__all__
     assert set(nbjit.__all__) == set(nbjit._HOME_OF) | set(errors.__all__)
+    # dir() lists them, not the package's own imports (it showed importlib and TYPE_CHECKING)
+    shown = {n for n in dir(nbjit) if not n.startswith("_")}
+    import types
+    extra = shown - set(nbjit.__all__)
+    assert set(nbjit.__all__) <= shown and all(isinstance(getattr(nbjit, n), types.ModuleType) for n in extra), extra
 
 
 BUNDLE_ROUTE = {"nbjit", "nbjit.errors", "nbjit._defs", "nbjit._host", "nbjit._native", "nbjit._bundle_file",

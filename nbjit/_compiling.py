@@ -16,6 +16,7 @@ from .arch import Arch
 from .cache import Cache, default_cache
 from .errors import NbjitCompileError, NbjitLoadError
 from .image import Image
+from .pch import check_arg
 
 __all__: list[str] = []
 
@@ -37,6 +38,8 @@ def compile(place: Place, source, name, name_expressions, headers, include_paths
                          include_paths=include_paths, options=options, arch=target, link_options=link_options,
                          cache=cache, pch=pch)
         return place(img, ctx, lazy, keep_debug)
+    if pch is not None:  # (checked before the memo of calls, which does not hold it)
+        check_arg(pch)
     if type(source) is not str or source[-1:] in _PATH_ENDS:  # a file's path: its text (and its directory)
         from .compiler import source_text
         source, name, include_paths = source_text(source, name, include_paths)

@@ -699,6 +699,8 @@ def _plan(source, name, name_expressions, headers, include_paths, options, arch,
     """``compile_image``'s first half: its image where the cache's first level remembers the
     call, else (the request, its cache key, the cache, the call to remember or None)."""
     source, name, include_paths = source_text(source, name, include_paths)
+    if pch is not None:  # (before the first level, which does not hold it)
+        _pch.check_arg(pch)
     if cache is not None and not isinstance(cache, Cache):
         raise NbjitCompileError(f"cache must be an nbjit.Cache (or None for the default), not {type(cache).__name__}")
     # read once: a generator would be consumed by the look-up key below and reach NVRTC empty

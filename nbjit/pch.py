@@ -38,6 +38,13 @@ _ON = ("1", "true", "yes", "on")
 _OFF = ("0", "false", "no", "off")
 
 
+def check_arg(pch: object) -> None:
+    """Refuse a ``pch`` argument that ``pch_mode`` refuses, at the cost of a few identity
+    tests for the usual ones (before a call's memo finds what it made: ``pch=3`` was let by)."""
+    if not (pch is None or pch is True or pch is False or (type(pch) is str and pch == "auto")):
+        pch_mode(pch)
+
+
 def pch_mode(pch: object) -> str:
     """``"auto"`` (heavy headers only), ``"on"`` (any source that includes headers) or
     ``"off"`` for a ``pch`` argument: None follows ``NBJIT_PCH`` (unset: auto)."""

@@ -113,6 +113,24 @@ def test_pch_setting(monkeypatch):
         P.pch_mode("yes please")
 
 
+def test_a_bad_pch_is_refused_on_a_repeated_call_too(tmp_path, monkeypatch):
+    """pch=3 is refused also where the call's memo already holds what the same call made
+    without it (the memo answered first, and pch=3 went through)."""
+    import nbjit
+    from nbjit._host import current_host
+    monkeypatch.setattr(current_host(), "current_context", lambda: (_ for _ in ()).throw(AssertionError("no GPU")))
+    src = 'extern "C" __global__ void k(float* y) { y[threadIdx.x] = 1.0f; }\n'
+    cache = Cache(tmp_path)
+    C.compile_image(src, arch="sm_90", cache=cache)
+    nbjit.compile(src, arch="sm_90", cache=cache, lazy=True)
+    for bad in (3, "yes", 0.0):
+        with pytest.raises(NbjitCompileError, match=f"pch must be True, False, 'auto' or None .*not {bad!r}"):
+            C.compile_image(src, arch="sm_90", cache=cache, pch=bad)
+        with pytest.raises(NbjitCompileError, match="pch must be True, False, 'auto' or None"):
+            nbjit.compile(src, arch="sm_90", cache=cache, lazy=True, pch=bad)
+    assert C.compile_image(src, arch="sm_90", cache=cache, pch="auto").kind == "cubin"
+
+
 def test_nvrtc_pch_lines_leave_the_log():
     """NVRTC 13.5's own lines (as it writes them) are nbjit's business; the user's warnings stay."""
     made = '"heavy.cu": creating precompiled header file "/c/pch/1-0-ab.pch"\n'

@@ -37,8 +37,10 @@ from compile_cache import NBJIT, ROOT, SRC  # noqa: E402  (the same source and t
 SECOND = SRC.replace("+ y[i]", "- y[i]")  # another kernel (another cubin: nothing shared in the process)
 
 # nbjit: compile_cache.py's child, then a second source in the same process
+_PRINT = 'print(json.dumps({"first": t1 - t0,'
+assert NBJIT.count(_PRINT) == 1, "compile_cache.py's child changed: this script's copy of it needs changing too"
 NBJIT_TWO = NBJIT.replace(
-    'print(json.dumps({"first": t1 - t0,',
+    _PRINT,
     'src2 = __import__("os").environ["NBJIT_BENCH_SECOND"]\n'
     't2 = time.perf_counter(); nbjit.compile(src2)["saxpy"]; t3 = time.perf_counter()\n'
     'print(json.dumps({"second": t3 - t2, "first": t1 - t0,')
@@ -70,7 +72,9 @@ DRIVER = []  # per call: the driver's calls' time
 def warm(src, entry_file):
     d = 0
     if gpu:
-        t = time.perf_counter(); cu.cuCtxGetCurrent(); cu.cuCtxGetDevice(); d += time.perf_counter() - t
+        t = time.perf_counter(); ctx = cu.cuCtxGetCurrent(); dev = cu.cuCtxGetDevice(); d += time.perf_counter() - t
+        if ctx[0] != 0 or dev[0] != 0 or not int(ctx[1]):
+            raise SystemExit("no current context")
     [p for p in sys.path if p and os.path.isdir(p + "/nvidia")]  # (where the toolchain is looked for)
     with open(cache_dir + "/toolchain-ids.json", "rb") as f:
         ids = _SCAN(f.read().decode(), 0)[0]
@@ -95,11 +99,15 @@ def warm(src, entry_file):
               for p in k[3][2][1:]]
     if gpu:
         t = time.perf_counter()
-        mod = cu.cuModuleLoadData(payload)[1]
-        func = cu.cuModuleGetFunction(mod, b"saxpy")[1]
+        err, mod = cu.cuModuleLoadData(payload)
+        ok = err == 0
+        err, func = cu.cuModuleGetFunction(mod, b"saxpy")
+        ok &= err == 0
         for i in range(len(params)):
-            cu.cuFuncGetParamInfo(func, i)
+            ok &= cu.cuFuncGetParamInfo(func, i)[0] == 0
         d += time.perf_counter() - t
+        if not ok:  # (a failed call is no floor)
+            raise SystemExit("a driver call failed")
     DRIVER.append(d)
     return params
 

@@ -296,10 +296,14 @@ _VECTOR_TYPES = frozenset(_VECTORS)
 def signature_text(signature: Any, kernel: str) -> str:
     """A declared signature given as a list or tuple of C types, as the text
     ``parse_signature`` reads; ``NbjitArgumentError`` for anything else that is not text."""
-    if isinstance(signature, (list, tuple)) and all(type(t) is str and "," not in t for t in signature):
-        return ", ".join(signature)
+    if isinstance(signature, str):  # (a str subclass: numpy's)
+        return str(signature)
+    if isinstance(signature, (list, tuple)) and signature and \
+            all(isinstance(t, str) and "," not in t for t in signature):
+        return ", ".join(map(str, signature))
+    what = "an empty list" if isinstance(signature, (list, tuple)) and not signature else repr(signature)[:80]
     raise NbjitArgumentError(f"signature for {kernel!r}: C types as text (\"float*, const float*, float, int\") or a "
-                             f"list of them, one type each, not {str(signature)[:80]!r}")
+                             f"list of them, one type each, not {what}")
 
 
 def parse_signature(text: str, kernel: str = "<kernel>") -> list:

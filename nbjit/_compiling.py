@@ -28,6 +28,8 @@ Place = Callable[[Image, Any, bool, bool], Any]
 def compile(place: Place, source, name, name_expressions, headers, include_paths, options, arch, output, keep_debug,
             cache, lazy, pch, link, link_options):
     """``module.compile`` (its arguments checked as yes/no there)."""
+    if pch is not None:  # (checked before the memo of calls, which does not hold it)
+        check_arg(pch)
     if link is not None:  # LTO with the link inputs: nbjit.link
         from .link import link_image
         if output not in ("auto", "cubin"):
@@ -38,8 +40,6 @@ def compile(place: Place, source, name, name_expressions, headers, include_paths
                          include_paths=include_paths, options=options, arch=target, link_options=link_options,
                          cache=cache, pch=pch)
         return place(img, ctx, lazy, keep_debug)
-    if pch is not None:  # (checked before the memo of calls, which does not hold it)
-        check_arg(pch)
     if type(source) is not str or source[-1:] in _PATH_ENDS:  # a file's path: its text (and its directory)
         from .compiler import source_text
         source, name, include_paths = source_text(source, name, include_paths)

@@ -526,24 +526,27 @@ def _parts(inputs: Any, how: dict) -> list[_Part]:
         raise BundleError("no inputs: give the .cu, PTX, cubin, fatbin or Triton files to bundle")
     parts: list[_Part] = []
     compiled_any = False
-    compiled: list[str] = []  # the images that compile CUDA source (what name_expressions={image: ...} can name)
     # how many images compile CUDA source (a message about name expressions that go to them all)
     how["cuda_images"] = sum(any(_is_source(x) for x in (v if isinstance(v, (list, tuple)) else [v]))
                              for _, v in named)
+    exprs = how["name_expressions"]
+    if isinstance(exprs, Mapping):  # each image it names compiles CUDA source (checked before compiling any)
+        made = list(dict.fromkeys(name if name is not None else _source_image_name(x) for name, v in named
+                                  for x in (v if isinstance(v, (list, tuple)) else [v]) if _is_source(x)))
+        unknown = [k for k in exprs if k not in made]
+        if unknown:  # (as the command line's --expr IMAGE=EXPR says)
+            raise BundleError(f"name_expressions: no CUDA source makes image {unknown[0]!r} (they make: "
+                              f"{', '.join(made) or 'none'})")
     for name, value in named:
         if name is not None and not is_image_name(name):
             raise BundleError(f"image name {name!r}: letters, digits, '_', '.', '+', '-' (it names the archive's "
                               "directory of the image)")
         items = value if isinstance(value, (list, tuple)) else [value]
         part = _Part(name or "")
-        made = False
         for item in items:
-            made |= _add(part, item, how, name is None and len(items) == 1)
-        compiled_any |= made
+            compiled_any |= _add(part, item, how, name is None and len(items) == 1)
         if not part.name:
             raise BundleError(f"{_shown(items[0])}: give it a name ({{'name': ...}}) to bundle it")
-        if made:
-            compiled.append(part.name)
         other = next((p for p in parts if p.name == part.name), None)
         if other is not None and _origin(other) == _origin(part):
             raise BundleError(f"{_origin(part)}: given twice")
@@ -554,16 +557,14 @@ def _parts(inputs: Any, how: dict) -> list[_Part]:
     if (how["archs"] or how["ptx"]) and not compiled_any:
         raise BundleError("archs and ptx say what to compile CUDA sources for; the inputs hold none (PTX, cubins and "
                           "fatbins go in at their own architectures)")
-    exprs = how["name_expressions"]
-    unknown = [k for k in exprs if k not in compiled] if isinstance(exprs, Mapping) else []
-    if unknown:  # (as the command line's --expr IMAGE=EXPR says)
-        raise BundleError(f"name_expressions: no CUDA source makes image {unknown[0]!r} (they make: "
-                          f"{', '.join(compiled) or 'none'})")
     return parts
 
 
 def _shown(item: Any) -> str:
-    """An input as messages name it: a path as given, bytes by their length (not their repr)."""
+    """An input as messages name it: a path as given, text and bytes by their length (not
+    their repr)."""
+    if _is_text(item):
+        return f"unnamed text ({len(item)} characters)"
     if isinstance(item, (str, os.PathLike)):
         return str(item)
     if isinstance(item, (bytes, bytearray, memoryview)):
@@ -650,6 +651,12 @@ def _is_source(item: Any) -> bool:
     if _is_text(item):
         return not _is_ptx_text(item)
     return isinstance(item, (str, os.PathLike)) and Path(item).suffix.lower() in SOURCE_SUFFIXES
+
+
+def _source_image_name(item: Any) -> str:
+    """The image an unnamed CUDA source makes: named after its file, "kernel" for text (as
+    ``_compile`` names it, from the label ``kernel.cu``)."""
+    return "kernel" if _is_text(item) else _image_name(Path(item))
 
 
 def _image_name(path: Path) -> str:

@@ -670,8 +670,8 @@ class Cache:
         except (tarfile.TarError, EOFError, zlib.error, OSError, ValueError) as e:
             why = f"a damaged cache archive ({str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__})"
         n = added[0]
-        kept = f"; {n} {'entry' if n == 1 else 'entries'} before it {'was' if n == 1 else 'were'} imported, each " \
-            "checked whole" if n else ""
+        kept = ("; 1 entry before it was imported, checked whole" if n == 1 else
+                f"; {n} entries before it were imported, each checked whole" if n else "")
         raise NbjitCacheError(f"{src}: {why}{kept}")
 
     def _import_members(self, tar, digests: list | None, added: list) -> tuple[int, list[str]]:

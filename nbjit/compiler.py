@@ -32,7 +32,7 @@ from .image import Image, content_digest, read_regular
 from ._signature_build import typed_entries
 
 # patterns used on every call, compiled once at import
-_ARCH_NAME = re.compile(r"(sm|compute)_\d+[af]?")
+_ARCH_NAME = re.compile(r"(sm|compute)_\d+[af]?", re.ASCII)
 
 __all__ = ["AssembledCubin", "assemble_ptx", "assemble_cached", "nvjitlink_version", "nvjitlink_cubin",
            "LINK_INPUT_KINDS", "compile_image", "compile_many",

@@ -339,7 +339,7 @@ class Module:
         ``"ptr, ptr, f32, i32"`` (or a list of them). A declaration must fit the image's sizes
         and agree with what the image says; arrays passed for a typed pointer must hold its
         element type."""
-        if signature is not None and type(signature) is not str:
+        if signature is not None and type(signature) is not str:  # (a list of types, a numpy str, or wrong)
             from ._args_extra import signature_text
             signature = signature_text(signature, name)
         return self._kernel(name, signature)

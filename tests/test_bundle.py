@@ -573,6 +573,21 @@ def test_name_expressions_per_image(tmp_path, capsys):
     assert not (tmp_path / "y.nbjit").exists()
 
 
+def test_name_expressions_name_images_before_anything_compiles(tmp_path, counted):
+    """An image name that no CUDA source makes is refused before NVRTC runs (it compiled every
+    source for every architecture first); the names are those the sources' images get."""
+    text = TMPL.read_text()
+    with pytest.raises(BundleError, match=r"no CUDA source makes image 'c' \(they make: nvrtc_tmpl, kernel, t2\)"):
+        build_bundle({"nvrtc_tmpl": TMPL, "kernel": text, "t2": [text, DATA / "nvcc/kernels_sm_90.cubin"]},
+                     tmp_path / "y.nbjit", archs="sm_80,sm_90", ptx="compute_80", name_expressions={"c": ["f"]})
+    assert counted == []
+    # unnamed: a file's image is named after it, source text's is "kernel", as the build names them
+    inline = "template <typename T> __global__ void fill(T* y, T v, int n) { y[threadIdx.x] = v; }\n"
+    for inputs, image in ((TMPL, "nvrtc_tmpl"), (inline, "kernel")):
+        info = build_bundle(inputs, tmp_path / "z.nbjit", archs="sm_90", name_expressions={image: ["fill<float>"]})
+        assert info.image(image).lowered_names == {"fill<float>": "_Z4fillIfEvPT_S0_i"}
+
+
 def test_bad_inputs_and_destinations_are_named_briefly(tmp_path):
     """Unnamed bytes are named by their length in the message (it held their whole repr: 19 KB
     for a cubin); a destination that is not a path is a BundleError (a TypeError from pathlib)."""
@@ -580,6 +595,9 @@ def test_bad_inputs_and_destinations_are_named_briefly(tmp_path):
     with pytest.raises(BundleError, match=rf"^unnamed data \({len(data)} bytes\): give it a name") as e:
         build_bundle(data, tmp_path / "k.nbjit")
     assert len(str(e.value)) < 200
+    ptx = (DATA / "nvcc/kernels_sm90.ptx").read_text()
+    with pytest.raises(BundleError, match=rf"^unnamed text \({len(ptx)} characters\): give it a name"):
+        build_bundle(ptx, tmp_path / "k.nbjit")
     for dest in (3, None, b"k.nbjit"):
         with pytest.raises(BundleError, match=f"dest must be the bundle file's path .*not {type(dest).__name__}"):
             build_bundle({"k": data}, dest)

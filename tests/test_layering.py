@@ -226,7 +226,9 @@ def test_the_public_names_are_each_homes_and_every_error():
     shown = {n for n in dir(nbjit) if not n.startswith("_")}
     import types
     extra = shown - set(nbjit.__all__)
-    assert set(nbjit.__all__) <= shown and all(isinstance(getattr(nbjit, n), types.ModuleType) for n in extra), extra
+    assert set(nbjit.__all__) <= shown, set(nbjit.__all__) - shown
+    assert all(isinstance(getattr(nbjit, n), types.ModuleType) and getattr(nbjit, n).__name__ == f"nbjit.{n}"
+               for n in extra), extra  # (nbjit's own submodules, imported)
 
 
 BUNDLE_ROUTE = {"nbjit", "nbjit.errors", "nbjit._defs", "nbjit._host", "nbjit._native", "nbjit._bundle_file",

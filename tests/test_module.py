@@ -165,9 +165,15 @@ def test_a_signature_is_text_or_a_list_of_types(data, monkeypatch):
         assert [p.ctype is not None for p in m.get_kernel("k_basic", signature=given).params] == [True] * 4
     assert [p.ctype for p in m.get_kernel("k_basic", signature=["float*", "const float*", "float", "int"]).params] \
         == want
-    for bad in (42, ("float*, const float*", "float", "int"), [b"float*"], {"y": "float*"}):
+    import numpy as np
+    for given in (np.str_("float*, const float*, float, int"), [np.str_(t) for t in ("float*", "const float*", "float",
+                                                                                      "int")]):
+        assert [p.ctype for p in m.get_kernel("k_basic", signature=given).params] == want
+    for bad in (42, ("float*, const float*", "float", "int"), [b"float*"], {"y": "float*"}, []):
         with pytest.raises(nbjit.NbjitArgumentError, match="signature for 'k_basic': C types as text"):
             m.get_kernel("k_basic", signature=bad)
+    with pytest.raises(nbjit.NbjitArgumentError, match="one type each, not an empty list$"):
+        m.get_kernel("k_basic", signature=[])
 
 
 def test_triton_kernel_round_trip(data):

@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""Where a fresh process's warm start (``compile_cache.py`` (b)) spends its time, stage by
+stage: each stage's function wrapped with a timer (inclusive: a stage's time holds the
+stages it calls; each wrapper adds ~1 µs), in fresh processes over a cache that holds the
+entries. Each process times a first call and then a second of another source (another cubin,
+nothing shared): the first call's extra time is Python code running for the first time in the
+process, the second's the work itself.
+
+    python benchmarks/warm_stages.py [--runs 15] [--stand-in] [--json out.json]
+
+``--stand-in``: no GPU; the driver's calls answer at once (as ``compile_cache.py --stand-in``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compile_cache import NBJIT, ROOT, SRC  # noqa: E402  (the same source and stand-ins)
+from warm_floor import FILL, SECOND  # noqa: E402  (the second source, and how the cache is filled)
+
+# (label, module, attribute): the stages timed, in the order a warm start reaches them
+STAGES = [
+    ("the host's current context (Numba's object)", "nbjit._host", "Host.current_context"),
+    ("  the driver's current context", "nbjit._driver", "current_context_key"),
+    ("the compile's plan (request, key)", "nbjit.compiler", "_plan"),
+    ("  the toolchain's identity", "nbjit.compiler", "_toolchain_fingerprint"),
+    ("  the request", "nbjit.compiler", "_request"),
+    ("  the key", "nbjit.compiler", "_key"),
+    ("the cache's look-up", "nbjit.cache", "Cache.get_or_create"),
+    ("  reading the entry file", "nbjit.cache", "_read_entry"),
+    ("  checking and decoding it", "nbjit.cache", "_decode"),
+    ("    its facts", "nbjit._facts", "read"),
+    ("the image of the entry", "nbjit.compiler", "_finish"),
+    ("loading (plan, driver, module)", "nbjit.module", "_load_into"),
+    ("  the loader's plan", "nbjit.module", "plan"),
+    ("  the driver's load", "nbjit._driver", "load_module"),
+    ("the kernel (function, parameters, typing, state)", "nbjit.module", "Module._make_state"),
+    ("  the driver's function", "nbjit._driver", "get_function"),
+    ("  the driver's parameters", "nbjit._driver", "param_info"),
+]
+
+assert NBJIT.count("src = sys.argv[1]") == 1, "compile_cache.py's child changed: this script's use of it must follow"
+CHILD = NBJIT.split("src = sys.argv[1]")[0] + r'''
+import functools, importlib, os
+STAGES = json.loads(os.environ["NBJIT_BENCH_STAGES"])
+acc = {}
+def wrap(label, modname, attr):
+    mod = importlib.import_module(modname)
+    owner, name = (getattr(mod, attr.split(".")[0]), attr.split(".")[1]) if "." in attr else (mod, attr)
+    f = getattr(owner, name)  # (an AttributeError here: the stage was renamed, and this list must follow)
+    @functools.wraps(f)
+    def timed(*a, **k):
+        t = time.perf_counter()
+        try:
+            return f(*a, **k)
+        finally:
+            acc[label] = acc.get(label, 0.0) + time.perf_counter() - t
+    setattr(owner, name, timed)
+for label, modname, attr in STAGES:
+    wrap(label, modname, attr)
+out = {}
+for call, src in (("first", sys.argv[1]), ("second", os.environ["NBJIT_BENCH_SECOND"])):
+    acc.clear()
+    t0 = time.perf_counter(); nbjit.compile(src)["saxpy"]; t1 = time.perf_counter()
+    out[call] = {"whole call": t1 - t0, **acc}
+print(json.dumps(out))
+'''
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description="a fresh process's warm start, stage by stage")
+    ap.add_argument("--runs", type=int, default=15)
+    ap.add_argument("--stand-in", action="store_true", help="no GPU: the driver's calls answer at once")
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    import compileall
+    compileall.compile_dir(str(ROOT / "nbjit"), quiet=1)
+    mode = "stand-in" if a.stand_in else "gpu"
+    stages = json.dumps([list(s) for s in STAGES])
+    runs = []
+    with tempfile.TemporaryDirectory() as d:
+        path = f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
+        env = {**os.environ, "NBJIT_CACHE_DIR": d, "PYTHONPATH": path}
+        subprocess.run([sys.executable, "-c", FILL, mode, SRC, SECOND], env=env, cwd=ROOT, check=True, timeout=600)
+        child_env = {**env, "NBJIT_BENCH_STAGES": stages, "NBJIT_BENCH_SECOND": SECOND}
+        for _ in range(a.runs):
+            r = subprocess.run([sys.executable, "-c", CHILD, SRC, *(("stand-in",) if a.stand_in else ())],
+                               capture_output=True, text=True, env=child_env, cwd=ROOT, timeout=600)
+            if r.returncode != 0:
+                raise RuntimeError(r.stderr)
+            runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
+    labels = ["whole call"] + [s[0] for s in STAGES]
+    table = {call: {k: statistics.median(r[call].get(k, 0.0) for r in runs) * 1e6 for k in labels}
+             for call in ("first", "second")}
+    print(f"{mode}: medians of {a.runs} fresh processes, µs (inclusive; indented: within the stage above)")
+    print(f"{'stage':52}{'first':>9}{'second':>9}")
+    for k in labels:
+        print(f"{k:52}{table['first'][k]:9.1f}{table['second'][k]:9.1f}")
+    if a.json:
+        Path(a.json).write_text(json.dumps({"medians_us": table, "runs": runs}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

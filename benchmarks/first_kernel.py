@@ -42,6 +42,24 @@ SRC = (ROOT / "examples/bundle_package/kernels/axpy.cu").read_text()
 BUNDLE = ROOT / "examples/bundle_package/src/nbjit_demo_kernels/kernels.nbjit"
 N = 1 << 20
 
+# timed(module, name, stage): each call of module.name (a stage, inclusive) timed into the
+# child's dict `stages` (warm_stages.py's children use it too)
+TIMED = """\
+def timed(module, name, stage):
+    \"\"\"Time each call of module.name (a stage of the route, inclusive) into stages[stage].\"\"\"
+    f = getattr(module, name, None)
+    if f is None:  # (renamed: that stage goes unmeasured, said in the output)
+        stages[stage + " (not found)"] = 0.0
+        return
+    def call(*a, **k):
+        t = time.perf_counter()
+        try:
+            return f(*a, **k)
+        finally:
+            stages[stage] = stages.get(stage, 0.0) + time.perf_counter() - t
+    setattr(module, name, call)
+"""
+
 # Each child prints one JSON line: {"done": time.time() once the launch finished, "marks":
 # {phase: wall seconds}, "cpu": {phase: CPU seconds}, "stages": {stage: wall seconds},
 # "collector": {phase: [the cyclic collector's seconds, its passes of generation 0, 1, 2, the
@@ -78,20 +96,7 @@ def ON_CPU():
             return int(f.read().rsplit(")", 1)[1].split()[36])
     except (OSError, ValueError, IndexError):
         return None
-def timed(module, name, stage):
-    \"\"\"Time each call of module.name (a stage of the route, inclusive) into stages[stage].\"\"\"
-    f = getattr(module, name, None)
-    if f is None:  # (renamed: that stage goes unmeasured, said in the output)
-        stages[stage + " (not found)"] = 0.0
-        return
-    def call(*a, **k):
-        t = time.perf_counter()
-        try:
-            return f(*a, **k)
-        finally:
-            stages[stage] = stages.get(stage, 0.0) + time.perf_counter() - t
-    setattr(module, name, call)
-"""
+""" + TIMED
 
 NUMBA_ARRAYS = """\
 import numpy as np

@@ -23,6 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compile_cache import NBJIT, ROOT, SRC  # noqa: E402  (the same source and stand-ins)
+from first_kernel import TIMED  # noqa: E402  (the stage timer)
 from warm_floor import FILL, SECOND  # noqa: E402  (the second source, and how the cache is filled)
 
 # (label, module, attribute): the stages timed, in the order a warm start reaches them
@@ -48,28 +49,22 @@ STAGES = [
 
 assert NBJIT.count("src = sys.argv[1]") == 1, "compile_cache.py's child changed: this script's use of it must follow"
 CHILD = NBJIT.split("src = sys.argv[1]")[0] + r'''
-import functools, importlib, os
+import importlib, os
 STAGES = json.loads(os.environ["NBJIT_BENCH_STAGES"])
-acc = {}
-def wrap(label, modname, attr):
-    mod = importlib.import_module(modname)
-    owner, name = (getattr(mod, attr.split(".")[0]), attr.split(".")[1]) if "." in attr else (mod, attr)
-    f = getattr(owner, name)  # (an AttributeError here: the stage was renamed, and this list must follow)
-    @functools.wraps(f)
-    def timed(*a, **k):
-        t = time.perf_counter()
-        try:
-            return f(*a, **k)
-        finally:
-            acc[label] = acc.get(label, 0.0) + time.perf_counter() - t
-    setattr(owner, name, timed)
+stages = {}
+''' + TIMED + r'''
 for label, modname, attr in STAGES:
-    wrap(label, modname, attr)
+    owner = importlib.import_module(modname)
+    if "." in attr:
+        cls, attr = attr.split(".")
+        owner = getattr(owner, cls)
+    getattr(owner, attr)  # (an AttributeError here: the stage was renamed, and STAGES must follow)
+    timed(owner, attr, label)
 out = {}
 for call, src in (("first", sys.argv[1]), ("second", os.environ["NBJIT_BENCH_SECOND"])):
-    acc.clear()
+    stages.clear()
     t0 = time.perf_counter(); nbjit.compile(src)["saxpy"]; t1 = time.perf_counter()
-    out[call] = {"whole call": t1 - t0, **acc}
+    out[call] = {"whole call": t1 - t0, **stages}
 print(json.dumps(out))
 '''
 

@@ -101,6 +101,16 @@ def test_lto_inlines_the_python_operator_as_cpp_would():
     assert got == want
 
 
+def test_a_bad_pch_is_refused_on_a_repeated_link_too(tmp_path):
+    """pch=3 is refused where the link's memo already holds the same link (the memo answered
+    before pch was read, and pch=3 went through)."""
+    cache = Cache(tmp_path)
+    args = dict(name_expressions=[EXPR], arch="sm_90", cache=cache)
+    nbjit.link_image(SRC, [(op_f32, "float32(float32, float32)")], **args)
+    with pytest.raises(nbjit.NbjitCompileError, match="pch must be True, False, 'auto' or None .*not 3"):
+        nbjit.link_image(SRC, [(op_f32, "float32(float32, float32)")], pch=3, **args)
+
+
 def test_same_operator_hits_and_a_new_operator_is_a_new_entry(counted, spies, tmp_path):
     cache = Cache(tmp_path)
     first = nbjit.link_image(SRC, [(op_f32, "float32(float32, float32)")], name_expressions=[EXPR], arch="sm_90",

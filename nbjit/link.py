@@ -501,12 +501,14 @@ def link_image(source: str | os.PathLike, link: Iterable[Any] | Any, *, name: st
     target = _target(arch, name or "<source>")
     cc = target.cc
     inputs = _inputs(_c.read_once(link))
-    pch_mode = _pch.pch_mode(pch)  # (read before the first level, which does not hold it: pch=3 got by there)
+    if pch is not None:  # (before the first level, which does not hold it)
+        _pch.check_arg(pch)
     call = _call(text, name, exprs, headers, include_paths, options, target, link_opts, inputs)
     hit = cache.recall(call) if call is not None else None
     if hit is not None:
         return hit  # type: ignore[return-value]
 
+    pch_mode = _pch.pch_mode(pch)
     main, req = _nvrtc_ltoir(text, name, exprs, headers, include_paths, options, target, pch_mode, cache)
     parts = [("ltoir", main.payload, req.name)]
     decls = {req.name: device_declarations(text)}

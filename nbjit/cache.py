@@ -58,6 +58,7 @@ OTHER_FORMAT = "cache format"  # how a reason given for an entry of another form
 _MAGIC = b"NBJITC\x00\x01"
 _HEAD = struct.Struct("<8sII32s")  # magic, format version, description length, checksum
 _SUFFIX = ".nbjit"
+_CALL_SUFFIX = ".call"  # a call's digest -> the key it was filed under (``Cache.index``)
 _LOCK_SUFFIX = ".lock"
 _TMP_PREFIX = ".tmp-"  # .tmp-<writer pid>-<random>: a writer that is gone leaves one to reclaim
 _KEY = re.compile(r"[0-9a-f]{64}")
@@ -233,17 +234,19 @@ class Cache:
             self.remote.put(key, made)  # after the lock: local waiters read the entry meanwhile
         return self._settle(key, entry, derive)
 
-    def lookup(self, key: str, derive: "Callable[[CacheEntry], Facts | None] | None" = None) -> CacheEntry | None:
+    def lookup(self, key: str, derive: "Callable[[CacheEntry], Facts | None] | None" = None,
+               warn: bool = True) -> CacheEntry | None:
         """``get_or_create``'s look-up without a make: the entry for ``key`` in memory or on
         disk (with its facts, as ``get_or_create`` keeps them), or None (the remote tier is
-        not asked)."""
+        not asked). ``warn=False``: a corrupt entry is a miss without a warning (the look-up
+        that follows warns)."""
         with self._lock:
             hit = self._mem.get(key)
             if hit is not None:
                 self._mem.move_to_end(key)
         if hit is not None:
             return hit if hit.facts is not None or derive is None else self._with_facts(key, hit, derive)
-        entry = self.read(key)
+        entry = self.read(key, warn)
         return None if entry is None else self._settle(key, entry, derive)
 
     def adopt(self, key: str, written: "Written", derive: "Callable[[CacheEntry], Facts | None] | None" = None
@@ -305,6 +308,37 @@ class Cache:
                     self._calls.popitem(last=False)
         except TypeError:
             pass
+
+    def indexed(self, digest: str) -> str | None:
+        """The key ``index(digest, key)`` filed on disk for a call's digest (64 hex digits,
+        as ``content_digest`` makes), or None: the disk level of ``recall``, for a later
+        process (``compiler`` files a compile's call there, with its toolchain's state)."""
+        if self._root is None:
+            return None
+        try:
+            got = read_regular(f"{self._prefix}{digest[:2]}{os.sep}{digest}{_CALL_SUFFIX}", 128)
+        except (OSError, ValueError):
+            return None
+        key = got.decode("latin-1")
+        return key if _KEY.fullmatch(key) else None
+
+    def index(self, digest: str, key: str) -> None:
+        """File ``key`` for a call's ``digest`` on disk (``indexed``), whole or not at all;
+        nothing where the disk refuses (a call file is a short cut: without it a later
+        process takes the long way to the same key)."""
+        if self._root is None or not _KEY.fullmatch(digest) or not _KEY.fullmatch(key):
+            return
+        f = f"{self._prefix}{digest[:2]}{os.sep}{digest}{_CALL_SUFFIX}"
+        try:
+            tmp, fd = _new_temporary(f)
+        except OSError:
+            return
+        try:
+            with os.fdopen(fd, "wb") as out:
+                out.write(key.encode())
+            os.replace(tmp, f)
+        except OSError:
+            _remove(tmp)
 
     def _remember(self, key: str, entry: CacheEntry) -> None:
         with self._lock:
@@ -436,7 +470,8 @@ class Cache:
                     for d in it:
                         name = d.name
                         kind = (out.entries if name.endswith(_SUFFIX) else out.locks if name.endswith(_LOCK_SUFFIX)
-                                else out.temporary if name.startswith(_TMP_PREFIX) else None)
+                                else out.temporary if name.startswith(_TMP_PREFIX)
+                                else out.calls if name.endswith(_CALL_SUFFIX) else None)
                         if kind is None:
                             continue
                         try:
@@ -535,6 +570,8 @@ class Cache:
                 raise NbjitCacheError(f"cannot remove {f}: {e.strerror or e} ({n} entries removed)") from None
         for f, _, _ in listing.locks:
             _remove_lock(f)
+        for f, _, _ in listing.calls:
+            _remove(f)
         _reclaim(listing, max_age=0)
         with _USAGE_LOCK:
             _USAGE.pop(self._root, None)
@@ -560,13 +597,14 @@ class Cache:
         for f, _, _ in listing.locks:
             _remove_lock(f)
         total = listing.bytes - freed
-        n = 0
+        n, gone = 0, set()
         for f, size, _ in sorted(listing.entries, key=lambda t: t[2]):
             if total <= max_bytes:
                 break
             try:
                 f.unlink()
                 n += 1
+                gone.add(f.stem)
             except FileNotFoundError:
                 pass
             except OSError as e:
@@ -575,6 +613,8 @@ class Cache:
                 continue
             total -= size
             freed += size
+        if gone:
+            _forget_calls(listing.calls, gone)
         return n, freed
 
     def export_archive(self, dest: str | os.PathLike | BinaryIO, *, archive_key: bytes | str | None = None,
@@ -771,6 +811,7 @@ class _Listing:
     temporary: list = field(default_factory=list)
     locks: list = field(default_factory=list)
     pch: list = field(default_factory=list)  # NVRTC precompiled headers, each its making process's (see pch.py)
+    calls: list = field(default_factory=list)  # calls' digests -> their keys (``Cache.index``; not counted)
 
     @property
     def bytes(self) -> int:
@@ -781,6 +822,17 @@ class _Listing:
 # per cache directory, in this process: [bytes at the last scan (None: none yet), bytes written since]
 _USAGE: dict[str, list] = {}
 _USAGE_LOCK = threading.Lock()
+
+
+def _forget_calls(calls: list, gone: set) -> None:
+    """Remove the call files (``Cache.index``) that name a key in ``gone``."""
+    for f, _, _ in calls:
+        try:
+            key = read_regular(f, 128).decode("latin-1")
+        except (OSError, ValueError):
+            continue
+        if key in gone:
+            _remove(f)
 
 
 def _reclaim(listing: _Listing, max_age: float) -> int:

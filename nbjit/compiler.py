@@ -19,8 +19,9 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Iterable, Mapping
 
+from . import cache as _cache
 from . import pch as _pch
-from ._facts import Facts
+from ._facts import Facts, stamp as facts_stamp
 from ._defs import record
 from .arch import Arch, existence_problem
 from .cache import _SCAN, Cache, CacheEntry, Written, cache_key, default_cache, make_locked, write_entry
@@ -221,15 +222,12 @@ def _copies(dirs, lib: str) -> list[tuple[str, os.stat_result]]:
     with their ``os.stat`` (what their remembered identity is checked against)."""
     seen: list[tuple[str, os.stat_result]] = []
     for d in dirs:
-        if not os.path.isdir(d):
+        if not _isdir(d):
             continue
         for suffix in _SONAMES:
             f = f"{d}/lib{lib}{suffix}"
-            try:
-                st = os.stat(f)
-            except (OSError, ValueError):
-                continue
-            if stat.S_ISREG(st.st_mode) and all(f != g for g, _ in seen):
+            st = _stat(f)
+            if st is not None and stat.S_ISREG(st.st_mode) and all(f != g for g, _ in seen):
                 seen.append((f, st))
     return seen
 
@@ -248,9 +246,8 @@ def _toolchain_copies_stat(lib: str) -> list[tuple[str, os.stat_result]]:
     wheels = [(n, _copies([f"{n}/{sub}/lib" for sub in _WHEEL_LIB_DIRS[lib]], lib)) for n in _nvidia_dirs()]
     seen = [c for _, copies in wheels for c in copies]
     if not any(copies and _site_dir(n) for n, copies in wheels):
-        dirs = [f"{os.environ[v]}/{d}" for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)
-                for d in ("lib64", "lib")]
-        seen += _copies(dirs + [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if d], lib)
+        dirs = [f"{_env(v)}/{d}" for v in ("CUDA_HOME", "CUDA_PATH") if _env(v) for d in ("lib64", "lib")]
+        seen += _copies(dirs + [d for d in (_env("LD_LIBRARY_PATH") or "").split(os.pathsep) if d], lib)
     return seen
 
 
@@ -350,7 +347,12 @@ def _write_ids(cache_dir: str, ids: dict) -> None:
     while len(text) >= _IDS_BYTES and ids:
         ids = dict(list(ids.items())[1:])
         text = json.dumps(ids)
-    f = os.path.join(cache_dir, _IDS_FILE)
+    _write_small(cache_dir, _IDS_FILE, text)
+
+
+def _write_small(cache_dir: str, name: str, text: str) -> None:
+    """Write the small file ``name`` in the cache directory: whole or not at all."""
+    f = os.path.join(cache_dir, name)
     tmp = f"{f}.{os.getpid()}.{threading.get_ident()}.tmp"
     try:
         os.makedirs(cache_dir, exist_ok=True)
@@ -362,6 +364,169 @@ def _write_ids(cache_dir: str, ids: dict) -> None:
             os.unlink(tmp)
         except OSError:
             pass
+
+
+# ------------------------------------------------------------------ the call index
+# A fresh process's warm start finds a compile's key without probing the toolchain, building
+# the request or hashing it: the toolchain's probes note what they look at (``_SEEN``: each
+# path's ``_sig``, each environment variable), a process that computed a key the long way
+# records that as a state (``toolchain-state.json`` in the cache's directory) and files the
+# key under a digest of the call and the state (``Cache.index``). A later process re-checks
+# a recorded state once (the same stats the probes make, in one loop) and, where it holds, looks
+# its calls up by digest; anything else takes the long way, which files the call afresh.
+
+
+class _Seen:
+    """What the toolchain's probes looked at in this process: each path's ``_sig`` and each
+    environment variable's value, in the order they were looked at; ``unseeable`` where they
+    used what cannot be re-checked so (cuda-pathfinder's search)."""
+
+    def __init__(self):
+        self.paths: dict = {}
+        self.env: dict = {}
+        self.unseeable = False
+
+
+_SEEN = _Seen()
+
+
+def _sig(st: os.stat_result | None) -> list | None:
+    """What a probe saw of a path: None (nothing there), ``[0]`` (a directory), else the
+    file's type, inode, size, modification and change times (a rewrite in place changes the
+    last, which no one can set)."""
+    if st is None:
+        return None
+    if stat.S_ISDIR(st.st_mode):
+        return [0]
+    return [stat.S_IFMT(st.st_mode), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def _stat_or_none(path) -> os.stat_result | None:
+    try:
+        return os.stat(path)
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def _stat(path: str) -> os.stat_result | None:
+    """``os.stat(path)``, or None; noted in ``_SEEN``."""
+    st = _stat_or_none(path)
+    _SEEN.paths[path] = _sig(st)
+    return st
+
+
+def _isdir(path: str) -> bool:
+    st = _stat(path)
+    return st is not None and stat.S_ISDIR(st.st_mode)
+
+
+def _env(name: str) -> str | None:
+    """The environment variable ``name``; noted in ``_SEEN``."""
+    value = _SEEN.env[name] = os.environ.get(name)
+    return value
+
+
+_STATE_FILE = "toolchain-state.json"  # [state, ...], newest first (``_record_state``)
+_STATES_KEPT = 4  # environments sharing one cache directory (venvs, containers), each its own
+_STATE_BYTES = 1 << 16
+_STATES: dict = {}  # cache directory -> (the id of the recorded state this process is in, or ""; its fingerprint)
+
+
+def _state_stamp() -> str:
+    """What the keys a state's calls are filed under depend on besides the toolchain: the
+    code that makes requests and keys (the facts' stamp covers this module) and the cache's
+    format."""
+    return f"{facts_stamp()}/{_cache.FORMAT_VERSION}"
+
+
+def _state_id(root: str) -> str | None:
+    """The id of the state recorded in the cache directory ``root`` that this process's
+    toolchain is in (checked once per process), or None."""
+    got = _STATES.get(root)
+    if got is None:
+        got = _STATES[root] = _matching_state(_read_states(root))
+    fp = _FINGERPRINTS.get("nvrtc")  # (computed in this process since: it must still be the state's)
+    return got[0] if got[0] and (fp is None or fp == got[1]) else None
+
+
+def _read_states(root: str) -> list:
+    try:
+        text = read_regular(f"{root}/{_STATE_FILE}", _STATE_BYTES).decode()
+        got, end = _SCAN(text, 0)
+    except (OSError, ValueError, RecursionError, StopIteration):
+        return []
+    return got if type(got) is list and end == len(text) else []
+
+
+def _matching_state(states: list) -> tuple[str, object]:
+    """(id, fingerprint) of the first state in ``states`` that holds here: the same code and
+    cache format, the same wheel directories on sys.path, environment variables and paths as
+    its probes saw them, the fingerprint this process computed (where it did); else ("", None)."""
+    stamp, fp, nvidia = _state_stamp(), _FINGERPRINTS.get("nvrtc"), None
+    for s in states:
+        try:
+            if s["stamp"] != stamp or type(s["id"]) is not str or (fp is not None and s["fp"] != fp):
+                continue
+            if nvidia is None:
+                nvidia = list(_nvidia_dirs())
+            if s["nvidia"] == nvidia and all(os.environ.get(k) == v for k, v in s["env"].items()) and \
+                    all(_sig(_stat_or_none(p)) == want for p, want in s["paths"]):
+                return s["id"], s["fp"]
+        except (TypeError, KeyError, ValueError, AttributeError):  # not a state _record_state writes
+            continue
+    return "", None
+
+
+def _record_state(root: str) -> str | None:
+    """Record this process's toolchain state (what its probes saw, and the fingerprint they
+    gave) in the cache directory ``root``, newest first; its id, or None where there is none
+    to record (the probes have not run, or saw what cannot be re-checked)."""
+    fp = _FINGERPRINTS.get("nvrtc")
+    if fp is None or _SEEN.unseeable or not _SEEN.paths:
+        return None
+    state = {"stamp": _state_stamp(), "nvidia": list(_nvidia_dirs()), "env": dict(_SEEN.env),
+             "paths": [[p, v] for p, v in _SEEN.paths.items()], "fp": fp}
+    try:
+        sid = cache_key(state)
+    except (TypeError, ValueError):  # (a fingerprint that is not JSON data: a test's stand-in)
+        return None
+    state["id"] = sid
+    states = [state] + [s for s in _read_states(root) if type(s) is dict and s.get("id") != sid]
+    text = json.dumps(states[:_STATES_KEPT])
+    if len(text) < _STATE_BYTES:
+        _write_small(root, _STATE_FILE, text)
+    _STATES[root] = (sid, fp)
+    return sid
+
+
+def _call_digest(call: tuple, sid: str) -> str | None:
+    """The digest a compile's call (``_plan``'s, without its last item) is filed under in a
+    toolchain state ``sid``; None where its arguments are not JSON data."""
+    arch = call[6]
+    try:
+        return cache_key({"call": [*call[1:6], str(arch) if type(arch) is Arch else arch, call[7]], "state": sid})
+    except (TypeError, ValueError):
+        return None
+
+
+def _indexed(cache: Cache, call: tuple) -> str | None:
+    """The key a process in this toolchain's state filed ``call`` under in ``cache``, or None."""
+    root = cache._root
+    sid = _state_id(root) if root is not None else None
+    digest = _call_digest(call, sid) if sid is not None else None
+    return cache.indexed(digest) if digest is not None else None
+
+
+def _index(cache: Cache, call: tuple, key: str) -> None:
+    """File ``call``'s ``key`` (``_indexed``), with this process's toolchain state (kept in
+    the cache's directory)."""
+    root = cache._root
+    if root is None:
+        return
+    sid = _state_id(root) or _record_state(root)
+    digest = _call_digest(call, sid) if sid is not None else None
+    if digest is not None and cache.indexed(digest) != key:
+        cache.index(digest, key)
 
 
 def cuda_include_dir() -> str | None:
@@ -384,11 +549,12 @@ def _cuda_headers() -> tuple[str, str | None] | None:
     """(``cuda_include_dir()``, ``_cuda_headers_id()``): the first directory that holds
     cuda_runtime_api.h, with the identity of that file (remembered: ``_remembered``)."""
     wheels = (f"{n}/{sub}/include" for n in _nvidia_dirs() for sub in ("cu13", "cuda_runtime", "cu12"))
-    homes = (f"{os.environ[v]}/include" for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v))
+    homes = (f"{_env(v)}/include" for v in ("CUDA_HOME", "CUDA_PATH") if _env(v))
     for d in itertools.chain(wheels, homes):
         found = _runtime_api(d)
         if found is not None:
             return found
+    _SEEN.unseeable = True  # (what cuda-pathfinder looks at is not re-checked: no call index)
     try:
         from cuda.pathfinder import find_nvidia_header_directory
         d = find_nvidia_header_directory("cudart")
@@ -400,9 +566,8 @@ def _cuda_headers() -> tuple[str, str | None] | None:
 def _runtime_api(d: str) -> tuple[str, str | None] | None:
     """(``d``, the identity of its cuda_runtime_api.h), or None where it has none."""
     f = f"{d}/cuda_runtime_api.h"
-    try:
-        st = os.stat(f)
-    except (OSError, ValueError):
+    st = _stat(f)
+    if st is None:
         return None
     return (d, _remembered(f, st, _runtime_api_id)) if stat.S_ISREG(st.st_mode) else None
 
@@ -436,9 +601,8 @@ def _cccl() -> tuple[str, str] | None:
         return None
     d = f"{inc}/cccl"
     f = f"{d}/cuda/std/__cccl/version.h"
-    try:
-        st = os.stat(f)
-    except (OSError, ValueError):
+    st = _stat(f)
+    if st is None:
         return None
     ident = _remembered(f, st, _version_digest) if stat.S_ISREG(st.st_mode) else None
     return (d, ident) if ident is not None else None
@@ -678,13 +842,15 @@ def compile_image(source: str, *, name: str | None = None, name_expressions: Ite
     got = _plan(source, name, name_expressions, headers, include_paths, options, arch, output, cache, pch)
     if type(got) is Image:
         return got
-    req, key, cache, call = got
+    req, key, cache, call, entry = got
+    if entry is not None:  # (the call index's)
+        return _finish(entry, req, cache, call, 3)
     route = getattr(_ROUTE, "pool", None)
     if route is None:
         entry = cache.get_or_create(key, lambda: _run_nvrtc(req), lambda e: _derive_facts(e, req))
     else:
         entry = _through_worker(route, req, key, cache)
-    return _finish(entry, req, cache, call, 3)
+    return _finish(entry, req, cache, call, 3, key)
 
 
 def compile_key(source: str, *, name: str | None = None, name_expressions: Iterable[str] = (),
@@ -697,7 +863,9 @@ def compile_key(source: str, *, name: str | None = None, name_expressions: Itera
 
 def _plan(source, name, name_expressions, headers, include_paths, options, arch, output, cache, pch):
     """``compile_image``'s first half: its image where the cache's first level remembers the
-    call, else (the request, its cache key, the cache, the call to remember or None)."""
+    call; else (the request, its cache key, the cache, the call to remember or None, None);
+    where the call index (``_indexed``) names an entry with facts, (what ``_finish`` needs of
+    the request, the key, the cache, the call, that entry)."""
     source, name, include_paths = source_text(source, name, include_paths)
     if pch is not None:  # (before the first level, which does not hold it)
         _pch.check_arg(pch)
@@ -713,21 +881,29 @@ def _plan(source, name, name_expressions, headers, include_paths, options, arch,
     if not include_paths:
         try:
             call = ("nvrtc", source, name, tuple(name_expressions), tuple(sorted((headers or {}).items())),
-                    tuple(options), arch, output, id(_toolchain_fingerprint()))
+                    tuple(options), arch, output, id(_FINGERPRINTS))
             hash(call)
         except Exception:  # something unhashable: take the long way (it says what is wrong)
             call = None
         hit = cache.recall(call) if call is not None else None
         if hit is not None:
             return hit
+        key = _indexed(cache, call) if call is not None else None
+        entry = cache.lookup(key, warn=False) if key is not None else None
+        if entry is not None and entry.facts is not None:  # (an entry without them: the long way derives them)
+            return _Named(name or "kernel.cu", source), key, cache, call, entry
     req = _request(source, name, name_expressions, headers, include_paths, options, arch, output,
                    _pch.pch_mode(pch), cache._root)  # (text: no Path made on a warm start)
-    return req, _key(req), cache, call
+    return req, _key(req), cache, call, None
 
 
-def _finish(entry: CacheEntry, req: "CompileRequest", cache: Cache, call, stacklevel: int) -> Image:
+def _finish(entry: CacheEntry, req: "CompileRequest | _Named", cache: Cache, call, stacklevel: int,
+            key: str | None = None) -> Image:
     """``compile_image``'s second half: the image of the entry found or made (warned of where
-    it holds no kernel: ``stacklevel`` names the user's call), remembered for the call."""
+    it holds no kernel: ``stacklevel`` names the user's call), remembered for the call; with
+    the ``key`` the long way found, the call filed under it for later processes (``_index``)
+    where the key does not depend on the user's include directories (their files, a
+    relative path's working directory)."""
     img = _image(entry, req)
     if _no_kernels(img):
         warnings.warn(f"{img.name}: NVRTC compiled no kernel (the {img.kind} for {img.arch} holds none): a template "
@@ -736,10 +912,22 @@ def _finish(entry: CacheEntry, req: "CompileRequest", cache: Cache, call, stackl
                       stacklevel=stacklevel)
     if call is not None:
         cache.remember(call, img)
+        if key is not None and not req.user_dirs:
+            _index(cache, call, key)
     return img
 
 
-def _image(entry: CacheEntry, req: "CompileRequest") -> Image:
+@record
+class _Named:
+    """What ``_image`` and ``_finish`` need of a request, where the call index found the
+    entry (no request was made)."""
+
+    name: str
+    source: str
+    user_dirs: tuple = ()
+
+
+def _image(entry: CacheEntry, req: "CompileRequest | _Named") -> Image:
     """The ``Image`` of a compile's cache entry, with the facts it carries (where it carries
     none, nbjit could not read the image: the source's declarations alone)."""
     f = entry.facts
@@ -1292,7 +1480,7 @@ def _on_workers(jobs: list, pool, want: int, results: list) -> list[int]:
         for i, req, call in waiting.pop(item[0]):
             if error is None:
                 try:  # (a warning names compile_many's caller: _finish, done, receive, _on_workers, compile_many)
-                    results[i] = _finish(entry, req, item[3], call, 6), None
+                    results[i] = _finish(entry, req, item[3], call, 6, item[2]), None
                 except Exception as e:
                     results[i] = None, e
             else:
@@ -1305,13 +1493,16 @@ def _on_workers(jobs: list, pool, want: int, results: list) -> list[int]:
             if type(got) is Image:
                 results[i] = got, None
                 return
-            req, key, cache, call = got
+            req, key, cache, call, entry = got
+            if entry is not None:  # (the call index's)
+                results[i] = _finish(entry, req, cache, call, 5), None
+                return
             if cache.remote is not None:
                 left.append(i)
                 return
             entry = cache.lookup(key, lambda e: _derive_facts(e, req))
             if entry is not None:
-                results[i] = _finish(entry, req, cache, call, 5), None
+                results[i] = _finish(entry, req, cache, call, 5, key), None
                 return
         except Exception as e:
             results[i] = None, e

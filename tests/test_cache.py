@@ -207,6 +207,32 @@ def test_size_limit_prunes_least_recently_used(tmp_path):
     assert left == {keys[0], keys[3], keys[4]}
 
 
+def test_call_files_are_kept_listed_cleared_and_pruned_with_their_entries(tmp_path):
+    """A call's digest names the key it was filed under (``Cache.index``): read back whole
+    (anything else is no key), not counted as an entry, removed by ``clear``, and by
+    ``prune`` with the entry it names (the others stay)."""
+    c = Cache(tmp_path, max_bytes=None)
+    keys = [cache_key({"n": i}) for i in range(3)]
+    calls = [cache_key({"call": i}) for i in range(3)]
+    for i, (k, d) in enumerate(zip(keys, calls)):
+        c.write(k, CacheEntry("cubin", "sm_90", bytes([i]) * 1000))
+        os.utime(c.file(k), (1000 + i, 1000 + i))
+        c.index(d, k)
+    assert [Cache(tmp_path).indexed(d) for d in calls] == keys
+    assert Cache(tmp_path).indexed(cache_key({"call": "other"})) is None and Cache(None).indexed(calls[0]) is None
+    c.index("not a digest", keys[0])
+    c.index(calls[0], "not a key")  # (refused: the old one stays)
+    assert c.indexed(calls[0]) == keys[0] and len(c.entries()) == 3 and c.info()["entries"] == 3
+    f = tmp_path / calls[1][:2] / f"{calls[1]}.call"
+    assert f.read_text() == keys[1]
+    f.write_text(keys[1][:40])  # a file cut short (or anything else): no key
+    assert c.indexed(calls[1]) is None
+    f.write_text(keys[1])
+    assert c.prune(2 * c.entries()[0][1]) == 1  # the oldest entry went, and the call that named it
+    assert [c.indexed(d) for d in calls] == [None, keys[1], keys[2]]
+    assert c.clear() == 2 and not list(tmp_path.glob("*/*.call"))
+
+
 def test_a_hit_marks_an_entry_used_at_most_hourly(tmp_path):
     c = Cache(tmp_path, max_bytes=None)
     k = cache_key({"n": "touch"})

@@ -471,6 +471,25 @@ def test_a_standard_header_nvrtc_has_not_got_gets_a_hint(tmp_path, header, hint)
     assert f'cannot open source file "{header}"' in e.value.log and hint in str(e.value).splitlines()[-1]
 
 
+def _site_with_nvrtc(where: Path, nvrtc: bytes | None) -> tuple[Path, Path]:
+    """(A site-packages directory under ``where`` whose nvidia/cu13 wheel holds NVRTC, that
+    library): a fresh copy of the one installed (``nvrtc`` None: another path, another file
+    time, the same build) or a file of ``nvrtc``'s bytes; CUDA's headers reached by another
+    path (a link)."""
+    import os
+    import shutil
+    from nbjit import compiler as C
+    site = where / "lib" / "site-packages"
+    (site / "nvidia" / "cu13" / "lib").mkdir(parents=True)
+    os.symlink(C.cuda_include_dir(), site / "nvidia" / "cu13" / "include")
+    copy = site / "nvidia" / "cu13" / "lib" / "libnvrtc.so.13"
+    if nvrtc is None:
+        shutil.copyfile(next(f for f in C._toolchain_copies() if "site-packages" in f), copy)
+    else:
+        copy.write_bytes(nvrtc)
+    return site, copy
+
+
 def test_cache_entries_travel_between_environments(tmp_path):
     """The key named where NVRTC was installed (path, size, file time of the library; CUDA_HOME,
     LD_LIBRARY_PATH): a cache exported from one environment missed in a second one with the
@@ -478,26 +497,15 @@ def test_cache_entries_travel_between_environments(tmp_path):
     (another path, fresh copies of the library, other variables, no site-packages at all)
     hits the imported entry without NVRTC; another NVRTC build misses."""
     import os
-    import shutil
     import subprocess
     import sys
-    from nbjit import compiler as C
     src = 'extern "C" __global__ void travel(float* p) { p[0] = 42.0f; }\n'
     first = compile_image(src, name="t.cu", arch="sm_90", options=["-DX=1"], cache=Cache(tmp_path / "a"))
     Cache(tmp_path / "a").export_archive(tmp_path / "a.tar.gz")
     Cache(tmp_path / "b").import_archive(tmp_path / "a.tar.gz")
-    lib = next(f for f in C._toolchain_copies() if "site-packages" in f)
-    inc = C.cuda_include_dir()
 
     def other_env(name: str, nvrtc: bytes | None) -> subprocess.CompletedProcess:
-        site = tmp_path / name / "lib" / "site-packages"
-        (site / "nvidia" / "cu13" / "lib").mkdir(parents=True)
-        os.symlink(inc, site / "nvidia" / "cu13" / "include")  # the same headers, reached by another path
-        copy = site / "nvidia" / "cu13" / "lib" / "libnvrtc.so.13"
-        if nvrtc is None:
-            shutil.copyfile(lib, copy)  # a fresh copy: another path, another file time
-        else:
-            copy.write_bytes(nvrtc)
+        site = _site_with_nvrtc(tmp_path / name, nvrtc)[0]
         code = f"""
 import sys
 sys.path[:0] = [{str(Path(nbjit.__file__).parents[1])!r}, {str(site)!r}]
@@ -518,6 +526,70 @@ sys.stdout.buffer.write(img.data)
     assert same.returncode == 0 and same.stdout == first.data, same.stderr[-2000:]
     other = other_env("venv3", b"\x7fELF another NVRTC")
     assert other.returncode == 1 and b"NVRTC called" in other.stderr, other.stderr[-2000:]
+
+
+INDEXED = """
+import json, sys
+sys.path[:0] = [sys.argv[1], *json.loads(sys.argv[2])]
+from nbjit import compiler as C
+from nbjit.cache import Cache
+ways = []
+request = C._request
+C._request = lambda *a, **k: ways.append("request") or request(*a, **k)
+def nvrtc(req):
+    raise SystemExit("NVRTC called")
+C._run_nvrtc = nvrtc
+img = C.compile_image(sys.argv[4], name="t.cu", arch="sm_90", options=json.loads(sys.argv[5]), cache=Cache(sys.argv[3]))
+print(json.dumps({"long way": bool(ways), "data": img.data.hex()}))
+"""
+
+
+def test_a_warm_start_finds_its_key_by_the_call_index(tmp_path):
+    """A fresh process's warm start takes a compile's key from the call index: no request,
+    no key hashed, no toolchain probed, the same bytes. Where what the toolchain's probes saw
+    has changed (NVRTC's file touched, replaced by another build, another wheel directory on
+    sys.path, its state or call file damaged, the entry gone), it takes the long way, which
+    compiles only where the key changed, and files the call again."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from nbjit import compiler as C
+    src = 'extern "C" __global__ void indexed(float* p) { p[0] = 7.0f; }\n'
+    b, home = tmp_path / "b", tmp_path / "home"
+    first = compile_image(src, name="t.cu", arch="sm_90", options=["-DX=1"], cache=Cache(b))  # (this process's NVRTC)
+    site, lib = _site_with_nvrtc(tmp_path / "venv", None)
+    env = {"PATH": os.environ.get("PATH", ""), "NBJIT_CACHE_DIR": str(home)}
+    filed = len(list(b.glob("*/*.call")))  # (this process's call, in its own toolchain's state)
+
+    def run(options=("-DX=1",), extra=()):
+        r = subprocess.run([sys.executable, "-S", "-c", INDEXED, str(Path(nbjit.__file__).parents[1]),
+                            json.dumps([str(site), *extra]), str(b), src, json.dumps(list(options))],
+                           capture_output=True, text=True, env=env, timeout=120)
+        if r.returncode != 0:
+            return r.stderr.strip().splitlines()[-1]
+        got = json.loads(r.stdout)
+        assert bytes.fromhex(got["data"]) == first.data
+        return "long way" if got["long way"] else "index"
+
+    assert [run(), run(), run()] == ["long way", "index", "index"]
+    assert (b / C._STATE_FILE).exists() and len(list(b.glob("*/*.call"))) == filed + 1
+    assert [run(["-D", "X=1"]), run(["-D", "X=1"])] == ["long way", "index"]  # another call, the same key
+    os.utime(lib, ns=(1, 1))  # NVRTC's file touched: its state no longer holds (the same build: no compile)
+    assert [run(), run()] == ["long way", "index"]
+    (b / C._STATE_FILE).write_text("[{" * 20)
+    assert [run(), run()] == ["long way", "index"]
+    for f in b.glob("*/*.call"):
+        f.write_bytes(b"\0" * 64)
+    assert [run(), run()] == ["long way", "index"]
+    other = _site_with_nvrtc(tmp_path / "venv2", None)[0]  # a second wheel directory: another state
+    assert [run(extra=[str(other)]), run(extra=[str(other)]), run()] == \
+        ["long way", "index", "index"]  # (the first state kept beside it)
+    for f, _, _ in Cache(b).entries():
+        f.unlink()
+    assert run() == "NVRTC called"  # the entry went: the index names a key, the long way compiles
+    lib.write_bytes(b"\x7fELF another NVRTC")
+    assert run() == "NVRTC called"
 
 
 def test_the_compiler_is_told_its_target(tmp_path, monkeypatch):

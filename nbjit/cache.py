@@ -59,6 +59,7 @@ _MAGIC = b"NBJITC\x00\x01"
 _HEAD = struct.Struct("<8sII32s")  # magic, format version, description length, checksum
 _SUFFIX = ".nbjit"
 _CALL_SUFFIX = ".call"  # a call's digest -> the key it was filed under (``Cache.index``)
+_READ_NONBLOCK = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
 _LOCK_SUFFIX = ".lock"
 _TMP_PREFIX = ".tmp-"  # .tmp-<writer pid>-<random>: a writer that is gone leaves one to reclaim
 _KEY = re.compile(r"[0-9a-f]{64}")
@@ -315,11 +316,16 @@ class Cache:
         process (``compiler`` files a compile's call there, with its toolchain's state)."""
         if self._root is None:
             return None
-        try:
-            got = read_regular(f"{self._prefix}{digest[:2]}{os.sep}{digest}{_CALL_SUFFIX}", 128)
+        try:  # (a FIFO is never waited on; a directory, a device or a longer file is no key)
+            fd = os.open(f"{self._prefix}{digest[:2]}{os.sep}{digest}{_CALL_SUFFIX}", _READ_NONBLOCK)
         except (OSError, ValueError):
             return None
-        key = got.decode("latin-1")
+        try:
+            key = os.read(fd, 65).decode("latin-1")
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
         return key if _KEY.fullmatch(key) else None
 
     def index(self, digest: str, key: str) -> None:

@@ -24,7 +24,7 @@ from . import pch as _pch
 from ._facts import Facts, stamp as facts_stamp
 from ._defs import record
 from .arch import Arch, existence_problem
-from .cache import _SCAN, Cache, CacheEntry, Written, cache_key, default_cache, make_locked, write_entry
+from .cache import _KEY_JSON, _SCAN, Cache, CacheEntry, Written, cache_key, default_cache, make_locked, write_entry
 from ._csource import source_declarations
 from .cubin import inspect_cubin
 from .errors import CompileFailure, LinkFailure, NbjitCompileError, NbjitWarning
@@ -469,8 +469,12 @@ def _matching_state(states: list) -> tuple[str, object]:
                 continue
             if nvidia is None:
                 nvidia = list(_nvidia_dirs())
-            if s["nvidia"] == nvidia and all(os.environ.get(k) == v for k, v in s["env"].items()) and \
-                    all(_sig(_stat_or_none(p)) == want for p, want in s["paths"]):
+            if s["nvidia"] != nvidia or any(os.environ.get(k) != v for k, v in s["env"].items()):
+                continue
+            for p, want in s["paths"]:
+                if _sig(_stat_or_none(p)) != want:
+                    break
+            else:
                 return s["id"], s["fp"]
         except (TypeError, KeyError, ValueError, AttributeError):  # not a state _record_state writes
             continue
@@ -504,8 +508,8 @@ def _call_digest(call: tuple, sid: str) -> str | None:
     toolchain state ``sid``; None where its arguments are not JSON data."""
     arch = call[6]
     try:
-        return cache_key({"call": [*call[1:6], str(arch) if type(arch) is Arch else arch, call[7]], "state": sid})
-    except (TypeError, ValueError):
+        return content_digest(_KEY_JSON([sid, *call[1:6], str(arch) if type(arch) is Arch else arch, call[7]]).encode())
+    except (TypeError, ValueError, UnicodeEncodeError):
         return None
 
 

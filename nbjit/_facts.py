@@ -82,7 +82,7 @@ def _resources(data: Any) -> bool:
 # facts stamp costs a warm start no file system call (on the GPU machine, stat()ing the ten
 # modules was ~45 us of the ~1 ms budget). tests/test_facts.py fails where a reader changes
 # and this line does not (``python -m nbjit._facts`` rewrites it).
-READERS_DIGEST = "bf1cafa4fb0149f63eaf44721c7a9fc8566f18b2"
+READERS_DIGEST = "ab354d26bbd1e5ee6a1599ef31fae9d34747a2c4"
 
 
 def stamp() -> str:

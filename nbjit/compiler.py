@@ -391,13 +391,11 @@ _SEEN = _Seen()
 
 
 def _sig(st: os.stat_result | None) -> list | None:
-    """What a probe saw of a path: None (nothing there), ``[0]`` (a directory), else the
-    file's type, inode, size, modification and change times (a rewrite in place changes the
-    last, which no one can set)."""
+    """What a probe saw of a path: None (nothing there), else its type, inode, size,
+    modification and change times (a rewrite in place moves the last, which no one can set;
+    a directory's move when an entry is added to it or removed)."""
     if st is None:
         return None
-    if stat.S_ISDIR(st.st_mode):
-        return [0]
     return [stat.S_IFMT(st.st_mode), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
@@ -409,10 +407,24 @@ def _stat_or_none(path) -> os.stat_result | None:
 
 
 def _stat(path: str) -> os.stat_result | None:
-    """``os.stat(path)``, or None; noted in ``_SEEN``."""
+    """``os.stat(path)``, or None; noted in ``_SEEN``: where nothing is there, the nearest
+    directory above it that is (while its times stand still, nothing was added in it: the
+    path is still missing; several missing paths share it, so a warm start stats it once)."""
     st = _stat_or_none(path)
-    _SEEN.paths[path] = _sig(st)
-    return st
+    if st is not None:
+        _SEEN.paths[path] = _sig(st)
+        return st
+    d = path
+    while True:
+        up = os.path.dirname(d)
+        if up == d or not up:
+            _SEEN.paths[path] = None
+            return None
+        d = up
+        got = _stat_or_none(d)
+        if got is not None:
+            _SEEN.paths[d] = _sig(got)
+            return None
 
 
 def _isdir(path: str) -> bool:

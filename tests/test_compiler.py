@@ -547,9 +547,9 @@ print(json.dumps({"long way": bool(ways), "data": img.data.hex()}))
 def test_a_warm_start_finds_its_key_by_the_call_index(tmp_path):
     """A fresh process's warm start takes a compile's key from the call index: no request,
     no key hashed, no toolchain probed, the same bytes. Where what the toolchain's probes saw
-    has changed (NVRTC's file touched, replaced by another build, another wheel directory on
-    sys.path, its state or call file damaged, the entry gone), it takes the long way, which
-    compiles only where the key changed, and files the call again."""
+    has changed (NVRTC's file touched, replaced by another build, a copy where there was none,
+    another wheel directory on sys.path, its state or call file damaged, the entry gone), it
+    takes the long way, which compiles only where the key changed, and files the call again."""
     import json
     import os
     import subprocess
@@ -576,6 +576,9 @@ def test_a_warm_start_finds_its_key_by_the_call_index(tmp_path):
     assert (b / C._STATE_FILE).exists() and len(list(b.glob("*/*.call"))) == filed + 1
     assert [run(["-D", "X=1"]), run(["-D", "X=1"])] == ["long way", "index"]  # another call, the same key
     os.utime(lib, ns=(1, 1))  # NVRTC's file touched: its state no longer holds (the same build: no compile)
+    assert [run(), run()] == ["long way", "index"]
+    import shutil
+    shutil.copyfile(lib, lib.parent / "libnvrtc.so")  # a copy appears where the probe found none (the same build)
     assert [run(), run()] == ["long way", "index"]
     (b / C._STATE_FILE).write_text("[{" * 20)
     assert [run(), run()] == ["long way", "index"]

@@ -82,7 +82,7 @@ def _resources(data: Any) -> bool:
 # facts stamp costs a warm start no file system call (on the GPU machine, stat()ing the ten
 # modules was ~45 us of the ~1 ms budget). tests/test_facts.py fails where a reader changes
 # and this line does not (``python -m nbjit._facts`` rewrites it).
-READERS_DIGEST = "ab354d26bbd1e5ee6a1599ef31fae9d34747a2c4"
+READERS_DIGEST = "528010b227c0f7bf9a4bf5072d676fbed436b5e1"
 
 
 def stamp() -> str:

@@ -412,19 +412,40 @@ def _stat(path: str) -> os.stat_result | None:
     path is still missing; several missing paths share it, so a warm start stats it once)."""
     st = _stat_or_none(path)
     if st is not None:
-        _SEEN.paths[path] = _sig(st)
+        _note(path, _sig(st))
         return st
     d = path
     while True:
+        if _lstat_or_none(d) is not None:  # a link to nothing: what it names is not watched
+            _SEEN.unseeable = True
         up = os.path.dirname(d)
         if up == d or not up:
-            _SEEN.paths[path] = None
+            _note(path, None)
             return None
         d = up
         got = _stat_or_none(d)
         if got is not None:
-            _SEEN.paths[d] = _sig(got)
+            _note(d, _sig(got))
             return None
+
+
+def _lstat_or_none(path) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def _note(path: str, sig: list | None) -> None:
+    """Note what a probe saw of ``path``: the first sight stands (the keys of this process
+    were made from it); another sight later (the file changed while the process ran) makes
+    this process's state one that cannot be recorded."""
+    paths = _SEEN.paths
+    if path in paths:
+        if paths[path] != sig:
+            _SEEN.unseeable = True
+    else:
+        paths[path] = sig
 
 
 def _isdir(path: str) -> bool:
@@ -434,7 +455,13 @@ def _isdir(path: str) -> bool:
 
 def _env(name: str) -> str | None:
     """The environment variable ``name``; noted in ``_SEEN``."""
-    value = _SEEN.env[name] = os.environ.get(name)
+    value = os.environ.get(name)
+    env = _SEEN.env
+    if name in env:
+        if env[name] != value:  # (changed while the process ran: as ``_note``)
+            _SEEN.unseeable = True
+    else:
+        env[name] = value
     return value
 
 
@@ -501,7 +528,7 @@ def _record_state(root: str) -> str | None:
     if fp is None or _SEEN.unseeable or not _SEEN.paths:
         return None
     state = {"stamp": _state_stamp(), "nvidia": list(_nvidia_dirs()), "env": dict(_SEEN.env),
-             "paths": [[p, v] for p, v in _SEEN.paths.items()], "fp": fp}
+             "paths": [[p, v] for p, v in list(_SEEN.paths.items())], "fp": fp}  # (copies: another thread may probe)
     try:
         sid = cache_key(state)
     except (TypeError, ValueError):  # (a fingerprint that is not JSON data: a test's stand-in)
@@ -919,7 +946,7 @@ def _finish(entry: CacheEntry, req: "CompileRequest | _Named", cache: Cache, cal
     it holds no kernel: ``stacklevel`` names the user's call), remembered for the call; with
     the ``key`` the long way found, the call filed under it for later processes (``_index``)
     where the key does not depend on the user's include directories (their files, a
-    relative path's working directory)."""
+    relative path's working directory; not with include options at all)."""
     img = _image(entry, req)
     if _no_kernels(img):
         warnings.warn(f"{img.name}: NVRTC compiled no kernel (the {img.kind} for {img.arch} holds none): a template "
@@ -928,9 +955,15 @@ def _finish(entry: CacheEntry, req: "CompileRequest | _Named", cache: Cache, cal
                       stacklevel=stacklevel)
     if call is not None:
         cache.remember(call, img)
-        if key is not None and not req.user_dirs:
+        if key is not None and not req.user_dirs and not _include_options(call[5]):
             _index(cache, call, key)
     return img
+
+
+def _include_options(options) -> bool:
+    """Whether the options name include directories (``-I``, ``--include-path``): a call with
+    them is not filed (a relative one is read in the working directory, which no key holds)."""
+    return any(str(o).strip().startswith(("-I", "--include-path")) for o in options)
 
 
 @record

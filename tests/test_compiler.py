@@ -552,6 +552,7 @@ def test_a_warm_start_finds_its_key_by_the_call_index(tmp_path):
     takes the long way, which compiles only where the key changed, and files the call again."""
     import json
     import os
+    import shutil
     import subprocess
     import sys
     from nbjit import compiler as C
@@ -577,7 +578,6 @@ def test_a_warm_start_finds_its_key_by_the_call_index(tmp_path):
     assert [run(["-D", "X=1"]), run(["-D", "X=1"])] == ["long way", "index"]  # another call, the same key
     os.utime(lib, ns=(1, 1))  # NVRTC's file touched: its state no longer holds (the same build: no compile)
     assert [run(), run()] == ["long way", "index"]
-    import shutil
     shutil.copyfile(lib, lib.parent / "libnvrtc.so")  # a copy appears where the probe found none (the same build)
     assert [run(), run()] == ["long way", "index"]
     (b / C._STATE_FILE).write_text("[{" * 20)
@@ -588,11 +588,45 @@ def test_a_warm_start_finds_its_key_by_the_call_index(tmp_path):
     other = _site_with_nvrtc(tmp_path / "venv2", None)[0]  # a second wheel directory: another state
     assert [run(extra=[str(other)]), run(extra=[str(other)]), run()] == \
         ["long way", "index", "index"]  # (the first state kept beside it)
+    lib.write_bytes(b"\x7fELF another NVRTC")  # another build, the entry still there: the long way misses
+    assert run() == "NVRTC called"
     for f, _, _ in Cache(b).entries():
         f.unlink()
+    shutil.copyfile(next(f for f in C._toolchain_copies() if "site-packages" in f), lib)
     assert run() == "NVRTC called"  # the entry went: the index names a key, the long way compiles
-    lib.write_bytes(b"\x7fELF another NVRTC")
-    assert run() == "NVRTC called"
+
+
+def test_what_the_call_index_cannot_watch_is_not_filed(tmp_path, monkeypatch):
+    """The call index files no call whose key it could not re-check: a file the toolchain's
+    probes saw change while the process ran (its keys were made from the first sight), a
+    link to nothing on the way to a missing path (what it names is not watched), include
+    options (a relative one is read in the working directory: -Iinclude run where it named
+    CUDA's own headers was served in another directory)."""
+    import os
+    from nbjit import compiler as C
+    lib = tmp_path / "lib.so"
+    lib.write_bytes(b"one")
+    for change in ("file", "link"):
+        monkeypatch.setattr(C, "_SEEN", C._Seen())
+        if change == "file":
+            C._stat(str(lib))
+            assert not C._SEEN.unseeable
+            lib.write_bytes(b"one, rewritten")
+            C._stat(str(lib))
+        else:
+            os.symlink(tmp_path / "nowhere", tmp_path / "cu12")
+            C._stat(str(tmp_path / "cu12" / "lib" / "libnvrtc.so.12"))
+        assert C._SEEN.unseeable
+        monkeypatch.setattr(C, "_FINGERPRINTS", {"nvrtc": {"lib": "nvrtc", "builds": []}})
+        assert C._record_state(str(tmp_path)) is None
+    monkeypatch.undo()
+    src = 'extern "C" __global__ void k(float* p) { p[0] = 3.0f; }\n'
+    c = Cache(tmp_path / "c")
+    compile_image(src, arch="sm_90", options=["-I", str(C.cuda_include_dir())], cache=c)
+    compile_image(src, arch="sm_90", options=["--include-path=include"], cache=c)
+    assert not list((tmp_path / "c").glob("*/*.call"))
+    compile_image(src, arch="sm_90", cache=c)
+    assert len(list((tmp_path / "c").glob("*/*.call"))) == 1
 
 
 def test_the_compiler_is_told_its_target(tmp_path, monkeypatch):

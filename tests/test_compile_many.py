@@ -99,10 +99,12 @@ def test_process_route_workers_write_the_entry_files(tmp_path, monkeypatch):
     images = compile_many(srcs, arch="sm_90", cache=nbjit.Cache(tmp_path), workers=2, processes=True)
     assert here == []
     files = sorted(p.name for p in tmp_path.rglob("*") if p.is_file())
+    # no temporary or lock file left: the entries, and where the call index filed them, each
+    # source's call and the state it is filed in (none where this process's probes saw a change)
     entries = [f for f in files if f.endswith(".nbjit")]
-    calls = [f for f in files if f.endswith(".call")]  # (each source's call, filed for a later process)
-    # no temporary or lock file left (the state the calls are filed in: toolchain-state.json)
-    assert len(entries) == len(calls) == 3 and len(files) == 7 and "toolchain-state.json" in files
+    calls = [f for f in files if f.endswith(".call")]
+    assert len(entries) == 3 and len(calls) in (0, 3) and len(files) == 3 + len(calls) + bool(calls)
+    assert not calls or "toolchain-state.json" in files
     for img, s in zip(images, srcs):
         assert img.__dict__["digest"] == content_digest(img.data)  # hashed once, in the worker
         # a fresh cache reads the file, with its facts (no ELF parsed again)

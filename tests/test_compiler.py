@@ -619,7 +619,11 @@ def test_what_the_call_index_cannot_watch_is_not_filed(tmp_path, monkeypatch):
         assert C._SEEN.unseeable
         monkeypatch.setattr(C, "_FINGERPRINTS", {"nvrtc": {"lib": "nvrtc", "builds": []}})
         assert C._record_state(str(tmp_path)) is None
-    monkeypatch.undo()
+    # a fresh process's probes (this one's may have seen other tests change files)
+    for name, value in (("_SEEN", C._Seen()), ("_FINGERPRINTS", {}), ("_STATES", {})):
+        monkeypatch.setattr(C, name, value)
+    for probe in (C._cuda_headers, C._cccl, C._nvidia_dirs):
+        probe.cache_clear()
     src = 'extern "C" __global__ void k(float* p) { p[0] = 3.0f; }\n'
     c = Cache(tmp_path / "c")
     compile_image(src, arch="sm_90", options=["-I", str(C.cuda_include_dir())], cache=c)

@@ -82,7 +82,7 @@ def _resources(data: Any) -> bool:
 # facts stamp costs a warm start no file system call (on the GPU machine, stat()ing the ten
 # modules was ~45 us of the ~1 ms budget). tests/test_facts.py fails where a reader changes
 # and this line does not (``python -m nbjit._facts`` rewrites it).
-READERS_DIGEST = "528010b227c0f7bf9a4bf5072d676fbed436b5e1"
+READERS_DIGEST = "ee8742da728173db58acfbcaa444902c952718a6"
 
 
 def stamp() -> str:

@@ -316,17 +316,7 @@ class Cache:
         process (``compiler`` files a compile's call there, with its toolchain's state)."""
         if self._root is None:
             return None
-        try:  # (a FIFO is never waited on; a directory, a device or a longer file is no key)
-            fd = os.open(f"{self._prefix}{digest[:2]}{os.sep}{digest}{_CALL_SUFFIX}", _READ_NONBLOCK)
-        except (OSError, ValueError):
-            return None
-        try:
-            key = os.read(fd, 65).decode("latin-1")
-        except OSError:
-            return None
-        finally:
-            os.close(fd)
-        return key if _KEY.fullmatch(key) else None
+        return _call_key(f"{self._prefix}{digest[:2]}{os.sep}{digest}{_CALL_SUFFIX}")
 
     def index(self, digest: str, key: str) -> None:
         """File ``key`` for a call's ``digest`` on disk (``indexed``), whole or not at all;
@@ -830,14 +820,25 @@ _USAGE: dict[str, list] = {}
 _USAGE_LOCK = threading.Lock()
 
 
+def _call_key(f) -> str | None:
+    """The key in the call file ``f`` (``Cache.index``), or None."""
+    try:  # (a FIFO is never waited on; a directory, a device or a longer file is no key)
+        fd = os.open(f, _READ_NONBLOCK)
+    except (OSError, ValueError):
+        return None
+    try:
+        key = os.read(fd, 65).decode("latin-1")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return key if _KEY.fullmatch(key) else None
+
+
 def _forget_calls(calls: list, gone: set) -> None:
     """Remove the call files (``Cache.index``) that name a key in ``gone``."""
     for f, _, _ in calls:
-        try:
-            key = read_regular(f, 128).decode("latin-1")
-        except (OSError, ValueError):
-            continue
-        if key in gone:
+        if _call_key(f) in gone:
             _remove(f)
 
 

@@ -331,12 +331,19 @@ def _ids(root: str | None) -> dict:
 
 
 def _read_ids(cache_dir: str) -> dict:
-    try:  # (json's scanner, as cache._SCAN; a file over _IDS_BYTES is not one _write_ids wrote)
-        text = read_regular(f"{cache_dir}/{_IDS_FILE}", _IDS_BYTES).decode()
+    return _read_small(cache_dir, _IDS_FILE, _IDS_BYTES, dict)  # (each entry is checked where it is used)
+
+
+def _read_small(cache_dir: str, name: str, limit: int, kind: type):
+    """The JSON ``kind`` (dict or list) in the small file ``name`` of the cache directory
+    (``_write_small``'s), read with json's scanner (as cache._SCAN); empty where it is missing,
+    unreadable, over ``limit`` bytes (not one nbjit wrote) or not of that kind."""
+    try:
+        text = read_regular(f"{cache_dir}/{name}", limit).decode()
         got, end = _SCAN(text, 0)
     except (OSError, ValueError, RecursionError, StopIteration):
-        return {}
-    return got if type(got) is dict and end == len(text) else {}  # (each entry is checked where it is used)
+        return kind()
+    return got if type(got) is kind and end == len(text) else kind()
 
 
 def _write_ids(cache_dir: str, ids: dict) -> None:
@@ -399,9 +406,10 @@ def _sig(st: os.stat_result | None) -> list | None:
     return [stat.S_IFMT(st.st_mode), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
-def _stat_or_none(path) -> os.stat_result | None:
+def _stat_or_none(path, how=os.stat) -> os.stat_result | None:
+    """``how(path)`` (``os.stat``, ``os.lstat``), or None."""
     try:
-        return os.stat(path)
+        return how(path)
     except (OSError, ValueError, TypeError):
         return None
 
@@ -412,40 +420,33 @@ def _stat(path: str) -> os.stat_result | None:
     path is still missing; several missing paths share it, so a warm start stats it once)."""
     st = _stat_or_none(path)
     if st is not None:
-        _note(path, _sig(st))
+        _note(_SEEN.paths, path, _sig(st))
         return st
     d = path
     while True:
-        if _lstat_or_none(d) is not None:  # a link to nothing: what it names is not watched
+        if _stat_or_none(d, os.lstat) is not None:  # a link to nothing: what it names is not watched
             _SEEN.unseeable = True
         up = os.path.dirname(d)
         if up == d or not up:
-            _note(path, None)
+            _note(_SEEN.paths, path, None)
             return None
         d = up
         got = _stat_or_none(d)
         if got is not None:
-            _note(d, _sig(got))
+            _note(_SEEN.paths, d, _sig(got))
             return None
 
 
-def _lstat_or_none(path) -> os.stat_result | None:
-    try:
-        return os.lstat(path)
-    except (OSError, ValueError, TypeError):
-        return None
-
-
-def _note(path: str, sig: list | None) -> None:
-    """Note what a probe saw of ``path``: the first sight stands (the keys of this process
-    were made from it); another sight later (the file changed while the process ran) makes
-    this process's state one that cannot be recorded."""
-    paths = _SEEN.paths
-    if path in paths:
-        if paths[path] != sig:
+def _note(seen: dict, name: str, value) -> None:
+    """Note in ``seen`` (``_SEEN.paths`` or ``.env``) what a probe saw of ``name``: the first
+    sight stands (the keys of this process were made from it); another sight later (the file
+    or variable changed while the process ran) makes this process's state one that cannot be
+    recorded."""
+    if name in seen:
+        if seen[name] != value:
             _SEEN.unseeable = True
     else:
-        paths[path] = sig
+        seen[name] = value
 
 
 def _isdir(path: str) -> bool:
@@ -456,12 +457,7 @@ def _isdir(path: str) -> bool:
 def _env(name: str) -> str | None:
     """The environment variable ``name``; noted in ``_SEEN``."""
     value = os.environ.get(name)
-    env = _SEEN.env
-    if name in env:
-        if env[name] != value:  # (changed while the process ran: as ``_note``)
-            _SEEN.unseeable = True
-    else:
-        env[name] = value
+    _note(_SEEN.env, name, value)
     return value
 
 
@@ -483,18 +479,9 @@ def _state_id(root: str) -> str | None:
     toolchain is in (checked once per process), or None."""
     got = _STATES.get(root)
     if got is None:
-        got = _STATES[root] = _matching_state(_read_states(root))
+        got = _STATES[root] = _matching_state(_read_small(root, _STATE_FILE, _STATE_BYTES, list))
     fp = _FINGERPRINTS.get("nvrtc")  # (computed in this process since: it must still be the state's)
     return got[0] if got[0] and (fp is None or fp == got[1]) else None
-
-
-def _read_states(root: str) -> list:
-    try:
-        text = read_regular(f"{root}/{_STATE_FILE}", _STATE_BYTES).decode()
-        got, end = _SCAN(text, 0)
-    except (OSError, ValueError, RecursionError, StopIteration):
-        return []
-    return got if type(got) is list and end == len(text) else []
 
 
 def _matching_state(states: list) -> tuple[str, object]:
@@ -534,7 +521,8 @@ def _record_state(root: str) -> str | None:
     except (TypeError, ValueError):  # (a fingerprint that is not JSON data: a test's stand-in)
         return None
     state["id"] = sid
-    states = [state] + [s for s in _read_states(root) if type(s) is dict and s.get("id") != sid]
+    states = [state] + [s for s in _read_small(root, _STATE_FILE, _STATE_BYTES, list)
+                        if type(s) is dict and s.get("id") != sid]
     text = json.dumps(states[:_STATES_KEPT])
     if len(text) < _STATE_BYTES:
         _write_small(root, _STATE_FILE, text)
@@ -945,8 +933,8 @@ def _finish(entry: CacheEntry, req: "CompileRequest | _Named", cache: Cache, cal
     """``compile_image``'s second half: the image of the entry found or made (warned of where
     it holds no kernel: ``stacklevel`` names the user's call), remembered for the call; with
     the ``key`` the long way found, the call filed under it for later processes (``_index``)
-    where the key does not depend on the user's include directories (their files, a
-    relative path's working directory; not with include options at all)."""
+    where it names no include directory (their files, and a relative one's working directory,
+    are in the key or read where the process runs)."""
     img = _image(entry, req)
     if _no_kernels(img):
         warnings.warn(f"{img.name}: NVRTC compiled no kernel (the {img.kind} for {img.arch} holds none): a template "
@@ -955,7 +943,7 @@ def _finish(entry: CacheEntry, req: "CompileRequest | _Named", cache: Cache, cal
                       stacklevel=stacklevel)
     if call is not None:
         cache.remember(call, img)
-        if key is not None and not req.user_dirs and not _include_options(call[5]):
+        if key is not None and not _include_options(call[5]):  # (include_paths: no call)
             _index(cache, call, key)
     return img
 
@@ -973,7 +961,6 @@ class _Named:
 
     name: str
     source: str
-    user_dirs: tuple = ()
 
 
 def _image(entry: CacheEntry, req: "CompileRequest | _Named") -> Image:

@@ -161,7 +161,12 @@ def current_context_key() -> int:
         return 0
     key = int(check(res, "cuCtxGetCurrent"))
     if key and fast is None:
-        _CTX_GETTER[0] = _c_context_getter(cu)
+        # nbjit's C call is set up the second time a context is there to ask for: setting it up
+        # (cuGetProcAddress through the bindings, cold) cost a fresh process's first compile
+        # ~40 us on the H200, which a process that asks once never earns back
+        if _CTX_ASKED[0]:
+            _CTX_GETTER[0] = _c_context_getter(cu)
+        _CTX_ASKED[0] = True
     return key
 
 
@@ -183,11 +188,13 @@ def _c_context_getter(cu):
 
 
 _CTX_GETTER: list = [None]  # None: not set up yet; False: none; else the C function
+_CTX_ASKED = [False]  # whether the bindings have found a context current once already
 
 
 def context_key_source() -> str:
     """Who answers ``current_context_key``: ``"c"`` (nbjit's extension calling
-    cuCtxGetCurrent), ``"python"`` (cuda.bindings), ``"unset"`` (no context seen yet)."""
+    cuCtxGetCurrent), ``"python"`` (cuda.bindings), ``"unset"`` (cuda.bindings until a context
+    has been found current twice)."""
     fast = _CTX_GETTER[0]
     return "unset" if fast is None else "c" if fast else "python"
 

@@ -1,5 +1,5 @@
 /* nbjit._launch: the launch hot path in C (optional; nbjit runs the same rules in Python
- * when this extension is not built).
+ * when this extension is not built). The module also holds decode_facts (_decode.c).
  *
  * Launcher(spec) is a configured kernel: calling it with the kernel's arguments packs them into
  * a parameter buffer on the C stack and calls cuLaunchKernel (cuLaunchKernelEx where the launch
@@ -1028,6 +1028,8 @@ static PyType_Spec kernelbase_spec = {
     Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC, kernelbase_slots,
 };
 
+PyObject *nbjit_decode_facts(PyObject *self, PyObject *const *args, Py_ssize_t nargs); /* _decode.c */
+
 static PyMethodDef methods[] = {
     {"set_entry_point", set_entry_point, METH_VARARGS,
      "set_entry_point(name, address): cuLaunchKernel, cuLaunchKernelEx or cuCtxGetCurrent"},
@@ -1035,6 +1037,8 @@ static PyMethodDef methods[] = {
      "current_context() -> the current context's handle (0: none), or None on another driver error"},
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL,
      "launch(func, gx, gy, gz, bx, by, bz, shared, stream, params[, attributes]) -> CUresult"},
+    {"decode_facts", (PyCFunction)(void (*)(void))nbjit_decode_facts, METH_FASTCALL,
+     "decode_facts(data, classes, arch) -> what nbjit._facts.decode(data) gives, or ValueError (see _decode.c)"},
     {NULL, NULL, 0, NULL},
 };
 

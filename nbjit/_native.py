@@ -1,6 +1,7 @@
-"""Whether nbjit's optional C extension (``nbjit._launch``: the launch hot path) is used,
-decided here alone, once per process: where it is built and ``NBJIT_PURE_PYTHON`` is not
-set. Every other module asks ``extension()``; none imports ``_launch`` itself."""
+"""Whether nbjit's optional C extension (``nbjit._launch``: the launch hot path, and the
+decoder of a cache entry's facts) is used, decided here alone, once per process: where it is
+built and ``NBJIT_PURE_PYTHON`` is not set. Every other module asks ``extension()``; none
+imports ``_launch`` itself."""
 from __future__ import annotations
 
 import functools

@@ -822,17 +822,27 @@ _USAGE_LOCK = threading.Lock()
 
 def _call_key(f) -> str | None:
     """The key in the call file ``f`` (``Cache.index``), or None."""
-    try:  # (a FIFO is never waited on; a directory, a device or a longer file is no key)
+    data = read_small(f, 64)
+    key = data.decode("latin-1") if data is not None else ""
+    return key if _KEY.fullmatch(key) else None
+
+
+def read_small(f: str, limit: int) -> bytes | None:
+    """The bytes of the small file ``f`` nbjit wrote (a call file, the toolchain's state), or
+    None where it is missing, unreadable or over ``limit`` bytes: one read, no ``fstat``. (A
+    FIFO is never waited on; a directory cannot be read; a device, or a file nbjit did not
+    write, gives more than ``limit``.)"""
+    try:
         fd = os.open(f, _READ_NONBLOCK)
     except (OSError, ValueError):
         return None
     try:
-        key = os.read(fd, 65).decode("latin-1")
+        data = os.read(fd, limit + 1)
     except OSError:
         return None
     finally:
         os.close(fd)
-    return key if _KEY.fullmatch(key) else None
+    return data if len(data) <= limit else None
 
 
 def _forget_calls(calls: list, gone: set) -> None:

@@ -206,9 +206,18 @@ def _nvidia_dirs() -> tuple[str, ...]:
     for p in sys.path:
         if p and p not in _NOT_WHEEL_DIRS and not p.endswith(".zip"):
             d = f"{p}/nvidia"  # (f-strings: the warm path's joins, cold)
-            if d not in out and os.path.isdir(d):
+            if d not in out and _is_dir(d):
                 out.append(d)
     return tuple(out)
+
+
+def _is_dir(path: str) -> bool:
+    """``os.path.isdir``, without an exception where nothing is there (most of sys.path holds no
+    ``nvidia`` directory: a raised and caught error each, on a warm start)."""
+    try:
+        return os.access(f"{path}/", os.F_OK)  # (the slash: a file there is no directory)
+    except (ValueError, TypeError):  # (a NUL in the path)
+        return False
 
 
 def _site_dir(nvidia_dir: str) -> bool:
@@ -338,10 +347,13 @@ def _read_small(cache_dir: str, name: str, limit: int, kind: type):
     """The JSON ``kind`` (dict or list) in the small file ``name`` of the cache directory
     (``_write_small``'s), read with json's scanner (as cache._SCAN); empty where it is missing,
     unreadable, over ``limit`` bytes (not one nbjit wrote) or not of that kind."""
+    data = _cache.read_small(f"{cache_dir}/{name}", limit)
+    if data is None:
+        return kind()
     try:
-        text = read_regular(f"{cache_dir}/{name}", limit).decode()
+        text = data.decode()
         got, end = _SCAN(text, 0)
-    except (OSError, ValueError, RecursionError, StopIteration):
+    except (ValueError, RecursionError, StopIteration):
         return kind()
     return got if type(got) is kind and end == len(text) else kind()
 

@@ -221,3 +221,114 @@ def test_a_warm_hit_types_its_kernels_as_loading_would(tmp_path, fake_device, mo
     real = warm.image.lowered_names["fill<float>"]
     warm._learn(decls={real: ("source", ())})
     assert real not in warm._live.typed  # a new declaration: typed afresh (here it has no say: 0 parameters)
+
+
+def _c_decoder():
+    from nbjit import _native
+    ext = _native.extension()
+    if ext is None:
+        pytest.skip("nbjit's C extension is not built (or NBJIT_PURE_PYTHON is set)")
+    return lambda data: ext.decode_facts(data, _facts._SPECS, _facts._arch)
+
+
+def _records():
+    """The facts of every cubin fixture and of real declarations, as a cache entry keeps them."""
+    out = [json.loads(json.dumps(_facts.encode(inspect_cubin(p.read_bytes(), source=p.name)))) for p in CUBINS]
+    out.append(json.loads(json.dumps(_facts.encode(source_declarations((DATA / "src/tma.cu").read_text() + PLAIN)))))
+    return out
+
+
+def test_the_c_decoder_makes_what_the_python_one_makes():
+    """nbjit._launch.decode_facts (what a warm start decodes with) gives the objects
+    _facts.decode gives, for every cubin fixture's facts: equal, of the same classes, the
+    same repr (every field, in order)."""
+    c = _c_decoder()
+    for data in _records():
+        want, got = _facts.decode(data), c(data)
+        assert got == want and repr(got) == repr(want)
+        if isinstance(want, cubin_mod.CubinInfo):
+            assert [type(e) for e in got.entries] == [type(e) for e in want.entries]
+            assert type(got.arch) is type(want.arch) and [list(e.__dict__) for e in got.entries] == \
+                [list(e.__dict__) for e in want.entries]
+
+
+def _mutations(data, rng, n):
+    """``n`` damaged copies of a facts record: a value replaced, an item dropped or added, a
+    mask changed, a list made a dict, a str made a number, at random places."""
+    import copy
+    for _ in range(n):
+        d = copy.deepcopy(data)
+        # the containers in it, with their paths
+        spots, todo = [], [d]
+        while todo:
+            x = todo.pop()
+            if isinstance(x, list) and x:
+                spots.append(x)
+                todo.extend(v for v in x if isinstance(v, (list, dict)))
+            elif isinstance(x, dict) and x:
+                todo.extend(v for v in x.values() if isinstance(v, (list, dict)))
+        spot = rng.choice(spots)
+        i = rng.randrange(len(spot))
+        what = rng.randrange(7)
+        if what == 0:
+            spot[i] = rng.choice([None, True, 0, -1, 1 << 70, 2.5, "", "2", "Param", "CubinInfo", [], {}, ["2", 1]])
+        elif what == 1:
+            del spot[i]
+        elif what == 2:
+            spot.insert(i, rng.choice([None, 1, "x", ["", 1]]))
+        elif what == 3 and len(spot) > 1:
+            spot[1] = rng.choice([0, 1, 3, 255, 1 << 20, -2, True, "1"])
+        elif what == 4:
+            spot[i] = {"k": spot[i]}
+        elif what == 5:
+            spot[i] = ("tuple", spot[i])
+        else:
+            spot[0] = rng.choice(["", "2", "KernelInfo", "Directives", "Nope", 7])
+        yield d
+
+
+def test_the_c_decoder_never_differs_on_damaged_facts():
+    """On facts damaged at random (hostile or corrupt data that passed an entry's checksum),
+    the C decoder either makes exactly what the Python decoder makes or declines
+    (ValueError), after which the Python decoder decides: never another object, never a
+    crash."""
+    import random
+    c = _c_decoder()
+    rng = random.Random(26)
+    declined = same = 0
+    for data in _records():
+        for d in _mutations(data, rng, 60):
+            try:
+                got = c(d)
+            except ValueError:
+                declined += 1
+                continue
+            want = _facts.decode(d)  # (where C succeeds, Python must too, with the same result)
+            assert got == want and repr(got) == repr(want)
+            same += 1
+    assert declined > 100 and same > 100  # (both outcomes were met)
+
+
+def test_a_warm_hit_reads_its_facts_with_the_c_decoder(tmp_path, monkeypatch):
+    """The facts of a cache entry are read by the C decoder where it is built, and by the
+    Python one where it declines or is not used: the same facts either way."""
+    c = _c_decoder()
+    img = compile_image(SRC, name_expressions=["fill<float>"], headers=HDR, arch="sm_90", cache=Cache(tmp_path))
+    record = json.loads(json.dumps(_facts.keep(_facts.Facts(img.declarations, img.info, img.typed, img.resources))))
+    calls = []
+
+    def counting(data, specs, arch):
+        calls.append(data)
+        return c(data)
+
+    monkeypatch.setattr(_facts, "_C_DECODER", [counting])
+    via_c = _facts.read(record, "cubin")
+    assert len(calls) == 3 and via_c is not None  # declarations, info, typed
+    monkeypatch.setattr(_facts, "_C_DECODER", [False])
+    assert _facts.read(record, "cubin") == via_c
+
+    def declining(data, specs, arch):
+        raise ValueError("not the facts encode writes")
+
+    monkeypatch.setattr(_facts, "_C_DECODER", [declining])
+    assert _facts.read(record, "cubin") == via_c

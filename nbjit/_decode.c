@@ -1,0 +1,190 @@
+/* nbjit._launch.decode_facts: the decoder of a cache entry's facts (nbjit/_facts.py's
+ * `decode`) in C, for a warm start: the same objects from the same JSON data, made without
+ * running Python code per record (on the H200 the Python decoder was ~170 us of a fresh
+ * process's ~1.3 ms warm start, nearly all of it object making).
+ *
+ * decode_facts(data, classes, arch) -> the object `decode(data)` gives, where
+ *   classes  dict {tag: (class, field names)}: the records facts hold
+ *   arch     arch(text) -> the Arch a CubinInfo's `arch` field is decoded to
+ * It takes exactly the shapes `_facts.encode` writes; anything else raises ValueError, and
+ * the caller then runs the Python decoder (which decodes it or says what is wrong), so both
+ * always agree. Limited API (abi3), Python >= 3.10. */
+#ifndef Py_LIMITED_API
+#define Py_LIMITED_API 0x030A0000
+#endif
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#define MAX_FIELDS 62
+
+static PyObject *str_cubin_info = NULL; /* "CubinInfo": its arch field is an Arch */
+static PyObject *str_arch = NULL;
+static PyObject *object_new = NULL;     /* object.__new__ */
+
+static PyObject *decode(PyObject *data, PyObject *classes, PyObject *arch);
+
+static PyObject *unlike(void) {
+    PyErr_SetString(PyExc_ValueError, "not the facts encode writes");
+    return NULL;
+}
+
+/* str, int, bool, float or None: kept as they are (`type(x) in _PLAIN`) */
+static int plain(PyObject *o) {
+    return o == Py_None || PyUnicode_CheckExact(o) || PyLong_CheckExact(o) || PyBool_Check(o) ||
+           PyFloat_CheckExact(o);
+}
+
+static PyObject *item(PyObject *o, PyObject *classes, PyObject *arch) {
+    if (plain(o)) {
+        Py_INCREF(o);
+        return o;
+    }
+    return decode(o, classes, arch);
+}
+
+/* ["", *items]: a tuple */
+static PyObject *tuple_of(PyObject *data, Py_ssize_t n, PyObject *classes, PyObject *arch) {
+    PyObject *out = PyTuple_New(n - 1), *x;
+    Py_ssize_t i;
+    if (out == NULL) return NULL;
+    for (i = 1; i < n; i++) {
+        x = item(PyList_GetItem(data, i), classes, arch);
+        if (x == NULL || PyTuple_SetItem(out, i - 1, x) < 0) {
+            Py_DECREF(out);
+            return NULL;
+        }
+    }
+    return out;
+}
+
+/* ["2", *rows]: a tuple of tuples, each row a list of plain values */
+static PyObject *pairs(PyObject *data, Py_ssize_t n) {
+    PyObject *out = PyTuple_New(n - 1), *row, *t;
+    Py_ssize_t i, j, m;
+    if (out == NULL) return NULL;
+    for (i = 1; i < n; i++) {
+        row = PyList_GetItem(data, i);
+        if (!PyList_CheckExact(row)) {
+            Py_DECREF(out);
+            return unlike();
+        }
+        m = PyList_Size(row);
+        t = PyTuple_New(m);
+        if (t == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        for (j = 0; j < m; j++) {
+            PyObject *v = PyList_GetItem(row, j);
+            Py_INCREF(v);
+            PyTuple_SetItem(t, j, v);
+        }
+        PyTuple_SetItem(out, i - 1, t);
+    }
+    return out;
+}
+
+/* [class name, bit mask of the fields that are records, *fields]: an instance made as
+ * unpickling makes one (object.__new__, its fields set in its __dict__) */
+static PyObject *record(PyObject *data, Py_ssize_t n, PyObject *tag, PyObject *classes, PyObject *arch) {
+    PyObject *spec = PyDict_GetItemWithError(classes, tag), *cls, *names, *mask_obj, *obj, *dict;
+    long long mask;
+    Py_ssize_t count, i;
+    int cubin;
+    if (spec == NULL) return PyErr_Occurred() ? NULL : unlike();
+    if (!PyTuple_Check(spec) || PyTuple_Size(spec) != 2) return unlike();
+    cls = PyTuple_GetItem(spec, 0);
+    names = PyTuple_GetItem(spec, 1);
+    if (!PyTuple_Check(names)) return unlike();
+    count = PyTuple_Size(names);
+    mask_obj = PyList_GetItem(data, 1);
+    if (count > MAX_FIELDS || n != count + 2 || !PyLong_CheckExact(mask_obj)) return unlike();
+    mask = PyLong_AsLongLong(mask_obj);
+    if (mask == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return unlike();
+    }
+    if (mask < 0 || mask >= (1LL << count)) return unlike();
+    cubin = PyUnicode_Compare(tag, str_cubin_info) == 0;
+    obj = PyObject_CallFunctionObjArgs(object_new, cls, NULL);
+    if (obj == NULL) return NULL;
+    dict = PyObject_GenericGetDict(obj, NULL);
+    if (dict == NULL) {
+        Py_DECREF(obj);
+        return NULL;
+    }
+    for (i = 0; i < count; i++) {
+        PyObject *name = PyTuple_GetItem(names, i), *raw = PyList_GetItem(data, i + 2), *v;
+        if (mask >> i & 1)
+            v = decode(raw, classes, arch);
+        else {
+            Py_INCREF(raw);
+            v = raw;
+        }
+        if (v != NULL && cubin && PyUnicode_Check(name) && PyUnicode_Compare(name, str_arch) == 0) {
+            PyObject *parsed = PyObject_CallFunctionObjArgs(arch, v, NULL); /* a CubinInfo's arch: an Arch */
+            Py_DECREF(v);
+            v = parsed;
+        }
+        if (v == NULL || PyDict_SetItem(dict, name, v) < 0) {
+            Py_XDECREF(v);
+            Py_DECREF(dict);
+            Py_DECREF(obj);
+            return NULL;
+        }
+        Py_DECREF(v);
+    }
+    Py_DECREF(dict);
+    return obj;
+}
+
+static PyObject *decode(PyObject *data, PyObject *classes, PyObject *arch) {
+    PyObject *out = NULL;
+    if (Py_EnterRecursiveCall(" decoding facts")) return NULL;
+    if (PyList_CheckExact(data)) {
+        Py_ssize_t n = PyList_Size(data);
+        PyObject *tag = n ? PyList_GetItem(data, 0) : NULL;
+        if (tag == NULL || !PyUnicode_CheckExact(tag))
+            out = unlike();
+        else if (PyUnicode_GetLength(tag) == 0)
+            out = tuple_of(data, n, classes, arch);
+        else if (PyUnicode_CompareWithASCIIString(tag, "2") == 0)
+            out = pairs(data, n);
+        else
+            out = record(data, n, tag, classes, arch);
+    } else if (PyDict_CheckExact(data)) {
+        PyObject *k, *v, *x;
+        Py_ssize_t pos = 0;
+        out = PyDict_New();
+        while (out != NULL && PyDict_Next(data, &pos, &k, &v)) {
+            x = item(v, classes, arch);
+            if (x == NULL || PyDict_SetItem(out, k, x) < 0) {
+                Py_XDECREF(x);
+                Py_CLEAR(out);
+                break;
+            }
+            Py_DECREF(x);
+        }
+    } else if (plain(data)) {
+        Py_INCREF(data);
+        out = data;
+    } else
+        out = unlike();
+    Py_LeaveRecursiveCall();
+    return out;
+}
+
+PyObject *nbjit_decode_facts(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyDict_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "decode_facts(data, classes, arch)");
+        return NULL;
+    }
+    if (object_new == NULL) {
+        PyObject *o = (PyObject *)&PyBaseObject_Type;
+        if ((str_cubin_info = PyUnicode_InternFromString("CubinInfo")) == NULL ||
+            (str_arch = PyUnicode_InternFromString("arch")) == NULL ||
+            (object_new = PyObject_GetAttrString(o, "__new__")) == NULL)
+            return NULL;
+    }
+    return decode(args[0], args[1], args[2]);
+}

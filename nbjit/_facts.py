@@ -103,7 +103,7 @@ def _resources(data: Any) -> bool:
 # facts stamp costs a warm start no file system call (on the GPU machine, stat()ing the ten
 # modules was ~45 us of the ~1 ms budget). tests/test_facts.py fails where a reader changes
 # and this line does not (``python -m nbjit._facts`` rewrites it).
-READERS_DIGEST = "f038abd6703c47d605ade6c0343bcf5f210d1435"
+READERS_DIGEST = "c3ae543aa8e74ff1b65f9a6943a31b55a0b990f2"
 
 
 def stamp() -> str:

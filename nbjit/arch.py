@@ -11,7 +11,6 @@ The rule (CUDA's compatibility rules for SASS and PTX):
 """
 from __future__ import annotations
 
-import functools
 from typing import TYPE_CHECKING
 
 from ._defs import record
@@ -77,9 +76,14 @@ class Arch:
             return arch if virtual is None or arch.virtual == virtual else cls(arch.number, arch.variant, virtual)
         if type(arch) is str or type(arch) is tuple:  # (an Arch is immutable: one per text, shared)
             try:
-                return _parse_text(arch, virtual)
+                got = _PARSED.get((arch, virtual))
             except TypeError:  # a tuple of something unhashable: refused below
-                pass
+                return _parse(arch, virtual)
+            if got is None:
+                got = _parse(arch, virtual)
+                if len(_PARSED) < _PARSED_KEPT:  # (and its own text's parse: the same Arch)
+                    _PARSED[(arch, virtual)] = _PARSED[(got._text, None)] = got
+            return got
         return _parse(arch, virtual)
 
     @property
@@ -166,4 +170,7 @@ def _parse(arch, virtual: bool | None) -> Arch:
     return Arch(int(m[1]), m[2], m[0] == "compute" if virtual is None else virtual)
 
 
-_parse_text = functools.lru_cache(maxsize=1024)(_parse)  # texts and (major, minor) pairs: parsed once each
+# texts and (major, minor) pairs -> their Arch, parsed once each; a pair's parse is its text's
+# too ((9, 0) and then "sm_90": a warm start's device, then its cache entry's arch)
+_PARSED: dict = {}
+_PARSED_KEPT = 1024

@@ -14,6 +14,7 @@
 #endif
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <string.h>
 
 #define MAX_FIELDS 62
 
@@ -188,3 +189,56 @@ PyObject *nbjit_decode_facts(PyObject *self, PyObject *const *args, Py_ssize_t n
     }
     return decode(args[0], args[1], args[2]);
 }
+
+#if defined(__linux__)
+#include <sys/stat.h>
+
+/* file_signs(paths) -> [[type, inode, size, mtime_ns, ctime_ns] or None, ...]: what
+ * nbjit.compiler._sig(os.stat(path)) gives for each path (None where it cannot be stat()ed),
+ * for the toolchain state's check on a warm start (five stat() calls, without a stat_result
+ * each). ValueError for a path that is not a str: the caller then asks os.stat. Linux only. */
+PyObject *nbjit_file_signs(PyObject *self, PyObject *paths) {
+    PyObject *out, *p, *b, *sig;
+    Py_ssize_t n, i;
+    struct stat st;
+    if (!PyList_CheckExact(paths)) {
+        PyErr_SetString(PyExc_ValueError, "file_signs(list of str)");
+        return NULL;
+    }
+    n = PyList_Size(paths);
+    out = PyList_New(n);
+    if (out == NULL) return NULL;
+    for (i = 0; i < n; i++) {
+        p = PyList_GetItem(paths, i);
+        if (!PyUnicode_CheckExact(p)) {
+            Py_DECREF(out);
+            PyErr_SetString(PyExc_ValueError, "file_signs(list of str)");
+            return NULL;
+        }
+        b = PyUnicode_EncodeFSDefault(p);
+        if (b == NULL) { /* (os.stat raises too: no such file) */
+            PyErr_Clear();
+            Py_INCREF(Py_None);
+            PyList_SetItem(out, i, Py_None);
+            continue;
+        }
+        if ((Py_ssize_t)strlen(PyBytes_AsString(b)) != PyBytes_Size(b) || stat(PyBytes_AsString(b), &st) != 0) {
+            Py_DECREF(b); /* (a NUL in the path: os.stat's ValueError; any failure: nothing there) */
+            Py_INCREF(Py_None);
+            PyList_SetItem(out, i, Py_None);
+            continue;
+        }
+        Py_DECREF(b);
+        sig = Py_BuildValue("[lKLLL]", (long)(st.st_mode & S_IFMT), (unsigned long long)st.st_ino,
+                            (long long)st.st_size,
+                            (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec,
+                            (long long)st.st_ctim.tv_sec * 1000000000LL + st.st_ctim.tv_nsec);
+        if (sig == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SetItem(out, i, sig);
+    }
+    return out;
+}
+#endif

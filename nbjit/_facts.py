@@ -76,8 +76,7 @@ def _decoded(data: Any) -> Any:
     the data is not what ``encode`` writes (then ``decode`` decodes it or says what is wrong)."""
     c = _C_DECODER[0]
     if c is None:
-        ext = _native.extension()
-        c = _C_DECODER[0] = getattr(ext, "decode_facts", False) if ext is not None else False
+        c = _C_DECODER[0] = _native.function("decode_facts")
     if c:
         try:
             return c(data, _SPECS, _arch)
@@ -103,7 +102,7 @@ def _resources(data: Any) -> bool:
 # facts stamp costs a warm start no file system call (on the GPU machine, stat()ing the ten
 # modules was ~45 us of the ~1 ms budget). tests/test_facts.py fails where a reader changes
 # and this line does not (``python -m nbjit._facts`` rewrites it).
-READERS_DIGEST = "c3ae543aa8e74ff1b65f9a6943a31b55a0b990f2"
+READERS_DIGEST = "21a037752cfa0e2d7089b6b6438f96ed97b6e07a"
 
 
 def stamp() -> str:

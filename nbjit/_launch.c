@@ -1029,6 +1029,9 @@ static PyType_Spec kernelbase_spec = {
 };
 
 PyObject *nbjit_decode_facts(PyObject *self, PyObject *const *args, Py_ssize_t nargs); /* _decode.c */
+#if defined(__linux__)
+PyObject *nbjit_file_signs(PyObject *self, PyObject *paths); /* _decode.c */
+#endif
 
 static PyMethodDef methods[] = {
     {"set_entry_point", set_entry_point, METH_VARARGS,
@@ -1039,6 +1042,10 @@ static PyMethodDef methods[] = {
      "launch(func, gx, gy, gz, bx, by, bz, shared, stream, params[, attributes]) -> CUresult"},
     {"decode_facts", (PyCFunction)(void (*)(void))nbjit_decode_facts, METH_FASTCALL,
      "decode_facts(data, classes, arch) -> what nbjit._facts.decode(data) gives, or ValueError (see _decode.c)"},
+#if defined(__linux__)
+    {"file_signs", nbjit_file_signs, METH_O,
+     "file_signs(paths) -> [nbjit.compiler._sig(os.stat(path)) or None, ...] (see _decode.c)"},
+#endif
     {NULL, NULL, 0, NULL},
 };
 

@@ -8,7 +8,7 @@ import functools
 import os
 from types import ModuleType
 
-__all__ = ["extension", "switched_off"]
+__all__ = ["extension", "function", "switched_off"]
 
 
 def switched_off() -> bool:
@@ -26,3 +26,11 @@ def extension() -> ModuleType | None:
     except ImportError:  # a build without a C compiler: the same rules run in Python
         return None
     return _launch
+
+
+def function(name: str):
+    """The C extension's function ``name`` (``decode_facts``, ``file_signs``: helpers of a
+    warm start), or False where the extension is not used or this build has no such function
+    (Linux only, an older build): then the caller's Python does the same."""
+    ext = extension()
+    return getattr(ext, name, False) if ext is not None else False

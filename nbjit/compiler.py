@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Iterable, Mapping
 
+from . import _native
 from . import cache as _cache
 from . import pch as _pch
 from ._facts import Facts, stamp as facts_stamp
@@ -426,6 +427,24 @@ def _stat_or_none(path, how=os.stat) -> os.stat_result | None:
         return None
 
 
+def _signs(paths: list) -> list:
+    """``[_sig(os.stat(p)) or None, ...]`` of ``paths``: by nbjit's C extension where it is
+    used (one call, no ``stat_result`` made: a warm start's check of its toolchain state),
+    else here."""
+    c = _FILE_SIGNS[0]
+    if c is None:
+        c = _FILE_SIGNS[0] = _native.function("file_signs")
+    if c:
+        try:
+            return c(paths)
+        except ValueError:  # (a path that is not a str: os.stat says what it makes of it)
+            pass
+    return [_sig(_stat_or_none(p)) for p in paths]
+
+
+_FILE_SIGNS: list = [None]  # nbjit._launch.file_signs, False (none), None (not looked for yet)
+
+
 def _stat(path: str) -> os.stat_result | None:
     """``os.stat(path)``, or None; noted in ``_SEEN``: where nothing is there, the nearest
     directory above it that is (while its times stand still, nothing was added in it: the
@@ -509,10 +528,8 @@ def _matching_state(states: list) -> tuple[str, object]:
                 nvidia = list(_nvidia_dirs())
             if s["nvidia"] != nvidia or any(os.environ.get(k) != v for k, v in s["env"].items()):
                 continue
-            for p, want in s["paths"]:
-                if _sig(_stat_or_none(p)) != want:
-                    break
-            else:
+            paths = s["paths"]
+            if _signs([p for p, _ in paths]) == [want for _, want in paths]:
                 return s["id"], s["fp"]
         except (TypeError, KeyError, ValueError, AttributeError):  # not a state _record_state writes
             continue

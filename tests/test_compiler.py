@@ -633,6 +633,39 @@ def test_what_the_call_index_cannot_watch_is_not_filed(tmp_path, monkeypatch):
     assert len(list((tmp_path / "c").glob("*/*.call"))) == 1
 
 
+def test_a_toolchain_state_is_checked_with_the_stats_its_probes_made(tmp_path, monkeypatch):
+    """The warm start's check of its toolchain state signs each path as the probes did
+    (``_sig(os.stat(path))``): by the C extension where it is built, else in Python, the same
+    for files, directories, links, links to nothing, missing paths and a NUL in a path; a
+    path that is not text is left to Python; a state holds while its paths are unchanged."""
+    import os
+    from nbjit import _native
+    from nbjit import compiler as C
+    f = tmp_path / "libnvrtc.so.13"
+    f.write_bytes(b"x" * 10)
+    os.symlink(f, tmp_path / "link")
+    os.symlink(tmp_path / "nowhere", tmp_path / "dangling")
+    paths = [str(f), str(tmp_path), str(tmp_path / "link"), str(tmp_path / "dangling"), str(tmp_path / "missing"),
+             str(tmp_path / "a\0b"), str(f) + "/"]
+    want = [C._sig(C._stat_or_none(p)) for p in paths]
+    assert want[0][2] == 10 and want[2] == want[0] and want[3:] == [None] * 4
+    c = _native.function("file_signs")
+    if c:
+        assert c(paths) == want
+        with pytest.raises(ValueError):
+            c([str(f), f])  # (not a str: the caller asks os.stat)
+    assert C._signs(paths) == want and C._signs([str(f), f]) == [want[0], want[0]]
+    monkeypatch.setattr(C, "_FINGERPRINTS", {})  # (none computed: the state's own stands)
+    for c in (c, False):  # the extension's check, and Python's
+        monkeypatch.setattr(C, "_FILE_SIGNS", [c])
+        now = [C._sig(C._stat_or_none(p)) for p in paths]
+        state = {"stamp": C._state_stamp(), "id": "s", "fp": None, "nvidia": list(C._nvidia_dirs()), "env": {},
+                 "paths": [[p, w] for p, w in zip(paths, now)]}
+        assert C._matching_state([state]) == ("s", None)
+        f.write_bytes(b"y" * 11)
+        assert C._matching_state([state]) == ("", None)
+
+
 def test_the_compiler_is_told_its_target(tmp_path, monkeypatch):
     """The compiling stage asks no device: without an architecture it says to give one; an
     Arch and its text are the same compile (one cache entry)."""

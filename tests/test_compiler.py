@@ -649,15 +649,15 @@ def test_a_toolchain_state_is_checked_with_the_stats_its_probes_made(tmp_path, m
              str(tmp_path / "a\0b"), str(f) + "/"]
     want = [C._sig(C._stat_or_none(p)) for p in paths]
     assert want[0][2] == 10 and want[2] == want[0] and want[3:] == [None] * 4
-    c = _native.function("file_signs")
-    if c:
-        assert c(paths) == want
+    in_c = _native.function("file_signs")
+    if in_c:
+        assert in_c(paths) == want
         with pytest.raises(ValueError):
-            c([str(f), f])  # (not a str: the caller asks os.stat)
+            in_c([str(f), f])  # (not a str: the caller asks os.stat)
     assert C._signs(paths) == want and C._signs([str(f), f]) == [want[0], want[0]]
     monkeypatch.setattr(C, "_FINGERPRINTS", {})  # (none computed: the state's own stands)
-    for c in (c, False):  # the extension's check, and Python's
-        monkeypatch.setattr(C, "_FILE_SIGNS", [c])
+    for signs in (in_c, False):  # the extension's check, and Python's
+        monkeypatch.setattr(C, "_FILE_SIGNS", [signs])
         now = [C._sig(C._stat_or_none(p)) for p in paths]
         state = {"stamp": C._state_stamp(), "id": "s", "fp": None, "nvidia": list(C._nvidia_dirs()), "env": {},
                  "paths": [[p, w] for p, w in zip(paths, now)]}

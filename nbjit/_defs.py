@@ -136,7 +136,27 @@ def _make(cls: type, frozen: bool, eq: bool) -> type:
     count = len(names)
     takes = f"{count + 1}" if len(required) == count else f"from {len(required) + 1} to {count + 1}"
 
+    n_required = len(required)
+    # each field's default in the fields' own order (None for a required one, which every call
+    # this serves gives, and for one a factory makes, made below), and where the factories are
+    template = {n: defaults.get(n) for n in names}
+    made = tuple((i, n, factories[n]) for i, n in enumerate(names) if n in factories)
+
     def __init__(self, *args, **kwargs):
+        k = len(args)
+        if not kwargs and n_required <= k <= count:  # (the usual call: positional, each required field given)
+            if k == count:
+                d = dict(zip(names, args))
+            else:
+                d = template.copy()
+                d.update(zip(names, args))
+                for i, n, make in made:
+                    if i >= k:
+                        d[n] = make()
+            _setattr(self, "__dict__", d)
+            if post_init is not None:
+                post_init(self)
+            return
         if len(args) > count:
             raise TypeError(f"{qual}.__init__() takes {takes} positional arguments but "
                             f"{len(args) + 1} were given")

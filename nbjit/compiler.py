@@ -528,8 +528,8 @@ def _matching_state(states: list) -> tuple[str, object]:
                 nvidia = list(_nvidia_dirs())
             if s["nvidia"] != nvidia or any(os.environ.get(k) != v for k, v in s["env"].items()):
                 continue
-            paths = s["paths"]
-            if _signs([p for p, _ in paths]) == [want for _, want in paths]:
+            paths, wants = zip(*s["paths"])  # ([path, sign], ...) -> (paths, signs)
+            if _signs(list(paths)) == list(wants):
                 return s["id"], s["fp"]
         except (TypeError, KeyError, ValueError, AttributeError):  # not a state _record_state writes
             continue

@@ -195,3 +195,13 @@ def test_nbjits_classes_are_records():
                 assert value.__init__.__code__.co_filename.endswith("_defs.py"), value
                 seen_any += 1
     assert seen_any >= 30
+
+
+def test_each_instance_gets_its_own_default_made_by_a_factory():
+    """The defaults a factory makes are made afresh for each instance, however it is called
+    (positionally with fewer arguments than fields: the usual call, or with keywords)."""
+    dc, rc = twins(plain)
+    for args, kwargs in (((1,), {}), ((1, "y", ()), {}), ((), {"a": 1})):
+        one, two = rc(*args, **kwargs), rc(*args, **kwargs)
+        assert one.d == {} and one.d is not two.d and one.f is not two.f
+        assert seen(one) == seen(dc(*args, **kwargs))

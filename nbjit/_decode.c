@@ -14,15 +14,17 @@
 #endif
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <limits.h>
 #include <string.h>
 
 #define MAX_FIELDS 62
+#define MAX_DEPTH 64 /* (encode writes about 10 levels: deeper data is left to the Python decoder) */
 
 static PyObject *str_cubin_info = NULL; /* "CubinInfo": its arch field is an Arch */
 static PyObject *str_arch = NULL;
 static PyObject *object_new = NULL;     /* object.__new__ */
 
-static PyObject *decode(PyObject *data, PyObject *classes, PyObject *arch);
+static PyObject *decode(PyObject *data, PyObject *classes, PyObject *arch, int depth);
 
 static PyObject *unlike(void) {
     PyErr_SetString(PyExc_ValueError, "not the facts encode writes");
@@ -35,21 +37,21 @@ static int plain(PyObject *o) {
            PyFloat_CheckExact(o);
 }
 
-static PyObject *item(PyObject *o, PyObject *classes, PyObject *arch) {
+static PyObject *item(PyObject *o, PyObject *classes, PyObject *arch, int depth) {
     if (plain(o)) {
         Py_INCREF(o);
         return o;
     }
-    return decode(o, classes, arch);
+    return decode(o, classes, arch, depth);
 }
 
 /* ["", *items]: a tuple */
-static PyObject *tuple_of(PyObject *data, Py_ssize_t n, PyObject *classes, PyObject *arch) {
+static PyObject *tuple_of(PyObject *data, Py_ssize_t n, PyObject *classes, PyObject *arch, int depth) {
     PyObject *out = PyTuple_New(n - 1), *x;
     Py_ssize_t i;
     if (out == NULL) return NULL;
     for (i = 1; i < n; i++) {
-        x = item(PyList_GetItem(data, i), classes, arch);
+        x = item(PyList_GetItem(data, i), classes, arch, depth);
         if (x == NULL || PyTuple_SetItem(out, i - 1, x) < 0) {
             Py_DECREF(out);
             return NULL;
@@ -85,15 +87,28 @@ static PyObject *pairs(PyObject *data, Py_ssize_t n) {
     return out;
 }
 
+static PyObject *record_of(PyObject *data, Py_ssize_t n, PyObject *tag, PyObject *spec, PyObject *classes,
+                           PyObject *arch, int depth);
+
 /* [class name, bit mask of the fields that are records, *fields]: an instance made as
  * unpickling makes one (object.__new__, its fields set in its __dict__) */
-static PyObject *record(PyObject *data, Py_ssize_t n, PyObject *tag, PyObject *classes, PyObject *arch) {
-    PyObject *spec = PyDict_GetItemWithError(classes, tag), *cls, *names, *mask_obj, *obj, *dict;
+static PyObject *record(PyObject *data, Py_ssize_t n, PyObject *tag, PyObject *classes, PyObject *arch,
+                        int depth) {
+    PyObject *spec = PyDict_GetItemWithError(classes, tag), *obj;
+    if (spec == NULL) return PyErr_Occurred() ? NULL : unlike();
+    if (!PyTuple_Check(spec) || PyTuple_Size(spec) != 2) return unlike();
+    Py_INCREF(spec); /* (held while Python code runs: the arch callback) */
+    obj = record_of(data, n, tag, spec, classes, arch, depth);
+    Py_DECREF(spec);
+    return obj;
+}
+
+static PyObject *record_of(PyObject *data, Py_ssize_t n, PyObject *tag, PyObject *spec, PyObject *classes,
+                           PyObject *arch, int depth) {
+    PyObject *cls, *names, *mask_obj, *obj, *dict;
     long long mask;
     Py_ssize_t count, i;
     int cubin;
-    if (spec == NULL) return PyErr_Occurred() ? NULL : unlike();
-    if (!PyTuple_Check(spec) || PyTuple_Size(spec) != 2) return unlike();
     cls = PyTuple_GetItem(spec, 0);
     names = PyTuple_GetItem(spec, 1);
     if (!PyTuple_Check(names)) return unlike();
@@ -117,7 +132,7 @@ static PyObject *record(PyObject *data, Py_ssize_t n, PyObject *tag, PyObject *c
     for (i = 0; i < count; i++) {
         PyObject *name = PyTuple_GetItem(names, i), *raw = PyList_GetItem(data, i + 2), *v;
         if (mask >> i & 1)
-            v = decode(raw, classes, arch);
+            v = decode(raw, classes, arch, depth);
         else {
             Py_INCREF(raw);
             v = raw;
@@ -139,8 +154,9 @@ static PyObject *record(PyObject *data, Py_ssize_t n, PyObject *tag, PyObject *c
     return obj;
 }
 
-static PyObject *decode(PyObject *data, PyObject *classes, PyObject *arch) {
+static PyObject *decode(PyObject *data, PyObject *classes, PyObject *arch, int depth) {
     PyObject *out = NULL;
+    if (++depth > MAX_DEPTH) return unlike();
     if (Py_EnterRecursiveCall(" decoding facts")) return NULL;
     if (PyList_CheckExact(data)) {
         Py_ssize_t n = PyList_Size(data);
@@ -148,17 +164,17 @@ static PyObject *decode(PyObject *data, PyObject *classes, PyObject *arch) {
         if (tag == NULL || !PyUnicode_CheckExact(tag))
             out = unlike();
         else if (PyUnicode_GetLength(tag) == 0)
-            out = tuple_of(data, n, classes, arch);
+            out = tuple_of(data, n, classes, arch, depth);
         else if (PyUnicode_CompareWithASCIIString(tag, "2") == 0)
             out = pairs(data, n);
         else
-            out = record(data, n, tag, classes, arch);
+            out = record(data, n, tag, classes, arch, depth);
     } else if (PyDict_CheckExact(data)) {
         PyObject *k, *v, *x;
         Py_ssize_t pos = 0;
         out = PyDict_New();
         while (out != NULL && PyDict_Next(data, &pos, &k, &v)) {
-            x = item(v, classes, arch);
+            x = item(v, classes, arch, depth);
             if (x == NULL || PyDict_SetItem(out, k, x) < 0) {
                 Py_XDECREF(x);
                 Py_CLEAR(out);
@@ -187,7 +203,7 @@ PyObject *nbjit_decode_facts(PyObject *self, PyObject *const *args, Py_ssize_t n
             (object_new = PyObject_GetAttrString(o, "__new__")) == NULL)
             return NULL;
     }
-    return decode(args[0], args[1], args[2]);
+    return decode(args[0], args[1], args[2], 0);
 }
 
 #if defined(__linux__)
@@ -196,7 +212,13 @@ PyObject *nbjit_decode_facts(PyObject *self, PyObject *const *args, Py_ssize_t n
 /* file_signs(paths) -> [[type, inode, size, mtime_ns, ctime_ns] or None, ...]: what
  * nbjit.compiler._sig(os.stat(path)) gives for each path (None where it cannot be stat()ed),
  * for the toolchain state's check on a warm start (five stat() calls, without a stat_result
- * each). ValueError for a path that is not a str: the caller then asks os.stat. Linux only. */
+ * each). ValueError for a path that is not a str, or a time beyond a long long of
+ * nanoseconds: the caller then asks os.stat. Linux only. */
+/* whether seconds times 10^9 (plus the nanoseconds) fit in a long long: years 1678-2262 */
+static int in_ns_range(long long sec) {
+    return sec > LLONG_MIN / 1000000000LL + 1 && sec < LLONG_MAX / 1000000000LL - 1;
+}
+
 PyObject *nbjit_file_signs(PyObject *self, PyObject *paths) {
     PyObject *out, *p, *b, *sig;
     Py_ssize_t n, i;
@@ -229,6 +251,11 @@ PyObject *nbjit_file_signs(PyObject *self, PyObject *paths) {
             continue;
         }
         Py_DECREF(b);
+        if (!in_ns_range(st.st_mtim.tv_sec) || !in_ns_range(st.st_ctim.tv_sec)) {
+            Py_DECREF(out); /* (times a long long of nanoseconds cannot hold: os.stat's ints can) */
+            PyErr_SetString(PyExc_ValueError, "a time out of range");
+            return NULL;
+        }
         sig = Py_BuildValue("[lKLLL]", (long)(st.st_mode & S_IFMT), (unsigned long long)st.st_ino,
                             (long long)st.st_size,
                             (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec,

@@ -81,8 +81,10 @@ class Arch:
                 return _parse(arch, virtual)
             if got is None:
                 got = _parse(arch, virtual)
-                if len(_PARSED) < _PARSED_KEPT:  # (and its own text's parse: the same Arch)
-                    _PARSED[(arch, virtual)] = _PARSED[(got._text, None)] = got
+                if len(_PARSED) < _PARSED_KEPT:
+                    _PARSED[(arch, virtual)] = got
+                    if type(got.virtual) is bool:  # (its own text's parse: the same Arch)
+                        _PARSED[(got._text, None)] = got
             return got
         return _parse(arch, virtual)
 

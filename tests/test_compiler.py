@@ -655,6 +655,10 @@ def test_a_toolchain_state_is_checked_with_the_stats_its_probes_made(tmp_path, m
         with pytest.raises(ValueError):
             in_c([str(f), f])  # (not a str: the caller asks os.stat)
     assert C._signs(paths) == want and C._signs([str(f), f]) == [want[0], want[0]]
+    late = tmp_path / "late"  # a time past 2262, more nanoseconds than a C long long holds (Python's int does)
+    late.write_bytes(b"")
+    os.utime(late, ns=(15032385535 * 10**9, 15032385535 * 10**9))
+    assert C._signs([str(late)]) == [C._sig(os.stat(late))]
     monkeypatch.setattr(C, "_FINGERPRINTS", {})  # (none computed: the state's own stands)
     for signs in (in_c, False):  # the extension's check, and Python's
         monkeypatch.setattr(C, "_FILE_SIGNS", [signs])
@@ -662,7 +666,7 @@ def test_a_toolchain_state_is_checked_with_the_stats_its_probes_made(tmp_path, m
         state = {"stamp": C._state_stamp(), "id": "s", "fp": None, "nvidia": list(C._nvidia_dirs()), "env": {},
                  "paths": [[p, w] for p, w in zip(paths, now)]}
         assert C._matching_state([state]) == ("s", None)
-        f.write_bytes(b"y" * 11)
+        f.write_bytes(b"y" * (now[0][2] + 1))  # (another size: file times may be coarser than the test)
         assert C._matching_state([state]) == ("", None)
 
 

@@ -332,3 +332,26 @@ def test_a_warm_hit_reads_its_facts_with_the_c_decoder(tmp_path, monkeypatch):
 
     monkeypatch.setattr(_facts, "_C_DECODER", [declining])
     assert _facts.read(record, "cubin") == via_c
+
+
+def test_facts_nested_deeper_than_encode_writes_are_not_read():
+    """Data nested far deeper than ``encode`` writes (a damaged or crafted entry that passed
+    its checksum): the C decoder declines it past a fixed depth, and ``read`` gives no facts
+    (the image is read afresh) instead of raising, with the C decoder or without."""
+    deep = 1
+    for _ in range(5000):  # (deeper than any Python's recursion limit lets the Python decoder go)
+        deep = ["", deep]
+    deep = {"k": deep}
+    shallow = json.loads('["", ' * 40 + '1' + ']' * 40)
+    ext = _c_decoder()
+    assert ext(shallow) == _facts.decode(shallow)
+    with pytest.raises(ValueError):
+        ext(json.loads('["", ' * 70 + '1' + ']' * 70))
+    record = {"stamp": _facts.stamp(), "info": None, "declarations": deep, "typed": {}, "resources": {}}
+    assert _facts.read(record, "ptx") is None
+    before = _facts._C_DECODER[0]
+    try:
+        _facts._C_DECODER[0] = False
+        assert _facts.read(record, "ptx") is None
+    finally:
+        _facts._C_DECODER[0] = before

@@ -409,7 +409,8 @@ def test_pure_python_launch_path(cuda, monkeypatch):
 
 def test_the_current_context_from_c_is_the_bindings(cuda):
     """current_context_key (the memo of nbjit.compile, the several-GPU check) asks the driver
-    through nbjit's C extension once a context exists: the same handle as cuda.bindings'."""
+    through nbjit's C extension once a context has been found current twice: the same handle
+    as cuda.bindings'."""
     from cuda.bindings import driver as cu
 
     from nbjit import _driver, _native
@@ -417,8 +418,9 @@ def test_the_current_context_from_c_is_the_bindings(cuda):
     ctx = cuda.current_context()
     key = current_host().context_key(ctx)
     assert _driver.current_context_key() == int(cu.cuCtxGetCurrent()[1]) == key
-    assert _driver.current_context_key() == key  # the second time, from C where built
+    assert _driver.current_context_key() == key  # (the C call is set up by the second ask, where built)
     assert _driver.context_key_source() == ("c" if _native.extension() is not None else "python")
+    assert _driver.current_context_key() == key  # and answers from then on
 
 
 CONTEXTS = r'''

@@ -207,14 +207,15 @@ def _nvidia_dirs() -> tuple[str, ...]:
     for p in sys.path:
         if p and p not in _NOT_WHEEL_DIRS and not p.endswith(".zip"):
             d = f"{p}/nvidia"  # (f-strings: the warm path's joins, cold)
-            if d not in out and _is_dir(d):
+            if d not in out and _dir_exists(d):
                 out.append(d)
     return tuple(out)
 
 
-def _is_dir(path: str) -> bool:
+def _dir_exists(path: str) -> bool:
     """``os.path.isdir``, without an exception where nothing is there (most of sys.path holds no
-    ``nvidia`` directory: a raised and caught error each, on a warm start)."""
+    ``nvidia`` directory: a raised and caught error each, on a warm start); not noted for the
+    call index (``_isdir`` is: the state keeps the directories found instead)."""
     try:
         return os.access(f"{path}/", os.F_OK)  # (the slash: a file there is no directory)
     except (ValueError, TypeError):  # (a NUL in the path)

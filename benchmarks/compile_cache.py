@@ -12,6 +12,12 @@ followed by get_kernel (cuda.core >= 1.2.2).
 ``--stand-in``: nbjit alone, on a machine without a GPU, with the driver's calls (context,
 load, function and parameter queries) replaced by stand-ins that return at once: everything
 nbjit's own code does on these paths, none of the driver's time.
+``--baseline DIR``: a row for another version of nbjit taking the same turns (DIR holds its
+``nbjit`` package, e.g. ``git archive c7467a4 nbjit | tar -x -C DIR`` and its extension built
+there: ``python setup.py build_ext --inplace`` in a checkout of that commit, the ``.so``
+copied), with the paired difference of the warm starts, process by process (the host's speed
+moves by more than a code change between runs; within one turn both meet the same).
+``--stand-in`` with a baseline needs one from 2026-12-02 on (``nbjit._host``).
 Each process also times a fixed pure-Python workload right after (the host's speed at that
 moment: building and sorting a dict, the best of 5), because on a shared machine
 the same code's warm start moves with the host by a factor of two (1.0 ms here could be 1.4 ms
@@ -120,21 +126,23 @@ print(json.dumps({"first": t1 - t0, "repeat": sorted(ts)[len(ts) // 2], "referen
 '''
 
 
-def run(code: str, env: dict, extra: tuple[str, ...] = ()) -> dict:
-    r = subprocess.run([sys.executable, "-c", code, SRC, *extra], capture_output=True, text=True, env=env, cwd=ROOT,
+def run(code: str, env: dict, extra: tuple[str, ...] = (), cwd: Path = ROOT) -> dict:
+    # (cwd: ``python -c`` puts the working directory first on sys.path, so it decides which nbjit imports)
+    r = subprocess.run([sys.executable, "-c", code, SRC, *extra], capture_output=True, text=True, env=env, cwd=cwd,
                        timeout=600)
     if r.returncode != 0:
         raise RuntimeError(r.stderr)
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def measure_once(code: str, env_key: str, extra: tuple[str, ...] = ()) -> tuple[float, float, float, float]:
+def measure_once(code: str, env_key: str, extra: tuple[str, ...] = (), tree: Path = ROOT
+                 ) -> tuple[float, float, float, float]:
     """(cold, warm, repeat, host reference during warm) seconds: two fresh processes over a
-    fresh cache directory."""
+    fresh cache directory (nbjit imported from ``tree``)."""
     with tempfile.TemporaryDirectory() as d:
-        env = {**os.environ, env_key: d, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-        a = run(code, env, extra)
-        b = run(code, env, extra)
+        env = {**os.environ, env_key: d, "PYTHONPATH": f"{tree}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+        a = run(code, env, extra, tree)
+        b = run(code, env, extra, tree)
     return a["first"], b["first"], b["repeat"], b["reference"]
 
 
@@ -152,7 +160,11 @@ def main() -> None:
     ap.add_argument("--json")
     ap.add_argument("--stand-in", action="store_true", help="no GPU: nbjit alone, the driver's calls replaced by "
                     "stand-ins that answer at once")
+    ap.add_argument("--baseline", type=Path, help="a directory holding another version's nbjit package: a row "
+                    "for it in the same turns, and the paired difference")
     a = ap.parse_args()
+    if a.baseline is not None and not (a.baseline / "nbjit" / "__init__.py").is_file():
+        ap.error(f"--baseline {a.baseline}: no nbjit package there (a directory holding nbjit/)")
     # nbjit's bytecode, as pip's install writes it: the warm path imports modules after the clock
     # starts, and where PYTHONDONTWRITEBYTECODE is set (the GPU machine's image sets it) each
     # process would compile their sources again (~1 ms more on the 2-core machine)
@@ -160,6 +172,12 @@ def main() -> None:
     compileall.compile_dir(str(ROOT / "nbjit"), quiet=1)
     extra = ("stand-in",) if a.stand_in else ()
     routes = {"nbjit.compile": (NBJIT, "NBJIT_CACHE_DIR")}
+    trees = {"nbjit.compile": ROOT}
+    if a.baseline is not None:
+        base = a.baseline.resolve()
+        compileall.compile_dir(str(base / "nbjit"), quiet=1)
+        routes["nbjit baseline"] = (NBJIT, "NBJIT_CACHE_DIR")
+        trees["nbjit baseline"] = base
     if a.stand_in:
         print("driver stand-ins: nbjit's own code, no GPU, no driver time (the peers' rows need a GPU: skipped)")
     else:
@@ -176,7 +194,7 @@ def main() -> None:
     samples: dict[str, list] = {k: [] for k in routes}
     for _ in range(a.runs):  # the routes take turns, so a change in the host's load meets both
         for k, (code, env_key) in routes.items():
-            samples[k].append(measure_once(code, env_key, extra if k == "nbjit.compile" else ()))
+            samples[k].append(measure_once(code, env_key, extra if k in trees else (), trees.get(k, ROOT)))
     rows = {k: summary(v) for k, v in samples.items()}
     print(f"medians of {a.runs} fresh processes each; warm's range in brackets; host reference: the fixed "
           "pure-Python workload's time in the warm process, and warm start in units of it")
@@ -188,8 +206,16 @@ def main() -> None:
               f"{v['repeat'] * 1e6:15.2f}{v['cold'] / v['warm']:8.0f}{v['reference'] * 1e6:13.1f}"
               f"{v['warm_in_references']:9.2f}")
     a_ = rows["nbjit.compile"]
+    if a.baseline is not None:
+        mine, theirs = samples["nbjit.compile"], samples["nbjit baseline"]
+        pairs = [m[1] - t[1] for m, t in zip(mine, theirs)]
+        print(f"nbjit.compile - baseline ({a.baseline}), warm, paired by turn: median "
+              f"{statistics.median(pairs) * 1e3:+.3f} ms, this tree faster in {sum(p < 0 for p in pairs)} of "
+              f"{len(pairs)}")
+        rows["paired_warm_difference"] = {"median": statistics.median(pairs), "runs": pairs,
+                                          "baseline": str(a.baseline)}
     for nb, b_ in rows.items():
-        if nb != "nbjit.compile":
+        if nb not in ("nbjit.compile", "paired_warm_difference"):
             print(f"nbjit.compile / {nb}: cold {a_['cold'] / b_['cold']:.2f}, warm {a_['warm'] / b_['warm']:.3f}, "
                   f"repeat {a_['repeat'] / b_['repeat']:.2f}")
     if a.json:

@@ -53,7 +53,6 @@ def compile(place: Place, source, name, name_expressions, headers, include_paths
             pass
     # A repeated call is one look-up in the cache's memo of calls: {context: the module the
     # call made there}, weakly. Not with include_paths, whose files may change between calls.
-    from .compiler import compile_image  # (here: loading a cubin or a kernel bundle imports no compiler)
     memo = cache if cache is not None else default_cache()
     call = None
     if not include_paths and not lazy and isinstance(memo, Cache):
@@ -73,6 +72,7 @@ def compile(place: Place, source, name, name_expressions, headers, include_paths
                 return mod
     ctx, lazy = _context_for(arch, lazy)
     target = arch if arch is not None else _device_arch(ctx)
+    from .compiler import compile_image  # (after the memo; loading a cubin or a kernel bundle imports no compiler)
     img = compile_image(source, name=name, name_expressions=exprs, headers=headers, include_paths=include_paths,
                         options=opts, arch=target, output=output, cache=cache, pch=pch)
     if lazy:

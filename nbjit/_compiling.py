@@ -10,7 +10,7 @@ import weakref
 from typing import Any, Callable, Iterable
 
 from . import _driver
-from ._defs import Pattern
+from ._defs import Pattern, later
 from ._host import current_host, host_of
 from .arch import Arch
 from .cache import Cache, default_cache
@@ -19,6 +19,8 @@ from .image import Image
 from .pch import check_arg
 
 __all__: list[str] = []
+
+_compiler = later("compiler")  # (after the memo: loading a cubin or a kernel bundle imports no compiler)
 
 # place(image, context, lazy, keep_debug) -> Module: loaded into the context, or waiting for
 # first use where lazy (module._place)
@@ -72,9 +74,9 @@ def compile(place: Place, source, name, name_expressions, headers, include_paths
                 return mod
     ctx, lazy = _context_for(arch, lazy)
     target = arch if arch is not None else _device_arch(ctx)
-    from .compiler import compile_image  # (after the memo; loading a cubin or a kernel bundle imports no compiler)
-    img = compile_image(source, name=name, name_expressions=exprs, headers=headers, include_paths=include_paths,
-                        options=opts, arch=target, output=output, cache=cache, pch=pch)
+    img = _compiler().compile_image(source, name=name, name_expressions=exprs, headers=headers,
+                                    include_paths=include_paths, options=opts, arch=target, output=output, cache=cache,
+                                    pch=pch)
     if lazy:
         return place(img, None, True, keep_debug)
     mod = place(img, ctx, False, keep_debug)

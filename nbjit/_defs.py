@@ -17,10 +17,23 @@ Only what nbjit uses is offered: ``frozen`` and ``eq``; fields with a default, a
 from __future__ import annotations
 
 import dataclasses
+import functools
+import importlib
 import re
 from dataclasses import MISSING, Field, FrozenInstanceError, field
+from types import ModuleType
+from typing import Callable
 
-__all__ = ["Pattern", "field", "record"]
+__all__ = ["Pattern", "field", "later", "record"]
+
+
+def later(name: str) -> Callable[[], ModuleType]:
+    """A function returning nbjit's module ``name`` (``"cubin"``), imported on its first call
+    and kept: for a module a path needs only sometimes (not imported with the path's own
+    module), where that path runs often. An import statement in a function runs importlib's
+    Python code each time (a relative one: ~1 us on CPython 3.11, half of a repeated
+    ``nbjit.compile``); this, once."""
+    return functools.cache(functools.partial(importlib.import_module, f"nbjit.{name}"))
 
 _FIELD = dataclasses._FIELD  # (what dataclasses.fields() looks for in a Field: a field proper)
 _setattr = object.__setattr__

@@ -17,13 +17,13 @@ from typing import Any, Callable
 import numpy as np
 
 from . import _host
+from ._defs import later
 from .errors import NbjitArgumentError
 from .signature import KernelSignature, Param
 
 
-def _tma():
-    from . import tma
-    return tma
+_tma = later("tma")
+_extra = later("_args_extra")  # the rules few kernels need (each a converter made once)
 
 
 def _is_tensor_map(v) -> bool:
@@ -258,8 +258,7 @@ class _Rule:
         elif t in _FLOAT_FORMAT and p.count is None and not self.tensor_map:
             self.fmt, self.slow = _FLOAT_FORMAT[t], self.floating
         elif t == "numba_array" or t in _RARE or self.tensor_map or p.count is not None:
-            # the rules few kernels need (each a converter made once): _args_extra
-            from . import _args_extra as x
+            x = _extra()
             if t == "numba_array":
                 self.fmt, conv = f"{size}s", x.numba_array(self, _EXTRACTORS, device_pointer)
             elif t in ("c8", "c16"):
@@ -499,11 +498,9 @@ def parse_signature(text: str, kernel: str = "<kernel>") -> list:
     N-byte aggregate passed by value, or ``CUtensorMap`` for a TMA descriptor (it takes an
     ``nbjit.TensorMap``).
     """
-    from ._args_extra import parse_signature
-    return parse_signature(text, kernel)
+    return _extra().parse_signature(text, kernel)
 
 
 def declare(sig: KernelSignature, text: str, kernel: str) -> KernelSignature:
     """``sig`` with the types a user declared (checked against its sizes)."""
-    from ._args_extra import declare
-    return declare(sig, text, kernel)
+    return _extra().declare(sig, text, kernel)

@@ -41,7 +41,7 @@ try:
 except ImportError:  # not POSIX: no cross-process lock, each process compiles
     fcntl = None  # type: ignore[assignment]
 
-from ._defs import field, record
+from ._defs import field, later, record
 from .errors import NbjitCacheError, NbjitWarning
 from .pch import PCH_DIR, PCH_SUFFIX, writer_alive as _pch_writer_alive
 from ._write import write_output
@@ -81,6 +81,7 @@ _PRUNE_TO = 0.9
 _MAX_HEADER_BYTES = 1 << 20  # a GNU long name or pax header (export writes none; a real one is < 1 KiB)
 _MAX_GLOBAL_HEADER_BYTES = 1 << 20  # all global pax headers together (each is kept for every later member)
 _MAX_DESC_BYTES = 16 << 20  # an entry's JSON description (one kernel's: ~2 KB)
+_facts = later("_facts")  # (which imports this module)
 _CHUNK = 1 << 20  # members are copied through this much memory at a time
 _MAX_REFUSALS_LISTED = 1000
 _SIGNATURE = "nbjit-archive.hmac-sha256"  # the signature member: the last of a signed archive
@@ -1093,10 +1094,10 @@ def _encode_digest(key: str, e: CacheEntry) -> tuple[bytes, str]:
     if e.meta:
         d["meta"] = e.meta
     if e.facts is not None:
-        from . import _facts
+        facts = _facts()
         try:
-            d["facts"] = _facts.keep(e.facts)
-        except _facts.FactsError:  # facts that cannot be kept: the entry without them (they are read again)
+            d["facts"] = facts.keep(e.facts)
+        except facts.FactsError:  # facts that cannot be kept: the entry without them (they are read again)
             pass
     desc = json.dumps(d, sort_keys=True).encode()
     payload_hash = content_hash(e.payload)
@@ -1135,8 +1136,7 @@ def _decode(raw: bytes, key: str, facts: bool = True) -> tuple[CacheEntry | None
         return None, why
     kept = None
     if facts and desc["facts"]:
-        from . import _facts
-        kept = _facts.read(desc["facts"], desc["kind"])
+        kept = _facts().read(desc["facts"], desc["kind"])
     meta = desc.get("meta")
     return CacheEntry(desc["kind"], desc["arch"], payload, desc["lowered_names"], desc["log"], desc["producer"],
                       kept, payload_hash.hex(), meta if type(meta) is dict else {}), ""

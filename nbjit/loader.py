@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
-from ._defs import field, record
+from ._defs import field, later, record
 from .arch import Arch, pick
 from .errors import NbjitLoadError
 from .image import Image
@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 # PTX its device runs)
 
 __all__ = ["Plan", "Assemble", "plan"]
+
+_cubin = later("cubin")  # (loading PTX reads no cubin)
 
 
 def __getattr__(name: str):
@@ -66,8 +68,8 @@ def plan(img: Image, cc: tuple[int, int], driver: int, *, keep_debug: bool = Fal
     if img.kind == "ptx":
         return _plan_ptx(img.data, img.name, cc, driver, keep_debug, nvjitlink)
     if img.kind == "cubin":
-        from .cubin import CubinInfo, inspect_cubin
-        info = img.info if isinstance(img.info, CubinInfo) else inspect_cubin(img.data, source=img.name)
+        cubin = _cubin()
+        info = img.info if isinstance(img.info, cubin.CubinInfo) else cubin.inspect_cubin(img.data, source=img.name)
         if not info.arch.runs_on(cc):
             dev = Arch.parse(cc)
             raise NbjitLoadError(

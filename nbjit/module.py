@@ -8,6 +8,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from . import _driver
+from ._defs import later
 from ._host import current_host
 from .arch import Arch
 from .args import parse_signature
@@ -590,21 +591,11 @@ def compile(source: str, *, name: str | None = None, name_expressions: Iterable[
     and ``link_options`` for nvJitLink, as for ``nbjit.link_image`` (``output`` is then a cubin)."""
     if keep_debug is not False or lazy is not False:  # (the defaults: nothing to check)
         keep_debug, lazy = _flag(keep_debug, "keep_debug", NbjitCompileError), _flag(lazy, "lazy", NbjitCompileError)
-    route = _COMPILE[0] if _COMPILE else _compile_route()
-    return route(_place, source, name, name_expressions, headers, include_paths, options, arch, output, keep_debug,
-                 cache, lazy, pch, link, link_options)
+    return _compiling().compile(_place, source, name, name_expressions, headers, include_paths, options, arch, output,
+                                keep_debug, cache, lazy, pch, link, link_options)
 
 
-def _compile_route():
-    """``_compiling.compile``, imported by the first compile (loading a cubin or a kernel
-    bundle imports no compiler, no cache) and kept: a repeated call imports nothing (an import
-    statement in a function costs ~0.5 us each time, of a call of ~2 us)."""
-    from ._compiling import compile
-    _COMPILE[:] = [compile]
-    return compile
-
-
-_COMPILE: list = []
+_compiling = later("_compiling")  # (loading a cubin or a kernel bundle imports no compiler, no cache)
 
 
 def compile_many(sources: Iterable, *, workers: int | None = None, keep_debug: bool = False, lazy: bool = False,

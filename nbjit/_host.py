@@ -37,8 +37,11 @@ from types import ModuleType
 from typing import Any, Callable, Collection, Mapping, Sequence
 
 from . import _driver
+from ._defs import later
 from .arch import Arch
 from .errors import NbjitWarning
+
+_driver_extra = later("_driver_extra")  # (what a launch does not need)
 
 __all__ = ["Host", "NumbaCuda", "NumbaCudaMlir", "HOSTS", "ENV", "current_host", "use_host", "choose", "host_of",
            "pointer_getter", "error_code"]
@@ -178,8 +181,7 @@ class Host:
         current where none is): two driver calls once a context is current."""
         dev = _driver.current_device()
         if dev is not None:
-            from ._driver_extra import device_info
-            return device_info(dev).cc
+            return _driver_extra().device_info(dev).cc
         return self.context_cc(self.current_context())
 
     def device_arch(self) -> Arch:

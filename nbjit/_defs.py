@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib
 import re
+import sys
 from dataclasses import MISSING, Field, FrozenInstanceError, field
 from types import ModuleType
 from typing import Callable
@@ -33,7 +33,12 @@ def later(name: str) -> Callable[[], ModuleType]:
     module), where that path runs often. An import statement in a function runs importlib's
     Python code each time (a relative one: ~1 us on CPython 3.11, half of a repeated
     ``nbjit.compile``); this, once."""
-    return functools.cache(functools.partial(importlib.import_module, f"nbjit.{name}"))
+    full = f"nbjit.{name}"
+
+    def get() -> ModuleType:
+        __import__(full)  # (not importlib.import_module, whose Python code runs even for a module imported already)
+        return sys.modules[full]
+    return functools.cache(get)
 
 _FIELD = dataclasses._FIELD  # (what dataclasses.fields() looks for in a Field: a field proper)
 _setattr = object.__setattr__

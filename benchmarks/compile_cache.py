@@ -88,7 +88,8 @@ t0 = time.perf_counter(); k = nbjit.compile(src)["saxpy"]; t1 = time.perf_counte
 ts = []
 for _ in range(200):
     t = time.perf_counter(); nbjit.compile(src)["saxpy"]; ts.append(time.perf_counter() - t)
-print(json.dumps({"first": t1 - t0, "repeat": sorted(ts)[len(ts) // 2], "reference": host_reference()}))
+print(json.dumps({"first": t1 - t0, "repeat": sorted(ts)[len(ts) // 2], "reference": host_reference(),
+                  "nbjit": nbjit.__file__, "ext": getattr(sys.modules.get("nbjit._launch"), "__file__", None)}))
 '''
 
 CUPY = REFERENCE + r'''
@@ -143,6 +144,11 @@ def measure_once(code: str, env_key: str, extra: tuple[str, ...] = (), tree: Pat
         env = {**os.environ, env_key: d, "PYTHONPATH": f"{tree}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
         a = run(code, env, extra, tree)
         b = run(code, env, extra, tree)
+    for got in (a, b):  # (nbjit, and its extension where it is used, from the tree measured)
+        for f in (got.get("nbjit"), got.get("ext")):
+            if f is not None and not Path(f).resolve().is_relative_to(Path(tree).resolve()):
+                raise RuntimeError(f"measuring {tree}, the process imported {f}: build its extension there, or "
+                                   "set NBJIT_PURE_PYTHON=1 for both")
     return a["first"], b["first"], b["repeat"], b["reference"]
 
 
@@ -192,8 +198,11 @@ def main() -> None:
         except ImportError:
             print("cuda.core (>= 1.2.2, with FileStreamProgramCache) not installed: its rows are skipped")
     samples: dict[str, list] = {k: [] for k in routes}
-    for _ in range(a.runs):  # the routes take turns, so a change in the host's load meets both
-        for k, (code, env_key) in routes.items():
+    for turn in range(a.runs):  # the routes take turns, so a change in the host's load meets both
+        order = list(routes.items())
+        if a.baseline is not None and turn % 2:  # (the two versions of nbjit in either order)
+            order[0], order[1] = order[1], order[0]
+        for k, (code, env_key) in order:
             samples[k].append(measure_once(code, env_key, extra if k in trees else (), trees.get(k, ROOT)))
     rows = {k: summary(v) for k, v in samples.items()}
     print(f"medians of {a.runs} fresh processes each; warm's range in brackets; host reference: the fixed "
@@ -213,7 +222,7 @@ def main() -> None:
               f"{statistics.median(pairs) * 1e3:+.3f} ms, this tree faster in {sum(p < 0 for p in pairs)} of "
               f"{len(pairs)}")
         rows["paired_warm_difference"] = {"median": statistics.median(pairs), "runs": pairs,
-                                          "baseline": str(a.baseline)}
+                                          "baseline": str(a.baseline.resolve())}
     for nb, b_ in rows.items():
         if nb not in ("nbjit.compile", "paired_warm_difference"):
             print(f"nbjit.compile / {nb}: cold {a_['cold'] / b_['cold']:.2f}, warm {a_['warm'] / b_['warm']:.3f}, "

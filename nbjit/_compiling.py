@@ -47,8 +47,8 @@ def compile(place: Place, source, name, name_expressions, headers, include_paths
         source, name, include_paths = source_text(source, name, include_paths)
     exprs, opts = name_expressions, options
     if type(exprs) is not tuple or type(opts) is not tuple:  # (the defaults are: nothing to do)
-        from .compiler import one_or_many, option_list
-        exprs, opts = one_or_many(exprs), option_list(opts)  # a str is one item; options split as a shell does
+        c = _compiler()
+        exprs, opts = c.one_or_many(exprs), c.option_list(opts)  # a str is one item; options split as a shell does
         try:
             exprs, opts = tuple(exprs), tuple(opts)
         except TypeError:  # not a list at all: compile_image says so

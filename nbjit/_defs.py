@@ -32,8 +32,9 @@ def later(name: str) -> Callable[[], ModuleType]:
     and kept: for a module a path needs only sometimes (not imported with the path's own
     module), where that path runs often. An import statement in a function runs importlib's
     Python code each time (a relative one: ~1 us on CPython 3.11, half of a repeated
-    ``nbjit.compile``); this, once."""
-    full = f"nbjit.{name}"
+    ``nbjit.compile``); this, once. (The module is kept: one taken out of ``sys.modules`` and
+    imported again is not seen; ``importlib.reload`` keeps the same module object.)"""
+    full = f"{__package__}.{name}"
 
     def get() -> ModuleType:
         __import__(full)  # (not importlib.import_module, whose Python code runs even for a module imported already)

@@ -25,6 +25,7 @@ __all__: list[str] = []
 _LOG_BYTES = 1 << 16
 
 
+@functools.cache
 def _cu():
     from cuda.bindings import driver
     return driver

@@ -94,8 +94,7 @@ def _load_into(img: Image, ctx, keep_debug: bool) -> "Module":
             mod = Module._load(img, ctx, keep_debug)
             reg[key] = mod
         elif mod.image is not img:
-            from ._module_extra import loaded_again
-            return loaded_again(mod, img, keep_debug)
+            return _module_extra().loaded_again(mod, img, keep_debug)
         else:
             mod._learn(img.lowered_names, img.declarations)
     return mod
@@ -596,6 +595,7 @@ def compile(source: str, *, name: str | None = None, name_expressions: Iterable[
 
 
 _compiling = later("_compiling")  # (loading a cubin or a kernel bundle imports no compiler, no cache)
+_module_extra = later("_module_extra")  # (a module loaded again from the same bytes)
 
 
 def compile_many(sources: Iterable, *, workers: int | None = None, keep_debug: bool = False, lazy: bool = False,

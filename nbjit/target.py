@@ -8,7 +8,10 @@ from typing import Any
 
 from .arch import Arch
 from .compiler import compile_image as _compile_image
+from ._defs import later
 from .image import Image
+
+_host = later("_host")  # (a named architecture needs no driver, nor Numba)
 
 __all__ = ["compile_image", "current_arch"]
 
@@ -21,8 +24,7 @@ def current_arch() -> Arch:
     ------
     NbjitLoadError: there is no usable GPU or driver (the message says to give ``arch=``).
     """
-    from ._host import current_host  # (here only: a named architecture needs no driver, nor Numba)
-    return current_host().device_arch()
+    return _host().current_host().device_arch()
 
 
 def compile_image(source: str, *, arch: Arch | str | None = None, **options: Any) -> Image:

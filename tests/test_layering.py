@@ -29,9 +29,13 @@ def _imports(path: Path) -> set[str]:
                 out.add(node.module.split(".")[1])
         elif isinstance(node, ast.Import):
             out.update(a.name.split(".")[1] for a in node.names if a.name.startswith("nbjit."))
-        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "later"
-              and node.args and isinstance(node.args[0], ast.Constant)):  # _defs.later("cubin"): imported on first use
-            out.add(node.args[0].value)
+        elif isinstance(node, ast.Call) and "later" in (getattr(node.func, "id", None),
+                                                        getattr(node.func, "attr", None)):
+            # _defs.later("cubin"): imported on first use; only a literal nbjit module name can be checked
+            arg = node.args[0] if len(node.args) == 1 and not node.keywords else None
+            assert isinstance(arg, ast.Constant) and arg.value in MODULES, \
+                f"{path.name}:{node.lineno}: later() takes one literal name of an nbjit module"
+            out.add(arg.value)
     return {m for m in out if m in MODULES and m != path.stem}
 
 

@@ -280,14 +280,16 @@ def test_repeated_calls_import_nothing(tmp_path, fake_device, data):
     raw = (data / "nvcc" / "kernels_sm_90.cubin").read_bytes()
     calls = {
         "compile": lambda: nbjit.compile(AXPY, cache=cache)["axpy"],
+        "compile, options": lambda: nbjit.compile(AXPY, cache=cache, options=["-DN=1"], name_expressions=[]),
         "load": lambda: nbjit.load(raw)["k_basic"],
         "signature": lambda: nbjit.load(raw).get_kernel("k_basic", "float*, const float*, float, int"),
     }
+    kept = []
     for name, call in calls.items():
-        call()
+        kept.append(call())  # (kept alive: the memo and the registry of loaded modules hold it weakly)
         seen = []
 
-        def watch(frame, event, arg):
+        def watch(frame, event, arg, seen=seen):
             if event == "call" and "importlib" in frame.f_code.co_filename:
                 seen.append(frame.f_code.co_name)
         sys.setprofile(watch)

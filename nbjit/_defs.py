@@ -1,5 +1,6 @@
-"""Definitions that cost next to nothing at import: records and regular expressions compiled
-on first use (a package's first kernel from a bundle imports ~15 of nbjit's modules: issue 26).
+"""Definitions that cost next to nothing at import: records, regular expressions compiled on
+first use, and nbjit modules imported on first use (``later``) (a package's first kernel from
+a bundle imports ~15 of nbjit's modules: issue 26).
 
 Records: nbjit's result and parameter classes, made as ``dataclasses.dataclass`` makes them
 (the same fields, ``__init__``, ``repr``, equality, hashing, frozen-ness and ``__post_init__``;

@@ -41,6 +41,8 @@ def _registry(ctx) -> "weakref.WeakValueDictionary":
 
 
 _LOAD_LOCK = threading.Lock()
+_compiling = later("_compiling")  # (loading a cubin or a kernel bundle imports no compiler, no cache)
+_module_extra = later("_module_extra")  # (a module loaded again from the same bytes)
 _NOTHING: Mapping = types.MappingProxyType({})
 
 
@@ -592,10 +594,6 @@ def compile(source: str, *, name: str | None = None, name_expressions: Iterable[
         keep_debug, lazy = _flag(keep_debug, "keep_debug", NbjitCompileError), _flag(lazy, "lazy", NbjitCompileError)
     return _compiling().compile(_place, source, name, name_expressions, headers, include_paths, options, arch, output,
                                 keep_debug, cache, lazy, pch, link, link_options)
-
-
-_compiling = later("_compiling")  # (loading a cubin or a kernel bundle imports no compiler, no cache)
-_module_extra = later("_module_extra")  # (a module loaded again from the same bytes)
 
 
 def compile_many(sources: Iterable, *, workers: int | None = None, keep_debug: bool = False, lazy: bool = False,

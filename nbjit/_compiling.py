@@ -54,7 +54,8 @@ def compile(place: Place, source, name, name_expressions, headers, include_paths
         except TypeError:  # not a list at all: compile_image says so
             pass
     # A repeated call is one look-up in the cache's memo of calls: {context: the module the
-    # call made there}, weakly. Not with include_paths, whose files may change between calls.
+    # call made there}, weakly. Not with include_paths, nor where the source reads a header on
+    # disk (found beside it or in the working directory): its files may change between calls.
     memo = cache if cache is not None else default_cache()
     call = None
     if not include_paths and not lazy and isinstance(memo, Cache):
@@ -80,7 +81,8 @@ def compile(place: Place, source, name, name_expressions, headers, include_paths
     if lazy:
         return place(img, None, True, keep_debug)
     mod = place(img, ctx, False, keep_debug)
-    if call is not None:  # a new dict (a reader keeps the one it found), without modules that are gone
+    if call is not None and _compiler().repeatable(source, name, headers, opts):
+        # a new dict (a reader keeps the one it found), without modules that are gone
         made = {k: r for k, r in (memo.recall(call) or {}).items() if r() is not None}
         made[mod._ctx_key] = weakref.ref(mod)
         memo.remember(call, made)

@@ -31,6 +31,7 @@ from .cubin import inspect_cubin
 from .errors import CompileFailure, LinkFailure, NbjitCompileError, NbjitWarning
 from ._elf import gnu_build_id
 from .image import Image, content_digest, read_regular
+from .includes import IncludeWalk, walk_includes
 from ._signature_build import typed_entries
 
 # patterns used on every call, compiled once at import
@@ -153,7 +154,6 @@ def _log(J, handle, *, error: bool) -> str:
 
 # ------------------------------------------------------------------ NVRTC
 
-_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"\n]+)[>"]', re.M)
 _FINGERPRINTS: dict = {}  # library -> fingerprint: computed once per process
 
 
@@ -730,55 +730,6 @@ def normalize_options(options: Iterable[object]) -> list[str]:
     return out
 
 
-# what the walk over a source's #includes reads at most (a header including itself under
-# thousands of spellings once drove it to 1.9 GiB)
-MAX_INCLUDED_FILES = 4096
-MAX_INCLUDED_BYTES = 256 << 20
-
-
-def _include_digest(texts, include_paths: list[str], name: str = "kernel.cu", sizes: list | None = None) -> list:
-    """Contents of the files a source may #include from the user's include directories,
-    followed recursively: the cache key then changes when a header on disk does. Each file
-    is read once, however it is spelled; a FIFO or device is refused (NVRTC would wait on
-    it or read it forever). ``sizes``: a list the bytes read are appended to."""
-    if not include_paths:  # nothing on disk to follow
-        return []
-    seen: dict[str, str] = {}
-    real_seen: dict[str, str] = {}  # the file itself (resolved) -> its digest
-    todo = [t for t in texts]
-    total = 0
-    while todo:
-        text = todo.pop()
-        for inc in _INCLUDE.findall(text):
-            for d in include_paths:
-                f = os.path.join(d, inc)
-                if f in seen or not os.path.exists(f):
-                    continue
-                real = os.path.realpath(f)
-                if real in real_seen:
-                    seen[f] = real_seen[real]
-                    break
-                if os.path.isdir(real):
-                    continue
-                try:
-                    data = read_regular(real, MAX_INCLUDED_BYTES)
-                except ValueError as e:  # a FIFO, a device, a directory
-                    raise NbjitCompileError(f"{name}: #include \"{inc}\" finds {f}, which is {e}: headers must be "
-                                            "regular files") from None
-                except OSError:
-                    continue
-                total += len(data)
-                if sizes is not None:
-                    sizes.append(len(data))
-                if len(real_seen) >= MAX_INCLUDED_FILES or total > MAX_INCLUDED_BYTES:
-                    raise NbjitCompileError(f"{name}: its #includes reach more than {MAX_INCLUDED_FILES} files or "
-                                            f"{MAX_INCLUDED_BYTES >> 20} MiB in {', '.join(include_paths)}")
-                seen[f] = real_seen[real] = content_digest(data)
-                todo.append(data.decode(errors="replace"))
-                break
-    return sorted(seen.items())
-
-
 def one_or_many(value):
     """A str given where a list of them goes (``name_expressions="fill<float>"``) as the
     one item it is."""
@@ -918,8 +869,16 @@ def compile_key(source: str, *, name: str | None = None, name_expressions: Itera
                 headers: Mapping[str, str] | None = None, include_paths: Iterable[str] = (),
                 options: Iterable[str] = (), arch: Arch | str | None = None, output: str = "auto") -> str:
     """The cache key ``compile_image`` files its output under for these arguments (what
-    ``nbjit compile --cache-only`` looks for on disk after compiling)."""
-    return _plan(source, name, name_expressions, headers, include_paths, options, arch, output, Cache(None), None)[1]
+    ``nbjit compile --cache-only`` looks for on disk after compiling). ``NbjitCompileError``
+    for a source that is never cached (an ``#include`` through a macro)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NbjitWarning)
+        req, key = _plan(source, name, name_expressions, headers, include_paths, options, arch, output, Cache(None),
+                         None)[:2]
+    unknown = includes_of(req).unknown
+    if unknown is not None:
+        raise NbjitCompileError(uncached_warning(req.name, unknown))
+    return key
 
 
 def _plan(source, name, name_expressions, headers, include_paths, options, arch, output, cache, pch):
@@ -955,7 +914,36 @@ def _plan(source, name, name_expressions, headers, include_paths, options, arch,
             return _Named(name or "kernel.cu", source), key, cache, call, entry
     req = _request(source, name, name_expressions, headers, include_paths, options, arch, output,
                    _pch.pch_mode(pch), cache._root)  # (text: no Path made on a warm start)
-    return req, _key(req), cache, call, None
+    walk = includes_of(req)
+    if not walk.repeatable:  # (a header on disk may change before the next call: the key is made each time)
+        call = None
+    if walk.unknown is not None:
+        warnings.warn(uncached_warning(req.name, walk.unknown), NbjitWarning, stacklevel=3)
+        return req, _key(req, walk), Cache(None), None, None
+    return req, _key(req, walk), cache, call, None
+
+
+def uncached_warning(name: str, directive: str) -> str:
+    """What a compile that cannot be cached says."""
+    return (f"{name}: {directive} names its file through a macro: nbjit cannot tell which file NVRTC reads, so "
+            "this source is compiled every time and never cached (write the header's name in the #include)")
+
+
+def repeatable(source: str, name: str | None, headers: Mapping[str, str] | None, options: Iterable[str]) -> bool:
+    """Whether compiling ``source`` with these arguments reads no file outside CUDA's and
+    CCCL's directories, and names each it reads: a repeated call then compiles the same."""
+    opts = normalize_options(list(options))
+    ours = [d for d in (cuda_include_dir(), cccl_include_dir()) if d]
+    user = [o.split("=", 1)[1] for o in opts if o.startswith("--include-path=") and o.split("=", 1)[1] not in ours]
+    return walk_includes(source, name or "kernel.cu", dict(headers or {}), user, ours, opts).repeatable
+
+
+def includes_of(req: "CompileRequest", source: str | None = None) -> IncludeWalk:
+    """The files NVRTC reads for ``req`` (or for ``source`` with ``req``'s headers and
+    options): CUDA's and CCCL's directories are the toolchain's, the others the user's."""
+    ours = [d for d in (cuda_include_dir(), cccl_include_dir()) if d]
+    return walk_includes(req.source if source is None else source, req.name, dict(req.headers), req.user_dirs,
+                         ours, req.options)
 
 
 def _finish(entry: CacheEntry, req: "CompileRequest | _Named", cache: Cache, call, stacklevel: int,
@@ -1141,8 +1129,10 @@ def _request(source: str, name: str | None, name_expressions, headers, include_p
                           tuple(opts), user_dirs, a, output, pch, None if cache_dir is None else os.fspath(cache_dir))
 
 
-def _key(req: CompileRequest) -> str:
-    """The cache key: everything that changes NVRTC's output (see cache.md)."""
+def _key(req: CompileRequest, walk: IncludeWalk | None = None) -> str:
+    """The cache key: everything that changes NVRTC's output (see cache.md), the files the
+    source includes (``walk``, else walked here) among it."""
+    walk = includes_of(req) if walk is None else walk
     cccl = _cccl()
     return cache_key({
         "producer": "nvrtc", "toolchain": _toolchain_fingerprint(), "cccl": cccl[1] if cccl else None,
@@ -1150,7 +1140,7 @@ def _key(req: CompileRequest) -> str:
         "source": req.source, "name": req.name, "headers": [list(h) for h in req.headers],
         "options": _portable_options(req.options),
         "arch": str(req.arch), "output": req.output, "expressions": list(req.expressions),
-        "includes": _include_digest([req.source, *(t for _, t in req.headers)], list(req.user_dirs), req.name),
+        "includes": [list(f) for f in walk.files],
     })
 
 
@@ -1218,16 +1208,14 @@ def _pch_plan(req: CompileRequest, arch: Arch, version: tuple[int, int]) -> str 
     prefix = _pch.header_prefix(req.source)
     if not _pch.includes(prefix) or not _pch_supported(version):
         return None
-    sizes: list[int] = []
-    texts = [prefix, *(t for _, t in req.headers)]
-    includes = _include_digest(texts, list(req.user_dirs), req.name, sizes)
-    if not _pch.worth_it(req.pch, prefix, sum(sizes)):
+    walk = includes_of(req, prefix)
+    if walk.unknown is not None or not _pch.worth_it(req.pch, prefix, walk.size):
         return None
     cccl = _cccl()
     key = cache_key({
         "producer": "nvrtc-pch", "toolchain": _toolchain_fingerprint(), "cccl": cccl[1] if cccl else None,
         "cuda_headers": _cuda_headers_id(), "prefix": prefix, "name": req.name,
-        "headers": [list(h) for h in req.headers], "arch": str(arch), "includes": includes,
+        "headers": [list(h) for h in req.headers], "arch": str(arch), "includes": [list(f) for f in walk.files],
         # (not the back-end options NVRTC does not compare for a PCH: one PCH serves every value)
         "options": _portable_options(_pch.pch_options(req.options)),
     })

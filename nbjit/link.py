@@ -13,6 +13,7 @@ import os
 import re
 import sys
 import types
+import warnings
 from typing import Any, Iterable, Mapping
 
 from . import compiler as _c, pch as _pch
@@ -21,7 +22,7 @@ from .arch import Arch
 from .cache import Cache, CacheEntry, cache_key, default_cache
 from ._csource import DeviceDeclaration, device_declarations, parse_ctype
 from .cdecl import CParam, scalar_facts, shown_name
-from .errors import LinkFailure, NbjitCompileError, NbjitError
+from .errors import LinkFailure, NbjitCompileError, NbjitError, NbjitWarning
 from .image import Image, content_digest, read_regular
 
 __all__ = ["link_image"]
@@ -338,11 +339,16 @@ def _numba_compile(inp: _Input, cc: tuple[int, int]) -> tuple[bytes, str, tuple[
 
 def _nvrtc_ltoir(text: str, name: str, exprs, headers, include_paths, options, arch: Arch, pch, cache: Cache):
     """NVRTC's LTO-IR of a source (through the cache, under ``compile_image``'s key with
-    ``-dlto`` and output "ltoir"): (CacheEntry, CompileRequest)."""
+    ``-dlto`` and output "ltoir"): (CacheEntry, CompileRequest, whether a repeated call reads
+    the same files: ``IncludeWalk.repeatable``)."""
     req = _c._request(text, name, exprs, headers, include_paths, options, arch, "cubin", pch, cache.path)
     opts = req.options if "-dlto" in req.options else (*req.options, "-dlto")
     req = dataclasses.replace(req, output="ltoir", options=opts)
-    return cache.get_or_create(_c._key(req), lambda: _c._run_nvrtc(req)), req
+    walk = _c.includes_of(req)
+    if walk.unknown is not None:
+        warnings.warn(_c.uncached_warning(req.name, walk.unknown), NbjitWarning, stacklevel=4)
+        cache = Cache(None)
+    return cache.get_or_create(_c._key(req, walk), lambda: _c._run_nvrtc(req)), req, walk.repeatable
 
 
 # ------------------------------------------------------------------ declarations
@@ -509,7 +515,7 @@ def link_image(source: str | os.PathLike, link: Iterable[Any] | Any, *, name: st
         return hit  # type: ignore[return-value]
 
     pch_mode = _pch.pch_mode(pch)
-    main, req = _nvrtc_ltoir(text, name, exprs, headers, include_paths, options, target, pch_mode, cache)
+    main, req, again = _nvrtc_ltoir(text, name, exprs, headers, include_paths, options, target, pch_mode, cache)
     parts = [("ltoir", main.payload, req.name)]
     decls = {req.name: device_declarations(text)}
     producers = {req.name: main.producer}
@@ -517,7 +523,8 @@ def link_image(source: str | os.PathLike, link: Iterable[Any] | Any, *, name: st
     for inp in inputs:
         if inp.kind == "source":
             dirs = (*inp.dirs, *_c._text_items(include_paths, "include_paths", paths=True))
-            entry, _ = _nvrtc_ltoir(inp.text, inp.label, (), headers, dirs, options, target, pch_mode, cache)
+            entry, _, same = _nvrtc_ltoir(inp.text, inp.label, (), headers, dirs, options, target, pch_mode, cache)
+            again = again and same
             parts.append(("ltoir", entry.payload, inp.label))
             decls[inp.label] = device_declarations(inp.text)
             producers[inp.label] = entry.producer
@@ -548,7 +555,7 @@ def link_image(source: str | os.PathLike, link: Iterable[Any] | Any, *, name: st
 
     entry = cache.get_or_create(key, make, lambda e: _c._derive_facts(e, req))
     img = _c._image(entry, req)
-    if call is not None:
+    if call is not None and again:  # (not where a source reads a header on disk: it may change)
         cache.remember(call, img)
     return img
 

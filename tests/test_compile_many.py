@@ -335,7 +335,8 @@ def test_ready_workers_are_fed_from_the_calling_thread(tmp_path, monkeypatch):
     from nbjit import compiler
     pool = _ready_pool(tmp_path)
     seen, real = set(), compiler._key
-    monkeypatch.setattr(compiler, "_key", lambda req: seen.add(threading.current_thread().name) or real(req))
+    monkeypatch.setattr(compiler, "_key",
+                        lambda req, walk=None: seen.add(threading.current_thread().name) or real(req, walk))
     before = pool.calls
     images = compile_many([src(210 + i) for i in range(5)], arch="sm_90", cache=nbjit.Cache(tmp_path / "c"),
                           workers=4)

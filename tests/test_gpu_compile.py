@@ -163,3 +163,15 @@ def test_a_compile_keeps_its_ptxas_report_where_its_bytes_were_loaded_already(cu
     out = cuda.device_array(32, np.float32)
     m["plain"][1, 32](out)
     np.testing.assert_array_equal(out.copy_to_host(), np.ones(32, np.float32))
+
+
+def test_a_repeated_compile_sees_an_edited_header_in_the_working_directory(cuda, tmp_path, monkeypatch):
+    """nbjit.compile's memo of modules holds no source that reads a header from disk: the
+    header's edit is the next call's kernel."""
+    monkeypatch.chdir(tmp_path)
+    src = '#include "v.h"\nextern "C" __global__ void k(int* x) { x[0] = V; }\n'
+    out, cache = cuda.device_array(1, np.int32), nbjit.Cache(tmp_path / "c")
+    for v in (1, 2):
+        (tmp_path / "v.h").write_text(f"#define V {v}\n")
+        nbjit.compile(src, cache=cache)["k"][1, 1](out)
+        assert out.copy_to_host()[0] == v

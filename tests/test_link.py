@@ -345,3 +345,18 @@ def test_compile_with_link_makes_a_module_lazily_without_a_gpu():
     assert m2.image.data == m.image.data
     with pytest.raises(nbjit.NbjitCompileError, match="output='ptx': a link makes a cubin"):
         nbjit.compile(SRC, link=[(op_f32, "float32(float32, float32)")], arch="sm_90", output="ptx", lazy=True)
+
+
+def test_a_header_in_the_working_directory_is_read_again_on_a_repeated_link(tmp_path, monkeypatch):
+    """A source that includes a header from the working directory is not remembered by its
+    call: the header's edit is a new link (the memo of calls holds only sources that read no
+    file outside the toolchain's directories)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "scale.h").write_text("#define SCALE 2.0f\n")
+    src = '#include "scale.h"\n' + DECL_F32 + \
+        'extern "C" __global__ void k(float* x) { x[0] = op_f32(x[0], SCALE); }\n'
+    args = {"arch": "sm_90", "cache": Cache(tmp_path / "c")}
+    first = nbjit.link_image(src, [(op_f32, "float32(float32, float32)")], **args)
+    (tmp_path / "scale.h").write_text("#define SCALE 3.0f\n")
+    again = nbjit.link_image(src, [(op_f32, "float32(float32, float32)")], **args)
+    assert again is not first and again.data != first.data

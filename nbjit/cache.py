@@ -1304,11 +1304,16 @@ def _archive_key(given: bytes | str | None, given_file: str | os.PathLike | None
     where = "the archive key"
     if given is None and given_file is None:
         env_file, env_key = os.environ.get(ARCHIVE_KEY_FILE_ENV), os.environ.get(ARCHIVE_KEY_ENV)
-        if env_file and env_key:
+        if env_file is not None and env_key is not None:
             raise NbjitCacheError(f"both {ARCHIVE_KEY_FILE_ENV} and {ARCHIVE_KEY_ENV} are set: set one")
-        if env_key:
-            given, where = env_key, ARCHIVE_KEY_ENV
-        elif env_file:
+        for name, value in ((ARCHIVE_KEY_ENV, env_key), (ARCHIVE_KEY_FILE_ENV, env_file)):
+            if value is not None and not value.strip():  # ("$(cat key)" of a file that could not be read)
+                raise NbjitCacheError(f"{name} is set but empty: set it to the archive key"
+                                      f"{' file' if name == ARCHIVE_KEY_FILE_ENV else ''}, or unset it to "
+                                      "export and import unsigned archives")
+        if env_key is not None:
+            given, where = env_key.strip(), ARCHIVE_KEY_ENV  # (as a key file's: a trailing newline is no part)
+        elif env_file is not None:
             given_file = env_file
             where = f"{ARCHIVE_KEY_FILE_ENV}={env_file}"
         else:

@@ -755,6 +755,39 @@ def test_archive_keys_that_make_no_sense(tmp_path, monkeypatch):
     assert not list(tmp_path.glob(".tmp-*"))
 
 
+@pytest.mark.parametrize("variable", ["NBJIT_CACHE_ARCHIVE_KEY", "NBJIT_CACHE_ARCHIVE_KEY_FILE"])
+@pytest.mark.parametrize("value", ["", "  \n"])
+def test_an_archive_key_set_but_empty_is_an_error_not_unsigned(tmp_path, monkeypatch, variable, value):
+    """``NBJIT_CACHE_ARCHIVE_KEY="$(cat unreadable)"`` is empty: an error on export and
+    import, never unsigned archives made or poisoned ones taken."""
+    good, key, evil = poisoned(tmp_path)
+    tar_with(tmp_path / "evil.tar.gz", [(key + ".nbjit", evil)])
+    monkeypatch.setenv(variable, value)
+    fleet = Cache(tmp_path / "fleet")
+    with pytest.raises(NbjitCacheError, match=f"{variable} is set but empty"):
+        fleet.import_archive(tmp_path / "evil.tar.gz")
+    assert fleet.entries() == []
+    with pytest.raises(NbjitCacheError, match=f"{variable} is set but empty"):
+        good.export_archive(tmp_path / "out.tar.gz")
+    assert not (tmp_path / "out.tar.gz").exists()
+    r = subprocess.run([sys.executable, "-m", "nbjit", "cache", "import", str(tmp_path / "evil.tar.gz")],
+                       capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "NBJIT_CACHE_DIR": str(tmp_path / "cli"), variable: value})
+    assert r.returncode == 2 and "set but empty" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_an_environment_key_is_stripped_as_a_key_file_is(tmp_path, monkeypatch):
+    """A key from the environment with a trailing newline (``"$(cat key; echo)"``) is the
+    key file's key."""
+    c = Cache(tmp_path / "c")
+    build(c)
+    keyfile = tmp_path / "key"
+    keyfile.write_text(ARCHIVE_KEY + "\n")
+    assert c.export_archive(tmp_path / "a.tar.gz", archive_key_file=keyfile) == 1
+    monkeypatch.setenv("NBJIT_CACHE_ARCHIVE_KEY", ARCHIVE_KEY + "\n")
+    assert Cache(tmp_path / "d").import_archive(tmp_path / "a.tar.gz") == (1, [])
+
+
 def test_cli_signed_export_import(tmp_path):
     build(Cache(tmp_path / "a"))
     keyfile = tmp_path / "key"

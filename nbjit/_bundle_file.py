@@ -36,12 +36,13 @@ if TYPE_CHECKING:
     from .module import Module
 
 __all__ = ["load_bundle", "open_bundle", "Archive", "FORMAT", "VERSION", "MAX_BUNDLE_BYTES", "MAX_MEMBERS",
-           "MAX_MANIFEST_BYTES", "MANIFEST"]
+           "MAX_IMAGES", "MAX_MANIFEST_BYTES", "MANIFEST"]
 
 FORMAT = "nbjit-bundle"
 VERSION = 1  # the manifest's layout; a reader refuses a newer one
 MAX_BUNDLE_BYTES = 1 << 30
 MAX_MEMBERS = 4096
+MAX_IMAGES = MAX_MEMBERS - 1  # each image has members of its own, beside the manifest
 MAX_MANIFEST_BYTES = 64 << 20
 MANIFEST = "manifest.json"
 KINDS = ("cubin", "ptx")
@@ -257,17 +258,29 @@ def records(archive: Archive) -> list[dict]:
     ``name``, ``entries`` [(file, kind, Arch, sha256, size, resources, globals)] (the last two
     a cubin's own facts where the manifest records them, else None), ``name_expressions``,
     ``declarations``, ``sources``, ``options``, ``producer``, ``toolchain``, ``triton``,
-    ``kernels`` (the manifest's JSON, decoded by ``kernels``); and no member outside them."""
+    ``kernels`` (the manifest's JSON, decoded by ``kernels``); each member in one image, and
+    none outside them. Linear in the manifest's size: at most ``MAX_IMAGES`` images."""
     src = archive.source
+    images = archive.manifest["images"]
+    if len(images) > MAX_IMAGES:
+        raise BundleError(f"{src}: {MANIFEST}: {len(images)} images, more than a bundle has ({MAX_IMAGES}: each has "
+                          f"members of its own, and a bundle at most {MAX_MEMBERS})")
     out: list[dict] = []
-    used: set = set()
-    for i, d in enumerate(archive.manifest["images"]):
+    names: set = set()
+    used: dict = {}  # member -> the image that lists it
+    for i, d in enumerate(images):
         rec = _record(d, i, archive)
-        if any(o["name"] == rec["name"] for o in out):
-            raise BundleError(f"{src}: {MANIFEST}: two images are called {rec['name']!r}")
-        used.update(e[0] for e in rec["entries"])
+        name = rec["name"]
+        if name in names:
+            raise BundleError(f"{src}: {MANIFEST}: two images are called {name!r}")
+        for e in rec["entries"]:
+            other = used.setdefault(e[0], name)
+            if other != name:
+                raise BundleError(f"{src}: {MANIFEST}: member {e[0]!r} is listed by images {other!r} and {name!r} "
+                                  "(each image has members of its own)")
+        names.add(name)
         out.append(rec)
-    extra = sorted(set(archive.names) - used)
+    extra = sorted(set(archive.names) - used.keys())
     if extra:
         raise BundleError(f"{src}: member {extra[0]!r} is in no image of the manifest (the bundle was altered)")
     return out
@@ -287,12 +300,13 @@ def _record(d: Any, i: int, archive: Archive) -> dict:
     entries = d.get("entries")
     if not isinstance(entries, list) or not entries:
         raise bad("no entries")
-    got, seen = [], set()
+    got, seen, files = [], set(), set()
     for e in entries:
         entry = _entry(e, archive, bad)
-        if entry[1:3] in seen or any(entry[0] == x[0] for x in got):
+        if entry[1:3] in seen or entry[0] in files:
             raise bad(f"two entries for {entry[1]} {entry[2]}")
         seen.add(entry[1:3])
+        files.add(entry[0])
         got.append(entry)
     lowered = d.get("name_expressions", {})
     if not isinstance(lowered, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in lowered.items()):

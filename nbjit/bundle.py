@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from . import _bundle_file
-from ._bundle_file import (FORMAT, MANIFEST, MAX_BUNDLE_BYTES, MAX_MANIFEST_BYTES, MAX_MEMBERS, VERSION, image_error,
-                           is_image_name, load_bundle, open_bundle, records)
+from ._bundle_file import (FORMAT, MANIFEST, MAX_BUNDLE_BYTES, MAX_IMAGES, MAX_MANIFEST_BYTES, MAX_MEMBERS, VERSION,
+                           image_error, is_image_name, load_bundle, open_bundle, records)
 from ._defs import field, record
 from .arch import Arch
 from .errors import BundleError, CompileFailure, ImageFormatError, NbjitError, NbjitLoadError
@@ -38,7 +38,8 @@ if TYPE_CHECKING:
     from .signature import KernelInfo
 
 __all__ = ["BundleEntry", "BundleImage", "BundleInfo", "build_bundle", "inspect_bundle", "load_bundle",
-           "read_bundle", "FORMAT", "VERSION", "MAX_BUNDLE_BYTES", "MAX_MEMBERS", "MAX_MANIFEST_BYTES", "MANIFEST"]
+           "read_bundle", "FORMAT", "VERSION", "MAX_BUNDLE_BYTES", "MAX_MEMBERS", "MAX_IMAGES",
+           "MAX_MANIFEST_BYTES", "MANIFEST"]
 
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # the same input gives the same bytes
 _UTF8_NAMES = 0x800  # ZIP flag bit 11: the names are UTF-8

@@ -513,6 +513,57 @@ def test_hostile_bundles_are_refused(small, make, msg):
         read_bundle(make(small))
 
 
+class _Counted(str):
+    """A name that counts how often it is compared (a quadratic reader compares each with all)."""
+    compared = 0
+
+    def __eq__(self, other):
+        _Counted.compared += 1
+        return str.__eq__(self, other)
+
+    def __ne__(self, other):
+        _Counted.compared += 1
+        return str.__ne__(self, other)
+
+    __hash__ = str.__hash__
+
+
+def test_a_manifest_is_read_in_linear_time(small):
+    """Each image's name and each entry's member are looked up, never compared with all
+    before them: n images cost O(n) comparisons, not O(n^2) (16,000 images would take seconds,
+    a 64 MiB manifest hours); more images than a bundle can have are refused before any is
+    read, and so is a member two images list."""
+    from nbjit._bundle_file import MAX_IMAGES, Archive, open_bundle, records
+
+    archive = open_bundle(small)
+    one = archive.manifest["images"][0]
+    zi = archive._members["k/sm_80.cubin"]
+    n = 1500
+
+    def many(count: int, entries_each: int = 1) -> Archive:
+        images, members = [], {"manifest.json": archive._members["manifest.json"]}
+        for i in range(count):
+            entries = []
+            for j in range(entries_each):
+                file = _Counted(f"i{i}/sm_{80 + j}.cubin")
+                members[str(file)] = zi
+                entries.append({**one["entries"][0], "file": file, "arch": f"sm_{80 + j}"})
+            images.append({"name": _Counted(f"i{i}"), "entries": entries})
+        return Archive("<many>", {**archive.manifest, "images": images}, members, b"")
+    for count, each in ((n, 1), (1, n)):  # many images; one image of many entries
+        _Counted.compared = 0
+        assert len(records(many(count, each))) == count
+        assert _Counted.compared <= 4 * n, (count, each, _Counted.compared)
+    with pytest.raises(BundleError, match=rf"<many>: manifest.json: {MAX_IMAGES + 1} images, more than a bundle has "
+                                          rf"\({MAX_IMAGES}"):
+        records(Archive("<many>", {**archive.manifest, "images": [{}] * (MAX_IMAGES + 1)}, {}, b""))
+    shared = many(2)
+    shared.manifest["images"][1]["entries"] = shared.manifest["images"][0]["entries"]
+    with pytest.raises(BundleError, match=r"member 'i0/sm_80.cubin' is listed by images 'i0' and 'i1' \(each image "
+                                          r"has members of its own\)"):
+        records(shared)
+
+
 def test_what_is_not_a_bundle(tmp_path):
     with pytest.raises(BundleError, match="no such file"):
         read_bundle(tmp_path / "nope.nbjit")

@@ -49,6 +49,10 @@ KINDS = ("cubin", "ptx")
 _NAME_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.+-"
 _HEX = "0123456789abcdef"
 _LOCAL = struct.Struct("<4s2xH18xHH")  # a local file header: signature, flags, name and extra lengths
+_CENTRAL = struct.Struct("<4s24xHHH12x")  # a central directory entry: signature, name, extra and comment lengths
+_EOCD = struct.Struct("<4s6xHL6x")  # the end of central directory record: signature, entries, directory size
+_ZIP64_LOCATOR = struct.Struct("<4sLQL")
+_ZIP64_EOCD = struct.Struct("<4s28xQQ8x")  # its zip64 form: signature, entries, directory size
 
 
 def load_bundle(bundle: Any, *, name: str | None = None, lazy: bool = False, keep_debug: bool = False) -> "Module":
@@ -195,13 +199,12 @@ def _archive(data: bytes, src: str) -> dict:
         except ImageFormatError:
             pass
         raise BundleError(f"{src}: not an nbjit bundle (a ZIP archive of a manifest and images){what}")
+    _count_members(data, src)  # (before ZipFile, which makes a ZipInfo of every entry)
     try:
         zf = zipfile.ZipFile(io.BytesIO(data))
         infos = zf.infolist()
     except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError) as e:
         raise BundleError(f"{src}: a damaged bundle (not a readable ZIP archive: {e})") from None
-    if len(infos) > MAX_MEMBERS:
-        raise BundleError(f"{src}: {len(infos)} members, more than a bundle has ({MAX_MEMBERS})")
     members: dict = {}
     total = 0
     for zi in infos:
@@ -232,6 +235,37 @@ def _archive(data: bytes, src: str) -> dict:
         raise BundleError(f"{src}: {MANIFEST} has {manifest.file_size} bytes, more than nbjit reads "
                           f"({MAX_MANIFEST_BYTES})")
     return members
+
+
+def _count_members(data: bytes, src: str) -> None:
+    """Refuse an archive of more than ``MAX_MEMBERS`` members from its end records and central
+    directory alone, found as ``zipfile`` finds them: the end-of-central-directory record's
+    count (its zip64 form's where there is one), then the central directory's entries counted
+    (``zipfile`` reads the directory to its claimed size, whatever the count says). Damage is
+    left for ``zipfile`` to name."""
+    at = len(data) - _EOCD.size
+    if not (at >= 0 and data.startswith(b"PK\x05\x06", at) and data.endswith(b"\0\0")):
+        at = data.rfind(b"PK\x05\x06", max(at - (1 << 16), 0))  # (after an archive comment of up to 64 KiB)
+        if at < 0 or at + _EOCD.size > len(data):
+            return
+    _, count, cd_size = _EOCD.unpack_from(data, at)
+    cd_end = at
+    z = at - _ZIP64_LOCATOR.size - _ZIP64_EOCD.size  # zip64: its record, then its locator, before the end record
+    if z >= 0 and data.startswith(b"PK\x06\x07", at - _ZIP64_LOCATOR.size) and data.startswith(b"PK\x06\x06", z):
+        _, count, cd_size = _ZIP64_EOCD.unpack_from(data, z)
+        cd_end = z
+    if count > MAX_MEMBERS:
+        raise BundleError(f"{src}: {count} members, more than a bundle has ({MAX_MEMBERS})")
+    at, n = cd_end - cd_size, 0
+    while 0 <= at < cd_end and at + _CENTRAL.size <= len(data):
+        sig, name, extra, comment = _CENTRAL.unpack_from(data, at)
+        if sig != b"PK\x01\x02":
+            return
+        n += 1
+        if n > MAX_MEMBERS:
+            raise BundleError(f"{src}: more than {MAX_MEMBERS} members in its central directory (its end record "
+                              f"says {count}), more than a bundle has")
+        at += _CENTRAL.size + name + extra + comment
 
 
 def _no_constant(word: str):

@@ -7,6 +7,7 @@ import io
 import json
 import pickle
 import re
+import struct
 import sys
 import warnings
 import zipfile
@@ -511,6 +512,39 @@ def _encrypted(small: bytes) -> bytes:
 def test_hostile_bundles_are_refused(small, make, msg):
     with pytest.raises(BundleError, match=msg):
         read_bundle(make(small))
+
+
+def _directory(n: int, count: int, zip64: bool = False) -> bytes:
+    """An archive whose central directory holds ``n`` entries and whose end record says
+    ``count`` (in its zip64 form where ``zip64``): a few bytes per member."""
+    head = b"PK\x03\x04" + bytes(26)
+    cd = (struct.pack("<4s24xHHH12x", b"PK\x01\x02", 1, 0, 0) + b"a") * n
+    end = b""
+    if zip64:
+        at = len(head) + len(cd)
+        end = struct.pack("<4sQ2H2L4Q", b"PK\x06\x06", 44, 45, 45, 0, 0, count, count, len(cd), len(head)) + \
+            struct.pack("<4sLQL", b"PK\x06\x07", 0, at, 1)
+        count = 0xFFFF
+    return head + cd + end + struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, count, count, len(cd), len(head), 0)
+
+
+def test_too_many_members_are_refused_before_zipfile_reads_them(monkeypatch):
+    """The member count comes from the end record (its zip64 form too) and the central
+    directory's entries counted, before ``zipfile`` makes a ZipInfo of each (a 210 MB
+    directory of millions of entries is refused at once, not read into gigabytes)."""
+    cases = [(_directory(MAX_MEMBERS + 1, MAX_MEMBERS + 1), rf"{MAX_MEMBERS + 1} members, more than a bundle has"),
+             (_directory(10, 1 << 40, zip64=True), rf"{1 << 40} members, more than a bundle has"),
+             (_directory(MAX_MEMBERS + 1, 1), rf"more than {MAX_MEMBERS} members in its central directory \(its end "
+                                              r"record says 1\)"),
+             (_directory(MAX_MEMBERS + 1, 1, zip64=True) + b"comment", "more than 4096 members")]
+    assert len(zipfile.ZipFile(io.BytesIO(cases[-2][0])).infolist()) == MAX_MEMBERS + 1  # (as zipfile reads it)
+
+    def read_whole(*a, **k):
+        raise AssertionError("zipfile read the whole central directory")
+    monkeypatch.setattr(zipfile, "ZipFile", read_whole)
+    for data, msg in cases:
+        with pytest.raises(BundleError, match=msg):
+            read_bundle(data)
 
 
 class _Counted(str):

@@ -81,6 +81,10 @@ _PRUNE_TO = 0.9
 _MAX_HEADER_BYTES = 1 << 20  # a GNU long name or pax header (export writes none; a real one is < 1 KiB)
 _MAX_GLOBAL_HEADER_BYTES = 1 << 20  # all global pax headers together (each is kept for every later member)
 _MAX_DESC_BYTES = 16 << 20  # an entry's JSON description (one kernel's: ~2 KB)
+# what an archive may expand to: deflate (export writes gzip) expands at most 1032 times, and
+# a small archive's tar headers and padding need some room
+_MAX_EXPANSION = 1032
+_EXPANSION_ROOM = 1 << 20
 _facts = later("_facts")  # (a cache that is only listed or cleared decodes no facts)
 _CHUNK = 1 << 20  # members are copied through this much memory at a time
 _MAX_REFUSALS_LISTED = 1000
@@ -691,32 +695,32 @@ class Cache:
     def _import_file(self, fobj, src, secret: bytes | None) -> tuple[int, list[str]]:
         """``import_archive`` of the open, seekable archive ``fobj`` (``src`` names it)."""
         import tarfile
-        import zlib
         start = fobj.tell()
         added = [0]  # entries imported so far (each checked whole: those before any damage are kept)
         try:
-            digests = None if secret is None else _check_signature(fobj, src, secret)
+            digests = None if secret is None else _check_signature(fobj, secret)
             fobj.seek(start)
-            return self._import_members(_open_archive(fobj, src), digests, added)
+            return self._import_members(*_open_archive(fobj), digests, added)
         except _NotAnArchive as e:
             why = str(e)
         except _Damaged as e:
             why = f"a damaged cache archive ({e})"
         except RecursionError:
             why = "headers nested too deep, so not a cache archive"
-        except (tarfile.TarError, EOFError, zlib.error, OSError, ValueError) as e:
+        except (tarfile.TarError, *_stream_errors(), ValueError) as e:
             why = f"a damaged cache archive ({str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__})"
         n = added[0]
         kept = ("; 1 entry before it was imported, checked whole" if n == 1 else
                 f"; {n} entries before it were imported, each checked whole" if n else "")
         raise NbjitCacheError(f"{src}: {why}{kept}")
 
-    def _import_members(self, tar, digests: list | None, added: list) -> tuple[int, list[str]]:
-        """``import_archive`` of an open archive; ``digests``: what each member of a signed
-        archive was when its signature was checked; ``added[0]`` counts the entries imported."""
+    def _import_members(self, tar, limit: int, digests: list | None, added: list) -> tuple[int, list[str]]:
+        """``import_archive`` of an archive ``_open_archive`` opened (``limit``: its members'
+        reach); ``digests``: what each member of a signed archive was when its signature was
+        checked; ``added[0]`` counts the entries imported."""
         refused, more = [], 0
         with tar:
-            for i, m in enumerate(_members(tar)):
+            for i, m in enumerate(_members(tar, limit)):
                 if m.isdir() or m.name == _SIGNATURE and m.isreg():
                     continue
                 key = m.name[: -len(_SUFFIX)] if m.name.endswith(_SUFFIX) else ""
@@ -1183,12 +1187,22 @@ class _Damaged(Exception):
     """An archive that cannot be read to its end."""
 
 
-def _read_exactly(src, n: int) -> bytes:
-    """``n`` bytes of an archive member (``n`` bounded by the caller)."""
+@functools.lru_cache(maxsize=None)
+def _stream_errors() -> tuple:
+    """What reading a damaged archive raises: the decompressors' errors (xz's is no OSError)."""
     import zlib
     try:
+        from lzma import LZMAError
+    except ImportError:  # (a Python without lzma: tarfile reads no xz)
+        return OSError, EOFError, zlib.error
+    return OSError, EOFError, zlib.error, LZMAError
+
+
+def _read_exactly(src, n: int) -> bytes:
+    """``n`` bytes of an archive member (``n`` bounded by the caller)."""
+    try:
         data = src.read(n)
-    except (OSError, EOFError, zlib.error) as e:
+    except _stream_errors() as e:
         raise _Damaged(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__) from None
     if len(data) != n:
         raise _Damaged("a member shorter than its header says")
@@ -1240,41 +1254,60 @@ def _bounded_tarinfo():
     return BoundedTarInfo
 
 
-def _open_archive(fobj, src):
-    """``fobj`` opened as a tar archive (plain or compressed), headers bounded."""
+def _open_archive(fobj):
+    """``fobj`` (seekable, at the archive's start) opened as a tar archive (plain or
+    compressed), headers bounded; and how far its members may reach into the archive
+    decompressed (``_MAX_EXPANSION`` times its size), for ``_members``."""
     import tarfile
+    start = fobj.tell()
+    first = fobj.read(512)
+    size = fobj.seek(0, os.SEEK_END) - start
+    fobj.seek(start)
+    if first and not first.strip(b"\0"):  # (tarfile reads zeros as an empty archive)
+        raise _NotAnArchive("a file of zeros, so not a cache archive (make one with 'nbjit cache export')")
     try:
-        return tarfile.open(fileobj=fobj, mode="r:*", tarinfo=_bounded_tarinfo())
+        tar = tarfile.open(fileobj=fobj, mode="r:*", tarinfo=_bounded_tarinfo())
     except tarfile.ReadError:
         raise _NotAnArchive("not a tar archive (plain, gzip, bzip2 or xz), so not a cache archive (make one "
                             "with 'nbjit cache export')") from None
+    return tar, size * _MAX_EXPANSION + _EXPANSION_ROOM
 
 
-def _members(tar):
+def _members(tar, limit: int):
     """The members of ``tar`` one by one, none kept (tarfile keeps every one it has read: a
-    small archive of millions of empty members would fill memory)."""
+    small archive of millions of empty members would fill memory), each refused where it
+    would end past ``limit`` bytes into the archive decompressed (``_open_archive``), before
+    any of it is read or skipped: reading an archive takes time in proportion to its size."""
     while True:
         m = tar.next()
         tar.members.clear()
         if m is None:
             return
+        if m.offset_data + m.size > limit:
+            raise _NotAnArchive(f"member {_shown(m.name)} claims {m.size} bytes: the archive would expand to more "
+                                f"than {_MAX_EXPANSION} times its size (gzip's most: export writes gzip), so not a "
+                                "cache archive")
         yield m
 
 
-def _check_signature(fobj, src, secret: bytes) -> list:
+def _check_signature(fobj, secret: bytes) -> list:
     """Check a signed archive against ``secret``: every member's (name, type, digest of its
     bytes), in order, for the import to match; ``_NotAnArchive`` where it is not signed with
     this key."""
     mac = hmac.new(secret, _SIGNATURE_CONTEXT, hashlib.sha256)
     digests, sig = [], None
-    with _open_archive(fobj, src) as tar:
-        for m in _members(tar):
+    tar, limit = _open_archive(fobj)
+    with tar:
+        for m in _members(tar, limit):
             if sig is not None:
                 raise _NotAnArchive("members after the archive's signature: not signed as a whole")
             if m.name == _SIGNATURE and m.isreg():
                 sig = _read_exactly(tar.extractfile(m), min(m.size, 1024))
                 digests.append(None)
                 continue
+            if m.isreg() and m.size > _MAX_ENTRY_BYTES:  # (never hashed: export writes no such member)
+                raise _NotAnArchive(f"member {_shown(m.name)} of {m.size} bytes, more than an entry can be, so "
+                                    "not a cache archive nbjit signed")
             record = _member_record(m.name, m.type, m.size)
             mac.update(record)
             h = _hasher()

@@ -948,6 +948,50 @@ def test_archive_bombs_are_cache_errors_in_bounded_memory(tmp_path, what):
     assert c.entries() == [] and c.temporary_files() == []
 
 
+def test_an_archive_is_read_in_time_proportional_to_its_size(tmp_path):
+    """A member that would reach past 1032 times the archive's size decompressed (gzip's
+    most) is refused before it is read or skipped (a 3 KB .tar.bz2 claiming 4 GiB was
+    decompressed whole: 16 s, 30 s with a key); with a key, a member larger than an entry is
+    refused without being hashed; a file of zeros (an empty archive to tarfile) is none."""
+    import bz2
+    import tarfile
+    from nbjit import NbjitCacheError
+    size = 16 << 20
+    bomb = tmp_path / "bomb.tar.bz2"
+    bomb.write_bytes(bz2.compress(tar_header("x.nbjit", size) + bytes(size + 1024)))
+    assert len(bomb.read_bytes()) * 1032 + (1 << 20) < size
+    with tarfile.open(bomb) as tar:
+        assert tar.getmember("x.nbjit").size == size  # (what tarfile would read)
+    c = Cache(tmp_path / "c")
+    for key in (None, "k" * 32):
+        with pytest.raises(NbjitCacheError, match=r"bomb.tar.bz2: member x.nbjit claims 16777216 bytes: the archive "
+                                                  r"would expand to more than 1032 times its size"):
+            c.import_archive(bomb, archive_key=key)
+    big = tmp_path / "big.tar"  # a plain archive whose member claims 1 GiB + 1, 1 MiB of it there
+    big.write_bytes(tar_header("0" * 64 + ".nbjit", (1 << 30) + 1) + bytes(1 << 20))
+    with pytest.raises(NbjitCacheError, match=r"big.tar: member 0{64}.nbjit of 1073741825 bytes, more than an entry "
+                                              r"can be, so not a cache archive nbjit signed"):
+        c.import_archive(big, archive_key="k" * 32)
+    (tmp_path / "zeros.tar").write_bytes(bytes(10240))
+    with pytest.raises(NbjitCacheError, match=r"zeros.tar: a file of zeros, so not a cache archive"):
+        c.import_archive(tmp_path / "zeros.tar")
+    assert c.entries() == [] and c.temporary_files() == []
+    empty = tmp_path / "empty.tar.gz"  # (an empty cache's export is one)
+    Cache(tmp_path / "none").export_archive(empty)
+    assert c.import_archive(empty) == (0, [])
+
+
+def test_a_damaged_xz_archive_is_a_cache_error(tmp_path):
+    """xz's error is no OSError: it escaped as a bare LZMAError."""
+    import lzma
+    from nbjit import NbjitCacheError
+    raw = bytearray(lzma.compress(entry_archive(tmp_path / "e.tar", 20, size=5000).read_bytes()))
+    raw[len(raw) // 2] ^= 0xFF
+    (tmp_path / "e.tar.xz").write_bytes(bytes(raw))
+    with pytest.raises(NbjitCacheError, match=r"e.tar.xz: a damaged cache archive \(Corrupt input data\)"):
+        Cache(tmp_path / "c").import_archive(tmp_path / "e.tar.xz")
+
+
 def test_many_refusals_are_listed_up_to_a_thousand(tmp_path):
     tar_with(tmp_path / "x.tar.gz", [(f"n{i}.txt", b"") for i in range(1100)])
     added, refused = Cache(tmp_path / "c").import_archive(tmp_path / "x.tar.gz")

@@ -43,7 +43,7 @@ except ImportError:  # not POSIX: no cross-process lock, each process compiles
 
 from ._defs import field, later, record
 from .errors import NbjitCacheError, NbjitWarning
-from .pch import PCH_DIR, PCH_SUFFIX, writer_alive as _pch_writer_alive
+from .pch import PCH_DIR, PCH_NAME, writer_alive as _pch_writer_alive
 from ._write import write_output
 from .image import content_digest, content_hash, read_regular, read_regular_stat
 
@@ -61,7 +61,7 @@ _SUFFIX = ".nbjit"
 _CALL_SUFFIX = ".call"  # a call's digest -> the key it was filed under (``Cache.index``)
 _READ_NONBLOCK = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
 _LOCK_SUFFIX = ".lock"
-_TMP_PREFIX = ".tmp-"  # .tmp-<writer pid>-<random>: a writer that is gone leaves one to reclaim
+_TMP_PREFIX = ".tmp-"  # .tmp-<writer pid>-<12 random hex digits>: a writer that is gone leaves one to reclaim
 _KEY = re.compile(r"[0-9a-f]{64}")
 _MAX_ENTRY_BYTES = 1 << 30  # far past any cubin: a bigger file is not an entry
 _TOUCH_AFTER = 3600.0  # seconds: a hit on an entry older than this marks it used (pruning order)
@@ -69,6 +69,18 @@ _KINDS = ("cubin", "ptx", "ltoir")  # (LTO-IR: what nbjit.link_image links)
 DEFAULT_MAX_BYTES = 1 << 30
 _MEMORY_ENTRIES = 512
 _SHARD = re.compile(r"[0-9a-f]{2}")
+# the files nbjit makes in a shard <key[:2]>: entries, their locks, call files (``Cache.index``)
+# and writers' temporary files (``_new_temporary``); nothing else there is listed or removed
+_SHARD_FILE = re.compile(rf"([0-9a-f]{{64}})({re.escape(_SUFFIX)}|{re.escape(_LOCK_SUFFIX)}|{re.escape(_CALL_SUFFIX)})"
+                         rf"|{re.escape(_TMP_PREFIX)}\d+-[0-9a-f]{{12}}")
+# the marker of a cache directory (the Cache Directory Tagging Specification's: backup tools
+# skip such a directory), written with its first shard; ``clear`` refuses a directory without it
+_MARKER = "CACHEDIR.TAG"
+_MARKER_HEAD = b"Signature: 8a477f597d28d172789f06886806bc55\n# This file is a cache directory tag created by nbjit."
+_MARKER_TEXT = _MARKER_HEAD + b"\n# For information about cache directory tags, see https://bford.info/cachedir/\n"
+# what else nbjit makes at a cache directory's top (its shards, PCH files, the compiler's
+# toolchain records and their temporary files): an older nbjit's cache holds nothing else
+_TOP_NAME = re.compile(r"[0-9a-f]{2}|" + PCH_DIR + r"|toolchain-[a-z]+\.json(\.\d+\.\d+\.tmp)?")
 # the size limit is checked by a scan of the whole cache (every entry stat()ed), so not on
 # every write: when this process has written a tenth of the limit since its last scan, when
 # its own count says the limit is passed, or at random with the chance that makes every
@@ -457,7 +469,8 @@ class Cache:
         if root is None:
             return out
         try:
-            shards = [d.path for d in os.scandir(root) if _SHARD.fullmatch(d.name) and d.is_dir(follow_symlinks=False)]
+            shards = [(d.name, d.path) for d in os.scandir(root)
+                      if _SHARD.fullmatch(d.name) and d.is_dir(follow_symlinks=False)]
         except FileNotFoundError:
             return out  # nothing written yet
         except OSError as e:
@@ -465,16 +478,15 @@ class Cache:
                 raise NbjitCacheError(f"cannot read the cache directory {root}: {e.strerror or e}") from None
             return out
         out.pch = _pch_files(os.path.join(root, PCH_DIR))
-        for shard in shards:
+        kinds = {_SUFFIX: out.entries, _LOCK_SUFFIX: out.locks, _CALL_SUFFIX: out.calls, None: out.temporary}
+        for prefix, shard in shards:
             try:
                 with os.scandir(shard) as it:
                     for d in it:
-                        name = d.name
-                        kind = (out.entries if name.endswith(_SUFFIX) else out.locks if name.endswith(_LOCK_SUFFIX)
-                                else out.temporary if name.startswith(_TMP_PREFIX)
-                                else out.calls if name.endswith(_CALL_SUFFIX) else None)
-                        if kind is None:
-                            continue
+                        m = _SHARD_FILE.fullmatch(d.name)
+                        if m is None or m[1] is not None and not m[1].startswith(prefix):
+                            continue  # not a name nbjit makes there
+                        kind = kinds[m[2]]
                         try:
                             st = d.stat(follow_symlinks=False)
                         except OSError:
@@ -560,6 +572,11 @@ class Cache:
             self._mem.clear()
             self._calls.clear()
         listing = self._scan()
+        other = None if self._root is None else self._not_ours(listing)
+        if other is not None:
+            raise NbjitCacheError(f"{self._root} is not an nbjit cache: it has no {_MARKER} of nbjit's, no cache "
+                                  f"entry, and files nbjit does not make ({other!r}); clear removes nothing there "
+                                  "(is NBJIT_CACHE_DIR right?)")
         n = 0
         for f, _, _ in listing.entries:
             try:
@@ -577,6 +594,26 @@ class Cache:
         with _USAGE_LOCK:
             _USAGE.pop(self._root, None)
         return n
+
+    def _not_ours(self, listing: "_Listing") -> str | None:
+        """None where the cache directory is nbjit's: marked (``_MARKER``), or an older
+        nbjit's cache, made before the marker (then marked now): one holding entries
+        (``listing``, by their names), or nothing but what nbjit makes, or nothing at all.
+        Else the first name in it that nbjit does not make."""
+        root = self._root
+        marker = read_small(os.path.join(root, _MARKER), 4096)
+        if marker is not None and marker.startswith(_MARKER_HEAD):
+            return None
+        if listing.entries:
+            _mark(root)
+            return None
+        try:
+            names = sorted(os.listdir(root))
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise NbjitCacheError(f"cannot read the cache directory {root}: {e.strerror or e}") from None
+        return next((n for n in names if not _TOP_NAME.fullmatch(n)), None)
 
     def prune(self, max_bytes: int | None = None, *, quiet: bool = False) -> int:
         """Remove least-recently-used entries until the cache (entries and temporary files)
@@ -872,12 +909,12 @@ def _reclaim(listing: _Listing, max_age: float) -> int:
 
 
 def _pch_files(d: str) -> list[tuple[Path, int, float]]:
-    """(file, bytes, mtime) of the precompiled headers in ``d``."""
+    """(file, bytes, mtime) of the precompiled headers in ``d`` (by the names nbjit gives them)."""
     out = []
     try:
         with os.scandir(d) as it:
             for e in it:
-                if e.name.endswith(PCH_SUFFIX):
+                if PCH_NAME.fullmatch(e.name):
                     try:
                         st = e.stat(follow_symlinks=False)
                     except OSError:
@@ -933,12 +970,30 @@ def _key_lock(f: str | None, lock_timeout: float):
 
 
 def _open_making_directory(path: str, flags: int) -> int:
-    """``os.open(path, flags, 0o666)``, making its directory where that is missing."""
+    """``os.open(path, flags, 0o666)`` of a file in a shard, making the shard where that is
+    missing (and marking the cache directory with the first: ``_mark``)."""
     try:
         return os.open(path, flags, 0o666)
     except FileNotFoundError:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        shard = os.path.dirname(path)
+        os.makedirs(shard, exist_ok=True)
+        _mark(os.path.dirname(shard))
         return os.open(path, flags, 0o666)
+
+
+def _mark(root: str) -> None:
+    """Mark ``root`` as nbjit's cache directory (``_MARKER``) where it is not yet; nothing
+    where that cannot be written (a read-only cache is read all the same)."""
+    try:
+        fd = os.open(os.path.join(root, _MARKER), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+    except OSError:
+        return
+    try:
+        os.write(fd, _MARKER_TEXT)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _write_file(f: str, data: bytes) -> "tuple[OSError, bool] | None":

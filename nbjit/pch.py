@@ -19,11 +19,12 @@ import threading
 from .errors import NbjitCompileError
 
 __all__ = ["PCH_ENV", "pch_mode", "header_prefix", "worth_it", "pch_options", "Store", "clean_log", "PCH_DIR",
-           "writer_alive"]
+           "PCH_NAME", "writer_alive"]
 
 PCH_ENV = "NBJIT_PCH"
 PCH_DIR = "pch"  # the cache directory's subdirectory for PCH files
 PCH_SUFFIX = ".pch"
+PCH_NAME = re.compile(r"\d+-\d+-[0-9a-f]{32}\.pch")  # what ``Store.path_for`` names a PCH file (pid-generation-key)
 # headers known to take NVRTC long (CCCL: CUB, Thrust, libcu++ and its nv/ target macros;
 # cooperative groups; CUTLASS/CuTe), and how much text from the user's include directories
 # makes a prefix worth a PCH on its own (a few hundred KB of templates is seconds of NVRTC)

@@ -438,15 +438,70 @@ def test_temporary_files_are_counted_and_reclaimed(tmp_path):
     c.write(KEY, ENTRY)
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                           text=True).stdout.strip()
-    left = tmp_path / KEY[:2] / f".tmp-{dead}-abcdef"
+    left = tmp_path / KEY[:2] / f".tmp-{dead}-abcdef012345"
     left.write_bytes(b"\0" * 5000)
-    mine = tmp_path / KEY[:2] / f".tmp-{os.getpid()}-123456"
+    mine = tmp_path / KEY[:2] / f".tmp-{os.getpid()}-123456789abc"
     mine.write_bytes(b"\0" * 10)
     info = c.info()
     assert info["temporary_files"] == 2 and info["bytes"] == c.file(KEY).stat().st_size + 5010
     assert c.prune() == 0  # under the limit: only the dead writer's file goes
     assert not left.exists() and mine.exists()
     assert c.clear() == 1 and mine.exists()  # a live writer keeps its file
+
+
+@pytest.fixture(scope="module")
+def small_bundle(tmp_path_factory):
+    """A kernel bundle's bytes (a file whose name ends as an entry's)."""
+    from nbjit import build_bundle
+    p = tmp_path_factory.mktemp("bundle") / "k.nbjit"
+    build_bundle(DATA / "nvcc/kernels_sm_80.cubin", p)
+    return p.read_bytes()
+
+
+def test_only_the_files_nbjit_makes_are_the_caches(tmp_path, small_bundle):
+    """In a directory that is not a cache, prune and clear removed the user's files that merely
+    end as nbjit's (build.lock, .tmp-notes, kernels.nbjit, query.call, notes.pch) and list
+    showed a bundle as a corrupt entry: only the names nbjit makes count, and clear refuses a
+    directory without nbjit's marker (CACHEDIR.TAG) unless it is an older nbjit's cache."""
+    d = tmp_path / "mine"
+    (d / "ab").mkdir(parents=True)
+    (d / "pch").mkdir()
+    mine = [d / "ab" / n for n in ("build.lock", ".tmp-notes", "kernels.nbjit", "query.call")] + [d / "pch/notes.pch"]
+    for f in mine:
+        f.write_bytes(small_bundle)
+    (d / "notes.txt").write_text("mine")
+    c = Cache(d)
+    assert c.entries() == [] and c.info()["bytes"] == c.info()["pch_files"] == c.info()["temporary_files"] == 0
+    assert c.prune(0) == 0
+    with pytest.raises(NbjitCacheError, match=r"mine is not an nbjit cache: it has no CACHEDIR.TAG of nbjit's, no "
+                                              r"cache entry, and files nbjit does not make \('notes.txt'\); clear "
+                                              r"removes nothing there"):
+        c.clear()
+    run = lambda *a: subprocess.run([sys.executable, "-m", "nbjit", "cache", *a], capture_output=True, text=True,
+                                    env={**os.environ, "NBJIT_CACHE_DIR": str(d)}, timeout=60)
+    r = run("list")
+    assert r.returncode == 0 and r.stdout == "", r.stdout
+    r = run("clear")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "not an nbjit cache" in r.stderr
+    assert all(f.read_bytes() == small_bundle for f in mine) and not (d / "CACHEDIR.TAG").exists()
+    # a cache nbjit makes is marked with its first shard, and cleared of nbjit's files only
+    fresh = Cache(tmp_path / "fresh")
+    fresh.write(KEY, ENTRY)
+    assert (tmp_path / "fresh/CACHEDIR.TAG").read_bytes().startswith(b"Signature: 8a477f597d28d172789f06886806bc55\n")
+    (tmp_path / "fresh/notes.txt").write_text("mine")
+    stranger = tmp_path / "fresh" / KEY[:2] / ("0" * 64 + ".nbjit")  # (a key's name in another key's shard)
+    stranger.write_bytes(b"mine")
+    assert fresh.clear() == 1 and stranger.exists() and (tmp_path / "fresh/notes.txt").exists()
+    # an older nbjit's cache (no marker): known by its entries, and marked; an empty one, or one
+    # of nothing but what nbjit makes, holds nothing to refuse
+    older = Cache(tmp_path / "older")
+    older.write(KEY, ENTRY)
+    (tmp_path / "older/CACHEDIR.TAG").unlink()
+    (tmp_path / "older/notes.txt").write_text("mine")
+    assert older.clear() == 1 and (tmp_path / "older/CACHEDIR.TAG").exists()
+    (tmp_path / "bare/pch").mkdir(parents=True)
+    (tmp_path / "bare/toolchain-state.json").write_text("[]")
+    assert Cache(tmp_path / "bare").clear() == 0 and Cache(tmp_path / "none").clear() == 0
 
 
 def test_limits_that_make_no_sense(tmp_path, monkeypatch):

@@ -27,7 +27,7 @@ import zipfile
 import zlib
 from typing import TYPE_CHECKING, Any
 
-from ._fatbin_write import layout_fatbin
+from ._fatbin_write import layout_fatbin, payload_arch
 from .arch import Arch
 from .errors import BundleError, ImageFormatError
 from .image import Image, read_regular, sniff
@@ -401,12 +401,19 @@ def image_error(src: str, image: str, msg: str) -> BundleError:
 
 def payload(archive: Archive, rec: dict, entry: tuple) -> bytes:
     """An entry's payload, checked against the archive's CRC-32 and the manifest's size and
-    SHA-256."""
-    file, _, _, sha, size = entry[:5]
+    SHA-256, and its architecture against what the payload says of it (``payload_arch``: a
+    cubin's ELF header, PTX's ``.target``), before anything reaches the driver."""
+    file, kind, arch, sha, size = entry[:5]
     data = archive.read(file)
     if len(data) != size or hashlib.sha256(data).hexdigest() != sha:
         raise image_error(archive.source, rec["name"], f"member {file!r}: its bytes do not match the manifest's size "
                           "and SHA-256 (the bundle is damaged or was altered)")
+    own = payload_arch(kind, data)
+    if own is not None and (own[0] != arch.number or own[1] not in (None, arch.variant)):
+        said = f"{'sm' if kind == 'cubin' else 'compute'}_{own[0]}{own[1] or ''}"
+        where = "its ELF header" if kind == "cubin" else "its .target"
+        raise image_error(archive.source, rec["name"], f"member {file!r}: the manifest lists it for {arch}, but it is "
+                          f"{kind} for {said} ({where}): the bundle was altered")
     return data
 
 

@@ -10,7 +10,8 @@ from typing import Iterable
 from .arch import Arch, ArchLike
 from .errors import ImageFormatError
 
-__all__ = ["build_fatbin", "layout_fatbin", "FATBIN_MAGIC", "MAX_ENTRY_BYTES", "MAX_TOTAL_BYTES"]
+__all__ = ["build_fatbin", "layout_fatbin", "cuda_elf_arch", "payload_arch", "FATBIN_MAGIC", "MAX_ENTRY_BYTES",
+           "MAX_TOTAL_BYTES"]
 
 FATBIN_MAGIC = 0xBA55ED50
 _F_64BIT = 0x1
@@ -22,6 +23,7 @@ _MAX_ENTRIES = 4096
 MAX_ENTRY_BYTES = 256 << 20
 MAX_TOTAL_BYTES = 512 << 20
 _CONTAINER_HEADER = 16
+_ELF_HEAD = struct.Struct("<4s4xB9xH28xI")  # an ELF64 header's magic, EI_ABIVERSION, e_machine and e_flags
 
 
 def _ptx_version(data: bytes) -> tuple[int, int] | None:
@@ -44,6 +46,51 @@ def _ptx_version(data: bytes) -> tuple[int, int] | None:
             if i > at + 8 and j > i and data[j:j + 1] == b"." and k > j + 1:
                 return int(data[i:j]), int(data[j + 1:k])
         at = data.find(b".version", at + 1)
+    return None
+
+
+def cuda_elf_arch(abi_version: int, flags: int) -> tuple[int, bool]:
+    """The SM (90) a CUDA ELF's header records in ``e_flags`` by its ABI version (FORMATS.md
+    §4), and whether the header marks the code arch-specific (sm_90a); ABI 8 may mark that
+    only in its compat section (``nbjit.cubin`` reads it)."""
+    if abi_version >= 8:
+        return (flags >> 8) & 0xFF, bool(flags & 0x8)
+    return flags & 0xFF, bool(flags & 0x800)
+
+
+def payload_arch(kind: str, data: bytes) -> tuple[int, str | None] | None:
+    """What a cubin or PTX payload itself says it was built for, read cheaply: (the SM or
+    compute capability number, the variant "", "a" or "f", or None where the payload does not
+    say it): a cubin's from its ELF header, PTX's from its first ``.target``. None where
+    neither is there to read (the readers say what is wrong with such a payload)."""
+    if kind == "cubin":
+        if len(data) < _ELF_HEAD.size:
+            return None
+        magic, abi, machine, flags = _ELF_HEAD.unpack_from(data)
+        if magic != b"\x7fELF" or machine != 190:
+            return None
+        sm, specific = cuda_elf_arch(abi, flags)
+        return sm, "a" if specific else None if abi >= 8 else ""
+    target = _ptx_target(data[: 1 << 16])
+    try:
+        a = Arch.parse(target.decode("ascii"), virtual=True) if target else None
+    except (UnicodeDecodeError, ValueError):
+        return None
+    return None if a is None else (a.number, a.variant)
+
+
+def _ptx_target(data: bytes) -> bytes | None:
+    """The first item of PTX text's first ``.target`` directive that starts its line
+    (``sm_90a`` of ``.target sm_90a, debug``), None where there is none; read by hand as
+    ``_ptx_version`` is."""
+    at = data.find(b".target")
+    while at >= 0:
+        end = data.find(b"\n", at)
+        rest = data[at + 7:end if end >= 0 else len(data)]
+        if rest[:1] in (b" ", b"\t") and not data[data.rfind(b"\n", 0, at) + 1:at].strip(b" \t"):
+            items = rest.replace(b",", b" ").split()
+            return items[0] if items else None
+        at = data.find(b".target", at + 1)
     return None
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 
 from ._elf import ElfFile
+from ._fatbin_write import cuda_elf_arch
 from ._defs import field, record
 from .arch import Arch
 from .errors import ImageFormatError
@@ -208,12 +209,10 @@ def _architecture(e: ElfFile) -> tuple[int, bool, int | None, int | None]:
     note = e.note(note_sec) if note_sec is not None and note_sec.type == _SHT_NOTE else None
     if note is not None and len(note[1]) >= 8:
         _, virtual, toolkit = struct.unpack_from("<HHI", note[1])
+    sm, arch_specific = cuda_elf_arch(e.abi_version, e.flags)
     if e.abi_version >= 8:
-        sm = (e.flags >> 8) & 0xFF
-        arch_specific = bool(e.flags & 0x8) or compat.get(_COMPAT_ACCELERATOR) == 1
+        arch_specific = arch_specific or compat.get(_COMPAT_ACCELERATOR) == 1
     else:
-        sm = e.flags & 0xFF
-        arch_specific = bool(e.flags & 0x800)
         virtual = virtual or ((e.flags >> 16) & 0xFF) or None
     if not 10 <= sm <= 9999:
         raise e.fail(f"no plausible SM architecture in e_flags {e.flags:#x} (sm {sm})")

@@ -430,6 +430,13 @@ def test_a_bundle_without_cubin_facts_loads_its_cubin_read(small):
      r"entry 'k/sm_80.cubin': resources is not \{kernel: \{resource: count\}\} of a cubin"),
     (lambda m: m["images"][0]["entries"][1].update(globals=[]), "load",
      r"entry 'k/compute_80.ptx': globals is not a list of a cubin's"),
+    # each payload's architecture is what it says itself (a cubin's ELF header, PTX's .target)
+    *[(lambda m, i=i, a=a: m["images"][0]["entries"][i].update(arch=a), where, msg)
+      for i, a, msg in ((0, "sm_90", r"member 'k/sm_80.cubin': the manifest lists it for sm_90, but it is cubin for "
+                                     r"sm_80 \(its ELF header\): the bundle was altered"),
+                        (1, "compute_90", r"member 'k/compute_80.ptx': the manifest lists it for compute_90, but it is "
+                                          r"ptx for compute_80 \(its .target\)"))
+      for where in ("load", "read")],
 ])
 def test_a_manifest_that_is_not_its_payloads_is_refused(small, change, where, msg):
     """What loading takes from the manifest is checked: its form at load, its agreement with
@@ -438,6 +445,17 @@ def test_a_manifest_that_is_not_its_payloads_is_refused(small, change, where, ms
     data = _rezip(small, _manifest(change))
     with pytest.raises(BundleError, match=msg):
         read_bundle(data) if where == "read" else load_bundle(data, lazy=True)
+
+
+def test_an_arch_specific_cubin_listed_as_plain_is_refused(tmp_path):
+    """Where a cubin's ELF header marks it arch-specific (sm_90a), the manifest may not list
+    it as a plain sm_90, which would send it to other devices."""
+    build_bundle({"k": DATA / "nvcc/kernels129_sm_90a.cubin"}, tmp_path / "a.nbjit")
+    data = _rezip((tmp_path / "a.nbjit").read_bytes(),
+                  _manifest(lambda m: m["images"][0]["entries"][0].update(arch="sm_90")))
+    with pytest.raises(BundleError, match=r"member 'k/sm_90a.cubin': the manifest lists it for sm_90, but it is "
+                                          r"cubin for sm_90a \(its ELF header\)"):
+        load_bundle(data, lazy=True)
 
 
 def test_member_names_are_marked_utf8(small):

@@ -166,12 +166,24 @@ def read_bundle(bundle: Any, name: str | None = None) -> BundleInfo:
         for e in entries:
             _same_facts(e, facts.get(e.file), lambda msg, n=rec["name"]: image_error(src, n, msg))
         _same_layouts(kernels, _bundle_file.kernels(rec, src), lambda msg, n=rec["name"]: image_error(src, n, msg))
+        if rec["triton"] is not None:
+            _triton_meta(rec, src)
         images.append(BundleImage(rec["name"], entries, kernels, rec["name_expressions"], rec["declarations"],
                                   rec["sources"], rec["options"], rec["producer"], rec["toolchain"], rec["triton"]))
     made_by = archive.manifest.get("nbjit")
     if made_by is not None and not isinstance(made_by, str):
         raise BundleError(f"{src}: {MANIFEST}: nbjit is {type(made_by).__name__}, not text")
     return BundleInfo(tuple(images), archive.manifest["version"], made_by, src)
+
+
+def _triton_meta(rec: dict, src: str) -> None:
+    """Image ``rec``'s Triton metadata checked by the rules ``load_triton`` applies to it."""
+    from .triton import _from_json
+
+    try:
+        _from_json(rec["triton"], f"{src}: {MANIFEST}: image {rec['name']!r}")
+    except NbjitLoadError as e:
+        raise BundleError(str(e)) from None
 
 
 def _same_layouts(found: tuple["KernelInfo", ...], listed: dict, bad) -> None:

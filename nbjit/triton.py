@@ -138,27 +138,58 @@ def _bad(source: str, key: str, why: str) -> NbjitLoadError:
     return NbjitLoadError(f"{source}: Triton metadata {key!r}: {why}")
 
 
-def _arch(target: dict, source: str) -> Arch | None:
-    """The architecture of Triton's ``target.arch`` (a number, 90 for sm_90); None where it
-    is 0 or names none."""
-    n = _int(target, "arch", 0, source, 0, 100000)
-    return Arch(n) if 10 <= n <= 9999 else None
+def _arch(d: dict, target: dict, source: str) -> Arch | None:
+    """The architecture of Triton's ``target.arch`` (a number, 90 for sm_90; None where it
+    is 0 or absent), which Triton's own ``arch`` option (``"sm90"``), where given, names too."""
+    n = _int(target, "arch", 0, source, 0, 9999, shown="target.arch")
+    if 0 < n < 10:
+        raise _bad(source, "target.arch", f"{n} is not an architecture's number (90 for sm_90)")
+    option = d.get("arch")
+    if option is not None:
+        try:
+            a = Arch.parse(option) if isinstance(option, str) else None
+        except ValueError:
+            a = None
+        if a is None or a.virtual:
+            raise _bad(source, "arch", f"{str(option)[:40]!r} is not an architecture (as 'sm90' or 'sm_90a')")
+        if n and a.number != n:
+            raise _bad(source, "arch", f"{option!r} is not the architecture of target.arch ({n})")
+    return Arch(n) if n else None
 
 
-def _int(d: dict, key: str, default: int, source: str, lo: int = 0, hi: int = 1 << 31) -> int:
-    """A whole number from the metadata, in [lo, hi]; None or absent gives ``default``."""
+def _int(d: dict, key: str, default: int, source: str, lo: int = 0, hi: int = 1 << 31, *,
+         shown: str | None = None) -> int:
+    """A whole number from the metadata (a JSON number, never text), in [lo, hi]; None or
+    absent gives ``default``. ``shown``: the key as messages name it."""
     v = d.get(key)
     if v is None:
         return default
-    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
-        raise _bad(source, key, f"expected a whole number, got {type(v).__name__}")
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise _bad(source, shown or key, f"expected a whole number, got {type(v).__name__}")
     try:
-        n = int(v) if not isinstance(v, str) or len(v) <= 19 else None
+        n = int(v)
     except (ValueError, OverflowError):
         n = None
     if n is None or (isinstance(v, float) and n != v) or not lo <= n <= hi:
-        raise _bad(source, key, f"{str(v)[:40]!r} is not a whole number from {lo} to {hi}")
+        raise _bad(source, shown or key, f"{str(v)[:40]!r} is not a whole number from {lo} to {hi}")
     return n
+
+
+def _align(d: dict, key: str, source: str) -> int:
+    """An alignment from the metadata: a power of two (1 where absent)."""
+    n = _int(d, key, 1, source, 1)
+    if n & (n - 1):
+        raise _bad(source, key, f"{n} is not a power of two")
+    return n
+
+
+def _warp_size(d: dict, target: dict, source: str) -> int:
+    """The warp size the metadata says (its own, else its target's): a CUDA warp's, 32."""
+    for where, key in ((d, "warp_size"), (target, "warp_size")):
+        n = _int(where, key, 0, source, 0, 1 << 31, shown=key if where is d else "target.warp_size")
+        if n and n != 32:
+            raise _bad(source, key if where is d else "target.warp_size", f"{n} is not a CUDA warp's size (32)")
+    return 32
 
 
 def _from_json(d, source: str) -> TritonMeta:
@@ -182,22 +213,21 @@ def _from_json(d, source: str) -> TritonMeta:
     cluster = d.get("cluster_dims")
     if cluster is not None and (not isinstance(cluster, (list, tuple)) or len(cluster) > 3):
         raise _bad(source, "cluster_dims", f"expected up to 3 numbers, got {str(cluster)[:40]}")
-    arch = target.get("arch")
     ptx_version = d.get("ptx_version")
     version = d.get("triton_version")
     return TritonMeta(
         name=name,
         num_warps=_int(d, "num_warps", 4, source, 1, 1024),
         num_ctas=_int(d, "num_ctas", 1, source, 1, 1024),
-        warp_size=_int(d, "warp_size", 0, source, 0, 1024) or _int(target, "warp_size", 32, source, 1, 1024),
+        warp_size=_warp_size(d, target, source),
         shared=_int(d, "shared", 0, source),
         tmem_size=_int(d, "tmem_size", 0, source),
         global_scratch_size=_int(d, "global_scratch_size", 0, source),
-        global_scratch_align=_int(d, "global_scratch_align", 1, source, 1),
+        global_scratch_align=_align(d, "global_scratch_align", source),
         profile_scratch_size=_int(d, "profile_scratch_size", 0, source),
-        profile_scratch_align=_int(d, "profile_scratch_align", 1, source, 1),
+        profile_scratch_align=_align(d, "profile_scratch_align", source),
         scratch_params=_scratch_params(d),
-        arch=_arch(target, source) if isinstance(arch, int) or (isinstance(arch, str) and arch.isdigit()) else None,
+        arch=_arch(d, target, source),
         ptx_version=ptx_version if isinstance(ptx_version, int) and not isinstance(ptx_version, bool) else None,
         triton_version=str(version)[:64] if isinstance(version, (str, int, float)) else None,
         cluster_dims=tuple(_int({"v": c}, "v", 1, source, 1, 1024) for c in cluster) if cluster else None,
@@ -232,8 +262,11 @@ def _from_ptx_comments(meta: dict, source: str) -> TritonMeta:
     if not meta.get("name"):
         raise _bad(source, "name", "the '// meta: name=' comment names no kernel")
     full = {**DEFAULTS, **meta}
-    d = {k: full[k] for k in ("name", "num_warps", "num_ctas", "shared", "tmem_size", "global_scratch_size",
-                              "global_scratch_align", "profile_scratch_size", "profile_scratch_align")}
+    # (the comments' numbers are text: whole numbers read as JSON's, the rest refused as text)
+    d = {k: int(v) if k != "name" and isinstance(v, str) and v.isdecimal() and len(v) <= 19 else v
+         for k, v in full.items() if k in ("name", "num_warps", "num_ctas", "shared", "tmem_size",
+                                           "global_scratch_size", "global_scratch_align", "profile_scratch_size",
+                                           "profile_scratch_align")}
     m = _from_json(d, source)
     return TritonMeta(**{**m.__dict__, "source": "ptx comments"})
 

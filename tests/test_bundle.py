@@ -789,6 +789,35 @@ def test_load_triton_picks_the_bundles_triton_image(tmp_path):
         nbjit.load_triton((t / "add_kernel/add_kernel.cubin").read_bytes(), lazy=True)
 
 
+@pytest.mark.parametrize("change,msg", [
+    ({"warp_size": 7}, "'warp_size': 7 is not a CUDA warp's size (32)"),
+    ({"num_warps": "4"}, "'num_warps': expected a whole number, got str"),
+    ({"global_scratch_align": 3}, "'global_scratch_align': 3 is not a power of two"),
+    ({"arch": "sm_xyz"}, "'arch': 'sm_xyz' is not an architecture"),
+    ({"target": {"backend": "cuda", "arch": "sm_xyz"}}, "'target.arch': expected a whole number, got str"),
+])
+def test_triton_metadata_in_a_bundle_follows_load_triton_rules(tmp_path, change, msg):
+    """A bundle's Triton metadata is checked by load_triton's one validator, in read_bundle
+    (nbjit inspect) and load_triton(bundle), as a cache entry's is."""
+    from nbjit.triton import read_triton
+
+    build_bundle(DATA / "triton/add_kernel", tmp_path / "t.nbjit")
+    data = _rezip((tmp_path / "t.nbjit").read_bytes(), _manifest(lambda m: m["images"][0]["triton"].update(change)))
+    with pytest.raises(BundleError, match=re.escape(f"<bundle>: manifest.json: image 'add_kernel': Triton metadata "
+                                                    f"{msg}")):
+        read_bundle(data)
+    with pytest.raises(nbjit.NbjitLoadError, match=re.escape(msg)):
+        nbjit.load_triton(data, lazy=True)
+    entry = tmp_path / "entry"  # the same metadata in a cache entry
+    entry.mkdir()
+    for f in (DATA / "triton/add_kernel").iterdir():
+        (entry / f.name).write_bytes(f.read_bytes())
+    meta = json.loads((entry / "add_kernel.json").read_text())
+    (entry / "add_kernel.json").write_text(json.dumps({**meta, **change}))
+    with pytest.raises(nbjit.NbjitLoadError, match=re.escape(msg)):
+        read_triton(entry)
+
+
 def test_a_fatbin_entry_python_cannot_decompress_is_refused(tmp_path, no_lz4):
     """A bundle holds raw cubin and PTX bytes: an LZ4 entry unread (no lz4 package) stops the
     build, naming the entry and what to install, and writes nothing."""

@@ -567,6 +567,9 @@ def _parts(inputs: Any, how: dict) -> list[_Part]:
             raise BundleError(f"{_origin(other)} and {_origin(part)}: two images would be called {part.name!r} (an "
                               "image is named after its file): name them ({'a': ..., 'b': ...})")
         parts.append(part)
+    if exprs and not compiled_any:  # (a dict of them names CUDA images: checked above)
+        raise BundleError(f"name_expressions ({', '.join(map(repr, exprs[:3]))}) instantiate templates of CUDA C++ "
+                          "sources; the inputs hold none (PTX, cubins and fatbins are compiled already)")
     if (how["archs"] or how["ptx"]) and not compiled_any:
         raise BundleError("archs and ptx say what to compile CUDA sources for; the inputs hold none (PTX, cubins and "
                           "fatbins go in at their own architectures)")

@@ -559,13 +559,13 @@ def _inspect_bundle(args, raw: bytes) -> int:
 
 def _bundle(args) -> int:
     from ._bundle_file import is_image_name
-    from .bundle import _image_name, bundle_bytes
-    from .compiler import SOURCE_SUFFIXES
+    from .bundle import bundle_bytes
 
     # everything the command line can get wrong is said here, in its terms (--arch, --name), before
     # anything is compiled; what only building finds is said by build_bundle's own checks
     to_stdout = args.output == "-"
-    for f in args.files:
+    files = [f for f in args.files if f != "-"]  # (-: standard input, read by _bundle_inputs)
+    for f in files:
         if not os.path.lexists(f):
             raise _Usage(f"cannot read {f}: No such file or directory")
     if to_stdout:
@@ -574,7 +574,7 @@ def _bundle(args) -> int:
         if os.path.isdir(args.output):
             raise _Usage(f"-o {args.output} is a directory: give the bundle's file name "
                          f"({os.path.join(args.output, 'kernels.nbjit')})")
-        for f in args.files:
+        for f in files:
             _refuse_input(args.output, f, in_place_option=False)
     if args.name is not None and not is_image_name(args.name):
         raise _Usage(f"--name {args.name!r}: an image name is 1 to 128 letters, digits, '_', '.', '+' or '-', not "
@@ -588,24 +588,17 @@ def _bundle(args) -> int:
     ptx = [Arch(a.number, a.variant, True) for a in _parse_archs(args.ptx, "--ptx")] if args.ptx is not None else []
     for a in ptx:
         _check_compilable(a, "--ptx", newer="--ptx")
-    seen: dict[str, str] = {}  # image name -> the FILE it comes from
-    for f in args.files:
-        p = Path(f)
-        if args.name or p.is_dir() or p.suffix == ".json":
-            continue  # (a Triton kernel is named by its metadata: build_bundle says where two are alike)
-        first = seen.setdefault(_image_name(p), f)
-        if first != f and os.path.exists(first) and os.path.samefile(first, f):
-            raise _Usage(f"{f} is given twice")
-        if first != f:
-            raise _Usage(f"{first} and {f} would both be image {_image_name(p)!r} (each FILE is one image, named "
-                         "after the file): rename one, or give --name NAME to put them in one image")
-    sources = [f for f in args.files if Path(f).suffix.lower() in SOURCE_SUFFIXES]
+    inputs, sources = _bundle_inputs(args)
     if sources and not archs and not ptx:
-        raise _Usage(f"{sources[0]} is CUDA source: say what to compile it for with --arch (SASS: sm_80,sm_90) "
+        shown = "standard input" if sources[0] == "-" else sources[0]
+        raise _Usage(f"{shown} is CUDA source: say what to compile it for with --arch (SASS: sm_80,sm_90) "
                      "and/or --ptx (PTX: compute_80)")
+    if args.expr and not sources:
+        raise _Usage(f"--expr {args.expr[0]}: name expressions instantiate templates of CUDA C++ sources (FILEs named "
+                     ".cu, .cuh or .cuda), and no FILE is one: drop --expr")
     if (archs or ptx) and not sources:
         from .triton import read_triton
-        for f in args.files:  # a directory holding no Triton kernel is the first thing wrong: said first
+        for f in files:  # a directory holding no Triton kernel is the first thing wrong: said first
             if os.path.isdir(f):
                 read_triton(f)
         given = " and ".join(o for o, v in (("--arch", archs), ("--ptx", ptx)) if v)
@@ -613,7 +606,6 @@ def _bundle(args) -> int:
                      "one (named .cu, .cuh or .cuda; PTX, cubins, fatbins and Triton kernels go in as they were "
                      f"built): drop {given}")
     opts = [o for d in args.include for o in ("-I", d)] + [f"-D{d}" for d in args.define] + list(args.option)
-    inputs = {args.name: args.files} if args.name else args.files
     with warnings.catch_warnings():
         # (a source that compiles to no kernel: the error below says so, with what to do)
         warnings.filterwarnings("ignore", "(?s).*NVRTC compiled no kernel", NbjitWarning)
@@ -636,6 +628,45 @@ def _bundle(args) -> int:
     return 0
 
 
+def _bundle_inputs(args) -> tuple:
+    """What ``bundle`` builds from its FILEs: build_bundle's inputs (the FILEs, or {NAME:
+    FILEs} with --name; ``-``, standard input, as image "stdin": the image it holds, or CUDA
+    source text), and those of them that are CUDA sources (``-`` for standard input's)."""
+    from .bundle import _image_name
+    from .compiler import SOURCE_SUFFIXES
+
+    seen: dict[str, str] = {}  # image name -> the FILE it comes from
+    for f in args.files:
+        p = Path(f)
+        if args.name or f == "-" or p.is_dir() or p.suffix == ".json":
+            continue  # (a Triton kernel is named by its metadata: build_bundle says where two are alike)
+        first = seen.setdefault(_image_name(p), f)
+        if first != f and os.path.exists(first) and os.path.samefile(first, f):
+            raise _Usage(f"{f} is given twice")
+        if first != f:
+            raise _Usage(f"{first} and {f} would both be image {_image_name(p)!r} (each FILE is one image, named "
+                         "after the file): rename one, or give --name NAME to put them in one image")
+    sources = [f for f in args.files if Path(f).suffix.lower() in SOURCE_SUFFIXES]
+    if "-" not in args.files:
+        return ({args.name: args.files} if args.name else args.files), sources
+    if args.files.count("-") > 1:
+        raise _Usage("- is given twice: standard input is read once")
+    if len(args.files) > 1 and not args.name:
+        raise _Usage("- among other FILEs needs --name NAME, to put them all in one image (each FILE is one image "
+                     "named after the file, and standard input has no name)")
+    raw = _read("-")
+    kind = _kind(raw, "<stdin>")
+    if kind is not None:
+        given: object = Image(raw, kind, "<stdin>")
+    else:
+        _check_source(raw, "<stdin>")
+        text = raw.decode("utf-8")
+        given, sources = text if "\n" in text else text + "\n", [*sources, "-"]  # (one line of text is no path)
+    if args.name:
+        return {args.name: [given if f == "-" else f for f in args.files]}, sources
+    return {"stdin": given}, sources
+
+
 def _cannot_write(directory) -> str | None:
     """Why a file cannot be made in ``directory`` (made where it is missing), or None."""
     import tempfile
@@ -654,7 +685,7 @@ def _expressions(args, sources: list[str]) -> "list[str] | dict[str, list[str]]"
     image's only (as ``build_bundle``'s ``name_expressions={image: [...]}``)."""
     from .bundle import _image_name
 
-    images = [args.name] if args.name else [_image_name(Path(f)) for f in sources]
+    images = [args.name] if args.name else ["stdin" if f == "-" else _image_name(Path(f)) for f in sources]
     every: list[str] = []
     each: dict[str, list[str]] = {}
     for e in args.expr:

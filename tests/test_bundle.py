@@ -203,6 +203,8 @@ def test_build_refuses(tmp_path):
         (lambda: build_bundle([nv / "kernels_sm_80.cubin", copy], tmp_path / "a"),
          "nvcc/kernels_sm_80.cubin and .*/other/kernels_sm_80.cubin: two images would be called 'kernels_sm_80'"),
         (lambda: build_bundle(nv / "kernels_sm_80.cubin", tmp_path / "a", archs="sm_90"), "the inputs hold none"),
+        (lambda: build_bundle(nv / "kernels_sm80.ptx", tmp_path / "a", name_expressions="f<int>"),
+         r"name_expressions \('f<int>'\) instantiate templates of CUDA C\+\+ sources; the inputs hold none"),
         (lambda: build_bundle(TMPL, tmp_path / "a"), "say what to compile it for"),
         (lambda: build_bundle(TMPL, tmp_path / "a", archs="compute_90"), "virtual architecture"),
         (lambda: build_bundle(TMPL, tmp_path / "a", archs="sm_9x"), "not an architecture"),

@@ -979,6 +979,33 @@ def test_bundle_to_standard_output(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_bundle_reads_standard_input(tmp_path):
+    """bundle - was refused (no file named '-') where other verbs read standard input: its image
+    (PTX, cubin, fatbin) or CUDA source becomes image "stdin", or goes into --name's image."""
+    nv = DATA / "nvcc"
+    r = _run("bundle", "-", "-o", "-", stdin=(nv / "kernels_sm90.ptx").read_bytes(), cwd=tmp_path)
+    assert r.returncode == 0 and r.stderr == b"<stdout>: stdin: compute_90 (11 kernels)\n", r.stderr
+    entry = nbjit_lib.inspect_bundle(r.stdout).image("stdin").entries[0]
+    assert entry.payload == (nv / "kernels_sm90.ptx").read_bytes()
+    r = _run("bundle", "-", str(nv / "kernels_sm_90.cubin"), "--name", "k", "-o", "k.nbjit",
+             stdin=(nv / "kernels_sm_80.cubin").read_bytes(), cwd=tmp_path)
+    assert r.returncode == 0 and r.stderr == b"k.nbjit: k: sm_80, sm_90 (11 kernels)\n", r.stderr
+    r = _run("bundle", "-", "--arch", "sm_90", "-o", "a.nbjit", stdin=AXPY.read_bytes(), cwd=tmp_path)
+    assert r.returncode == 0 and r.stderr == b"a.nbjit: stdin: sm_90 (1 kernel)\n", r.stderr
+    for args, stdin, line in (
+            (["-"], AXPY.read_bytes(), "standard input is CUDA source: say what to compile it for with --arch"),
+            (["-", "-"], b"", "- is given twice: standard input is read once"),
+            (["-", str(nv / "kernels_sm_90.cubin")], b"", "- among other FILEs needs --name NAME"),
+            (["-", "--expr", "f<int>"], (nv / "kernels_sm90.ptx").read_bytes(), "--expr f<int>: name expressions "
+             "instantiate templates of CUDA C++ sources"),
+            (["-"], (tmp_path / "a.nbjit").read_bytes(), "<stdin> is a ZIP archive (a kernel bundle?)")):
+        r = _run("bundle", *args, "-o", "x.nbjit", stdin=stdin, cwd=tmp_path)
+        err = r.stderr.decode()
+        assert r.returncode == 2 and err.startswith(f"nbjit bundle: error: {line}") and len(err.splitlines()) == 1, \
+            (args, err)
+    assert not (tmp_path / "x.nbjit").exists()
+
+
 def test_cache_export_and_import_through_a_pipe(tmp_path):
     """cache export - once wrote a file named '-' (and its report into the archive's stream).
     As tar: export - streams the archive to standard output, import - reads standard input."""
@@ -1105,6 +1132,9 @@ def _bundle_cases(tmp: Path) -> list:
          f"image 'k': {nv / 'kernels_sm_80.cubin'} and {nv / 'pdl_sm_90.cubin'} hold different kernels ("),
         (["a/k.ptx", "--name", "a/b"], "--name 'a/b': an image name is 1 to 128 letters"),
         (["a/k.ptx", "--name", ""], "--name '': an image name is 1 to 128 letters"),
+        (["a/k.ptx", "--expr", "f<int>"], "--expr f<int>: name expressions instantiate templates of CUDA C++ sources "
+         "(FILEs named .cu, .cuh or .cuda), and no FILE is one: drop --expr"),
+        (["a/k.ptx", "--expr", "k=f<int>", "--name", "k"], "--expr k=f<int>: name expressions instantiate templates"),
         (["a/k.ptx", "--arch", "sm_90"], "--arch says what to compile CUDA sources for, and no FILE is one (named "
          ".cu, .cuh or .cuda; PTX, cubins, fatbins and Triton kernels go in as they were built): drop --arch"),
         # what is wrong with a FILE comes before what is wrong with an option

@@ -31,7 +31,7 @@ What the compiler made (no GPU):
                                         stack frame and spill bytes as ptxas reported them
                                         (compile with options=["-Xptxas=-v"]; kept in the cache)
     disassemble(cubin, kernel=None) -> str, Kernel.sass(arch=None)
-                                        SASS through nvdisasm (pip install 'nbjit-core[sass]')
+                                        SASS through nvdisasm (nbjit-core's sass extra)
     nbjit.occupancy.occupancy(kernel_info, arch, block, dynamic_shared=0) -> Occupancy
                                         resident blocks per SM by CUDA's occupancy rules
 

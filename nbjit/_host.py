@@ -270,7 +270,7 @@ class NumbaCuda(Host):
     name = "numba-cuda"
     package = "numba.cuda"
     top = "numba_cuda"  # (numba-cuda >= 0.30 installs numba.cuda from there)
-    extra = "cu13"
+    extra = "numba"  # numba-cuda alone; "cu13" / "cu12" bring CUDA's compiler wheels besides
     modules = {"cuda": "numba.cuda", "devicearray": "numba.cuda.cudadrv.devicearray",
                "driver": "numba.cuda.cudadrv.driver", "sigutils": "numba.core.sigutils",
                "types": "numba.core.types", "numpy_support": "numba.np.numpy_support"}

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
 
-from .errors import NbjitHostError, NbjitLoadError
+from .errors import NbjitHostError, NbjitLoadError, install_hint
 
 
 def not_installed(host: Any, hosts: Sequence[Any], env: str) -> NbjitLoadError:
     """The error for ``host``'s package not installed (``hosts``: the others to choose from)."""
     return NbjitLoadError(
         f"nbjit loads and launches in the context of a Numba, and {host.name} (the one it serves "
-        f"in this process) is not installed: pip install 'nbjit-core[{host.extra}]', or choose another "
+        f"in this process) is not installed: install {install_hint(host.extra)}; or choose another "
         f"with {env} / nbjit.use_host() ({', '.join(repr(h.name) for h in hosts)})")
 
 

@@ -970,7 +970,8 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("--arch", help="for a fatbin: show the image this architecture (e.g. sm_90) would use; with "
                    "--sass, --occupancy or --fail-on-spills, also the SASS PTX is assembled to")
     i.add_argument("--sass", action="store_true",
-                   help="print the SASS (needs nvdisasm: pip install 'nbjit-core[sass]')")
+                   help="print the SASS (needs nvdisasm: nbjit-core's sass extra, "
+                   "pip install -e '.[sass]' in a checkout)")
     i.add_argument("--occupancy", type=_occupancy_arg, metavar="BLOCK[,SMEM]", help="resident blocks per SM of each "
                    "kernel for this block size and dynamic shared memory (bytes), by CUDA's occupancy rules")
     i.add_argument("--fail-on-spills", action="store_true", help="exit 1 naming the kernels that spill registers "

@@ -28,7 +28,7 @@ from .arch import Arch, existence_problem
 from .cache import _KEY_JSON, _SCAN, Cache, CacheEntry, Written, cache_key, default_cache, make_locked, write_entry
 from ._csource import source_declarations
 from .cubin import inspect_cubin
-from .errors import CompileFailure, LinkFailure, NbjitCompileError, NbjitWarning
+from .errors import CompileFailure, LinkFailure, NbjitCompileError, NbjitWarning, install_hint
 from ._elf import gnu_build_id
 from .image import Image, content_digest, read_regular
 from .includes import IncludeWalk, walk_includes
@@ -98,7 +98,7 @@ def nvjitlink_cubin(inputs: Iterable[tuple[str, bytes, str]], arch: Arch | str, 
     """
     if nvjitlink_version() is None:
         raise LinkFailure("nvJitLink is not available; install it with 'pip install nvidia-nvjitlink' "
-                          "(numba-cuda's cu13 extra brings it)")
+                          f"(it comes with {install_hint('cu13')})")
     from cuda.bindings import nvjitlink as J
 
     opts = [f"-arch={arch}", *options]
@@ -167,9 +167,8 @@ def _nvrtc():
     except Exception as e:  # ImportError, cuda.pathfinder's DynamicLibNotFoundError, RuntimeError
         why = (str(e).strip().splitlines() or [""])[0][:160]
         raise NbjitCompileError(
-            f"NVRTC is not installed ({type(e).__name__}: {why}): install it with "
-            "pip install 'nbjit-core[cu13]' (with numba-cuda; 'nbjit-core[cu12]' for CUDA 12 drivers) or "
-            "'nbjit-core[mlir]' (with numba-cuda-mlir), which bring nvidia-cuda-nvrtc"
+            f"NVRTC is not installed ({type(e).__name__}: {why}): it comes with {install_hint('cu13')}; "
+            "'cu12' for CUDA 12 drivers, 'mlir' with numba-cuda-mlir instead of numba-cuda"
         ) from None
 
 

@@ -131,3 +131,10 @@ class BundleError(NbjitError, ValueError):
 
 class NbjitWarning(UserWarning):
     """Something nbjit did on the user's behalf that they may want to know about."""
+
+
+def install_hint(extra: str) -> str:
+    """How to install nbjit-core's ``extra``, for the messages that say what to install: nbjit
+    is installed from a checkout or from a wheel built from one (it is not on PyPI)."""
+    return (f"nbjit-core's '{extra}' extra: pip install -e '.[{extra}]' in a checkout of nbjit "
+            f"(or pip install 'nbjit_core-<version>-py3-none-any.whl[{extra}]' for a wheel built from one)")

@@ -329,7 +329,7 @@ class Kernel(_EXTENSION.KernelBase if _EXTENSION is not None else _PyIndexing): 
         return kernel_attributes(self)
 
     def sass(self, arch: "Arch | str | None" = None) -> str:
-        """The kernel's SASS as ``nvdisasm`` prints it (``pip install 'nbjit-core[sass]'``): of the
+        """The kernel's SASS as ``nvdisasm`` prints it (nbjit-core's ``sass`` extra): of the
         module's cubin, or of the cubin its PTX or fatbin gives for ``arch`` (default: the
         current device's). Needs no GPU for a cubin or with ``arch`` given."""
         from ._kernel_extra import sass

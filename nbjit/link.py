@@ -22,7 +22,7 @@ from .arch import Arch
 from .cache import Cache, CacheEntry, cache_key, default_cache
 from ._csource import DeviceDeclaration, device_declarations, parse_ctype
 from .cdecl import CParam, scalar_facts, shown_name
-from .errors import LinkFailure, NbjitCompileError, NbjitError, NbjitWarning
+from .errors import LinkFailure, NbjitCompileError, NbjitError, NbjitWarning, install_hint
 from .image import Image, content_digest, read_regular
 
 __all__ = ["link_image"]
@@ -315,8 +315,8 @@ def _numba_compile(inp: _Input, cc: tuple[int, int]) -> tuple[bytes, str, tuple[
         from ._host import host_of
         from .numba_abi import NumbaAbiError, device_ltoir
     except ImportError as e:
-        raise NbjitCompileError(f"{inp.label}: compiling a Python function needs Numba (pip install numba-cuda): "
-                                f"{e}") from None
+        raise NbjitCompileError(f"{inp.label}: compiling a Python function needs Numba ({e}): install "
+                                f"{install_hint('cu13')}") from None
     try:
         return device_ltoir(inp.func, inp.signature, inp.symbol, cc, host_of(inp.func))  # (a dispatcher's own)
     except NumbaAbiError as e:

@@ -19,7 +19,7 @@ import time
 import warnings
 from urllib.parse import urlsplit, urlunsplit
 
-from .errors import NbjitCacheError, NbjitWarning
+from .errors import NbjitCacheError, NbjitWarning, install_hint
 
 __all__ = ["RemoteTier", "REMOTE_ENV", "REMOTE_WRITE_ENV"]
 
@@ -249,8 +249,8 @@ class RemoteTier:
             self._succeeded()
             raise
         except ImportError as e:
-            raise NbjitCacheError(f"the remote cache {self.url} needs {e.name or 'a package'}: pip install "
-                                  f"\"nbjit-core[remote]\" (or the fsspec package for {self.protocol}://)") from None
+            raise NbjitCacheError(f"the remote cache {self.url} needs {e.name or 'a package'}: install "
+                                  f"{install_hint('remote')}, or the fsspec package for {self.protocol}://") from None
         except Exception as e:  # noqa: BLE001  # whatever a store's client raises: the store did not answer
             why = self._scrub(_why(e))
             self._failed_call(what, why)
@@ -354,7 +354,7 @@ def _check_installed(protocol: str, url: str) -> None:
     try:
         from fsspec.registry import known_implementations, registry
     except ImportError:
-        raise NbjitCacheError(f"the remote cache {url} needs fsspec: pip install \"nbjit-core[remote]\"") from None
+        raise NbjitCacheError(f"the remote cache {url} needs fsspec: install {install_hint('remote')}") from None
     if protocol in registry:
         return
     impl = known_implementations.get(protocol)
@@ -368,7 +368,7 @@ def _check_installed(protocol: str, url: str) -> None:
         found = False
     if not found:
         raise NbjitCacheError(f"the remote cache {url} needs the {module.split('.')[0]} package "
-                              f"({impl.get('err', 'not installed')}): pip install \"nbjit-core[remote]\" for S3")
+                              f"({impl.get('err', 'not installed')}): for S3, install {install_hint('remote')}")
 
 
 def tier_from_env() -> RemoteTier | None:

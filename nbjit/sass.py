@@ -1,5 +1,5 @@
 """The SASS a cubin holds, as text, through NVIDIA's ``nvdisasm`` (the
-``nvidia-cuda-nvdisasm`` wheel: ``pip install 'nbjit-core[sass]'``). PTX and fatbins are first
+``nvidia-cuda-nvdisasm`` wheel: nbjit-core's ``sass`` extra). PTX and fatbins are first
 turned into the cubin a device of the given architecture would run."""
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ import shutil
 import subprocess
 import tempfile
 
-from .errors import NbjitError
+from .errors import NbjitError, install_hint
 
 __all__ = ["find_nvdisasm", "disassemble", "cubin_for"]
 
-_INSTALL = "install it with pip install 'nbjit-core[sass]' (the nvidia-cuda-nvdisasm wheel) or put CUDA's bin on PATH"
+_INSTALL = (f"install the nvidia-cuda-nvdisasm wheel, which comes with {install_hint('sass')}, "
+            "or put CUDA's bin on PATH")
 _TIMEOUT_S = 120
 # nvdisasm starts each function's code with this line (-c: code sections only)
 _SECTION = re.compile(r"^//-+ \.text\.(\S+)\s+-+$", re.M)

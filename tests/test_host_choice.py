@@ -24,7 +24,7 @@ def test_the_hosts_and_their_packages():
     assert [h.name for h in HOSTS] == ["numba-cuda", "numba-cuda-mlir"]
     assert isinstance(CUDA, NumbaCuda) and isinstance(MLIR, NumbaCudaMlir)
     assert (CUDA.package, MLIR.package) == ("numba.cuda", "numba_cuda_mlir")
-    assert (CUDA.abi, MLIR.abi) == ("numba", "mlir") and (CUDA.extra, MLIR.extra) == ("cu13", "mlir")
+    assert (CUDA.abi, MLIR.abi) == ("numba", "mlir") and (CUDA.extra, MLIR.extra) == ("numba", "mlir")
     assert all(m.startswith("numba_cuda_mlir.") for m in MLIR.modules.values())
     assert not any(m.startswith("numba_cuda_mlir") for m in CUDA.modules.values())
 
@@ -116,6 +116,7 @@ def test_a_host_not_installed_says_what_to_install():
     ghost.modules = {"cuda": "other_numba.cuda"}
     ghost.extra = "other"
     with pytest.raises(NbjitLoadError, match=r"other \(the one it serves in this process\) is not installed: "
-                                             r"pip install 'nbjit-core\[other\]'"):
+                                             r"install nbjit-core's 'other' extra: "
+                                             r"pip install -e '\.\[other\]' in a checkout"):
         ghost.current_context()
     assert not ghost.installed()

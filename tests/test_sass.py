@@ -88,7 +88,8 @@ def test_bad_input_is_named():
 
 def test_missing_nvdisasm_says_what_to_install(monkeypatch):
     monkeypatch.setattr(S, "find_nvdisasm", lambda: None)
-    with pytest.raises(NbjitError, match=r"k.cubin: SASS needs NVIDIA's nvdisasm.*pip install 'nbjit-core\[sass\]'"):
+    with pytest.raises(NbjitError, match=r"k.cubin: SASS needs NVIDIA's nvdisasm.*"
+                                         r"pip install -e '\.\[sass\]' in a checkout"):
         S.disassemble(b"", name="k.cubin")
 
 

@@ -7,7 +7,7 @@ on the client only, each worker loads the kernel on first use on its own GPU. Th
 on the workers' GPUs (``map_blocks``); the result is checked against numpy, and the script
 prints which GPU each chunk ran on and the throughput.
 
-    pip install "nbjit[cu13,dask]" cupy-cuda13x
+    pip install -e ".[cu13,dask]" cupy-cuda13x       # in nbjit's checkout
     python examples/dask_multi_gpu.py                    # every visible GPU
     python examples/dask_multi_gpu.py --gpus 0 --n 50_000_000
 """
@@ -89,8 +89,8 @@ def main() -> None:
         from dask_cuda import LocalCUDACluster
         from distributed import Client
     except ImportError as e:
-        need = "pip install 'nbjit[cu13,dask]' cupy-cuda13x"
-        raise SystemExit(f"{e}: this example needs Dask-CUDA and CuPy: {need}") from None
+        need = "nbjit-core's dask extra and CuPy: pip install -e '.[cu13,dask]' cupy-cuda13x in nbjit's checkout"
+        raise SystemExit(f"{e}: this example needs Dask-CUDA and CuPy ({need})") from None
     try:
         kernel = nbjit.compile(SRC)["poly"]  # NVRTC runs here, once (and is cached on disk)
     except nbjit.NbjitError as e:

@@ -13,7 +13,7 @@ first launch in each worker into the context of the host that worker serves (it 
 ``NBJIT_HOST``). The result is checked against numpy; the script prints what each worker ran
 with. (``examples/dask_multi_gpu.py`` spreads CuPy chunks over every GPU with Dask-CUDA.)
 
-    pip install "nbjit[cu13]" "dask[array,distributed]"
+    pip install -e ".[cu13]" "dask[array,distributed]"   # in nbjit's checkout
     python examples/dask_numba_arrays.py                               # numba-cuda
     NBJIT_HOST=numba-cuda-mlir python examples/dask_numba_arrays.py    # numba-cuda-mlir's arrays and streams
     python examples/dask_numba_arrays.py --workers 2 --threads 2 --n 20_000_000

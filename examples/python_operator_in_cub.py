@@ -4,7 +4,7 @@ operator into CUB's code), and nbjit caches every step.
 
     python examples/python_operator_in_cub.py
 
-Needs a GPU and CUB's headers (CCCL: pip install nvidia-cuda-cccl; nbjit's cu13 extra brings
+Needs a GPU and CUB's headers (CCCL: pip install nvidia-cuda-cccl; nbjit-core's cu13 extra brings
 them). The first run compiles (CUB takes NVRTC seconds); a call again, or a later process,
 reads nbjit's cache; a new operator compiles only itself and links again.
 """
@@ -59,7 +59,7 @@ def build(op):
     except nbjit.CompileFailure as e:
         if "cannot open source file" in e.log and "cub/" in e.log:
             raise SystemExit("python_operator_in_cub.py needs CUB's headers (CCCL), which this CUDA install does "
-                             "not have: pip install nvidia-cuda-cccl (nbjit's cu13 extra brings it)") from None
+                             "not have: pip install nvidia-cuda-cccl (nbjit-core's cu13 extra brings it)") from None
         raise
     return module[EXPR], time.perf_counter() - t0
 

@@ -137,4 +137,4 @@ def install_hint(extra: str) -> str:
     """How to install nbjit-core's ``extra``, for the messages that say what to install: nbjit
     is installed from a checkout or from a wheel built from one (it is not on PyPI)."""
     return (f"nbjit-core's '{extra}' extra: pip install -e '.[{extra}]' in a checkout of nbjit "
-            f"(or pip install 'nbjit_core-<version>-py3-none-any.whl[{extra}]' for a wheel built from one)")
+            f"(or pip install '<nbjit_core wheel>[{extra}]' for a wheel built from one)")

@@ -1,7 +1,9 @@
 """examples/bundle_package as a user installs it: its wheel (the bundle as package data) in a
 fresh virtual environment that has nbjit and what loading needs (numpy, itanium-demangler),
 but no NVRTC, no cuda-bindings, no CUDA headers and no numba. The kernels load lazily and
-describe themselves there; tests/test_gpu_bundle.py launches them.
+describe themselves there; tests/test_gpu_bundle.py launches them. The example's README
+installs numba-cuda besides (nbjit-core's `numba` extra, for the context and arrays its snippet
+uses): its snippet's imports are checked against what that install command brings.
 
 nbjit goes into the environment as its wheel, nbjit-core without an extra, installed by pip
 (with the ``nbjit`` command, which must inspect the installed bundle), where NBJIT_WHEELS names
@@ -146,6 +148,47 @@ def test_wheel_installs_and_loads_without_nvrtc(tmp_path):
                                shell=True, capture_output=True, text=True, env=env, timeout=120)
         assert shown.stderr == "" and shown.stdout.splitlines()[2].startswith("image axpy: from axpy.cu (cuda)"), \
             shown.stdout + shown.stderr
+
+
+# the distribution each top-level import of the example's snippet comes from
+_PROVIDERS = {"numpy": "numpy", "numba": "numba-cuda", "numba_cuda_mlir": "numba-cuda-mlir", "nbjit": "nbjit-core",
+              "nbjit_demo_kernels": "nbjit-demo-kernels"}
+_COMPILERS = ("nvidia-cuda-nvrtc", "cuda-toolkit", "nvidia-nvjitlink", "nvidia-nvvm")  # what "no NVRTC" leaves out
+
+
+def _requirements(pyproject: Path, extras: set[str]) -> list[str]:
+    import tomllib
+    project = tomllib.loads(pyproject.read_text())["project"]
+    return [*project.get("dependencies", []),
+            *(r for e in sorted(extras) for r in project["optional-dependencies"][e])]
+
+
+def test_readme_snippet_imports_what_its_install_brings():
+    """The example's README installs nbjit-core from the checkout with an extra and the demo's
+    wheel, then runs a snippet: every module the snippet imports comes with that install (no
+    Numba of its own, no NVRTC the README says users need not have)."""
+    import ast
+    import re
+    pytest.importorskip("tomllib", reason="reads pyproject.toml with tomllib (Python >= 3.11)")
+    readme = (EXAMPLE / "README.md").read_text()
+    install, = re.findall(r"^pip install (.*dist/nbjit_demo_kernels-\S+\.whl)$", readme, re.M)
+    checkout, wheel = install.split()
+    m = re.fullmatch(r"""["']?\.(?:\[([a-z0-9,]+)\])?["']?""", checkout)
+    assert m, f"the install names nbjit-core from the checkout as '.' or '.[extras]', not {checkout}"
+    extras = set((m[1] or "").split(",")) - {""}
+    reqs = _requirements(ROOT / "pyproject.toml", extras) + _requirements(EXAMPLE / "pyproject.toml", set())
+    names = {re.match(r"[A-Za-z0-9_.-]+", r)[0].lower().replace("_", "-") for r in reqs}
+    brought = names | {"nbjit-core", "nbjit-demo-kernels"}
+    snippet = readme.split("Use it", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    imported = {a.name.split(".")[0] for node in ast.walk(ast.parse(snippet))
+                for a in (node.names if isinstance(node, ast.Import) else [])} | \
+               {node.module.split(".")[0] for node in ast.walk(ast.parse(snippet))
+                if isinstance(node, ast.ImportFrom) and node.module}
+    assert imported >= {"nbjit_demo_kernels", "numpy"}, imported
+    missing = sorted(f"{i} ({_PROVIDERS.get(i, '?')})" for i in imported if _PROVIDERS.get(i) not in brought)
+    assert not missing, f"the snippet imports what `pip install {install}` does not bring: {', '.join(missing)}"
+    compilers = [r for r in reqs if any(c in r for c in _COMPILERS) or re.search(r"\[(cu1[23])\]", r)]
+    assert not compilers, f"the install brings a compiler the README says users need not have: {compilers}"
 
 
 @pytest.mark.skipif(not (EXAMPLE / "build_bundle.py").exists(), reason="no example")

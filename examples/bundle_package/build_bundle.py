@@ -1,5 +1,6 @@
-"""Regenerate src/nbjit_demo_kernels/kernels.nbjit from kernels/axpy.cu (needs NVRTC:
-pip install 'nbjit[cu13]'; no GPU). The package's users need neither NVRTC nor a compiler."""
+"""Regenerate src/nbjit_demo_kernels/kernels.nbjit from kernels/axpy.cu (needs NVRTC: nbjit-core's
+cu13 extra, pip install -e '.[cu13]' in nbjit's checkout; no GPU). The package's users need
+neither NVRTC nor a compiler."""
 from pathlib import Path
 
 import nbjit

@@ -355,7 +355,7 @@ def plot(rows: dict, base: float, gpu: str, path: str) -> None:
     ax.set_yticks(range(len(names)), names, fontsize=8)
     ax.invert_yaxis()
     ax.set_xscale("log")
-    ax.set_xlabel("host microseconds per launch (log scale; lower is better)")
+    ax.set_xlabel("CPU microseconds per launch (log scale; lower is better)")
     ax.set_title(f"Launch overhead on {gpu}: nbjit (blue) vs peers (red)", fontsize=10)
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()

@@ -108,6 +108,24 @@ def _binary_to_stdout(what: str, given: str = "-o -") -> None:
         raise _Usage(f"{given}: {what} is binary, not for a terminal: redirect standard output (> FILE) or pipe it")
 
 
+# the kinds of file an output's suffix names (any other suffix, and -, names none): nothing is
+# written under the name of another kind than it is
+_NAMED = {".ptx": "PTX", ".cubin": "a cubin", ".fatbin": "a fatbin", ".nbjit": "a kernel bundle"}
+
+
+def _named(output: str | None) -> str | None:
+    """The kind of file ``-o output``'s suffix names (``_NAMED``), or None."""
+    return None if output is None or output == "-" else _NAMED.get(Path(output).suffix.lower())
+
+
+def _refuse_named(output: str, writes: str, why: str) -> None:
+    """Refuse ``-o output`` where its suffix names another kind than the ``writes`` it would
+    get; ``why`` says which option makes it that and what to do instead."""
+    named = _named(output)
+    if named is not None and named != writes:
+        raise _Usage(f"-o {output} names {named}, and {why}; nothing written")
+
+
 _ARCH_EXAMPLES = "e.g. sm_90, sm_90a, sm_100f, compute_90"
 
 
@@ -571,6 +589,8 @@ def _bundle(args) -> int:
     if to_stdout:
         _binary_to_stdout("a bundle")
     else:
+        _refuse_named(args.output, "a kernel bundle", f"nbjit bundle writes a kernel bundle (a ZIP archive): name it "
+                      f"{Path(args.output).stem}.nbjit")
         if os.path.isdir(args.output):
             raise _Usage(f"-o {args.output} is a directory: give the bundle's file name "
                          f"({os.path.join(args.output, 'kernels.nbjit')})")
@@ -708,6 +728,8 @@ def _strip(args) -> int:
         raise _Usage("--in-place replaces a file; standard input (-) is none: give -o OUT")
     if args.in_place and args.output is not None:
         raise _Usage(f"--in-place replaces {args.file} and -o {args.output} writes elsewhere: give one of them")
+    if args.output is not None:
+        _refuse_named(args.output, "PTX", f"nbjit strip writes PTX: name it {Path(args.output).stem}.ptx")
     data = _read(args.file)
     name = "<stdin>" if args.file == "-" else args.file
     kind = sniff(data, name)  # refuse what is not PTX, saying what it is
@@ -860,6 +882,7 @@ def _compile(args) -> int:
                      f"each), and there is {what} at that path")
     if len(archs) == 1 and args.output not in (None, "-"):  # said before NVRTC runs, not after
         _refuse_input(args.output, args.file, in_place_option=False)
+        _check_compile_output(args.output, archs[0], args.ptx)
     raw = _read(args.file)
     _check_source(raw, args.file)
     source = raw.decode("utf-8")
@@ -869,9 +892,9 @@ def _compile(args) -> int:
     opts = ([o for d in args.include for o in ("-I", d)] + [f"-D{d}" for d in args.define]
             + ([f"-std={args.std}"] if args.std else []) + (["-G"] if args.G else [])
             + (["-lineinfo"] if args.lineinfo else []) + list(args.option))
-    # an output file named .cubin or .ptx asks for that kind: never PTX written as k.cubin
-    named = Path(args.output).suffix.lower() if len(archs) == 1 and args.output not in (None, "-") else ""
-    output = "ptx" if args.ptx or named == ".ptx" else "cubin" if named == ".cubin" else "auto"
+    # an output file named .cubin or .ptx asks for that kind (a contradiction is refused above)
+    named = _named(args.output) if len(archs) == 1 else None
+    output = "ptx" if args.ptx or named == "PTX" else "cubin" if named == "a cubin" else "auto"
     stored = {}  # --cache-only: each arch's entry file
     if args.cache_only:
         stored = {a: cache._file(compile_key(source, name=path.name, options=opts, arch=a, output=output,
@@ -920,6 +943,20 @@ def _compile(args) -> int:
         print(json.dumps({"source": args.file, "lowered_names": made[-1]["lowered_names"], "outputs": made},
                          indent=2))
     return 0
+
+
+def _check_compile_output(output: str, arch: Arch, ptx: bool) -> None:
+    """Refuse a ``compile -o`` whose suffix names another kind than compile writes there: PTX
+    (``--ptx``, a ``compute_XX``) is never written under a cubin's name, and compile writes
+    no fatbin or bundle."""
+    stem = Path(output).stem
+    if ptx or arch.virtual:
+        why = "--ptx writes PTX" if ptx else f"--arch {arch} gives PTX"
+        fix = "drop --ptx for a cubin" if ptx else f"give --arch {arch.real()} for a cubin"
+        _refuse_named(output, "PTX", f"{why}: name it {stem}.ptx, or {fix}")
+    elif _named(output) != "PTX":  # (.ptx asks for PTX)
+        _refuse_named(output, "a cubin", f"nbjit compile writes a cubin (or PTX): name it {stem}.cubin"
+                      + (" (nbjit bundle makes a bundle)" if _named(output) == "a kernel bundle" else ""))
 
 
 def _kind(raw: bytes, path: str) -> str | None:

@@ -493,6 +493,49 @@ def test_compile_never_writes_ptx_as_a_cubin(tmp_path, capsys):
     assert (tmp_path / "dir").read_bytes().lstrip().startswith(b"//") and "ptx for compute_" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("args, said", [
+    (["compile", "k.cu", "--arch", "sm_90", "--ptx", "-o", "k.cubin"],
+     "-o k.cubin names a cubin, and --ptx writes PTX: name it k.ptx, or drop --ptx for a cubin"),
+    (["compile", "k.cu", "--arch", "compute_90", "-o", "k.CUBIN"],
+     "-o k.CUBIN names a cubin, and --arch compute_90 gives PTX: name it k.ptx, or give --arch sm_90 for a cubin"),
+    (["compile", "k.cu", "--arch", "sm_90", "-o", "k.fatbin"],
+     "-o k.fatbin names a fatbin, and nbjit compile writes a cubin (or PTX): name it k.cubin"),
+    (["compile", "k.cu", "--arch", "sm_90", "-o", "k.nbjit"], "-o k.nbjit names a kernel bundle, and nbjit compile "
+     "writes a cubin (or PTX): name it k.cubin (nbjit bundle makes a bundle)"),
+    (["bundle", "k.ptx", "-o", "b.cubin"],
+     "-o b.cubin names a cubin, and nbjit bundle writes a kernel bundle (a ZIP archive): name it b.nbjit"),
+    (["bundle", "k.ptx", "-o", "b.fatbin"], "-o b.fatbin names a fatbin, and nbjit bundle writes a kernel bundle"),
+    (["strip", "k.ptx", "-o", "s.cubin"], "-o s.cubin names a cubin, and nbjit strip writes PTX: name it s.ptx"),
+    (["strip", "k.ptx", "-o", "s.nbjit"], "-o s.nbjit names a kernel bundle, and nbjit strip writes PTX"),
+])
+def test_an_output_named_for_another_kind_is_refused(tmp_path, monkeypatch, capsys, args, said):
+    """PTX is never written under a cubin's name (--ptx -o k.cubin once wrote PTX text there and
+    exited 0), nor anything under the name of a kind it is not (.ptx, .cubin, .fatbin, .nbjit):
+    one line, exit 2, nothing written."""
+    from nbjit import cli
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "k.cu").write_text('extern "C" __global__ void k(int* p) { p[0] = 1; }\n')
+    shutil.copy(DATA / "nvcc/kernels_G_sm90.ptx", tmp_path / "k.ptx")
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"nbjit {args[0]}: error: {said}") and err.endswith("; nothing written\n"), err
+    assert len(err.splitlines()) == 1 and sorted(p.name for p in tmp_path.iterdir()) == ["k.cu", "k.ptx"]
+
+
+def test_an_output_of_another_or_no_suffix_is_written(tmp_path, monkeypatch, capsys):
+    """Suffixes that name no kind (.o, .txt, none) and .ptx (which asks compile for PTX) are written."""
+    from nbjit import cli
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "k.cu").write_text('extern "C" __global__ void k(int* p) { p[0] = 1; }\n')
+    assert cli.main(["compile", "k.cu", "--arch", "sm_90", "--ptx", "-o", "k.txt"]) == 0
+    assert cli.main(["compile", "k.cu", "--arch", "sm_90", "-o", "k.PTX"]) == 0
+    assert cli.main(["compile", "k.cu", "--arch", "sm_90", "-o", "k.o"]) == 0
+    assert cli.main(["strip", "k.txt", "-o", "s"]) == 0
+    assert cli.main(["bundle", "k.o", "-o", "b.zip"]) == 0
+    assert (tmp_path / "k.txt").read_bytes().startswith(b"//") and (tmp_path / "k.PTX").read_bytes().startswith(b"//")
+    assert (tmp_path / "k.o").read_bytes()[:4] == b"\x7fELF" and (tmp_path / "b.zip").read_bytes()[:2] == b"PK"
+
+
 def test_an_output_that_is_a_device_is_written_through_never_replaced(tmp_path):
     """-o onto a character device (here links to /dev/null and /dev/full, and where root may
     make one a device node in tmp_path) writes into it; the node stays a device. A FIFO is

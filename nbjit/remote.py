@@ -54,7 +54,8 @@ class RemoteTier:
     ``options``: fsspec storage options (``endpoint_url``, ``profile``, ...); credentials
     come from the store's usual places (for S3: the environment, ``~/.aws``, an instance role).
     Raises ``NbjitCacheError`` for a URL fsspec has no filesystem for, or whose package
-    (s3fs, gcsfs, adlfs) is not installed.
+    (s3fs, gcsfs, adlfs) is not installed, and for a local one (``file://``, a path) that is
+    no existing directory.
     """
 
     def __init__(self, url: str, *, write: bool | None = None, timeout: float = 10.0, failures: int = 3,
@@ -75,6 +76,8 @@ class RemoteTier:
         self.url = self._scrub(_shown_url(self._url))  # what messages show: no user, password or query
         self.protocol = _protocol(self._url)
         _check_installed(self.protocol, self.url)
+        if self.protocol == "file":
+            _check_directory(self._url, self.url)
         if write is None:
             write = self.protocol not in _READ_ONLY
         elif not isinstance(write, bool):
@@ -153,8 +156,7 @@ class RemoteTier:
         except _Unavailable as e:
             raise NbjitCacheError(f"cannot list the remote cache {self.url}: {e}") from None
         if missing:
-            raise NbjitCacheError(f"the remote cache {self.url}: no such directory (a file:// remote cache is a "
-                                  "directory: check the URL, or create it)")
+            raise _no_directory(self.url)
         out = []
         for name, info in sorted(found.items()):
             m = _ENTRY.search(name)
@@ -369,6 +371,32 @@ def _check_installed(protocol: str, url: str) -> None:
     if not found:
         raise NbjitCacheError(f"the remote cache {url} needs the {module.split('.')[0]} package "
                               f"({impl.get('err', 'not installed')}): for S3, install {install_hint('remote')}")
+
+
+def _check_directory(url: str, shown: str) -> None:
+    """Refuse a local remote cache (``file://`` or a path) that is no existing directory: a
+    mistyped URL (``s3:/bucket``, one slash) is a path, and a publish would make it one."""
+    if "://" in url:
+        from urllib.parse import unquote
+        path = unquote(urlsplit(url).path)
+        if os.path.isdir(path):
+            return
+        raise _no_directory(shown)
+    if os.path.isdir(url):
+        return
+    m = re.match(r"([A-Za-z][A-Za-z0-9+.-]*):/*(.+)", url)
+    near = ""
+    if m and m[1].lower() != "file":
+        from fsspec.registry import known_implementations, registry
+        if m[1].lower() in registry or m[1].lower() in known_implementations:
+            near = f": did you mean {m[1]}://{m[2]}?"
+    raise NbjitCacheError(f"the remote cache {shown!r} is neither a URL (s3://bucket/prefix, gs://..., file:///dir) "
+                          f"nor an existing directory{near}")
+
+
+def _no_directory(shown: str) -> NbjitCacheError:
+    return NbjitCacheError(f"the remote cache {shown}: no such directory (a file:// remote cache is a directory: "
+                           "check the URL, or create it)")
 
 
 def tier_from_env() -> RemoteTier | None:

@@ -124,6 +124,7 @@ def test_process_route_a_cache_it_cannot_write_is_given_up_once(tmp_path):
 def test_process_route_publishes_to_the_remote_tier(tmp_path):
     pytest.importorskip("fsspec")
     shared = tmp_path / "shared"
+    shared.mkdir()
     images = compile_many([src(57), src(58)], arch="sm_90", cache=nbjit.Cache(tmp_path / "a", remote=shared),
                           workers=2, processes=True)
     assert sorted(p.name for p in shared.rglob("*") if p.is_file()) == \

@@ -313,6 +313,7 @@ def test_credentials_in_a_url_or_options_are_never_shown(tmp_path, caplog):
 
 def test_a_directory_tier_publishes_by_renaming(tmp_path, counted):
     shared = tmp_path / "shared"
+    shared.mkdir()
     img = build(Cache(tmp_path / "a", remote=shared))  # a path: file:// (a shared mount)
     assert [p.name for p in shared.rglob("*") if p.is_file()] == [f.name for f, _, _ in Cache(tmp_path / "a").entries()]
     assert not list(shared.rglob(".tmp-*"))
@@ -325,6 +326,43 @@ def test_a_directory_tier_publishes_by_renaming(tmp_path, counted):
         Cache(tmp_path / "d", remote=typo).pull()
     (tmp_path / "empty").mkdir()
     assert Cache(tmp_path / "d", remote=tmp_path / "empty").pull() == (0, [])
+
+
+@pytest.mark.parametrize("remote, msg", [
+    ("s3:/fleet/team", r"^the remote cache 's3:/fleet/team' is neither a URL \(s3://bucket/prefix, gs://\.\.\., "
+     r"file:///dir\) nor an existing directory: did you mean s3://fleet/team\?$"),
+    ("notaurl", r"^the remote cache 'notaurl' is neither a URL .* nor an existing directory$"),
+    ("{tmp}/missing", r"^the remote cache '.*/missing' is neither a URL .* nor an existing directory$"),
+    ("file://{tmp}/missing", r"^the remote cache file://.*/missing: no such directory"),
+])
+@pytest.mark.parametrize("how", ["cache", "env", "cli"])
+def test_a_remote_that_is_no_url_nor_directory_is_refused_before_writing(tmp_path, monkeypatch, remote, msg, how):
+    """A remote cache is a URL of a scheme fsspec knows or an existing directory: a mistyped URL
+    (one slash) or a plain word once made a local directory of that name and published there."""
+    from nbjit import cli
+    from nbjit.cache import default_cache, set_default_cache
+    here = tmp_path / "cwd"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    remote = remote.format(tmp=tmp_path)
+    local = Cache(tmp_path / "local")
+    build(local)
+    if how == "cache":
+        with pytest.raises(NbjitCacheError, match=msg):
+            Cache(tmp_path / "local", remote=remote)
+    elif how == "env":
+        monkeypatch.setenv("NBJIT_CACHE_REMOTE", remote)
+        set_default_cache(None)
+        with pytest.raises(NbjitCacheError, match=msg):
+            default_cache()
+    else:
+        monkeypatch.setenv("NBJIT_CACHE_DIR", str(tmp_path / "local"))
+        set_default_cache(None)
+        r = subprocess.run([sys.executable, "-m", "nbjit", "cache", "push", "--remote", remote], capture_output=True,
+                           text=True, timeout=120, env={**os.environ, "PYTHONPATH": ROOT})
+        assert r.returncode == 2 and r.stdout == "" and len(r.stderr.splitlines()) == 1, r.stderr
+        assert re.match(msg, r.stderr[len("nbjit cache: error: "):].rstrip("\n")), r.stderr
+    assert list(here.iterdir()) == [] and not (tmp_path / "missing").exists()
 
 
 @pytest.mark.parametrize("kwargs, msg", [

@@ -177,9 +177,9 @@ class RemoteTier:
             raise NbjitCacheError(f"the remote cache {self.url} is read-only here (remote_write=False)")
         try:
             return self._put(key, data, overwrite=overwrite or key in self._corrupt)
-        except (_Unavailable, PermissionError) as e:
-            raise NbjitCacheError(f"cannot publish to {self.url}/{key[:2]}/{key}{_SUFFIX}: "
-                                  f"{self._scrub(_why(e))}") from None
+        except (_Unavailable, PermissionError) as e:  # (an _Unavailable's text is the store's error, scrubbed)
+            why = str(e) if isinstance(e, _Unavailable) else self._scrub(_why(e))
+            raise NbjitCacheError(f"cannot publish to {self.url}/{key[:2]}/{key}{_SUFFIX}: {why}") from None
 
     # ---------------------------------------------------------------- the store
     def _path(self, key: str) -> str:

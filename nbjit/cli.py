@@ -589,13 +589,13 @@ def _bundle(args) -> int:
     if to_stdout:
         _binary_to_stdout("a bundle")
     else:
-        _refuse_named(args.output, "a kernel bundle", f"nbjit bundle writes a kernel bundle (a ZIP archive): name it "
-                      f"{Path(args.output).stem}.nbjit")
         if os.path.isdir(args.output):
             raise _Usage(f"-o {args.output} is a directory: give the bundle's file name "
                          f"({os.path.join(args.output, 'kernels.nbjit')})")
         for f in files:
             _refuse_input(args.output, f, in_place_option=False)
+        _refuse_named(args.output, "a kernel bundle", f"nbjit bundle writes a kernel bundle (a ZIP archive): name it "
+                      f"{Path(args.output).stem}.nbjit")
     if args.name is not None and not is_image_name(args.name):
         raise _Usage(f"--name {args.name!r}: an image name is 1 to 128 letters, digits, '_', '.', '+' or '-', not "
                      "starting with '.', '+' or '-'")

@@ -28,7 +28,28 @@ def host_cuda():
 
 def pytest_configure(config):
     from nbjit._host import current_host
+    _run_cache(config)
     current_host()  # chosen now (NBJIT_HOST, else the first installed), not by a test module's imports
+
+
+def _run_cache(config) -> None:
+    """The default cache of this run, a directory of its own, set before anything is collected:
+    module-scoped fixtures compile before a test's own cache (``_private_cache``) is set, and a
+    compile remembers the toolchain's identity in the default cache's directory
+    (``toolchain-ids.json``) whichever cache it uses. Never the user's ``~/.cache/nbjit``."""
+    import os
+    import shutil
+    import tempfile
+    before = os.environ.get("NBJIT_CACHE_DIR")
+    os.environ["NBJIT_CACHE_DIR"] = tempfile.mkdtemp(prefix="nbjit-test-cache-")
+
+    def undo():
+        shutil.rmtree(os.environ["NBJIT_CACHE_DIR"], ignore_errors=True)
+        if before is None:
+            del os.environ["NBJIT_CACHE_DIR"]
+        else:
+            os.environ["NBJIT_CACHE_DIR"] = before
+    config.add_cleanup(undo)
 
 
 def pytest_report_header(config):
@@ -124,7 +145,8 @@ def data() -> Path:
 
 @pytest.fixture(autouse=True)
 def _private_cache(tmp_path_factory, monkeypatch):
-    """Every test gets its own default cache directory: tests never share or pollute one."""
+    """Every test gets its own default cache directory: tests never share or pollute one (what
+    runs outside a test, a module's fixtures, uses the run's: ``_run_cache``)."""
     from nbjit.cache import set_default_cache
     monkeypatch.setenv("NBJIT_CACHE_DIR", str(tmp_path_factory.mktemp("nbjit-cache")))
     set_default_cache(None)

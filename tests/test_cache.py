@@ -174,6 +174,23 @@ def test_read_only_directory_works_without_disk(tmp_path, counted):
     assert a.kind == b.kind == "cubin" and c.path is None
 
 
+def test_the_suite_writes_nothing_into_the_users_cache(tmp_path):
+    """A run of tests leaves ~/.cache/nbjit and $XDG_CACHE_HOME/nbjit alone: test_bundle.py's
+    module-scoped fixture compiles before any test's own cache is set, and a compile remembers
+    the toolchain's identity (toolchain-ids.json) in the default cache's directory; that once
+    was the user's."""
+    import site
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NBJIT_CACHE", "PYTEST_"))}
+    env.update(HOME=str(home), XDG_CACHE_HOME=str(home / "xdg"), PYTHONUSERBASE=site.getuserbase(),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(DATA.parents[1]), os.environ.get("PYTHONPATH")])))
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_bundle.py"],
+                       cwd=DATA.parents[1], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode in (0, 1) and " passed" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
+    assert sorted(str(p.relative_to(home)) for p in home.rglob("*")) == []
+
+
 def test_environment_selects_location(tmp_path, monkeypatch):
     from nbjit.cache import set_default_cache
     monkeypatch.setenv("NBJIT_CACHE_DIR", str(tmp_path / "here"))

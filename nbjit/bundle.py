@@ -767,7 +767,7 @@ def _compile(part: _Part, source: Any, name: str | None, how: dict) -> None:
                         f"bundle unless given per image: name_expressions={{{part.name!r}: [...], ...}}, or on "
                         "the command line --expr IMAGE=EXPR.")
                 raise CompileFailure(e.name, e.source, e.options, e.log, e.producer,
-                                     "\n".join(filter(None, (e.hint, hint)))) from None
+                                     "\n".join(filter(None, (e.hint, hint))), e.shown_options) from None
             raise
         for k, v in img.lowered_names.items():
             if part.lowered.setdefault(k, v) != v:

@@ -1251,7 +1251,8 @@ def _nvrtc_compile(N, req: CompileRequest, arch: Arch, full: list[str], plan):
         if pch_file is not None:
             log = _pch_outcome(N, prog, store, plan, pch_file, making, res == ok, log)
         if res != ok:
-            raise CompileFailure(name, source, full, log, f"NVRTC {major}.{minor}", _header_hint(log))
+            raise CompileFailure(name, source, full, log, f"NVRTC {major}.{minor}", _header_hint(log),
+                                 _portable_options(full))
         names = {}
         for e in exprs:
             err, lowered = N.nvrtcGetLoweredName(prog, e.encode())

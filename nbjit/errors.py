@@ -60,11 +60,15 @@ class NbjitCompileError(NbjitError):
 
 class CompileFailure(NbjitCompileError):
     """NVRTC rejected a source: ``log``, ``options``, ``name`` and ``source`` are kept, and
-    the message shows the log and the source lines it points at, numbered."""
+    the message shows the log and the source lines it points at, numbered. The message shows
+    ``shown_options`` (default: ``options``): the toolchain's own include directories by what
+    they are (``--include-path=<cuda>``), not where they are installed."""
 
-    def __init__(self, name: str, source: str, options: list[str], log: str, producer: str, hint: str = ""):
+    def __init__(self, name: str, source: str, options: list[str], log: str, producer: str, hint: str = "",
+                 shown_options: list[str] | None = None):
         self.name, self.source, self.options, self.log = name, source, list(options), log
         self.producer, self.hint = producer, hint
+        self.shown_options = list(options if shown_options is None else shown_options)
         lines = source.splitlines()
         marks = sorted({int(m) for m in re.findall(re.escape(name) + r"\((\d+)\)", log)})
         shown = []
@@ -72,7 +76,7 @@ class CompileFailure(NbjitCompileError):
             for i in range(max(1, n - 2), min(len(lines), n + 2) + 1):
                 shown.append(f"{'>' if i == n else ' '}{i:5d} | {lines[i - 1]}")
             shown.append("")
-        super().__init__(f"{name}: {producer} could not compile it (options: {' '.join(options)})\n{log}"
+        super().__init__(f"{name}: {producer} could not compile it (options: {' '.join(self.shown_options)})\n{log}"
                          + ("\n\n" + "\n".join(shown).rstrip() if shown else "") + (f"\n\n{hint}" if hint else ""))
 
     def source_with_line_numbers(self) -> str:

@@ -493,6 +493,25 @@ def test_compile_never_writes_ptx_as_a_cubin(tmp_path, capsys):
     assert (tmp_path / "dir").read_bytes().lstrip().startswith(b"//") and "ptx for compute_" in capsys.readouterr().err
 
 
+def test_a_compile_error_names_the_toolchains_include_directories_by_what_they_are(tmp_path, monkeypatch, capsys):
+    """The header of an NVRTC error once listed --include-path=<the venv>/site-packages/nvidia/...:
+    nbjit's own include directories are shown as <cuda> and <cccl>; the user's as given; the
+    exception keeps the real options."""
+    from nbjit import cli
+    from nbjit.compiler import compile_image, cuda_include_dir, nvrtc_version
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "inc").mkdir()
+    (tmp_path / "bad.cu").write_text('extern "C" __global__ void k(float* p) { p[0] = undefined_thing; }\n')
+    assert cli.main(["compile", "bad.cu", "--arch", "sm_90", "-I", "inc"]) == 2
+    head = capsys.readouterr().err.splitlines()[0]
+    assert head == (f"nbjit compile: error: bad.cu: NVRTC {'.'.join(map(str, nvrtc_version()))} could not "
+                    f"compile it (options: -arch=sm_90 --include-path={tmp_path / 'inc'} --include-path=<cuda> "
+                    "--include-path=<cccl>)"), head
+    with pytest.raises(nbjit_lib.CompileFailure) as e:
+        compile_image((tmp_path / "bad.cu").read_text(), arch="sm_90")
+    assert f"--include-path={cuda_include_dir()}" in e.value.options and cuda_include_dir() not in str(e.value)
+
+
 @pytest.mark.parametrize("args, said", [
     (["compile", "k.cu", "--arch", "sm_90", "--ptx", "-o", "k.cubin"],
      "-o k.cubin names a cubin, and --ptx writes PTX: name it k.ptx, or drop --ptx for a cubin"),

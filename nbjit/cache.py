@@ -1491,6 +1491,18 @@ def parse_size(text: str) -> int | None:
     return int(float(m[1]) * 1024 ** ("kmgt".index(m[2].lower()) + 1 if m[2] else 0))
 
 
+def format_size(n: int) -> str:
+    """``n`` bytes as a person reads them, in units ``parse_size`` takes (powers of 1024):
+    ``871 bytes``, ``366.7 KiB``, ``1 GiB``."""
+    if n < 1024:
+        return f"{n} byte{'s' * (n != 1)}"
+    power = 1
+    while power < 4 and round(n / 1024 ** power, 1) >= 1024:
+        power += 1
+    value = n / 1024 ** power
+    return (f"{value:.0f}" if n % 1024 ** power == 0 else f"{value:.1f}") + f" {'KMGT'[power - 1]}iB"
+
+
 def _limit_from_env() -> int:
     raw = os.environ.get("NBJIT_CACHE_MAX_BYTES", "").strip()
     if not raw:

@@ -748,7 +748,7 @@ def _strip(args) -> int:
 
 
 def _cache(args) -> int:
-    from .cache import default_cache
+    from .cache import default_cache, format_size
 
     if args.max_bytes is not None and args.action != "prune":
         raise _Usage(f"--max-bytes applies to 'cache prune', not 'cache {args.action}'")
@@ -782,12 +782,13 @@ def _cache(args) -> int:
         print(f"location: {i['location'] or '(disk cache off: NBJIT_CACHE=0)'}")
         print(f"entries:  {i['entries']}" + (f" (and {i['temporary_files']} temporary files of writers)"
                                              if i["temporary_files"] else ""))
-        print(f"bytes:    {i['bytes']} (limit {i['max_bytes']})")
+        print(f"size:     {format_size(i['bytes'])} (limit {format_size(i['max_bytes'])})")
         if c.remote is None:
             print("remote:   none (NBJIT_CACHE_REMOTE or --remote)")
         else:
             mode = "read-write" if i["remote_write"] else "read-only"
-            print(f"remote:   {i['remote']} ({mode}): " + (f"{i['remote_entries']} entries, {i['remote_bytes']} bytes"
+            print(f"remote:   {i['remote']} ({mode}): " + (f"{_count(i['remote_entries'], 'entry')}, "
+                                                          f"{format_size(i['remote_bytes'])}"
                                                           if i["remote_entries"] is not None else i["remote_error"]))
     elif args.action == "list":
         from .cache import OTHER_FORMAT, entry_file
@@ -850,8 +851,8 @@ def _cache(args) -> int:
         print(f"imported {_count(added, 'new entry')} into {c.path}" + (f"; refused {len(refused)}" if refused else ""))
         return 1 if refused else 0
     else:
-        print(f"removed {_count(c.prune(args.max_bytes), 'entry')}; {c.info()['bytes']} bytes left "
-              f"(limit {c.max_bytes if args.max_bytes is None else args.max_bytes})")
+        print(f"removed {_count(c.prune(args.max_bytes), 'entry')}; {format_size(c.info()['bytes'])} left "
+              f"(limit {format_size(c.max_bytes if args.max_bytes is None else args.max_bytes)})")
     return 0
 
 

@@ -276,7 +276,7 @@ def test_options_that_make_no_sense(tmp_path):
     r = run("cache", "info", NBJIT_CACHE_MAX_BYTES="abc")
     assert r.returncode == 2 and "NBJIT_CACHE_MAX_BYTES='abc'" in r.stderr
     r = run("cache", "prune")
-    assert r.returncode == 0 and "(limit 1073741824)" in r.stdout
+    assert r.returncode == 0 and "(limit 1 GiB)" in r.stdout
 
 
 def test_cache_on_a_read_only_directory(tmp_path):
@@ -742,14 +742,19 @@ def test_strip_refuses_in_place_with_an_output(tmp_path):
 
 
 def test_sizes_with_units(tmp_path):
+    """Sizes are taken with units (100k, 1G) and shown with them (366.7 KiB); JSON keeps bytes."""
+    from nbjit.cache import parse_size
     env = {**os.environ, "NBJIT_CACHE_DIR": str(tmp_path)}
     cmd = [EXE] if EXE else [sys.executable, "-m", "nbjit"]
     run = lambda *a, **kw: subprocess.run([*cmd, *a], capture_output=True, text=True, env={**env, **kw}, timeout=60)
     r = run("cache", "prune", "--max-bytes", "100k")
-    assert r.returncode == 0 and "(limit 102400)" in r.stdout, r.stderr
-    for raw, n in (("1G", 1 << 30), ("512M", 512 << 20), ("1.5GiB", 3 << 29), ("4096", 4096)):
+    assert r.returncode == 0 and r.stdout == "removed 0 entries; 0 bytes left (limit 100 KiB)\n", r.stderr
+    for raw, shown in (("1G", "1 GiB"), ("512M", "512 MiB"), ("1.5GiB", "1.5 GiB"), ("4096", "4 KiB"),
+                       ("375550", "366.7 KiB"), ("1000", "1000 bytes")):
         r = run("cache", "info", NBJIT_CACHE_MAX_BYTES=raw)
-        assert r.returncode == 0 and f"(limit {n})" in r.stdout, (raw, r.stdout, r.stderr)
+        assert r.returncode == 0 and f"size:     0 bytes (limit {shown})\n" in r.stdout, (raw, r.stdout, r.stderr)
+        j = json.loads(run("cache", "info", "--json", NBJIT_CACHE_MAX_BYTES=raw).stdout)
+        assert j["max_bytes"] == parse_size(raw) and j["bytes"] == 0  # (numbers in JSON)
     r = run("cache", "prune", "--max-bytes", "1x")
     assert r.returncode == 2 and "'1x' is not a byte count" in r.stderr and len(r.stderr.splitlines()) == 1
 

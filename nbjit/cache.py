@@ -703,10 +703,11 @@ class Cache:
         return n
 
     def import_archive(self, src: str | os.PathLike | BinaryIO, *, archive_key: bytes | str | None = None,
-                       archive_key_file: str | os.PathLike | None = None) -> tuple[int, list[str]]:
+                       archive_key_file: str | os.PathLike | None = None) -> "Imported":
         """Add the entries of an archive made by ``export_archive`` (a path, or a seekable
         binary file object), each verified again against its key; returns how many were new
-        here and why others were refused (the first 1000 reasons, then how many more). An
+        here and why others were refused (the first 1000 reasons, then how many more), an
+        ``Imported`` pair whose ``present`` says how many this cache had already. An
         archive is trusted like code: an entry carries the image its key's compile will use.
         With an archive key (as for ``export_archive``) an archive not signed with that key
         is refused whole, before anything is imported. Archives that are not one (too large headers or descriptions,
@@ -729,7 +730,7 @@ class Cache:
         with os.fdopen(fd, "rb") as fobj:
             return self._import_file(fobj, src, secret)
 
-    def _import_file(self, fobj, src, secret: bytes | None) -> tuple[int, list[str]]:
+    def _import_file(self, fobj, src, secret: bytes | None) -> "Imported":
         """``import_archive`` of the open, seekable archive ``fobj`` (``src`` names it)."""
         import tarfile
         start = fobj.tell()
@@ -751,11 +752,11 @@ class Cache:
                 f"; {n} entries before it were imported, each checked whole" if n else "")
         raise NbjitCacheError(f"{src}: {why}{kept}")
 
-    def _import_members(self, tar, limit: int, digests: list | None, added: list) -> tuple[int, list[str]]:
+    def _import_members(self, tar, limit: int, digests: list | None, added: list) -> "Imported":
         """``import_archive`` of an archive ``_open_archive`` opened (``limit``: its members'
         reach); ``digests``: what each member of a signed archive was when its signature was
         checked; ``added[0]`` counts the entries imported."""
-        refused, more = [], 0
+        refused, more, present = [], 0, 0
         with tar:
             for i, m in enumerate(_members(tar, limit)):
                 if m.isdir() or m.name == _SIGNATURE and m.isreg():
@@ -770,6 +771,8 @@ class Cache:
                     signed = None if digests is None else (m.name, m.type, digests[i] if i < len(digests) else b"")
                     why = self._import_entry(key, tar.extractfile(m), m.size, signed)
                     added[0] += not why
+                else:
+                    present += 1
                 if why:
                     if len(refused) < _MAX_REFUSALS_LISTED:
                         refused.append(f"{_shown(m.name)}: {why}")
@@ -777,7 +780,7 @@ class Cache:
                         more += 1
         if more:
             refused.append(f"... and {more} more members (reasons not listed)")
-        return added[0], refused
+        return Imported(added[0], refused, present)
 
     def _import_entry(self, key: str, src, size: int, signed: tuple | None) -> str:
         """Copy one archive member of ``size`` bytes into the cache as the entry for ``key``,
@@ -1489,6 +1492,21 @@ def parse_size(text: str) -> int | None:
     if not m:
         return None
     return int(float(m[1]) * 1024 ** ("kmgt".index(m[2].lower()) + 1 if m[2] else 0))
+
+
+class Imported(tuple):
+    """What ``Cache.import_archive`` did: the pair (entries added, reasons others were
+    refused), which unpacks as such, and ``present``: the archive's entries the cache had."""
+
+    present: int
+
+    def __new__(cls, added: int, refused: list[str], present: int) -> "Imported":
+        self = super().__new__(cls, (added, refused))
+        self.present = present
+        return self
+
+    def __reduce__(self):
+        return Imported, (self[0], self[1], self.present)
 
 
 def format_size(n: int) -> str:

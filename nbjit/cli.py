@@ -819,8 +819,7 @@ def _cache(args) -> int:
             print(json.dumps(rows, indent=2))
     elif args.action == "push":
         pushed, there = c.push()
-        print(f"published {_count(pushed, 'entry')} to {c.remote.url}"
-              + (f"; {there} were there already" if there else ""))
+        print(f"published {_count(pushed, 'entry')} to {c.remote.url}" + _there(there))
     elif args.action == "pull":
         added, refused = c.pull()
         for why in refused:
@@ -845,15 +844,22 @@ def _cache(args) -> int:
         if src == "-":
             src = io.BytesIO(_read("-"))
             src.name = "<stdin>"
-        added, refused = c.import_archive(src, archive_key_file=args.key_file)
+        got = c.import_archive(src, archive_key_file=args.key_file)
+        added, refused = got
         for why in refused:
             print(f"refused {why}", file=sys.stderr)
-        print(f"imported {_count(added, 'new entry')} into {c.path}" + (f"; refused {len(refused)}" if refused else ""))
+        print(f"imported {_count(added, 'new entry')} into {c.path}" + _there(got.present)
+              + (f"; refused {len(refused)}" if refused else ""))
         return 1 if refused else 0
     else:
         print(f"removed {_count(c.prune(args.max_bytes), 'entry')}; {format_size(c.info()['bytes'])} left "
               f"(limit {format_size(c.max_bytes if args.max_bytes is None else args.max_bytes)})")
     return 0
+
+
+def _there(n: int) -> str:
+    """What a report adds for ``n`` entries that were there already."""
+    return "" if not n else "; 1 was there already" if n == 1 else f"; {n} were there already"
 
 
 def _compile(args) -> int:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -634,8 +635,12 @@ def test_export_import_round_trip_needs_no_compiler(tmp_path, counted):
     images = [build(src, options=[f"-DSCALE={i}"]) for i in range(3)]
     assert src.export_archive(tmp_path / "c.tar.gz") == 3
     dst = Cache(tmp_path / "b")
-    assert dst.import_archive(tmp_path / "c.tar.gz") == (3, [])
-    assert dst.import_archive(tmp_path / "c.tar.gz") == (0, [])  # already there
+    got = dst.import_archive(tmp_path / "c.tar.gz")
+    assert got == (3, []) and got.present == 0
+    got = dst.import_archive(tmp_path / "c.tar.gz")
+    assert got == (0, []) and got.present == 3  # already there
+    added, refused = got
+    assert pickle.loads(pickle.dumps(got)).present == 3 and (added, refused) == (0, [])
     compiles = len(counted)
     again = [build(Cache(tmp_path / "b"), options=[f"-DSCALE={i}"]) for i in range(3)]
     assert len(counted) == compiles and [a.data for a in again] == [a.data for a in images]

@@ -1086,6 +1086,8 @@ def test_cache_export_and_import_through_a_pipe(tmp_path):
     assert out.stderr == b"exported 1 entry to <stdout>\n" and not (tmp_path / "-").exists()
     r = _run("cache", "import", "-", stdin=out.stdout, env=env2)
     assert r.returncode == 0 and r.stdout.decode() == f"imported 1 new entry into {two}\n", r.stderr
+    r = _run("cache", "import", "-", stdin=out.stdout, env=env2)  # (once: "imported 0 new entries", no more)
+    assert r.returncode == 0 and r.stdout.decode() == f"imported 0 new entries into {two}; 1 was there already\n"
     r = _run("cache", "import", "-", stdin=b"hello\n", env=env2)
     assert r.returncode == 2 and r.stderr.startswith(b"nbjit cache: error: <stdin>: not a tar archive")
     t = _on_a_terminal("cache", "export", "-", env=env1)

@@ -416,9 +416,12 @@ def _inspect(args) -> int:
         raise _Usage(f"{args.file}: not a kernel bundle (a bundle is a ZIP archive, and this file is not one) nor "
                      "an image (PTX, cubin, fatbin)")
     img = Image.from_bytes(raw, "<stdin>" if args.file == "-" else args.file)
-    if args.arch and img.kind != "fatbin" and not (compiled and img.kind == "ptx"):
-        raise _Usage(f"--arch chooses a fatbin's image; {args.file} is {img.kind}, not a fatbin (with --sass, "
-                     "--occupancy or --fail-on-spills it also names the SASS to assemble PTX to)")
+    if args.arch and img.kind == "cubin" and not args.occupancy:
+        raise _Usage(f"--arch chooses a fatbin's image, or with --occupancy the GPU whose limits count; "
+                     f"{args.file} is a cubin, whose SASS is its own")
+    if args.arch and img.kind == "ptx" and not compiled:
+        raise _Usage(f"--arch chooses a fatbin's image; {args.file} is ptx, not a fatbin (with --sass, "
+                     "--occupancy or --fail-on-spills it names the SASS to assemble the PTX to)")
     if compiled:
         return _inspect_compiled(args, img)
     info = inspect_image(img)
@@ -501,6 +504,8 @@ def _inspect_compiled(args, img: Image) -> int:
                          f"{where}")
     data = cubin_for(img, args.arch)
     info = inspect_cubin(data, source=img.name)
+    if img.kind == "cubin" and args.arch and not info.arch.runs_on(args.arch):
+        raise _Usage(f"--arch {args.arch}: {img.name} is a cubin for {info.arch}, which does not run on it")
     entries = typed_entries(info.entries, "cubin")
     out: dict = {"file": img.name, "arch": str(info.arch)}
     device = args.arch.real() if args.arch else info.arch  # (an sm_86 GPU runs an sm_80 cubin by sm_86's limits)

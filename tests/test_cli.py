@@ -1153,6 +1153,24 @@ def test_occupancy_counts_by_the_device_arch_not_the_cubin():
     assert f"{DATA / 'nvcc/kernels_multi.fatbin'}: occupancy on sm_86 (its sm_80 cubin), block 128" in r.stdout
 
 
+def test_occupancy_of_a_cubin_counts_by_the_gpu_arch_names():
+    """inspect k.cubin --arch sm_86 --occupancy was refused by a message saying --arch applies
+    with --occupancy: a cubin's --arch is the GPU whose limits count, one the cubin runs on."""
+    cubin = DATA / "nvcc/kernels_sm_80.cubin"
+    r = nbjit("inspect", "--json", "--occupancy", "128", "--arch", "sm_86", str(cubin))
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert j["arch"] == "sm_80" and {(o["arch"], o["max_warps_per_sm"]) for o in j["occupancy"]} == {("sm_86", 48)}
+    r = nbjit("inspect", "--occupancy", "128", "--arch", "sm_90", str(cubin))
+    assert r.returncode == 2 and r.stderr == (f"nbjit inspect: error: --arch sm_90: {cubin} is a cubin for sm_80, "
+                                              "which does not run on it\n")
+    for other in (["--sass"], ["--fail-on-spills"], []):
+        r = nbjit("inspect", *other, "--arch", "sm_86", str(cubin))
+        assert r.returncode == 2 and r.stderr == ("nbjit inspect: error: --arch chooses a fatbin's image, or with "
+                                                  f"--occupancy the GPU whose limits count; {cubin} is a cubin, "
+                                                  "whose SASS is its own\n"), r.stderr
+
+
 def _bundle_cases(tmp: Path) -> list:
     """(FILE... and options, the error line) of bundles that cannot be built."""
     nv = DATA / "nvcc"

@@ -17,7 +17,7 @@ import secrets
 import threading
 import time
 import warnings
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from .errors import NbjitCacheError, NbjitWarning, install_hint
 
@@ -377,7 +377,6 @@ def _check_directory(url: str, shown: str) -> None:
     """Refuse a local remote cache (``file://`` or a path) that is no existing directory: a
     mistyped URL (``s3:/bucket``, one slash) is a path, and a publish would make it one."""
     if "://" in url:
-        from urllib.parse import unquote
         path = unquote(urlsplit(url).path)
         if os.path.isdir(path):
             return

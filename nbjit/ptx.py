@@ -375,11 +375,15 @@ def _gc_paused():
                 gc.enable()
 
 
-def _as_text(text: str | bytes, source: str | None) -> str:
+def _as_text(text: str | bytes, source: str | None, compiled: str = "read it with nbjit.inspect_image") -> str:
+    """PTX's text; ``compiled``: what to do with a cubin or fatbin given instead."""
     if isinstance(text, (bytes, bytearray, memoryview)):
         try:
             text = bytes(text).decode("utf-8")
         except UnicodeDecodeError as e:
+            kind = _compiled_kind(bytes(text[:20]))
+            if kind:
+                raise PtxParseError(f"a {kind}, not PTX: {compiled}", source=source) from None
             raise PtxParseError(f"not UTF-8 text (byte {e.start})", source=source) from None
     elif not isinstance(text, str):
         raise PtxParseError(f"PTX is text (str or bytes), not {type(text).__name__} (read the file first, or use "
@@ -388,6 +392,15 @@ def _as_text(text: str | bytes, source: str | None) -> str:
         raise PtxParseError(f"{text!r} is a file's path, not PTX text (read the file first, or use "
                             "nbjit.inspect_image(path))", source=source)
     return text.rstrip("\0")
+
+
+def _compiled_kind(head: bytes) -> str | None:
+    """"cubin" or "fatbin" where ``head`` (an image's first 20 bytes) begins one, else None."""
+    from .cubin import EM_CUDA
+    from .fatbin import FATBIN_MAGIC
+    if head[:4] == b"\x7fELF" and int.from_bytes(head[18:20], "little") == EM_CUDA:
+        return "cubin"
+    return "fatbin" if head[:4] == FATBIN_MAGIC.to_bytes(4, "little") else None
 
 
 class _Parser:
@@ -1067,7 +1080,8 @@ def strip_debug(text: str | bytes, keep_lineinfo: bool = False) -> str:
     ``keep_lineinfo`` (then only the ``function_name``/``inlined_at`` tails of ``.loc``,
     which point into the removed ``.debug_str``). Every other byte is left alone.
     """
-    text = _as_text(text, None)
+    text = _as_text(text, None, "strip_debug removes debug information from PTX text (for a cubin or fatbin "
+                                "without it, build without -G and -lineinfo)")
     if _block_comment(text):  # decide on a view with comments blanked (same offsets), cut the text
         cuts, uncut = _strip_cuts(_blank_text(text), keep_lineinfo)
         out = _cut(text, cuts)

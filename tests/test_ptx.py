@@ -270,6 +270,20 @@ def test_strip_debug_assembles(rel, keep_lineinfo):
     assemble(out, before.targets[0], before.version)
 
 
+@pytest.mark.parametrize("rel, kind", [("nvcc/kernels_G_sm_90.cubin", "cubin"), ("nvcc/kernels_multi.fatbin", "fatbin")])
+def test_compiled_code_given_as_ptx_is_named_as_what_it_is(rel, kind):
+    """strip_debug(cubin bytes) once said "<ptx>: not UTF-8 text (byte 18)" where the command says
+    "is a cubin, not PTX": the API says what the bytes are, and what to do."""
+    data = (DATA / rel).read_bytes()
+    with pytest.raises(PtxParseError, match=rf"^<ptx>: a {kind}, not PTX: strip_debug removes debug information "
+                                            r"from PTX text \(for a cubin or fatbin without it, build without -G"):
+        strip_debug(data)
+    with pytest.raises(PtxParseError, match=rf"^k\.bin: a {kind}, not PTX: read it with nbjit\.inspect_image$"):
+        inspect_ptx(data, source="k.bin")
+    with pytest.raises(PtxParseError, match=r"^<ptx>: not UTF-8 text \(byte 0\)$"):
+        strip_debug(b"\xff" + data[1:])  # (binary that is neither)
+
+
 @pytest.mark.parametrize("rel", ["nvcc/kernels_sm90.ptx", "nvrtc/tmpl_sm90.ptx", "numba/axpy_plain.ptx"])
 def test_strip_debug_leaves_plain_ptx_alone(rel):
     assert strip_debug(read(rel)) == read(rel)

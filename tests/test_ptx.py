@@ -270,7 +270,8 @@ def test_strip_debug_assembles(rel, keep_lineinfo):
     assemble(out, before.targets[0], before.version)
 
 
-@pytest.mark.parametrize("rel, kind", [("nvcc/kernels_G_sm_90.cubin", "cubin"), ("nvcc/kernels_multi.fatbin", "fatbin")])
+@pytest.mark.parametrize("rel, kind", [("nvcc/kernels_G_sm_90.cubin", "cubin"),
+                                       ("nvcc/kernels_multi.fatbin", "fatbin")])
 def test_compiled_code_given_as_ptx_is_named_as_what_it_is(rel, kind):
     """strip_debug(cubin bytes) once said "<ptx>: not UTF-8 text (byte 18)" where the command says
     "is a cubin, not PTX": the API says what the bytes are, and what to do."""

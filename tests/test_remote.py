@@ -341,7 +341,6 @@ def test_a_directory_tier_publishes_by_renaming(tmp_path, counted):
 def test_a_remote_that_is_no_url_nor_directory_is_refused_before_writing(tmp_path, monkeypatch, remote, msg, how):
     """A remote cache is a URL of a scheme fsspec knows or an existing directory: a mistyped URL
     (one slash) or a plain word once made a local directory of that name and published there."""
-    from nbjit import cli
     from nbjit.cache import default_cache, set_default_cache
     here = tmp_path / "cwd"
     here.mkdir()

@@ -9,8 +9,13 @@ import nbjit
 
 path = Path(sys.argv[1]) if len(sys.argv) > 1 else \
     Path(__file__).resolve().parent.parent / "tests/data/nvcc/kernels_G_sm90.ptx"
+try:
+    info = nbjit.inspect_ptx(path.read_bytes(), source=str(path))  # (bytes: a cubin is named as one)
+except (OSError, nbjit.NbjitError) as e:  # one line, status 2 (nbjit inspect FILE reads any image)
+    print(f"inspect_kernels.py: {f'cannot read {path}: {e.strerror}' if isinstance(e, OSError) else e}",
+          file=sys.stderr)
+    sys.exit(2)
 text = path.read_text()
-info = nbjit.inspect_ptx(text, source=str(path))
 print(f"{path.name}: PTX {info.version[0]}.{info.version[1]} for {info.arch}, {len(info.entries)} kernels, "
       f"debug info: {info.debug.kind}")
 for k in info.entries:

@@ -31,6 +31,18 @@ def test_inspect_example_runs_without_a_gpu():
     assert rc == 0 and "stripped:" in out and "Traceback" not in err
 
 
+def test_inspect_example_says_in_one_line_what_it_cannot_read(tmp_path):
+    """examples/inspect_kernels.py some.cubin once died with a UnicodeDecodeError traceback."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    script = str(ROOT / "examples/inspect_kernels.py")
+    for given, said in ((DATA / "nvcc/kernels_sm_90.cubin", "a cubin, not PTX: read it with nbjit.inspect_image"),
+                        (DATA / "nvcc/kernels_multi.fatbin", "a fatbin, not PTX"),
+                        (tmp_path / "none.ptx", "cannot read"), (tmp_path, "cannot read")):
+        r = subprocess.run([sys.executable, script, str(given)], env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and r.stdout == "" and len(r.stderr.splitlines()) == 1, r.stderr
+        assert r.stderr.startswith("inspect_kernels.py: ") and said in r.stderr, r.stderr
+
+
 def test_gpu_examples_without_a_gpu_say_so_in_one_line():
     from conftest import gpu_available
     if gpu_available()[0]:

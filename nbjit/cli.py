@@ -310,7 +310,7 @@ def damaged_entries(info: FatbinInfo, path: str) -> dict[int, str]:
 
 
 def format_fatbin(info: FatbinInfo, path: str, arch: Arch | str | None, damaged: dict[int, str] | None = None) -> str:
-    out = [f"{path}: fatbin with {_count(len(info.entries), 'image')}"]
+    out = [f"{path}: fatbin with {_count(len(info.entries), 'entry')}"]
     if damaged is None:
         damaged = damaged_entries(info, path)
     rows = [[e.index, e.kind, e.arch_name, e.compression or "-", e.size,
@@ -324,9 +324,9 @@ def format_fatbin(info: FatbinInfo, path: str, arch: Arch | str | None, damaged:
         chosen = info.select(arch)
         out.append("")
         if chosen is None:
-            out.append(f"no image runs on {arch}")
+            out.append(f"no entry runs on {arch}")
         else:
-            out.append(f"{arch} uses image {chosen.index} ({chosen.kind} {chosen.arch}):")
+            out.append(f"{arch} uses entry {chosen.index} ({chosen.kind} {chosen.arch}):")
             if chosen.index in damaged:
                 out.append("  damaged (above): not a cubin the driver can load")
             elif chosen.payload is None:
@@ -402,7 +402,7 @@ def _inspect(args) -> int:
         if compiled:
             raise _Usage(f"{what}: give the Triton kernel's .cubin file, not {args.file}")
         if args.arch:
-            raise _Usage("--arch chooses a fatbin's image; a Triton kernel has its own")
+            raise _Usage("--arch chooses a fatbin's entry; a Triton kernel has its own")
         from .triton import describe
         d = describe(args.file)
         print(json.dumps(d, indent=2) if args.json else format_triton(d, args.file))
@@ -417,10 +417,10 @@ def _inspect(args) -> int:
                      "an image (PTX, cubin, fatbin)")
     img = Image.from_bytes(raw, "<stdin>" if args.file == "-" else args.file)
     if args.arch and img.kind == "cubin" and not args.occupancy:
-        raise _Usage(f"--arch chooses a fatbin's image, or with --occupancy the GPU whose limits count; "
+        raise _Usage(f"--arch chooses a fatbin's entry, or with --occupancy the GPU whose limits count; "
                      f"{args.file} is a cubin, whose SASS is its own")
     if args.arch and img.kind == "ptx" and not compiled:
-        raise _Usage(f"--arch chooses a fatbin's image; {args.file} is ptx, not a fatbin (with --sass, "
+        raise _Usage(f"--arch chooses a fatbin's entry; {args.file} is ptx, not a fatbin (with --sass, "
                      "--occupancy or --fail-on-spills it names the SASS to assemble the PTX to)")
     if compiled:
         return _inspect_compiled(args, img)
@@ -429,21 +429,21 @@ def _inspect(args) -> int:
     if args.json:
         j = _typed_json(info)
         if isinstance(info, FatbinInfo):
-            for e in j["images"]:
+            for e in j["entries"]:
                 if e["index"] in damaged:
                     e["damaged"] = damaged[e["index"]]
             if args.arch:
                 chosen = info.select(args.arch)
                 j["selected"] = None if chosen is None else chosen.index
                 if chosen is not None and chosen.payload is not None and chosen.index not in damaged:
-                    j["selected_image"] = _typed_json(inspect_image(Image(chosen.payload, chosen.kind)))
+                    j["selected_entry"] = _typed_json(inspect_image(Image(chosen.payload, chosen.kind)))
         print(json.dumps(j, indent=2))
     else:
         print(_describe(img, args.arch, info, damaged))
     if damaged:
         try:
-            print(f"nbjit inspect: {img.name}: {_count(len(damaged), 'image')} damaged (entry "
-                  f"{', '.join(map(str, damaged))}): not a cubin the driver can load", file=sys.stderr)
+            print(f"nbjit inspect: {img.name}: {_count(len(damaged), 'entry')} damaged (#"
+                  f"{', #'.join(map(str, damaged))}): not a cubin the driver can load", file=sys.stderr)
         except BrokenPipeError:  # (standard error's reader went away: the status still says it)
             pass
         return 1
@@ -487,7 +487,7 @@ def _inspect_compiled(args, img: Image) -> int:
         fat = inspect_fatbin(img.data, source=img.name)
         chosen = fat.select(args.arch)
         if chosen is None:
-            raise _Usage(f"--arch {args.arch}: no image of {img.name} runs on it (it holds "
+            raise _Usage(f"--arch {args.arch}: no entry of {img.name} runs on it (it holds "
                          f"{', '.join(e.arch_name for e in fat.entries)})")
         ptx = chosen.payload if chosen.kind == "ptx" else None
     if ptx is not None:  # assembled for --arch by nvJitLink: said here, in one line, what it would refuse
@@ -1016,8 +1016,9 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("file", help="a PTX, cubin or fatbin file (- for standard input), an nbjit bundle (.nbjit), "
                    "or a Triton cache entry")
     i.add_argument("--json", action="store_true", help="machine-readable output (see docs/cli.md)")
-    i.add_argument("--arch", help="for a fatbin: show the image this architecture (e.g. sm_90) would use; with "
-                   "--sass, --occupancy or --fail-on-spills, also the SASS PTX is assembled to")
+    i.add_argument("--arch", help="for a fatbin or a bundle: show the entry this architecture (e.g. sm_90) would "
+                   "use; with --sass, --occupancy or --fail-on-spills, also the SASS PTX is assembled to, and for "
+                   "--occupancy the GPU whose limits count")
     i.add_argument("--sass", action="store_true",
                    help="print the SASS (needs nvdisasm: nbjit-core's sass extra, "
                    "pip install -e '.[sass]' in a checkout)")

@@ -86,7 +86,7 @@ class FatbinInfo:
         return select_entry(self.entries, device)
 
     def to_json(self) -> dict:
-        return {"kind": "fatbin", "images": [e.to_json() for e in self.entries]}
+        return {"kind": "fatbin", "entries": [e.to_json() for e in self.entries]}
 
 
 def parse_arch(arch: ArchLike) -> int:

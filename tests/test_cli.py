@@ -114,13 +114,13 @@ def test_inspect_cubin_text():
 def test_inspect_fatbin_with_arch():
     r = nbjit("inspect", str(DATA / "nvcc/kernels_multi_lz4.fatbin"), "--arch", "sm_86")
     assert r.returncode == 0, r.stderr
-    assert "fatbin with 3 images" in r.stdout and "lz4" in r.stdout
-    assert "sm_86 uses image 0 (cubin sm_80)" in r.stdout and "entry k_basic" in r.stdout
+    assert "fatbin with 3 entries" in r.stdout and "lz4" in r.stdout
+    assert "sm_86 uses entry 0 (cubin sm_80)" in r.stdout and "entry k_basic" in r.stdout
     j = json.loads(nbjit("inspect", "--json", str(DATA / "nvcc/kernels_multi.fatbin"), "--arch", "sm_100").stdout)
     assert j["kind"] == "fatbin"
-    assert [(i["kind"], i["arch"], i["compressed"]) for i in j["images"]] == [
+    assert [(i["kind"], i["arch"], i["compressed"]) for i in j["entries"]] == [
         ("cubin", "sm_80", False), ("ptx", "compute_90", True), ("cubin", "sm_90", False)]
-    assert j["selected"] == 1 and j["selected_image"]["kind"] == "ptx"
+    assert j["selected"] == 1 and j["selected_entry"]["kind"] == "ptx"
 
 
 def test_inspect_a_bundle_name_that_is_no_bundle(tmp_path):
@@ -146,12 +146,12 @@ def test_inspect_fatbin_with_a_damaged_cubin(tmp_path):
     assert r.returncode == 1 and "Traceback" not in r.stderr
     rows = [line.split() for line in r.stdout.splitlines()[3:6]]
     assert rows[0][-3:] == ["no", "(damaged:", "below)"] and rows[1][-1] == rows[2][-1] == "yes"
-    assert f"damaged: {f}[0]: section header table" in r.stdout and "sm_80 uses image 0" in r.stdout
-    assert "1 image damaged (entry 0)" in r.stderr
+    assert f"damaged: {f}[0]: section header table" in r.stdout and "sm_80 uses entry 0" in r.stdout
+    assert "1 entry damaged (#0)" in r.stderr
     r = nbjit("inspect", "--json", str(f), "--arch", "sm_80")
     j = json.loads(r.stdout)
-    assert r.returncode == 1 and "section header table" in j["images"][0]["damaged"]
-    assert "damaged" not in j["images"][2] and j["selected"] == 0 and "selected_image" not in j
+    assert r.returncode == 1 and "section header table" in j["entries"][0]["damaged"]
+    assert "damaged" not in j["entries"][2] and j["selected"] == 0 and "selected_entry" not in j
     assert nbjit("inspect", str(DATA / "nvcc/kernels_multi_none.fatbin")).returncode == 0
 
 
@@ -161,9 +161,9 @@ def test_inspect_fatbin_with_ltoir():
     rows = [line.split() for line in r.stdout.splitlines()[1:5]]
     assert rows[2:] == [["0", "cubin", "sm_90", "-", "3840", "yes"],
                         ["1", "ltoir", "lto_90", "zstd", rows[3][4], "no", "(nvJitLink", "reads", "it)"]]
-    assert "sm_90 uses image 0 (cubin sm_90)" in r.stdout and "entry k_triple" in r.stdout
+    assert "sm_90 uses entry 0 (cubin sm_90)" in r.stdout and "entry k_triple" in r.stdout
     j = json.loads(nbjit("inspect", "--json", str(DATA / "nvcc/lto_sm90_none.fatbin")).stdout)
-    assert [(i["kind"], i["arch"], i["compression"], i["decompressed"]) for i in j["images"]] == [
+    assert [(i["kind"], i["arch"], i["compression"], i["decompressed"]) for i in j["entries"]] == [
         ("cubin", "sm_90", None, True), ("ltoir", "lto_90", None, True)]
 
 
@@ -265,7 +265,7 @@ def test_output_piped_to_head_exits_quietly(args):
 
 def test_options_that_make_no_sense(tmp_path):
     r = nbjit("inspect", "--arch", "sm_90", str(DATA / "nvcc/kernels_sm90.ptx"))
-    assert r.returncode == 2 and "--arch chooses a fatbin's image; " in r.stderr
+    assert r.returncode == 2 and "--arch chooses a fatbin's entry; " in r.stderr
     env = {**os.environ, "NBJIT_CACHE_DIR": str(tmp_path)}
     cmd = [EXE] if EXE else [sys.executable, "-m", "nbjit"]
     run = lambda *a, **kw: subprocess.run([*cmd, *a], capture_output=True, text=True, env={**env, **kw}, timeout=60)
@@ -1120,7 +1120,7 @@ def test_cache_export_and_import_through_a_pipe(tmp_path):
     (["inspect", str(DATA / "triton/add_kernel/add_kernel.ptx"), "--fail-on-spills", "--arch", "sm_100"],
      "--arch sm_100: {tri} holds PTX for sm_90a, which assembles for sm_90a only"),
     (["inspect", str(DATA / "nvcc/kernels_multi.fatbin"), "--occupancy", "128", "--arch", "sm_75"],
-     "--arch sm_75: no image of {multi} runs on it (it holds sm_80, compute_90, sm_90)"),
+     "--arch sm_75: no entry of {multi} runs on it (it holds sm_80, compute_90, sm_90)"),
 ])
 def test_architectures_are_checked_in_one_line(tmp_path, args, line):
     """--arch sm_999 once compiled PTX for the newest architecture NVRTC knows and wrote k.ptx;
@@ -1166,7 +1166,7 @@ def test_occupancy_of_a_cubin_counts_by_the_gpu_arch_names():
                                               "which does not run on it\n")
     for other in (["--sass"], ["--fail-on-spills"], []):
         r = nbjit("inspect", *other, "--arch", "sm_86", str(cubin))
-        assert r.returncode == 2 and r.stderr == ("nbjit inspect: error: --arch chooses a fatbin's image, or with "
+        assert r.returncode == 2 and r.stderr == ("nbjit inspect: error: --arch chooses a fatbin's entry, or with "
                                                   f"--occupancy the GPU whose limits count; {cubin} is a cubin, "
                                                   "whose SASS is its own\n"), r.stderr
 
@@ -1281,5 +1281,5 @@ def test_inspect_a_fatbin_whose_entry_cannot_be_decompressed(no_lz4):
     path = DATA / "nvcc/kernels_multi_lz4.fatbin"
     text = format_fatbin(inspect_fatbin(path.read_bytes()), str(path), "sm_100")
     assert "1  ptx    compute_90  lz4         9285   no (needs lz4)" in text
-    assert text.endswith("sm_100 uses image 1 (ptx compute_90):\n  lz4-compressed and 'lz4' is not installed "
+    assert text.endswith("sm_100 uses entry 1 (ptx compute_90):\n  lz4-compressed and 'lz4' is not installed "
                          "(pip install lz4): the driver will read the whole fatbin")

@@ -21,6 +21,13 @@ def fatbin(name: str):
     return inspect_fatbin((DATA / "nvcc" / name).read_bytes(), source=name)
 
 
+def test_json_names_the_entries_as_the_api_does():
+    """inspect_fatbin(data).entries were "images" in its JSON: one name, entries."""
+    fb = fatbin("kernels_multi.fatbin")
+    j = fb.to_json()
+    assert sorted(j) == ["entries", "kind"] and j["entries"] == [e.to_json() for e in fb.entries]
+
+
 @pytest.mark.parametrize("name,compression", [
     ("kernels_multi_none.fatbin", None), ("kernels_multi_lz4.fatbin", "lz4"), ("kernels_multi.fatbin", "zstd")])
 def test_entries(name, compression):

@@ -220,7 +220,9 @@ def format_entries(entries, out: list[str], declared=None) -> None:
             out.append("  resources: " + ", ".join(res))
         if e.params:
             own = declared[k].params if declared is not None else None
-            rows = [[i, p.name, p.ctype or "?", *([_ptx_type(own[i])] if own else []),
+            # (a compiler's placeholder, <kernel>_param_<i>, as a cubin names it; a source's name as it is)
+            rows = [[i, f"param_{i}" if p.name == f"{e.name}_param_{i}" else p.name, p.ctype or "?",
+                     *([_ptx_type(own[i])] if own else []),
                      p.size, "?" if p.align is None else p.align, p.offset] for i, p in enumerate(e.params)]
             out += ["  " + line for line in _table(rows, ["#", "name", "C type", *(["PTX type"] if own else []),
                                                           "size", "align", "offset"])]

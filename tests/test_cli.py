@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -1014,6 +1015,20 @@ def test_compile_finds_includes_beside_the_source_from_anywhere(tmp_path):
 
 PKG_BUNDLE = DATA.parent.parent / "examples/bundle_package/src/nbjit_demo_kernels/kernels.nbjit"
 AXPY = DATA.parent.parent / "examples/bundle_package/kernels/axpy.cu"
+
+
+def test_a_bundles_template_kernels_read_as_a_cubins():
+    """A bundle's template kernels once showed _Z5scaleIfEvPT_S0_i_param_0 for each parameter
+    (the PTX's placeholder): param_0, as a cubin names it, under the demangled name; an
+    extern "C" kernel's parameters keep the source's names."""
+    r = nbjit("inspect", str(PKG_BUNDLE))
+    assert r.returncode == 0, r.stderr
+    assert "_param_" not in r.stdout.replace(" param_", " ")  # (no <mangled>_param_N left)
+    head = r.stdout.index("entry _Z5scaleIfEvPT_S0_i  (weak)\n  = void scale<float>(float*, float, int)\n")
+    assert re.match(r"(?s).*?\n  0\s+param_0\s+float\*\s+8 .*?\n  2\s+param_2\s+int\s+4 ", r.stdout[head:])
+    assert re.search(r"\n  0\s+a\s+float\s+4 .*\n  1\s+x\s+const float\*", r.stdout)  # axpy, from its source
+    j = json.loads(nbjit("inspect", "--json", str(PKG_BUNDLE)).stdout)  # (JSON: the names as declared)
+    assert j["images"][0]["kernels"]["_Z5scaleIfEvPT_S0_i"]["params"][0]["name"] == "_Z5scaleIfEvPT_S0_i_param_0"
 
 
 def _run(*args: str, stdin: bytes | None = None, **kw) -> subprocess.CompletedProcess:

@@ -128,14 +128,16 @@ SHIPPED = (50, 52, 53, 60, 61, 62, 70, 72, 75, 80, 86, 87, 88, 89, 90, 100, 101,
 VARIANTS_FROM = {"a": 90, "f": 100}
 
 
-def existence_problem(arch: Arch) -> str | None:
+def existence_problem(arch: Arch, near: "Sequence[int]" = SHIPPED) -> str | None:
     """Why ``arch`` names no chip CUDA builds for (``sm_91``, ``sm_89a``, ``sm_90f``), or None
-    where it names a shipped chip or one newer than every shipped chip."""
+    where it names a shipped chip or one newer than every shipped chip; the architectures it
+    suggests are drawn from ``near`` (a compiler's own list: only what it compiles for)."""
     if arch.variant and arch.number < VARIANTS_FROM[arch.variant]:
         kind = "arch-specific ('a')" if arch.variant == "a" else "family ('f')"
         return f"{kind} builds exist from sm_{VARIANTS_FROM[arch.variant]}{arch.variant} on"
     if arch.number not in SHIPPED and arch.number < SHIPPED[-1]:
-        near = ", ".join(f"sm_{n}" for n in SHIPPED if abs(n - arch.number) <= 10)
+        prefix = "compute" if arch.virtual else "sm"
+        near = ", ".join(f"{prefix}_{n}" for n in near if abs(n - arch.number) <= 10)
         return "no chip has that compute capability" + (f" (near it: {near})" if near else "")
     return None
 

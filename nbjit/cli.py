@@ -13,7 +13,7 @@ import warnings
 from pathlib import Path
 from typing import NoReturn
 
-from .arch import Arch, existence_problem
+from .arch import SHIPPED, Arch, existence_problem
 from .cubin import EM_CUDA, CubinInfo, inspect_cubin
 from .errors import ImageFormatError, NbjitError, NbjitWarning
 from .fatbin import DECODERS, FatbinInfo, inspect_fatbin, undecoded
@@ -157,11 +157,14 @@ def _check_compilable(a: Arch, option: str, *, tool: str = "NVRTC", newer: str =
     cannot compile for, naming those it can; ``newer``: the option that would give PTX for
     the newest it knows, for a GPU newer than it (none: no such hint)."""
     from .compiler import nvjitlink_version, nvrtc_version, supported_archs
-    _check_exists(a, option)
     try:
         known, version = supported_archs(), nvrtc_version()
     except NbjitError:
+        _check_exists(a, option)
         return  # no NVRTC: what compiles (or not) says why
+    problem = existence_problem(a, known or SHIPPED)  # (suggesting only what this NVRTC compiles for)
+    if problem:
+        raise _Usage(f"{option} {a}: {problem}")
     if tool != "NVRTC":
         if nvjitlink_version() != version:
             return  # another CUDA's nvJitLink: it says what it refuses

@@ -1157,6 +1157,25 @@ def test_architectures_are_checked_in_one_line(tmp_path, args, line):
     assert list(tmp_path.iterdir()) == []  # nothing written
 
 
+@pytest.mark.parametrize("args", [["compile", str(AXPY), "--arch", "sm_91"],
+                                  ["bundle", str(AXPY), "--arch", "sm_102", "-o", "x.nbjit"],
+                                  ["bundle", str(AXPY), "--ptx", "compute_91", "-o", "x.nbjit"]])
+def test_an_architecture_no_chip_has_is_told_what_nvrtc_compiles_near_it(tmp_path, args):
+    """--arch sm_91 once suggested sm_101, which this NVRTC then refused: compile and bundle
+    suggest only architectures it compiles for."""
+    from nbjit.compiler import supported_archs
+    r = _run(*args, cwd=tmp_path)
+    err = r.stderr.decode()
+    option = "--ptx" if "--ptx" in args else "--arch"
+    m = re.fullmatch(rf"nbjit {args[0]}: error: {option} (\w+): no chip has "
+                     r"that compute capability \(near it: ([\w, ]+)\)\n", err)
+    assert r.returncode == 2 and m, err
+    prefix = m[1].split("_")[0]
+    near = m[2].split(", ")
+    assert near and all(n.startswith(prefix + "_") and int(n.split("_")[1]) in supported_archs() for n in near), err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_occupancy_counts_by_the_device_arch_not_the_cubin():
     """A fatbin's sm_80 cubin on an sm_86 GPU: sm_86's limits (48 warps per SM), not sm_80's (64)."""
     r = nbjit("inspect", "--json", "--occupancy", "128", "--arch", "sm_86", str(DATA / "nvcc/kernels_multi.fatbin"))

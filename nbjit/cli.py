@@ -102,6 +102,11 @@ def _write(path: str, data: bytes, source: str, in_place: bool, in_place_option:
         raise _Usage(f"cannot write {path}: it is {e}") from None
 
 
+def _shown(path: str) -> str:
+    """An output as a report names it: ``-`` is standard output."""
+    return "standard output" if path == "-" else path
+
+
 def _binary_to_stdout(what: str, given: str = "-o -") -> None:
     """Refuse binary output to standard output (``given``) where that is a terminal, as gzip and tar do."""
     if sys.stdout.isatty():
@@ -752,7 +757,7 @@ def _strip(args) -> int:
     if output is None:
         raise _Usage("give -o OUT (or --in-place to replace the input)")
     _write(output, out, args.file, args.in_place)
-    print(f"{name}: debug info {info.debug.kind} -> {output} ({len(data)} -> {len(out)} bytes)",
+    print(f"{name}: debug info {info.debug.kind} -> {_shown(output)} ({len(data)} -> {len(out)} bytes)",
           file=sys.stderr)
     return 0
 
@@ -845,7 +850,7 @@ def _cache(args) -> int:
         if args.file == "-":  # streamed to standard output, as tar does; what was done said on standard error
             n = c.export_archive(sys.stdout.buffer, archive_key_file=args.key_file)
             sys.stdout.buffer.flush()
-            print(f"exported {_count(n, 'entry')} to <stdout>", file=sys.stderr)
+            print(f"exported {_count(n, 'entry')} to {_shown('-')}", file=sys.stderr)
         else:
             print(f"exported {_count(c.export_archive(args.file, archive_key_file=args.key_file), 'entry')} to "
                   f"{args.file}")
@@ -946,7 +951,8 @@ def _compile(args) -> int:
             out = os.path.join(args.output or ".", f"{path.stem}.{arch}.{img.kind}")
         _write(str(out), img.data, args.file, in_place=False, in_place_option=False)
         made[-1]["file"] = str(out)
-        print(f"{args.file}: {img.kind} for {img.arch} -> {out} ({len(img.data)} bytes)", file=sys.stderr)
+        print(f"{args.file}: {img.kind} for {img.arch} -> {_shown(str(out))} ({len(img.data)} bytes)",
+              file=sys.stderr)
     if args.cache_only:  # (checked once all are written: a later write may prune an earlier entry)
         gone = [m for m, a in zip(made, archs) if not os.path.exists(stored[a])]
         if gone:

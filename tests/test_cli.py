@@ -260,7 +260,7 @@ def test_output_piped_to_head_exits_quietly(args):
         p.stdout.readline()
         p.stdout.close()  # what `| head -1` does
         err = p.stderr.read().decode()
-        said = f"{args[1]}: debug info dwarf -> - (37499 -> 19593 bytes)\n"  # strip's report (standard error)
+        said = f"{args[1]}: debug info dwarf -> standard output (37499 -> 19593 bytes)\n"  # strip's report (stderr)
         assert p.wait(timeout=60) == 0 and err in ("", said), err
 
 
@@ -1089,6 +1089,18 @@ def test_bundle_reads_standard_input(tmp_path):
     assert not (tmp_path / "x.nbjit").exists()
 
 
+def test_reports_name_standard_output_as_such(tmp_path):
+    """strip -o - once reported '-> -'."""
+    ptx = DATA / "nvcc/kernels_G_sm90.ptx"
+    r = _run("strip", str(ptx), "-o", "-")
+    assert r.returncode == 0 and r.stdout.startswith(b"//")
+    assert r.stderr.decode() == f"{ptx}: debug info dwarf -> standard output (37499 -> 19593 bytes)\n"
+    r = _run("compile", str(AXPY), "--arch", "sm_90", "--ptx", "-o", "-", env={**os.environ,
+                                                                               "NBJIT_CACHE_DIR": str(tmp_path)})
+    assert r.returncode == 0 and r.stdout.startswith(b"//")
+    assert re.fullmatch(rf"{re.escape(str(AXPY))}: ptx for sm_90 -> standard output \(\d+ bytes\)\n", r.stderr.decode())
+
+
 def test_cache_export_and_import_through_a_pipe(tmp_path):
     """cache export - once wrote a file named '-' (and its report into the archive's stream).
     As tar: export - streams the archive to standard output, import - reads standard input."""
@@ -1098,7 +1110,7 @@ def test_cache_export_and_import_through_a_pipe(tmp_path):
     assert _run("compile", str(AXPY), "--arch", "sm_90", "--cache-only", env=env1).returncode == 0
     out = _run("cache", "export", "-", env=env1, cwd=tmp_path)
     assert out.returncode == 0 and out.stdout[:2] == b"\x1f\x8b", out.stderr  # gzip
-    assert out.stderr == b"exported 1 entry to <stdout>\n" and not (tmp_path / "-").exists()
+    assert out.stderr == b"exported 1 entry to standard output\n" and not (tmp_path / "-").exists()
     r = _run("cache", "import", "-", stdin=out.stdout, env=env2)
     assert r.returncode == 0 and r.stdout.decode() == f"imported 1 new entry into {two}\n", r.stderr
     r = _run("cache", "import", "-", stdin=out.stdout, env=env2)  # (once: "imported 0 new entries", no more)

@@ -450,14 +450,25 @@ def _inspect(args) -> int:
         print(json.dumps(j, indent=2))
     else:
         print(_describe(img, args.arch, info, damaged))
+    # a check that found nothing to run fails, for scripts: a damaged cubin, no entry for --arch
+    failed = []
     if damaged:
+        failed.append(f"{_count(len(damaged), 'entry')} damaged (#{', #'.join(map(str, damaged))}): not a cubin "
+                      "the driver can load")
+    if isinstance(info, FatbinInfo) and args.arch and info.select(args.arch) is None:
+        failed.append(f"no entry runs on {args.arch}")
+    return _failed(img.name, failed)
+
+
+def _failed(name: str, failed: list[str]) -> int:
+    """Exit status 1 where an inspection found what makes ``name`` fail (``failed``, each said
+    on standard error), else 0."""
+    for why in failed:
         try:
-            print(f"nbjit inspect: {img.name}: {_count(len(damaged), 'entry')} damaged (#"
-                  f"{', #'.join(map(str, damaged))}): not a cubin the driver can load", file=sys.stderr)
+            print(f"nbjit inspect: {name}: {why}", file=sys.stderr)
         except BrokenPipeError:  # (standard error's reader went away: the status still says it)
             pass
-        return 1
-    return 0
+    return 1 if failed else 0
 
 
 def _count(n: int, noun: str) -> str:
@@ -564,12 +575,14 @@ def _inspect_bundle(args, raw: bytes) -> int:
         for img in info.images:
             e = inspect_fatbin(image_of(info, img).data).select(args.arch)
             chosen[img.name] = None if e is None else f"{img.name}/{e.arch}.{e.kind}"
+    none = [name for name, member in chosen.items() if member is None]
+    failed = [f"no entry of image{'s' * (len(none) > 1)} {', '.join(none)} runs on {args.arch}"] if none else []
     if args.json:
         j = info.to_json()
         if args.arch:
             j["selected"] = chosen
         print(json.dumps(j, indent=2))
-        return 0
+        return _failed(label, failed)
     out = [f"{label}: nbjit bundle (format {info.version}, made by nbjit {info.nbjit or '?'}), "
            f"{len(info.images)} image{'s' * (len(info.images) != 1)}"]
     for img in info.images:
@@ -587,7 +600,7 @@ def _inspect_bundle(args, raw: bytes) -> int:
             out.append(f"  Triton metadata: num_warps {img.triton.get('num_warps')}, shared {img.triton.get('shared')}")
         format_entries(img.kernels, out)
     print("\n".join(out))
-    return 0
+    return _failed(label, failed)
 
 
 def _bundle(args) -> int:

@@ -1017,6 +1017,24 @@ PKG_BUNDLE = DATA.parent.parent / "examples/bundle_package/src/nbjit_demo_kernel
 AXPY = DATA.parent.parent / "examples/bundle_package/kernels/axpy.cu"
 
 
+@pytest.mark.parametrize("path, said", [
+    (DATA / "nvcc/kernels_multi.fatbin", "no entry runs on sm_75"),
+    (PKG_BUNDLE, "no entry of image axpy runs on sm_75"),
+])
+@pytest.mark.parametrize("json_", [False, True])
+def test_inspect_that_finds_nothing_to_run_on_arch_fails(path, said, json_):
+    """inspect multi.fatbin --arch sm_75 printed "no image runs on sm_75" and exited 0: a check
+    that found nothing to run is a failure for scripts (exit 1, said on standard error)."""
+    r = nbjit("inspect", *(["--json"] if json_ else []), "--arch", "sm_75", str(path))
+    assert r.returncode == 1 and r.stderr == f"nbjit inspect: {path}: {said}\n", (r.returncode, r.stderr)
+    if json_:
+        assert json.loads(r.stdout)["selected"] in (None, {"axpy": None})
+    else:
+        assert "no entry runs on sm_75" in r.stdout
+    r = nbjit("inspect", *(["--json"] if json_ else []), "--arch", "sm_90", str(path))
+    assert r.returncode == 0 and r.stderr == ""
+
+
 def test_a_bundles_template_kernels_read_as_a_cubins():
     """A bundle's template kernels once showed _Z5scaleIfEvPT_S0_i_param_0 for each parameter
     (the PTX's placeholder): param_0, as a cubin names it, under the demangled name; an

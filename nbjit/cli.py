@@ -420,7 +420,7 @@ def _inspect(args) -> int:
     raw = _read(args.file)
     if raw.startswith(b"PK\x03\x04"):  # a ZIP archive: a kernel bundle, or refused as not one
         if compiled:
-            raise _Usage(f"{what}: a kernel bundle holds several; build one from the cubin or PTX you want to check")
+            raise _Usage(f"{what}: a kernel bundle holds several: {_unzip_hint(args, raw)}")
         return _inspect_bundle(args, raw)
     if args.file.endswith(".nbjit") and _kind(raw, args.file) is None:
         raise _Usage(f"{args.file}: not a kernel bundle (a bundle is a ZIP archive, and this file is not one) nor "
@@ -563,6 +563,24 @@ def _inspect_compiled(args, img: Image) -> int:
               "older than CUDA 13 with a stack frame): check its SASS (--sass) for STL/LDL", file=sys.stderr)
         return 1
     return 0
+
+
+def _unzip_hint(args, raw: bytes) -> str:
+    """How to take one of bundle ``raw``'s members out to inspect it (a bundle is a ZIP archive
+    of the compiler's own files): the member --arch would use, else its first cubin."""
+    from .bundle import image_of, read_bundle
+    member = "IMAGE/sm_XX.cubin"
+    try:
+        info = read_bundle(raw, args.file)
+        first = info.images[0]
+        chosen = inspect_fatbin(image_of(info, first).data).select(args.arch) if args.arch else None
+        member = f"{first.name}/{chosen.arch}.{chosen.kind}" if chosen else \
+            next((e for e in first.entries if e.kind == "cubin"), first.entries[0]).file
+    except (NbjitError, IndexError):  # (a bundle that does not read: the placeholder)
+        pass
+    bundle = "BUNDLE" if args.file == "-" else args.file
+    return (f"take one out with unzip and inspect that (unzip -p {bundle} {member} > {Path(member).name}; "
+            f"'nbjit inspect {bundle}' lists the members)")
 
 
 def _inspect_bundle(args, raw: bytes) -> int:

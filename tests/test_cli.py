@@ -997,6 +997,21 @@ def test_compiled_code_options_refuse_what_they_cannot_read(target, option):
     assert r.returncode == 2 and "read one cubin" in r.stderr, (r.returncode, r.stdout[:200], r.stderr)
 
 
+def test_compiled_code_options_on_a_bundle_say_how_to_take_a_cubin_out(tmp_path):
+    """inspect bundle.nbjit --sass said only that a bundle holds several: it says how to take
+    one out (unzip, as bundles.md does), naming a member that is there (the one --arch uses)."""
+    import zipfile
+    for arch, member in (([], "axpy/sm_80.cubin"), (["--arch", "sm_90"], "axpy/sm_90.cubin")):
+        r = nbjit("inspect", "--occupancy", "128", *arch, str(PKG_BUNDLE))
+        assert r.returncode == 2 and len(r.stderr.splitlines()) == 1, r.stderr
+        assert r.stderr.endswith(f"a kernel bundle holds several: take one out with unzip and inspect that (unzip -p "
+                                 f"{PKG_BUNDLE} {member} > {member.split('/')[1]}; 'nbjit inspect {PKG_BUNDLE}' lists "
+                                 "the members)\n"), r.stderr
+        with zipfile.ZipFile(PKG_BUNDLE) as z:  # the member named is there, and inspects
+            (tmp_path / "k.cubin").write_bytes(z.read(member))
+        assert nbjit("inspect", "--occupancy", "128", str(tmp_path / "k.cubin")).returncode == 0
+
+
 def test_occupancy_refuses_a_block_no_gpu_has():
     r = nbjit("inspect", "--occupancy", "2048", str(DATA / "nvcc/kernels_sm_90.cubin"))
     assert r.returncode == 2 and "1 to 1024 threads" in r.stderr

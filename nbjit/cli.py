@@ -1048,6 +1048,19 @@ def _size(text: str) -> int:
     return n
 
 
+# nbjit cache's actions, as its --help says them
+_CACHE_ACTIONS = {
+    "info": "location, entries and size (and the remote tier's, with --remote)",
+    "list": "one line per entry: key, bytes, last use, kind, architecture, producer",
+    "clear": "remove every entry",
+    "prune": "remove the least recently used entries down to the limit (--max-bytes)",
+    "export": "write the verified entries to an archive FILE (.tar.gz; - for stdout)",
+    "import": "add an archive FILE's entries, each verified (- for stdin)",
+    "push": "publish the verified local entries to the remote tier (--remote)",
+    "pull": "copy the remote tier's entries this cache lacks, each verified",
+}
+
+
 def _parser() -> argparse.ArgumentParser:
     from . import __version__
     p = _Parser(prog="nbjit", description="Inspect and prepare externally compiled GPU kernels.")
@@ -1077,8 +1090,10 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--keep-lineinfo", action="store_true", help="keep .file/.loc line information")
     s.set_defaults(func=_strip)
     c = sub.add_parser("cache", help="show, list, clear, prune, export or import nbjit's compile cache; push "
-                       "to or pull from its remote tier")
-    c.add_argument("action", choices=["info", "list", "clear", "prune", "export", "import", "push", "pull"])
+                       "to or pull from its remote tier", formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description="nbjit's compile cache (docs/cache.md).\n\nactions:\n" + "\n".join(
+                           f"  {a:<8}{what}" for a, what in _CACHE_ACTIONS.items()))
+    c.add_argument("action", choices=list(_CACHE_ACTIONS), metavar="ACTION", help="one of the actions above")
     c.add_argument("file", nargs="?", help="for export and import: the archive (a .tar.gz; - for standard output "
                    "or input)")
     c.add_argument("--max-bytes", type=_size, metavar="SIZE", help="for prune: the size to prune to, in bytes "
@@ -1086,8 +1101,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--json", action="store_true", help="for info and list: machine-readable output")
     c.add_argument("--key-file", help="for export and import: sign with, or import only archives signed with, "
                    "the archive key in this file (default: $NBJIT_CACHE_ARCHIVE_KEY_FILE, $NBJIT_CACHE_ARCHIVE_KEY)")
-    c.add_argument("--remote", metavar="URL", help="the remote tier (s3://bucket/prefix, gs://..., file:///dir, "
-                   "https://... read-only; default: $NBJIT_CACHE_REMOTE); push and pull need one")
+    c.add_argument("--remote", metavar="URL", help="the remote tier (s3://bucket/prefix, gs://..., file:///dir or "
+                   "an existing directory, https://... read-only; default: $NBJIT_CACHE_REMOTE); push and pull need "
+                   "one")
     c.set_defaults(func=_cache)
     k = sub.add_parser("compile", help="compile CUDA C++ with NVRTC (through the cache)")
     k.add_argument("file", help="the CUDA C++ source (.cu)")

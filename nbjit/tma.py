@@ -62,8 +62,9 @@ class TensorMapPlan:
 
 def _option(value: Any, table: dict, what: str) -> str:
     key = "none" if value is None and "none" in table else "zero" if value is None else value
-    if key not in table:
-        raise NbjitArgumentError(f"tensor map: {what} must be one of {', '.join(map(repr, table))}, got {value!r}")
+    if type(key) is not str or key not in table:  # (a list or dict is no key: never looked up)
+        raise NbjitArgumentError(f"tensor map: {what} must be one of {', '.join(map(repr, table))} (or None), "
+                                 f"got {_show(value)}")
     return key
 
 

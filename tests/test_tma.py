@@ -44,6 +44,10 @@ def test_a_plan_in_the_drivers_order():
     (dict(interleave="32B"), "interleave '32B' needs an array of 3 or more dimensions"),
     (dict(dtype=np.int32, oob_fill="nan"), "oob_fill 'nan' is for floating-point arrays"),
     (dict(l2_promotion="512B"), "l2_promotion must be one of"),
+    (dict(swizzle=["64B"]), r"swizzle must be one of 'none', '32B', '64B', '128B' \(or None\), got \['64B'\]"),
+    (dict(interleave={"16B": 1}), r"interleave must be one of .*, got \{'16B': 1\}"),
+    (dict(l2_promotion=bytearray(b"64B")), "l2_promotion must be one of"),
+    (dict(oob_fill=set()), r"oob_fill must be one of 'zero', 'nan' \(or None\), got set\(\)"),
 ])
 def test_each_rule_breach_names_rule_and_axis(kw, match):
     a = dict(address=A, shape=(100, 72), strides=None, dtype=np.float32, box=(32, 32))

@@ -740,6 +740,9 @@ def option_list(options):
     line; a list as it is."""
     if not isinstance(options, str):
         return options
+    if len(options) > MAX_OPTION_BYTES:  # (before the split, which takes seconds per megabyte)
+        raise NbjitCompileError(f"options: one str of {len(options)} characters: more than NVRTC is given "
+                                f"({MAX_OPTION_BYTES >> 10} KiB of options)")
     try:
         return tuple(shlex.split(options))
     except ValueError as e:  # an unclosed quote

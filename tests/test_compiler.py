@@ -424,6 +424,15 @@ def test_compile_inputs_that_cannot_reach_nvrtc(tmp_path):
         args = {"source": ok, "arch": "sm_90", "cache": c, **kw}
         with pytest.raises(NbjitCompileError, match=re.escape(msg)):
             compile_image(args.pop("source"), **args)
+    from nbjit import compiler as C
+    splits, split = [], C.shlex.split
+    C.shlex.split = lambda text: splits.append(len(text)) or split(text)
+    try:  # options in one str past the cap: refused before the shell-like split reads them
+        with pytest.raises(NbjitCompileError, match=r"options: one str of 3145728 characters: more than NVRTC"):
+            compile_image(ok, options="-DX " * (3 << 18), arch="sm_90", cache=c)
+        assert splits == []
+    finally:
+        C.shlex.split = split
     inc = tmp_path / "inc"
     inc.mkdir()
     os.mkfifo(inc / "fifo.h")

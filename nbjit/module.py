@@ -5,7 +5,7 @@ import threading
 import types
 import warnings
 import weakref
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
 from . import _driver
 from ._defs import later
@@ -445,6 +445,11 @@ class Module:
 
     def __contains__(self, name: str) -> bool:
         return self._resolve(name) in self.kernels
+
+    def __iter__(self) -> Iterator[str]:
+        """The kernels' names (``kernels``): ``for name in module``, ``list(module)``; a module
+        waiting for first use stays unloaded (its image says them)."""
+        return iter(self.kernels)
 
     def __dir__(self):
         return list(super().__dir__()) + [k for k in self.kernels if k.isidentifier()]

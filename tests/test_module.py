@@ -122,6 +122,9 @@ def test_lazy_kernel_names_are_checked_without_a_gpu(ptx_module, data):
     assert "k_basic" in cubin.kernels
     fatbin = nbjit.load(data / "nvcc/kernels_multi.fatbin", lazy=True)
     assert fatbin.kernels and fatbin.kernels[0] in fatbin
+    # iterating a module gives its kernels' names (not module[0], module[1]...), loading nothing
+    assert list(ptx_module) == list(ptx_module.kernels) and "_Z9k_mangledPi" in list(ptx_module)
+    assert [name for name in fatbin] == list(fatbin.kernels) and not fatbin.loaded
     assert pickle.loads(pickle.dumps(fatbin)).image.kind == "fatbin"
 
 

@@ -97,7 +97,7 @@ def compile_many(place: Place, sources: Iterable, workers: int | None, keep_debu
         common["arch"] = _device_arch(ctx)
     from .compiler import compile_many as compile_images
     images = compile_images(sources, workers=workers, **common)
-    return [place(img, ctx, lazy, keep_debug) for img in images]
+    return [img if isinstance(img, BaseException) else place(img, ctx, lazy, keep_debug) for img in images]
 
 
 def _context_for(arch, lazy: bool) -> tuple[Any, bool]:

@@ -1366,7 +1366,7 @@ def _nvrtc_log(N, prog) -> str:
 
 
 def compile_many(sources: Iterable, *, workers: int | None = None, processes: bool | None = None,
-                 **common) -> list[Image]:
+                 return_exceptions: bool = False, **common) -> list[Image]:
     """Compile independent sources at once, each as ``compile_image`` would (through the
     cache and its per-key lock), and return their images in the order given.
 
@@ -1384,12 +1384,16 @@ def compile_many(sources: Iterable, *, workers: int | None = None, processes: bo
         the process route where ``workers`` (capped by the sources) is ``PROCESS_ROUTE_MIN``
         or more, compiling in threads until workers have started (the first call starts
         them); ``True``: always in workers, waiting for them to start; ``False``: in threads.
+    return_exceptions: ``True``: a source that failed has its error (a ``CompileFailure``
+        with NVRTC's log, an ``NbjitCompileError``...) in its place in the list, the others
+        their images, and nothing is raised for it (``False``: the first failure is raised).
     common: ``compile_image``'s keyword arguments for every source (``arch``, ``options``...).
 
     Raises
     ------
     NbjitCompileError: naming the first source (in order) that failed, its index and name,
-    with its error as the cause; the others still compiled (and were cached).
+    with its error as the cause; the others still compiled (and were cached). Not raised for
+    failed sources with ``return_exceptions=True`` (a bad argument of the call still is).
     """
     jobs = []
     for i, s in enumerate(read_once(sources) if not isinstance(sources, (str, bytes, os.PathLike)) else (sources,)):
@@ -1411,6 +1415,8 @@ def compile_many(sources: Iterable, *, workers: int | None = None, processes: bo
     n = max(1, min(len(jobs), workers or cpus))
     if processes not in (None, True, False):
         raise NbjitCompileError(f"compile_many: processes must be True, False or None, not {processes!r}")
+    if type(return_exceptions) is not bool:
+        raise NbjitCompileError(f"compile_many: return_exceptions must be True or False, not {return_exceptions!r}")
     route = None
     if processes or (processes is None and n >= PROCESS_ROUTE_MIN):
         if os.name == "posix":  # (the workers' pipes are waited on with select)
@@ -1444,6 +1450,8 @@ def compile_many(sources: Iterable, *, workers: int | None = None, processes: bo
         with ThreadPoolExecutor(max_workers=n, thread_name_prefix="nbjit-compile") as pool:
             for i, r in zip(todo, pool.map(one, [jobs[i] for i in todo])):
                 results[i] = r
+    if return_exceptions:
+        return [img if e is None else e for img, e in results]
     failed = [(i, e) for i, (_, e) in enumerate(results) if e is not None]
     if failed:
         i, e = failed[0]

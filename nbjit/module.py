@@ -608,11 +608,13 @@ def compile_many(sources: Iterable, *, workers: int | None = None, keep_debug: b
     Items and arguments as for ``nbjit.compiler.compile_many`` (each a source, a ``.cu`` path
     or a dict of ``compile``'s arguments); ``arch`` defaults to the current device's. With
     ``arch`` given no GPU is needed until a kernel is used (where there is none, each module
-    loads on first use); ``lazy=True`` loads each on first use always.
+    loads on first use); ``lazy=True`` loads each on first use always. ``return_exceptions=True``:
+    a source that failed has its error in its place in the list, the others their Modules.
 
     Raises
     ------
-    NbjitCompileError: naming the first source that failed (its index and name).
+    NbjitCompileError: naming the first source that failed (its index and name); not with
+    ``return_exceptions=True``.
     """
     keep_debug, lazy = _flag(keep_debug, "keep_debug", NbjitCompileError), _flag(lazy, "lazy", NbjitCompileError)
     from ._compiling import compile_many

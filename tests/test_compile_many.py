@@ -60,6 +60,18 @@ def test_errors_name_the_source_that_failed():
         compile_many([src(0)], arch="sm_90", workers=0)
 
 
+def test_return_exceptions_gives_each_sources_result_in_its_place(tmp_path):
+    got = compile_many([src(32), {"source": "not C++ at all", "name": "bad.cu"}, src(33)], arch="sm_90",
+                       cache=nbjit.Cache(tmp_path), return_exceptions=True)
+    assert [type(g).__name__ for g in got] == ["Image", "CompileFailure", "Image"]
+    assert "bad.cu" in str(got[1]) and got[2].info.entries[0].name == "k33"
+    mods = nbjit.compile_many([src(32), "also bad"], arch="sm_90", lazy=True, cache=nbjit.Cache(tmp_path),
+                              return_exceptions=True)
+    assert mods[0].kernels == ("k32",) and isinstance(mods[1], CompileFailure)
+    with pytest.raises(NbjitCompileError, match="return_exceptions must be True or False, not 1"):
+        compile_many([src(32)], arch="sm_90", return_exceptions=1)
+
+
 def test_modules_lazily_without_a_gpu():
     mods = nbjit.compile_many([src(30), src(31)], arch="sm_90", lazy=True)
     assert [m.kernels for m in mods] == [("k30",), ("k31",)]

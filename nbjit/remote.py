@@ -187,12 +187,22 @@ class RemoteTier:
         return f"{self._root}/{key[:2]}/{key}{_SUFFIX}"
 
     def _get(self, key: str, max_bytes: int) -> bytes | None:
+        def read(fs):
+            path = self._path(key)
+            # its size first (a miss is this one request): an object larger than an entry can be
+            # is not one, and none of it is read
+            size = fs.info(path).get("size")
+            if type(size) is int and size > max_bytes:
+                return None
+            # (a store that gave no size: one byte more than an entry can be, never more)
+            return fs.cat_file(path, start=0, end=max_bytes + 1)
         try:
-            # one byte more than an entry can be: a larger object is not one, and never read whole
-            data = self._call(lambda fs: fs.cat_file(self._path(key), start=0, end=max_bytes + 1), "read")
+            data = self._call(read, "read")
         except FileNotFoundError:
             return None
-        return None if len(data) > max_bytes else bytes(data)
+        if data is None or len(data) > max_bytes:
+            return None
+        return data if type(data) is bytes else bytes(data)  # (the store's bytes as they came: no copy)
 
     def _put(self, key: str, data: bytes, overwrite: bool) -> bool:
         if not overwrite and self._call(lambda fs: fs.exists(self._path(key)), "look up"):

@@ -406,3 +406,28 @@ def test_the_environment_names_the_default_tier(tmp_path, monkeypatch):
     finally:
         monkeypatch.delenv("NBJIT_CACHE_REMOTE")
         set_default_cache(None)
+
+
+def test_an_object_larger_than_an_entry_can_be_is_refused_unread(tmp_path, s3, prefix, caplog):
+    """A remote object past the entry limit is a miss found by its size: none of it is read
+    (a ranged read fetched the limit's worth of it into memory first, then refused it)."""
+    import tracemalloc
+    limit, key = 4 << 20, "ab" * 32
+    s3.client.put_object(Bucket="fleet", Key=f"{prefix}/{key[:2]}/{key}.nbjit", Body=b"\0" * (limit + 1))
+    (tmp_path / key[:2]).mkdir()
+    (tmp_path / key[:2] / f"{key}.nbjit").write_bytes(b"\0" * (limit + 1))
+    tier, local = s3.tier(prefix), RemoteTier(tmp_path.as_uri())
+    with caplog.at_level(logging.INFO, logger="werkzeug"):  # (the S3 server's log of each request)
+        assert tier.get(key, limit) is None
+    asked = [r.getMessage() for r in caplog.records if key in r.getMessage()]
+    assert asked and not any("GET /" in a for a in asked), asked  # its size asked (HEAD), no byte of it
+    assert local.get("cd" * 32, limit) is None  # (a miss: the store's client set up before measuring)
+    tracemalloc.start()
+    try:
+        assert local.get(key, limit) is None
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < limit // 4, peak
+    for t in (tier, local):  # within the limit: read whole
+        assert t.get(key, limit + 1) == b"\0" * (limit + 1)

@@ -124,7 +124,8 @@ def device_declarations(source: str) -> dict[str, DeviceDeclaration]:
     spans = _extern_c_spans(code)
     lines = _starts(re.compile("\n"), source)
     out: dict[str, DeviceDeclaration] = {}
-    for m in _DEVICE.finditer(heads):
+    devices = list(_DEVICE.finditer(heads))
+    for k, m in enumerate(devices):
         j = bisect.bisect_left(delims, m.start())
         head_start = delims[j - 1] + 1 if j else 0
         if not (_any_within(externs, head_start, m.start()) or _inside(spans, m.start())):
@@ -133,6 +134,8 @@ def device_declarations(source: str) -> dict[str, DeviceDeclaration]:
         if o == len(opens) or _any_within(templates, head_start, m.start()) or \
                 (j < len(delims) and delims[j] < opens[o]):
             continue  # a template, or no '(' before the next ';', '{', '}': a variable
+        if k + 1 < len(devices) and devices[k + 1].start() < opens[o]:
+            continue  # another __device__ before the '(': that one reads this declaration (each text once)
         open_, close = opens[o], close_of.get(opens[o])
         decl = heads[m.end():open_]
         name_m = _TRAILING_NAME.search(decl)

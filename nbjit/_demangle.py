@@ -16,10 +16,40 @@ if not all(hasattr(dm, n) for n in _USED):
 
 __all__ = ["parse", "text_size"]
 
+# The work a name's reading may take: parts of the lists the demangler builds, per character
+# of the name, past a start. A nested name (``N...E``) builds a list of all its parts so far
+# for each part (its prefixes are substitutions), and a substitution of one in another copies
+# all of its parts: ``N1a1bS0_S1_S2_...`` doubles its list at each 3 characters (a 101-byte
+# name took 5 s, a few more bytes gigabytes), and n parts take n**2/2. Real names stay far
+# below: CUB's and Thrust's kernels (nvcc 13.0) and the fixtures' take at most 1.04 per character.
+WORK_PER_CHAR = 8
+WORK_START = 1 << 14
+
+
+class _TooMuch(Exception):
+    """A name whose reading passed its work (``WORK_PER_CHAR``): not read."""
+
+
+class _Work:
+    """What a name's reading may still spend."""
+
+    def __init__(self, name: str):
+        self.left = WORK_START + WORK_PER_CHAR * len(name)
+
+    def spend(self, n: int) -> None:
+        self.left -= n
+        if self.left < 0:
+            raise _TooMuch
+
 
 def parse(name: str):
-    """The demangler's tree of ``name`` (see ``_parse``), or None."""
-    return _parse(name)
+    """The demangler's tree of ``name`` (see ``_parse``), or None: also where reading it
+    would take more than ``WORK_PER_CHAR`` parts of lists per character (time and memory
+    are linear in the name's length)."""
+    try:
+        return _parse(name)
+    except _TooMuch:
+        return None
 
 
 def text_size(tree) -> int:
@@ -38,7 +68,7 @@ def _parse(name: str):
         return None
     fname = dm._parse_name(cursor)
     if fname is None or cursor.at_end():
-        return None if fname is None else _expand_packs(fname)
+        return None if fname is None else _expand_packs(fname, cursor.work)
     ret_ty = None
     if fname.kind == "qual_name" and fname.value[-1].kind == "tpl_args" and \
             fname.value[-2].kind not in ("ctor", "dtor", "oper_cast"):
@@ -62,18 +92,20 @@ def _parse(name: str):
             return node.map(expand_params)
         func = expand_params(func)
 
-    return _expand_packs(func)
+    return _expand_packs(func, cursor.work)
 
 
-def _expand_packs(tree):
+def _expand_packs(tree, work: _Work):
     """The library's ``_expand_arg_packs``: template argument packs spliced into the lists
-    that hold them."""
+    that hold them (a pack named by each of many ``T_``: its parts counted in ``work``)."""
     @_once_per_node
     def expand(node):
         if node.kind == "tpl_args":
             flat = []
             for arg in node.value:
-                flat += arg.value if arg.kind in ("tpl_arg_pack", "tpl_args") else [arg]
+                part = arg.value if arg.kind in ("tpl_arg_pack", "tpl_args") else (arg,)
+                work.spend(len(part))  # (before it is copied)
+                flat += part
             return dm.Node("tpl_args", tuple(map(expand, flat)))
         if node.kind == "func":
             node = node.map(expand)
@@ -81,6 +113,7 @@ def _expand_packs(tree):
             for a in node.arg_tys:
                 if a.kind == "expand_arg_pack" and a.value.kind == "rvalue" and \
                         a.value.value.kind in ("tpl_arg_pack", "tpl_args"):
+                    work.spend(len(a.value.value.value))
                     flat += a.value.value.value
                 else:
                     flat.append(a)
@@ -145,22 +178,37 @@ def _structure_key(x, keys: dict[int, tuple], ids: dict) -> object:
     return hit[1]
 
 
+def _parts(node) -> int:
+    """The parts of the lists a demangler node holds (a nested name's, a template's
+    arguments, a function's parameters), and one."""
+    return 1 + sum(len(f) for f in node[1:] if type(f) is tuple) if isinstance(node, tuple) else 1
+
+
 @functools.cache
 def _linear_cursor_class():
     class LinearCursor(dm._Cursor):
         """The library's cursor, finding an equal earlier substitution by a dictionary
-        rather than by comparing the new one with each (deeply)."""
+        rather than by comparing the new one with each (deeply), and counting the work
+        (``_Work``): each substitution's lists are built once as it is added (a nested
+        name's prefix) and may be copied each time it is named."""
 
         def __init__(self, raw: str, pos: int = 0):
             super().__init__(raw, pos)
             self._keys: dict[int, tuple] = {}
             self._ids: dict = {}
             self._known: set = set()
+            self.work = _Work(raw)
 
         def add_subst(self, node):
+            self.work.spend(_parts(node))
             k = _structure_key(node, self._keys, self._ids)
             if k not in self._known:
                 self._known.add(k)
                 self._substs[len(self._substs)] = node
+
+        def resolve_subst(self, seq_id):
+            node = super().resolve_subst(seq_id)
+            self.work.spend(_parts(node))
+            return node
     return LinearCursor
 

@@ -111,17 +111,22 @@ def element_of(base: str) -> tuple[str, int | None]:
 MAX_DEMANGLED = 1 << 16
 # A name nested in a name (``L_Z...E``, a template argument naming a function or object) is
 # read by the library's own top level, whose search for equal substitutions is quadratic:
-# only short ones are read.
-_LONG_NESTED_NAME = Pattern(r"L_Z[^E]{256}")
+# only short ones are read. Nor one with an ``N``: the inner name runs to the first ``E``, so a
+# nested name (``N...E``) in it never ends and is never read, but would first build its lists
+# (each substitution doubling them: exponential in the characters); an ``N`` in a word of it
+# (``L_Z4NAMEv``) costs that kernel its types from the name alone (its PTX's are used).
+_UNREAD_NESTED_NAME = Pattern(r"L_Z(?:[^E]{256}|[^EN]*N)")
 
 
 @functools.lru_cache(maxsize=4096)
 def mangled_tree(name: str):
     """The demangler's syntax tree of an Itanium-mangled function name (a ``FuncNode``
     whose ``arg_tys`` are the parameter types), or None for a name the demangler cannot read
-    or whose demangled text would pass ``MAX_DEMANGLED`` characters. Time and memory are
-    linear in the name's length: the tree shares every substituted part."""
-    if not name.startswith("_Z") or _LONG_NESTED_NAME.search(name):
+    or whose demangled text would pass ``MAX_DEMANGLED`` characters, or whose reading would
+    take more than ``_demangle.WORK_PER_CHAR`` parts of lists per character (no real name
+    comes near). Time and memory are linear in the name's length: the tree shares every
+    substituted part."""
+    if not name.startswith("_Z") or _UNREAD_NESTED_NAME.search(name):
         return None
     try:  # (the first mangled name read: an extern "C" one needs none)
         from ._demangle import parse, text_size

@@ -197,6 +197,68 @@ def test_demangling_is_linear(make):
     assert_linear(mangled_tree.__wrapped__, make, 150)
 
 
+# A real long name: a CUB kernel nvcc 13.0 names for thrust::reduce over a transform_iterator
+# of a zip_iterator (1.0 part of the demangler's lists per character; the work allowed is 8)
+CUB_NAME = ("_ZN3cub17CUB_300001_SM_9006detail6reduce18DeviceReduceKernelINS2_10policy_hubIN4cuda3std3__45tupleIJfdiE"
+            "EEjN2my6deeply6nested2ns2OpEE10Policy1000EN6thrust23THRUST_300001_SM_900_NS18transform_iteratorINSD_2TrENS"
+            "I_12zip_iteratorINS8_IJNSI_6detail15normal_iteratorINSI_10device_ptrIfEEEENSN_INSO_IdEEEENSN_INSO_IiEEEENSN"
+            "_INSO_IlEEEENSN_INSO_IsEEEEEEEEENSI_11use_defaultES11_EEjSE_S9_NS7_10__identityEEEvT0_PT3_T1_NS0_13GridEvenS"
+            "hareIS17_EET2_T4_")
+
+
+def substitutions_doubling(refs: int) -> str:
+    """``N1a1b`` then ``refs`` substitutions, each naming the prefix made last (skipping the
+    numbers that hold an E, which would end a name nested in a name): the list doubles."""
+    out, latest = [], 1
+    for _ in range(refs):
+        i = latest
+        while "E" in np.base_repr(max(i - 1, 0), 36):
+            i -= 1
+        out.append(f"S{np.base_repr(i - 1, 36) if i else ''}_")
+        latest += 1
+    return "N1a1b" + "".join(out)
+
+
+# Names whose reading took quadratic or exponential time and memory (nested namespaces: 22 KB
+# took 11 s and 128 MiB; a doubling list: 71 bytes 12 s and 98 MiB, 101 bytes in a name in a
+# name 5.4 s; a pack named by each parameter: 18 KB 21 s and 150 MiB), sized so that the code
+# of before took a few seconds.
+HOSTILE_NAMES = {
+    "nested_namespaces": "_ZN" + "".join(f"{len(str(i)) + 1}n{i}" for i in range(2000)) + "1fEv",
+    "doubling_substitutions": "_Z" + substitutions_doubling(17) + "1fEv",
+    "doubling_in_a_name_in_a_name": "_Z1fIL_Z" + substitutions_doubling(24) + "EEvv",
+    "pack_named_by_each_parameter": "_Z1fIJ" + "i" * 1000 + "EEv" + "DpOT_" * 1000,
+}
+
+
+@pytest.mark.parametrize("family", HOSTILE_NAMES)
+def test_reading_a_name_takes_memory_linear_in_its_length(family):
+    """What reading a name builds is bounded by its length (``_demangle.WORK_PER_CHAR`` parts
+    of lists per character): memory measured, which the time follows (each part is made once)."""
+    import tracemalloc
+    name = HOSTILE_NAMES[family]
+    mangled_tree.__wrapped__("_Z1fv")  # (the demangler imported before measuring)
+    tracemalloc.start()
+    try:
+        tree = mangled_tree.__wrapped__(name)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak <= 1024 * len(name) + (4 << 20), (len(name), peak)
+    assert tree is None  # (more than a name may take, or no name at all)
+
+
+def test_real_long_names_are_read_within_their_work():
+    from itanium_demangler import parse
+    assert mangled_tree(CUB_NAME) == parse(CUB_NAME) and demangled_text(CUB_NAME).startswith(
+        "void cub::CUB_300001_SM_900::detail::reduce::DeviceReduceKernel<")
+    assert texts(demangle(CUB_NAME))[1:3] == ["cuda::std::__4::tuple<float, double, int>*", "unsigned int"]
+    for n in (10, 100):  # nested names of many parts, packs named many times: read as the library reads them
+        for name in ("_ZN" + "".join(f"{len(str(i)) + 1}n{i}" for i in range(n)) + "1fEv",
+                     "_Z1fIJ" + "i" * n + "EEv" + "DpOT_" * n, "_Z" + substitutions_doubling(n // 10) + "1fEv"):
+            assert mangled_tree(name) == parse(name) is not None, name
+
+
 def test_source_declarations():
     src = r'''
 #include <cuda_fp16.h>

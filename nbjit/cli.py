@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import io
 import json
@@ -1167,6 +1168,73 @@ def _option_values(argv: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``nbjit`` console script; returns the exit status."""
+    with _standard_streams():
+        try:
+            return _main(argv)
+        except _Usage as e:  # (a closed standard stream used as the arguments were read: --help >&-)
+            print(f"nbjit: error: {e}", file=sys.stderr)
+            return 2
+
+
+class _Closed:
+    """A standard stream that was closed as nbjit started (``>&-``, ``<&-``): reading or
+    writing it is a usage error (one line, status 2)."""
+
+    def __init__(self, what: str, hint: str):
+        self.what, self.hint = what, hint
+
+    def _refuse(self, *args, **kwargs) -> NoReturn:
+        raise _Usage(f"{self.what} is closed ({self.hint})")
+
+    write = writelines = read = readline = fileno = _refuse
+    buffer = property(lambda self: self)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+
+@contextlib.contextmanager
+def _standard_streams():
+    """While ``main`` runs, the standard streams that were closed as the process started
+    (Python's are None): their descriptors held on /dev/null, so that no file nbjit opens
+    takes their number (where a library's print would land); standard input and output
+    ``_Closed``, standard error a sink (nothing can be said there, the status says it)."""
+    saved = sys.stdin, sys.stdout, sys.stderr
+    for fd, stream in enumerate(saved):
+        if stream is None:
+            _hold(fd)
+    sink = None
+    if sys.stdin is None:
+        sys.stdin = _Closed("standard input", "'-' reads it: give a file, or < FILE")
+    if sys.stdout is None:
+        sys.stdout = _Closed("standard output", "the command writes there: redirect it, > FILE or > /dev/null")
+    if sys.stderr is None:
+        sys.stderr = sink = open(os.devnull, "w")
+    try:
+        yield
+    finally:
+        sys.stdin, sys.stdout, sys.stderr = saved
+        if sink is not None:
+            sink.close()
+
+
+def _hold(fd: int) -> None:
+    """A closed descriptor (0, 1 or 2) opened on /dev/null."""
+    try:
+        os.fstat(fd)
+        return  # open (the stream was set to None by its host)
+    except OSError:
+        pass
+    devnull = os.open(os.devnull, os.O_RDWR)
+    if devnull != fd:
+        os.dup2(devnull, fd)
+        os.close(devnull)
+
+
+def _main(argv: list[str] | None) -> int:
     for stream in (sys.stdout, sys.stderr):  # a path or PTX comment in any locale
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")

@@ -264,6 +264,34 @@ def test_output_piped_to_head_exits_quietly(args):
         assert p.wait(timeout=60) == 0 and err in ("", said), err
 
 
+PTX = str(DATA / "nvcc/kernels_sm90.ptx")
+
+
+@pytest.mark.parametrize("args, closing, said", [
+    (["inspect", PTX], ">&-", "nbjit inspect: error: standard output is closed (the command writes there: "),
+    (["strip", PTX, "-o", "-"], ">&-", "nbjit strip: error: standard output is closed"),
+    (["inspect", "--help"], ">&-", "nbjit: error: standard output is closed"),
+    (["inspect", "-"], "<&-", "nbjit inspect: error: standard input is closed ('-' reads it: give a file, or < FILE)"),
+    (["cache", "import", "-"], "<&-", "nbjit cache: error: standard input is closed"),
+    (["inspect", PTX], ">&- 2>&-", ""),
+])
+def test_a_closed_standard_stream_is_one_line_and_status_2(tmp_path, args, closing, said):
+    """``nbjit inspect x >&-`` printed a traceback ('NoneType' object has no attribute 'flush')."""
+    cmd = [EXE] if EXE else [sys.executable, "-m", "nbjit"]
+    r = subprocess.run(["sh", "-c", f'exec "$@" {closing}', "sh", *cmd, *args], capture_output=True, text=True,
+                       env={**os.environ, "NBJIT_CACHE_DIR": str(tmp_path / "c")}, timeout=120)
+    assert (r.returncode, r.stdout) == (2, "") and r.stderr.startswith(said) and len(r.stderr.splitlines()) == \
+        (1 if said else 0), r.stderr
+
+
+def test_a_command_that_writes_no_standard_output_runs_with_it_closed(tmp_path):
+    cmd = [EXE] if EXE else [sys.executable, "-m", "nbjit"]
+    out = tmp_path / "o.ptx"
+    r = subprocess.run(["sh", "-c", 'exec "$@" >&- <&-', "sh", *cmd, "strip", PTX, "-o", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and out.read_text() == Path(PTX).read_text() and "-> " + str(out) in r.stderr
+
+
 def test_options_that_make_no_sense(tmp_path):
     r = nbjit("inspect", "--arch", "sm_90", str(DATA / "nvcc/kernels_sm90.ptx"))
     assert r.returncode == 2 and "--arch chooses a fatbin's entry; " in r.stderr

@@ -10,8 +10,18 @@ after start-up: loading and warming NVRTC), never Numba.
 
 The protocol: length-prefixed pickles on the worker's stdin and on a copy of its original
 stdout (its fd 1 then goes to stderr, so that a library printing cannot corrupt a reply).
-A worker that waits ``IDLE_EXIT_S`` for work exits (its memory back: NVRTC keeps ~100 MB), and
-one whose parent is gone sees its stdin close and exits. Imported by the caller only where
+A worker's stderr is its own (an unnamed temporary file, whose end a ``WorkerDied`` quotes),
+never the caller's: a caller piped into ``tee`` sees its end of file when it exits. A worker
+that waits ``IDLE_EXIT_S`` for work exits (its memory back: NVRTC keeps ~100 MB).
+
+A worker dies with its parent, also in the middle of a compile (holding the key's lock): a
+watchdog thread waits for its stdin to hang up (the parent's end closed: it exited, was
+killed, or dropped this worker) and checks once a second that its parent is the one that
+started it (a child the parent forked may hold that end open), then ends the process at once
+(NVRTC cannot be stopped otherwise; the OS drops the lock). Not ``PR_SET_PDEATHSIG``, which
+fires when the parent's *thread* that started the worker ends: here a starter thread that
+ends as soon as no worker is starting. Ctrl-C at a terminal reaches workers too: they
+ignore it (their parent drops those it interrupted). Imported by the caller only where
 workers are used.
 """
 from __future__ import annotations
@@ -21,19 +31,23 @@ import json
 import os
 import pickle
 import select
+import signal
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
 IDLE_EXIT_S = 60.0
+PARENT_CHECK_S = 1.0  # how often a worker checks that its parent is alive (besides its stdin's hang-up)
 _LEN = struct.Struct("<Q")
 _PATH_ENV = "NBJIT_WORKER_SYS_PATH"
 _BOOT = ("import json, os, sys\n"
          f"sys.path[:] = json.loads(os.environ.pop({_PATH_ENV!r}))\n"
          "from nbjit._workers import serve\n"
-         "serve(sys.argv[1], sys.argv[2])\n")
+         "serve(sys.argv[1], sys.argv[2], int(sys.argv[3]))\n")
+_STDERR_TAIL = 2000  # characters of a dead worker's stderr its WorkerDied quotes
 
 
 class WorkerDied(Exception):
@@ -59,10 +73,12 @@ def _write(f, data: bytes) -> None:
     f.flush()
 
 
-def serve(target: str, init: str) -> None:  # pragma: no cover - runs in the worker
+def serve(target: str, init: str, parent: int) -> None:  # pragma: no cover - runs in the worker
     """A worker's loop: ``init()`` once, "ready", then each request ``args`` answered with
     ``(True, target(*args))`` or ``(False, the exception)``, until stdin closes or it has
-    waited ``IDLE_EXIT_S`` for one."""
+    waited ``IDLE_EXIT_S`` for one; ended at once where its ``parent`` is gone (``_watch``)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # (a terminal's Ctrl-C is the parent's to handle)
+    threading.Thread(target=_watch, args=(parent,), name="nbjit-worker-watchdog", daemon=True).start()
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # (prints go to stderr)
     inp = os.fdopen(0, "rb")  # (one request at a time: nothing is read ahead of what select sees)
@@ -86,12 +102,28 @@ def serve(target: str, init: str) -> None:  # pragma: no cover - runs in the wor
         _write(out, reply)
 
 
+def _watch(parent: int) -> None:  # pragma: no cover - runs in the worker
+    """A worker's watchdog: the process ends (status 1) once its stdin hangs up (its parent's
+    end closed) or its parent is not ``parent`` any more (it died; the worker was adopted)."""
+    hangup = select.poll()
+    hangup.register(0, 0)  # (no events asked: POLLHUP and POLLERR are reported all the same)
+    while not hangup.poll(PARENT_CHECK_S * 1000) and os.getppid() == parent:
+        pass
+    os._exit(1)
+
+
 class _Worker:
     def __init__(self, target: str, init: str):
         env = dict(os.environ)
         env[_PATH_ENV] = json.dumps(sys.path)
-        self.proc = subprocess.Popen([sys.executable, "-c", _BOOT, target, init], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, env=env, close_fds=True)
+        self.stderr = tempfile.TemporaryFile()  # (its own: never the caller's, which a pipe may be)
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-c", _BOOT, target, init, str(os.getpid())],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
+                                         env=env, close_fds=True)
+        except BaseException:
+            self.stderr.close()
+            raise
         self.ready = False
         self.answered = False
         self.started = time.monotonic()
@@ -140,16 +172,29 @@ class _Worker:
             self.close()
             code = self.proc.returncode
         if code is not None and code < 0:
-            return f"the worker process was killed by signal {-code}"
-        return f"the worker process exited (status {code})"
+            why = f"the worker process was killed by signal {-code}"
+        else:
+            why = f"the worker process exited (status {code})"
+        said = self._said()
+        return f"{why}; it said: {said}" if said else why
+
+    def _said(self) -> str:
+        """The end of what the worker wrote to its stderr (a traceback, a library's message)."""
+        try:
+            self.stderr.seek(0, os.SEEK_END)
+            size = self.stderr.tell()
+            self.stderr.seek(max(0, size - _STDERR_TAIL))
+            return self.stderr.read().decode(errors="replace").strip()
+        except (OSError, ValueError):  # (closed)
+            return ""
 
     def close(self) -> None:
         self.close_pipes()
         self.reap(time.monotonic() + 0.5)
 
     def close_pipes(self) -> None:
-        """Its pipes closed: it exits once it sees its stdin closed (or its reply unread)."""
-        for f in (self.proc.stdin, self.proc.stdout):
+        """Its pipes closed: it exits as its watchdog sees its stdin hang up."""
+        for f in (self.proc.stdin, self.proc.stdout, self.stderr):
             try:
                 f.close()
             except OSError:

@@ -264,3 +264,63 @@ class DevArray:
         if self.dtype.fields:
             d["descr"] = self.dtype.descr
         return d
+
+
+def endless_source(tag: int = 0) -> str:
+    """CUDA C++ that NVRTC compiles for hours (a recursion instantiated 2**40 times, inlined):
+    a compile to interrupt. ``tag``: sources of different cache keys."""
+    return ("template <int N> struct F { static __device__ __forceinline__ float go(float x) "
+            "{ return F<N - 1>::go(x * 1.0001f + N) + F<N - 2>::go(x); } };\n"
+            "template <> struct F<0> { static __device__ __forceinline__ float go(float x) { return x; } };\n"
+            "template <> struct F<1> { static __device__ __forceinline__ float go(float x) { return x + 1; } };\n"
+            f'extern "C" __global__ void k(float* p) {{ p[0] = F<40>::go(p[1]) + {tag}; }}\n')
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time process ``pid`` has used (Linux: /proc), all its threads."""
+    import os
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_compiling(cache_dir, locks: int, pids, timeout: float = 120.0) -> None:
+    """Until ``locks`` compiles hold their keys' locks in ``cache_dir`` and each of ``pids()``
+    has then used a second of CPU more: NVRTC runs (a signal sent before, while Python still
+    ran, would stop any code). Raises TimeoutError past ``timeout`` seconds."""
+    import time
+    from pathlib import Path
+    deadline = time.monotonic() + timeout
+    while len(list(Path(cache_dir).rglob("*.lock"))) < locks:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no {locks} compiles started in {timeout} s")
+        time.sleep(0.05)
+    start = {p: cpu_seconds(p) for p in pids()}
+    while not all(cpu_seconds(p) > t + 1.0 for p, t in start.items()):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the compiles used no CPU in {timeout} s")
+        time.sleep(0.05)
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (Linux: /proc)."""
+    import os
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        out.append(int(d))
+            except (OSError, ValueError):
+                pass
+    return out
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False

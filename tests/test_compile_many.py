@@ -1,7 +1,13 @@
 """compile_many: independent sources compiled at once, through the cache, in order."""
 from __future__ import annotations
 
+import fcntl
+import os
+import signal
+import subprocess
+import sys
 import threading
+import time
 
 import pytest
 
@@ -9,7 +15,9 @@ import nbjit
 from nbjit import CompileFailure, NbjitCompileError
 from nbjit.compiler import compile_image, compile_many
 
-from conftest import DATA  # noqa: E402
+from conftest import DATA, alive, children, endless_source, wait_compiling  # noqa: E402
+
+ROOT = str(DATA.parents[1])
 
 
 def src(i: int) -> str:
@@ -465,3 +473,95 @@ def test_an_unknown_argument_is_refused_before_anything_compiles(tmp_path):
     with pytest.raises(NbjitCompileError, match=r"compile_many: the call: no argument 'bogus'"):
         compile_many([src(292)], arch="sm_90", cache=cache, bogus=3)
     assert cache.entries() == []
+
+
+# ------------------------------------------------------------------ processes: a caller killed or interrupted
+
+CALLER = """
+import sys
+from nbjit import Cache
+from nbjit.compiler import compile_many
+sources = [open(p).read() for p in sys.argv[3:]]
+try:
+    compile_many(sources, arch="sm_90", cache=Cache(sys.argv[1]), processes=sys.argv[2] == "processes",
+                 workers=len(sources))
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+"""
+
+
+def _caller(tmp_path, route: str, count: int) -> subprocess.Popen:
+    """A process calling compile_many on ``count`` sources NVRTC never finishes, on ``route``."""
+    paths = []
+    for i in range(count):
+        paths.append(tmp_path / f"endless{i}.cu")
+        paths[-1].write_text(endless_source(i))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
+    return subprocess.Popen([sys.executable, "-c", CALLER, str(tmp_path / "cache"), route, *map(str, paths)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _until(done, timeout: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _free(lock) -> bool:
+    """Whether the lock file ``lock`` can be locked now."""
+    fd = os.open(lock, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def test_a_killed_caller_takes_its_workers_with_it(tmp_path):
+    """SIGKILL to a caller whose workers are compiling: they end with it (they held its
+    stderr, so that `python x.py 2>&1 | tee log` never saw its end of file, and the keys'
+    locks, so that other processes waited 300 s); the locks are free at once."""
+    p = _caller(tmp_path, "processes", 2)
+    workers: list[int] = []
+    try:
+        wait_compiling(tmp_path / "cache", 2, lambda: children(p.pid))
+        workers = children(p.pid)
+        assert len(workers) == 2
+        p.kill()
+        p.communicate(timeout=60)  # its stderr ends: no worker holds it
+        assert _until(lambda: not any(map(alive, workers))), [w for w in workers if alive(w)]
+        locks = list((tmp_path / "cache").rglob("*.lock"))
+        assert len(locks) == 2
+        # nobody holds them: the next process takes them without waiting (a worker's last
+        # thread may still be ending as its first shows it gone: a moment)
+        assert _until(lambda: all(map(_free, locks))), locks
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        for w in workers:
+            try:
+                os.kill(w, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def test_a_dead_workers_error_says_what_it_wrote_to_its_own_stderr():
+    """A worker's stderr is its own (a file the error quotes), not its caller's."""
+    from nbjit import _workers
+    probe, ask = _workers.Pool("builtins:exec"), _workers.Pool("builtins:eval")
+    try:
+        mine = os.fstat(2)
+        assert ask.try_call(("(lambda s: (s.st_dev, s.st_ino))(__import__('os').fstat(2))",), 1, wait=True) != \
+            (True, (mine.st_dev, mine.st_ino))
+        with pytest.raises(_workers.WorkerDied, match=r"exited \(status 3\); it said: .*the worker's last words"):
+            probe.try_call(("import os, sys; print(\"the worker's last words\", file=sys.stderr, flush=True); "
+                            "os._exit(3)",), 1, wait=True)
+    finally:
+        probe.close()
+        ask.close()

@@ -1182,7 +1182,112 @@ def _nvrtc_arch(target: Arch, output: str, name: str, nvrtc: str) -> Arch:
 
 
 def _run_nvrtc(req: CompileRequest):
-    """Run NVRTC on a request: a CacheEntry (cubin or PTX), or CompileFailure."""
+    """Run NVRTC on a request: a CacheEntry (cubin or PTX), or CompileFailure. Called on the
+    main thread, NVRTC runs in a thread of its own, waited for so that Ctrl-C stops the
+    wait at once (``_interruptible``)."""
+    if threading.current_thread() is threading.main_thread():
+        return _interruptible(_nvrtc_entry, req)
+    return _nvrtc_entry(req)
+
+
+def _interruptible(fn, *args):
+    """``fn(*args)`` in a daemon thread, waited for on this one. NVRTC holds the thread that
+    calls it until its compile ends (minutes, for some), and Python runs a signal's handler
+    on the main thread between its own steps only, so Ctrl-C waited for the compile; an
+    event's wait is interrupted at once (KeyboardInterrupt). The compile left behind ends in
+    its thread, its result dropped (and its program destroyed there); a daemon thread, it
+    does not hold up the interpreter's exit."""
+    box: list = []
+    done = threading.Event()
+
+    def run():
+        try:
+            box.append((True, fn(*args)))
+        except BaseException as e:  # raised on the waiting thread
+            box.append((False, e))
+        finally:
+            done.set()
+    threading.Thread(target=run, name="nbjit-nvrtc", daemon=True).start()
+    try:
+        done.wait()
+    except BaseException:
+        _left_running()
+        raise
+    ok, value = box.pop()
+    if not ok:
+        raise value
+    return value
+
+
+def _in_threads(fn, items: list, n: int) -> list:
+    """``[fn(item) for item in items]``, run in ``n`` daemon threads, waited for on this one
+    (as ``_interruptible``: Ctrl-C stops the wait at once; the threads then take no new item,
+    and what they run ends there, its result dropped)."""
+    results: list = [None] * len(items)
+    todo = iter(range(len(items)))  # (each next() is one step under the GIL: an item per thread)
+    stop: list = []
+    errors: list = []
+    left, lock, done = [n], threading.Lock(), threading.Event()
+
+    def work():
+        try:
+            for i in todo:
+                if stop:
+                    break
+                results[i] = fn(items[i])
+        except BaseException as e:  # (fn's own errors are its results: this is a failure of the thread's)
+            errors.append(e)
+        finally:
+            finished(1)
+
+    def finished(count: int) -> None:
+        with lock:
+            left[0] -= count
+            if left[0] <= 0:
+                done.set()
+    started = 0
+    try:
+        for k in range(n):
+            threading.Thread(target=work, name=f"nbjit-compile-{k}", daemon=True).start()
+            started += 1
+    finally:
+        if started < n:  # (a thread that could not start: the others do its share, or this raises)
+            finished(n - started)
+    try:
+        done.wait()
+    except BaseException:
+        stop.append(True)
+        _left_running()
+        raise
+    if errors:
+        raise errors[0]
+    return results
+
+
+_LEFT_RUNNING: list = []
+
+
+def _left_running() -> None:
+    """A compile was left running in its thread (Ctrl-C): should the process exit before it
+    ends, the C libraries' teardown is skipped (glibc's ``on_exit`` calls ``_exit`` with the
+    exit status, before the destructors registered earlier), which would destroy NVRTC's
+    state under the compile: a crash at exit (status -11, 1 run in 12 on the 2-core machine).
+    Python's own shutdown (its atexit functions, flushing its streams) has run by then."""
+    if _LEFT_RUNNING:
+        return
+    _LEFT_RUNNING.append(True)
+    import ctypes
+    try:
+        libc = ctypes.CDLL(None)
+        on_exit, exit_now = libc.on_exit, libc._exit
+    except (OSError, AttributeError):  # (not glibc: nothing to register it with)
+        return
+    on_exit.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    on_exit(ctypes.cast(exit_now, ctypes.c_void_p), None)  # (called as _exit(status, NULL): the NULL unread)
+
+
+def _nvrtc_entry(req: CompileRequest):
+    """``_run_nvrtc``'s compile, on the thread that runs it."""
     N = _nvrtc()
     major, minor = nvrtc_version()
     arch = _nvrtc_arch(req.arch, req.output, req.name, f"NVRTC {major}.{minor}")
@@ -1445,11 +1550,9 @@ def compile_many(sources: Iterable, *, workers: int | None = None, processes: bo
     if n == 1 or len(todo) <= 1:
         for i in todo:
             results[i] = one(jobs[i])
-    else:
-        from concurrent.futures import ThreadPoolExecutor
-        with ThreadPoolExecutor(max_workers=n, thread_name_prefix="nbjit-compile") as pool:
-            for i, r in zip(todo, pool.map(one, [jobs[i] for i in todo])):
-                results[i] = r
+    else:  # (daemon threads, waited for so that Ctrl-C stops the call at once: _in_threads)
+        for i, r in zip(todo, _in_threads(one, [jobs[i] for i in todo], min(n, len(todo)))):
+            results[i] = r
     if return_exceptions:
         return [img if e is None else e for img, e in results]
     failed = [(i, e) for i, (_, e) in enumerate(results) if e is not None]

@@ -292,6 +292,32 @@ def test_a_command_that_writes_no_standard_output_runs_with_it_closed(tmp_path):
     assert r.returncode == 0 and out.read_text() == Path(PTX).read_text() and "-> " + str(out) in r.stderr
 
 
+@pytest.mark.parametrize("verb", ["compile", "bundle"])
+def test_ctrl_c_stops_a_long_compile_at_once(tmp_path, verb):
+    """Ctrl-C while NVRTC compiles (it went on: 90 s and counting): status 130 at once, no
+    traceback, and nothing left behind (no output, no lock or temporary file in the cache)."""
+    import signal
+    from conftest import endless_source, wait_compiling
+    src = tmp_path / "endless.cu"
+    src.write_text(endless_source())
+    cmd = [EXE] if EXE else [sys.executable, "-m", "nbjit"]
+    p = subprocess.Popen([*cmd, verb, str(src), "--arch", "sm_90", "-o", str(tmp_path / "out")],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "NBJIT_CACHE_DIR": str(tmp_path / "cache")})
+    try:
+        wait_compiling(tmp_path / "cache", 1, lambda: [p.pid])
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+        assert (p.returncode, out, err) == (130, "", "\n")
+        assert not (tmp_path / "out").exists()
+        assert not [f for f in (tmp_path / "cache").rglob("*") if f.name.endswith(".lock") or
+                    f.name.startswith(".tmp-")]
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
 def test_options_that_make_no_sense(tmp_path):
     r = nbjit("inspect", "--arch", "sm_90", str(DATA / "nvcc/kernels_sm90.ptx"))
     assert r.returncode == 2 and "--arch chooses a fatbin's entry; " in r.stderr

@@ -551,6 +551,23 @@ def test_a_killed_caller_takes_its_workers_with_it(tmp_path):
                 pass
 
 
+@pytest.mark.parametrize("count", [1, 2])
+def test_ctrl_c_stops_compile_many_in_threads_at_once(tmp_path, count):
+    """Ctrl-C while NVRTC compiles in the caller's threads (processes=False; one source: on
+    the calling thread): KeyboardInterrupt at once, and the process exits (it waited for the
+    compiles, which take hours here)."""
+    p = _caller(tmp_path, "threads", count)
+    try:
+        wait_compiling(tmp_path / "cache", count, lambda: [p.pid])
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+        assert (p.returncode, out) == (0, "interrupted\n"), err
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
 def test_a_dead_workers_error_says_what_it_wrote_to_its_own_stderr():
     """A worker's stderr is its own (a file the error quotes), not its caller's."""
     from nbjit import _workers

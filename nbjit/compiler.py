@@ -1500,20 +1500,7 @@ def compile_many(sources: Iterable, *, workers: int | None = None, processes: bo
     with its error as the cause; the others still compiled (and were cached). Not raised for
     failed sources with ``return_exceptions=True`` (a bad argument of the call still is).
     """
-    jobs = []
-    for i, s in enumerate(read_once(sources) if not isinstance(sources, (str, bytes, os.PathLike)) else (sources,)):
-        kw = dict(common)
-        if isinstance(s, Mapping):
-            kw.update(s)
-            if "source" not in kw:
-                raise NbjitCompileError(f"compile_many: item {i} is a dict without 'source'")
-            s = kw.pop("source")
-        unknown = sorted(k for k in kw if k not in _IMAGE_ARGS)
-        if unknown:  # (before anything compiles: an item's keys, or the call's own keywords)
-            where = f"item {i}" if any(k not in common for k in unknown) else "the call"
-            raise NbjitCompileError(f"compile_many: {where}: no argument {', '.join(map(repr, unknown))} "
-                                    f"(compile_image takes {', '.join(_IMAGE_ARGS)})")
-        jobs.append((s, kw))
+    jobs = _many_jobs(sources, common)
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
         raise NbjitCompileError(f"compile_many: workers must be an int >= 1, not {workers!r}")
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -1558,13 +1545,41 @@ def compile_many(sources: Iterable, *, workers: int | None = None, processes: bo
     failed = [(i, e) for i, (_, e) in enumerate(results) if e is not None]
     if failed:
         i, e = failed[0]
-        s, kw = jobs[i]
-        label = kw.get("name") or (os.fspath(s) if isinstance(s, os.PathLike) or (
-            isinstance(s, str) and "\n" not in s and s.rstrip().lower().endswith(SOURCE_SUFFIXES)) else "kernel.cu")
-        more = f" (and {len(failed) - 1} more: item{'s' if failed[2:] else ''} " \
-            f"{', '.join(str(j) for j, _ in failed[1:8])})" if failed[1:] else ""
-        raise NbjitCompileError(f"compile_many: source {i} ({label}) failed{more}: {e}") from e
+        raise NbjitCompileError(f"compile_many: source {i} ({_label(*jobs[i])}) failed{_more(failed)}: {e}") from e
     return [img for img, _ in results]
+
+
+def _many_jobs(sources, common: dict) -> list:
+    """``compile_many``'s items as ``(source, compile_image's arguments)``, checked before
+    anything compiles."""
+    jobs = []
+    for i, s in enumerate(read_once(sources) if not isinstance(sources, (str, bytes, os.PathLike)) else (sources,)):
+        kw = dict(common)
+        if isinstance(s, Mapping):
+            kw.update(s)
+            if "source" not in kw:
+                raise NbjitCompileError(f"compile_many: item {i} is a dict without 'source'")
+            s = kw.pop("source")
+        unknown = sorted(k for k in kw if k not in _IMAGE_ARGS)
+        if unknown:  # (before anything compiles: an item's keys, or the call's own keywords)
+            where = f"item {i}" if any(k not in common for k in unknown) else "the call"
+            raise NbjitCompileError(f"compile_many: {where}: no argument {', '.join(map(repr, unknown))} "
+                                    f"(compile_image takes {', '.join(_IMAGE_ARGS)})")
+        jobs.append((s, kw))
+    return jobs
+
+
+def _label(s, kw: dict) -> str:
+    """How ``compile_many``'s error names a source: its name, its file, or ``kernel.cu``."""
+    return kw.get("name") or (os.fspath(s) if isinstance(s, os.PathLike) or (
+        isinstance(s, str) and "\n" not in s and s.rstrip().lower().endswith(SOURCE_SUFFIXES)) else "kernel.cu")
+
+
+def _more(failed: list) -> str:
+    """`` (and 2 more: items 3, 5)`` after the first failure, where others failed too."""
+    if not failed[1:]:
+        return ""
+    return f" (and {len(failed) - 1} more: item{'s' if failed[2:] else ''} {', '.join(str(j) for j, _ in failed[1:8])})"
 
 
 # compile_many's process route: the threads of a call on it hold (pool, workers, wait, slots) here

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 from typing import Iterable, Mapping
 
+from ._defs import record
 from .errors import NbjitCompileError
 from .image import content_digest, read_regular
 
@@ -44,7 +44,7 @@ _HAS_INCLUDE = re.compile(r'\b__has_include(_next)?[ \t]*\([ \t]*(.*)$', re.M)
 _NAMED = re.compile(r'"([^"\n]+)"|<([^>\n]+)>')
 
 
-@dataclass(frozen=True)
+@record
 class IncludeWalk:
     """What the walk found.
 

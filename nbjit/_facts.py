@@ -103,7 +103,7 @@ def _resources(data: Any) -> bool:
 # facts stamp costs a warm start no file system call (on the GPU machine, stat()ing the ten
 # modules was ~45 us of the ~1 ms budget). tests/test_facts.py fails where a reader changes
 # and this line does not (``python -m nbjit._facts`` rewrites it).
-READERS_DIGEST = "c64249429a56cad40c8a5a22b70b65d8a14d871b"
+READERS_DIGEST = "79d4c28645de8f365f8661d9ef44ec4fbc4b7dd6"
 
 
 def stamp() -> str:

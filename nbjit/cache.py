@@ -172,12 +172,15 @@ class Cache:
     ``remote_write=False``.
     """
 
-    def __init__(self, path: str | os.PathLike | None, *, max_bytes: int | None = DEFAULT_MAX_BYTES,
+    def __init__(self, path: str | os.PathLike | None, *, max_bytes: int | str | None = DEFAULT_MAX_BYTES,
                  lock_timeout: float = 300.0, remote: "str | RemoteTier | None" = None,
                  remote_write: bool | None = None):
         self.path = path  # type: ignore[assignment]  # a Path (the setter), kept as text for the hot path
+        if isinstance(max_bytes, str) and parse_size(max_bytes) is not None:  # ("1G", as NBJIT_CACHE_MAX_BYTES)
+            max_bytes = parse_size(max_bytes)
         if max_bytes is not None and (type(max_bytes) is bool or not isinstance(max_bytes, int) or max_bytes < 0):
-            raise NbjitCacheError(f"max_bytes must be a byte count >= 0 (or None: no limit), not {max_bytes!r}")
+            raise NbjitCacheError(f"max_bytes must be a byte count >= 0 or a size such as '1G' (or None: no limit), "
+                                  f"not {max_bytes!r}")
         if type(lock_timeout) is bool or not isinstance(lock_timeout, (int, float)) or not lock_timeout >= 0:
             raise NbjitCacheError(f"lock_timeout must be seconds >= 0, not {lock_timeout!r}")
         self.max_bytes = max_bytes

@@ -23,7 +23,7 @@ from .image import MAX_FILE_BYTES, Image, inspect_image, read_regular, sniff
 from .ptx import PtxInfo, inspect_ptx, strip_debug
 from .cdecl import demangled_text
 from ._signature_build import typed_entries
-from .signature import RESOURCES
+from .signature import RESOURCES, shown_param_name
 
 __all__ = ["main"]
 
@@ -229,8 +229,7 @@ def format_entries(entries, out: list[str], declared=None) -> None:
             out.append("  resources: " + ", ".join(res))
         if e.params:
             own = declared[k].params if declared is not None else None
-            # (a compiler's placeholder, <kernel>_param_<i>, as a cubin names it; a source's name as it is)
-            rows = [[i, f"param_{i}" if p.name == f"{e.name}_param_{i}" else p.name, p.ctype or "?",
+            rows = [[i, shown_param_name(p.name, i), p.ctype or "?",
                      *([_ptx_type(own[i])] if own else []),
                      p.size, "?" if p.align is None else p.align, p.offset] for i, p in enumerate(e.params)]
             out += ["  " + line for line in _table(rows, ["#", "name", "C type", *(["PTX type"] if own else []),
@@ -665,9 +664,11 @@ def _bundle(args) -> int:
                      ".cu, .cuh or .cuda), and no FILE is one: drop --expr")
     if (archs or ptx) and not sources:
         from .triton import read_triton
-        for f in files:  # a directory holding no Triton kernel is the first thing wrong: said first
-            if os.path.isdir(f):
+        for f in files:  # a FILE that is no image (or a directory holding no Triton kernel) is said first
+            if os.path.isdir(f) or f.endswith(".json"):
                 read_triton(f)
+            else:
+                Image.from_bytes(_read(f), f)
         given = " and ".join(o for o, v in (("--arch", archs), ("--ptx", ptx)) if v)
         raise _Usage(f"{given} {'say' if ptx and archs else 'says'} what to compile CUDA sources for, and no FILE is "
                      "one (named .cu, .cuh or .cuda; PTX, cubins, fatbins and Triton kernels go in as they were "
@@ -806,6 +807,9 @@ def _cache(args) -> int:
                      else f"'cache {args.action}' takes no FILE (only export and import do)")
     if args.json and args.action not in ("info", "list"):
         raise _Usage(f"--json applies to 'cache info' and 'cache list', not 'cache {args.action}'")
+    if args.remote is not None and args.action not in ("info", "list", "push", "pull"):
+        raise _Usage(f"--remote applies to 'cache info', 'list', 'push' and 'pull', not 'cache {args.action}' "
+                     "(which works on the local cache only)")
     if args.action == "export" and args.file == "-":
         _binary_to_stdout("a cache archive", "cache export -")
     c = default_cache()
@@ -826,7 +830,7 @@ def _cache(args) -> int:
         if args.json:
             print(json.dumps(i, indent=2, default=str))
             return 0
-        print(f"location: {i['location'] or '(disk cache off: NBJIT_CACHE=0)'}")
+        print(f"location: {os.path.abspath(i['location']) if i['location'] else '(disk cache off: NBJIT_CACHE=0)'}")
         print(f"entries:  {i['entries']}" + (f" (and {i['temporary_files']} temporary files of writers)"
                                              if i["temporary_files"] else ""))
         print(f"size:     {format_size(i['bytes'])} (limit {format_size(i['max_bytes'])})")
@@ -920,6 +924,9 @@ def _compile(args) -> int:
         raise _Usage("--json prints to standard output, and so does -o -: choose one")
     if args.cache_only and args.output is not None:
         raise _Usage("--cache-only writes no file: drop -o")
+    if args.file == "-" and args.output is None and not args.cache_only:
+        raise _Usage("standard input has no name to name the output after: give -o FILE (or -o - for standard "
+                     "output)")
     cache = None
     if args.cache_only:
         from .cache import default_cache
@@ -1265,7 +1272,10 @@ def _main(argv: list[str] | None) -> int:
         # the reader went away (nbjit inspect x | head -1): stop quietly, as Unix tools do
         _quiet(sys.stdout)
         return 0
-    except (NbjitError, _Usage) as e:
+    except (NbjitError, _Usage, OSError) as e:
+        if isinstance(e, OSError) and not isinstance(e, NbjitError):  # (standard output full or broken: /dev/full)
+            e = f"{e.filename}: {e.strerror or e}" if e.filename else f"cannot write standard output: {e.strerror or e}"
+            _quiet(sys.stdout)  # (what Python flushes at exit would fail again)
         try:
             print(f"nbjit {args.cmd}: error: {e}", file=sys.stderr)
         except BrokenPipeError:  # (2>&1 | head -0: the error goes unsaid, the status says it)

@@ -715,15 +715,17 @@ def normalize_options(options: Iterable[object]) -> list[str]:
             except StopIteration:
                 raise NbjitCompileError(f"option {o} needs a value") from None
         name, eq, val = o.partition("=")
-        if not eq and o[:2] in ("-I", "-D") and len(o) > 2:
+        if o[:2] in ("-I", "-D") and len(o) > 2:  # (-DX=1: the macro is all after -D, '=' and all)
             name, eq, val = o[:2], "=", o[2:]
         name = _ALIASES.get(name, name)
         if name == "-I":
             out.append(f"--include-path={os.path.abspath(val)}")
         elif name == "-D":
+            if not val or val.startswith("="):
+                raise NbjitCompileError(f"option {o!r} defines no macro name (-D NAME or -D NAME=VALUE)")
             out.append(f"-D{val}")
         elif name == "-arch":
-            raise NbjitCompileError("give the architecture as arch=..., not in options")
+            raise NbjitCompileError("give the architecture as arch=... (on the command line: --arch), not in options")
         else:
             out.append(name + (eq + val if eq else ""))
     return out
@@ -1007,6 +1009,7 @@ def _no_kernels(img: Image) -> bool:
 
 _PTX_ENTRY = re.compile(rb"\.entry\s")
 SOURCE_SUFFIXES = (".cu", ".cuh", ".cuda")
+IMAGE_SUFFIXES = (".ptx", ".cubin", ".fatbin", ".nbjit")  # (a one-line str ending so is a path, not a source)
 MAX_SOURCE_BYTES = 256 << 20
 
 
@@ -1020,6 +1023,9 @@ def source_text(source, name: str | None, include_paths) -> tuple[str, str | Non
     elif isinstance(source, str) and "\n" not in source and source.rstrip().lower().endswith(SOURCE_SUFFIXES):
         path = source.rstrip()
     elif isinstance(source, str):
+        if "\n" not in source and source.rstrip().lower().endswith(IMAGE_SUFFIXES):
+            raise NbjitCompileError(f"{source.rstrip()!r} names compiled code, not CUDA C++: load it with "
+                                    "nbjit.load(path) (compile_image compiles CUDA C++ source text or a .cu file)")
         return source, name, include_paths
     else:
         raise NbjitCompileError(f"source must be CUDA C++ text (str) or a .cu file's path, not "

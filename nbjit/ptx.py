@@ -389,8 +389,8 @@ def _as_text(text: str | bytes, source: str | None, compiled: str = "read it wit
         raise PtxParseError(f"PTX is text (str or bytes), not {type(text).__name__} (read the file first, or use "
                             "nbjit.inspect_image(path))", source=source)
     elif "\n" not in text and ".version" not in text and os.path.isfile(text):
-        raise PtxParseError(f"{text!r} is a file's path, not PTX text (read the file first, or use "
-                            "nbjit.inspect_image(path))", source=source)
+        raise PtxParseError(f"{text!r} is a file's path, not PTX text (read the file first: "
+                            "open(path).read())", source=source)
     return text.rstrip("\0")
 
 

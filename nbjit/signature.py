@@ -128,19 +128,25 @@ class KernelSignature:
         return self.params[i]
 
     def __str__(self) -> str:
-        return "(" + ", ".join(_describe(p) for p in self.params) + ")"
+        return "(" + ", ".join(_describe(p, shown_param_name(p.name, i)) for i, p in enumerate(self.params)) + ")"
 
 
-def _describe(p: Param) -> str:
+def shown_param_name(name: str, i: int) -> str:
+    """A parameter's name as shown: a compiler's placeholder (PTX's ``<kernel>_param_<i>``)
+    as ``param_<i>``, as a cubin names it; a source's name as it is."""
+    return f"param_{i}" if name.endswith(f"_param_{i}") else name
+
+
+def _describe(p: Param, name: str) -> str:
     if p.ctype is not None:
-        return f"{p.ctype} {p.name}"
+        return f"{p.ctype} {name}"
     if p.pointer:
-        return f"ptr {p.name}"
+        return f"ptr {name}"
     if p.count is not None:
-        return f"{p.type}[{p.count}] {p.name}"
+        return f"{p.type}[{p.count}] {name}"
     if p.type == "unknown":
-        return f"<{p.size} bytes> {p.name}"
-    return f"{p.type} {p.name}"
+        return f"<{p.size} bytes> {name}"
+    return f"{p.type} {name}"
 
 
 @record

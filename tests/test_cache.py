@@ -1209,3 +1209,10 @@ def test_an_entry_carries_its_facts(tmp_path, monkeypatch):
     assert Cache(tmp_path).get_or_create(key, lambda: entry).facts is None
     c = Cache(tmp_path)
     assert c.get_or_create(key, lambda: entry, lambda e: None).facts is None and Cache(tmp_path).read(key).facts is None
+
+
+def test_a_size_limit_may_be_written_with_a_unit(tmp_path):
+    assert Cache(tmp_path, max_bytes="1G").max_bytes == 1 << 30
+    assert Cache(tmp_path, max_bytes="512k").max_bytes == 512 << 10
+    with pytest.raises(NbjitCacheError, match="a size such as '1G'"):
+        Cache(tmp_path, max_bytes="lots")

@@ -1427,3 +1427,49 @@ def test_inspect_a_fatbin_whose_entry_cannot_be_decompressed(no_lz4):
     assert "1  ptx    compute_90  lz4         9285   no (needs lz4)" in text
     assert text.endswith("sm_100 uses entry 1 (ptx compute_90):\n  lz4-compressed and 'lz4' is not installed "
                          "(pip install lz4): the driver will read the whole fatbin")
+
+
+# ------------------------------------------------------------------ a newcomer's trial (round 4)
+
+
+@pytest.mark.parametrize("args", [["inspect", str(DATA / "nvcc/kernels_sm90.ptx")],
+                                  ["strip", str(DATA / "nvcc/kernels_G_sm90.ptx"), "-o", "-"],
+                                  ["cache", "info"]])
+def test_standard_output_that_cannot_be_written_is_one_line(args, tmp_path):
+    """/dev/full (a full disk, an I/O error) as standard output: one line and status 2, as
+    -o /dev/full gives, not a traceback."""
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full")
+    cmd = [EXE] if EXE else [sys.executable, "-m", "nbjit"]
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([*cmd, *args], stdout=full, stderr=subprocess.PIPE, text=True, timeout=60,
+                           env={**__import__("os").environ, "NBJIT_CACHE_DIR": str(tmp_path)})
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "cannot write standard output" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+@pytest.mark.parametrize("action", ["clear", "prune"])
+def test_remote_on_an_action_of_the_local_cache_is_refused(action, tmp_path):
+    (tmp_path / "store").mkdir()
+    cmd = [EXE] if EXE else [sys.executable, "-m", "nbjit"]
+    r = subprocess.run([*cmd, "cache", action, "--remote", str(tmp_path / "store")], capture_output=True, text=True,
+                       timeout=60, env={**__import__("os").environ, "NBJIT_CACHE_DIR": str(tmp_path / "c")})
+    assert r.returncode == 2 and "--remote applies to" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_compile_from_standard_input_needs_an_output_name(tmp_path):
+    cmd = [EXE] if EXE else [sys.executable, "-m", "nbjit"]
+    r = subprocess.run([*cmd, "compile", "--arch", "sm_90", "-"], input='extern "C" __global__ void k() {}\n',
+                       capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                       env={**__import__("os").environ, "NBJIT_CACHE_DIR": str(tmp_path / "c")})
+    assert r.returncode == 2 and "standard input has no name" in r.stderr, r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("content", [b"", b"\x00\x01random bytes", b"// not ptx\n"])
+def test_bundle_says_what_a_file_is_before_the_arch_rule(content, tmp_path):
+    f = tmp_path / "x.bin"
+    f.write_bytes(content)
+    r = nbjit("bundle", "--arch", "sm_90", str(f), "-o", str(tmp_path / "x.nbjit"))
+    assert r.returncode == 2 and "drop --arch" not in r.stderr and str(f) in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1

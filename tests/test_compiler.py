@@ -759,3 +759,17 @@ def test_nvjitlink_names_the_input_it_refuses():
         nvjitlink_cubin([("ptx", ptx.data + b"\0", "p.ptx")], "sm_90", options=["-bogus"])
     with pytest.raises(nbjit.NbjitCompileError, match=r"^x.ptx: nvJitLink could not assemble PTX for sm_90: "):
         assemble_ptx(".version 9.0\n.target sm_90\n.address_size 64\nnonsense;\n", "sm_90", name="x.ptx")
+
+
+@pytest.mark.parametrize("path", ["kernels_sm90.ptx", "k.cubin", "dir/multi.fatbin", "x.nbjit"])
+def test_a_path_to_compiled_code_is_not_compiled_as_source(path):
+    with pytest.raises(NbjitCompileError, match="names compiled code, not CUDA C\\+\\+: load it with nbjit.load"):
+        compile_image(path, arch="sm_90")
+
+
+@pytest.mark.parametrize("option", [["-D", "=3"], ["-D="], ["--define-macro="], ["-D"]])
+def test_a_define_without_a_macro_name_is_refused(option):
+    from nbjit.compiler import normalize_options
+    with pytest.raises(NbjitCompileError, match="macro name|needs a value"):
+        normalize_options(option)
+    assert normalize_options(["-DX=1", "-D", "Y", "--define-macro=Z=2"]) == ["-DX=1", "-DY", "-DZ=2"]

@@ -57,7 +57,7 @@ def test_ptx_and_cubin_together():
     k = merge("_Z6k_tmplIfEvPT_S0_i", [("ptx", PTX.entry("_Z6k_tmplIfEvPT_S0_i")),
                                        ("cubin", CUBIN.entry("_Z6k_tmplIfEvPT_S0_i"))],
               [("mangled name", demangle("_Z6k_tmplIfEvPT_S0_i"))])
-    assert str(k.signature).startswith("(float* _Z6k_tmplIfEvPT_S0_i_param_0, float ")
+    assert str(k.signature).startswith("(float* param_0, float ")  # (PTX's placeholder names shown as a cubin's)
     assert k.registers == CUBIN.entry("_Z6k_tmplIfEvPT_S0_i").registers
 
 
@@ -228,3 +228,12 @@ def test_a_merged_layout_keeps_where_its_facts_came_from():
     once = merge(k.name, [("ptx", k)], [("mangled name", demangle(k.name))])
     again = merge(k.name, [("fatbin", once), ("triton ptx", k)], [("mangled name", demangle(k.name))])
     assert again == once and dict(again.params[0].origin)["layout"] == "ptx"
+
+
+def test_a_compilers_placeholder_parameter_name_is_shown_as_param_n():
+    from nbjit.signature import shown_param_name
+    assert shown_param_name("_Z5scaleIfEvPT_S0_i_param_0", 0) == "param_0"
+    assert shown_param_name("k_basic_param_3", 3) == "param_3"
+    assert shown_param_name("x", 0) == "x" and shown_param_name("k_param_1", 0) == "k_param_1"
+    info = inspect_ptx((DATA / "nvcc/kernels_sm90.ptx").read_text())
+    assert "_param_" not in str(info.entries[0].signature)

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import stat
 import sys
 import threading
@@ -1208,6 +1209,7 @@ def _interruptible(fn, *args):
 
     def run():
         try:
+            _no_interrupts_here()
             box.append((True, fn(*args)))
         except BaseException as e:  # raised on the waiting thread
             box.append((False, e))
@@ -1215,7 +1217,7 @@ def _interruptible(fn, *args):
             done.set()
     threading.Thread(target=run, name="nbjit-nvrtc", daemon=True).start()
     try:
-        done.wait()
+        _wait(done)
     except BaseException:
         _left_running()
         raise
@@ -1237,6 +1239,7 @@ def _in_threads(fn, items: list, n: int) -> list:
 
     def work():
         try:
+            _no_interrupts_here()
             for i in todo:
                 if stop:
                     break
@@ -1260,7 +1263,7 @@ def _in_threads(fn, items: list, n: int) -> list:
         if started < n:  # (a thread that could not start: the others do its share, or this raises)
             finished(n - started)
     try:
-        done.wait()
+        _wait(done)
     except BaseException:
         stop.append(True)
         _left_running()
@@ -1268,6 +1271,21 @@ def _in_threads(fn, items: list, n: int) -> list:
     if errors:
         raise errors[0]
     return results
+
+
+def _no_interrupts_here() -> None:
+    """In a compile's thread: Ctrl-C (SIGINT) is delivered to another thread, never this
+    one, which NVRTC holds (the kernel gives a process's signal to any thread that does not
+    block it, and a signal taken here would not wake the waiting thread)."""
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+
+
+def _wait(done: threading.Event) -> None:
+    """Wait for ``done``, looking at signals four times a second (a signal some other thread
+    took is handled here all the same: KeyboardInterrupt)."""
+    while not done.wait(0.25):
+        pass
 
 
 _LEFT_RUNNING: list = []

@@ -554,15 +554,15 @@ def test_a_compile_error_names_the_toolchains_include_directories_by_what_they_a
     nbjit's own include directories are shown as <cuda> and <cccl>; the user's as given; the
     exception keeps the real options."""
     from nbjit import cli
-    from nbjit.compiler import compile_image, cuda_include_dir, nvrtc_version
+    from nbjit.compiler import cccl_include_dir, compile_image, cuda_include_dir, nvrtc_version
     monkeypatch.chdir(tmp_path)
     (tmp_path / "inc").mkdir()
     (tmp_path / "bad.cu").write_text('extern "C" __global__ void k(float* p) { p[0] = undefined_thing; }\n')
     assert cli.main(["compile", "bad.cu", "--arch", "sm_90", "-I", "inc"]) == 2
     head = capsys.readouterr().err.splitlines()[0]
     assert head == (f"nbjit compile: error: bad.cu: NVRTC {'.'.join(map(str, nvrtc_version()))} could not "
-                    f"compile it (options: -arch=sm_90 --include-path={tmp_path / 'inc'} --include-path=<cuda> "
-                    "--include-path=<cccl>)"), head
+                    f"compile it (options: -arch=sm_90 --include-path={tmp_path / 'inc'} --include-path=<cuda>"
+                    + (" --include-path=<cccl>)" if cccl_include_dir() else ")")), head  # (CUDA 12's wheels: no CCCL)
     with pytest.raises(nbjit_lib.CompileFailure) as e:
         compile_image((tmp_path / "bad.cu").read_text(), arch="sm_90")
     assert f"--include-path={cuda_include_dir()}" in e.value.options and cuda_include_dir() not in str(e.value)

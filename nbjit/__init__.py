@@ -108,8 +108,8 @@ NbjitCacheError, KernelNotFoundError, BundleError); NbjitWarning says what nbjit
 import importlib
 from typing import TYPE_CHECKING
 
-from . import errors
-from .errors import *  # noqa: F403 (every error is public: errors.__all__ says which)
+from nbjit import errors
+from nbjit.errors import *  # noqa: F403 (every error is public: errors.__all__ says which)
 
 # The public names load with the module that defines them, on first use (PEP 562): `import
 # nbjit` stays cheap (no numpy, no readers) and `nbjit inspect` imports only what it runs.
@@ -137,25 +137,25 @@ _HOMES = {
 _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 
 if TYPE_CHECKING:  # what type checkers and the API reference read
-    from ._bundle_file import load_bundle
-    from .bundle import BundleEntry, BundleImage, BundleInfo, build_bundle, inspect_bundle, load_triton
-    from .cache import Cache, default_cache, set_default_cache
-    from .remote import RemoteTier
-    from .target import compile_image
-    from .link import link_image
-    from .cubin import CubinInfo, inspect_cubin
-    from .fatbin import FatbinEntry, FatbinInfo, inspect_fatbin
-    from .image import Image, as_image, inspect_image
-    from .kernel import BoundLaunch, Kernel, KernelAttributes, tensor_map
-    from .tma import TensorMap
-    from .graph import Capture, capture
-    from .module import DeviceGlobal, Module, compile, compile_many, from_numba, load
-    from .occupancy import Occupancy
-    from .sass import disassemble
-    from .ptx import PtxInfo, inspect_ptx, strip_debug
-    from .triton import TritonKernel, TritonMeta
-    from .signature import Directives, KernelInfo, KernelSignature, Param
-    from ._host import use_host
+    from nbjit._bundle_file import load_bundle
+    from nbjit.bundle import BundleEntry, BundleImage, BundleInfo, build_bundle, inspect_bundle, load_triton
+    from nbjit.cache import Cache, default_cache, set_default_cache
+    from nbjit.remote import RemoteTier
+    from nbjit.target import compile_image
+    from nbjit.link import link_image
+    from nbjit.cubin import CubinInfo, inspect_cubin
+    from nbjit.fatbin import FatbinEntry, FatbinInfo, inspect_fatbin
+    from nbjit.image import Image, as_image, inspect_image
+    from nbjit.kernel import BoundLaunch, Kernel, KernelAttributes, tensor_map
+    from nbjit.tma import TensorMap
+    from nbjit.graph import Capture, capture
+    from nbjit.module import DeviceGlobal, Module, compile, compile_many, from_numba, load
+    from nbjit.occupancy import Occupancy
+    from nbjit.sass import disassemble
+    from nbjit.ptx import PtxInfo, inspect_ptx, strip_debug
+    from nbjit.triton import TritonKernel, TritonMeta
+    from nbjit.signature import Directives, KernelInfo, KernelSignature, Param
+    from nbjit._host import use_host
 
 
 def __getattr__(name: str):

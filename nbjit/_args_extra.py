@@ -13,10 +13,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ._csource import parse_ctype
-from .cdecl import _VECTORS, CParam, scalar_facts
-from .errors import NbjitArgumentError
-from .signature import KernelInfo, KernelSignature, SignatureConflict, merge
+from nbjit._csource import parse_ctype
+from nbjit.cdecl import _VECTORS, CParam, scalar_facts
+from nbjit.errors import NbjitArgumentError
+from nbjit.signature import KernelInfo, KernelSignature, SignatureConflict, merge
 
 __all__ = ["parse_signature", "declare"]
 
@@ -232,7 +232,7 @@ def blob(rule) -> Converter:
 
 def tensor_map_value(rule) -> Converter:
     """A ``const __grid_constant__ CUtensorMap``: an ``nbjit.TensorMap`` (or its 128 bytes)."""
-    from . import tma
+    from nbjit import tma
 
     def convert(v):
         if isinstance(v, tma.TensorMap):

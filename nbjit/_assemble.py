@@ -3,8 +3,8 @@ the driver takes assembled to a cubin by nvJitLink (``module.carry_out`` does it
 for such PTX: ``loader.Assemble`` names it."""
 from __future__ import annotations
 
-from ._defs import record
-from .arch import Arch
+from nbjit._defs import record
+from nbjit.arch import Arch
 
 __all__ = ["Assemble"]
 

@@ -27,13 +27,13 @@ import zipfile
 import zlib
 from typing import TYPE_CHECKING, Any
 
-from ._fatbin_write import layout_fatbin, payload_arch
-from .arch import Arch
-from .errors import BundleError, ImageFormatError
-from .image import Image, read_regular, sniff
+from nbjit._fatbin_write import layout_fatbin, payload_arch
+from nbjit.arch import Arch
+from nbjit.errors import BundleError, ImageFormatError
+from nbjit.image import Image, read_regular, sniff
 
 if TYPE_CHECKING:
-    from .module import Module
+    from nbjit.module import Module
 
 __all__ = ["load_bundle", "open_bundle", "Archive", "FORMAT", "VERSION", "MAX_BUNDLE_BYTES", "MAX_MEMBERS",
            "MAX_IMAGES", "MAX_MANIFEST_BYTES", "MANIFEST"]
@@ -75,7 +75,7 @@ def load_bundle(bundle: Any, *, name: str | None = None, lazy: bool = False, kee
     nbjit, one that breaks the format's rules; no image of that name (the message lists
     them). NbjitLoadError: no entry runs on this device, or the driver refused it.
     """
-    from .module import load
+    from nbjit.module import load
 
     archive = open_bundle(bundle)
     rec = pick(records(archive), name, archive.source)
@@ -419,7 +419,7 @@ def payload(archive: Archive, rec: dict, entry: tuple) -> bytes:
 
 def _declarations(d: Any, bad) -> dict[str, tuple]:
     """The manifest's C declarations as an image carries them: {kernel: (label, (CParam, ...))}."""
-    from .cdecl import CParam
+    from nbjit.cdecl import CParam
 
     if not isinstance(d, dict):
         raise bad("declarations is not {kernel: {from, params}}")
@@ -444,7 +444,7 @@ def kernels(rec: dict, src: str) -> dict:
     """The image's kernels as the manifest of bundle ``src`` lists them, ``{name:
     KernelInfo}``: the signatures merged from every entry when the bundle was built
     (``KernelInfo.from_json``)."""
-    from .signature import KernelInfo
+    from nbjit.signature import KernelInfo
 
     out = {}
     for k, d in rec["kernels"].items():
@@ -510,7 +510,7 @@ class EntryFacts:
     @property
     def entries(self) -> tuple:
         if self._entries is None:
-            from .signature import RESOURCES, replace
+            from nbjit.signature import RESOURCES, replace
 
             self._entries = tuple(replace(k, **{r: v for r, v in self._resources.get(name, {}).items()
                                                 if r in RESOURCES}) for name, k in self._typed.items())

@@ -9,18 +9,17 @@ import re
 import weakref
 from typing import Any, Callable, Iterable
 
-from . import _driver
-from ._defs import Pattern, later
-from ._host import current_host, host_of
-from .arch import Arch
-from .cache import Cache, default_cache
-from .errors import NbjitCompileError, NbjitLoadError
-from .image import Image
-from .pch import check_arg
+from nbjit import _driver
+from nbjit._defs import Pattern
+from nbjit._host import current_host, host_of
+from nbjit.arch import Arch
+from nbjit.cache import Cache, default_cache
+from nbjit.errors import NbjitCompileError, NbjitLoadError
+from nbjit.image import Image
+from nbjit.pch import check_arg
 
 __all__: list[str] = []
 
-_compiler = later("compiler")  # (after the memo: loading a cubin or a kernel bundle imports no compiler)
 
 # place(image, context, lazy, keep_debug) -> Module: loaded into the context, or waiting for
 # first use where lazy (module._place)
@@ -33,7 +32,7 @@ def compile(place: Place, source, name, name_expressions, headers, include_paths
     if pch is not None:  # (checked before the memo of calls, which does not hold it)
         check_arg(pch)
     if link is not None:  # LTO with the link inputs: nbjit.link
-        from .link import link_image
+        from nbjit.link import link_image
         if output not in ("auto", "cubin"):
             raise NbjitCompileError(f"output={output!r}: a link makes a cubin (leave output out)")
         ctx, lazy = _context_for(arch, lazy)
@@ -43,12 +42,12 @@ def compile(place: Place, source, name, name_expressions, headers, include_paths
                          cache=cache, pch=pch)
         return place(img, ctx, lazy, keep_debug)
     if type(source) is not str or source[-1:] in _PATH_ENDS:  # a file's path: its text (and its directory)
-        from .compiler import source_text
+        from nbjit.compiler import source_text
         source, name, include_paths = source_text(source, name, include_paths)
     exprs, opts = name_expressions, options
     if type(exprs) is not tuple or type(opts) is not tuple:  # (the defaults are: nothing to do)
-        c = _compiler()
-        exprs, opts = c.one_or_many(exprs), c.option_list(opts)  # a str is one item; options split as a shell does
+        from nbjit.compiler import one_or_many, option_list
+        exprs, opts = one_or_many(exprs), option_list(opts)  # a str is one item; options split as a shell does
         try:
             exprs, opts = tuple(exprs), tuple(opts)
         except TypeError:  # not a list at all: compile_image says so
@@ -75,13 +74,14 @@ def compile(place: Place, source, name, name_expressions, headers, include_paths
                 return mod
     ctx, lazy = _context_for(arch, lazy)
     target = arch if arch is not None else _device_arch(ctx)
-    img = _compiler().compile_image(source, name=name, name_expressions=exprs, headers=headers,
+    from nbjit.compiler import compile_image, repeatable  # (after the memo: a cubin's route imports no compiler)
+    img = compile_image(source, name=name, name_expressions=exprs, headers=headers,
                                     include_paths=include_paths, options=opts, arch=target, output=output, cache=cache,
                                     pch=pch)
     if lazy:
         return place(img, None, True, keep_debug)
     mod = place(img, ctx, False, keep_debug)
-    if call is not None and _compiler().repeatable(source, name, headers, opts):
+    if call is not None and repeatable(source, name, headers, opts):
         # a new dict (a reader keeps the one it found), without modules that are gone
         made = {k: r for k, r in (memo.recall(call) or {}).items() if r() is not None}
         made[mod._ctx_key] = weakref.ref(mod)
@@ -95,7 +95,7 @@ def compile_many(place: Place, sources: Iterable, workers: int | None, keep_debu
     ctx, lazy = _context_for(common.get("arch"), lazy)
     if common.get("arch") is None:
         common["arch"] = _device_arch(ctx)
-    from .compiler import compile_many as compile_images
+    from nbjit.compiler import compile_many as compile_images
     images = compile_images(sources, workers=workers, **common)
     return [img if isinstance(img, BaseException) else place(img, ctx, lazy, keep_debug) for img in images]
 
@@ -127,7 +127,7 @@ _PATH_ENDS = frozenset("uhaUHA")
 
 def from_numba(place: Place, is_numba_name: Callable[[str], bool], dispatcher: Any, signature: Any):
     """``module.from_numba`` (``is_numba_name``: ``module._is_numba_name``)."""
-    from . import numba_abi
+    from nbjit import numba_abi
 
     host = host_of(dispatcher)
     py = getattr(dispatcher, "py_func", None)

@@ -12,8 +12,8 @@ from __future__ import annotations
 import bisect
 import re
 
-from ._defs import Pattern, record
-from .cdecl import CParam, canonical
+from nbjit._defs import Pattern, record
+from nbjit.cdecl import CParam, canonical
 
 __all__ = ["source_declarations", "DeviceDeclaration", "device_declarations", "parse_ctype", "triton_ir_signatures"]
 

@@ -1,6 +1,4 @@
-"""Definitions that cost next to nothing at import: records, regular expressions compiled on
-first use, and nbjit modules imported on first use (``later``) (a package's first kernel from
-a bundle imports ~15 of nbjit's modules: issue 26).
+"""Records and patterns that cost next to nothing at import.
 
 Records: nbjit's result and parameter classes, made as ``dataclasses.dataclass`` makes them
 (the same fields, ``__init__``, ``repr``, equality, hashing, frozen-ness and ``__post_init__``;
@@ -8,39 +6,24 @@ Records: nbjit's result and parameter classes, made as ``dataclasses.dataclass``
 generating and compiling Python source for each class.
 
 ``dataclass`` compiles each class's ``__init__``, ``__repr__``, ``__eq__``, ``__hash__``,
-``__setattr__`` and ``__delattr__`` from text: ~1.5 ms a class, and a package's first kernel
-from a bundle imports ~15 of these classes (issue 26: nbjit's share of that process's time).
-Here each method is a closure over the class's field table, made in microseconds.
-The ``Field`` objects that ``dataclasses.fields`` returns are made when it first asks for them.
-Only what nbjit uses is offered: ``frozen`` and ``eq``; fields with a default, a
-``default_factory``, ``repr=False``, ``compare=False``; no ``order``, ``slots``, ``kw_only``,
-``InitVar`` or ``ClassVar`` (refused, so a new use is noticed)."""
+``__setattr__`` and ``__delattr__`` from text: 0.3-0.5 ms a class, and a bundle's first kernel
+makes about twenty of these classes (measured: 16 ms of dataclasses against 0.5 ms of records
+on the 2-core development machine). Here each method is a closure over the class's field
+table, made in microseconds. The ``Field`` objects that ``dataclasses.fields`` returns are
+made when it first asks for them. Only what nbjit uses is offered: ``frozen`` and ``eq``;
+fields with a default, a ``default_factory``, ``repr=False``, ``compare=False``; no
+``order``, ``slots``, ``kw_only``, ``InitVar`` or ``ClassVar`` (refused, so a new use is
+noticed).
+
+Patterns: regular expressions compiled on first use (``Pattern``)."""
 from __future__ import annotations
 
 import dataclasses
-import functools
 import re
-import sys
 from dataclasses import MISSING, Field, FrozenInstanceError, field
-from types import ModuleType
-from typing import Callable
 
-__all__ = ["Pattern", "field", "later", "record"]
+__all__ = ["Pattern", "field", "record"]
 
-
-def later(name: str) -> Callable[[], ModuleType]:
-    """A function returning nbjit's module ``name`` (``"cubin"``), imported on its first call
-    and kept: for a module a path needs only sometimes (not imported with the path's own
-    module), where that path runs often. An import statement in a function runs importlib's
-    Python code each time (a relative one: ~1 us on CPython 3.11, half of a repeated
-    ``nbjit.compile``); this, once. (The module is kept: one taken out of ``sys.modules`` and
-    imported again is not seen; ``importlib.reload`` keeps the same module object.)"""
-    full = f"{__package__}.{name}"
-
-    def get() -> ModuleType:
-        __import__(full)  # (not importlib.import_module, whose Python code runs even for a module imported already)
-        return sys.modules[full]
-    return functools.cache(get)
 
 _FIELD = dataclasses._FIELD  # (what dataclasses.fields() looks for in a Field: a field proper)
 _setattr = object.__setattr__

@@ -16,9 +16,9 @@ import functools
 import os
 from typing import Any
 
-from . import _native
-from ._defs import record
-from .errors import NbjitError, NbjitLaunchError, NbjitLoadError
+from nbjit import _native
+from nbjit._defs import record
+from nbjit.errors import NbjitError, NbjitLaunchError, NbjitLoadError
 
 __all__: list[str] = []
 

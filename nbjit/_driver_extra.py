@@ -9,9 +9,9 @@ from __future__ import annotations
 import functools
 import struct
 
-from ._defs import record
-from ._driver import _cu, check, error_text
-from .errors import NbjitArgumentError, NbjitLaunchError
+from nbjit._defs import record
+from nbjit._driver import _cu, check, error_text
+from nbjit.errors import NbjitArgumentError, NbjitLaunchError
 
 __all__: list[str] = []
 

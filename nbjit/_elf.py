@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 import struct
 
-from ._defs import record
-from .errors import ImageFormatError
+from nbjit._defs import record
+from nbjit.errors import ImageFormatError
 
 __all__ = ["ElfFile", "Section", "Symbol", "gnu_build_id"]
 

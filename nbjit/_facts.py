@@ -9,12 +9,12 @@ import hashlib
 import os
 from typing import Any, Mapping
 
-from . import _native
-from ._defs import field, record
-from .arch import Arch
-from .cdecl import CParam
-from .cubin import CubinInfo, GlobalSymbol
-from .signature import Directives, KernelInfo, KernelSignature, Param
+from nbjit import _native
+from nbjit._defs import field, record
+from nbjit.arch import Arch
+from nbjit.cdecl import CParam
+from nbjit.cubin import CubinInfo, GlobalSymbol
+from nbjit.signature import Directives, KernelInfo, KernelSignature, Param
 
 _CLASSES = {c.__name__: c for c in (CubinInfo, GlobalSymbol, KernelInfo, KernelSignature, Param, Directives, CParam)}
 _FIELDS = {name: tuple(f.name for f in dataclasses.fields(c)) for name, c in _CLASSES.items()}
@@ -103,7 +103,7 @@ def _resources(data: Any) -> bool:
 # facts stamp costs a warm start no file system call (on the GPU machine, stat()ing the ten
 # modules was ~45 us of the ~1 ms budget). tests/test_facts.py fails where a reader changes
 # and this line does not (``python -m nbjit._facts`` rewrites it).
-READERS_DIGEST = "79d4c28645de8f365f8661d9ef44ec4fbc4b7dd6"
+READERS_DIGEST = "11df70b20e73b7a3ac615aa7da5bc1ae21032642"
 
 
 def stamp() -> str:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import struct
 from typing import Iterable
 
-from .arch import Arch, ArchLike
-from .errors import ImageFormatError
+from nbjit.arch import Arch, ArchLike
+from nbjit.errors import ImageFormatError
 
 __all__ = ["build_fatbin", "layout_fatbin", "cuda_elf_arch", "payload_arch", "FATBIN_MAGIC", "MAX_ENTRY_BYTES",
            "MAX_TOTAL_BYTES"]

@@ -36,12 +36,10 @@ import warnings
 from types import ModuleType
 from typing import Any, Callable, Collection, Mapping, Sequence
 
-from . import _driver
-from ._defs import later
-from .arch import Arch
-from .errors import NbjitWarning
+from nbjit import _driver
+from nbjit.arch import Arch
+from nbjit.errors import NbjitWarning
 
-_driver_extra = later("_driver_extra")  # (what a launch does not need)
 
 __all__ = ["Host", "NumbaCuda", "NumbaCudaMlir", "HOSTS", "ENV", "current_host", "use_host", "choose", "host_of",
            "pointer_getter", "error_code"]
@@ -95,7 +93,7 @@ class Host:
             except ModuleNotFoundError as e:
                 if e.name is None or e.name.split(".")[0] != self.modules[part].split(".")[0]:
                     raise  # one of the package's own dependencies: its own message says which
-                from ._host_extra import not_installed
+                from nbjit._host_extra import not_installed
                 raise not_installed(self, HOSTS, ENV) from None
         return m
 
@@ -154,7 +152,7 @@ class Host:
         try:
             return cuda.current_context()
         except Exception as e:  # numba's CudaSupportError and driver errors: dozens of lines of text
-            from ._host_extra import context_error
+            from nbjit._host_extra import context_error
             raise context_error(e) from None
 
     def make_current(self, device: int) -> None:
@@ -181,7 +179,8 @@ class Host:
         current where none is): two driver calls once a context is current."""
         dev = _driver.current_device()
         if dev is not None:
-            return _driver_extra().device_info(dev).cc
+            from nbjit._driver_extra import device_info
+            return device_info(dev).cc
         return self.context_cc(self.current_context())
 
     def device_arch(self) -> Arch:
@@ -235,13 +234,13 @@ class Host:
         """A Numba type as nbjit passes it: ``("array", dtype, ndim, layout, readonly)``,
         ``("scalar", dtype)`` for integers, floats, booleans and complex numbers, None for
         any other type."""
-        from ._host_extra import describe_type
+        from nbjit._host_extra import describe_type
         return describe_type(self, t)
 
     def ptx_options(self, targetoptions: Mapping[str, Any]) -> dict[str, Any]:
         """What of a ``@cuda.jit`` dispatcher's options ``compile_ptx`` takes again (as
         keywords for it): fastmath, lineinfo, launch bounds and optimisation."""
-        from ._host_extra import ptx_options
+        from nbjit._host_extra import ptx_options
         return ptx_options(targetoptions)
 
     def compile_ptx(self, py_func: Callable, args: Sequence, cc: tuple[int, int], **options: Any) -> str:
@@ -260,7 +259,7 @@ class Host:
         dispatcher, whose ``fastmath``, ``lineinfo``, ``debug`` and ``opt`` apply) compiled by
         the host with the C ABI as the function ``name``, for compute capability ``cc``;
         ``ret`` None: the host infers it. No GPU needed."""
-        from ._host_extra import compile_ltoir
+        from nbjit._host_extra import compile_ltoir
         return compile_ltoir(self, func, args, ret, name, cc)
 
 
@@ -298,13 +297,13 @@ class NumbaCudaMlir(Host):
     def array_view(self, ptr: int, shape: tuple[int, ...], dtype: Any, owner: Any) -> Any:
         # its from_cuda_array_interface reads owner.dtype (for records): a Module would look
         # for a kernel called "dtype" each time; a keeper holds the owner and has no dtype
-        from ._host_extra import Keeper
+        from nbjit._host_extra import Keeper
         return super().array_view(ptr, shape, dtype, Keeper(owner))
 
     def ptx_options(self, targetoptions: Mapping[str, Any]) -> dict[str, Any]:
         """As numba-cuda's; its dispatchers keep ``opt_level`` (0 to 3), which ``compile_ptx``
         takes as ``opt`` (0: off; 1 to 3: on, as level 3)."""
-        from ._host_extra import mlir_ptx_options
+        from nbjit._host_extra import mlir_ptx_options
         return mlir_ptx_options(targetoptions)
 
 
@@ -318,7 +317,7 @@ def _named(name: str, hosts: Sequence[Host], where: str) -> Host:
     """The host called ``name``; an NbjitHostError naming ``where`` it was asked for and the names."""
     found = next((h for h in hosts if h.name == name), None)
     if found is None:
-        from ._host_extra import not_a_host
+        from nbjit._host_extra import not_a_host
         raise not_a_host(name, hosts, where)
     return found
 
@@ -346,7 +345,7 @@ def current_host() -> Host:
                 h = choose(HOSTS, sys.modules, wanted)
                 both = [x.name for x in HOSTS if x.package in sys.modules]
                 if wanted is None and len(both) > 1:
-                    from ._host_extra import both_imported
+                    from nbjit._host_extra import both_imported
                     warnings.warn(both_imported(h, both, HOSTS, ENV), NbjitWarning, stacklevel=3)
                 _CHOSEN.append(h)
     return _CHOSEN[0]
@@ -363,12 +362,12 @@ def use_host(name: str) -> Host:
     NbjitHostError: not a host's name, or another host serves already.
     """
     if not isinstance(name, str):
-        from ._host_extra import not_a_name
+        from nbjit._host_extra import not_a_name
         raise not_a_name(name, HOSTS)
     h = _named(name, HOSTS, "nbjit.use_host")
     with _CHOOSING:
         if _CHOSEN and _CHOSEN[0] is not h:
-            from ._host_extra import serving_already
+            from nbjit._host_extra import serving_already
             raise serving_already(name, _CHOSEN[0], ENV)
         if not _CHOSEN:
             _CHOSEN.append(h)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
 
-from .errors import NbjitHostError, NbjitLoadError, install_hint
+from nbjit.errors import NbjitHostError, NbjitLoadError, install_hint
 
 
 def not_installed(host: Any, hosts: Sequence[Any], env: str) -> NbjitLoadError:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from .errors import ImageFormatError
+from nbjit.errors import ImageFormatError
 
 _SAID = {
     "empty": "empty image",

@@ -9,14 +9,14 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from . import _driver, _driver_extra
-from ._defs import record
-from ._host import current_host
-from .args import array_element
-from .errors import NbjitArgumentError, NbjitLaunchError
+from nbjit import _driver, _driver_extra
+from nbjit._defs import record
+from nbjit._host import current_host
+from nbjit.args import array_element
+from nbjit.errors import NbjitArgumentError, NbjitLaunchError
 
 if TYPE_CHECKING:
-    from .tma import TensorMap, TensorMapPlan
+    from nbjit.tma import TensorMap, TensorMapPlan
 
 __all__ = ["KernelAttributes", "tensor_map"]
 
@@ -124,7 +124,7 @@ def tensor_map(array: Any, box: Any, *, element_strides: Any = None, interleave:
     NbjitArgumentError: the array or tile breaks a rule of the driver's (alignment, strides,
     box sizes, swizzle span, ...): the message says which, and for which axis.
     """
-    from .tma import TensorMap
+    from nbjit.tma import TensorMap
     plan = plan_for_array(array, box, element_strides=element_strides, interleave=interleave, swizzle=swizzle,
                           l2_promotion=l2_promotion, oob_fill=oob_fill)
     return TensorMap(_driver_extra.encode_tensor_map_tiled(plan), plan, array)
@@ -136,7 +136,7 @@ tensor_map.__module__ = "nbjit.kernel"  # (where users find it; pickles name it 
 def plan_for_array(array: Any, box: Any, **options: Any) -> TensorMapPlan:
     """``tma.plan_from_interface`` for a device array (a Numba device array, or anything
     with ``__cuda_array_interface__``), its element type read as the packer reads it."""
-    from .tma import plan_from_interface
+    from nbjit.tma import plan_from_interface
     try:
         cai = array.__cuda_array_interface__
     except AttributeError:
@@ -154,7 +154,7 @@ def plan_for_array(array: Any, box: Any, **options: Any) -> TensorMapPlan:
 
 def sass(kernel, arch) -> str:
     """``Kernel.sass``: the kernel's SASS through nvdisasm."""
-    from .sass import cubin_for, disassemble
+    from nbjit.sass import cubin_for, disassemble
     img = kernel.module.image
     if img.kind != "cubin" and arch is None:
         arch = current_host().device_arch()

@@ -11,15 +11,15 @@ import threading
 import zlib
 from typing import Any, Callable, Iterable
 
-from . import _driver
-from ._defs import Pattern, record
-from ._host import current_host
-from .arch import Arch
-from .cdecl import demangler_missing, shown_name
-from .errors import KernelNotFoundError, NbjitCompileError, NbjitLoadError
-from .image import Image, _sha256
-from .loader import Plan
-from .signature import KernelInfo, KernelSignature, Param
+from nbjit import _driver
+from nbjit._defs import Pattern, record
+from nbjit._host import current_host
+from nbjit.arch import Arch
+from nbjit.cdecl import demangler_missing, shown_name
+from nbjit.errors import KernelNotFoundError, NbjitCompileError, NbjitLoadError
+from nbjit.image import Image, _sha256
+from nbjit.loader import Plan
+from nbjit.signature import KernelInfo, KernelSignature, Param
 
 __all__ = ["DeviceGlobal"]
 
@@ -175,8 +175,8 @@ def assemble(p: Plan, cache=None) -> Plan:
     """``module.carry_out`` of a plan with a host step: its PTX, newer than the driver,
     assembled to a cubin by nvJitLink through the cache."""
     a = p.assemble
-    from .compiler import assemble_cached  # (here: loading a cubin or a kernel bundle imports no compiler)
-    from .cubin import inspect_cubin
+    from nbjit.compiler import assemble_cached  # (here: loading a cubin or a kernel bundle imports no compiler)
+    from nbjit.cubin import inspect_cubin
     try:
         cubin = assemble_cached(a.ptx, a.arch, name=a.name, cache=cache)
     except NbjitCompileError as e:

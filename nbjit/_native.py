@@ -22,7 +22,7 @@ def extension() -> ModuleType | None:
     if switched_off():
         return None
     try:
-        from . import _launch
+        from nbjit import _launch
     except ImportError:  # a build without a C compiler: the same rules run in Python
         return None
     return _launch

@@ -11,12 +11,12 @@ import ctypes
 import functools
 from typing import TYPE_CHECKING
 
-from . import _driver, _driver_extra
-from .args import device_pointer
-from .errors import NbjitArgumentError
+from nbjit import _driver, _driver_extra
+from nbjit.args import device_pointer
+from nbjit.errors import NbjitArgumentError
 
 if TYPE_CHECKING:
-    from .signature import KernelInfo
+    from nbjit.signature import KernelInfo
 
 __all__ = ["BoundLaunch"]
 
@@ -152,7 +152,7 @@ def _on_current_device(launcher):
     if key == s.ctx_key:
         return None
     if key == 0:  # no device chosen in this thread: the kernel's
-        from ._kernel_extra import adopt_context
+        from nbjit._kernel_extra import adopt_context
         if adopt_context(s):
             return None
     twin = launcher.kernel.module.on_current_device()[s.name]

@@ -9,8 +9,8 @@ import functools
 from dataclasses import MISSING, fields
 from typing import Any, Callable, Iterable, Mapping
 
-from .cdecl import demangle
-from .signature import KernelInfo, KernelSignature, Param, SignatureConflict, merge
+from nbjit.cdecl import demangle
+from nbjit.signature import KernelInfo, KernelSignature, Param, SignatureConflict, merge
 
 __all__ = ["layout", "param_shape", "place", "find_entry", "build_table", "typed_entries", "maker"]
 

@@ -16,14 +16,17 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import _host
-from ._defs import later
-from .errors import NbjitArgumentError
-from .signature import KernelSignature, Param
+from nbjit import _host
+from nbjit.errors import NbjitArgumentError
+from nbjit.signature import KernelSignature, Param
 
 
-_tma = later("tma")
-_extra = later("_args_extra")  # the rules few kernels need (each a converter made once)
+
+
+def _tensor_map_param(size: int, align: int | None, ctype: str | None) -> bool:
+    """Whether a 128-byte parameter is a tensor map (the tma module is imported only then)."""
+    from nbjit.tma import is_tensor_map_param
+    return is_tensor_map_param(size, align, ctype)
 
 
 def _is_tensor_map(v) -> bool:
@@ -71,7 +74,7 @@ def _dl_tensor(a) -> tuple[int, str, int, str]:
     a CUDA device; ``_NotAPointer`` saying where its memory is otherwise (``_args_extra``'s
     reader, which replaces this on first use)."""
     global _dl_tensor
-    from ._args_extra import dlpack_reader
+    from nbjit._args_extra import dlpack_reader
     _dl_tensor = dlpack_reader(_NotAPointer)
     return _dl_tensor(a)
 
@@ -249,7 +252,7 @@ class _Rule:
         # which compares by identity; only ever appended to, and capped
         self.accepted: list = []
         # (tensor maps are 128 bytes: the tma module is imported only for such a parameter)
-        self.tensor_map = not p.pointer and size == 128 and _tma().is_tensor_map_param(size, p.align, p.ctype)
+        self.tensor_map = not p.pointer and size == 128 and _tensor_map_param(size, p.align, p.ctype)
         if p.pointer and t not in ("numba_array", "c8", "c16"):
             if self.want[0] != "void":
                 self.fmt, self.fast, self.slow = "Q", self.typed_fast, self.typed
@@ -258,7 +261,7 @@ class _Rule:
         elif t in _FLOAT_FORMAT and p.count is None and not self.tensor_map:
             self.fmt, self.slow = _FLOAT_FORMAT[t], self.floating
         elif t == "numba_array" or t in _RARE or self.tensor_map or p.count is not None:
-            x = _extra()
+            from nbjit import _args_extra as x  # (the rules few kernels need: each a converter made once)
             if t == "numba_array":
                 self.fmt, conv = f"{size}s", x.numba_array(self, _EXTRACTORS, device_pointer)
             elif t in ("c8", "c16"):
@@ -498,9 +501,11 @@ def parse_signature(text: str, kernel: str = "<kernel>") -> list:
     N-byte aggregate passed by value, or ``CUtensorMap`` for a TMA descriptor (it takes an
     ``nbjit.TensorMap``).
     """
-    return _extra().parse_signature(text, kernel)
+    from nbjit._args_extra import parse_signature
+    return parse_signature(text, kernel)
 
 
 def declare(sig: KernelSignature, text: str, kernel: str) -> KernelSignature:
     """``sig`` with the types a user declared (checked against its sizes)."""
-    return _extra().declare(sig, text, kernel)
+    from nbjit._args_extra import declare
+    return declare(sig, text, kernel)

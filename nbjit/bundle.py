@@ -24,18 +24,19 @@ import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
-from . import _bundle_file
-from ._bundle_file import (FORMAT, MANIFEST, MAX_BUNDLE_BYTES, MAX_IMAGES, MAX_MANIFEST_BYTES, MAX_MEMBERS, VERSION,
-                           image_error, is_image_name, load_bundle, open_bundle, records)
-from ._defs import field, record
-from .arch import Arch
-from .errors import BundleError, CompileFailure, ImageFormatError, NbjitError, NbjitLoadError
-from ._write import write_output
-from .image import Image, read_regular, sniff
+from nbjit import _bundle_file
+from nbjit._bundle_file import (
+    FORMAT, MANIFEST, MAX_BUNDLE_BYTES, MAX_IMAGES, MAX_MANIFEST_BYTES, MAX_MEMBERS, VERSION, image_error,
+    is_image_name, load_bundle, open_bundle, records)
+from nbjit._defs import field, record
+from nbjit.arch import Arch
+from nbjit.errors import BundleError, CompileFailure, ImageFormatError, NbjitError, NbjitLoadError
+from nbjit._write import write_output
+from nbjit.image import Image, read_regular, sniff
 
 if TYPE_CHECKING:
-    from .triton import TritonKernel
-    from .signature import KernelInfo
+    from nbjit.triton import TritonKernel
+    from nbjit.signature import KernelInfo
 
 __all__ = ["BundleEntry", "BundleImage", "BundleInfo", "build_bundle", "inspect_bundle", "load_bundle",
            "read_bundle", "FORMAT", "VERSION", "MAX_BUNDLE_BYTES", "MAX_MEMBERS", "MAX_IMAGES",
@@ -178,7 +179,7 @@ def read_bundle(bundle: Any, name: str | None = None) -> BundleInfo:
 
 def _triton_meta(rec: dict, src: str) -> None:
     """Image ``rec``'s Triton metadata checked by the rules ``load_triton`` applies to it."""
-    from .triton import _from_json
+    from nbjit.triton import _from_json
 
     try:
         _from_json(rec["triton"], f"{src}: {MANIFEST}: image {rec['name']!r}")
@@ -251,7 +252,7 @@ def load_triton(source: Any, *, name: str | None = None, lazy: bool = False) -> 
     Raises ``NbjitLoadError`` for unusable metadata, ``BundleError`` for a bundle that is not
     one or has no such image with Triton metadata.
     """
-    from . import triton
+    from nbjit import triton
 
     if not _is_bundle(source):
         if name is not None or lazy is not False:
@@ -260,7 +261,7 @@ def load_triton(source: Any, *, name: str | None = None, lazy: bool = False) -> 
                                  "one kernel it holds, now (build a bundle of it with nbjit.build_bundle to load it "
                                  "lazily)")
         return triton.load_triton(source)
-    from .module import load
+    from nbjit.module import load
 
     archive = open_bundle(source)
     rec = triton_image(records(archive), name, archive.source)
@@ -329,10 +330,10 @@ def _kernels(name: str, entries: Iterable[BundleEntry], decls: Mapping, bad,
     each cubin's own facts, ``{file: (resources, globals)}`` as ``BundleEntry`` records them.
     ``labels``: what each entry (by member file) was made from, for messages (a build's inputs)."""
     labels = labels or {}
-    from .cdecl import demangle
-    from .cubin import inspect_cubin
-    from .ptx import inspect_ptx
-    from .signature import RESOURCES, SignatureConflict, merge, replace
+    from nbjit.cdecl import demangle
+    from nbjit.cubin import inspect_cubin
+    from nbjit.ptx import inspect_ptx
+    from nbjit.signature import RESOURCES, SignatureConflict, merge, replace
 
     per = []
     facts = {}
@@ -599,7 +600,7 @@ def _origin(part: _Part) -> str:
 
 def _add(part: _Part, item: Any, how: dict, naming: bool) -> bool:
     """Put ``item``'s entries in ``part``; whether it was a CUDA source (compiled)."""
-    from .compiler import SOURCE_SUFFIXES
+    from nbjit.compiler import SOURCE_SUFFIXES
 
     if isinstance(item, Image):
         _add_image(part, item.data, item.kind, item.name, naming)
@@ -662,7 +663,7 @@ def _is_ptx_text(text: str) -> bool:
 
 def _is_source(item: Any) -> bool:
     """Whether a bundle input is CUDA C++ that NVRTC compiles (a .cu file, or source text)."""
-    from .compiler import SOURCE_SUFFIXES
+    from nbjit.compiler import SOURCE_SUFFIXES
 
     if _is_text(item):
         return not _is_ptx_text(item)
@@ -690,9 +691,9 @@ def _sniff(data: bytes, name: str) -> str:
 
 def _add_image(part: _Part, data: bytes, kind: str, label: str, naming: bool) -> None:
     """A PTX, cubin or fatbin's entries, at the architectures they were built for."""
-    from .cubin import inspect_cubin
-    from .fatbin import inspect_fatbin, undecoded
-    from .ptx import inspect_ptx
+    from nbjit.cubin import inspect_cubin
+    from nbjit.fatbin import inspect_fatbin, undecoded
+    from nbjit.ptx import inspect_ptx
 
     if naming and not part.name:
         part.name = _image_name(Path(label))
@@ -741,7 +742,7 @@ def _put(part: _Part, kind: str, arch: Arch, payload: bytes, label: str) -> None
 
 def _compile(part: _Part, source: Any, name: str | None, how: dict) -> None:
     """A CUDA source compiled by NVRTC: a cubin for each of ``archs``, PTX for each of ``ptx``."""
-    from .compiler import _toolchain_fingerprint, compile_image, nvrtc_version, source_text
+    from nbjit.compiler import _toolchain_fingerprint, compile_image, nvrtc_version, source_text
 
     if not how["archs"] and not how["ptx"]:
         raise BundleError(f"{source if isinstance(source, Path) else name or 'CUDA source'}: say what to compile it "
@@ -788,7 +789,7 @@ def _compile(part: _Part, source: Any, name: str | None, how: dict) -> None:
 def _add_triton(part: _Part, path: Path, naming: bool) -> None:
     """A Triton kernel compiled ahead of time: its cubin and/or PTX, the C types of its IR and
     its metadata (kept whole in the manifest, for Triton's launch rules)."""
-    from .triton import read_triton
+    from nbjit.triton import read_triton
 
     try:
         art = read_triton(path)

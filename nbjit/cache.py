@@ -41,15 +41,15 @@ try:
 except ImportError:  # not POSIX: no cross-process lock, each process compiles
     fcntl = None  # type: ignore[assignment]
 
-from ._defs import field, later, record
-from .errors import NbjitCacheError, NbjitWarning
-from .pch import PCH_DIR, PCH_NAME, writer_alive as _pch_writer_alive
-from ._write import write_output
-from .image import content_digest, content_hash, read_regular, read_regular_stat
+from nbjit._defs import field, record
+from nbjit.errors import NbjitCacheError, NbjitWarning
+from nbjit.pch import PCH_DIR, PCH_NAME, writer_alive as _pch_writer_alive
+from nbjit._write import write_output
+from nbjit.image import content_digest, content_hash, read_regular, read_regular_stat
 
 if TYPE_CHECKING:
-    from ._facts import Facts
-    from .remote import RemoteTier
+    from nbjit._facts import Facts
+    from nbjit.remote import RemoteTier
 
 __all__ = ["Cache", "CacheEntry", "default_cache", "set_default_cache", "cache_key", "FORMAT_VERSION"]
 
@@ -97,7 +97,6 @@ _MAX_DESC_BYTES = 16 << 20  # an entry's JSON description (one kernel's: ~2 KB)
 # a small archive's tar headers and padding need some room
 _MAX_EXPANSION = 1032
 _EXPANSION_ROOM = 1 << 20
-_facts = later("_facts")  # (a cache that is only listed or cleared decodes no facts)
 _CHUNK = 1 << 20  # members are copied through this much memory at a time
 _MAX_REFUSALS_LISTED = 1000
 _SIGNATURE = "nbjit-archive.hmac-sha256"  # the signature member: the last of a signed archive
@@ -561,7 +560,7 @@ class Cache:
 
     def _tier_for(self, what: str) -> "RemoteTier":
         if self.remote is None:
-            from .remote import REMOTE_ENV
+            from nbjit.remote import REMOTE_ENV
             raise NbjitCacheError(f"cannot {what}: no remote cache (Cache(path, remote='s3://bucket/prefix'), "
                                   f"{REMOTE_ENV}, or --remote)")
         return self.remote
@@ -1159,7 +1158,7 @@ def _encode_digest(key: str, e: CacheEntry) -> tuple[bytes, str]:
     if e.meta:
         d["meta"] = e.meta
     if e.facts is not None:
-        facts = _facts()
+        from nbjit import _facts as facts  # (a cache that is only listed or cleared decodes no facts)
         try:
             d["facts"] = facts.keep(e.facts)
         except facts.FactsError:  # facts that cannot be kept: the entry without them (they are read again)
@@ -1201,7 +1200,8 @@ def _decode(raw: bytes, key: str, facts: bool = True) -> tuple[CacheEntry | None
         return None, why
     kept = None
     if facts and desc["facts"]:
-        kept = _facts().read(desc["facts"], desc["kind"])
+        from nbjit._facts import read as read_facts
+        kept = read_facts(desc["facts"], desc["kind"])
     meta = desc.get("meta")
     return CacheEntry(desc["kind"], desc["arch"], payload, desc["lowered_names"], desc["log"], desc["producer"],
                       kept, payload_hash.hex(), meta if type(meta) is dict else {}), ""
@@ -1458,7 +1458,7 @@ def default_cache() -> Cache:
         if not _DEFAULT:
             remote = None
             if os.environ.get("NBJIT_CACHE_REMOTE", "").strip():
-                from .remote import tier_from_env
+                from nbjit.remote import tier_from_env
                 remote = tier_from_env()
             _DEFAULT.append(Cache(_location_from_env(), max_bytes=_limit_from_env(), remote=remote))
         return _DEFAULT[0]
@@ -1470,7 +1470,7 @@ def _tier(remote, write: bool | None) -> "RemoteTier | None":
         if write is not None:
             raise NbjitCacheError("remote_write applies to a cache with a remote tier (remote=...)")
         return None
-    from .remote import RemoteTier
+    from nbjit.remote import RemoteTier
     if isinstance(remote, RemoteTier):
         if write is not None:
             if not isinstance(write, bool):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 
-from ._defs import Pattern, record
+from nbjit._defs import Pattern, record
 
 __all__ = ["CParam", "scalar_facts", "demangle", "demangled_text", "element_of"]
 
@@ -129,9 +129,9 @@ def mangled_tree(name: str):
     if not name.startswith("_Z") or _UNREAD_NESTED_NAME.search(name):
         return None
     try:  # (the first mangled name read: an extern "C" one needs none)
-        from ._demangle import parse, text_size
+        from nbjit._demangle import parse, text_size
     except ImportError:  # not "types unknown": a kernel typed by its name would launch unchecked
-        from .errors import NbjitError
+        from nbjit.errors import NbjitError
         raise NbjitError(f"the parameter types of the C++ kernel {name[:80]!r} are read with the "
                          f"{demangler_missing()}") from None
     try:
@@ -184,7 +184,7 @@ def demangler_missing() -> str | None:
     """Where C++ names cannot be read here (the itanium-demangler package missing, or not a
     version whose readers nbjit uses), what to install; None where they can."""
     try:
-        from . import _demangle  # noqa: F401
+        from nbjit import _demangle  # noqa: F401
     except ImportError as e:
         return (f"itanium-demangler package, a dependency of nbjit that cannot be used here ({e}): pip install "
                 "'itanium-demangler>=1.1,<1.2'")

@@ -20,20 +20,20 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Iterable, Mapping
 
-from . import _native
-from . import cache as _cache
-from . import pch as _pch
-from ._facts import Facts, stamp as facts_stamp
-from ._defs import record
-from .arch import Arch, existence_problem
-from .cache import _KEY_JSON, _SCAN, Cache, CacheEntry, Written, cache_key, default_cache, make_locked, write_entry
-from ._csource import source_declarations
-from .cubin import inspect_cubin
-from .errors import CompileFailure, LinkFailure, NbjitCompileError, NbjitWarning, install_hint
-from ._elf import gnu_build_id
-from .image import Image, content_digest, read_regular
-from .includes import IncludeWalk, walk_includes
-from ._signature_build import typed_entries
+from nbjit import _native
+from nbjit import cache as _cache
+from nbjit import pch as _pch
+from nbjit._facts import Facts, stamp as facts_stamp
+from nbjit._defs import record
+from nbjit.arch import Arch, existence_problem
+from nbjit.cache import _KEY_JSON, _SCAN, Cache, CacheEntry, Written, cache_key, default_cache, make_locked, write_entry
+from nbjit._csource import source_declarations
+from nbjit.cubin import inspect_cubin
+from nbjit.errors import CompileFailure, LinkFailure, NbjitCompileError, NbjitWarning, install_hint
+from nbjit._elf import gnu_build_id
+from nbjit.image import Image, content_digest, read_regular
+from nbjit.includes import IncludeWalk, walk_includes
+from nbjit._signature_build import typed_entries
 
 # patterns used on every call, compiled once at import
 _ARCH_NAME = re.compile(r"(sm|compute)_\d+[af]?", re.ASCII)
@@ -1536,7 +1536,7 @@ def compile_many(sources: Iterable, *, workers: int | None = None, processes: bo
     route = None
     if processes or (processes is None and n >= PROCESS_ROUTE_MIN):
         if os.name == "posix":  # (the workers' pipes are waited on with select)
-            from . import _workers
+            from nbjit import _workers
             # processes=None: while no worker is ready, a few compile in their threads (NVRTC
             # serialises compiles in threads beyond about two); the others wait for a worker
             slots = None if processes else _workers.Slots(max(1, min(n, PROCESS_INLINE, cpus)))
@@ -1674,7 +1674,7 @@ def _on_workers(jobs: list, pool, want: int, results: list) -> list[int]:
     import select
     from collections import deque
 
-    from ._workers import WorkerDied
+    from nbjit._workers import WorkerDied
 
     fingerprint = _toolchain_fingerprint()
     left: list[int] = []

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import struct
 
-from ._elf import ElfFile
-from ._fatbin_write import cuda_elf_arch
-from ._defs import field, record
-from .arch import Arch
-from .errors import ImageFormatError
-from ._signature_build import find_entry
-from .signature import Directives, KernelInfo, KernelSignature, Param
+from nbjit._elf import ElfFile
+from nbjit._fatbin_write import cuda_elf_arch
+from nbjit._defs import field, record
+from nbjit.arch import Arch
+from nbjit.errors import ImageFormatError
+from nbjit._signature_build import find_entry
+from nbjit.signature import Directives, KernelInfo, KernelSignature, Param
 
 __all__ = ["CubinInfo", "GlobalSymbol", "inspect_cubin", "EM_CUDA", "arch_name"]
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 import struct
 from typing import Iterable
 
-from ._fatbin_write import (_F_ARCH_SPECIFIC, _F_FAMILY, _MAX_ENTRIES, FATBIN_MAGIC, MAX_ENTRY_BYTES,
+from nbjit._fatbin_write import (_F_ARCH_SPECIFIC, _F_FAMILY, _MAX_ENTRIES, FATBIN_MAGIC, MAX_ENTRY_BYTES,
                             MAX_TOTAL_BYTES, build_fatbin)
-from ._defs import field, record
-from .arch import Arch, ArchLike, pick
-from .errors import ImageFormatError
+from nbjit._defs import field, record
+from nbjit.arch import Arch, ArchLike, pick
+from nbjit.errors import ImageFormatError
 
 __all__ = ["FatbinEntry", "FatbinInfo", "inspect_fatbin", "select_entry", "parse_arch", "build_fatbin",
            "undecoded", "DECODERS", "FATBIN_MAGIC", "MAX_ENTRY_BYTES", "MAX_TOTAL_BYTES"]

@@ -15,9 +15,9 @@ import threading
 import weakref
 from typing import Any
 
-from . import _driver, _driver_extra, _host
-from ._driver import stream_handle
-from .errors import NbjitGraphError, NbjitLaunchError
+from nbjit import _driver, _driver_extra, _host
+from nbjit._driver import stream_handle
+from nbjit.errors import NbjitGraphError, NbjitLaunchError
 
 __all__ = ["capture", "Capture"]
 

@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 if TYPE_CHECKING:
-    from .cubin import CubinInfo
-    from .fatbin import FatbinInfo
-    from .ptx import PtxInfo
+    from nbjit.cubin import CubinInfo
+    from nbjit.fatbin import FatbinInfo
+    from nbjit.ptx import PtxInfo
 
-from ._defs import Pattern, field, record
-from .arch import Arch
-from .errors import ImageFormatError
+from nbjit._defs import Pattern, field, record
+from nbjit.arch import Arch
+from nbjit.errors import ImageFormatError
 
 __all__ = ["Image", "ImageLike", "sniff", "as_image", "inspect_image", "read_regular",
            "MAX_FILE_BYTES"]
@@ -189,7 +189,7 @@ def sniff(data: bytes, name: str = "<image>") -> str:
             if not binary and _PTX_VERSION.search(sample):
                 return "ptx"
             what = "binary" if binary else "text"
-    from ._image_extra import not_an_image
+    from nbjit._image_extra import not_an_image
     raise not_an_image(what, data, name)
 
 
@@ -224,10 +224,10 @@ def inspect_image(obj: ImageLike, name: str | None = None) -> "PtxInfo | CubinIn
     if img.info is not None and name is None:
         return img.info
     if img.kind == "ptx":
-        from .ptx import inspect_ptx
+        from nbjit.ptx import inspect_ptx
         return inspect_ptx(img.data, source=img.name)
     if img.kind == "cubin":
-        from .cubin import inspect_cubin
+        from nbjit.cubin import inspect_cubin
         return inspect_cubin(img.data, source=img.name)
-    from .fatbin import inspect_fatbin
+    from nbjit.fatbin import inspect_fatbin
     return inspect_fatbin(img.data, source=img.name)

@@ -25,9 +25,9 @@ import os
 import re
 from typing import Iterable, Mapping
 
-from ._defs import record
-from .errors import NbjitCompileError
-from .image import content_digest, read_regular
+from nbjit._defs import record
+from nbjit.errors import NbjitCompileError
+from nbjit.image import content_digest, read_regular
 
 __all__ = ["IncludeWalk", "MAX_INCLUDED_BYTES", "MAX_INCLUDED_FILES", "pre_includes", "walk_includes"]
 

@@ -15,17 +15,17 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from . import _driver, _native
-from ._driver import stream_handle
-from ._defs import record
-from .args import _EXTRACTORS, ArgPacker
-from .errors import NbjitLaunchError
-from .signature import KernelInfo, KernelSignature, Param
+from nbjit import _driver, _native
+from nbjit._driver import stream_handle
+from nbjit._defs import record
+from nbjit.args import _EXTRACTORS, ArgPacker
+from nbjit.errors import NbjitLaunchError
+from nbjit.signature import KernelInfo, KernelSignature, Param
 
 if TYPE_CHECKING:
-    from ._kernel_extra import KernelAttributes, tensor_map
-    from ._pylaunch import BoundLaunch
-    from .arch import Arch
+    from nbjit._kernel_extra import KernelAttributes, tensor_map
+    from nbjit._pylaunch import BoundLaunch
+    from nbjit.arch import Arch
 
 __all__ = ["Kernel", "KernelAttributes", "LaunchConfig", "BoundLaunch", "tensor_map"]
 
@@ -296,13 +296,13 @@ class Kernel(_EXTENSION.KernelBase if _EXTENSION is not None else _PyIndexing): 
 
     @pdl.setter
     def pdl(self, value: bool) -> None:
-        from ._kernel_extra import set_pdl
+        from nbjit._kernel_extra import set_pdl
         set_pdl(self._loaded(), value, chosen=True)
 
     def default_pdl(self, value: bool) -> None:
         """Set ``pdl`` as a producer's default (Triton's ``launch_pdl``): a value the user set
         stays. Launchers configured before follow the new default."""
-        from ._kernel_extra import set_pdl
+        from nbjit._kernel_extra import set_pdl
         set_pdl(self._loaded(), bool(value), chosen=False)
 
     def _pdl(self, requested: bool | None) -> bool:
@@ -313,7 +313,7 @@ class Kernel(_EXTENSION.KernelBase if _EXTENSION is not None else _PyIndexing): 
         want = requested if requested is not None else s.pdl
         if not want:
             return False
-        from ._driver_extra import device_info
+        from nbjit._driver_extra import device_info
         cc = device_info(s.device).cc
         if cc >= (9, 0):
             return True
@@ -325,26 +325,26 @@ class Kernel(_EXTENSION.KernelBase if _EXTENSION is not None else _PyIndexing): 
     @property
     def attributes(self) -> KernelAttributes:
         """What the driver says about the loaded function (read once)."""
-        from ._kernel_extra import kernel_attributes
+        from nbjit._kernel_extra import kernel_attributes
         return kernel_attributes(self)
 
     def sass(self, arch: "Arch | str | None" = None) -> str:
         """The kernel's SASS as ``nvdisasm`` prints it (nbjit-core's ``sass`` extra): of the
         module's cubin, or of the cubin its PTX or fatbin gives for ``arch`` (default: the
         current device's). Needs no GPU for a cubin or with ``arch`` given."""
-        from ._kernel_extra import sass
+        from nbjit._kernel_extra import sass
         return sass(self, arch)
 
     def max_active_blocks_per_sm(self, block: int | tuple, dynamic_shared: int = 0) -> int:
         """How many blocks of this size can be resident on one SM at once."""
         s = self._loaded()
         threads = LaunchConfig.make(1, block, kernel=s.label).threads
-        from ._kernel_extra import blocks_per_sm
+        from nbjit._kernel_extra import blocks_per_sm
         return blocks_per_sm(s, threads, dynamic_shared)
 
     def suggested_block_size(self, dynamic_shared: int = 0) -> tuple[int, int]:
         """(minimum grid size for full occupancy, block size) from the occupancy calculator."""
-        from ._kernel_extra import block_size
+        from nbjit._kernel_extra import block_size
         return block_size(self._loaded(), dynamic_shared)
 
     def __repr__(self) -> str:
@@ -378,7 +378,7 @@ class Kernel(_EXTENSION.KernelBase if _EXTENSION is not None else _PyIndexing): 
                                    f"shape {tuple(shape)}")
         if config.cooperative:
             per_sm = self.max_active_blocks_per_sm(config.block, config.shared)
-            from ._driver_extra import device_info
+            from nbjit._driver_extra import device_info
             most = per_sm * device_info(s.device).sm_count
             if config.blocks > most:
                 raise NbjitLaunchError(f"kernel {s.label!r}: a cooperative launch of {config.blocks} blocks exceeds "
@@ -405,7 +405,7 @@ class Kernel(_EXTENSION.KernelBase if _EXTENSION is not None else _PyIndexing): 
         s = self._loaded()
         if nbytes <= s.optin:
             return nbytes
-        from ._driver_extra import device_info, set_max_dynamic_shared
+        from nbjit._driver_extra import device_info, set_max_dynamic_shared
         dev = device_info(s.device)
         static = self.attributes.shared
         if static + nbytes > dev.max_shared_optin:
@@ -446,7 +446,7 @@ class Kernel(_EXTENSION.KernelBase if _EXTENSION is not None else _PyIndexing): 
              shared_mem: int = 0) -> "BoundLaunch":
         """Pack ``args`` once; the returned object relaunches with them at the lowest cost."""
         label = self._loaded().label
-        from ._pylaunch import BoundLaunch
+        from nbjit._pylaunch import BoundLaunch
         return BoundLaunch(self.configure(LaunchConfig.make(grid, block, stream, shared_mem, kernel=label)), args)
 
 
@@ -500,14 +500,14 @@ class _Launcher:
     def _raise(self, err) -> bool:
         """True where a launch that failed with ``err`` may go again (for want of a context in
         this thread: ``_kernel_extra.may_relaunch``), else the error raised."""
-        from ._kernel_extra import may_relaunch
+        from nbjit._kernel_extra import may_relaunch
         if may_relaunch(self._s, err):
             return True
         raise self.error(err)
 
     def error(self, err) -> NbjitLaunchError:
         """The error a launch that failed with ``err`` raises (``_kernel_extra.launch_error``)."""
-        from ._kernel_extra import launch_error
+        from nbjit._kernel_extra import launch_error
         return launch_error(self, err)
 
 
@@ -543,7 +543,7 @@ if _EXTENSION is not None:  # (else the Python launcher serves)
             s = self._s
             layout = s.layout[:self.nargs] + tuple((off, "Z") for off, *_ in s.layout[self.nargs:])
             if cfg.extended:
-                from ._driver_extra import launch_attributes
+                from nbjit._driver_extra import launch_attributes
                 self._attrs = launch_attributes(cooperative=cfg.cooperative, cluster=cfg.cluster, pdl=cfg.pdl)
             else:
                 self._attrs = b""
@@ -565,7 +565,7 @@ def _launcher_type(config: LaunchConfig) -> type:
         backend = _driver.backend()
         if backend.name == "c" and (backend.extended or not config.extended):
             return _CLauncher
-    from ._pylaunch import launcher_types
+    from nbjit._pylaunch import launcher_types
     plain, extended = launcher_types(_Launcher)
     return extended if config.extended else plain
 

@@ -16,14 +16,14 @@ import types
 import warnings
 from typing import Any, Iterable, Mapping
 
-from . import compiler as _c, pch as _pch
-from ._defs import record
-from .arch import Arch
-from .cache import Cache, CacheEntry, cache_key, default_cache
-from ._csource import DeviceDeclaration, device_declarations, parse_ctype
-from .cdecl import CParam, scalar_facts, shown_name
-from .errors import LinkFailure, NbjitCompileError, NbjitError, NbjitWarning, install_hint
-from .image import Image, content_digest, read_regular
+from nbjit import compiler as _c, pch as _pch
+from nbjit._defs import record
+from nbjit.arch import Arch
+from nbjit.cache import Cache, CacheEntry, cache_key, default_cache
+from nbjit._csource import DeviceDeclaration, device_declarations, parse_ctype
+from nbjit.cdecl import CParam, scalar_facts, shown_name
+from nbjit.errors import LinkFailure, NbjitCompileError, NbjitError, NbjitWarning, install_hint
+from nbjit.image import Image, content_digest, read_regular
 
 __all__ = ["link_image"]
 
@@ -312,8 +312,8 @@ def _python_ltoir(inp: _Input, cc: tuple[int, int], cache: Cache) -> tuple[bytes
 
 def _numba_compile(inp: _Input, cc: tuple[int, int]) -> tuple[bytes, str, tuple[str, ...]]:
     try:
-        from ._host import host_of
-        from .numba_abi import NumbaAbiError, device_ltoir
+        from nbjit._host import host_of
+        from nbjit.numba_abi import NumbaAbiError, device_ltoir
     except ImportError as e:
         raise NbjitCompileError(f"{inp.label}: compiling a Python function needs Numba ({e}): install "
                                 f"{install_hint('cu13')}") from None
@@ -398,7 +398,7 @@ def _check_declarations(pythons, decls: Mapping[str, Mapping[str, DeviceDeclarat
 
 def _target(arch: "Arch | str | None", name: str) -> Arch:
     if arch is None:  # the current device's (the one case that needs a GPU)
-        from .target import current_arch
+        from nbjit.target import current_arch
         arch = current_arch()
     a = _c._arch_for(arch, name)
     if a.virtual:

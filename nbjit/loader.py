@@ -15,28 +15,27 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
-from ._defs import field, later, record
-from .arch import Arch, pick
-from .errors import NbjitLoadError
-from .image import Image
+from nbjit._defs import field, record
+from nbjit.arch import Arch, pick
+from nbjit.errors import NbjitLoadError
+from nbjit.image import Image
 
 if TYPE_CHECKING:
-    from ._assemble import Assemble
-    from .cubin import CubinInfo
-    from .fatbin import FatbinInfo
-    from .ptx import PtxInfo
+    from nbjit._assemble import Assemble
+    from nbjit.cubin import CubinInfo
+    from nbjit.fatbin import FatbinInfo
+    from nbjit.ptx import PtxInfo
 # (each reader is imported where a plan needs it: loading a cubin, the warm path of
 # nbjit.compile, never reads PTX or a fatbin; a kernel bundle's image, none but the cubin or
 # PTX its device runs)
 
 __all__ = ["Plan", "Assemble", "plan"]
 
-_cubin = later("cubin")  # (loading PTX reads no cubin)
 
 
 def __getattr__(name: str):
     if name == "Assemble":  # (made for PTX newer than the driver alone: _assemble)
-        from ._assemble import Assemble
+        from nbjit._assemble import Assemble
         return Assemble
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
@@ -68,7 +67,7 @@ def plan(img: Image, cc: tuple[int, int], driver: int, *, keep_debug: bool = Fal
     if img.kind == "ptx":
         return _plan_ptx(img.data, img.name, cc, driver, keep_debug, nvjitlink)
     if img.kind == "cubin":
-        cubin = _cubin()
+        from nbjit import cubin  # (loading PTX reads no cubin)
         info = img.info if isinstance(img.info, cubin.CubinInfo) else cubin.inspect_cubin(img.data, source=img.name)
         if not info.arch.runs_on(cc):
             dev = Arch.parse(cc)
@@ -79,7 +78,7 @@ def plan(img: Image, cc: tuple[int, int], driver: int, *, keep_debug: bool = Fal
         return Plan(img.data, "cubin", info)
     if img.entries:  # a kernel bundle's fatbin: its manifest says what each entry is and where
         return _plan_listed(img, cc, driver, keep_debug, nvjitlink)
-    from .fatbin import inspect_fatbin
+    from nbjit.fatbin import inspect_fatbin
     return _plan_fatbin(img, inspect_fatbin(img.data, source=img.name), cc, driver, keep_debug, nvjitlink)
 
 
@@ -106,7 +105,7 @@ def _assemble_target(cc: tuple[int, int], ptx_arch: Arch) -> Arch:
 
 
 def _plan_ptx(raw: bytes, name: str, cc, driver: int, keep_debug: bool, nvjitlink) -> Plan:
-    from .ptx import cuda_for_ptx, inspect_ptx, max_ptx_for_cuda, set_version, strip_debug
+    from nbjit.ptx import cuda_for_ptx, inspect_ptx, max_ptx_for_cuda, set_version, strip_debug
     text = raw.decode("utf-8", errors="strict").rstrip("\0") if isinstance(raw, bytes) else raw
     info = inspect_ptx(text, source=name)
     try:
@@ -131,7 +130,7 @@ def _plan_ptx(raw: bytes, name: str, cc, driver: int, keep_debug: bool, nvjitlin
         arch = _assemble_target(cc, target)
         note = (f"{name}: PTX {info.version[0]}.{info.version[1]} is newer than the driver accepts "
                 f"({limit[0]}.{limit[1]}); assembled to a {arch} cubin with nvJitLink {nvjitlink[0]}.{nvjitlink[1]}")
-        from ._assemble import Assemble
+        from nbjit._assemble import Assemble
         step = Assemble(text, arch, tuple(nvjitlink), name, driver_cuda, limit, info.version)
         return Plan(text.encode(), "cubin", None, "nvjitlink", note, ptx=info, details=details, assemble=step)
     lowered = set_version(text, limit)
@@ -143,7 +142,7 @@ def _plan_ptx(raw: bytes, name: str, cc, driver: int, keep_debug: bool, nvjitlin
 
 
 def _plan_fatbin(img: Image, fb: FatbinInfo, cc, driver, keep_debug, nvjitlink) -> Plan:
-    from .fatbin import select_entry, undecoded
+    from nbjit.fatbin import select_entry, undecoded
     entry = select_entry(fb.entries, cc)
     if entry is None:
         have = ", ".join(e.arch_name for e in fb.entries)
@@ -154,7 +153,7 @@ def _plan_fatbin(img: Image, fb: FatbinInfo, cc, driver, keep_debug, nvjitlink) 
         # compressed in a way Python cannot undo: the driver reads the whole container;
         # signatures come from any entry we can read, else from the driver
         readable = next((e for e in fb.entries if e.payload is not None and e.kind == "cubin"), None)
-        from .cubin import inspect_cubin
+        from nbjit.cubin import inspect_cubin
         info = inspect_cubin(readable.payload, source=img.name) if readable else None
         return Plan(img.data, "fatbin", info, None,
                     f"{img.name}: image {entry.index} ({entry.arch_name}) is {undecoded(entry)}; the driver loads "

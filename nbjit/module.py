@@ -7,27 +7,26 @@ import warnings
 import weakref
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
-from . import _driver
-from ._defs import later
-from ._host import current_host
-from .arch import Arch
-from .args import parse_signature
-from .cdecl import demangle
-from .errors import KernelNotFoundError, NbjitArgumentError, NbjitCompileError, NbjitLoadError, NbjitWarning
-from .image import Image, ImageLike, as_image, inspect_image
-from .kernel import Kernel, _State
-from .loader import Plan, plan
-from .signature import KernelInfo, SignatureConflict, merge, same_layout
+from nbjit import _driver
+from nbjit._host import current_host
+from nbjit.arch import Arch
+from nbjit.args import parse_signature
+from nbjit.cdecl import demangle
+from nbjit.errors import KernelNotFoundError, NbjitArgumentError, NbjitCompileError, NbjitLoadError, NbjitWarning
+from nbjit.image import Image, ImageLike, as_image, inspect_image
+from nbjit.kernel import Kernel, _State
+from nbjit.loader import Plan, plan
+from nbjit.signature import KernelInfo, SignatureConflict, merge, same_layout
 
 if TYPE_CHECKING:
-    from ._module_extra import DeviceGlobal
+    from nbjit._module_extra import DeviceGlobal
 
 __all__ = ["Module", "DeviceGlobal", "load", "compile", "compile_many", "from_numba"]
 
 
 def __getattr__(name: str):
     if name == "DeviceGlobal":  # (made with the first global asked for: _module_extra)
-        from ._module_extra import DeviceGlobal
+        from nbjit._module_extra import DeviceGlobal
         return DeviceGlobal
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
@@ -41,8 +40,6 @@ def _registry(ctx) -> "weakref.WeakValueDictionary":
 
 
 _LOAD_LOCK = threading.Lock()
-_compiling = later("_compiling")  # (loading a cubin or a kernel bundle imports no compiler, no cache)
-_module_extra = later("_module_extra")  # (a module loaded again from the same bytes)
 _NOTHING: Mapping = types.MappingProxyType({})
 
 
@@ -96,7 +93,8 @@ def _load_into(img: Image, ctx, keep_debug: bool) -> "Module":
             mod = Module._load(img, ctx, keep_debug)
             reg[key] = mod
         elif mod.image is not img:
-            return _module_extra().loaded_again(mod, img, keep_debug)
+            from nbjit._module_extra import loaded_again
+            return loaded_again(mod, img, keep_debug)
         else:
             mod._learn(img.lowered_names, img.declarations)
     return mod
@@ -244,7 +242,7 @@ class Module:
         if changed:
             self._offline.clear()
             if self._live is not None:  # (those kernels typed afresh on next use)
-                from ._module_extra import forget
+                from nbjit._module_extra import forget
                 forget(self._live, changed)
 
     def _learn_numba(self, types: Mapping[str, tuple]) -> None:
@@ -256,7 +254,7 @@ class Module:
 
     def _wire(self) -> tuple:
         """The pickled form: plain data, the bytes compressed once per module."""
-        from ._module_extra import wire
+        from nbjit._module_extra import wire
         return wire(self)
 
     # ------------------------------------------------------------ what the live part says
@@ -329,7 +327,7 @@ class Module:
 
     def _by_demangled_name(self, name: str) -> str | None:
         """The kernel whose demangled name is ``name`` or begins with it (``_module_extra``)."""
-        from ._module_extra import by_demangled_name
+        from nbjit._module_extra import by_demangled_name
         return by_demangled_name(self.kernels, name, self.name)
 
     def get_kernel(self, name: str, signature: str | Sequence[str] | None = None) -> Kernel:
@@ -342,7 +340,7 @@ class Module:
         and agree with what the image says; arrays passed for a typed pointer must hold its
         element type."""
         if signature is not None and type(signature) is not str:  # (a list of types, a numpy str, or wrong)
-            from ._args_extra import signature_text
+            from nbjit._args_extra import signature_text
             signature = signature_text(signature, name)
         return self._kernel(name, signature)
 
@@ -388,7 +386,7 @@ class Module:
             raise self._missing(asked)
         driver_params = _driver.param_info(func)
         if not layouts:
-            from ._module_extra import from_driver
+            from nbjit._module_extra import from_driver
             layouts = [("driver", from_driver(real, driver_params))]
             driver_params = None
         f = live.facts
@@ -418,7 +416,7 @@ class Module:
         return info
 
     def _missing(self, name: str) -> KernelNotFoundError:
-        from ._module_extra import missing
+        from nbjit._module_extra import missing
         return missing(name, self.kernels, self._facts.names, self.name)
 
     def __getitem__(self, name: str) -> Kernel:
@@ -457,14 +455,14 @@ class Module:
     # ------------------------------------------------------------ globals
     def get_global(self, name: str) -> DeviceGlobal:
         """A ``__device__`` / ``__constant__`` variable: address and size, and ``as_array``."""
-        from ._module_extra import get_global
+        from nbjit._module_extra import get_global
         return get_global(self, name)
 
     # ------------------------------------------------------------ other devices, lifetime
     def on_current_device(self) -> "Module":
         """This image loaded in the current context (the same module if that is its own),
         with this module's facts."""
-        from ._module_extra import on_current_device
+        from nbjit._module_extra import on_current_device
         return on_current_device(self, load)
 
     def close(self) -> None:
@@ -474,7 +472,7 @@ class Module:
             self._live.finalizer()
 
     def __repr__(self) -> str:
-        from ._module_extra import module_repr
+        from nbjit._module_extra import module_repr
         return module_repr(self)
 
 
@@ -483,7 +481,7 @@ _ATTACH_LOCK = threading.Lock()
 
 def _restore_module(wire: tuple) -> Module:
     """A pickled module (``Module._wire``), waiting for first use (``_module_extra.restore``)."""
-    from ._module_extra import restore
+    from nbjit._module_extra import restore
     return restore(wire, Module._pending)
 
 
@@ -509,7 +507,7 @@ def _is_numba_name(name: str) -> bool:
     numba-cuda kernel's is) or naming Numba's array type."""
     if not name.startswith("_ZN") and not (name.startswith("_Z") and "5ArrayI" in name):
         return False
-    from .numba_abi import is_mlir_name, is_numba_name
+    from nbjit.numba_abi import is_mlir_name, is_numba_name
     return is_numba_name(name) or is_mlir_name(name)
 
 
@@ -520,7 +518,7 @@ def _kernel_info(module: str, real: str, layouts: list, signature: str | None, e
     declarations ``decls``, kernels already ``typed``, Numba argument types ``numba`` and the
     user's ``signature``. ``module`` names the image in errors."""
     if real in numba or _is_numba_name(real):  # a @cuda.jit kernel: one argument per Python argument
-        from . import numba_abi
+        from nbjit import numba_abi
         try:
             image = merge(real, layouts)
         except SignatureConflict as e:
@@ -549,7 +547,7 @@ def _kernel_info(module: str, real: str, layouts: list, signature: str | None, e
 def _nvjitlink_version() -> tuple[int, int] | None:
     """``compiler.nvjitlink_version``, importing the compiler only for PTX newer than the
     driver (what the loader asks it for)."""
-    from .compiler import nvjitlink_version
+    from nbjit.compiler import nvjitlink_version
     return nvjitlink_version()
 
 
@@ -558,7 +556,7 @@ def carry_out(p: Plan, cache=None) -> Plan:
     nvJitLink, through the cache (``cache``, default ``nbjit.default_cache()``)."""
     if p.assemble is None:
         return p
-    from ._module_extra import assemble  # (loading a cubin or a kernel bundle imports no compiler)
+    from nbjit._module_extra import assemble  # (loading a cubin or a kernel bundle imports no compiler)
     return assemble(p, cache)
 
 
@@ -597,8 +595,9 @@ def compile(source: str, *, name: str | None = None, name_expressions: Iterable[
     and ``link_options`` for nvJitLink, as for ``nbjit.link_image`` (``output`` is then a cubin)."""
     if keep_debug is not False or lazy is not False:  # (the defaults: nothing to check)
         keep_debug, lazy = _flag(keep_debug, "keep_debug", NbjitCompileError), _flag(lazy, "lazy", NbjitCompileError)
-    return _compiling().compile(_place, source, name, name_expressions, headers, include_paths, options, arch, output,
-                                keep_debug, cache, lazy, pch, link, link_options)
+    from nbjit._compiling import compile as compile_route  # (a cubin's or a bundle's route imports no compiler)
+    return compile_route(_place, source, name, name_expressions, headers, include_paths, options, arch, output,
+                         keep_debug, cache, lazy, pch, link, link_options)
 
 
 def compile_many(sources: Iterable, *, workers: int | None = None, keep_debug: bool = False, lazy: bool = False,
@@ -617,7 +616,7 @@ def compile_many(sources: Iterable, *, workers: int | None = None, keep_debug: b
     ``return_exceptions=True``.
     """
     keep_debug, lazy = _flag(keep_debug, "keep_debug", NbjitCompileError), _flag(lazy, "lazy", NbjitCompileError)
-    from ._compiling import compile_many
+    from nbjit._compiling import compile_many
     return compile_many(_place, sources, workers, keep_debug, lazy, common)
 
 
@@ -643,5 +642,5 @@ def from_numba(dispatcher: Any, signature: Any) -> Kernel:
     prepares its arguments (``extensions=``), or argument types nbjit cannot pass (the
     message names the argument).
     """
-    from ._compiling import from_numba
+    from nbjit._compiling import from_numba
     return from_numba(_place, _is_numba_name, dispatcher, signature)

@@ -26,10 +26,10 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from ._defs import record
-from .cdecl import MAX_DEMANGLED, mangled_tree, scalar_facts
-from .errors import NbjitLoadError
-from .signature import RESOURCES, KernelInfo, KernelSignature, Param
+from nbjit._defs import record
+from nbjit.cdecl import MAX_DEMANGLED, mangled_tree, scalar_facts
+from nbjit.errors import NbjitLoadError
+from nbjit.signature import RESOURCES, KernelInfo, KernelSignature, Param
 
 # patterns used on every call, compiled once at import
 _ABI_TAG = re.compile(r"B\d+v\d+B\d+")

@@ -12,10 +12,10 @@ block needs it), as ``cuOccupancyMaxActiveBlocksPerMultiprocessor`` assumes.
 from __future__ import annotations
 
 
-from ._defs import record
-from .arch import Arch
-from .errors import NbjitArgumentError
-from .signature import KernelInfo
+from nbjit._defs import record
+from nbjit.arch import Arch
+from nbjit.errors import NbjitArgumentError
+from nbjit.signature import KernelInfo
 
 __all__ = ["Occupancy", "SMLimits", "sm_limits", "occupancy"]
 

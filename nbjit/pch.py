@@ -16,7 +16,7 @@ import os
 import re
 import threading
 
-from .errors import NbjitCompileError
+from nbjit.errors import NbjitCompileError
 
 __all__ = ["PCH_ENV", "pch_mode", "header_prefix", "worth_it", "pch_options", "Store", "clean_log", "PCH_DIR",
            "PCH_NAME", "writer_alive"]

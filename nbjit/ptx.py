@@ -22,10 +22,10 @@ import sys
 import threading
 from dataclasses import replace
 
-from ._defs import field, record
-from .errors import PtxParseError
-from ._signature_build import find_entry, layout, maker, param_shape, place
-from .signature import SCALAR_TYPES, Directives, KernelInfo, KernelSignature
+from nbjit._defs import field, record
+from nbjit.errors import PtxParseError
+from nbjit._signature_build import find_entry, layout, maker, param_shape, place
+from nbjit.signature import SCALAR_TYPES, Directives, KernelInfo, KernelSignature
 
 _NO_DIRECTIVES = Directives()
 _NO_PARAMS = KernelSignature((), 0)
@@ -396,8 +396,8 @@ def _as_text(text: str | bytes, source: str | None, compiled: str = "read it wit
 
 def _compiled_kind(head: bytes) -> str | None:
     """"cubin" or "fatbin" where ``head`` (an image's first 20 bytes) begins one, else None."""
-    from .cubin import EM_CUDA
-    from .fatbin import FATBIN_MAGIC
+    from nbjit.cubin import EM_CUDA
+    from nbjit.fatbin import FATBIN_MAGIC
     if head[:4] == b"\x7fELF" and int.from_bytes(head[18:20], "little") == EM_CUDA:
         return "cubin"
     return "fatbin" if head[:4] == FATBIN_MAGIC.to_bytes(4, "little") else None

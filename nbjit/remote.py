@@ -19,7 +19,7 @@ import time
 import warnings
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from .errors import NbjitCacheError, NbjitWarning, install_hint
+from nbjit.errors import NbjitCacheError, NbjitWarning, install_hint
 
 __all__ = ["RemoteTier", "REMOTE_ENV", "REMOTE_WRITE_ENV"]
 

@@ -10,7 +10,7 @@ import shutil
 import subprocess
 import tempfile
 
-from .errors import NbjitError, install_hint
+from nbjit.errors import NbjitError, install_hint
 
 __all__ = ["find_nvdisasm", "disassemble", "cubin_for"]
 
@@ -84,7 +84,7 @@ def cubin_for(image, arch: str | None = None) -> bytes:
     ------
     NbjitError: no ``arch`` where one is needed, or no entry of a fatbin runs on it.
     """
-    from .image import as_image
+    from nbjit.image import as_image
 
     img = as_image(image)
     if img.kind == "cubin":
@@ -93,7 +93,7 @@ def cubin_for(image, arch: str | None = None) -> bytes:
         raise NbjitError(f"{img.name}: {img.kind} holds no SASS of its own: give the architecture to show SASS for "
                          "(arch='sm_90'; nbjit inspect --sass --arch sm_90)")
     if img.kind == "fatbin":
-        from .fatbin import inspect_fatbin, undecoded
+        from nbjit.fatbin import inspect_fatbin, undecoded
         entry = inspect_fatbin(img.data, source=img.name).select(arch)
         if entry is None or entry.payload is None:
             why = "" if entry is None else f": the one for it, {entry.arch_name}, is {undecoded(entry)}"
@@ -103,8 +103,8 @@ def cubin_for(image, arch: str | None = None) -> bytes:
         ptx = entry.payload
     else:
         ptx = img.data
-    from .arch import Arch
-    from .compiler import assemble_cached
+    from nbjit.arch import Arch
+    from nbjit.compiler import assemble_cached
     try:
         a = Arch.parse(arch.strip() if isinstance(arch, str) else arch)
     except ValueError as e:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable, Sequence
 
-from ._defs import record
-from .cdecl import element_of, scalar_facts
+from nbjit._defs import record
+from nbjit.cdecl import element_of, scalar_facts
 
 __all__ = ["Param", "KernelSignature", "Directives", "KernelInfo", "RESOURCES", "SCALAR_TYPES", "merge",
            "SignatureConflict"]

@@ -6,12 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .arch import Arch
-from .compiler import compile_image as _compile_image
-from ._defs import later
-from .image import Image
+from nbjit.arch import Arch
+from nbjit.compiler import compile_image as _compile_image
+from nbjit.image import Image
 
-_host = later("_host")  # (a named architecture needs no driver, nor Numba)
 
 __all__ = ["compile_image", "current_arch"]
 
@@ -24,7 +22,8 @@ def current_arch() -> Arch:
     ------
     NbjitLoadError: there is no usable GPU or driver (the message says to give ``arch=``).
     """
-    return _host().current_host().device_arch()
+    from nbjit._host import current_host  # (a named architecture needs no driver, nor Numba)
+    return current_host().device_arch()
 
 
 def compile_image(source: str, *, arch: Arch | str | None = None, **options: Any) -> Image:

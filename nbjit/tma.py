@@ -16,8 +16,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ._defs import record
-from .errors import NbjitArgumentError
+from nbjit._defs import record
+from nbjit.errors import NbjitArgumentError
 
 __all__ = ["TensorMap", "TensorMapPlan", "plan_tiled", "plan_from_interface", "whole_numbers",
            "is_tensor_map_param"]

@@ -19,21 +19,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 if TYPE_CHECKING:
-    from .module import Module
-    from .signature import Param
+    from nbjit.module import Module
+    from nbjit.signature import Param
 
 import numpy as np
 
-from . import _driver_extra
-from ._host import current_host
-from ._defs import field, record
-from .arch import Arch
-from .args import device_pointer
-from .errors import NbjitArgumentError, NbjitLoadError, NbjitWarning
-from .image import MAX_FILE_BYTES, Image, read_regular
-from .kernel import LaunchConfig
-from .tma import _SWIZZLE, TensorMap, plan_tiled, whole_numbers
-from .ptx import PtxInfo, inspect_ptx
+from nbjit import _driver_extra
+from nbjit._host import current_host
+from nbjit._defs import field, record
+from nbjit.arch import Arch
+from nbjit.args import device_pointer
+from nbjit.errors import NbjitArgumentError, NbjitLoadError, NbjitWarning
+from nbjit.image import MAX_FILE_BYTES, Image, read_regular
+from nbjit.kernel import LaunchConfig
+from nbjit.tma import _SWIZZLE, TensorMap, plan_tiled, whole_numbers
+from nbjit.ptx import PtxInfo, inspect_ptx
 
 # Triton's launch metadata where a PTX's // meta: comments say nothing.
 DEFAULTS: dict[str, int] = {
@@ -287,8 +287,8 @@ class TritonArtifacts:
         params)}``, or {} without IR."""
         if self.ttir is None:
             return {}
-        from ._csource import triton_ir_signatures
-        from .cdecl import CParam
+        from nbjit._csource import triton_ir_signatures
+        from nbjit.cdecl import CParam
         sigs = triton_ir_signatures(_read(self.ttir, TTIR_BYTES).decode(errors="replace"))
         names = ("global_scratch", "profile_scratch")[: self.meta.scratch_params]
         return {k: ("triton ir", v + tuple(CParam("void", True, False, n) for n in names))
@@ -629,7 +629,7 @@ def load_triton(path: str | os.PathLike) -> TritonKernel:
     cubin is used when it runs on this device, else the PTX (assembled by nvJitLink when it
     is newer than the driver). Raises ``NbjitLoadError`` for unusable metadata.
     """
-    from .module import load
+    from nbjit.module import load
 
     art = read_triton(path)
     meta = art.meta
@@ -681,14 +681,14 @@ def from_module(module: Module, meta: TritonMeta | dict, *, route: str | None = 
 
 def describe(path: str | os.PathLike) -> dict:
     """The metadata and launch rules of a Triton kernel on disk (no GPU): for ``nbjit inspect``."""
-    from ._signature_build import typed_entries
+    from nbjit._signature_build import typed_entries
 
     art = read_triton(path)
     image = art.ptx_text or (_read(art.ptx) if art.ptx else None)
     if image is not None:
         info, label = inspect_ptx(image, source=str(art.ptx)), "ptx"
     else:
-        from .cubin import inspect_cubin
+        from nbjit.cubin import inspect_cubin
         info, label = inspect_cubin(_read(art.cubin), source=str(art.cubin)), "cubin"
     entry = next((e for e in info.entries if e.name == art.meta.name), None)
     if entry is None:

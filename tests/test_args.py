@@ -62,7 +62,7 @@ def test_errors_name_the_parameter(args, msg):
 
 
 def test_count_error_shows_signature():
-    with pytest.raises(NbjitArgumentError, match=r"takes 4 arguments, got 2: k_basic\(u64 k_basic_param_0"):
+    with pytest.raises(NbjitArgumentError, match=r"takes 4 arguments, got 2: k_basic\(u64 param_0"):
         packer(KERNELS, "k_basic").pack((0, 0))
 
 

@@ -539,9 +539,10 @@ def test_limits_that_make_no_sense(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("kwargs,msg", [
     ({"path": 123}, "a cache's path must be a directory (str or path) or None (memory only), not int"),
-    ({"max_bytes": -1}, "max_bytes must be a byte count >= 0 (or None: no limit), not -1"),
-    ({"max_bytes": "1G"}, "max_bytes must be a byte count >= 0 (or None: no limit), not '1G'"),
-    ({"max_bytes": True}, "max_bytes must be a byte count >= 0 (or None: no limit), not True"),
+    ({"max_bytes": -1}, "max_bytes must be a byte count >= 0 or a size such as '1G' (or None: no limit), not -1"),
+    ({"max_bytes": "lots"}, "max_bytes must be a byte count >= 0 or a size such as '1G' (or None: no limit), not "
+                            "'lots'"),
+    ({"max_bytes": True}, "max_bytes must be a byte count >= 0 or a size such as '1G' (or None: no limit), not True"),
     ({"lock_timeout": -3}, "lock_timeout must be seconds >= 0, not -3"),
     ({"lock_timeout": float("nan")}, "lock_timeout must be seconds >= 0, not nan")])
 def test_cache_settings_that_make_no_sense(tmp_path, kwargs, msg):

@@ -205,12 +205,3 @@ def test_each_instance_gets_its_own_default_made_by_a_factory():
         one, two = rc(*args, **kwargs), rc(*args, **kwargs)
         assert one.d == {} and one.d is not two.d and one.f is not two.f
         assert seen(one) == seen(dc(*args, **kwargs))
-
-
-def test_later_imports_a_module_on_first_use_and_keeps_it():
-    import subprocess
-    import sys
-    code = ("import sys\nfrom nbjit._defs import later\nget = later('fatbin')\nbefore = 'nbjit.fatbin' in sys.modules\n"
-            "m = get()\nprint(before, m is sys.modules['nbjit.fatbin'], get() is m)")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert r.stdout == "False True True\n", r.stderr

@@ -17,7 +17,7 @@ MODULES = {p.stem: p for p in PKG.glob("*.py")}
 
 
 def _imports(path: Path) -> set[str]:
-    """nbjit modules ``path`` imports, at module level or inside functions (``later``'s too)."""
+    """nbjit modules ``path`` imports, at module level or inside functions."""
     out = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom):
@@ -27,15 +27,10 @@ def _imports(path: Path) -> set[str]:
                 out.update(a.name for a in node.names)
             elif node.module and node.module.startswith("nbjit."):
                 out.add(node.module.split(".")[1])
+            elif node.module == "nbjit":  # from nbjit import x
+                out.update(a.name for a in node.names)
         elif isinstance(node, ast.Import):
             out.update(a.name.split(".")[1] for a in node.names if a.name.startswith("nbjit."))
-        elif isinstance(node, ast.Call) and "later" in (getattr(node.func, "id", None),
-                                                        getattr(node.func, "attr", None)):
-            # _defs.later("cubin"): imported on first use; only a literal nbjit module name can be checked
-            arg = node.args[0] if len(node.args) == 1 and not node.keywords else None
-            assert isinstance(arg, ast.Constant) and arg.value in MODULES, \
-                f"{path.name}:{node.lineno}: later() takes one literal name of an nbjit module"
-            out.add(arg.value)
     return {m for m in out if m in MODULES and m != path.stem}
 
 
@@ -146,8 +141,8 @@ def test_one_module_decides_whether_the_c_extension_is_used():
         for node in ast.walk(ast.parse(path.read_text())):
             assert not (isinstance(node, ast.Constant) and node.value == "NBJIT_PURE_PYTHON"), \
                 f"{name}.py:{node.lineno} reads NBJIT_PURE_PYTHON; ask _native.extension()"
-            if isinstance(node, ast.ImportFrom) and node.level == 1:
-                names = [node.module] if node.module else [a.name for a in node.names]
+            if isinstance(node, ast.ImportFrom) and (node.level == 1 or node.module == "nbjit"):
+                names = [node.module] if node.module and node.level else [a.name for a in node.names]
                 assert "_launch" not in names, f"{name}.py:{node.lineno} imports _launch; ask _native.extension()"
 
 
@@ -158,8 +153,8 @@ def test_process_state_is_read_through_functions():
     keepers = {"_driver", "_host", "_native"}
     for name, path in MODULES.items():
         tree = ast.parse(path.read_text())
-        bound = {a.asname or a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level == 1
-                 and not node.module for a in node.names if a.name in keepers}
+        bound = {a.asname or a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                 and node.module == "nbjit" for a in node.names if a.name in keepers}
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in bound \
                     and node.attr.startswith("_") and not node.attr.startswith("__"):
@@ -205,8 +200,9 @@ def _repeated_lazy_imports(source: str) -> list[tuple[int, str]]:
 
     def modules(node) -> list[str]:
         if isinstance(node, ast.ImportFrom):
-            return ["." * node.level + (node.module or a.name) for a in node.names] if not node.module \
-                else ["." * node.level + node.module]
+            if node.module == "nbjit" or not node.module:  # (from nbjit import x: the module nbjit.x)
+                return [f"{'.' * node.level or 'nbjit.'}{a.name}" for a in node.names]
+            return ["." * node.level + node.module]
         return [a.name for a in node.names] if isinstance(node, ast.Import) else []
 
     top = {m for node in tree.body for m in modules(node)}
@@ -218,6 +214,8 @@ def test_no_lazy_import_repeats_a_top_level_one():
     src = ("import os\nfrom . import _driver\nfrom .errors import A\ndef f():\n    from .errors import B\n"
            "    from . import _driver, tma\n    import os.path\n    from .ptx import C\n")
     assert _repeated_lazy_imports(src) == [(5, ".errors"), (6, "._driver")]
+    src = "from nbjit import _driver\ndef f():\n    from nbjit import _driver, tma\n    from nbjit.errors import B\n"
+    assert _repeated_lazy_imports(src) == [(3, "nbjit._driver")]
     for name, path in MODULES.items():
         assert not _repeated_lazy_imports(path.read_text()), (name, _repeated_lazy_imports(path.read_text()))
 

@@ -276,8 +276,8 @@ def test_repeated_calls_import_nothing(tmp_path, fake_device, data):
     """The calls a program repeats (a compile found in the memo, a cubin loaded again and its
     kernel made, a kernel declared by a signature) run none of importlib's code: an import
     statement in a function does on every call (~1 us each on CPython 3.11, half of a
-    repeated ``nbjit.compile``); the modules those paths need only sometimes are imported
-    once (``_defs.later``)."""
+    repeated ``nbjit.compile``): the modules those paths need only sometimes are imported by
+    absolute name in the function, which finds them in ``sys.modules`` without it."""
     import sys
     cache = nbjit.Cache(tmp_path)
     raw = (data / "nvcc" / "kernels_sm_90.cubin").read_bytes()

@@ -3,7 +3,7 @@ pyproject.toml. If the extension cannot be built (no compiler), nbjit works with
 from setuptools import Extension, setup
 
 setup(
-    ext_modules=[Extension("nbjit._launch", ["nbjit/_launch.c", "nbjit/_decode.c"], optional=True, py_limited_api=True,
+    ext_modules=[Extension("nbjit.gpu._launcher", ["nbjit/gpu/_launcher.c"], optional=True, py_limited_api=True,
                            define_macros=[("Py_LIMITED_API", "0x030A0000")])],
     options={"bdist_wheel": {"py_limited_api": "cp310"}},
 )

@@ -17,7 +17,7 @@ nbjit's own code does on these paths, none of the driver's time.
 there: ``python setup.py build_ext --inplace`` in a checkout of that commit, the ``.so``
 copied), with the paired difference of the warm starts, process by process (the host's speed
 moves by more than a code change between runs; within one turn both meet the same).
-``--stand-in`` with a baseline needs one from 2026-12-02 on (``nbjit._host``).
+``--stand-in`` with a baseline needs one from 2026-12-02 on (``nbjit.gpu.host``).
 Each process also times a fixed pure-Python workload right after (the host's speed at that
 moment: building and sorting a dict, the best of 5), because on a shared machine
 the same code's warm start moves with the host by a factor of two (1.0 ms here could be 1.4 ms
@@ -68,8 +68,9 @@ import nbjit
 nbjit.compile  # (import nbjit is lazy: this imports what compile needs, which counts as imports)
 if sys.argv[2:] == ["stand-in"]:  # no GPU: the driver's calls answer at once (nbjit's code alone is timed)
     import types
-    from nbjit import _driver, kernel
-    from nbjit._host import current_host
+    from nbjit.launch import kernel
+    from nbjit.gpu import driver as _driver
+    from nbjit.gpu.host import current_host
     ctx = types.SimpleNamespace(device=types.SimpleNamespace(id=0, compute_capability=(9, 0)), handle=7)
     current_host().current_context = lambda: ctx
     current_host().current_cc = lambda: (9, 0)
@@ -89,7 +90,7 @@ ts = []
 for _ in range(200):
     t = time.perf_counter(); nbjit.compile(src)["saxpy"]; ts.append(time.perf_counter() - t)
 print(json.dumps({"first": t1 - t0, "repeat": sorted(ts)[len(ts) // 2], "reference": host_reference(),
-                  "nbjit": nbjit.__file__, "ext": getattr(sys.modules.get("nbjit._launch"), "__file__", None)}))
+                  "nbjit": nbjit.__file__, "ext": getattr(sys.modules.get("nbjit.gpu._launcher"), "__file__", None)}))
 '''
 
 CUPY = REFERENCE + r'''

@@ -78,7 +78,7 @@ class Trace:
         self.calls: list[tuple[float, float]] = []
         self.on = False
         try:
-            from nbjit import _workers
+            from nbjit.toolchain import workers as _workers
         except ImportError:  # (no worker processes here)
             return
         trace = self
@@ -112,7 +112,7 @@ class Trace:
 
     def run(self, sources: list, **kw) -> dict:
         """One ``compile_many(sources, **kw)`` call: its wall time and what the trace saw."""
-        from nbjit.compiler import compile_many
+        from nbjit.toolchain.many_sources import compile_many
         self.calls.clear()
         self.on = True
         cpu, t = time.process_time(), time.perf_counter()
@@ -151,7 +151,8 @@ def main() -> None:
     source = SETS[a.set]
     route = {"auto": {}, "yes": {"processes": True}, "no": {"processes": False}}[a.processes]
     from nbjit import Cache
-    from nbjit.compiler import compile_image, compile_many
+    from nbjit.toolchain.nvrtc import compile_image
+    from nbjit.toolchain.many_sources import compile_many
 
     trace = Trace()
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

@@ -140,7 +140,8 @@ class _NvrtcClock:
 
 
 def nbjit_runs(m: int, rounds: int, arch: str, workers: int, seed: int) -> list[dict]:
-    import nbjit.compiler as C
+    import nbjit.toolchain.nvrtc as C
+    from nbjit.toolchain import many_sources
     from nbjit import Cache
     real_image = C.compile_image
     clock = _NvrtcClock()
@@ -154,7 +155,7 @@ def nbjit_runs(m: int, rounds: int, arch: str, workers: int, seed: int) -> list[
         finally:
             outside.append(time.perf_counter() - t - clock.take())
 
-    has_processes = "processes" in C.compile_many.__code__.co_varnames
+    has_processes = "processes" in many_sources.compile_many.__code__.co_varnames
     out = []
     real_image(source(seed - 1), arch=arch, cache=Cache(tempfile.mkdtemp()))  # NVRTC loaded, headers found
     routes = [("one at a time", None), ("compile_many threads", False)]
@@ -176,7 +177,7 @@ def nbjit_runs(m: int, rounds: int, arch: str, workers: int, seed: int) -> list[
                             timed_image(s, arch=arch, cache=cache)
                     else:
                         kw = {"processes": processes} if has_processes else {}
-                        C.compile_many(srcs, arch=arch, cache=cache, workers=workers, **kw)
+                        many_sources.compile_many(srcs, arch=arch, cache=cache, workers=workers, **kw)
                     w = time.perf_counter() - t
                 C.compile_image = real_image
                 if processes and r == 0:
@@ -236,7 +237,7 @@ def main() -> None:
     info = machine()
     counts = [int(c) for c in a.counts.split(",") if c.strip()]
     try:
-        from nbjit.compiler import cccl_include_dir, cuda_include_dir
+        from nbjit.toolchain.identity import cccl_include_dir, cuda_include_dir
         dirs = [d for d in (cuda_include_dir(), cccl_include_dir()) if d]
     except Exception:  # raw NVRTC does not need nbjit
         dirs = []

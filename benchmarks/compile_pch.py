@@ -56,9 +56,9 @@ NEW_OPTION = "-maxrregcount=64"
 
 CHILD = r'''
 import json, os, resource, sys, time
-from nbjit.compiler import compile_image
-from nbjit.cache import Cache
-from nbjit import pch
+from nbjit.toolchain.nvrtc import compile_image
+from nbjit.cache.store import Cache
+from nbjit.toolchain import pch
 a = json.loads(sys.argv[1])
 cache = Cache(a["cache"])
 trace = a.get("trace")

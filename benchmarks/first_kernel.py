@@ -127,7 +127,11 @@ mark("launch")
 BY_STAGE = """\
 import nbjit
 mark("import nbjit")
-from nbjit import _bundle_file, _driver, kernel, loader, module
+from nbjit.bundles import archive as _bundle_file
+from nbjit.launch import kernel
+from nbjit.loading import module
+from nbjit.loading import plan as loader
+from nbjit.gpu import driver as _driver
 mark("import the route's modules")
 timed(_bundle_file, "open_bundle", "read + check archive and manifest")
 timed(_bundle_file, "records", "check the manifest's images")
@@ -210,7 +214,9 @@ m = nbjit.load_bundle(BUNDLE, lazy=True)
 mark("load_bundle(lazy=True)")
 m["axpy"].params
 mark("kernel described")
-from nbjit import args, loader, module
+from nbjit.launch import arguments as args
+from nbjit.loading import module
+from nbjit.loading import plan as loader
 p = loader.plan(m.image, (9, 0), 13000)
 mark("plan for sm_90 (what the driver gets)")
 info = module._kernel_info(m.name, "axpy", [(p.kind, p.info.entry("axpy"))], None, False, m.image.declarations,

@@ -146,7 +146,7 @@ def main() -> None:
     arr_addr = ctypes.addressof(arr)
     func = comp.handle
     launch = cu.cuLaunchKernel
-    from nbjit.kernel import stream_handle
+    from nbjit.launch.kernel import stream_handle
     for label, h in (("default stream", cu.CUstream(0)), (f"{who} stream", stream_handle(s))):
         t.add(f"floor: cuLaunchKernel, pre-packed, {label}",
               lambda h=h: launch(func, GRID, 1, 1, BLOCK, 1, 1, 0, h, arr_addr, 0), sync, group="floor")
@@ -179,7 +179,7 @@ def main() -> None:
           group="form", launcher=comp[GRID, BLOCK, s])
     bound = comp.bind(GRID, BLOCK, y, x, 2.0, N, stream=s)
     t.add("nbjit.compile: bound once", bound, sync, group="form")
-    from nbjit.kernel import _LAUNCH
+    from nbjit.launch.kernel import _LAUNCH
 
     def launched(pdl):  # kernel.launch's configured launcher (kept by the pdl asked for), to report its path
         comp.launch(GRID, BLOCK, y, x, a32, n32, stream=s, pdl=pdl)
@@ -287,7 +287,7 @@ def mlir_rows(t: Table, comp, routes: dict, tadd, launch, func, arr_addr) -> Non
     from numba_cuda_mlir import cuda as mcuda
 
     import nbjit
-    from nbjit.kernel import stream_handle
+    from nbjit.launch.kernel import stream_handle
     x = mcuda.to_device(np.arange(N, dtype=np.float32))
     y = mcuda.to_device(np.zeros(N, dtype=np.float32))
     out = mcuda.device_array(N, np.float32)

@@ -229,7 +229,7 @@ def main() -> None:
     ap.add_argument("--json", help="write the results here")
     a = ap.parse_args()
     out: dict = {}
-    from nbjit.sass import find_nvdisasm
+    from nbjit.toolchain.sass import find_nvdisasm
     if find_nvdisasm() is not None:
         out["sass"] = sass_rows()
         print("SASS for sm_90 (no GPU), the operator linked from Python against the same in C++:")
@@ -240,7 +240,7 @@ def main() -> None:
     else:
         print("nvdisasm is not installed (pip install nvidia-cuda-nvdisasm): no SASS comparison")
     if not a.no_compile:
-        from nbjit.compiler import cccl_include_dir
+        from nbjit.toolchain.identity import cccl_include_dir
         names = ["template"] + (["cub"] if cccl_include_dir() else [])
         if "cub" not in names:
             print("CCCL's headers are not installed: the CUB rows are skipped")

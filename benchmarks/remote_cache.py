@@ -39,8 +39,8 @@ extern "C" __global__ void saxpy(float* y, const float* x, float a, int n) {
 CHILD = r'''
 import json, sys, time
 sys.path.insert(0, sys.argv[5])
-from nbjit.compiler import compile_image
-from nbjit.cache import Cache
+from nbjit.toolchain.nvrtc import compile_image
+from nbjit.cache.store import Cache
 if sys.argv[4] == "preimport":
     import s3fs  # noqa: F401
 cache = Cache(sys.argv[2], remote=sys.argv[3] or None)

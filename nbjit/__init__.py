@@ -32,7 +32,7 @@ What the compiler made (no GPU):
                                         (compile with options=["-Xptxas=-v"]; kept in the cache)
     disassemble(cubin, kernel=None) -> str, Kernel.sass(arch=None)
                                         SASS through nvdisasm (nbjit-core's sass extra)
-    nbjit.occupancy.occupancy(kernel_info, arch, block, dynamic_shared=0) -> Occupancy
+    nbjit.read.occupancy.occupancy(kernel_info, arch, block, dynamic_shared=0) -> Occupancy
                                         resident blocks per SM by CUDA's occupancy rules
 
 Compiling (NVRTC; no GPU needed with an explicit arch) and the cache:
@@ -114,48 +114,50 @@ from nbjit.errors import *  # noqa: F403 (every error is public: errors.__all__ 
 # The public names load with the module that defines them, on first use (PEP 562): `import
 # nbjit` stays cheap (no numpy, no readers) and `nbjit inspect` imports only what it runs.
 _HOMES = {
-    "bundle": ("BundleEntry", "BundleImage", "BundleInfo", "build_bundle", "inspect_bundle", "load_triton"),
-    "_bundle_file": ("load_bundle",),  # (a bundle's first kernel imports no result types, no readers it does not use)
-    "cache": ("Cache", "default_cache", "set_default_cache"),
-    "remote": ("RemoteTier",),
-    "target": ("compile_image",),
-    "link": ("link_image",),
-    "cubin": ("CubinInfo", "inspect_cubin"),
-    "fatbin": ("FatbinEntry", "FatbinInfo", "inspect_fatbin"),
-    "image": ("Image", "as_image", "inspect_image"),
-    "kernel": ("BoundLaunch", "Kernel", "KernelAttributes", "tensor_map"),
-    "tma": ("TensorMap",),
-    "graph": ("Capture", "capture"),
-    "module": ("DeviceGlobal", "Module", "compile", "compile_many", "from_numba", "load"),
-    "occupancy": ("Occupancy",),
-    "sass": ("disassemble",),
-    "ptx": ("PtxInfo", "inspect_ptx", "strip_debug"),
-    "triton": ("TritonKernel", "TritonMeta"),
-    "signature": ("Directives", "KernelInfo", "KernelSignature", "Param"),
-    "_host": ("use_host",),
+    "bundles.build": ("BundleEntry", "BundleImage", "BundleInfo", "build_bundle", "inspect_bundle", "load_triton"),
+    "bundles.archive": ("load_bundle",),
+    "cache.store": ("Cache", "default_cache", "set_default_cache"),
+    "cache.remote": ("RemoteTier",),
+    "loading.compiling": ("compile_image",),
+    "toolchain.link": ("link_image",),
+    "read.cubin": ("CubinInfo", "inspect_cubin"),
+    "read.fatbin": ("FatbinEntry", "FatbinInfo", "inspect_fatbin"),
+    "read.image": ("Image", "as_image", "inspect_image"),
+    "launch.kernel": ("Kernel", "KernelAttributes"),
+    "launch.launchers": ("BoundLaunch",),
+    "launch.tma": ("TensorMap", "tensor_map"),
+    "launch.graph": ("Capture", "capture"),
+    "loading.module": ("DeviceGlobal", "Module", "compile", "compile_many", "from_numba", "load"),
+    "read.occupancy": ("Occupancy",),
+    "toolchain.sass": ("disassemble",),
+    "read.ptx": ("PtxInfo", "inspect_ptx", "strip_debug"),
+    "loading.triton": ("TritonKernel", "TritonMeta"),
+    "params.signature": ("Directives", "KernelInfo", "KernelSignature", "Param"),
+    "gpu.host": ("use_host",),
 }
 _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 
 if TYPE_CHECKING:  # what type checkers and the API reference read
-    from nbjit._bundle_file import load_bundle
-    from nbjit.bundle import BundleEntry, BundleImage, BundleInfo, build_bundle, inspect_bundle, load_triton
-    from nbjit.cache import Cache, default_cache, set_default_cache
-    from nbjit.remote import RemoteTier
-    from nbjit.target import compile_image
-    from nbjit.link import link_image
-    from nbjit.cubin import CubinInfo, inspect_cubin
-    from nbjit.fatbin import FatbinEntry, FatbinInfo, inspect_fatbin
-    from nbjit.image import Image, as_image, inspect_image
-    from nbjit.kernel import BoundLaunch, Kernel, KernelAttributes, tensor_map
-    from nbjit.tma import TensorMap
-    from nbjit.graph import Capture, capture
-    from nbjit.module import DeviceGlobal, Module, compile, compile_many, from_numba, load
-    from nbjit.occupancy import Occupancy
-    from nbjit.sass import disassemble
-    from nbjit.ptx import PtxInfo, inspect_ptx, strip_debug
-    from nbjit.triton import TritonKernel, TritonMeta
-    from nbjit.signature import Directives, KernelInfo, KernelSignature, Param
-    from nbjit._host import use_host
+    from nbjit.bundles.archive import load_bundle
+    from nbjit.bundles.build import BundleEntry, BundleImage, BundleInfo, build_bundle, inspect_bundle, load_triton
+    from nbjit.cache.store import Cache, default_cache, set_default_cache
+    from nbjit.cache.remote import RemoteTier
+    from nbjit.loading.compiling import compile_image
+    from nbjit.toolchain.link import link_image
+    from nbjit.read.cubin import CubinInfo, inspect_cubin
+    from nbjit.read.fatbin import FatbinEntry, FatbinInfo, inspect_fatbin
+    from nbjit.read.image import Image, as_image, inspect_image
+    from nbjit.launch.kernel import Kernel, KernelAttributes
+    from nbjit.launch.launchers import BoundLaunch
+    from nbjit.launch.tma import TensorMap, tensor_map
+    from nbjit.launch.graph import Capture, capture
+    from nbjit.loading.module import DeviceGlobal, Module, compile, compile_many, from_numba, load
+    from nbjit.read.occupancy import Occupancy
+    from nbjit.toolchain.sass import disassemble
+    from nbjit.read.ptx import PtxInfo, inspect_ptx, strip_debug
+    from nbjit.loading.triton import TritonKernel, TritonMeta
+    from nbjit.params.signature import Directives, KernelInfo, KernelSignature, Param
+    from nbjit.gpu.host import use_host
 
 
 def __getattr__(name: str):
@@ -172,7 +174,8 @@ def __getattr__(name: str):
 # ``module`` imports the compiler and the cache only where it compiles (a bundle's or a
 # cubin's first kernel needs neither); the names that compile bring them when they are asked
 # for, so that their first call is not an import
-_WITH = {"compile": ("compiler", "cache", "_compiling"), "compile_many": ("compiler", "cache", "_compiling")}
+_WITH = {"compile": ("toolchain.nvrtc", "cache.store", "loading.compiling"),
+         "compile_many": ("toolchain.nvrtc", "cache.store", "loading.compiling")}
 
 
 def __dir__() -> list[str]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from nbjit._defs import record
+from nbjit.records import record
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

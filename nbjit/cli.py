@@ -15,15 +15,15 @@ from pathlib import Path
 from typing import NoReturn
 
 from nbjit.arch import SHIPPED, Arch, existence_problem
-from nbjit.cubin import EM_CUDA, CubinInfo, inspect_cubin
+from nbjit.read.cubin import EM_CUDA, CubinInfo, inspect_cubin
 from nbjit.errors import ImageFormatError, NbjitError, NbjitWarning
-from nbjit.fatbin import DECODERS, FatbinInfo, inspect_fatbin, undecoded
-from nbjit._write import write_output
-from nbjit.image import MAX_FILE_BYTES, Image, inspect_image, read_regular, sniff
-from nbjit.ptx import PtxInfo, inspect_ptx, strip_debug
-from nbjit.cdecl import demangled_text
-from nbjit._signature_build import typed_entries
-from nbjit.signature import RESOURCES, shown_param_name
+from nbjit.read.fatbin import DECODERS, FatbinInfo, inspect_fatbin, undecoded
+from nbjit.files import write_output
+from nbjit.read.image import MAX_FILE_BYTES, Image, inspect_image, read_regular, sniff
+from nbjit.read.ptx import PtxInfo, inspect_ptx, strip_debug
+from nbjit.params.cdecl import demangled_text
+from nbjit.params.signature import typed_entries
+from nbjit.params.signature import RESOURCES, shown_param_name
 
 __all__ = ["main"]
 
@@ -162,7 +162,8 @@ def _check_compilable(a: Arch, option: str, *, tool: str = "NVRTC", newer: str =
     """Refuse an architecture this NVRTC (or nvJitLink, ``tool``, where it is NVRTC's version)
     cannot compile for, naming those it can; ``newer``: the option that would give PTX for
     the newest it knows, for a GPU newer than it (none: no such hint)."""
-    from nbjit.compiler import nvjitlink_version, nvrtc_version, supported_archs
+    from nbjit.toolchain.nvjitlink import nvjitlink_version
+    from nbjit.toolchain.nvrtc import nvrtc_version, supported_archs
     try:
         known, version = supported_archs(), nvrtc_version()
     except NbjitError:
@@ -307,7 +308,7 @@ def format_cubin(info: CubinInfo, path: str) -> str:
 def damaged_entries(info: FatbinInfo, path: str) -> dict[int, str]:
     """{index: what is wrong} for each cubin of fatbin ``info`` whose ELF structure (header,
     section table, sections within the file, a CUDA machine) is broken."""
-    from nbjit._elf import ElfFile
+    from nbjit.read.elf import ElfFile
 
     out = {}
     for e in info.entries:
@@ -413,7 +414,7 @@ def _inspect(args) -> int:
             raise _Usage(f"{what}: give the Triton kernel's .cubin file, not {args.file}")
         if args.arch:
             raise _Usage("--arch chooses a fatbin's entry; a Triton kernel has its own")
-        from nbjit.triton import describe
+        from nbjit.loading.triton import describe
         d = describe(args.file)
         print(json.dumps(d, indent=2) if args.json else format_triton(d, args.file))
         return 0
@@ -499,8 +500,8 @@ def _occupancy_arg(text: str) -> tuple[int, int]:
 
 def _inspect_compiled(args, img: Image) -> int:
     """--sass, --occupancy, --fail-on-spills: about the cubin ``img`` is, or gives for --arch."""
-    from nbjit.occupancy import occupancy
-    from nbjit.sass import cubin_for, disassemble
+    from nbjit.read.occupancy import occupancy
+    from nbjit.toolchain.sass import cubin_for, disassemble
     if img.kind != "cubin" and not args.arch:
         raise _Usage(f"{img.name} is {img.kind}: give --arch (e.g. sm_90) for the SASS it gives")
     ptx = img.data if img.kind == "ptx" else None
@@ -568,7 +569,7 @@ def _inspect_compiled(args, img: Image) -> int:
 def _unzip_hint(args, raw: bytes) -> str:
     """How to take one of bundle ``raw``'s members out to inspect it (a bundle is a ZIP archive
     of the compiler's own files): the member --arch would use, else its first cubin."""
-    from nbjit.bundle import image_of, read_bundle
+    from nbjit.bundles.build import image_of, read_bundle
     member = "IMAGE/sm_XX.cubin"
     try:
         info = read_bundle(raw, args.file)
@@ -584,7 +585,7 @@ def _unzip_hint(args, raw: bytes) -> str:
 
 
 def _inspect_bundle(args, raw: bytes) -> int:
-    from nbjit.bundle import image_of, read_bundle
+    from nbjit.bundles.build import image_of, read_bundle
 
     label = "<stdin>" if args.file == "-" else args.file
     info = read_bundle(raw, label)
@@ -622,8 +623,8 @@ def _inspect_bundle(args, raw: bytes) -> int:
 
 
 def _bundle(args) -> int:
-    from nbjit._bundle_file import is_image_name
-    from nbjit.bundle import bundle_bytes
+    from nbjit.bundles.archive import is_image_name
+    from nbjit.bundles.build import bundle_bytes
 
     # everything the command line can get wrong is said here, in its terms (--arch, --name), before
     # anything is compiled; what only building finds is said by build_bundle's own checks
@@ -663,7 +664,7 @@ def _bundle(args) -> int:
         raise _Usage(f"--expr {args.expr[0]}: name expressions instantiate templates of CUDA C++ sources (FILEs named "
                      ".cu, .cuh or .cuda), and no FILE is one: drop --expr")
     if (archs or ptx) and not sources:
-        from nbjit.triton import read_triton
+        from nbjit.loading.triton import read_triton
         for f in files:  # a FILE that is no image (or a directory holding no Triton kernel) is said first
             if os.path.isdir(f) or f.endswith(".json"):
                 read_triton(f)
@@ -700,8 +701,8 @@ def _bundle_inputs(args) -> tuple:
     """What ``bundle`` builds from its FILEs: build_bundle's inputs (the FILEs, or {NAME:
     FILEs} with --name; ``-``, standard input, as image "stdin": the image it holds, or CUDA
     source text), and those of them that are CUDA sources (``-`` for standard input's)."""
-    from nbjit.bundle import _image_name
-    from nbjit.compiler import SOURCE_SUFFIXES
+    from nbjit.bundles.build import _image_name
+    from nbjit.toolchain.request import SOURCE_SUFFIXES
 
     seen: dict[str, str] = {}  # image name -> the FILE it comes from
     for f in args.files:
@@ -751,7 +752,7 @@ def _cannot_write(directory) -> str | None:
 def _expressions(args, sources: list[str]) -> "list[str] | dict[str, list[str]]":
     """``bundle``'s --expr: each ``EXPR`` for every CUDA source, each ``IMAGE=EXPR`` for that
     image's only (as ``build_bundle``'s ``name_expressions={image: [...]}``)."""
-    from nbjit.bundle import _image_name
+    from nbjit.bundles.build import _image_name
 
     images = [args.name] if args.name else ["stdin" if f == "-" else _image_name(Path(f)) for f in sources]
     every: list[str] = []
@@ -796,7 +797,7 @@ def _strip(args) -> int:
 
 
 def _cache(args) -> int:
-    from nbjit.cache import default_cache, format_size
+    from nbjit.cache.store import default_cache, format_size
 
     if args.max_bytes is not None and args.action != "prune":
         raise _Usage(f"--max-bytes applies to 'cache prune', not 'cache {args.action}'")
@@ -814,7 +815,7 @@ def _cache(args) -> int:
         _binary_to_stdout("a cache archive", "cache export -")
     c = default_cache()
     if args.remote is not None:
-        from nbjit.cache import Cache
+        from nbjit.cache.store import Cache
         c = Cache(c.path, max_bytes=c.max_bytes, lock_timeout=c.lock_timeout, remote=args.remote)
     if args.action in ("push", "pull") and c.remote is None:
         raise _Usage(f"'cache {args.action}' needs a remote cache: give --remote URL (s3://bucket/prefix, "
@@ -842,7 +843,7 @@ def _cache(args) -> int:
                                                           f"{format_size(i['remote_bytes'])}"
                                                           if i["remote_entries"] is not None else i["remote_error"]))
     elif args.action == "list":
-        from nbjit.cache import OTHER_FORMAT, entry_file
+        from nbjit.cache.entries import OTHER_FORMAT, entry_file
         rows = []
         for f, size, used in c.entries():
             got = entry_file(f)
@@ -914,7 +915,7 @@ def _there(n: int) -> str:
 
 
 def _compile(args) -> int:
-    from nbjit.compiler import compile_image, compile_key
+    from nbjit.toolchain.nvrtc import compile_image, compile_key
 
     path = Path(args.file)
     archs = _parse_archs(args.arch, "--arch")  # what each compile is told it is for
@@ -929,7 +930,7 @@ def _compile(args) -> int:
                      "output)")
     cache = None
     if args.cache_only:
-        from nbjit.cache import default_cache
+        from nbjit.cache.store import default_cache
         cache = default_cache()
         if cache.path is None:
             raise _Usage("--cache-only would store nothing: the disk cache is off (NBJIT_CACHE=0); set "
@@ -1049,7 +1050,7 @@ def _check_source(raw: bytes, path: str) -> None:
 
 def _size(text: str) -> int:
     """--max-bytes's value: a byte count, with a unit or without."""
-    from nbjit.cache import parse_size
+    from nbjit.cache.store import parse_size
     n = parse_size(text)
     if n is None:
         raise argparse.ArgumentTypeError(f"{text!r} is not a byte count >= 0 (e.g. 1073741824, 100k, 512M, 1G)")

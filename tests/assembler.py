@@ -40,7 +40,7 @@ def assemble(ptx: str, arch: str, version: tuple[int, int]) -> str:
             if r.returncode != 0:
                 pytest.fail(f"ptxas rejected the PTX:\n{r.stderr}")
             return "ptxas"
-    from nbjit.compiler import assemble_ptx, nvjitlink_version
+    from nbjit.toolchain.nvjitlink import assemble_ptx, nvjitlink_version
 
     nv = nvjitlink_version()
     if nv is None or version > _max_isa(nv):

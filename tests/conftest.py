@@ -1,7 +1,7 @@
 """Shared fixtures: paths to the committed compiler outputs, the `gpu` marker's skip, and the
 Numba host the suite runs under.
 
-The host is nbjit's (``nbjit._host``), chosen as the session starts, before any test module
+The host is nbjit's (``nbjit.gpu.host``), chosen as the session starts, before any test module
 imports a Numba: ``NBJIT_HOST=numba-cuda-mlir python -m pytest -m gpu`` runs the GPU suite
 under numba-cuda-mlir (the ``cuda`` fixture, ``host_cuda()`` and ``HOST_CUDA`` give its
 ``cuda`` module: its arrays, streams and ``@cuda.jit``); without it, numba-cuda where it is
@@ -16,18 +16,18 @@ import pytest
 DATA = Path(__file__).resolve().parent / "data"
 
 # What a subprocess's code or a spawned worker runs for the host's `cuda` module (it inherits NBJIT_HOST)
-HOST_CUDA = "from nbjit._host import current_host as _host; cuda = _host().module('cuda')"
+HOST_CUDA = "from nbjit.gpu.host import current_host as _host; cuda = _host().module('cuda')"
 
 
 def host_cuda():
     """The ``cuda`` module of the Numba host nbjit serves (``numba.cuda`` or
     ``numba_cuda_mlir.cuda``), imported."""
-    from nbjit._host import current_host
+    from nbjit.gpu.host import current_host
     return current_host().module("cuda")
 
 
 def pytest_configure(config):
-    from nbjit._host import current_host
+    from nbjit.gpu.host import current_host
     _run_cache(config)
     current_host()  # chosen now (NBJIT_HOST, else the first installed), not by a test module's imports
 
@@ -53,7 +53,7 @@ def _run_cache(config) -> None:
 
 
 def pytest_report_header(config):
-    from nbjit._host import current_host
+    from nbjit.gpu.host import current_host
     return f"nbjit host: {current_host().name} (NBJIT_HOST=numba-cuda-mlir or numba-cuda chooses)"
 
 
@@ -81,7 +81,7 @@ def pytest_terminal_summary(terminalreporter):
 
 @functools.lru_cache(maxsize=None)
 def gpu_available() -> tuple[bool, str]:
-    from nbjit._host import current_host
+    from nbjit.gpu.host import current_host
     name = current_host().name
     try:
         if host_cuda().is_available():
@@ -147,7 +147,7 @@ def data() -> Path:
 def _private_cache(tmp_path_factory, monkeypatch):
     """Every test gets its own default cache directory: tests never share or pollute one (what
     runs outside a test, a module's fixtures, uses the run's: ``_run_cache``)."""
-    from nbjit.cache import set_default_cache
+    from nbjit.cache.store import set_default_cache
     monkeypatch.setenv("NBJIT_CACHE_DIR", str(tmp_path_factory.mktemp("nbjit-cache")))
     set_default_cache(None)
     yield
@@ -187,7 +187,7 @@ def cuda():
 @pytest.fixture(scope="module")
 def nb_types():
     """The host's Numba types (``numba.types`` or numba-cuda-mlir's), for kernel signatures."""
-    from nbjit._host import current_host
+    from nbjit.gpu.host import current_host
     return current_host().module("types")
 
 
@@ -201,7 +201,8 @@ def kernels():
 def expected_path() -> str:
     """The C launcher, unless it is switched off or several GPUs make nbjit check devices
     (then every launch takes the Python path)."""
-    from nbjit import _driver, _native
+    from nbjit.gpu import extension as _native
+    from nbjit.gpu import driver as _driver
     if _native.extension() is None or _driver.multi_gpu():
         return "python"
     return "c"
@@ -209,8 +210,8 @@ def expected_path() -> str:
 
 @pytest.fixture
 def counted(monkeypatch):
-    """Counts real NVRTC compiles (nbjit.compiler._run_nvrtc calls)."""
-    from nbjit import compiler
+    """Counts real NVRTC compiles (nbjit.toolchain.nvrtc._run_nvrtc calls)."""
+    from nbjit.toolchain import nvrtc as compiler
     calls = []
     real = compiler._run_nvrtc
 
@@ -228,8 +229,9 @@ def fake_device(monkeypatch):
     driver's own parameter check is tested on the GPU)."""
     import types
 
-    from nbjit import _driver, kernel, module
-    from nbjit._host import current_host
+    from nbjit.loading import module
+    from nbjit.gpu import driver as _driver
+    from nbjit.gpu.host import current_host
     ctx = types.SimpleNamespace(device=types.SimpleNamespace(id=0, compute_capability=(9, 0)), handle=7)
     monkeypatch.setattr(current_host(), "current_context", lambda: ctx)
     monkeypatch.setattr(current_host(), "current_cc", lambda: (9, 0))
@@ -239,7 +241,7 @@ def fake_device(monkeypatch):
     monkeypatch.setattr(_driver, "unload_module", lambda handle: None)
     monkeypatch.setattr(_driver, "get_function", lambda handle, name: 2)
     monkeypatch.setattr(_driver, "param_info", lambda func: None)
-    monkeypatch.setattr(kernel, "_MULTI", [False])
+    monkeypatch.setattr("nbjit.launch.launchers._MULTI", [False])
     return module
 
 

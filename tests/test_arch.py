@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from nbjit.arch import Arch
-from nbjit.fatbin import select_entry
+from nbjit.read.fatbin import select_entry
 
 
 @pytest.mark.parametrize("text,number,variant,virtual", [
@@ -55,7 +55,7 @@ def test_fatbin_choice_and_loader_follow_the_same_rule(arch):
     the fatbin choice once disagreed on compute_100f for sm_120)."""
     from dataclasses import replace
 
-    from nbjit.fatbin import FatbinEntry
+    from nbjit.read.fatbin import FatbinEntry
     a = Arch.parse(arch)
     e = FatbinEntry(0, "ptx" if a.virtual else "cubin", a.number, a.variant == "a", a.variant == "f", None, 0, 0, 0,
                     False, (9, 0) if a.virtual else None, b"")
@@ -104,10 +104,10 @@ def test_architectures_cross_modules_as_values_and_json_keeps_text():
     import json
     from pathlib import Path
 
-    from nbjit import _facts
-    from nbjit.cubin import inspect_cubin
-    from nbjit.fatbin import inspect_fatbin
-    from nbjit.image import Image
+    from nbjit.cache import facts as _facts
+    from nbjit.read.cubin import inspect_cubin
+    from nbjit.read.fatbin import inspect_fatbin
+    from nbjit.read.image import Image
 
     img = Image(b"\0", "cubin", arch="sm_90a")
     assert type(img.arch) is Arch and img.arch == "sm_90a" and img.arch == Arch(90, "a")

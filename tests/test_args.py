@@ -1,4 +1,4 @@
-"""Argument packing (nbjit.args): every conversion rule and its error, on a CPU; and the C
+"""Argument packing (nbjit.launch.arguments): every conversion rule and its error, on a CPU; and the C
 launch path's fast rules agreeing byte for byte with the Python ones."""
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nbjit import NbjitArgumentError, inspect_ptx
-from nbjit.args import ArgPacker, declare, device_pointer, parse_signature
-from nbjit.cubin import inspect_cubin
+from nbjit.launch.arguments import ArgPacker
+from nbjit.launch.arrays import device_pointer
+from nbjit.params.declarations import declare, parse_signature
+from nbjit.read.cubin import inspect_cubin
 
 from conftest import DATA  # noqa: E402
 KERNELS = inspect_ptx((DATA / "nvcc/kernels_sm90.ptx").read_text())
@@ -113,7 +115,7 @@ def test_every_ptx_type():
 
 
 def test_bf16_and_pred_rules():
-    from nbjit._args_extra import _float_to_bf16
+    from nbjit.launch.arguments import _float_to_bf16
     assert _float_to_bf16(1.0) == 0x3F80 and _float_to_bf16(-2.0) == 0xC000
     assert _float_to_bf16(1.00390625) == 0x3F80  # ties to even
 
@@ -158,7 +160,7 @@ def test_torch_cpu_tensor_is_refused():
 # ---------------------------------------------------------------- the C fast rules
 
 try:
-    from nbjit import _launch
+    from nbjit.gpu import _launcher as _launch
 except ImportError:  # the optional extension is not built here
     _launch = None
 
@@ -172,8 +174,8 @@ def c_launcher(info, name):
 def c_launcher_for(k, tail=0):
     """A C launcher for KernelInfo ``k`` (never launched: no entry point) and its packer; the
     last ``tail`` parameters are not passed (left zero)."""
-    from nbjit.args import _EXTRACTORS
-    from nbjit.kernel import LauncherSpec, _numbers
+    from nbjit.launch.arrays import _EXTRACTORS
+    from nbjit.launch.launchers import LauncherSpec, _numbers
     p = ArgPacker(k.signature, k.name)
     n = len(k.params) - tail
     layout = tuple((q.offset, *r.code) for q, r in zip(k.params[:n], p.rules)) + \
@@ -216,7 +218,7 @@ def test_c_rules_agree_on_every_width(args):
 
 @needs_c
 def test_c_rules_extract_device_arrays():
-    from nbjit.args import _EXTRACTORS
+    from nbjit.launch.arrays import _EXTRACTORS
     c, p = c_launcher(KERNELS, "k_basic")
     a = FakeCAI(0x1234)
     assert c.pack_fast((a, 0, 1.0, 1)) is None or type(a) in _EXTRACTORS  # first sight: Python decides
@@ -226,8 +228,8 @@ def test_c_rules_extract_device_arrays():
 
 # ---------------------------------------------------------------- typed pointers: dtype checks
 
-from nbjit._csource import source_declarations  # noqa: E402
-from nbjit.signature import merge  # noqa: E402
+from nbjit.params.declarations import source_declarations  # noqa: E402
+from nbjit.params.signature import merge  # noqa: E402
 
 SOURCE = source_declarations((DATA / "src/kernels.cu").read_text())
 CUBIN = inspect_cubin((DATA / "nvcc/kernels_sm_90.cubin").read_bytes())
@@ -276,7 +278,7 @@ def test_wrong_dtype_is_refused_naming_kernel_parameter_and_types():
     ("Pair", ["f8", "u1"], []),  # a struct nbjit cannot size: anything
 ])
 def test_element_rules(pointee, ok, bad):
-    from nbjit.cdecl import CParam
+    from nbjit.params.cdecl import CParam
     p = typed_packer("k_globals", [CParam(pointee, True)])
     for dt in ok:
         assert p.pack((FakeArray(0x40, dt),)) == struct.pack("<Q", 0x40), dt
@@ -294,7 +296,7 @@ def test_plain_addresses_and_views_are_the_way_around_the_check():
 
 
 def test_a_cubin_typed_by_its_mangled_name_checks_dtypes():
-    from nbjit.cdecl import demangle
+    from nbjit.params.cdecl import demangle
     name = "_Z6k_tmplIfEvPT_S0_i"
     k = merge(name, [("cubin", CUBIN.entry(name))], [("mangled name", demangle(name))])
     p = ArgPacker(k.signature, name)
@@ -305,14 +307,14 @@ def test_a_cubin_typed_by_its_mangled_name_checks_dtypes():
 
 def test_torch_dtypes():
     torch = pytest.importorskip("torch")
-    from nbjit.args import array_element
+    from nbjit.launch.arrays import array_element
     assert array_element(torch.zeros(2, dtype=torch.bfloat16)) == ("bf", 2, "bfloat16")
     assert array_element(torch.zeros(2, dtype=torch.int16))[:2] == ("i", 2)
 
 
 @needs_c
 def test_c_path_checks_dtypes_like_python():
-    from nbjit.args import _EXTRACTORS
+    from nbjit.launch.arrays import _EXTRACTORS
     k = typed("k_basic")
     c, p = c_launcher_for(k)
     good, bad = FakeArray(0x100, "f4"), FakeArray(0x200, "f8")
@@ -357,8 +359,8 @@ def test_unknown_types_take_the_c_path():
 @needs_c
 def test_c_launcher_leaves_trailing_z_parameters_zero():
     """Triton's NULL scratch pointers: not passed, packed as zeros."""
-    from nbjit.args import _EXTRACTORS
-    from nbjit.kernel import LauncherSpec, _numbers
+    from nbjit.launch.arrays import _EXTRACTORS
+    from nbjit.launch.launchers import LauncherSpec, _numbers
     z, p = c_launcher_for(typed("k_basic"), tail=2)
     assert z.pack_fast((0x10, 0x20)) == struct.pack("<QQfi", 0x10, 0x20, 0.0, 0)
     assert z.pack_fast((0x10, 0x20, 1.0, 1)) is None  # the count is the passed parameters'
@@ -372,8 +374,8 @@ def test_c_launcher_spec_is_checked_by_name():
     """The C Launcher is made from one spec: what is missing or malformed is named."""
     import types
 
-    from nbjit.args import _EXTRACTORS
-    from nbjit.kernel import LauncherSpec, _numbers
+    from nbjit.launch.arrays import _EXTRACTORS
+    from nbjit.launch.launchers import LauncherSpec, _numbers
     k = typed("k_basic")
     p = ArgPacker(k.signature, k.name)
     layout = tuple((q.offset, *r.code) for q, r in zip(k.params, p.rules))
@@ -405,7 +407,7 @@ def test_c_launcher_spec_is_checked_by_name():
 def test_kernel_indexing_bases(base):
     """kernel[config] looks in _configs, and calls _configure_cached on a miss or an
     unhashable config, in C and in Python alike."""
-    from nbjit.kernel import _PyIndexing
+    from nbjit.launch.kernel import _PyIndexing
     if base == "c" and _launch is None:
         pytest.skip("nbjit's C launch extension is not built")
     Base = _launch.KernelBase if base == "c" else _PyIndexing
@@ -470,7 +472,7 @@ class DLPackTensor:
 
 
 def test_dlpack_tensors_pass_for_pointers():
-    from nbjit.args import array_element
+    from nbjit.launch.arrays import array_element
     t = DLPackTensor(0x7F0000001000, offset=256)
     assert device_pointer(t) == 0x7F0000001100 and t.calls == 1
     assert array_element(t) == ("f", 4, "float32")

@@ -16,11 +16,12 @@ import pytest
 
 import nbjit
 from nbjit import BundleError, build_bundle, inspect_bundle, load_bundle
-from nbjit.bundle import MAX_MEMBERS, read_bundle
-from nbjit.signature import RESOURCES, KernelSignature, replace
-from nbjit.cache import Cache
-from nbjit.compiler import _toolchain_fingerprint, nvrtc_version
-from nbjit.fatbin import inspect_fatbin
+from nbjit.bundles.build import MAX_MEMBERS, read_bundle
+from nbjit.params.signature import RESOURCES, KernelSignature, replace
+from nbjit.cache.store import Cache
+from nbjit.toolchain.identity import _toolchain_fingerprint
+from nbjit.toolchain.nvrtc import nvrtc_version
+from nbjit.read.fatbin import inspect_fatbin
 
 from conftest import DATA  # noqa: E402
 
@@ -285,7 +286,7 @@ def test_members_are_read_as_zipfile_reads_them_and_a_damaged_local_header_is_na
     """A member's bytes come from the archive's bytes (its local header, extent and CRC-32
     checked), equal to what ``ZipFile.read`` gives; each way a local header can be damaged is a
     BundleError naming the member and what is wrong."""
-    from nbjit._bundle_file import open_bundle
+    from nbjit.bundles.archive import open_bundle
 
     example = (DATA.parent.parent / "examples/bundle_package/src/nbjit_demo_kernels/kernels.nbjit").read_bytes()
     for data in (small, example):
@@ -314,7 +315,7 @@ def test_member_names_and_flags_zipfile_refuses_are_refused(small):
     """A local header whose name does not decode as its flags say (a UTF-8 name outside code
     page 437, the UTF-8 flag cleared) differs from its central directory entry; flag bits for
     strong encryption (0x40) and compressed patched data (0x20) are refused as ZipFile refuses them."""
-    from nbjit._bundle_file import open_bundle
+    from nbjit.bundles.archive import open_bundle
 
     def renamed(members):
         m = json.loads(members["manifest.json"])
@@ -361,9 +362,9 @@ def test_a_lazy_module_describes_its_kernels_from_the_manifest(built, monkeypatc
     the kernels read_bundle merges from every entry."""
     path, _, _ = built
     listed = inspect_bundle(path).image().kernels
-    import nbjit.cubin
-    import nbjit.ptx
-    for mod, name in ((nbjit.ptx, "inspect_ptx"), (nbjit.cubin, "inspect_cubin")):
+    import nbjit.read.cubin
+    import nbjit.read.ptx
+    for mod, name in ((nbjit.read.ptx, "inspect_ptx"), (nbjit.read.cubin, "inspect_cubin")):
         monkeypatch.setattr(mod, name, lambda *a, _n=name, **k: pytest.fail(f"{_n} was called"))
     mod = load_bundle(path, lazy=True)
     assert list(mod.kernels) == [k.name for k in listed]
@@ -377,8 +378,8 @@ def test_the_manifest_records_each_cubins_own_facts(built):
     """Each cubin entry carries its kernels' resources and its globals, so that loading it
     reads no ELF: the loaded module types its kernels as the manifest lists them (as they
     were described while it waited), with that cubin's resources, at the cubin's layout."""
-    from nbjit import module
-    from nbjit.loader import plan
+    from nbjit.loading import module
+    from nbjit.loading.plan import plan
     path, info, _ = built
     img = info.image()
     assert all((e.resources is None) == (e.globals is None) == (e.kind == "ptx") for e in img.entries)
@@ -405,8 +406,8 @@ def test_the_manifest_records_each_cubins_own_facts(built):
 def test_a_bundle_without_cubin_facts_loads_its_cubin_read(small):
     """A manifest that records no facts of a cubin (an older nbjit's) still loads: the loader
     reads that cubin."""
-    from nbjit.cubin import CubinInfo
-    from nbjit.loader import plan
+    from nbjit.read.cubin import CubinInfo
+    from nbjit.loading.plan import plan
 
     def older(m):
         for e in m["images"][0]["entries"]:
@@ -587,7 +588,7 @@ def test_a_manifest_is_read_in_linear_time(small):
     before them: n images cost O(n) comparisons, not O(n^2) (16,000 images would take seconds,
     a 64 MiB manifest hours); more images than a bundle can have are refused before any is
     read, and so is a member two images list."""
-    from nbjit._bundle_file import MAX_IMAGES, Archive, open_bundle, records
+    from nbjit.bundles.archive import MAX_IMAGES, Archive, open_bundle, records
 
     archive = open_bundle(small)
     one = archive.manifest["images"][0]
@@ -750,7 +751,7 @@ def test_cli_bundle_and_inspect(tmp_path, capsys):
 def test_a_bundled_triton_kernel_loads_as_one(tmp_path, entry):
     """load_triton(bundle) gives the TritonKernel load_triton(cache entry) gives: the same
     metadata, launch rules and parameter types (no GPU: lazily)."""
-    from nbjit.triton import TritonKernel, describe, read_triton
+    from nbjit.loading.triton import TritonKernel, describe, read_triton
 
     src = DATA / "triton" / entry
     build_bundle(src, tmp_path / "t.nbjit")
@@ -801,7 +802,7 @@ def test_load_triton_picks_the_bundles_triton_image(tmp_path):
 def test_triton_metadata_in_a_bundle_follows_load_triton_rules(tmp_path, change, msg):
     """A bundle's Triton metadata is checked by load_triton's one validator, in read_bundle
     (nbjit inspect) and load_triton(bundle), as a cache entry's is."""
-    from nbjit.triton import read_triton
+    from nbjit.loading.triton import read_triton
 
     build_bundle(DATA / "triton/add_kernel", tmp_path / "t.nbjit")
     data = _rezip((tmp_path / "t.nbjit").read_bytes(), _manifest(lambda m: m["images"][0]["triton"].update(change)))

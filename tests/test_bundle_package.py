@@ -27,7 +27,7 @@ import pytest
 
 import nbjit
 from nbjit import inspect_bundle
-from nbjit.compiler import _toolchain_fingerprint
+from nbjit.toolchain.identity import _toolchain_fingerprint
 
 from conftest import DATA  # noqa: E402
 
@@ -51,7 +51,7 @@ for name in ("cuda.bindings.nvrtc", "cuda", "numba", "cuda.pathfinder"):
     except ImportError:
         missing.append(name)
 out["missing"] = missing
-from nbjit.compiler import cuda_include_dir
+from nbjit.toolchain.identity import cuda_include_dir
 out["cuda_headers"] = cuda_include_dir()
 out["nbjit_from"] = nbjit.__file__
 out["demo_from"] = demo.__file__

@@ -1,4 +1,4 @@
-"""The compile cache (nbjit.cache) with real NVRTC compiles: keys, corruption, concurrency."""
+"""The compile cache (nbjit.cache.store) with real NVRTC compiles: keys, corruption, concurrency."""
 from __future__ import annotations
 
 import json
@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
-import nbjit.compiler as C
 from nbjit import NbjitWarning, compile_image
-from nbjit.cache import FORMAT_VERSION, Cache, CacheEntry, _checksum, cache_key, default_cache
-from nbjit.image import content_digest, content_hash
+from nbjit.cache.entries import FORMAT_VERSION, CacheEntry, _checksum
+from nbjit.cache.store import Cache, default_cache
+from nbjit.cache.entries import cache_key
+from nbjit.read.image import content_digest, content_hash
 
 from conftest import DATA  # noqa: E402
 SRC = 'extern "C" __global__ void k(float* x, int n) { int i = threadIdx.x; if (i < n) x[i] = SCALE * i; }\n'
@@ -60,9 +61,11 @@ def test_a_disk_hit_hands_on_the_payload_digest_it_checked(tmp_path, counted):
 def test_keys_are_the_canonical_json_of_their_fields(fields):
     """The key encoder (json's C encoder, made once) writes what json.dumps with sorted keys
     and no spaces writes, so keys do not change with how they are encoded."""
-    from nbjit.cache import _KEY_JSON
-    want = json.dumps({"format": FORMAT_VERSION, **fields}, sort_keys=True, separators=(",", ":"))
-    assert _KEY_JSON({"format": FORMAT_VERSION, **fields}) == want
+    from nbjit.cache.entries import _KEY_JSON
+    from nbjit.cache.entries import KEY_SCHEMA_VERSION
+    versions = {"format": FORMAT_VERSION, "schema": KEY_SCHEMA_VERSION}
+    want = json.dumps({**versions, **fields}, sort_keys=True, separators=(",", ":"))
+    assert _KEY_JSON({**versions, **fields}) == want
     assert cache_key(fields) == content_digest(want.encode())
     with pytest.raises(TypeError, match="not JSON serializable"):
         cache_key({"source": object()})
@@ -110,10 +113,11 @@ def test_include_file_contents_are_keyed(tmp_path, counted):
 def test_toolchain_and_format_are_keyed(tmp_path, counted, monkeypatch):
     c = Cache(tmp_path)
     build(c)
-    monkeypatch.setattr(C, "_FINGERPRINTS", {"nvrtc": {"libs": [["/other/libnvrtc.so.13", 1, 2]], "env": []}})
+    monkeypatch.setattr("nbjit.toolchain.identity._FINGERPRINTS",
+                        {"nvrtc": {"libs": [["/other/libnvrtc.so.13", 1, 2]], "env": []}})
     build(c)
     assert len(counted) == 2
-    monkeypatch.setattr("nbjit.cache.FORMAT_VERSION", FORMAT_VERSION + 1)
+    monkeypatch.setattr("nbjit.cache.entries.FORMAT_VERSION", FORMAT_VERSION + 1)
     build(Cache(tmp_path))
     assert len(counted) == 3
 
@@ -193,7 +197,7 @@ def test_the_suite_writes_nothing_into_the_users_cache(tmp_path):
 
 
 def test_environment_selects_location(tmp_path, monkeypatch):
-    from nbjit.cache import set_default_cache
+    from nbjit.cache.store import set_default_cache
     monkeypatch.setenv("NBJIT_CACHE_DIR", str(tmp_path / "here"))
     set_default_cache(None)
     assert default_cache().path == tmp_path / "here"
@@ -225,30 +229,24 @@ def test_size_limit_prunes_least_recently_used(tmp_path):
     assert left == {keys[0], keys[3], keys[4]}
 
 
-def test_call_files_are_kept_listed_cleared_and_pruned_with_their_entries(tmp_path):
-    """A call's digest names the key it was filed under (``Cache.index``): read back whole
-    (anything else is no key), not counted as an entry, removed by ``clear``, and by
-    ``prune`` with the entry it names (the others stay)."""
+def test_an_older_nbjits_call_files_are_not_entries_and_go_with_prune_and_clear(tmp_path):
+    """Call files (``<digest>.call``: an older nbjit's call index, which nothing reads now) are
+    not counted as entries; ``prune`` and ``clear`` remove them, and only them besides entries."""
     c = Cache(tmp_path, max_bytes=None)
     keys = [cache_key({"n": i}) for i in range(3)]
-    calls = [cache_key({"call": i}) for i in range(3)]
-    for i, (k, d) in enumerate(zip(keys, calls)):
+    for i, k in enumerate(keys):
         c.write(k, CacheEntry("cubin", "sm_90", bytes([i]) * 1000))
-        os.utime(c.file(k), (1000 + i, 1000 + i))
-        c.index(d, k)
-    assert [Cache(tmp_path).indexed(d) for d in calls] == keys
-    assert Cache(tmp_path).indexed(cache_key({"call": "other"})) is None and Cache(None).indexed(calls[0]) is None
-    c.index("not a digest", keys[0])
-    c.index(calls[0], "not a key")  # (refused: the old one stays)
-    assert c.indexed(calls[0]) == keys[0] and len(c.entries()) == 3 and c.info()["entries"] == 3
-    f = tmp_path / calls[1][:2] / f"{calls[1]}.call"
-    assert f.read_text() == keys[1]
-    f.write_text(keys[1][:40])  # a file cut short (or anything else): no key
-    assert c.indexed(calls[1]) is None
-    f.write_text(keys[1])
-    assert c.prune(2 * c.entries()[0][1]) == 1  # the oldest entry went, and the call that named it
-    assert [c.indexed(d) for d in calls] == [None, keys[1], keys[2]]
-    assert c.clear() == 2 and not list(tmp_path.glob("*/*.call"))
+        d = cache_key({"call": i})
+        (tmp_path / d[:2]).mkdir(exist_ok=True)
+        (tmp_path / d[:2] / f"{d}.call").write_text(k)
+    (tmp_path / keys[0][:2] / "notes.call").write_text("mine")  # (not a name nbjit makes)
+    assert len(c.entries()) == 3 and c.info()["entries"] == 3
+    assert c.prune(1 << 30) == 0 and not list(tmp_path.glob("*/*[0-9a-f].call"))
+    assert len(c.entries()) == 3 and (tmp_path / keys[0][:2] / "notes.call").exists()
+    d = cache_key({"call": 9})
+    (tmp_path / d[:2]).mkdir(exist_ok=True)
+    (tmp_path / d[:2] / f"{d}.call").write_text(keys[1])
+    assert c.clear() == 3 and not list(tmp_path.glob("*/*[0-9a-f].call"))
 
 
 def test_a_hit_marks_an_entry_used_at_most_hourly(tmp_path):
@@ -267,7 +265,7 @@ def test_a_hit_marks_an_entry_used_at_most_hourly(tmp_path):
 WORKER = textwrap.dedent('''
     import json, sys
     sys.path.insert(0, sys.argv[2])
-    from nbjit.cache import Cache
+    from nbjit.cache.store import Cache
     from nbjit import compile_image
     out = {}
     for i in range(20):
@@ -291,7 +289,7 @@ def test_many_processes_one_fresh_cache(tmp_path):
     assert all(r == results[0] for r in results)  # byte-identical outputs everywhere
     c = Cache(cache)
     assert len(c.entries()) == 20
-    from nbjit.cache import _decode
+    from nbjit.cache.entries import _decode
     for f, _, _ in c.entries():
         entry, why = _decode(f.read_bytes(), f.stem)
         assert entry is not None, why
@@ -301,7 +299,7 @@ def test_many_processes_one_fresh_cache(tmp_path):
 KILLED = textwrap.dedent('''
     import os, sys, time
     sys.path.insert(0, sys.argv[2])
-    import nbjit.cache as cache_mod
+    import nbjit.cache.store as cache_mod
     real_replace = os.replace
     def slow_replace(a, b):
         if str(b).endswith(".nbjit"):  # (an entry's file, not the toolchain's remembered identities)
@@ -360,7 +358,7 @@ def test_cli_cache_commands(tmp_path):
 # ---------------------------------------------------------------- hardening
 
 from nbjit import NbjitCacheError  # noqa: E402
-from nbjit.cache import set_default_cache  # noqa: E402
+from nbjit.cache.store import set_default_cache  # noqa: E402
 
 KEY = cache_key({"test": 1})
 ENTRY = CacheEntry("cubin", "sm_90", b"\x7fELF payload", {"f<int>": "_Z1fIiEvv"}, "log", "test")
@@ -571,8 +569,8 @@ def test_set_default_cache_takes_a_cache_or_a_directory(tmp_path):
 ONCE = textwrap.dedent(r'''
     import sys, time
     sys.path.insert(0, sys.argv[3])
-    import nbjit.compiler as C
-    from nbjit.cache import Cache
+    import nbjit.toolchain.nvrtc as C
+    from nbjit.cache.store import Cache
     real = C._run_nvrtc
     def counted(req):
         with open(sys.argv[2], "a") as f:
@@ -767,7 +765,7 @@ def poisoned(tmp_path) -> tuple[Cache, str, bytes]:
     build(good)
     key = entry_file(good).stem
     other = build(Cache(tmp_path / "other"), source=SRC.replace("SCALE * i", "SCALE + 7"))
-    from nbjit.cache import _encode
+    from nbjit.cache.entries import _encode
     return good, key, _encode(key, CacheEntry("cubin", "sm_90", other.data, producer="NVRTC"))
 
 
@@ -893,7 +891,7 @@ def entry_archive(path, n, size=200, tag=""):
     """An archive of ``n`` made-up entries of ``size`` payload bytes (no compiler)."""
     import io
     import tarfile
-    from nbjit.cache import _encode
+    from nbjit.cache.entries import _encode
     with tarfile.open(path, "w") as tar:
         for i in range(n):
             k = cache_key({"i": i, "tag": tag})
@@ -1137,7 +1135,7 @@ def test_a_waiter_for_a_removed_lock_takes_the_new_one(tmp_path, monkeypatch):
             os.unlink(path)  # its holder finished right after we opened it
         return fd
 
-    import nbjit.cache as cache_mod
+    import nbjit.cache.store as cache_mod
     monkeypatch.setattr(cache_mod.os, "open", open_then_remove)
     with c._key_lock(KEY):
         assert removed and lock.exists()  # the lock it holds is the one at the path
@@ -1150,7 +1148,7 @@ def test_an_unreadable_cache_is_an_error_not_empty(tmp_path, monkeypatch, call):
     may run as root, whom permissions do not stop)."""
     c = Cache(tmp_path)
     c.write(KEY, ENTRY)
-    import nbjit.cache as cache_mod
+    import nbjit.cache.store as cache_mod
     real = os.scandir
 
     def refused(path="."):
@@ -1167,7 +1165,7 @@ def test_an_unreadable_cache_is_an_error_not_empty(tmp_path, monkeypatch, call):
 def test_a_read_only_cache_cannot_be_cleared_silently(tmp_path, monkeypatch):
     c = Cache(tmp_path)
     c.write(KEY, ENTRY)
-    import nbjit.cache as cache_mod
+    import nbjit.cache.store as cache_mod
     monkeypatch.setattr(cache_mod.os, "unlink", lambda *a, **k: (_ for _ in ()).throw(
         OSError(30, "Read-only file system")))
     with pytest.raises(NbjitCacheError, match="cannot remove .*: Read-only file system"):
@@ -1180,7 +1178,8 @@ def test_an_entry_carries_its_facts(tmp_path, monkeypatch):
     """get_or_create reads the facts of an entry once: as it is made, or where the entry
     keeps none this nbjit reads (written without, or by other code), then keeps them (the
     file rewritten); a hit hands them back decoded, reading nothing again."""
-    from nbjit import _facts, inspect_cubin
+    from nbjit import inspect_cubin
+    from nbjit.cache import facts as _facts
     cubin = (DATA / "nvcc/kernels_sm_90.cubin").read_bytes()
     entry = CacheEntry("cubin", "sm_90", cubin, producer="nvcc")
     derived = []

@@ -1,4 +1,5 @@
-"""C parameter types (nbjit.cdecl, nbjit._csource): demangled names, CUDA source declarations, Triton IR."""
+"""C parameter types (nbjit.params.cdecl, nbjit.params.declarations): demangled names, CUDA
+source declarations, Triton IR."""
 from __future__ import annotations
 
 import os
@@ -7,9 +8,9 @@ import re
 import numpy as np
 import pytest
 
-from nbjit._csource import device_declarations, parse_ctype, source_declarations, triton_ir_signatures
-from nbjit.cdecl import MAX_DEMANGLED, CParam, demangle, demangled_text, element_of, mangled_tree
-from nbjit.ptx import inspect_ptx
+from nbjit.params.declarations import device_declarations, parse_ctype, source_declarations, triton_ir_signatures
+from nbjit.params.cdecl import MAX_DEMANGLED, CParam, demangle, demangled_text, element_of, mangled_tree
+from nbjit.read.ptx import inspect_ptx
 
 from conftest import DATA  # noqa: E402
 
@@ -108,7 +109,7 @@ def test_a_demangler_without_the_readers_nbjit_uses_is_an_error(tmp_path):
            "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), str(DATA.parent.parent),
                                                        os.environ.get("PYTHONPATH")]))}
     out = _without_demangler("import sys, nbjit\n"
-                             "from nbjit.cdecl import demangle\n"
+                             "from nbjit.params.cdecl import demangle\n"
                              "try:\n"
                              "    demangle('_Z4fillIdEvPT_S0_m')\n"
                              "except nbjit.NbjitError as e:\n"
@@ -369,7 +370,7 @@ def test_device_declarations_read_a_heads_words_once(monkeypatch):
     """``extern "C" __device__ __device__ ... int f(int a);``: each ``__device__`` read the
     text up to the '(' again (22 KB took 2.3 s, 88 KB 45 s): a declaration is read from its
     last ``__device__`` alone, so what its readers see adds up to the source once."""
-    from nbjit import _csource
+    from nbjit.params import declarations as _csource
     seen = []
 
     class Counted:  # a pattern that counts the characters it is given

@@ -228,7 +228,7 @@ def test_compile_refuses_output_onto_the_input_before_compiling(tmp_path, monkey
 
     def refuse(*a, **k):
         raise AssertionError("compiled although the output is the input")
-    monkeypatch.setattr("nbjit.compiler.compile_image", refuse)
+    monkeypatch.setattr("nbjit.toolchain.nvrtc.compile_image", refuse)
     cu = tmp_path / "k.cu"
     cu.write_text('extern "C" __global__ void k(int* p) { p[0] = 1; }\n')
     assert cli.main(["compile", str(cu), "--arch", "sm_90", "-o", str(cu)]) == 2
@@ -368,25 +368,28 @@ def test_cache_verbs_with_the_disk_cache_off():
 
 
 def test_cache_list_tells_entries_of_another_format_from_corrupt_ones(tmp_path, monkeypatch):
-    import nbjit.cache as C
-    entry = C.CacheEntry("cubin", "sm_90", b"x" * 100)
-    C.Cache(tmp_path).write(C.cache_key({"i": 1}), entry)
-    monkeypatch.setattr(C, "FORMAT_VERSION", C.FORMAT_VERSION - 1)  # as an older nbjit writes
-    C.Cache(tmp_path).write(C.cache_key({"i": 2}), entry)
+    import nbjit.cache.store as C
+    from nbjit.cache import entries
+    entry = entries.CacheEntry("cubin", "sm_90", b"x" * 100)
+    C.Cache(tmp_path).write(entries.cache_key({"i": 1}), entry)
+    monkeypatch.setattr(entries, "FORMAT_VERSION", entries.FORMAT_VERSION - 1)  # as an older nbjit writes
+    C.Cache(tmp_path).write(entries.cache_key({"i": 2}), entry)
     monkeypatch.undo()
-    (f,) = [f for f in tmp_path.glob("??/*.nbjit") if f.read_bytes()[8] == C.FORMAT_VERSION]
+    (f,) = [f for f in tmp_path.glob("??/*.nbjit") if f.read_bytes()[8] == entries.FORMAT_VERSION]  # (this one's)
     f.write_bytes(f.read_bytes()[:-1] + b"y")  # a flipped byte
     env = {**os.environ, "NBJIT_CACHE_DIR": str(tmp_path)}
     cmd = [EXE] if EXE else [sys.executable, "-m", "nbjit"]
     r = subprocess.run([*cmd, "cache", "list"], capture_output=True, text=True, env=env, timeout=60)
     lines = sorted(line.split(":", 1)[1].split("  ", 1)[1].strip() for line in r.stdout.splitlines())
     assert lines == ["corrupt: checksum mismatch",
-                     f"unused: cache format {C.FORMAT_VERSION - 1} (this nbjit's is {C.FORMAT_VERSION}): never read, "
-                     "it ages out"], r.stdout
+                     f"unused: cache format {entries.FORMAT_VERSION - 1} (this nbjit's is {entries.FORMAT_VERSION}): "
+                     "never read, it ages out"], r.stdout
 
 
 def test_cache_list_while_entries_come_and_go(tmp_path):
-    from nbjit.cache import Cache, CacheEntry, cache_key
+    from nbjit.cache.store import Cache
+    from nbjit.cache.entries import cache_key
+    from nbjit.cache.entries import CacheEntry
     cache = Cache(tmp_path, max_bytes=None)
     stop = threading.Event()
 
@@ -443,9 +446,9 @@ def test_compile_without_nvrtc_says_what_to_install(tmp_path):
 def test_compile_several_architectures_prewarms_the_cache(tmp_path, monkeypatch):
     import os
 
-    import nbjit.compiler as C
+    import nbjit.toolchain.nvrtc as C
     from nbjit import compile_image
-    from nbjit.cache import Cache
+    from nbjit.cache.store import Cache
     src = tmp_path / "k.cu"
     src.write_text('extern "C" __global__ void k(float* x, float a) { x[threadIdx.x] *= a; }\n')
     cmd = [EXE] if EXE else [sys.executable, "-m", "nbjit"]
@@ -529,7 +532,7 @@ def test_compile_never_writes_ptx_as_a_cubin(tmp_path, capsys):
     refused, in one line naming what NVRTC compiles for."""
     from nbjit import cli
     from nbjit.arch import SHIPPED
-    from nbjit.compiler import supported_archs
+    from nbjit.toolchain.nvrtc import supported_archs
     cu = tmp_path / "k.cu"
     cu.write_text('extern "C" __global__ void k(int* p) { p[0] = 1; }\n')
     newer = f"sm_{max(SHIPPED) + 9}"
@@ -554,7 +557,8 @@ def test_a_compile_error_names_the_toolchains_include_directories_by_what_they_a
     nbjit's own include directories are shown as <cuda> and <cccl>; the user's as given; the
     exception keeps the real options."""
     from nbjit import cli
-    from nbjit.compiler import cccl_include_dir, compile_image, cuda_include_dir, nvrtc_version
+    from nbjit.toolchain.identity import cccl_include_dir, cuda_include_dir
+    from nbjit.toolchain.nvrtc import compile_image, nvrtc_version
     monkeypatch.chdir(tmp_path)
     (tmp_path / "inc").mkdir()
     (tmp_path / "bad.cu").write_text('extern "C" __global__ void k(float* p) { p[0] = undefined_thing; }\n')
@@ -681,13 +685,13 @@ def test_compile_options_that_start_with_a_dash(tmp_path, monkeypatch, capsys):
     """--option -lineinfo (the documented form) reaches NVRTC as -lineinfo, as --option=-X does;
     -G, --lineinfo, --std, -D, -I are shortcuts."""
     from nbjit import cli
-    from nbjit.image import Image
+    from nbjit.read.image import Image
     seen = []
 
     def fake(source, *, name, options, arch, output, name_expressions, include_paths=()):
         seen.append(list(options))
         return Image(b"//\n.version 8.0\n.target sm_90\n.address_size 64\n", "ptx", name, arch=arch)
-    monkeypatch.setattr("nbjit.compiler.compile_image", fake)
+    monkeypatch.setattr("nbjit.toolchain.nvrtc.compile_image", fake)
     cu = tmp_path / "k.cu"
     cu.write_text('extern "C" __global__ void k() {}\n')
     out = str(tmp_path / "k.ptx")
@@ -799,7 +803,7 @@ def test_strip_refuses_in_place_with_an_output(tmp_path):
 
 def test_sizes_with_units(tmp_path):
     """Sizes are taken with units (100k, 1G) and shown with them (366.7 KiB); JSON keeps bytes."""
-    from nbjit.cache import parse_size
+    from nbjit.cache.store import parse_size
     env = {**os.environ, "NBJIT_CACHE_DIR": str(tmp_path)}
     cmd = [EXE] if EXE else [sys.executable, "-m", "nbjit"]
     run = lambda *a, **kw: subprocess.run([*cmd, *a], capture_output=True, text=True, env={**env, **kw}, timeout=60)
@@ -920,7 +924,7 @@ def test_cache_only_says_when_nothing_was_stored(tmp_path):
 def test_cache_only_over_a_read_only_cache(tmp_path, monkeypatch, capsys):
     """--cache-only over a cache that cannot be written: fine where it holds every entry asked
     for already (a prewarmed, read-only image layer), refused before NVRTC where one is missing."""
-    from nbjit import cache as cache_mod
+    from nbjit.cache import store as cache_mod
     from nbjit import cli
     cu = tmp_path / "k.cu"
     cu.write_text('extern "C" __global__ void k(int* p) { p[0] = 2; }\n')
@@ -991,7 +995,7 @@ def test_ptx_needs_an_arch_for_compiled_facts():
 
 
 def test_sass():
-    from nbjit.sass import find_nvdisasm
+    from nbjit.toolchain.sass import find_nvdisasm
     if find_nvdisasm() is None:
         pytest.skip("nvdisasm not installed (pip install nvidia-cuda-nvdisasm)")
     r = nbjit("inspect", "--sass", SPILL)
@@ -1250,7 +1254,8 @@ def test_cache_export_and_import_through_a_pipe(tmp_path):
 def test_architectures_are_checked_in_one_line(tmp_path, args, line):
     """--arch sm_999 once compiled PTX for the newest architecture NVRTC knows and wrote k.ptx;
     inspect passed what nvJitLink refuses on to it (a multi-line log, or its error code)."""
-    from nbjit.compiler import nvjitlink_version, nvrtc_version, supported_archs
+    from nbjit.toolchain.nvjitlink import nvjitlink_version
+    from nbjit.toolchain.nvrtc import nvrtc_version, supported_archs
     known = supported_archs()
     if "nvJitLink" in line and nvjitlink_version() != nvrtc_version():
         pytest.skip("nvJitLink of another CUDA than NVRTC's: it says itself what it refuses")
@@ -1273,7 +1278,7 @@ def test_architectures_are_checked_in_one_line(tmp_path, args, line):
 def test_an_architecture_no_chip_has_is_told_what_nvrtc_compiles_near_it(tmp_path, args):
     """--arch sm_91 once suggested sm_101, which this NVRTC then refused: compile and bundle
     suggest only architectures it compiles for."""
-    from nbjit.compiler import supported_archs
+    from nbjit.toolchain.nvrtc import supported_archs
     r = _run(*args, cwd=tmp_path)
     err = r.stderr.decode()
     option = "--ptx" if "--ptx" in args else "--arch"
@@ -1421,7 +1426,7 @@ def test_inspect_a_fatbin_whose_entry_cannot_be_decompressed(no_lz4):
     """(In-process: a package can only be hidden here.) The table and the chosen entry say
     what is missing."""
     from nbjit.cli import format_fatbin
-    from nbjit.fatbin import inspect_fatbin
+    from nbjit.read.fatbin import inspect_fatbin
     path = DATA / "nvcc/kernels_multi_lz4.fatbin"
     text = format_fatbin(inspect_fatbin(path.read_bytes()), str(path), "sm_100")
     assert "1  ptx    compute_90  lz4         9285   no (needs lz4)" in text

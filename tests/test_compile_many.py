@@ -13,7 +13,9 @@ import pytest
 
 import nbjit
 from nbjit import CompileFailure, NbjitCompileError
-from nbjit.compiler import compile_image, compile_many
+from nbjit.toolchain.nvrtc import compile_image
+from nbjit.toolchain import many_sources
+from nbjit.toolchain.many_sources import compile_many
 
 from conftest import DATA, alive, children, endless_source, wait_compiling  # noqa: E402
 
@@ -88,8 +90,8 @@ def test_modules_lazily_without_a_gpu():
 # ------------------------------------------------------------------ the process route
 
 def _pool():
-    from nbjit import _workers
-    from nbjit.compiler import _WORKER, _WORKER_INIT
+    from nbjit.toolchain import workers as _workers
+    from nbjit.toolchain.many_sources import _WORKER, _WORKER_INIT
     return _workers.pool(_WORKER, _WORKER_INIT)
 
 
@@ -110,8 +112,8 @@ def test_process_route_compiles_in_workers_in_order(tmp_path):
 def test_process_route_workers_write_the_entry_files(tmp_path, monkeypatch):
     """A worker encodes the entry and writes its file (whole: a temporary file renamed), the
     caller holding the key's lock; the caller writes none itself."""
-    import nbjit.cache as cache_mod
-    from nbjit.image import content_digest
+    import nbjit.cache.store as cache_mod
+    from nbjit.read.image import content_digest
     here = []
     real = cache_mod._write_file
     monkeypatch.setattr(cache_mod, "_write_file", lambda *a: here.append(a) or real(*a))
@@ -159,9 +161,10 @@ def test_process_route_a_worker_takes_the_key_lock_and_reads_what_its_holder_mad
     reads the entry that process made (it compiles nothing)."""
     import dataclasses
     import time
-    from nbjit import compiler as C
+    from nbjit.toolchain import nvrtc as C
+    from nbjit.toolchain import request
     s = src(98)
-    key = C._key(C._request(s, None, (), None, (), (), "sm_90", "auto"))
+    key = C._key(request._request(s, None, (), None, (), (), "sm_90", "auto"))
     compile_image(s, arch="sm_90", cache=nbjit.Cache(tmp_path / "elsewhere"))
     planted = dataclasses.replace(nbjit.Cache(tmp_path / "elsewhere").read(key), log="made by the lock's holder")
     c = nbjit.Cache(tmp_path / "c")
@@ -216,13 +219,13 @@ def test_process_route_replaces_a_worker_that_died(tmp_path):
 
 
 def test_workers_load_neither_numba_nor_nbjits_driver_stage():
-    from nbjit import _workers
-    from nbjit.compiler import _WORKER_INIT
+    from nbjit.toolchain import workers as _workers
+    from nbjit.toolchain.many_sources import _WORKER_INIT
     probe = _workers.Pool("builtins:eval", _WORKER_INIT)
     try:
         done, mods = probe.try_call(("sorted(m for m in __import__('sys').modules if m.split('.')[0] in "
-                                     "('numba', 'numba_cuda_mlir', 'numpy') or m in ('nbjit._driver', 'nbjit.module', "
-                                     "'nbjit.kernel'))",), 1, wait=True)
+                                     "('numba', 'numba_cuda_mlir', 'numpy') or m in ('nbjit.gpu.driver', "
+                                     "'nbjit.loading.module', 'nbjit.launch.kernel'))",), 1, wait=True)
         assert done and mods == []
         done, main = probe.try_call(("__import__('sys').modules['__main__'].__dict__.get('__file__')",), 1, wait=True)
         assert done and main is None  # the caller's script is not run again there
@@ -234,7 +237,8 @@ def test_a_cold_process_route_compiles_a_few_in_threads_until_workers_are_ready(
     """processes=None, no worker started yet: at most PROCESS_INLINE (and the CPUs) compile in
     the call's threads at once; the other sources wait for a worker or a free thread."""
     import os
-    from nbjit import _workers, compiler
+    from nbjit.toolchain import workers as _workers
+    from nbjit.toolchain import nvrtc as compiler
     monkeypatch.setattr(_workers, "_POOLS", {})  # a pool of its own: cold
     lock, now, most, here = threading.Lock(), [0], [0], []
     real = compiler._run_nvrtc
@@ -255,14 +259,14 @@ def test_a_cold_process_route_compiles_a_few_in_threads_until_workers_are_ready(
         images = compile_many([src(90 + i) for i in range(10)], arch="sm_90", cache=nbjit.Cache(tmp_path), workers=8)
         pool = _pool()
         assert [img.info.entries[0].name for img in images] == [f"k{90 + i}" for i in range(10)]
-        assert 1 <= most[0] <= min(compiler.PROCESS_INLINE, len(os.sched_getaffinity(0)))
+        assert 1 <= most[0] <= min(many_sources.PROCESS_INLINE, len(os.sched_getaffinity(0)))
         assert len(here) + pool.calls == 10
     finally:
         _pool().close()
 
 
 def test_pool_slots_let_a_caller_run_it_while_workers_start():
-    from nbjit import _workers
+    from nbjit.toolchain import workers as _workers
     probe = _workers.Pool("builtins:eval")
     slots = _workers.Slots(1)
     try:
@@ -279,7 +283,7 @@ def test_pool_slots_let_a_caller_run_it_while_workers_start():
 
 
 def test_workers_that_cannot_start_leave_the_callers_to_run_it():
-    from nbjit import _workers
+    from nbjit.toolchain import workers as _workers
     probe = _workers.Pool("nbjit.no_such_module:f")
     try:
         assert probe.try_call((), 1, wait=True) == (False, None) and "exited" in probe.broken
@@ -300,7 +304,7 @@ def test_route_choice():
 def test_a_starter_that_fails_leaves_the_pool_broken_never_waited_on(monkeypatch):
     """Starting a worker that raises something other than OSError (no sys.executable, say)
     breaks the pool: a caller waiting for a worker is answered (it runs the target itself)."""
-    from nbjit import _workers
+    from nbjit.toolchain import workers as _workers
 
     def no_start(*a, **k):
         raise TypeError("expected str, bytes or os.PathLike object, not NoneType")
@@ -319,7 +323,7 @@ def test_a_starter_that_fails_leaves_the_pool_broken_never_waited_on(monkeypatch
 def test_a_call_interrupted_before_its_answer_drops_that_worker(monkeypatch):
     """Ctrl-C while a caller waits for a worker's answer: that worker is not used again (its
     answer may still come and would be taken for the next call's)."""
-    from nbjit import _workers
+    from nbjit.toolchain import workers as _workers
     probe = _workers.Pool("builtins:eval")
     try:
         assert probe.try_call(("1 + 1",), 1, wait=True) == (True, 2)
@@ -354,7 +358,7 @@ def _ready_pool(tmp_path, count: int = 2):
 def test_ready_workers_are_fed_from_the_calling_thread(tmp_path, monkeypatch):
     """Workers ready: each source is planned (its key computed) and sent by the calling thread
     itself, no thread per source; the images come back in order, each compiled in a worker."""
-    from nbjit import compiler
+    from nbjit.toolchain import nvrtc as compiler
     pool = _ready_pool(tmp_path)
     seen, real = set(), compiler._key
     monkeypatch.setattr(compiler, "_key",
@@ -385,7 +389,7 @@ def test_a_source_without_kernels_warns_naming_the_callers_line(tmp_path):
 
 
 def test_a_worker_that_dies_during_a_request_is_replaced(tmp_path, monkeypatch):
-    from nbjit import _workers
+    from nbjit.toolchain import workers as _workers
     pool = _ready_pool(tmp_path)
     real, killed = _workers._Worker.send, []
 
@@ -406,7 +410,7 @@ def test_a_worker_that_dies_during_a_request_is_replaced(tmp_path, monkeypatch):
 def test_a_call_interrupted_while_workers_compile_drops_those_workers(tmp_path, monkeypatch):
     """Ctrl-C while the calling thread waits for replies: the workers whose replies were not
     read are closed (never given another request), the others kept; the next call works."""
-    from nbjit import _workers
+    from nbjit.toolchain import workers as _workers
     pool = _ready_pool(tmp_path, 3)
     real, sent = _workers._read, []
     monkeypatch.setattr(_workers._Worker, "send", lambda w, args, send=_workers._Worker.send: sent.append(w) or
@@ -429,13 +433,13 @@ def test_a_call_interrupted_while_workers_compile_drops_those_workers(tmp_path, 
 def test_workers_that_cannot_start_leave_compile_many_to_compile_here(tmp_path, monkeypatch):
     """processes=True, and no worker can start (its module is missing): the sources are
     compiled in this process's threads instead, none lost."""
-    from nbjit import _workers, compiler
+    from nbjit.toolchain import workers as _workers
     monkeypatch.setattr(_workers, "_POOLS", {})
-    monkeypatch.setattr(compiler, "_WORKER", "nbjit.no_such_module:f")
+    monkeypatch.setattr(many_sources, "_WORKER", "nbjit.no_such_module:f")
     images = compile_many([src(260 + i) for i in range(4)], arch="sm_90", cache=nbjit.Cache(tmp_path), workers=4,
                           processes=True)
     assert [i.info.entries[0].name for i in images] == [f"k{260 + i}" for i in range(4)]
-    assert _workers.pool(compiler._WORKER, compiler._WORKER_INIT).broken
+    assert _workers.pool(many_sources._WORKER, many_sources._WORKER_INIT).broken
 
 
 def test_a_last_request_that_cannot_be_sent_is_that_sources_error_and_the_worker_stays(tmp_path):
@@ -460,7 +464,7 @@ def test_items_with_their_own_caches_need_no_default_cache(tmp_path, monkeypatch
     """Every item brings its cache: the default one (here unusable) is never made."""
     _ready_pool(tmp_path)
     monkeypatch.setenv("NBJIT_CACHE_MAX_BYTES", "junk")
-    monkeypatch.setattr(nbjit.cache, "_DEFAULT", [])  # (none made yet: made from the environment on first use)
+    monkeypatch.setattr(nbjit.cache.store, "_DEFAULT", [])  # (none made yet: made from the environment on first use)
     images = compile_many([{"source": src(280 + i), "cache": nbjit.Cache(tmp_path / "c")} for i in range(3)],
                           arch="sm_90", workers=2, processes=True)
     assert [i.info.entries[0].name for i in images] == ["k280", "k281", "k282"]
@@ -481,7 +485,8 @@ def test_an_unknown_argument_is_refused_before_anything_compiles(tmp_path):
 CALLER = """
 import sys
 from nbjit import Cache
-from nbjit.compiler import compile_many
+from nbjit.toolchain import many_sources
+from nbjit.toolchain.many_sources import compile_many
 sources = [open(p).read() for p in sys.argv[3:]]
 try:
     compile_many(sources, arch="sm_90", cache=Cache(sys.argv[1]), processes=sys.argv[2] == "processes",
@@ -571,7 +576,7 @@ def test_ctrl_c_stops_compile_many_in_threads_at_once(tmp_path, count):
 
 def test_a_dead_workers_error_says_what_it_wrote_to_its_own_stderr():
     """A worker's stderr is its own (a file the error quotes), not its caller's."""
-    from nbjit import _workers
+    from nbjit.toolchain import workers as _workers
     probe, ask = _workers.Pool("builtins:exec"), _workers.Pool("builtins:eval")
     try:
         mine = os.fstat(2)

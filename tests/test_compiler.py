@@ -8,10 +8,13 @@ import pytest
 
 import nbjit
 from nbjit import NbjitCompileError, compile_image, inspect_cubin, inspect_ptx
-from nbjit.cache import Cache
-from nbjit.compiler import CompileFailure, assemble_ptx, normalize_options, nvjitlink_version
+from nbjit.cache.store import Cache
+from nbjit.toolchain.nvrtc import CompileFailure
+from nbjit.toolchain.request import normalize_options
+from nbjit.toolchain.nvjitlink import assemble_ptx, nvjitlink_version
 
 from conftest import DATA  # noqa: E402
+from nbjit.toolchain import identity
 SRC = (DATA / "src/nvrtc_tmpl.cu").read_text()
 PLAIN = 'extern "C" __global__ void axpy(float* y, const float* x, float a, int n) { y[n] += a * x[n]; }\n'
 HDR = {"scale.cuh": (DATA / "src/scale.cuh").read_text()}
@@ -153,12 +156,11 @@ def test_toolchain_fingerprint_follows_the_library_that_loads(tmp_path, monkeypa
     import os
     import sys
 
-    from nbjit import compiler as C
 
     def fresh(lib="nvrtc"):
-        monkeypatch.setattr(C, "_FINGERPRINTS", {})
-        C._nvidia_dirs.cache_clear()
-        return {"libs": C._toolchain_copies(lib), "fp": C._toolchain_fingerprint(lib)}
+        monkeypatch.setattr("nbjit.toolchain.identity._FINGERPRINTS", {})
+        identity._nvidia_dirs.cache_clear()
+        return {"libs": identity._toolchain_copies(lib), "fp": identity._toolchain_fingerprint(lib)}
 
     site, home = tmp_path / "lib" / "site-packages", tmp_path / "cuda"
     (home / "lib64").mkdir(parents=True)
@@ -188,9 +190,9 @@ def test_toolchain_fingerprint_follows_the_library_that_loads(tmp_path, monkeypa
         monkeypatch.setattr(sys, "path", [str(target), os.path.dirname(os.__file__)])
         assert fresh()["libs"] == [str(target / "nvidia" / "cu13" / "lib" / "libnvrtc.so.13"),
                                    str(home / "lib64" / "libnvrtc.so.13")]
-        assert C._toolchain_fingerprint() is C._toolchain_fingerprint()  # once per process
+        assert identity._toolchain_fingerprint() is identity._toolchain_fingerprint()  # once per process
     finally:
-        C._nvidia_dirs.cache_clear()
+        identity._nvidia_dirs.cache_clear()
 
 
 def test_a_library_without_a_build_id_is_digested_once(tmp_path, monkeypatch):
@@ -202,38 +204,38 @@ def test_a_library_without_a_build_id_is_digested_once(tmp_path, monkeypatch):
     import json
     import os
 
-    from nbjit import cache as cache_mod
-    from nbjit import compiler as C
+    from nbjit.cache import store as cache_mod
+    from nbjit.read.image import content_digest
 
     lib = tmp_path / "venv1" / "libnvrtc.so.13"
     lib.parent.mkdir()
     lib.write_bytes(b"\x7fELF, no build id, one build" * 1000)
     monkeypatch.setenv("NBJIT_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(cache_mod, "_DEFAULT", [])  # (the default cache made again from the environment)
-    first = C._library_id(str(lib))
-    assert first == f"content:{lib.stat().st_size}:{C.content_digest(lib.read_bytes())}"
+    first = identity._library_id(str(lib))
+    assert first == f"content:{lib.stat().st_size}:{content_digest(lib.read_bytes())}"
     memo = json.loads((tmp_path / "cache" / "toolchain-ids.json").read_text())
     st = lib.stat()
     assert memo == {str(lib): [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, first]}
-    monkeypatch.setattr(C, "_IDS", {})  # a new process: the file is read, the library is not
-    monkeypatch.setattr(C, "_library_ident", lambda path: pytest.fail(f"{path} read again"))
-    assert C._library_id(str(lib)) == first
+    monkeypatch.setattr(identity, "_IDS", {})  # a new process: the file is read, the library is not
+    monkeypatch.setattr(identity, "_library_ident", lambda path: pytest.fail(f"{path} read again"))
+    assert identity._library_id(str(lib)) == first
     monkeypatch.undo()
     monkeypatch.setenv("NBJIT_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(cache_mod, "_DEFAULT", [])
     lib.write_bytes(b"\x7fELF, no build id, two build" * 1000)  # the same size, its old time put back
     os.utime(lib, ns=(st.st_atime_ns, st.st_mtime_ns))
-    second = C._library_id(str(lib))
-    assert second != first and second == f"content:{st.st_size}:{C.content_digest(lib.read_bytes())}"
+    second = identity._library_id(str(lib))
+    assert second != first and second == f"content:{st.st_size}:{content_digest(lib.read_bytes())}"
     copy = tmp_path / "venv2" / "libnvrtc.so.13"  # another venv, the same wheel: the same library
     copy.parent.mkdir()
     copy.write_bytes(lib.read_bytes())
-    assert C._library_id(str(copy)) == second
+    assert identity._library_id(str(copy)) == second
     assert len(json.loads((tmp_path / "cache" / "toolchain-ids.json").read_text())) == 2
     monkeypatch.setenv("NBJIT_CACHE", "0")
     monkeypatch.setattr(cache_mod, "_DEFAULT", [])
     (tmp_path / "cache" / "toolchain-ids.json").unlink()
-    assert C._library_id(str(copy)) == second
+    assert identity._library_id(str(copy)) == second
     assert not (tmp_path / "cache" / "toolchain-ids.json").exists()
 
 
@@ -242,17 +244,16 @@ def test_remembered_identities_fit_what_is_read_back(tmp_path):
     start reads (a file cut short would be unreadable: every file read again)."""
     import json
 
-    from nbjit import compiler as C
 
-    ids = {f"/{'long/' * 120}{i}/libnvrtc.so.13": [i, 1, 2, 3, f"build-id:{i:040x}"] for i in range(C._IDS_KEPT)}
-    C._write_ids(str(tmp_path), ids)
+    ids = {f"/{'long/' * 120}{i}/libnvrtc.so.13": [i, 1, 2, 3, f"build-id:{i:040x}"] for i in range(identity._IDS_KEPT)}
+    identity._write_ids(str(tmp_path), ids)
     text = (tmp_path / "toolchain-ids.json").read_text()
     kept = json.loads(text)
-    assert len(text) < C._IDS_BYTES and 0 < len(kept) < len(ids)
+    assert len(text) < identity._IDS_BYTES and 0 < len(kept) < len(ids)
     assert list(kept) == list(ids)[-len(kept):]  # the newest
-    assert C._read_ids(str(tmp_path)) == kept
+    assert identity._read_ids(str(tmp_path)) == kept
     (tmp_path / "toolchain-ids.json").write_text("{" * 10)
-    assert C._read_ids(str(tmp_path)) == {}
+    assert identity._read_ids(str(tmp_path)) == {}
 
 
 def test_a_warm_start_opens_no_toolchain_file(monkeypatch):
@@ -262,31 +263,32 @@ def test_a_warm_start_opens_no_toolchain_file(monkeypatch):
     reinstall), it is read again."""
     import json
 
-    from nbjit import compiler as C
+    from nbjit.toolchain import nvrtc as C
 
-    if not C._toolchain_copies():
+    if not identity._toolchain_copies():
         pytest.skip("no NVRTC library found")
-    real = {name: getattr(C, name) for name in ("_library_ident", "_runtime_api_id", "_version_digest")}
+    real = {name: getattr(identity, name) for name in ("_library_ident", "_runtime_api_id", "_version_digest")}
 
     def fresh_process(read: bool):
-        monkeypatch.setattr(C, "_FINGERPRINTS", {})
-        monkeypatch.setattr(C, "_IDS", {})
-        C._cuda_headers.cache_clear()
-        C._cccl.cache_clear()
+        monkeypatch.setattr("nbjit.toolchain.identity._FINGERPRINTS", {})
+        monkeypatch.setattr(identity, "_IDS", {})
+        identity._cuda_headers.cache_clear()
+        identity._cccl.cache_clear()
         for name, f in real.items():
-            monkeypatch.setattr(C, name, f if read else lambda path, name=name: pytest.fail(f"{name}({path}) read"))
+            monkeypatch.setattr(identity, name,
+                                f if read else lambda path, name=name: pytest.fail(f"{name}({path}) read"))
 
     try:
         fresh_process(read=True)
         key = C.compile_key(PLAIN, arch="sm_90")
         memo = C.default_cache().path / "toolchain-ids.json"
         ids = json.loads(memo.read_text())
-        (lib,) = C._toolchain_copies()[:1]
-        assert ids[lib][4] == C._library_ident(lib)
-        if C.cuda_include_dir():
-            assert f"{C.cuda_include_dir()}/cuda_runtime_api.h" in ids
-        if C.cccl_include_dir():
-            assert f"{C.cccl_include_dir()}/cuda/std/__cccl/version.h" in ids
+        (lib,) = identity._toolchain_copies()[:1]
+        assert ids[lib][4] == identity._library_ident(lib)
+        if identity.cuda_include_dir():
+            assert f"{identity.cuda_include_dir()}/cuda_runtime_api.h" in ids
+        if identity.cccl_include_dir():
+            assert f"{identity.cccl_include_dir()}/cuda/std/__cccl/version.h" in ids
         fresh_process(read=False)
         assert C.compile_key(PLAIN, arch="sm_90") == key
         # the memo says another file was at NVRTC's path (another inode), of another build
@@ -295,8 +297,8 @@ def test_a_warm_start_opens_no_toolchain_file(monkeypatch):
         assert C.compile_key(PLAIN, arch="sm_90") == key
         assert json.loads(memo.read_text())[lib] == ids[lib]
     finally:
-        C._cuda_headers.cache_clear()
-        C._cccl.cache_clear()
+        identity._cuda_headers.cache_clear()
+        identity._cccl.cache_clear()
 
 
 def test_architectures_nvrtc_does_not_know(tmp_path):
@@ -305,7 +307,7 @@ def test_architectures_nvrtc_does_not_know(tmp_path):
     has (sm_91 once compiled to PTX that the CLI wrote as k.cubin) or a variant CUDA does not
     define (sm_90f, sm_89a) is refused by nbjit before NVRTC sees it."""
     from nbjit.arch import SHIPPED
-    from nbjit.compiler import supported_archs
+    from nbjit.toolchain.nvrtc import supported_archs
     known = supported_archs()
     src = 'extern "C" __global__ void k(float* p) { p[0] = 1.0f; }'
     newer = max(max(known), max(SHIPPED)) + 7
@@ -340,8 +342,8 @@ def test_compiles_leave_python_bytes_alone(tmp_path):
     import sys
     code = '''
 import nbjit
-from nbjit.cache import Cache
-from nbjit.compiler import assemble_ptx, nvjitlink_version
+from nbjit.cache.store import Cache
+from nbjit.toolchain.nvjitlink import assemble_ptx, nvjitlink_version
 c = Cache(None)
 img = nbjit.compile_image('extern "C" __global__ void k(){}', arch="sm_90", cache=c)
 assert img.log == "", img.log
@@ -424,15 +426,15 @@ def test_compile_inputs_that_cannot_reach_nvrtc(tmp_path):
         args = {"source": ok, "arch": "sm_90", "cache": c, **kw}
         with pytest.raises(NbjitCompileError, match=re.escape(msg)):
             compile_image(args.pop("source"), **args)
-    from nbjit import compiler as C
-    splits, split = [], C.shlex.split
-    C.shlex.split = lambda text: splits.append(len(text)) or split(text)
+    from nbjit.toolchain import request
+    splits, split = [], request.shlex.split
+    request.shlex.split = lambda text: splits.append(len(text)) or split(text)
     try:  # options in one str past the cap: refused before the shell-like split reads them
         with pytest.raises(NbjitCompileError, match=r"options: one str of 3145728 characters: more than NVRTC"):
             compile_image(ok, options="-DX " * (3 << 18), arch="sm_90", cache=c)
         assert splits == []
     finally:
-        C.shlex.split = split
+        request.shlex.split = split
     inc = tmp_path / "inc"
     inc.mkdir()
     os.mkfifo(inc / "fifo.h")
@@ -440,7 +442,7 @@ def test_compile_inputs_that_cannot_reach_nvrtc(tmp_path):
         compile_image('#include "fifo.h"\n' + ok, include_paths=[inc], arch="sm_90", cache=c)
     spellings = "".join(f'#include "{"./" * i}self.h"\n' for i in range(1, 400))
     (inc / "self.h").write_text("#pragma once\n" + spellings)
-    from nbjit import includes as I
+    from nbjit.toolchain import includes as I
     reads, read = [], I.read_regular
     I.read_regular = lambda path, limit: reads.append(path) or read(path, limit)
     try:
@@ -472,7 +474,7 @@ def test_output_without_kernels_is_said(tmp_path):
                                          ("stdint.h", "include <cuda/std/cstdint>"),
                                          ("vector", "<vector> is a host C++ standard library header")])
 def test_a_standard_header_nvrtc_has_not_got_gets_a_hint(tmp_path, header, hint):
-    from nbjit.compiler import cccl_include_dir
+    from nbjit.toolchain.identity import cccl_include_dir
     if "cuda/std" in hint and cccl_include_dir() is None:
         hint = f"<{header}> is a host C++ standard library header"  # (no CCCL to point to: cu12's wheels)
     with pytest.raises(CompileFailure) as e:
@@ -488,13 +490,12 @@ def _site_with_nvrtc(where: Path, nvrtc: bytes | None) -> tuple[Path, Path]:
     path (a link)."""
     import os
     import shutil
-    from nbjit import compiler as C
     site = where / "lib" / "site-packages"
     (site / "nvidia" / "cu13" / "lib").mkdir(parents=True)
-    os.symlink(C.cuda_include_dir(), site / "nvidia" / "cu13" / "include")
+    os.symlink(identity.cuda_include_dir(), site / "nvidia" / "cu13" / "include")
     copy = site / "nvidia" / "cu13" / "lib" / "libnvrtc.so.13"
     if nvrtc is None:
-        shutil.copyfile(next(f for f in C._toolchain_copies() if "site-packages" in f), copy)
+        shutil.copyfile(next(f for f in identity._toolchain_copies() if "site-packages" in f), copy)
     else:
         copy.write_bytes(nvrtc)
     return site, copy
@@ -519,8 +520,8 @@ def test_cache_entries_travel_between_environments(tmp_path):
         code = f"""
 import sys
 sys.path[:0] = [{str(Path(nbjit.__file__).parents[1])!r}, {str(site)!r}]
-from nbjit import compiler as C
-from nbjit.cache import Cache
+from nbjit.toolchain import nvrtc as C
+from nbjit.cache.store import Cache
 def nvrtc(req):
     raise SystemExit("NVRTC called")
 C._run_nvrtc = nvrtc
@@ -538,153 +539,12 @@ sys.stdout.buffer.write(img.data)
     assert other.returncode == 1 and b"NVRTC called" in other.stderr, other.stderr[-2000:]
 
 
-INDEXED = """
-import json, sys
-sys.path[:0] = [sys.argv[1], *json.loads(sys.argv[2])]
-from nbjit import compiler as C
-from nbjit.cache import Cache
-ways = []
-request = C._request
-C._request = lambda *a, **k: ways.append("request") or request(*a, **k)
-def nvrtc(req):
-    raise SystemExit("NVRTC called")
-C._run_nvrtc = nvrtc
-img = C.compile_image(sys.argv[4], name="t.cu", arch="sm_90", options=json.loads(sys.argv[5]), cache=Cache(sys.argv[3]))
-print(json.dumps({"long way": bool(ways), "data": img.data.hex()}))
-"""
-
-
-def test_a_warm_start_finds_its_key_by_the_call_index(tmp_path):
-    """A fresh process's warm start takes a compile's key from the call index: no request,
-    no key hashed, no toolchain probed, the same bytes. Where what the toolchain's probes saw
-    has changed (NVRTC's file touched, replaced by another build, a copy where there was none,
-    another wheel directory on sys.path, its state or call file damaged, the entry gone), it
-    takes the long way, which compiles only where the key changed, and files the call again."""
-    import json
-    import os
-    import shutil
-    import subprocess
-    import sys
-    from nbjit import compiler as C
-    src = 'extern "C" __global__ void indexed(float* p) { p[0] = 7.0f; }\n'
-    b, home = tmp_path / "b", tmp_path / "home"
-    first = compile_image(src, name="t.cu", arch="sm_90", options=["-DX=1"], cache=Cache(b))  # (this process's NVRTC)
-    site, lib = _site_with_nvrtc(tmp_path / "venv", None)
-    env = {"PATH": os.environ.get("PATH", ""), "NBJIT_CACHE_DIR": str(home)}
-    filed = len(list(b.glob("*/*.call")))  # (this process's call, in its own toolchain's state)
-
-    def run(options=("-DX=1",), extra=()):
-        r = subprocess.run([sys.executable, "-S", "-c", INDEXED, str(Path(nbjit.__file__).parents[1]),
-                            json.dumps([str(site), *extra]), str(b), src, json.dumps(list(options))],
-                           capture_output=True, text=True, env=env, timeout=120)
-        if r.returncode != 0:
-            return r.stderr.strip().splitlines()[-1]
-        got = json.loads(r.stdout)
-        assert bytes.fromhex(got["data"]) == first.data
-        return "long way" if got["long way"] else "index"
-
-    assert [run(), run(), run()] == ["long way", "index", "index"]
-    assert (b / C._STATE_FILE).exists() and len(list(b.glob("*/*.call"))) == filed + 1
-    assert [run(["-D", "X=1"]), run(["-D", "X=1"])] == ["long way", "index"]  # another call, the same key
-    os.utime(lib, ns=(1, 1))  # NVRTC's file touched: its state no longer holds (the same build: no compile)
-    assert [run(), run()] == ["long way", "index"]
-    shutil.copyfile(lib, lib.parent / "libnvrtc.so")  # a copy appears where the probe found none (the same build)
-    assert [run(), run()] == ["long way", "index"]
-    (b / C._STATE_FILE).write_text("[{" * 20)
-    assert [run(), run()] == ["long way", "index"]
-    for f in b.glob("*/*.call"):
-        f.write_bytes(b"\0" * 64)
-    assert [run(), run()] == ["long way", "index"]
-    other = _site_with_nvrtc(tmp_path / "venv2", None)[0]  # a second wheel directory: another state
-    assert [run(extra=[str(other)]), run(extra=[str(other)]), run()] == \
-        ["long way", "index", "index"]  # (the first state kept beside it)
-    lib.write_bytes(b"\x7fELF another NVRTC")  # another build, the entry still there: the long way misses
-    assert run() == "NVRTC called"
-    for f, _, _ in Cache(b).entries():
-        f.unlink()
-    shutil.copyfile(next(f for f in C._toolchain_copies() if "site-packages" in f), lib)
-    assert run() == "NVRTC called"  # the entry went: the index names a key, the long way compiles
-
-
-def test_what_the_call_index_cannot_watch_is_not_filed(tmp_path, monkeypatch):
-    """The call index files no call whose key it could not re-check: a file the toolchain's
-    probes saw change while the process ran (its keys were made from the first sight), a
-    link to nothing on the way to a missing path (what it names is not watched), include
-    options (a relative one is read in the working directory: -Iinclude run where it named
-    CUDA's own headers was served in another directory)."""
-    import os
-    from nbjit import compiler as C
-    lib = tmp_path / "lib.so"
-    lib.write_bytes(b"one")
-    for change in ("file", "link"):
-        monkeypatch.setattr(C, "_SEEN", C._Seen())
-        if change == "file":
-            C._stat(str(lib))
-            assert not C._SEEN.unseeable
-            lib.write_bytes(b"one, rewritten")
-            C._stat(str(lib))
-        else:
-            os.symlink(tmp_path / "nowhere", tmp_path / "cu12")
-            C._stat(str(tmp_path / "cu12" / "lib" / "libnvrtc.so.12"))
-        assert C._SEEN.unseeable
-        monkeypatch.setattr(C, "_FINGERPRINTS", {"nvrtc": {"lib": "nvrtc", "builds": []}})
-        assert C._record_state(str(tmp_path)) is None
-    # a fresh process's probes (this one's may have seen other tests change files)
-    for name, value in (("_SEEN", C._Seen()), ("_FINGERPRINTS", {}), ("_STATES", {})):
-        monkeypatch.setattr(C, name, value)
-    for probe in (C._cuda_headers, C._cccl, C._nvidia_dirs):
-        probe.cache_clear()
-    src = 'extern "C" __global__ void k(float* p) { p[0] = 3.0f; }\n'
-    c = Cache(tmp_path / "c")
-    compile_image(src, arch="sm_90", options=["-I", str(C.cuda_include_dir())], cache=c)
-    compile_image(src, arch="sm_90", options=["--include-path=include"], cache=c)
-    assert not list((tmp_path / "c").glob("*/*.call"))
-    compile_image(src, arch="sm_90", cache=c)
-    assert len(list((tmp_path / "c").glob("*/*.call"))) == 1
-
-
-def test_a_toolchain_state_is_checked_with_the_stats_its_probes_made(tmp_path, monkeypatch):
-    """The warm start's check of its toolchain state signs each path as the probes did
-    (``_sig(os.stat(path))``): by the C extension where it is built, else in Python, the same
-    for files, directories, links, links to nothing, missing paths and a NUL in a path; a
-    path that is not text is left to Python; a state holds while its paths are unchanged."""
-    import os
-    from nbjit import _native
-    from nbjit import compiler as C
-    f = tmp_path / "libnvrtc.so.13"
-    f.write_bytes(b"x" * 10)
-    os.symlink(f, tmp_path / "link")
-    os.symlink(tmp_path / "nowhere", tmp_path / "dangling")
-    paths = [str(f), str(tmp_path), str(tmp_path / "link"), str(tmp_path / "dangling"), str(tmp_path / "missing"),
-             str(tmp_path / "a\0b"), str(f) + "/"]
-    want = [C._sig(C._stat_or_none(p)) for p in paths]
-    assert want[0][2] == 10 and want[2] == want[0] and want[3:] == [None] * 4
-    in_c = _native.function("file_signs")
-    if in_c:
-        assert in_c(paths) == want
-        with pytest.raises(ValueError):
-            in_c([str(f), f])  # (not a str: the caller asks os.stat)
-    assert C._signs(paths) == want and C._signs([str(f), f]) == [want[0], want[0]]
-    late = tmp_path / "late"  # a time past 2262, more nanoseconds than a C long long holds (Python's int does)
-    late.write_bytes(b"")
-    os.utime(late, ns=(15032385535 * 10**9, 15032385535 * 10**9))
-    assert C._signs([str(late)]) == [C._sig(os.stat(late))]
-    monkeypatch.setattr(C, "_FINGERPRINTS", {})  # (none computed: the state's own stands)
-    for signs in (in_c, False):  # the extension's check, and Python's
-        monkeypatch.setattr(C, "_FILE_SIGNS", [signs])
-        now = [C._sig(C._stat_or_none(p)) for p in paths]
-        state = {"stamp": C._state_stamp(), "id": "s", "fp": None, "nvidia": list(C._nvidia_dirs()), "env": {},
-                 "paths": [[p, w] for p, w in zip(paths, now)]}
-        assert C._matching_state([state]) == ("s", None)
-        f.write_bytes(b"y" * (now[0][2] + 1))  # (another size: file times may be coarser than the test)
-        assert C._matching_state([state]) == ("", None)
-
-
 def test_the_compiler_is_told_its_target(tmp_path, monkeypatch):
     """The compiling stage asks no device: without an architecture it says to give one; an
     Arch and its text are the same compile (one cache entry)."""
-    from nbjit import _driver, compiler
-    from nbjit._host import current_host
+    from nbjit.toolchain import nvrtc as compiler
+    from nbjit.gpu import driver as _driver
+    from nbjit.gpu.host import current_host
     from nbjit.arch import Arch
 
     def refuse(*a, **k):
@@ -730,7 +590,8 @@ def test_ptxas_reports_spills_and_stack_frames_kept_with_the_entry(tmp_path, cou
 
 def test_ptxas_report_of_nvjitlink(tmp_path):
     """nvJitLink's -verbose log gives the same report, per function (device functions too)."""
-    from nbjit.compiler import assemble_ptx, nvjitlink_version, ptxas_report
+    from nbjit.toolchain.nvjitlink import assemble_ptx, nvjitlink_version
+    from nbjit.toolchain.nvrtc import ptxas_report
     if nvjitlink_version() is None or nvjitlink_version() < (13, 0):
         pytest.skip("no nvJitLink that assembles the committed PTX 9.0 (CUDA 13's)")
     out = assemble_ptx((DATA / "nvcc/kernels_sm90.ptx").read_text(), "sm_90", options=("-verbose",))
@@ -745,7 +606,7 @@ def test_ptxas_report_of_nvjitlink(tmp_path):
 def test_nvjitlink_names_the_input_it_refuses():
     """One nvJitLink wrapper (assemble_ptx is one use): a refused input is named by its
     label, with nvJitLink's log; refused options are named."""
-    from nbjit.compiler import nvjitlink_cubin
+    from nbjit.toolchain.nvjitlink import nvjitlink_cubin
     from nbjit.errors import LinkFailure
     ptx = nbjit.compile_image('extern "C" __global__ void p(){}', arch="sm_90", output="ptx")
     ok = nvjitlink_cubin([("ptx", ptx.data + b"\0", "p.ptx")], "sm_90")
@@ -769,7 +630,7 @@ def test_a_path_to_compiled_code_is_not_compiled_as_source(path):
 
 @pytest.mark.parametrize("option", [["-D", "=3"], ["-D="], ["--define-macro="], ["-D"]])
 def test_a_define_without_a_macro_name_is_refused(option):
-    from nbjit.compiler import normalize_options
+    from nbjit.toolchain.request import normalize_options
     with pytest.raises(NbjitCompileError, match="macro name|needs a value"):
         normalize_options(option)
     assert normalize_options(["-DX=1", "-D", "Y", "--define-macro=Z=2"]) == ["-DX=1", "-DY", "-DZ=2"]

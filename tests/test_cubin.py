@@ -1,4 +1,4 @@
-"""nbjit.cubin on nvcc, NVRTC, Triton and CUDA 12.9 cubins, checked against cuobjdump."""
+"""nbjit.read.cubin on nvcc, NVRTC, Triton and CUDA 12.9 cubins, checked against cuobjdump."""
 from __future__ import annotations
 
 import json
@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from cuobjdump_oracle import describe, find_cuobjdump
 from nbjit import ImageFormatError, NbjitArgumentError, inspect_ptx
-from nbjit.cubin import inspect_cubin
+from nbjit.read.cubin import inspect_cubin
 
 from conftest import DATA  # noqa: E402
 CUBINS = sorted(p.relative_to(DATA).as_posix() for p in DATA.rglob("*.cubin"))
@@ -240,8 +240,8 @@ def test_overlapping_parameters_are_a_format_error():
 
 
 def test_a_declared_struct_that_does_not_fit_is_an_argument_error():
-    from nbjit.args import ArgPacker
-    from nbjit.signature import KernelSignature, Param
+    from nbjit.launch.arguments import ArgPacker
+    from nbjit.params.signature import KernelSignature, Param
     sig = KernelSignature((Param("a", "b8", 24, 8, 0, 24), Param("b", "u64", 8, 8, 16)), 24)
     with pytest.raises(NbjitArgumentError, match="do not fit one after another"):
         ArgPacker(sig, "k")

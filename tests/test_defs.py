@@ -1,4 +1,4 @@
-"""nbjit._defs.record makes the classes dataclasses.dataclass makes: each test builds one
+"""nbjit.records.record makes the classes dataclasses.dataclass makes: each test builds one
 class both ways from the same body and holds them to the same behaviour."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pkgutil
 import pytest
 
 import nbjit
-from nbjit._defs import field, record
+from nbjit.records import field, record
 
 
 def twins(body, **options):
@@ -108,7 +108,7 @@ def test_the_dataclasses_functions_work_on_records():
 def test_pickles_and_copies_as_dataclasses_do():
     from nbjit.arch import Arch
     r = Arch.parse("sm_90a")  # (module-level records: picklable)
-    from nbjit.signature import Directives
+    from nbjit.params.signature import Directives
     d = Directives(maxntid=(128, 1, 1))
     for obj in (r, d):
         assert pickle.loads(pickle.dumps(obj)) == obj
@@ -180,10 +180,10 @@ def test_a_record_that_holds_itself_shows_as_dataclasses_show_it():
 
 
 def test_nbjits_classes_are_records():
-    """Every dataclass nbjit defines is made by record (importing them stays cheap: issue 26),
+    """Every dataclass nbjit defines is made by record (importing them stays cheap),
     and behaves as the dataclass of the same body would (checked on each one's defaults)."""
     seen_any = 0
-    for info in pkgutil.iter_modules(nbjit.__path__, "nbjit."):
+    for info in pkgutil.walk_packages(nbjit.__path__, "nbjit."):
         if info.name in ("nbjit.__main__",):
             continue
         try:
@@ -192,7 +192,7 @@ def test_nbjits_classes_are_records():
             continue
         for value in vars(module).values():
             if isinstance(value, type) and value.__module__ == info.name and dataclasses.is_dataclass(value):
-                assert value.__init__.__code__.co_filename.endswith("_defs.py"), value
+                assert value.__init__.__code__.co_filename.endswith("records.py"), value
                 seen_any += 1
     assert seen_any >= 30
 

@@ -6,7 +6,8 @@ import ctypes
 
 import pytest
 
-from nbjit import NbjitLaunchError, NbjitLoadError, _driver
+from nbjit import NbjitLaunchError, NbjitLoadError
+from nbjit.gpu import driver as _driver
 
 
 def test_sticky_errors_say_what_happened_and_what_to_do():

@@ -50,7 +50,7 @@ def test_every_error_type_pickles_equal():
 
 def _compile_bad(_=None):
     import nbjit
-    from nbjit.cache import Cache
+    from nbjit.cache.store import Cache
     return nbjit.compile_image('extern "C" __global__ void k() { undefined_thing; }', name="bad.cu", arch="sm_90",
                                cache=Cache(None))
 

@@ -1,18 +1,21 @@
-"""Facts kept in cache entries (nbjit/_facts.py): a lossless round trip of what inspection
+"""Facts kept in cache entries (nbjit/cache/facts.py): a lossless round trip of what inspection
 reads from every cubin fixture, and NVRTC entries that carry them, so that a warm hit reads
 no ELF and no source; facts from other code, or none, are read afresh and kept."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import os
 import warnings
 
 import pytest
 
-from nbjit import _facts, compile_image, compiler, inspect_cubin
-from nbjit import cubin as cubin_mod
-from nbjit.cache import Cache
-from nbjit._csource import source_declarations
+from nbjit import compile_image, inspect_cubin
+from nbjit.toolchain import nvrtc as compiler
+from nbjit.cache import facts as _facts
+from nbjit.read import cubin as cubin_mod
+from nbjit.cache.store import Cache
+from nbjit.params.declarations import source_declarations
 
 from conftest import DATA  # noqa: E402
 
@@ -76,7 +79,7 @@ def test_a_warm_hit_reads_no_elf_and_no_source(tmp_path, monkeypatch):
         raise AssertionError("read again")
     for where in (cubin_mod, compiler):
         monkeypatch.setattr(where, "inspect_cubin", refuse)
-    monkeypatch.setattr("nbjit._csource.source_declarations", refuse)
+    monkeypatch.setattr("nbjit.params.declarations.source_declarations", refuse)
     monkeypatch.setattr(compiler, "source_declarations", refuse)
     again = compile_image(SRC, name_expressions=["fill<float>"], headers=HDR, arch="sm_90", cache=Cache(tmp_path))
     assert again.info == first.info and again.declarations == first.declarations and again.data == first.data
@@ -93,33 +96,6 @@ def test_facts_of_other_code_are_read_afresh_and_kept(tmp_path, monkeypatch):
     assert entry_file.stat().st_mtime_ns != before  # rewritten with this code's facts
     again2 = compile_image(PLAIN, arch="sm_90", cache=Cache(tmp_path))
     assert again2.info == img.info
-
-
-def test_the_stamp_is_the_digest_of_the_readers_as_they_are():
-    """The stamp facts carry is a committed digest of the reader modules (no file system call
-    on a warm start): it must be that of their text now, or facts an older reader wrote would
-    be taken as this one's."""
-    assert _facts.READERS_DIGEST == _facts.readers_digest(), \
-        "a module that reads images changed: run `python -m nbjit._facts` to update READERS_DIGEST"
-    assert _facts.stamp() == f"readers:{_facts.READERS_DIGEST}"
-
-
-def test_the_readers_digest_changes_with_any_reader_but_not_its_own_line(tmp_path, monkeypatch):
-    pkg = tmp_path / "nbjit"
-    pkg.mkdir()
-    here = os.path.dirname(_facts.__file__)
-    for name in _facts._READERS:
-        with open(os.path.join(here, name), "rb") as f:
-            (pkg / name).write_bytes(f.read())
-    monkeypatch.setattr(_facts, "_HERE", str(pkg))
-    first = _facts.readers_digest()
-    assert first == _facts.READERS_DIGEST
-    facts_py = pkg / "_facts.py"
-    facts_py.write_text(facts_py.read_text().replace(f'READERS_DIGEST = "{first}"', 'READERS_DIGEST = "0"'))
-    assert _facts.readers_digest() == first  # its own line is not part of it
-    cubin_py = pkg / "cubin.py"
-    cubin_py.write_text(cubin_py.read_text() + "\n# edited\n")
-    assert _facts.readers_digest() != first
 
 
 def test_a_read_only_cache_is_still_used_when_its_facts_are_old(tmp_path, monkeypatch):
@@ -200,7 +176,7 @@ def test_a_warm_hit_types_its_kernels_as_loading_would(tmp_path, fake_device, mo
     """The kernels kept typed in an entry are what merging the image, the source and the
     mangled name gives: a hit merges nothing, and a new declaration types afresh."""
     import nbjit
-    from nbjit import signature
+    from nbjit.params import signature
 
     kw = dict(name_expressions=["fill<float>"], headers=HDR, arch="sm_90")
     cold = nbjit.compile(SRC, cache=Cache(tmp_path), **kw)
@@ -214,144 +190,68 @@ def test_a_warm_hit_types_its_kernels_as_loading_would(tmp_path, fake_device, mo
 
     def refuse(*a, **k):
         raise AssertionError("merged again")
-    monkeypatch.setattr("nbjit.module.merge", refuse)
+    monkeypatch.setattr("nbjit.loading.module.merge", refuse)
     k = warm["fill<float>"]
     assert [p.ctype for p in k.params] == ["float*", "float", "int"]
-    monkeypatch.setattr("nbjit.module.merge", signature.merge)
+    monkeypatch.setattr("nbjit.loading.module.merge", signature.merge)
     real = warm.image.lowered_names["fill<float>"]
     warm._learn(decls={real: ("source", ())})
     assert real not in warm._live.typed  # a new declaration: typed afresh (here it has no say: 0 parameters)
 
 
-def _c_decoder():
-    from nbjit import _native
-    ext = _native.extension()
-    if ext is None:
-        pytest.skip("nbjit's C extension is not built (or NBJIT_PURE_PYTHON is set)")
-    return lambda data: ext.decode_facts(data, _facts._SPECS, _facts._arch)
-
-
-def _records():
-    """The facts of every cubin fixture and of real declarations, as a cache entry keeps them."""
-    out = [json.loads(json.dumps(_facts.encode(inspect_cubin(p.read_bytes(), source=p.name)))) for p in CUBINS]
-    out.append(json.loads(json.dumps(_facts.encode(source_declarations((DATA / "src/tma.cu").read_text() + PLAIN)))))
-    return out
-
-
-def test_the_c_decoder_makes_what_the_python_one_makes():
-    """nbjit._launch.decode_facts (what a warm start decodes with) gives the objects
-    _facts.decode gives, for every cubin fixture's facts: equal, of the same classes, the
-    same repr (every field, in order)."""
-    c = _c_decoder()
-    for data in _records():
-        want, got = _facts.decode(data), c(data)
-        assert got == want and repr(got) == repr(want)
-        if isinstance(want, cubin_mod.CubinInfo):
-            assert [type(e) for e in got.entries] == [type(e) for e in want.entries]
-            assert type(got.arch) is type(want.arch) and [list(e.__dict__) for e in got.entries] == \
-                [list(e.__dict__) for e in want.entries]
-
-
-def _mutations(data, rng, n):
-    """``n`` damaged copies of a facts record: a value replaced, an item dropped or added, a
-    mask changed, a list made a dict, a str made a number, at random places."""
-    import copy
-    for _ in range(n):
-        d = copy.deepcopy(data)
-        # the containers in it, with their paths
-        spots, todo = [], [d]
-        while todo:
-            x = todo.pop()
-            if isinstance(x, list) and x:
-                spots.append(x)
-                todo.extend(v for v in x if isinstance(v, (list, dict)))
-            elif isinstance(x, dict) and x:
-                todo.extend(v for v in x.values() if isinstance(v, (list, dict)))
-        spot = rng.choice(spots)
-        i = rng.randrange(len(spot))
-        what = rng.randrange(7)
-        if what == 0:
-            spot[i] = rng.choice([None, True, 0, -1, 1 << 70, 2.5, "", "2", "Param", "CubinInfo", [], {}, ["2", 1]])
-        elif what == 1:
-            del spot[i]
-        elif what == 2:
-            spot.insert(i, rng.choice([None, 1, "x", ["", 1]]))
-        elif what == 3 and len(spot) > 1:
-            spot[1] = rng.choice([0, 1, 3, 255, 1 << 20, -2, True, "1"])
-        elif what == 4:
-            spot[i] = {"k": spot[i]}
-        elif what == 5:
-            spot[i] = ("tuple", spot[i])
-        else:
-            spot[0] = rng.choice(["", "2", "KernelInfo", "Directives", "Nope", 7])
-        yield d
-
-
-def test_the_c_decoder_never_differs_on_damaged_facts():
-    """On facts damaged at random (hostile or corrupt data that passed an entry's checksum),
-    the C decoder either makes exactly what the Python decoder makes or declines
-    (ValueError), after which the Python decoder decides: never another object, never a
-    crash."""
-    import random
-    c = _c_decoder()
-    rng = random.Random(26)
-    declined = same = 0
-    for data in _records():
-        for d in _mutations(data, rng, 60):
-            try:
-                got = c(d)
-            except ValueError:
-                declined += 1
-                continue
-            want = _facts.decode(d)  # (where C succeeds, Python must too, with the same result)
-            assert got == want and repr(got) == repr(want)
-            same += 1
-    assert declined > 100 and same > 100  # (both outcomes were met)
-
-
-def test_a_warm_hit_reads_its_facts_with_the_c_decoder(tmp_path, monkeypatch):
-    """The facts of a cache entry are read by the C decoder where it is built, and by the
-    Python one where it declines or is not used: the same facts either way."""
-    c = _c_decoder()
-    img = compile_image(SRC, name_expressions=["fill<float>"], headers=HDR, arch="sm_90", cache=Cache(tmp_path))
-    record = json.loads(json.dumps(_facts.keep(_facts.Facts(img.declarations, img.info, img.typed, img.resources))))
-    calls = []
-
-    def counting(data, specs, arch):
-        calls.append(data)
-        return c(data)
-
-    monkeypatch.setattr(_facts, "_C_DECODER", [counting])
-    via_c = _facts.read(record, "cubin")
-    assert len(calls) == 1 and sorted(calls[0]) == ["declarations", "info", "typed"] and via_c is not None
-    monkeypatch.setattr(_facts, "_C_DECODER", [False])
-    assert _facts.read(record, "cubin") == via_c
-
-    def declining(data, specs, arch):
-        raise ValueError("not the facts encode writes")
-
-    monkeypatch.setattr(_facts, "_C_DECODER", [declining])
-    assert _facts.read(record, "cubin") == via_c
-
-
 def test_facts_nested_deeper_than_encode_writes_are_not_read():
     """Data nested far deeper than ``encode`` writes (a damaged or crafted entry that passed
-    its checksum): the C decoder declines it past a fixed depth, and ``read`` gives no facts
-    (the image is read afresh) instead of raising, with the C decoder or without."""
+    its checksum): ``read`` gives no facts (the image is read afresh) instead of raising."""
     deep = 1
-    for _ in range(5000):  # (deeper than any Python's recursion limit lets the Python decoder go)
+    for _ in range(5000):  # (deeper than any Python's recursion limit lets the decoder go)
         deep = ["", deep]
-    deep = {"k": deep}
-    shallow = json.loads('["", ' * 40 + '1' + ']' * 40)
-    ext = _c_decoder()
-    assert ext(shallow) == _facts.decode(shallow)
-    with pytest.raises(ValueError):
-        ext(json.loads('["", ' * 70 + '1' + ']' * 70))
-    record = {"stamp": _facts.stamp(), "info": None, "declarations": deep, "typed": {}, "resources": {}}
+    record = {"stamp": _facts.stamp(), "info": None, "declarations": {"k": deep}, "typed": {}, "resources": {}}
     assert _facts.read(record, "ptx") is None
-    before = _facts._C_DECODER[0]
-    try:
-        _facts._C_DECODER[0] = False
-        assert _facts.read(record, "ptx") is None
-    finally:
-        _facts._C_DECODER[0] = before
+
+
+# ------------------------------------------------------------------ the facts' version
+# tests/data/expected/facts.json: the facts of a fixed corpus (the cubin fixtures' inspection,
+# the CUDA source fixtures' declarations, the typed entries of a cubin with its source's),
+# made by this code. Where the readers, the declaration parser or the typing would make other
+# facts of the same bytes, the corpus differs, and FACTS_VERSION must be bumped (facts kept by
+# an older nbjit would be taken as this one's). Regenerate: python tests/test_facts.py --regenerate
+
+CORPUS = DATA / "expected" / "facts.json"
+CORPUS_CUBINS = ["nvcc/kernels_sm_90.cubin", "nvcc/kernels_sm_80.cubin", "nvcc/kernels_sm_90a.cubin",
+                 "nvcc/kernels_G_sm_90.cubin", "nvcc/pdl_sm_90.cubin", "nvcc/cluster_sm90.cubin",
+                 "triton/add_kernel/add_kernel.cubin"]
+CORPUS_SOURCES = ["src/nvrtc_tmpl.cu", "src/spill.cu", "src/block_reduce_op.cu"]
+
+
+def corpus() -> dict:
+    """The facts this code makes of the corpus, as JSON data."""
+    from nbjit.params.signature import typed_entries
+    out = {"cubins": {}, "declarations": {}, "typed": {}}
+    for name in CORPUS_CUBINS:
+        out["cubins"][name] = _facts.encode(inspect_cubin((DATA / name).read_bytes(), source=Path(name).name))
+    for name in CORPUS_SOURCES:
+        out["declarations"][name] = _facts.encode(dict(source_declarations((DATA / name).read_text())))
+    info = inspect_cubin((DATA / "nvcc/kernels_sm_90.cubin").read_bytes())
+    decls = {k: ("source", v) for k, v in source_declarations((DATA / "src/kernels.cu").read_text()).items()}
+    out["typed"] = _facts.encode({e.name: t for e, t in zip(info.entries, typed_entries(info.entries, "cubin", decls))})
+    return json.loads(json.dumps(out))
+
+
+def test_the_facts_version_is_bumped_where_the_facts_change():
+    kept = json.loads(CORPUS.read_text())
+    now = corpus()
+    if kept["version"] != _facts.FACTS_VERSION:
+        pytest.fail(f"FACTS_VERSION is {_facts.FACTS_VERSION}, the corpus was made at {kept['version']}: regenerate "
+                    "it (python tests/test_facts.py --regenerate)")
+    changed = [f"{part}/{name}" for part in now for name in now[part]
+               if kept["facts"][part].get(name) != now[part][name]]
+    assert not changed, (f"the facts of {', '.join(changed[:5])} changed: bump FACTS_VERSION in nbjit/cache/facts.py "
+                         "and regenerate the corpus (python tests/test_facts.py --regenerate)")
+
+
+if __name__ == "__main__":
+    import sys
+    if sys.argv[1:] == ["--regenerate"]:
+        CORPUS.write_text(json.dumps({"version": _facts.FACTS_VERSION, "facts": corpus()}, indent=1, sort_keys=True)
+                          + "\n")
+        print(f"wrote {CORPUS}")

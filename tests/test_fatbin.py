@@ -1,4 +1,4 @@
-"""nbjit.fatbin on nvcc -fatbin containers (uncompressed, LZ4, zstd, arch-specific)."""
+"""nbjit.read.fatbin on nvcc -fatbin containers (uncompressed, LZ4, zstd, arch-specific)."""
 from __future__ import annotations
 
 import re
@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nbjit import ImageFormatError, inspect_ptx
-from nbjit.cubin import inspect_cubin
-from nbjit.fatbin import FatbinEntry, build_fatbin, inspect_fatbin, parse_arch, select_entry, undecoded
+from nbjit.read.cubin import inspect_cubin
+from nbjit.read.fatbin import FatbinEntry, build_fatbin, inspect_fatbin, parse_arch, select_entry, undecoded
 
 from conftest import DATA  # noqa: E402
 from cuobjdump_oracle import find_cuobjdump  # noqa: E402
@@ -336,7 +336,7 @@ def test_layout_says_where_each_payload_lies():
     """layout_fatbin's spans are the payloads inspect_fatbin reads back (PTX: its text, without
     the NUL and padding the container adds), so a bundle's loader slices the container instead
     of reading it; build_fatbin writes the same bytes."""
-    from nbjit._fatbin_write import layout_fatbin
+    from nbjit.read.fatbin import layout_fatbin
     cubin = (DATA / "nvcc/kernels_sm_90.cubin").read_bytes()
     ptx = (DATA / "nvcc/kernels_sm80.ptx").read_bytes()
     entries = [("ptx", "compute_80", ptx + b"\0\0"), ("cubin", "sm_90", cubin),

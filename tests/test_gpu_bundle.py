@@ -13,7 +13,7 @@ import pytest
 import nbjit
 from nbjit import NbjitArgumentError
 from nbjit.arch import Arch
-from nbjit.fatbin import inspect_fatbin, select_entry
+from nbjit.read.fatbin import inspect_fatbin, select_entry
 
 from conftest import DATA  # noqa: E402
 
@@ -70,7 +70,7 @@ def test_bundle_kernel_launches_as_fast_as_a_compiled_one(cuda):
 
 
 def _in_worker(shipped: bytes) -> list[float]:
-    from nbjit._host import current_host
+    from nbjit.gpu.host import current_host
     cuda = current_host().module("cuda")  # (the parent's host: the worker inherits NBJIT_HOST)
     kernel = pickle.loads(shipped)
     x = cuda.to_device(np.arange(100, dtype=np.float32))

@@ -76,8 +76,8 @@ CUB_SRC = (Path(__file__).resolve().parent / "data/src/cub_reduce_sort.cu").read
 def test_cub_kernels_compiled_with_and_without_a_pch_run_alike(cuda, tmp_path, pch):
     """Two instantiations of a CUB source: with pch=True the second uses the PCH the first
     made; each sorts its block and sums the first items as CUB says, either way."""
-    from nbjit import pch as P
-    from nbjit.compiler import cccl_include_dir
+    from nbjit.toolchain import pch as P
+    from nbjit.toolchain.identity import cccl_include_dir
     if cccl_include_dir() is None:
         pytest.skip("no CCCL headers beside CUDA's (the nvidia-cuda-cccl wheel, which nbjit's cu13 extra brings)")
     cache = nbjit.Cache(tmp_path)
@@ -147,7 +147,7 @@ def test_a_compile_keeps_its_ptxas_report_where_its_bytes_were_loaded_already(cu
     -v output byte for byte, and test_occupancy loads it), then compiled with -Xptxas=-v for the
     device: the compile's module has its image (log, report, spill bytes) and shares the copy
     loaded already; the first module keeps its own image."""
-    from nbjit.compiler import compile_image
+    from nbjit.toolchain.nvrtc import compile_image
     src = DATA / "src/spill.cu"
     cc = cuda.get_current_device().compute_capability
     made = compile_image(src, arch=f"sm_{cc[0]}{cc[1]}", options=["-Xptxas=-v"], cache=nbjit.Cache(tmp_path))

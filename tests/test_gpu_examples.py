@@ -30,7 +30,7 @@ def test_example_runs(script, cuda, tmp_path):
     if script.stem == "triton_softmax" and cuda.get_current_device().compute_capability < (9, 0):
         pytest.skip("the Triton fixture is built for sm_90")
     if script.stem == "python_operator_in_cub":
-        from nbjit.compiler import cccl_include_dir
+        from nbjit.toolchain.identity import cccl_include_dir
         if cccl_include_dir() is None:
             pytest.skip("no CCCL headers beside CUDA's (pip install nvidia-cuda-cccl; nbjit's cu13 extra brings them)")
     env = {**_env(), "NBJIT_CACHE_DIR": str(tmp_path / "cache")}

@@ -49,8 +49,8 @@ def parts(cuda):
 
 def usable(cuda, s, axpy):
     """The stream left capturing nothing, and launching works on it."""
-    from nbjit import _driver_extra
-    from nbjit._driver import stream_handle
+    from nbjit.gpu import driver as _driver_extra
+    from nbjit.gpu.driver import stream_handle
     assert _driver_extra.capture_status(stream_handle(s)) == "none"
     y = cuda.to_device(np.zeros(N, np.float32))
     axpy[GRID, BLOCK, s](y, cuda.to_device(np.ones(N, np.float32)), 3.0, N)
@@ -65,7 +65,7 @@ def test_mixed_pipeline_captured_once_replayed_100_times(cuda, parts):
     w = cuda.device_array(N, np.float32)
     y = cuda.to_device(np.zeros(N, np.float32))
     z = cuda.device_array(N, np.float32)
-    from nbjit._host import current_host
+    from nbjit.gpu.host import current_host
     device_memset = current_host().module("driver").device_memset  # (numba-cuda's, or numba-cuda-mlir's)
     with nbjit.capture(s) as g:
         device_memset(w, 0, w.nbytes, stream=s)  # Numba's asynchronous memset

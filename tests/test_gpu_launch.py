@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import nbjit
-from nbjit._driver import as_int
+from nbjit.gpu.driver import as_int
 from nbjit import (KernelNotFoundError, NbjitArgumentError, NbjitLaunchError, NbjitLoadError, NbjitWarning)
 
 pytestmark = pytest.mark.gpu
@@ -61,7 +61,7 @@ def test_cubin_unknown_types_take_numpy_scalars(cuda):
 
 
 def test_whole_fatbin_when_zstd_unreadable(cuda, no_zstd):
-    from nbjit.fatbin import inspect_fatbin
+    from nbjit.read.fatbin import inspect_fatbin
     raw = (DATA / "nvcc/kernels_multi.fatbin").read_bytes()
     fb = inspect_fatbin(raw)
     ptx = fb.entries[1]
@@ -120,7 +120,7 @@ def test_jit_log_and_load_error(cuda):
 
 
 def test_cubins_load_without_logs_and_refused_ones_say_why(cuda):
-    from nbjit import _driver
+    from nbjit.gpu import driver as _driver
     m = nbjit.load(DATA / "nvcc/kernels_sm_90.cubin")
     assert m.prepared_kind == "cubin" and m.jit_log == ""
     with pytest.raises(NbjitLoadError, match=r"^not a cubin: the driver could not load it: CUDA_ERROR_INVALID_IMAGE"):
@@ -128,7 +128,7 @@ def test_cubins_load_without_logs_and_refused_ones_say_why(cuda):
 
 
 def test_newer_ptx_nvjitlink_or_lowered(cuda):
-    from nbjit.compiler import nvjitlink_version
+    from nbjit.toolchain.nvjitlink import nvjitlink_version
     with pytest.warns(NbjitWarning) as w:
         m = nbjit.load(DATA / "nvrtc/tmpl_compute90.ptx")  # PTX 9.5 from NVRTC 13.5
     nv = nvjitlink_version()
@@ -141,7 +141,7 @@ def test_newer_ptx_nvjitlink_or_lowered(cuda):
 
 
 def test_lowered_route(cuda, monkeypatch):
-    monkeypatch.setattr("nbjit.compiler.nvjitlink_version", lambda: None)  # as if no nvJitLink were installed
+    monkeypatch.setattr("nbjit.toolchain.nvjitlink.nvjitlink_version", lambda: None)  # (as if nvJitLink were missing)
     text = (DATA / "nvrtc/tmpl_sm90.ptx").read_text() + "\n// lowered-route copy\n"
     with pytest.warns(NbjitWarning, match="lowered"):
         m = nbjit.load(text, name="tmpl_lowered.ptx")
@@ -270,7 +270,7 @@ def test_dynamic_shared_memory_and_optin(cuda, kernels):
     k[1, n, 0, 48 * 1024 - static + 1](out, n)  # one byte more: opted in
     assert k.shared_optin == 48 * 1024 - static + 1
     np.testing.assert_array_equal(out.copy_to_host(), np.arange(n, dtype=np.float32)[::-1])
-    from nbjit import _driver_extra
+    from nbjit.gpu import driver as _driver_extra
     top = _driver_extra.device_info(0).max_shared_optin - static
     k[1, n, 0, top](out, n)
     cuda.synchronize()
@@ -283,7 +283,7 @@ def test_globals(cuda):
     g = m.get_global("g_arr")
     assert g.size == 64 and g.ptr
     arr = g.as_array(np.float32)
-    from nbjit._host import current_host
+    from nbjit.gpu.host import current_host
     assert type(arr) is current_host().module("devicearray").DeviceNDArray  # the host's own array type
     arr.copy_to_device(np.arange(16, dtype=np.float32))
     counter = m.get_global("g_counter").as_array(np.uint32)
@@ -328,7 +328,7 @@ def test_cluster_and_cooperative(cuda):
 
 
 def test_attributes_and_occupancy(kernels):
-    from nbjit.cubin import inspect_cubin
+    from nbjit.read.cubin import inspect_cubin
     k = kernels["k_lb"]
     a = k.attributes
     cub = inspect_cubin((DATA / "nvcc/kernels_sm_90.cubin").read_bytes()).entry("k_lb")
@@ -382,7 +382,8 @@ def test_pipeline_with_cuda_jit_on_one_stream(cuda, kernels):
 
 def test_pure_python_launch_path(cuda, monkeypatch):
     """The same launches without the C extension (what a build without a compiler runs)."""
-    from nbjit import _driver, _native
+    from nbjit.gpu import extension as _native
+    from nbjit.gpu import driver as _driver
     monkeypatch.setenv("NBJIT_PURE_PYTHON", "1")
     _native.extension.cache_clear()
     _driver.backend.cache_clear()
@@ -413,8 +414,9 @@ def test_the_current_context_from_c_is_the_bindings(cuda):
     as cuda.bindings'."""
     from cuda.bindings import driver as cu
 
-    from nbjit import _driver, _native
-    from nbjit._host import current_host
+    from nbjit.gpu import extension as _native
+    from nbjit.gpu import driver as _driver
+    from nbjit.gpu.host import current_host
     ctx = cuda.current_context()
     key = current_host().context_key(ctx)
     assert _driver.current_context_key() == int(cu.cuCtxGetCurrent()[1]) == key
@@ -428,7 +430,7 @@ import threading
 from cuda.bindings import driver as cu
 import cupy as cp
 import nbjit
-from nbjit._host import current_host
+from nbjit.gpu.host import current_host
 host = current_host()
 cp.zeros(1)  # CuPy makes the device's primary context current; Numba has made nothing yet
 print(f"cupy-first|{host._primary_current() is None}")
@@ -472,7 +474,7 @@ def test_the_current_context_is_numbas_object_found_cheaply_or_by_numba(cuda):
 
 FAULT = r'''
 import numpy as np, nbjit
-from nbjit._host import current_host
+from nbjit.gpu.host import current_host
 cuda = current_host().module("cuda")
 m = nbjit.compile('extern "C" __global__ void poke(float* p) { p[0] = 1.0f; }\n'
                   'extern "C" __global__ void other(float* p) { }')
@@ -496,7 +498,7 @@ def test_after_a_kernel_faulted_errors_say_so(cuda):
     r = subprocess.run([sys.executable, "-c", FAULT], capture_output=True, text=True, timeout=120)
     lines = dict(line.split("|", 1) for line in r.stdout.splitlines() if "|" in line)
     assert {"sync", "lookup", "launch"} <= set(lines), r.stdout + r.stderr
-    hint = nbjit._driver.STICKY_HINT
+    hint = nbjit.gpu.driver.STICKY_HINT
     assert lines["lookup"].startswith("NbjitLoadError looking up kernel 'other' failed: CUDA_ERROR_ILLEGAL_ADDRESS")
     assert lines["lookup"].endswith(f"({hint})")
     assert lines["launch"].startswith("NbjitLaunchError ") and lines["launch"].endswith(f"({hint})")
@@ -517,7 +519,7 @@ def test_launch_shapes_past_cuda_limits_are_named(cuda, kernels):
 
 FRESH_THREAD = r'''
 import sys, threading, numpy as np, nbjit
-from nbjit._host import current_host
+from nbjit.gpu.host import current_host
 cuda = current_host().module("cuda")
 k = nbjit.load(sys.argv[1])["k_basic"]  # y = a*x + y
 n = 1000

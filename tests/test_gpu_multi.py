@@ -54,8 +54,7 @@ def test_the_several_gpu_path_on_one_gpu(cuda, monkeypatch):
     import warnings
 
     from nbjit import NbjitWarning
-    from nbjit import kernel as K
-    monkeypatch.setattr(K, "_MULTI", [True])
+    monkeypatch.setattr("nbjit.launch.launchers._MULTI", [True])
     k = nbjit.compile('extern "C" __global__ void axpy(float* y, const float* x, float a, int n) '
                       '{ int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i]; }',
                       name="multi_path.cu")["axpy"]
@@ -85,7 +84,7 @@ def launch_on_device(shipped: bytes, device: int) -> tuple[int, list[float]]:
     its local rank late), then launch: the kernel loads on that device."""
     import pickle
 
-    from nbjit._host import current_host
+    from nbjit.gpu.host import current_host
     cuda = current_host().module("cuda")  # (the parent's host: the worker inherits NBJIT_HOST)
     kernel = pickle.loads(shipped)
     cuda.select_device(device)
@@ -134,7 +133,7 @@ def forbid_nvrtc_and_watch() -> None:
     stuck for a minute prints where."""
     import faulthandler
 
-    from nbjit import compiler
+    from nbjit.toolchain import nvrtc as compiler
 
     def no_nvrtc(*a, **k):
         raise AssertionError("NVRTC ran on a worker")

@@ -113,7 +113,7 @@ def test_2d_and_3d_in_either_order(cuda, nb_types, order):
 
 
 def test_non_contiguous_view_record_and_complex(cuda, nb_types):
-    from nbjit._host import current_host
+    from nbjit.gpu.host import current_host
     types, from_dtype = nb_types, current_host().module("numpy_support").from_dtype
 
     @cuda.jit

@@ -97,7 +97,7 @@ def test_global_scratch(cuda):
     out = cuda.device_array((M, N), np.float32)
     k[(M // 32, N // 32)](cuda.to_device(x), out, M, N)
     np.testing.assert_array_equal(out.copy_to_host(), 2 * x)
-    from nbjit._host import current_host
+    from nbjit.gpu.host import current_host
     arrays = current_host().module("devicearray").DeviceNDArray
     assert k._scratch and all(type(a) is arrays for a, *_ in k._scratch.values())  # the host's arrays
 

@@ -1,4 +1,4 @@
-"""The Numba host (nbjit._host): which host serves, and what numba-cuda's host reads from
+"""The Numba host (nbjit.gpu.host): which host serves, and what numba-cuda's host reads from
 Numba's own objects, types and compiler (no GPU needed; the contexts are tested on a GPU,
 in test_gpu_launch.py, and below; the choice in test_host_choice.py, numba-cuda-mlir's
 host in test_mlir.py)."""
@@ -10,8 +10,8 @@ import sys
 import numpy as np
 import pytest
 
-from nbjit import _host
-from nbjit._host import HOSTS, Host, NumbaCuda, choose, current_host
+from nbjit.gpu import host as _host
+from nbjit.gpu.host import HOSTS, Host, NumbaCuda, choose, current_host
 
 numba_cuda = pytest.importorskip("numba.cuda")
 from cuda.bindings import driver as cu  # noqa: E402
@@ -20,7 +20,7 @@ from numba.cuda.cudadrv.devicearray import DeviceNDArray  # noqa: E402
 from numba.cuda.cudadrv.driver import CudaAPIError, MemoryPointer  # noqa: E402
 
 from nbjit import NbjitLaunchError  # noqa: E402
-from nbjit.args import device_pointer  # noqa: E402
+from nbjit.launch.arrays import device_pointer  # noqa: E402
 
 
 class Other(Host):
@@ -62,7 +62,7 @@ def test_numba_arrays_and_pointers_give_their_address():
 def test_asking_about_other_arrays_imports_no_numba():
     """A type that is not Numba's is answered without importing Numba (a CuPy or torch user
     never pays for it)."""
-    code = ("import sys, numpy as np\nfrom nbjit import _host\n"
+    code = ("import sys, numpy as np\nfrom nbjit.gpu import host as _host\n"
             "print(_host.pointer_getter(np.ndarray), _host.error_code(ValueError()), 'numba' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out == "None None False\n"

@@ -1,4 +1,4 @@
-"""Which Numba host nbjit serves (nbjit._host): named (NBJIT_HOST, nbjit.use_host), else the
+"""Which Numba host nbjit serves (nbjit.gpu.host): named (NBJIT_HOST, nbjit.use_host), else the
 one the user imported (numba-cuda where both are, said in a warning), else the first
 installed. No Numba is imported here (fresh processes check the real choice), so this runs
 in every environment, the CI leg without numba-cuda included."""
@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from nbjit import NbjitHostError, NbjitLoadError
-from nbjit._host import ENV, HOSTS, Host, NumbaCuda, NumbaCudaMlir, choose, host_of
+from nbjit.gpu.host import ENV, HOSTS, Host, NumbaCuda, NumbaCudaMlir, choose, host_of
 
 CUDA, MLIR = HOSTS
 
@@ -82,7 +82,7 @@ def run(code: str, **env: str) -> subprocess.CompletedProcess:
 def test_use_host_chooses_once_importing_nothing():
     code = ("import sys, nbjit\n"
             "h = nbjit.use_host('numba-cuda-mlir')\n"
-            "from nbjit._host import current_host\n"
+            "from nbjit.gpu.host import current_host\n"
             "print(h.name, current_host() is h, nbjit.use_host('numba-cuda-mlir') is h)\n"
             "for bad in ('numba-cuda', 'cupy', 3):\n"
             "    try:\n"
@@ -103,7 +103,7 @@ def test_use_host_chooses_once_importing_nothing():
 
 
 def test_the_environment_names_the_host():
-    code = "from nbjit._host import current_host\nprint(current_host().name)"
+    code = "from nbjit.gpu.host import current_host\nprint(current_host().name)"
     assert run(code, NBJIT_HOST="numba-cuda-mlir").stdout == "numba-cuda-mlir\n"
     assert run(code, NBJIT_HOST="numba-cuda").stdout == "numba-cuda\n"
     r = run(code, NBJIT_HOST="numba")

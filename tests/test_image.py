@@ -1,4 +1,4 @@
-"""Telling images apart by content: nbjit.image.sniff / as_image / inspect_image."""
+"""Telling images apart by content: nbjit.read.image.sniff / as_image / inspect_image."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 
 from nbjit import ImageFormatError
-from nbjit.cubin import CubinInfo
-from nbjit.fatbin import FatbinInfo
-from nbjit.image import Image, as_image, inspect_image, sniff
-from nbjit.ptx import PtxInfo
+from nbjit.read.cubin import CubinInfo
+from nbjit.read.fatbin import FatbinInfo
+from nbjit.read.image import Image, as_image, inspect_image, sniff
+from nbjit.read.ptx import PtxInfo
 
 from conftest import DATA  # noqa: E402
 

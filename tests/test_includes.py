@@ -1,4 +1,4 @@
-"""The #include walk (nbjit.includes): every file NVRTC reads is in the compile cache's key,
+"""The #include walk (nbjit.toolchain.includes): every file NVRTC reads is in the compile cache's key,
 found as NVRTC finds it, with NVRTC itself as the oracle; an edit to any of them is a new
 compile, in this process (the call memo) and in another (the call index)."""
 from __future__ import annotations
@@ -16,16 +16,16 @@ import pytest
 
 import nbjit
 from nbjit import Cache, compile_image
-from nbjit.compiler import compile_key
+from nbjit.toolchain.nvrtc import compile_key
 from nbjit.errors import NbjitCompileError, NbjitWarning
-from nbjit.includes import walk_includes
+from nbjit.toolchain.includes import walk_includes
 
 KERNEL = 'extern "C" __global__ void k(int* x) { x[0] = V; }\n'
 
 
 def nvrtc_ok() -> bool:
     try:
-        from nbjit.compiler import nvrtc_version
+        from nbjit.toolchain.nvrtc import nvrtc_version
         nvrtc_version()
         return True
     except Exception:

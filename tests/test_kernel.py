@@ -6,19 +6,23 @@ import types
 
 import pytest
 
-from nbjit import NbjitLaunchError, _driver, _driver_extra, _kernel_extra, inspect_ptx
-from nbjit import kernel as K
+from nbjit import NbjitLaunchError, inspect_ptx
+from nbjit.launch import launchers
+from nbjit.launch import config
+from nbjit.gpu import driver as _driver_extra
+from nbjit.gpu import driver as _driver
+from nbjit.launch import kernel as K
 
 from conftest import DATA  # noqa: E402
 
 
 def test_launch_config_pdl():
-    c = K.LaunchConfig.make(4, 128, pdl=True)
+    c = config.LaunchConfig.make(4, 128, pdl=True)
     assert c.pdl and c.extended
-    assert K.LaunchConfig.make(4, 128).pdl is None  # the kernel's, decided by Kernel.configure
-    assert not K.LaunchConfig.make(4, 128).extended and not K.LaunchConfig.make(4, 128, pdl=False).extended
+    assert config.LaunchConfig.make(4, 128).pdl is None  # the kernel's, decided by Kernel.configure
+    assert not config.LaunchConfig.make(4, 128).extended and not config.LaunchConfig.make(4, 128, pdl=False).extended
     with pytest.raises(NbjitLaunchError, match=r"kernel 'k': pdl must be True, False or None \(the kernel's\), got 1"):
-        K.LaunchConfig.make(4, 128, pdl=1, kernel="k")
+        config.LaunchConfig.make(4, 128, pdl=1, kernel="k")
 
 
 def test_launch_attributes_are_the_drivers_struct():
@@ -44,7 +48,7 @@ def test_launch_attributes_are_the_drivers_struct():
 
 
 def test_c_launcher_refuses_malformed_attributes():
-    _launch = pytest.importorskip("nbjit._launch")
+    _launch = pytest.importorskip("nbjit.gpu._launcher")
     with pytest.raises(ValueError, match="up to 4 blocks of 72 bytes"):
         _launch.launch(0, 1, 1, 1, 1, 1, 1, 0, 0, 0, b"x" * 71)
     with pytest.raises(ValueError, match="up to 4 blocks of 72 bytes"):
@@ -54,7 +58,7 @@ def test_c_launcher_refuses_malformed_attributes():
 @pytest.fixture
 def pdl_kernels(monkeypatch):
     """Kernels of the PDL fixture over a fake function handle, on a device of chosen arch."""
-    monkeypatch.setattr(K, "_MULTI", [False])
+    monkeypatch.setattr(launchers, "_MULTI", [False])
     cc = {"value": (9, 0)}
     monkeypatch.setattr(_driver_extra, "device_info", lambda ordinal: types.SimpleNamespace(cc=cc["value"]))
     info = inspect_ptx((DATA / "nvcc/pdl_sm90.ptx").read_text())
@@ -105,7 +109,7 @@ def test_setting_pdl_drops_configured_launchers(pdl_kernels):
 
 
 def test_c_entry_points_are_named():
-    _launch = pytest.importorskip("nbjit._launch")
+    _launch = pytest.importorskip("nbjit.gpu._launcher")
     with pytest.raises(ValueError, match="no entry point called cuNothing"):
         _launch.set_entry_point("cuNothing", 0)
 
@@ -121,7 +125,7 @@ def test_an_invalid_launch_shape_is_named(monkeypatch, grid, block, most, said):
     kernel's own thread limit asked of the driver only then)."""
     monkeypatch.setattr(_driver_extra, "function_attributes", lambda f: {"max_threads_per_block": most})
     monkeypatch.setattr(_driver, "error_text", lambda err: f"E{int(err)}")
-    cfg = object.__new__(K._Launcher)
+    cfg = object.__new__(launchers._Launcher)
     cfg.grid, cfg.block, cfg.shared, cfg._s = grid, block, 0, types.SimpleNamespace(name="k", label="k", func=None)
     e = cfg.error(1)
     head = f"launch of kernel 'k' failed (grid {grid}, block {block}, 0 bytes dynamic shared memory)"
@@ -176,7 +180,7 @@ def fake_launch(monkeypatch):
         registers=16, shared=0, const=0, local=0, max_threads_per_block=1024, ptx_version=90, binary_version=90,
         max_dynamic_shared=0))
     monkeypatch.setattr(_driver_extra, "launch_ex", lambda *a, **kw: launch(*a, kw))
-    monkeypatch.setattr(K, "_MULTI", [False])
+    monkeypatch.setattr(launchers, "_MULTI", [False])
     info = inspect_ptx((DATA / "nvcc/kernels_sm90.ptx").read_text()).entry("k_basic")
     k = K.Kernel(None, ("k_basic", None, ()), K._State("k_basic", 0x1234, info, 0, 0))
     return types.SimpleNamespace(kernel=k, calls=calls, results=results)
@@ -202,16 +206,16 @@ def test_every_launch_form_gets_its_launcher_from_configure(fake_launch, monkeyp
 def test_configure_decides_pdl_by_the_kernel_and_the_device(fake_launch, monkeypatch):
     info = inspect_ptx((DATA / "nvcc/pdl_sm90.ptx").read_text()).entry("pdl_consumer")
     k = K.Kernel(None, (info.name, None, ()), K._State(info.name, 0x99, info, 0, 0))
-    cfg = K.LaunchConfig.make(1, 32, kernel=info.name)
+    cfg = config.LaunchConfig.make(1, 32, kernel=info.name)
     on = k.configure(cfg)
     assert on.config.pdl is True and on.path == "python (cuLaunchKernelEx)"
-    assert k.configure(K.LaunchConfig.make(1, 32, pdl=False)).config.pdl is False
+    assert k.configure(config.LaunchConfig.make(1, 32, pdl=False)).config.pdl is False
     on(0x10, 0x20, 3)
     assert fake_launch.calls[-1][-1]["pdl"] is True
     monkeypatch.setattr(_driver_extra, "device_info", lambda ordinal: types.SimpleNamespace(cc=(8, 0)))
     assert k.configure(cfg).config.pdl is False and k.configure(cfg).path == "python"
     with pytest.raises(NbjitLaunchError, match="needs a device of compute capability 9.0"):
-        k.configure(K.LaunchConfig.make(1, 32, pdl=True))
+        k.configure(config.LaunchConfig.make(1, 32, pdl=True))
 
 
 def test_a_refused_launch_goes_again_once_where_a_context_was_made_current(fake_launch, monkeypatch):
@@ -220,7 +224,7 @@ def test_a_refused_launch_goes_again_once_where_a_context_was_made_current(fake_
     configured launcher and a bound launch alike."""
     k, calls, results = fake_launch.kernel, fake_launch.calls, fake_launch.results
     adopted = []
-    monkeypatch.setattr(_kernel_extra, "adopt_context", lambda s: adopted.append(s) or True)
+    monkeypatch.setattr(launchers, "adopt_context", lambda s: adopted.append(s) or True)
     for launch in (lambda: k[4, 256](0x10, 0x20, 1.0, 5), k.bind(4, 256, 0x10, 0x20, 1.0, 5)):
         calls.clear()
         results[:] = [201, 0]

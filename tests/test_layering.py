@@ -1,40 +1,106 @@
-"""The package's layering holds: no import cycle among nbjit's modules (lazy imports inside
-functions included); only _driver.py (with the C launch path it sets up) and _driver_extra.py
-(the driver's calls off the launch path, standing on _driver) call the CUDA driver, and
-_driver stands on the ground floor; only _host.py imports Numba; one module decides
-whether the C extension is used; process state is read through functions. Read from the
-source, no import needed."""
+"""The package's floor plan holds, read from the source (no import needed):
+
+- a folder per stage, each standing only on the stages below it (lazy imports inside
+  functions included; imports for type checkers only are not dependencies), and no import
+  cycle among modules;
+- only ``gpu/`` calls the CUDA driver (``gpu/driver.py`` and the C launcher beside it) and
+  imports Numba (``gpu/host.py``); one module decides whether the C extension is used;
+- one way to defer an import (in the function that needs it), no module-level ``__getattr__``
+  but the package's own, no ``__module__`` rewrites, no classes made inside functions, no
+  file named for when it loads;
+- ``import nbjit`` imports its errors only, and a bundle's first kernel needs no compiler,
+  cache, PTX reader or Numba ABI."""
 from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 PKG = Path(__file__).resolve().parent.parent / "nbjit"
-MODULES = {p.stem: p for p in PKG.glob("*.py")}
 
 
-def _imports(path: Path) -> set[str]:
-    """nbjit modules ``path`` imports, at module level or inside functions."""
+def _name(path: Path) -> str:
+    """``read.ptx`` for nbjit/read/ptx.py; ``read`` for nbjit/read/__init__.py; ``__init__``."""
+    parts = path.relative_to(PKG).with_suffix("").parts
+    if parts[-1] == "__init__" and len(parts) > 1:
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+MODULES = {_name(p): p for p in PKG.rglob("*.py")}
+TREES = {name: ast.parse(path.read_text()) for name, path in MODULES.items()}
+
+# the stages, each standing on those before it (errors, arch, records and files: the ground)
+GROUND = {"errors", "arch", "records", "files"}
+STAGES = ["params", "read", "gpu", "cache", "toolchain", "launch", "loading", "bundles"]
+TOP = {"cli", "__init__", "__main__"}  # (the command line and the public face stand on all)
+
+
+def stage(module: str) -> str:
+    return module.split(".")[0]
+
+
+def _type_checking_only(tree: ast.AST) -> set[int]:
+    """The ids of the nodes under ``if TYPE_CHECKING:``."""
     out = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom):
-            if node.level == 1 and node.module:
-                out.add(node.module.split(".")[0])
-            elif node.level == 1:  # from . import x
-                out.update(a.name for a in node.names)
-            elif node.module and node.module.startswith("nbjit."):
-                out.add(node.module.split(".")[1])
-            elif node.module == "nbjit":  # from nbjit import x
-                out.update(a.name for a in node.names)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            out.update(id(sub) for stmt in node.body for sub in ast.walk(stmt))
+    return out
+
+
+def imports_of(tree: ast.AST) -> set[str]:
+    """nbjit modules a module imports, at module level or inside functions."""
+    skip = _type_checking_only(tree)
+    out = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "nbjit":
+            assert node.level == 0, f"relative import: {ast.unparse(node)}"
+            base = node.module[len("nbjit."):] if node.module != "nbjit" else ""
+            for a in node.names:
+                sub = f"{base}.{a.name}" if base else a.name
+                out.add(sub if sub in MODULES else base or a.name)
         elif isinstance(node, ast.Import):
-            out.update(a.name.split(".")[1] for a in node.names if a.name.startswith("nbjit."))
-    return {m for m in out if m in MODULES and m != path.stem}
+            out.update(a.name[len("nbjit."):] for a in node.names if a.name.startswith("nbjit."))
+    return {m for m in out if m in MODULES}
 
 
-GRAPH = {name: _imports(path) for name, path in MODULES.items()}
+GRAPH = {name: imports_of(tree) - {name} for name, tree in TREES.items()}
+
+
+def test_the_import_reader_reads_every_form():
+    src = ("from nbjit.read.ptx import inspect_ptx\nfrom nbjit.gpu import driver as d\nfrom nbjit import errors\n"
+           "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from nbjit.loading.module import Module\n"
+           "def f():\n    from nbjit.cache.store import Cache\n    import nbjit.params.cdecl\n")
+    assert imports_of(ast.parse(src)) == {"read.ptx", "gpu.driver", "errors", "cache.store", "params.cdecl"}
+
+
+def test_stage_folders_are_plain_and_name_no_public_attribute():
+    """Stage folders have an empty ``__init__.py``; none shares a name with a public attribute
+    of nbjit (a ``compile/`` folder would shadow ``nbjit.compile``)."""
+    import nbjit
+    folders = [p for p in PKG.iterdir() if p.is_dir() and (p / "__init__.py").exists()]
+    assert sorted(p.name for p in folders) == sorted(STAGES + ["cli"] * (PKG / "cli").is_dir())
+    for f in folders:
+        if f.name in STAGES:
+            assert (f / "__init__.py").read_text().strip() == "", f"{f.name}/__init__.py is not empty"
+        assert f.name not in nbjit.__all__, f"folder {f.name}/ shadows nbjit.{f.name}"
+
+
+def test_each_stage_stands_only_on_those_below_it():
+    for name, deps in GRAPH.items():
+        if name in TOP:
+            continue
+        mine = stage(name)
+        allowed = GROUND | set(STAGES[:STAGES.index(mine) + 1]) if mine in STAGES else GROUND
+        for d in deps:
+            assert stage(d) in allowed, f"{name} imports {d}: {mine}/ stands on {sorted(allowed)}"
 
 
 def test_no_import_cycles():
@@ -54,43 +120,24 @@ def test_no_import_cycles():
             visit(m, [m])
 
 
-def test_readers_do_not_reach_for_the_gpu():
-    """The stages before loading are pure data: none of them imports the driver stage. The
-    compiler is told its target (the public entry points ask the device where none is given)."""
-    pure = ["arch", "cdecl", "ptx", "cubin", "_elf", "fatbin", "image", "signature", "errors", "cache", "loader",
-            "_facts", "pch", "compiler"]
-    for m in pure:
-        assert not GRAPH[m] & {"_driver", "_driver_extra", "kernel", "module", "triton"}, (m, GRAPH[m])
-
-
-def test_only_the_driver_module_calls_the_driver():
+def test_only_gpu_calls_the_driver():
     """cuda.bindings' driver API (cuLaunchKernel, cuModuleLoadDataEx, ...) is called from
-    _driver.py alone, and from _driver_extra.py for what no launch needs (a device's
-    attributes, occupancy, tensor maps, graphs); Numba's context and device objects through
-    _host, which asks them."""
-    for name, path in MODULES.items():
-        if name in ("_driver", "_driver_extra"):
+    gpu/driver.py alone (and the C launcher beside it); Numba's context and device objects
+    through gpu/host.py, which asks them."""
+    for name, tree in TREES.items():
+        if name == "gpu.driver":
             continue
-        tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.module in ("cuda.bindings", "cuda.bindings.driver"):
-                assert all(a.name != "driver" for a in node.names) or node.module != "cuda.bindings", \
-                    f"{name}.py imports cuda.bindings.driver"
-                assert node.module != "cuda.bindings.driver", f"{name}.py imports cuda.bindings.driver"
+            if isinstance(node, ast.ImportFrom) and node.module in ("cuda.bindings", "cuda.bindings.driver",
+                                                                    "cuda.bindings.runtime"):
+                assert node.module == "cuda.bindings" and all(a.name not in ("driver", "runtime")
+                                                              for a in node.names), f"{name} imports the driver"
+            if isinstance(node, ast.Import):
+                assert not any(a.name in ("cuda.bindings.driver", "cuda.bindings.runtime") for a in node.names), name
             if isinstance(node, ast.Attribute) and node.attr.startswith("cu") and node.attr[2:3].isupper():
-                raise AssertionError(f"{name}.py:{node.lineno} calls the driver ({node.attr})")
-
-
-def test_the_driver_is_the_ground_floor():
-    """_driver imports no stage above it: errors, _native (the C extension's switch) and
-    _defs (how records are made), which import nothing of nbjit's; _driver_extra and the host
-    stand on _driver."""
-    assert GRAPH["_driver"] <= {"errors", "_native", "_defs"}, GRAPH["_driver"]
-    assert GRAPH["_native"] == set(), GRAPH["_native"]
-    assert GRAPH["_defs"] == set(), GRAPH["_defs"]
-    assert GRAPH["_driver_extra"] <= {"_driver", "errors", "_defs"}, GRAPH["_driver_extra"]
-    assert GRAPH["_host"] <= {"_driver", "_driver_extra", "_host_extra", "errors", "arch", "_defs"}, GRAPH["_host"]
-    assert GRAPH["_host_extra"] <= {"errors"}, GRAPH["_host_extra"]
+                raise AssertionError(f"{name}:{node.lineno} calls the driver ({node.attr})")
+    c_files = [p.relative_to(PKG).as_posix() for p in PKG.rglob("*.c")]
+    assert c_files == ["gpu/_launcher.c"], c_files
 
 
 _NUMBA = re.compile(r"(numba|numba_cuda_mlir)(\.\w+)*")
@@ -124,73 +171,64 @@ def test_the_numba_import_finder_finds_them():
                                    (7, "numba.cuda.cudadrv.driver")]
 
 
-def test_only_the_host_module_imports_numba():
-    """Numba (its context, arrays, errors, compiler, types) is reached through _host alone,
-    lazy imports included, so a second host is one more implementation in one place."""
+def test_only_the_host_imports_numba():
+    """Numba (its context, arrays, errors, compiler, types) is reached through gpu/host.py
+    alone, lazy imports included, so a second host is one more implementation in one place."""
     for name, path in MODULES.items():
-        if name != "_host":
-            assert not _numba_imports(path.read_text()), f"{name}.py imports Numba: {_numba_imports(path.read_text())}"
-    assert _numba_imports(MODULES["_host"].read_text())  # (where they are)
+        if name != "gpu.host":
+            assert not _numba_imports(path.read_text()), f"{name} imports Numba: {_numba_imports(path.read_text())}"
+    assert _numba_imports(MODULES["gpu.host"].read_text())  # (where they are)
 
 
 def test_one_module_decides_whether_the_c_extension_is_used():
-    """NBJIT_PURE_PYTHON is read, and the extension imported, in _native alone."""
-    for name, path in MODULES.items():
-        if name == "_native":
+    """NBJIT_PURE_PYTHON is read, and the extension imported, in gpu/extension.py alone."""
+    for name, tree in TREES.items():
+        if name == "gpu.extension":
             continue
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(tree):
             assert not (isinstance(node, ast.Constant) and node.value == "NBJIT_PURE_PYTHON"), \
-                f"{name}.py:{node.lineno} reads NBJIT_PURE_PYTHON; ask _native.extension()"
-            if isinstance(node, ast.ImportFrom) and (node.level == 1 or node.module == "nbjit"):
-                names = [node.module] if node.module and node.level else [a.name for a in node.names]
-                assert "_launch" not in names, f"{name}.py:{node.lineno} imports _launch; ask _native.extension()"
+                f"{name}:{node.lineno} reads NBJIT_PURE_PYTHON; ask gpu.extension.extension()"
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("nbjit"):
+                assert all(a.name != "_launcher" for a in node.names) and "_launcher" not in node.module, \
+                    f"{name}:{node.lineno} imports the C extension; ask gpu.extension.extension()"
 
 
 def test_process_state_is_read_through_functions():
     """Process state (whether CUDA was used, a forked child, the C context getter, several
     GPUs, the chosen host) is read through the functions of the module that keeps it
-    (``_driver.forked()``, ``_driver.multi_gpu()``), never as ``_driver._STATE`` from elsewhere."""
-    keepers = {"_driver", "_host", "_native"}
-    for name, path in MODULES.items():
-        tree = ast.parse(path.read_text())
+    (``driver.forked()``, ``driver.multi_gpu()``), never as ``driver._STATE`` from elsewhere."""
+    keepers = {"driver", "host", "extension"}
+    for name, tree in TREES.items():
         bound = {a.asname or a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
-                 and node.module == "nbjit" for a in node.names if a.name in keepers}
+                 and node.module == "nbjit.gpu" for a in node.names if a.name in keepers}
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in bound \
                     and node.attr.startswith("_") and not node.attr.startswith("__"):
-                raise AssertionError(f"{name}.py:{node.lineno} reads {node.value.id}.{node.attr}")
+                raise AssertionError(f"{name}:{node.lineno} reads {node.value.id}.{node.attr}")
 
 
-def test_import_nbjit_loads_what_is_used():
-    """`import nbjit` took 0.55-0.7 s, importing every stage and numpy: it now imports its
-    errors only, each public name loads its module on first use, and compiling for a given
-    architecture or inspecting never imports numpy, Numba or the driver module."""
-    import subprocess
-    import sys
-    code = """
-import sys, nbjit
-mods = lambda: sorted(m for m in sys.modules if m.startswith("nbjit.") or m in ("numpy", "numba", "nbjit._driver"))
-print(mods())
-nbjit.inspect_ptx; nbjit.strip_debug; nbjit.inspect_cubin; nbjit.compile_image; nbjit.Cache
-print("numpy" in sys.modules, "numba" in sys.modules, "nbjit._driver" in sys.modules)
-from nbjit import *
-import nbjit as n
-print(sorted(set(n.__all__) - set(dir(n))), n.load.__module__, n.Module.__module__)
-"""
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
-    assert out == ["['nbjit.errors']", "False False False", "[] nbjit.module nbjit.module"]
-    # loading a cubin or a warm nbjit.compile needs no PTX or fatbin reader, tensor maps or Numba's ABI;
-    # the stages that serve Numba (the host included) import it only when they first need it
-    code = """import sys, nbjit; nbjit.compile; nbjit.load
-print(sorted(m for m in ("nbjit.ptx", "nbjit.fatbin", "nbjit.tma", "nbjit.numba_abi") if m in sys.modules))
-nbjit.from_numba; nbjit.capture; nbjit.TritonKernel; import nbjit._host
-numba = sorted(m for m in sys.modules if m.split(".")[0] in ("numba", "numba_cuda_mlir"))
-print("nbjit._host" in sys.modules, numba)"""
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out == "[]\nTrue []\n"
-    import nbjit
-    with pytest.raises(AttributeError, match="module 'nbjit' has no attribute 'lod'"):
-        getattr(nbjit, "lod")  # noqa: B009 (the module's own attribute look-up is the point)
+def test_one_way_to_defer_an_import():
+    """An import is deferred by writing it in the function that needs it: no module-level
+    ``__getattr__`` forwarders (the package's own public face aside), no ``importlib``
+    look-ups of nbjit's own modules outside it, no ``__module__`` rewrites, no classes made
+    inside functions."""
+    for name, tree in TREES.items():
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef) and node.name == "__getattr__":
+                assert name == "__init__", f"{name} has a module-level __getattr__"
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == "__module__"
+                                                    for t in node.targets):
+                assert name == "records", f"{name}:{node.lineno} rewrites a __module__"
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for sub in ast.walk(node):
+                    assert not isinstance(sub, ast.ClassDef), \
+                        f"{name}:{sub.lineno}: class {sub.name} made in a function"
+
+
+def test_files_are_named_for_what_they_hold():
+    for name in MODULES:
+        assert not re.search(r"_(extra|build|file|write)$", name.split(".")[-1]), f"{name} is named for when it loads"
 
 
 def _repeated_lazy_imports(source: str) -> list[tuple[int, str]]:
@@ -200,9 +238,10 @@ def _repeated_lazy_imports(source: str) -> list[tuple[int, str]]:
 
     def modules(node) -> list[str]:
         if isinstance(node, ast.ImportFrom):
-            if node.module == "nbjit" or not node.module:  # (from nbjit import x: the module nbjit.x)
-                return [f"{'.' * node.level or 'nbjit.'}{a.name}" for a in node.names]
-            return ["." * node.level + node.module]
+            if node.module in ("nbjit", "nbjit.gpu", "nbjit.read", "nbjit.params", "nbjit.cache", "nbjit.toolchain",
+                               "nbjit.launch", "nbjit.loading", "nbjit.bundles"):  # (a package: its modules)
+                return [f"{node.module}.{a.name}" for a in node.names]
+            return [node.module or ""]
         return [a.name for a in node.names] if isinstance(node, ast.Import) else []
 
     top = {m for node in tree.body for m in modules(node)}
@@ -211,47 +250,62 @@ def _repeated_lazy_imports(source: str) -> list[tuple[int, str]]:
 
 
 def test_no_lazy_import_repeats_a_top_level_one():
-    src = ("import os\nfrom . import _driver\nfrom .errors import A\ndef f():\n    from .errors import B\n"
-           "    from . import _driver, tma\n    import os.path\n    from .ptx import C\n")
-    assert _repeated_lazy_imports(src) == [(5, ".errors"), (6, "._driver")]
-    src = "from nbjit import _driver\ndef f():\n    from nbjit import _driver, tma\n    from nbjit.errors import B\n"
-    assert _repeated_lazy_imports(src) == [(3, "nbjit._driver")]
+    src = ("import os\nfrom nbjit.gpu import driver\nfrom nbjit.errors import A\ndef f():\n"
+           "    from nbjit.errors import B\n    from nbjit.gpu import driver, host\n    import os.path\n")
+    assert _repeated_lazy_imports(src) == [(5, "nbjit.errors"), (6, "nbjit.gpu.driver")]
     for name, path in MODULES.items():
         assert not _repeated_lazy_imports(path.read_text()), (name, _repeated_lazy_imports(path.read_text()))
 
 
 def test_the_public_names_are_each_homes_and_every_error():
-    """``nbjit.__all__``: each name a module is home to (``_HOMES``), then ``errors.__all__``."""
+    """``nbjit.__all__``: each name a module is home to (``_HOMES``), then ``errors.__all__``;
+    each home holds its name."""
+    import importlib
+
     import nbjit
     from nbjit import errors
     assert len(nbjit.__all__) == len(set(nbjit.__all__))
     assert nbjit.__all__[-len(errors.__all__):] == errors.__all__
     assert set(nbjit.__all__) == set(nbjit._HOME_OF) | set(errors.__all__)
-    # dir() lists them, not the package's own imports (it showed importlib and TYPE_CHECKING)
+    for name, home in nbjit._HOME_OF.items():
+        assert hasattr(importlib.import_module(f"nbjit.{home}"), name), (name, home)
+        assert getattr(nbjit, name).__module__ in (f"nbjit.{home}", "nbjit.records") or not hasattr(
+            getattr(nbjit, name), "__module__"), name
     shown = {n for n in dir(nbjit) if not n.startswith("_")}
-    import types
-    extra = shown - set(nbjit.__all__)
     assert set(nbjit.__all__) <= shown, set(nbjit.__all__) - shown
-    assert all(isinstance(getattr(nbjit, n), types.ModuleType) and getattr(nbjit, n).__name__ == f"nbjit.{n}"
-               for n in extra), extra  # (nbjit's own submodules, imported)
 
 
-BUNDLE_ROUTE = {"nbjit", "nbjit.errors", "nbjit._defs", "nbjit._host", "nbjit._native", "nbjit._bundle_file",
-                "nbjit._fatbin_write", "nbjit.arch", "nbjit.image", "nbjit.cdecl", "nbjit.signature", "nbjit.args",
-                "nbjit._driver", "nbjit.kernel", "nbjit.loader", "nbjit.module"}
+def test_import_nbjit_loads_what_is_used():
+    """`import nbjit` imports its errors only; each public name loads its module on first
+    use; inspecting or compiling for a given architecture imports no numpy, Numba or driver."""
+    code = """
+import sys, nbjit
+mods = lambda: sorted(m for m in sys.modules if m.startswith("nbjit.") or m in ("numpy", "numba"))
+print(mods())
+nbjit.inspect_ptx; nbjit.strip_debug; nbjit.inspect_cubin; nbjit.compile_image; nbjit.Cache
+print("numpy" in sys.modules, "numba" in sys.modules, "nbjit.gpu.driver" in sys.modules)
+nbjit.compile; nbjit.load
+print(sorted(m for m in ("nbjit.read.ptx", "nbjit.read.fatbin", "nbjit.launch.tma", "nbjit.params.numba_abi")
+             if m in sys.modules))
+nbjit.from_numba; nbjit.capture; nbjit.TritonKernel; import nbjit.gpu.host
+print(sorted(m for m in sys.modules if m.split(".")[0] in ("numba", "numba_cuda_mlir")))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out[0] == "['nbjit.errors']"
+    assert out[1] == "False False False"
+    assert out[2] == "['nbjit.read.ptx']"  # (a warm nbjit.compile and a cubin's load read no fatbin, no tma)
+    assert out[3] == "[]"  # the stages that serve Numba import it only when they first need it
+    import nbjit
+    with pytest.raises(AttributeError, match="module 'nbjit' has no attribute 'lod'"):
+        getattr(nbjit, "lod")  # noqa: B009 (the module's own attribute look-up is the point)
 
 
-def test_a_bundles_first_kernel_imports_only_its_route():
-    """A package's first kernel from a bundle (issue 26: nbjit's share of a fresh process's
-    time to it) imports these modules of nbjit's and no others: no result types of
-    nbjit.bundle, no PTX, cubin or fatbin reader, no compiler, cache, tensor maps or Numba ABI;
-    nor difflib, shlex or the cp437 codec. It reads no payload but the image's (checked) and
-    parses none: the module waiting for first use describes its kernels from the manifest,
-    and loading on an sm_90 device takes the manifest's facts of that cubin. A device its
-    cubins do not cover runs the PTX, which needs the PTX reader (with _signature_build,
-    which lays out its parameters), and only that."""
-    import subprocess
-    import sys
+def test_a_bundles_first_kernel_needs_no_compiler_cache_ptx_reader_or_numba_abi():
+    """A package's first kernel from a bundle imports no compiler, cache, PTX reader,
+    tensor maps or Numba ABI (nor difflib, shlex or the cp437 codec); it reads no payload
+    but the image's (checked) and parses none: the module waiting for first use describes its
+    kernels from the manifest, and loading on an sm_90 device takes the manifest's facts of
+    that cubin. A device its cubins do not cover runs the PTX, which needs the PTX reader."""
     bundle = PKG.parent / "examples/bundle_package/src/nbjit_demo_kernels/kernels.nbjit"
     code = f"""
 import sys
@@ -259,21 +313,27 @@ before = set(sys.modules)
 import nbjit
 m = nbjit.load_bundle({str(bundle)!r}, lazy=True)
 print(m["axpy"].params[1].ctype, m["scale<float>"].params[0].ctype)
-from nbjit import args, loader, module
-p = loader.plan(m.image, (9, 0), 13000)  # what loading on an sm_90 device hands the driver
+from nbjit.launch.arguments import ArgPacker
+from nbjit.loading.module import _kernel_info
+from nbjit.loading.plan import plan
+p = plan(m.image, (9, 0), 13000)  # what loading on an sm_90 device hands the driver
 # the kernel typed as the loaded module types it, and the first launch's packing plan
-info = module._kernel_info(m.name, "axpy", [("cubin", p.info.entry("axpy"))], None, False, m.image.declarations,
-                           {{}}, {{}})[0]
-args.ArgPacker(info.signature, "axpy").pack((2.0, 4096, 8192, 10))
+info = _kernel_info(m.name, "axpy", [("cubin", p.info.entry("axpy"))], None, False, m.image.declarations, {{}},
+                    {{}})[0]
+ArgPacker(info.signature, "axpy").pack((2.0, 4096, 8192, 10))
 print(p.kind, p.entry, type(p.info).__name__, info.registers, info.params[2].ctype)
 new = set(sys.modules) - before
-print(sorted(x for x in new if x.startswith("nbjit") and x != "nbjit._launch"))
+print(sorted(x for x in new if x.startswith("nbjit")))
 print(sorted(x for x in ("difflib", "shlex", "encodings.cp437") if x in new))
-loader.plan(m.image, (11, 0), 13000)
+plan(m.image, (11, 0), 13000)
 print(sorted(x for x in set(sys.modules) - before - new if x.startswith("nbjit")))
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
     assert out[0] == "const float* float*"
     assert out[1] == "cubin 2 EntryFacts 10 float*"  # (entry 2: the PTX is first in the fatbin, then sm_80, sm_90)
-    assert out[2] == str(sorted(BUNDLE_ROUTE)) and out[3] == "[]"
-    assert out[4] == "['nbjit._signature_build', 'nbjit.ptx']"
+    route = set(eval(out[2]))
+    assert not {m for m in route if stage(m[len("nbjit."):]) in ("toolchain", "cache")}, route
+    assert not route & {"nbjit.read.ptx", "nbjit.read.cubin", "nbjit.launch.tma", "nbjit.params.numba_abi",
+                        "nbjit.params.declarations", "nbjit.params.demangle", "nbjit.bundles.build"}, route
+    assert out[3] == "[]"
+    assert out[4] == "['nbjit.read.ptx']"

@@ -1,4 +1,4 @@
-"""nbjit.link: a CUDA C++ source linked with Python device functions (Numba, LTO-IR), LTO-IR,
+"""nbjit.toolchain.link: a CUDA C++ source linked with Python device functions (Numba, LTO-IR), LTO-IR,
 C++ and relocatable device code by nvJitLink -lto, on a CPU (no GPU: arch given). Numba's
 LTO-IR needs no GPU: numba.cuda.compile(..., output="ltoir", cc=(9, 0)) runs without one."""
 from __future__ import annotations
@@ -14,14 +14,14 @@ import numpy as np
 import pytest
 
 import nbjit
-from nbjit import link as L
-from nbjit.cache import Cache
-from nbjit.fatbin import inspect_fatbin
+from nbjit.toolchain import link as L
+from nbjit.cache.store import Cache
+from nbjit.read.fatbin import inspect_fatbin
 
 from conftest import DATA  # noqa: E402
 
 numba_cuda = pytest.importorskip("numba.cuda")
-if L._c.nvjitlink_version() is None:
+if L._nvjitlink.nvjitlink_version() is None:
     pytest.skip("no nvJitLink", allow_module_level=True)
 
 REDUCE = (DATA / "src/block_reduce_op.cu").read_text()
@@ -44,7 +44,7 @@ def other_op(a, b):
 def spies(monkeypatch):
     """Counts Numba compiles and nvJitLink links (NVRTC compiles: the ``counted`` fixture)."""
     calls = {"numba": 0, "nvjitlink": 0}
-    numba_compile, nvjitlink = L._numba_compile, L._c.nvjitlink_cubin
+    numba_compile, nvjitlink = L._numba_compile, L._nvjitlink.nvjitlink_cubin
 
     def count_numba(*a, **k):
         calls["numba"] += 1
@@ -55,7 +55,7 @@ def spies(monkeypatch):
         return nvjitlink(*a, **k)
 
     monkeypatch.setattr(L, "_numba_compile", count_numba)
-    monkeypatch.setattr(L._c, "nvjitlink_cubin", count_link)
+    monkeypatch.setattr(L._nvjitlink, "nvjitlink_cubin", count_link)
     return calls
 
 
@@ -80,7 +80,7 @@ def test_lto_inlines_the_python_operator_as_cpp_would():
     written in C++ (the same instructions; no call left)."""
     import re
 
-    from nbjit.sass import find_nvdisasm
+    from nbjit.toolchain.sass import find_nvdisasm
     if find_nvdisasm() is None:
         pytest.skip("nvdisasm not installed (pip install nvidia-cuda-nvdisasm)")
 
@@ -141,7 +141,7 @@ def test_a_fresh_process_over_the_cache_runs_no_numba(tmp_path):
     script = tmp_path / "op.py"
     script.write_text(f'''import math, sys
 import nbjit
-from nbjit import link
+from nbjit.toolchain import link
 calls = []
 real = link._numba_compile
 link._numba_compile = lambda *a: calls.append(1) or real(*a)
@@ -280,7 +280,7 @@ def test_every_kind_of_input_links(tmp_path):
               "source file": str(tmp_path / "triple.cu"), "fatbin": DATA / "nvcc/lto_rdc.fatbin",
               "host object": DATA / "nvcc/lto_host.o", "cubin": cubin.data, "ptx": ptx.data.decode()}
     # the committed LTO-IR was made by nvcc 13.0: an older nvJitLink (CUDA 12's) refuses it, saying why
-    from nbjit.compiler import nvjitlink_version
+    from nbjit.toolchain.nvjitlink import nvjitlink_version
     older = nvjitlink_version() < (13, 0)
     for what, item in inputs.items():
         try:

@@ -1,15 +1,15 @@
-"""nbjit.loader: what is handed to the driver, per image, device and driver version (CPU)."""
+"""nbjit.loading.plan: what is handed to the driver, per image, device and driver version (CPU)."""
 from __future__ import annotations
 
 
 import pytest
 
 from nbjit import NbjitLoadError, inspect_cubin, inspect_ptx
-from nbjit.compiler import nvjitlink_version
-from nbjit.image import Image
-from nbjit.cache import Cache
-from nbjit.loader import plan
-from nbjit.module import carry_out
+from nbjit.toolchain.nvjitlink import nvjitlink_version
+from nbjit.read.image import Image
+from nbjit.cache.store import Cache
+from nbjit.loading.plan import plan
+from nbjit.loading.module import carry_out
 
 
 def prepare(image, cc, driver, *, keep_debug=False, cache=None, nvjitlink=True):
@@ -170,7 +170,7 @@ def test_family_ptx_stays_in_its_family():
 def test_listed_entries_choose_as_the_container_does(cc):
     """A fatbin whose Image lists its entries (a kernel bundle's) is planned from the list: the
     same entry, route and bytes as reading the container gives, for every device."""
-    from nbjit._bundle_file import fatbin_image
+    from nbjit.bundles.archive import fatbin_image
     from nbjit.arch import Arch
     entries = [("cubin", Arch.parse("sm_80"), (DATA / "nvcc/kernels_sm_80.cubin").read_bytes(), None),
                ("cubin", Arch.parse("sm_90a"), (DATA / "nvcc/kernels_sm_90a.cubin").read_bytes(), None),
@@ -193,14 +193,14 @@ def test_listed_entries_choose_as_the_container_does(cc):
 def test_listed_cubin_facts_are_the_plan_and_no_cubin_is_read(monkeypatch):
     """Where the list gives a cubin's facts (a bundle's manifest records them), the plan takes
     them as the inspection: the cubin is not read."""
-    import nbjit.cubin
-    from nbjit._bundle_file import EntryFacts, fatbin_image
+    import nbjit.read.cubin
+    from nbjit.bundles.archive import EntryFacts, fatbin_image
     from nbjit.arch import Arch
     cubin = (DATA / "nvcc/kernels_sm_90.cubin").read_bytes()
     facts = EntryFacts("sm_90", {}, {}, ())
     listed = fatbin_image("k", [("cubin", Arch.parse("sm_90"), cubin, facts),
                                 ("ptx", Arch.parse("compute_90"), (DATA / "nvcc/kernels_sm90.ptx").read_bytes(), None)],
                           {}, {})
-    monkeypatch.setattr(nbjit.cubin, "inspect_cubin", lambda *a, **k: pytest.fail("the cubin was read"))
+    monkeypatch.setattr(nbjit.read.cubin, "inspect_cubin", lambda *a, **k: pytest.fail("the cubin was read"))
     p = plan(listed, (9, 0), DRIVER_13_0)
     assert (p.kind, p.data, p.info, p.entry) == ("cubin", cubin, facts, 1)  # (PTX first in the container)

@@ -1,4 +1,4 @@
-"""numba-cuda-mlir as nbjit's host (nbjit._host.NumbaCudaMlir), where it is installed: nbjit
+"""numba-cuda-mlir as nbjit's host (nbjit.gpu.host.NumbaCudaMlir), where it is installed: nbjit
 never imports numba-cuda for it; its arrays, pointers and streams give their addresses (the C
 launcher's fast path included), its errors their codes, its types what nbjit passes; its
 compiler's kernels are read as it emits them and launched by nbjit (``from_numba``); and
@@ -26,11 +26,13 @@ from numba_cuda_mlir.numba_cuda.cudadrv import devicearray as DA  # noqa: E402
 from numba_cuda_mlir.numba_cuda.cudadrv import driver as D  # noqa: E402
 
 import nbjit  # noqa: E402
-from nbjit import NbjitArgumentError, NbjitLoadError, _host, inspect_ptx  # noqa: E402
-from nbjit._driver import stream_handle  # noqa: E402
-from nbjit._host import HOSTS, NumbaCudaMlir, current_host  # noqa: E402
-from nbjit.args import ArgPacker, _EXTRACTORS, device_pointer  # noqa: E402
-from nbjit.numba_abi import NumbaAbiError, fields, from_mangled, from_numba_types, is_mlir_name  # noqa: E402
+from nbjit import NbjitArgumentError, NbjitLoadError, inspect_ptx  # noqa: E402
+from nbjit.gpu import host as _host
+from nbjit.gpu.driver import stream_handle  # noqa: E402
+from nbjit.gpu.host import HOSTS, NumbaCudaMlir, current_host  # noqa: E402
+from nbjit.launch.arguments import ArgPacker  # noqa: E402
+from nbjit.launch.arrays import _EXTRACTORS, device_pointer
+from nbjit.params.numba_abi import NumbaAbiError, fields, from_mangled, from_numba_types, is_mlir_name  # noqa: E402
 from conftest import DATA, expected_path  # noqa: E402
 from test_mlir_abi import MIXED, MIXED_PARAMS, c_launcher  # noqa: E402
 
@@ -104,7 +106,7 @@ def test_a_view_of_nbjit_memory_is_its_array_keeping_the_owner(monkeypatch):
 
 
 try:
-    from nbjit import _launch
+    from nbjit.gpu import _launcher as _launch
 except ImportError:
     _launch = None
 
@@ -200,9 +202,10 @@ from numba_cuda_mlir import cuda
 from numba_cuda_mlir.numba_cuda.cudadrv import devicearray as DA, driver as D
 from cuda.bindings import driver as cu
 import nbjit
-from nbjit._host import current_host
-from nbjit.args import ArgPacker, device_pointer
-from nbjit import numba_abi
+from nbjit.gpu.host import current_host
+from nbjit.launch.arguments import ArgPacker
+from nbjit.launch.arrays import device_pointer
+from nbjit.params import numba_abi
 info = nbjit.inspect_ptx(open({str(DATA / "nvcc/kernels_sm90.ptx")!r}).read())
 k = info.entry("k_basic")
 arr = DA.DeviceNDArray((4,), (4,), np.float32, gpu_data=D.MemoryPointer(None, cu.CUdeviceptr(0x1000), 16))
@@ -223,7 +226,7 @@ def unpickle_in_a_worker(shipped: bytes) -> tuple:
     """A spawned worker (it inherits NBJIT_HOST): the kernel unpickled and described, then
     used (it loads on first use where there is a GPU); which host serves there, and the numba
     modules imported."""
-    from nbjit._host import current_host
+    from nbjit.gpu.host import current_host
     k = pickle.loads(shipped)
     described = [p.ctype for p in k.params], k.module.kernels
     try:
@@ -253,7 +256,7 @@ def test_its_kernel_pickles_to_a_spawned_worker_without_numba_cuda(monkeypatch):
 
 def test_both_imported_numba_cuda_serves_and_it_says_so():
     pytest.importorskip("numba.cuda")
-    code = ("import warnings, numba.cuda, numba_cuda_mlir\nfrom nbjit._host import current_host\n"
+    code = ("import warnings, numba.cuda, numba_cuda_mlir\nfrom nbjit.gpu.host import current_host\n"
             "with warnings.catch_warnings(record=True) as w:\n    warnings.simplefilter('always')\n"
             "    h = current_host()\nprint(h.name)\nprint(w[0].message if w else '')")
     env = {k: v for k, v in os.environ.items() if k != "NBJIT_HOST"}

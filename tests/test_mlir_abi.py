@@ -1,4 +1,4 @@
-"""numba-cuda-mlir's kernel ABI (nbjit.numba_abi, model "mlir"): its names read, an array
+"""numba-cuda-mlir's kernel ABI (nbjit.params.numba_abi, model "mlir"): its names read, an array
 passed as MLIR's memref descriptor (3 + 2*ndim fields, strides in items), a complex number as
 one parameter; packed by the Python rules and the C rules alike. No Numba needed: the
 kernels' parameter lists are written as numba-cuda-mlir's compiler writes them (its PTX for
@@ -16,9 +16,11 @@ from hypothesis import strategies as st
 
 from conftest import DevArray  # noqa: E402
 from nbjit import NbjitArgumentError, inspect_ptx
-from nbjit.args import ArgPacker, device_pointer
-from nbjit.numba_abi import (NumbaAbiError, NumbaArray, NumbaScalar, fields, from_mangled, from_numba_types,
-                             is_mlir_name, is_numba_name, readable_name, signature)
+from nbjit.launch.arguments import ArgPacker
+from nbjit.launch.arrays import device_pointer
+from nbjit.params.numba_abi import (
+    NumbaAbiError, NumbaArray, NumbaScalar, fields, from_mangled, from_numba_types, is_mlir_name, is_numba_name,
+    readable_name, signature)
 
 F32 = np.dtype(np.float32)
 
@@ -162,23 +164,23 @@ def test_contiguous_layouts_are_checked():
 # ---------------------------------------------------------------- the C rules agree
 
 try:
-    from nbjit import _launch
+    from nbjit.gpu import _launcher as _launch
 except ImportError:
     _launch = None
 
 
 def c_launcher(info, p):
     """A C launcher for ``info`` (never launched: no entry point) packing by ``p``'s rules."""
-    from nbjit import kernel
-    from nbjit.args import _EXTRACTORS
+    from nbjit.launch import launchers
+    from nbjit.launch.arrays import _EXTRACTORS
     layout = tuple((q.offset, *r.code) for q, r in zip(info.params, p.rules))
     offsets = getattr(info, "launch_offsets", None)
-    spec = getattr(kernel, "LauncherSpec", None)  # (the one spec the C Launcher takes, where it takes one)
+    spec = getattr(launchers, "LauncherSpec", None)  # (the one spec the C Launcher takes, where it takes one)
     if spec is not None:
         return _launch.Launcher(spec(0, (1, 1, 1), (1, 1, 1), 0, 0, layout, info.param_size, _EXTRACTORS,
-                                     kernel._numbers(), p.pack, lambda e: None, offsets))
-    return _launch.Launcher(0, 1, 1, 1, 1, 1, 1, 0, 0, layout, info.param_size, _EXTRACTORS, kernel._numbers(), p.pack,
-                            lambda e: None, offsets)
+                                     launchers._numbers(), p.pack, lambda e: None, offsets))
+    return _launch.Launcher(0, 1, 1, 1, 1, 1, 1, 0, 0, layout, info.param_size, _EXTRACTORS, launchers._numbers(),
+                            p.pack, lambda e: None, offsets)
 
 
 @pytest.mark.skipif(_launch is None, reason="nbjit's C launch extension is not built")

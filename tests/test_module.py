@@ -10,10 +10,14 @@ import cloudpickle
 import pytest
 
 import nbjit
-from nbjit import _driver, _driver_extra, _module_extra, inspect_ptx, module as module_stage
-from nbjit import compiler as compiler_stage
-from nbjit._host import current_host
-from nbjit.triton import TritonKernel, describe, read_triton
+from nbjit import inspect_ptx
+from nbjit.loading import module as _module_extra
+from nbjit.loading import module as module_stage
+from nbjit.gpu import driver as _driver_extra
+from nbjit.gpu import driver as _driver
+from nbjit.toolchain import nvrtc as compiler_stage
+from nbjit.gpu.host import current_host
+from nbjit.loading.triton import TritonKernel, describe, read_triton
 
 FILL = r'''template <typename T> __global__ void fill(T* out, T v, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -253,8 +257,9 @@ def test_a_repeated_compile_is_one_look_up_per_context(tmp_path, fake_device, mo
     import gc
     import types
     calls = []
-    real = compiler_stage.compile_image
-    monkeypatch.setattr(compiler_stage, "compile_image", lambda *a, **k: calls.append(k["arch"]) or real(*a, **k))
+    from nbjit.loading import compiling
+    real = compiling._compile_image  # (the compiler's compile_image, as the compile route calls it)
+    monkeypatch.setattr(compiling, "_compile_image", lambda *a, **k: calls.append(k["arch"]) or real(*a, **k))
     cache = nbjit.Cache(tmp_path)
     first = nbjit.compile(AXPY, cache=cache)  # for the context's device
     assert nbjit.compile(AXPY, cache=cache) is first and len(calls) == 1 and str(calls[0]) == "sm_90"
@@ -313,7 +318,6 @@ def fake_gpu(monkeypatch):
     import threading
     import types
 
-    from nbjit import kernel
     ctx = types.SimpleNamespace(device=types.SimpleNamespace(id=0, compute_capability=(9, 0)), handle=7)
     loads, unloads = [], []
     lock = threading.Lock()
@@ -330,7 +334,7 @@ def fake_gpu(monkeypatch):
     monkeypatch.setattr(_driver, "unload_module", unloads.append)
     monkeypatch.setattr(_driver, "get_function", lambda handle, name: (handle, name))
     monkeypatch.setattr(_driver, "param_info", lambda func: None)
-    monkeypatch.setattr(kernel, "_MULTI", [False])
+    monkeypatch.setattr("nbjit.launch.launchers._MULTI", [False])
     return types.SimpleNamespace(ctx=ctx, loads=loads, unloads=unloads)
 
 
@@ -423,7 +427,7 @@ def test_new_facts_type_a_kernel_afresh(ptx_module, fake_gpu):
     more facts) types it afresh, loaded or not."""
     m = ptx_module
     assert [p.ctype for p in m["k_basic"].params][2] != "float"
-    from nbjit._csource import source_declarations
+    from nbjit.params.declarations import source_declarations
     src = 'extern "C" __global__ void k_basic(float* y, const float* x, float a, int n) {}'
     m._learn(decls={k: ("source", v) for k, v in source_declarations(src).items()})
     assert [p.ctype for p in m["k_basic"].params][:3] == ["float*", "const float*", "float"]
@@ -435,9 +439,9 @@ def test_new_facts_type_a_kernel_afresh(ptx_module, fake_gpu):
 def test_the_path_endings_are_the_compilers_source_suffixes():
     """nbjit.compile tells a path from source text by its last letter before importing the
     compiler (loading a bundle or a cubin never imports it): the letters are its suffixes'."""
-    from nbjit.compiler import SOURCE_SUFFIXES
+    from nbjit.toolchain.request import SOURCE_SUFFIXES
     want = {s[-1] for s in SOURCE_SUFFIXES} | {s[-1].upper() for s in SOURCE_SUFFIXES}
-    from nbjit._compiling import _PATH_ENDS
+    from nbjit.loading.compiling import _PATH_ENDS
     assert _PATH_ENDS == want
 
 

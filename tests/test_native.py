@@ -1,4 +1,4 @@
-"""The one switch for nbjit's C extension (nbjit._native): NBJIT_PURE_PYTHON, read once."""
+"""The one switch for nbjit's C extension (nbjit.gpu.extension): NBJIT_PURE_PYTHON, read once."""
 from __future__ import annotations
 
 import os
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from nbjit import _native
+from nbjit.gpu import extension as _native
 
 
 @pytest.fixture
@@ -26,7 +26,7 @@ def test_the_environment_variable_switches_it_off(monkeypatch, decide_again, val
         assert _native.extension() is None
     else:
         try:
-            from nbjit import _launch
+            from nbjit.gpu import _launcher as _launch
         except ImportError:  # not built here: nothing to use
             _launch = None
         assert _native.extension() is _launch
@@ -42,8 +42,8 @@ def test_decided_once(monkeypatch, decide_again):
 def test_switched_off_kernels_index_and_launch_in_python():
     """Every user of the extension follows the one decision: the kernel's indexing, the
     launcher, the launch primitive (and the current context, asked of the bindings)."""
-    code = ("import nbjit.kernel as K, nbjit._driver as D\n"
-            "print(K.Kernel.__base__.__name__, K._CLauncher, D.backend().name, D._c_context_getter(None))")
+    code = ("import nbjit.launch.kernel as K, nbjit.launch.launchers as L, nbjit.gpu.driver as D\n"
+            "print(K.Kernel.__base__.__name__, L._CLauncher, D.backend().name, D._c_context_getter(None))")
     env = {**os.environ, "NBJIT_PURE_PYTHON": "1"}
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert r.stdout == "_PyIndexing None python False\n", r.stderr

@@ -1,4 +1,4 @@
-"""Numba's kernel ABI (nbjit.numba_abi): mangled names and Numba types read into arguments,
+"""Numba's kernel ABI (nbjit.params.numba_abi): mangled names and Numba types read into arguments,
 the arguments' parameter layout, and the packing of Numba arrays (hand-computed bytes; the C
 and Python rules agree). PTX comes from Numba's own compiler (no GPU needed)."""
 from __future__ import annotations
@@ -12,16 +12,16 @@ from hypothesis import strategies as st
 
 from conftest import DevArray  # noqa: E402
 from nbjit import NbjitArgumentError, inspect_ptx
-from nbjit.args import ArgPacker
+from nbjit.launch.arguments import ArgPacker
 from test_cdecl import nested_args
-from nbjit.numba_abi import (NumbaAbiError, NumbaArray, fields, from_mangled, from_numba_types,
-                             is_numba_name, signature)
+from nbjit.params.numba_abi import (
+    NumbaAbiError, NumbaArray, fields, from_mangled, from_numba_types, is_numba_name, signature)
 
 numba_cuda = pytest.importorskip("numba.cuda")
 from numba import cuda, types  # noqa: E402
 from numba.np.numpy_support import from_dtype  # noqa: E402
 
-from nbjit._host import HOSTS  # noqa: E402
+from nbjit.gpu.host import HOSTS  # noqa: E402
 
 DESCRIBE = HOSTS[0].describe_type  # numba-cuda's types read as nbjit passes them (whichever host serves)
 
@@ -114,7 +114,7 @@ def test_the_precise_rules_teach_the_c_path_the_array_type():
     """The C launcher finds an array's address by its type in the extractor table; packing a
     Numba-kernel array by the precise rules must put its type there (else a process that
     launches only @cuda.jit kernels through nbjit never left the Python rules)."""
-    from nbjit.args import _EXTRACTORS
+    from nbjit.launch.arrays import _EXTRACTORS
 
     class OtherDevArray(DevArray):
         pass
@@ -159,14 +159,14 @@ def test_record_arrays():
 # ---------------------------------------------------------------- the C rules agree
 
 try:
-    from nbjit import _launch
+    from nbjit.gpu import _launcher as _launch
 except ImportError:
     _launch = None
 
 
 def c_launcher(info, p):
-    from nbjit.args import _EXTRACTORS
-    from nbjit.kernel import LauncherSpec, _numbers
+    from nbjit.launch.arrays import _EXTRACTORS
+    from nbjit.launch.launchers import LauncherSpec, _numbers
     layout = tuple((q.offset, *r.code) for q, r in zip(info.params, p.rules))
     return _launch.Launcher(LauncherSpec(0, (1, 1, 1), (1, 1, 1), 0, 0, layout, info.param_size, _EXTRACTORS,
                                          _numbers(), p.pack, lambda e: None, info.launch_offsets))
@@ -180,7 +180,7 @@ shapes = st.lists(st.integers(0, 5), min_size=1, max_size=3)
 @given(shape=shapes, dtype=st.sampled_from(["f4", "f8", "i4", "c8"]), step=st.sampled_from([1, 2]),
        layout=st.sampled_from(["C", "F", "A"]), fortran=st.booleans())
 def test_c_and_python_agree_on_numba_arrays(shape, dtype, step, layout, fortran):
-    from nbjit.args import device_pointer
+    from nbjit.launch.arrays import device_pointer
     nd = len(shape)
     sig = (types.Array(types.float32, nd, layout),)
     info, p = packer_for(sig)
@@ -209,8 +209,8 @@ def test_c_and_python_agree_on_numba_arrays(shape, dtype, step, layout, fortran)
 def test_a_numba_cubin_is_typed_by_its_name_too():
     """A cubin made from Numba's PTX (here by nvJitLink) keeps the mangled name: the same
     arguments, laid out by the cubin's own parameter records."""
-    from nbjit.compiler import assemble_ptx, nvjitlink_version
-    from nbjit.cubin import inspect_cubin
+    from nbjit.toolchain.nvjitlink import assemble_ptx, nvjitlink_version
+    from nbjit.read.cubin import inspect_cubin
     sig = (types.float32[::1], types.Array(types.float64, 2, "F"), types.int32)
     try:
         from numba.cuda.cudadrv.nvvm import NVVM
@@ -230,7 +230,7 @@ def test_a_numba_cubin_is_typed_by_its_name_too():
 
 def test_messages_call_a_numba_kernel_by_its_python_name():
     from conftest import DATA
-    from nbjit.numba_abi import readable_name
+    from nbjit.params.numba_abi import readable_name
     real = next(e.name for e in inspect_ptx((DATA / "numba/axpy_plain.ptx").read_text()).entries)
     assert real.startswith("_ZN13numba_kernels4axpyB2v1") and readable_name(real) == "numba_kernels.axpy"
     assert readable_name("not_a_mangled_name") == "not_a_mangled_name"
@@ -269,7 +269,7 @@ def test_numba_names_in_range_are_read():
 def test_a_numba_name_standing_for_megabytes_is_refused():
     """16 levels of nested substitutions double the demangled text per level (megabytes from
     a 200-byte name): refused by its size, never written out (tests/test_cdecl.py times it)."""
-    from nbjit.numba_abi import readable_name
+    from nbjit.params.numba_abi import readable_name
     name = "_ZN1m1kB2v1E" + nested_args(16, first=1)
     with pytest.raises(NumbaAbiError, match="demangled form is at most 65536 characters"):
         from_mangled(name)
@@ -283,7 +283,7 @@ def test_device_ltoir_needs_no_gpu():
 
     from numba import cuda
 
-    from nbjit.numba_abi import NumbaAbiError, device_ltoir
+    from nbjit.params.numba_abi import NumbaAbiError, device_ltoir
 
     def op(a, b):
         return a + math.sin(b) * 2

@@ -1,4 +1,4 @@
-"""nbjit.occupancy: CUDA's occupancy rules without a GPU, on real cubins' kernels (the GPU
+"""nbjit.read.occupancy: CUDA's occupancy rules without a GPU, on real cubins' kernels (the GPU
 test compares every sm_90 fixture kernel with cuOccupancyMaxActiveBlocksPerMultiprocessor)."""
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import math
 import pytest
 
 from nbjit import NbjitArgumentError, NbjitError
-from nbjit.cubin import inspect_cubin
-from nbjit.occupancy import occupancy, sm_limits
+from nbjit.read.cubin import inspect_cubin
+from nbjit.read.occupancy import occupancy, sm_limits
 
 from conftest import DATA  # noqa: E402
 
@@ -103,7 +103,7 @@ def test_same_as_the_driver(rel):
     """For every kernel of every sm_90 fixture: nbjit's count equals the driver's, for block
     sizes up to the kernel's limit and a few dynamic shared memory sizes."""
     import nbjit
-    from nbjit._host import current_host
+    from nbjit.gpu.host import current_host
 
     if current_host().current_cc() != (9, 0):
         pytest.skip("the sm_90 fixtures' occupancy is compared on an sm_90 device")

@@ -174,7 +174,8 @@ def test_metapackage_wheel(wheels):
 def test_core_wheel(wheels):
     md, files = _metadata(wheels["nbjit-core"])
     assert (md["Name"], md["Version"]) == ("nbjit-core", nbjit.__version__)
-    assert {"nbjit/__init__.py", "nbjit/cli.py", "nbjit/_launch.c", "nbjit/_decode.c", "nbjit/py.typed"} <= set(files)
+    assert {"nbjit/__init__.py", "nbjit/cli.py", "nbjit/gpu/_launcher.c", "nbjit/py.typed", "nbjit/read/ptx.py",
+            "nbjit/launch/kernel.py"} <= set(files)
     reqs = [_req(r) for r in md.get_all("Requires-Dist")]
     base = [r for r in reqs if r[3] is None]
     assert not {r[0] for r in base} & NUMBAS, f"numba-cuda outside an extra: {base}"

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from nbjit import compiler as C
-from nbjit import pch as P
-from nbjit.cache import Cache
+from nbjit.toolchain import nvrtc as C
+from nbjit.toolchain import pch as P
+from nbjit.cache.store import Cache
 from nbjit.errors import NbjitCompileError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,7 +32,7 @@ def _nvrtc_has_pch() -> bool:
 
 
 def _cccl() -> bool:
-    from nbjit.compiler import cccl_include_dir
+    from nbjit.toolchain.identity import cccl_include_dir
     return cccl_include_dir() is not None
 
 
@@ -117,7 +117,7 @@ def test_a_bad_pch_is_refused_on_a_repeated_call_too(tmp_path, monkeypatch):
     """pch=3 is refused also where the call's memo already holds what the same call made
     without it (the memo answered first, and pch=3 went through)."""
     import nbjit
-    from nbjit._host import current_host
+    from nbjit.gpu.host import current_host
     monkeypatch.setattr(current_host(), "current_context", lambda: (_ for _ in ()).throw(AssertionError("no GPU")))
     src = 'extern "C" __global__ void k(float* y) { y[threadIdx.x] = 1.0f; }\n'
     cache = Cache(tmp_path)
@@ -261,8 +261,8 @@ def test_a_pch_removed_under_us_is_made_again(tmp_path, store):
 
 @needs_pch
 def test_the_pch_goes_when_its_process_exits(tmp_path):
-    code = (f"import sys; sys.path.insert(0, {str(ROOT)!r})\nfrom nbjit.compiler import compile_image\n"
-            f"from nbjit.cache import Cache\nfrom nbjit import pch\n"
+    code = (f"import sys; sys.path.insert(0, {str(ROOT)!r})\nfrom nbjit.toolchain.nvrtc import compile_image\n"
+            f"from nbjit.cache.store import Cache\nfrom nbjit.toolchain import pch\n"
             f"compile_image({SRC!r}, name_expressions=['fill<int>'], arch='sm_90', cache=Cache({str(tmp_path)!r}))\n"
             "print(len(pch.STORE.files))\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,

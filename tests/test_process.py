@@ -13,8 +13,8 @@ import multiprocessing
 import pytest
 
 import nbjit
-from nbjit import _driver
-from nbjit._host import current_host
+from nbjit.gpu import driver as _driver
+from nbjit.gpu.host import current_host
 
 fork_only = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 # forking on purpose (the child only raises and exits): Python 3.12 warns when threads exist
@@ -99,7 +99,7 @@ SAXPY = r'''extern "C" __global__ void saxpy(float* y, const float* x, float a, 
 def saxpy_in_worker(n: int) -> list[float]:
     """A spawned worker compiles, loads and launches on its own."""
     import numpy as np
-    from nbjit._host import current_host
+    from nbjit.gpu.host import current_host
     cuda = current_host().module("cuda")  # (the parent's host: the worker inherits NBJIT_HOST)
     k = nbjit.compile(SAXPY).saxpy
     x = cuda.to_device(np.arange(n, dtype=np.float32))
@@ -137,8 +137,8 @@ def run_shipped(shipped, n: int) -> tuple[list[float], list[str]]:
     """A spawned worker: kernels arrive pickled (or as cloudpickle bytes) and load here on
     first use, with NVRTC forbidden and an empty cache: compiled once, in the parent."""
     import numpy as np
-    from nbjit import compiler
-    from nbjit._host import current_host
+    from nbjit.toolchain import nvrtc as compiler
+    from nbjit.gpu.host import current_host
     cuda = current_host().module("cuda")  # (the parent's host: the worker inherits NBJIT_HOST)
 
     def no_nvrtc(*a, **k):

@@ -1,4 +1,4 @@
-"""nbjit.ptx on real compiler output (nvcc, NVRTC, Numba, Triton) and hand-written edge cases."""
+"""nbjit.read.ptx on real compiler output (nvcc, NVRTC, Numba, Triton) and hand-written edge cases."""
 from __future__ import annotations
 
 import json
@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from assembler import assemble
 from nbjit import PtxParseError, inspect_ptx, strip_debug
-from nbjit.ptx import set_version
+from nbjit.read.ptx import set_version
 
 from conftest import DATA  # noqa: E402
 ALL_PTX = sorted(p.relative_to(DATA).as_posix() for p in DATA.rglob("*.ptx"))
@@ -624,7 +624,7 @@ def _reordered(text: str) -> str:
     """``text`` with every parameter line's alignment written after its type (``.param .u64
     .align 8 p``; the natural one where it had none): the same parameters, in an order only
     the token reader takes."""
-    from nbjit.signature import SCALAR_TYPES
+    from nbjit.params.signature import SCALAR_TYPES
 
     def move(m):
         return f"{m.group(1)}.{m.group(3)} .align {m.group(2) or SCALAR_TYPES[m.group(3)]}"
@@ -636,11 +636,12 @@ def spy(monkeypatch):
     """Calls of the reader's general ways: ``spy["param"]`` (the token reader, one call a
     parameter), ``spy["declaration"]`` (a head read with its comments blanked) and
     ``spy["check_scope"]`` (a gap between bodies read with its comments blanked)."""
-    import nbjit.ptx
+    import nbjit.read.ptx
     calls: dict[str, list] = {"param": [], "declaration": [], "check_scope": []}
     for name, got in calls.items():
-        real = getattr(nbjit.ptx._Parser, name)
-        monkeypatch.setattr(nbjit.ptx._Parser, name, lambda self, *a, _r=real, _g=got: _g.append(a) or _r(self, *a))
+        real = getattr(nbjit.read.ptx._Parser, name)
+        monkeypatch.setattr(nbjit.read.ptx._Parser, name,
+                            lambda self, *a, _r=real, _g=got: _g.append(a) or _r(self, *a))
     return calls
 
 
@@ -696,8 +697,8 @@ PARAM_FORMS = [
 
 @pytest.mark.parametrize("form", PARAM_FORMS)
 def test_each_parameter_form_reads_as_the_token_reader_reads_it(form, spy):
-    from nbjit.ptx import _Parser
-    from nbjit._signature_build import layout
+    from nbjit.read.ptx import _Parser
+    from nbjit.params.signature import layout
     chunks = [".param .u8 first", form]
     fast = inspect_ptx(H + ".visible .entry k(\n\t" + ",\n\t".join(chunks) + "\n)\n{\nret;\n}\n").entries[0]
     assert not spy["param"]  # read by the pattern
@@ -777,16 +778,16 @@ def test_the_collector_is_paused_while_reading_and_back_when_every_thread_is_don
     import gc
     import threading
     seen, go = [], threading.Barrier(4)
-    real = __import__("nbjit.ptx", fromlist=["_Parser"])._Parser.parse
+    real = __import__("nbjit.read.ptx", fromlist=["_Parser"])._Parser.parse
 
     def parse(self):
         seen.append(gc.isenabled())
         go.wait(timeout=30)  # every thread is inside the reader at once
         return real(self)
 
-    import nbjit.ptx
+    import nbjit.read.ptx
     text = read("nvcc/kernels_sm90.ptx")
-    nbjit.ptx._Parser.parse = parse
+    nbjit.read.ptx._Parser.parse = parse
     try:
         threads = [threading.Thread(target=inspect_ptx, args=(text,)) for _ in range(4)]
         for t in threads:
@@ -794,5 +795,5 @@ def test_the_collector_is_paused_while_reading_and_back_when_every_thread_is_don
         for t in threads:
             t.join()
     finally:
-        nbjit.ptx._Parser.parse = real
+        nbjit.read.ptx._Parser.parse = real
     assert seen == [False] * 4 and gc.isenabled()

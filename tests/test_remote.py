@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from nbjit import NbjitCacheError, NbjitWarning, RemoteTier, compile_image
-from nbjit.cache import Cache, _decode
+from nbjit.cache.store import Cache
+from nbjit.cache.entries import _decode
 
 pytest.importorskip("s3fs", reason="the remote tier's tests need s3fs (pip install 'nbjit-core[test]')")
 moto_server = pytest.importorskip("moto.server", reason="needs moto[server] (pip install 'nbjit-core[test]')")
@@ -100,8 +101,8 @@ def test_a_miss_compiles_and_publishes_the_local_entry(tmp_path, s3, prefix, cou
 FRESH = textwrap.dedent(r'''
     import json, sys
     sys.path.insert(0, sys.argv[3])
-    import nbjit.compiler as C
-    from nbjit.cache import Cache
+    import nbjit.toolchain.nvrtc as C
+    from nbjit.cache.store import Cache
     def refused(*a, **k):
         raise SystemExit("NVRTC was called")
     C._run_nvrtc = refused
@@ -204,8 +205,8 @@ def test_a_store_that_never_answers_is_given_up(tmp_path, counted):
 FLEET = textwrap.dedent(r'''
     import json, sys, time
     sys.path.insert(0, sys.argv[4])
-    import nbjit.compiler as C
-    from nbjit.cache import Cache
+    import nbjit.toolchain.nvrtc as C
+    from nbjit.cache.store import Cache
     real = C._run_nvrtc
     def counted(req):
         with open(sys.argv[2], "a") as f:
@@ -341,7 +342,7 @@ def test_a_directory_tier_publishes_by_renaming(tmp_path, counted):
 def test_a_remote_that_is_no_url_nor_directory_is_refused_before_writing(tmp_path, monkeypatch, remote, msg, how):
     """A remote cache is a URL of a scheme fsspec knows or an existing directory: a mistyped URL
     (one slash) or a plain word once made a local directory of that name and published there."""
-    from nbjit.cache import default_cache, set_default_cache
+    from nbjit.cache.store import default_cache, set_default_cache
     here = tmp_path / "cwd"
     here.mkdir()
     monkeypatch.chdir(here)
@@ -391,7 +392,7 @@ def test_tier_settings_that_make_no_sense(kwargs, msg):
 
 
 def test_the_environment_names_the_default_tier(tmp_path, monkeypatch):
-    from nbjit.cache import default_cache, set_default_cache
+    from nbjit.cache.store import default_cache, set_default_cache
     monkeypatch.setenv("NBJIT_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("NBJIT_CACHE_REMOTE", "s3://fleet/team")
     monkeypatch.setenv("NBJIT_CACHE_REMOTE_WRITE", "0")

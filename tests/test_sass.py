@@ -1,4 +1,4 @@
-"""nbjit.sass: SASS through nvdisasm, checked against cuobjdump -sass (both from the test extra)."""
+"""nbjit.toolchain.sass: SASS through nvdisasm, checked against cuobjdump -sass (both from the test extra)."""
 from __future__ import annotations
 
 import re
@@ -9,8 +9,8 @@ import pytest
 import nbjit
 from cuobjdump_oracle import find_cuobjdump
 from nbjit import NbjitError
-from nbjit import sass as S
-from nbjit.cubin import inspect_cubin
+from nbjit.toolchain import sass as S
+from nbjit.read.cubin import inspect_cubin
 
 from conftest import DATA  # noqa: E402
 
@@ -64,10 +64,10 @@ def test_kernel_sass_without_a_gpu():
 
 @needs_nvdisasm
 def test_ptx_and_fatbin_give_the_cubin_for_an_arch():
-    from nbjit.compiler import nvjitlink_version
+    from nbjit.toolchain.nvjitlink import nvjitlink_version
     fat = S.cubin_for(DATA / "nvcc/kernels_multi.fatbin", "sm_86")  # its sm_80 SASS runs there
     assert inspect_cubin(fat).arch == "sm_80"
-    from nbjit.ptx import cuda_for_ptx
+    from nbjit.read.ptx import cuda_for_ptx
     have = nvjitlink_version()
     if have is not None and tuple(have) >= cuda_for_ptx((9, 0)):  # (the PTX is 9.0: nvJitLink 12.x cannot)
         cub = S.cubin_for(DATA / "nvcc/kernels_sm90.ptx", "sm_90")

@@ -1,4 +1,4 @@
-"""One signature per kernel (nbjit.signature.merge): every source's facts, where each came
+"""One signature per kernel (nbjit.params.signature.merge): every source's facts, where each came
 from, and contradictions."""
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from dataclasses import replace
 import pytest
 
 from nbjit import inspect_cubin, inspect_ptx
-from nbjit._csource import source_declarations, triton_ir_signatures
-from nbjit.cdecl import CParam, demangle
-from nbjit._signature_build import typed_entries
-from nbjit.signature import KernelInfo, KernelSignature, SignatureConflict, merge
+from nbjit.params.declarations import source_declarations, triton_ir_signatures
+from nbjit.params.cdecl import CParam, demangle
+from nbjit.params.signature import typed_entries
+from nbjit.params.signature import KernelInfo, KernelSignature, SignatureConflict, merge
 
 from conftest import DATA  # noqa: E402
 PTX = inspect_ptx((DATA / "nvcc/kernels_sm90.ptx").read_text())
@@ -135,8 +135,8 @@ def _same_object(made, built):
 
 
 def test_layout_places_as_the_dataclass_would():
-    from nbjit._signature_build import layout
-    from nbjit.signature import Param
+    from nbjit.params.signature import layout
+    from nbjit.params.signature import Param
     specs = [("a", "u8", 1, None, False, None, None, None), ("s", "b8", 1, 24, False, None, 8, None),
              ("p", "u64", 8, None, True, "global", None, 16), ("v", "b128", 16, None, False, None, None, None),
              ("e", "b8", 1, 0, False, None, None, None)]
@@ -151,9 +151,9 @@ def test_layout_places_as_the_dataclass_would():
 
 
 def test_maker_builds_what_the_constructor_builds():
-    from nbjit.ptx import PtxInfo
-    from nbjit._signature_build import maker
-    from nbjit.signature import Directives
+    from nbjit.read.ptx import PtxInfo
+    from nbjit.params.signature import maker
+    from nbjit.params.signature import Directives
     sig = KernelSignature((), 0)
     _same_object(maker(KernelInfo)(name="k", signature=sig, linkage="visible", griddepcontrol=("wait",)),
                  KernelInfo("k", sig, linkage="visible", griddepcontrol=("wait",)))
@@ -213,7 +213,7 @@ def test_kernel_json_that_to_json_does_not_write_is_refused(change, msg):
 def test_every_directive_reads_back():
     from dataclasses import fields
 
-    from nbjit.signature import _DIRECTIVE_KINDS, Directives
+    from nbjit.params.signature import _DIRECTIVE_KINDS, Directives
     assert list(_DIRECTIVE_KINDS) == [f.name for f in fields(Directives)]
     d = Directives(maxntid=(128, 1, 1), reqntid=(64,), minnctapersm=2, maxnctapersm=4, maxnreg=64, noreturn=True,
                    explicitcluster=True, reqnctapercluster=(2, 1, 1), maxclusterrank=8, blocksareclusters=True)
@@ -231,7 +231,7 @@ def test_a_merged_layout_keeps_where_its_facts_came_from():
 
 
 def test_a_compilers_placeholder_parameter_name_is_shown_as_param_n():
-    from nbjit.signature import shown_param_name
+    from nbjit.params.signature import shown_param_name
     assert shown_param_name("_Z5scaleIfEvPT_S0_i_param_0", 0) == "param_0"
     assert shown_param_name("k_basic_param_3", 3) == "param_3"
     assert shown_param_name("x", 0) == "x" and shown_param_name("k_param_1", 0) == "k_param_1"

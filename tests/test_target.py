@@ -8,10 +8,11 @@ import sys
 import pytest
 
 import nbjit
-from nbjit import compiler, target
-from nbjit._host import current_host
+from nbjit.loading import compiling as target
+from nbjit.toolchain import nvrtc as compiler
+from nbjit.gpu.host import current_host
 from nbjit.arch import Arch
-from nbjit.cache import Cache
+from nbjit.cache.store import Cache
 
 from conftest import DATA  # noqa: E402
 
@@ -25,7 +26,7 @@ def test_a_named_architecture_needs_no_driver(tmp_path):
     Numba, in a fresh process."""
     code = f"""import sys, nbjit
 img = nbjit.compile_image({AXPY!r}, arch="sm_80", cache=nbjit.Cache({str(tmp_path)!r}))
-print(img.kind, img.arch, sorted(m for m in ("numpy", "numba", "nbjit._driver") if m in sys.modules))"""
+print(img.kind, img.arch, sorted(m for m in ("numpy", "numba", "nbjit.gpu.driver") if m in sys.modules))"""
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out == "cubin sm_80 []\n"
 

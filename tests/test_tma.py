@@ -7,9 +7,13 @@ import numpy as np
 import pytest
 
 import nbjit
-from nbjit import NbjitArgumentError, args, cdecl, signature
-from nbjit._kernel_extra import plan_for_array
-from nbjit.tma import TensorMap, plan_tiled
+from nbjit import NbjitArgumentError
+from nbjit.launch import arguments as args
+from nbjit.params import declarations
+from nbjit.params import signature
+from nbjit.params import cdecl
+from nbjit.launch.tma import plan_for_array
+from nbjit.launch.tma import TensorMap, plan_tiled
 
 from conftest import DATA  # noqa: E402
 
@@ -71,7 +75,7 @@ def test_the_binding_takes_the_arguments_as_built():
     """cuda.bindings converts cuTensorMapEncodeTiled's arguments before it loads the driver,
     so a wrong Python type shows here without a GPU (its size lists refuse plain ints)."""
     cu = pytest.importorskip("cuda.bindings.driver")
-    from nbjit._driver_extra import tensor_map_call
+    from nbjit.gpu.driver import tensor_map_call
     for p in (plan_tiled(A, (100, 72), None, np.float32, (32, 16), swizzle="64B", oob_fill="nan"),
               plan_tiled(A, (4, 8, 16), (1024, 128, 2), np.uint16, (2, 4, 8), element_strides=(1, 2, 1))):
         call = tensor_map_call(cu, p)
@@ -235,10 +239,11 @@ def test_only_a_tensor_map_parameter_takes_a_tensor_map():
         with pytest.raises(NbjitArgumentError, match="parameter 1 .*a tensor map fits only a 128-byte"):
             pk.pack((tm, tm, 7))
     # a cubin of unknown types: a declared CUtensorMap, and only where 128 bytes are
-    decl = args.parse_signature("const __grid_constant__ CUtensorMap, float*, int")
+    decl = declarations.parse_signature("const __grid_constant__ CUtensorMap, float*, int")
     bare = [signature.replace(p, ctype=None, pointee=None, pointer=False, type="unknown") for p in ce.params]
     ki = signature.KernelInfo(real, signature.KernelSignature(tuple(bare), ce.param_size))
     info = signature.merge(real, [("cubin", ki)], [("declared", decl)])
     assert args.ArgPacker(info.signature, real).rules[0].tensor_map
     with pytest.raises(signature.SignatureConflict, match="a tensor map \\(128 bytes\\), but the parameter takes 8"):
-        signature.merge(real, [("cubin", ki)], [("declared", args.parse_signature("CUtensorMap, CUtensorMap, int"))])
+        signature.merge(real, [("cubin", ki)],
+                        [("declared", declarations.parse_signature("CUtensorMap, CUtensorMap, int"))])

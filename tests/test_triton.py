@@ -1,4 +1,4 @@
-"""Triton metadata and launch rules (nbjit.triton) on Triton 3.9 artifacts, without a GPU."""
+"""Triton metadata and launch rules (nbjit.loading.triton) on Triton 3.9 artifacts, without a GPU."""
 from __future__ import annotations
 
 import json
@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nbjit import NbjitArgumentError, NbjitLaunchError, NbjitLoadError, inspect_ptx
-from nbjit.triton import describe, launch_rules, read_triton
+from nbjit.loading.triton import describe, launch_rules, read_triton
 
 from conftest import DATA  # noqa: E402
 T = DATA / "triton"
@@ -218,13 +218,13 @@ def test_a_huge_ir_file_is_not_read(tmp_path):
 @pytest.mark.parametrize("unit", ["tt.func @f(", "tt.func public @f(%a: i32, (", "(tt.func @f("])
 def test_ir_with_unclosed_parameter_lists_reads_in_linear_time(unit):
     from conftest import assert_linear
-    from nbjit._csource import triton_ir_signatures
+    from nbjit.params.declarations import triton_ir_signatures
     assert triton_ir_signatures(unit * 100) == {}
     assert_linear(triton_ir_signatures, lambda n: unit * n, 6000)
 
 
 def test_ir_signatures_unchanged_after_an_unclosed_list():
-    from nbjit._csource import triton_ir_signatures
+    from nbjit.params.declarations import triton_ir_signatures
     ir = (T / "add_kernel/add_kernel.ttir").read_text()
     want = triton_ir_signatures(ir)
     assert list(want) == ["add_kernel"] and len(want["add_kernel"]) == 5
@@ -322,7 +322,7 @@ def test_fuzz_metadata_any_json_shape(tmp_path, key, value, drop):
 
 def test_ptx_meta_fallbacks_are_tritons():
     """The reader hands back the comments as written; Triton's defaults live in triton.py."""
-    from nbjit.triton import DEFAULTS, ptx_meta
+    from nbjit.loading.triton import DEFAULTS, ptx_meta
     ptx = (T / "softmax_kernel/softmax_kernel.ptx").read_text()
     i = inspect_ptx("// TRITON_GLOBAL_SCRATCH_BYTES_PER_CTA: 64\n// meta:shared=32\n" + ptx)
     m = ptx_meta(i)
@@ -417,9 +417,10 @@ class HostDescriptor:
 
 def test_a_descriptor_argument_becomes_tensor_map_shape_and_strides(monkeypatch):
     import nbjit
-    from nbjit import NbjitArgumentError, _driver_extra
-    from nbjit.triton import _descriptor_args
-    from nbjit.tma import TensorMap, plan_tiled
+    from nbjit import NbjitArgumentError
+    from nbjit.gpu import driver as _driver_extra
+    from nbjit.loading.triton import _descriptor_args
+    from nbjit.launch.tma import TensorMap, plan_tiled
 
     d = describe(T / "copy_hostdesc_kernel")["launch"]["descriptors"][0]
     plans = []
@@ -450,7 +451,9 @@ def test_a_descriptor_argument_becomes_tensor_map_shape_and_strides(monkeypatch)
 def test_the_cubin_route_knows_its_tensor_map_parameters():
     # load_triton types a cubin with the PTX beside it: the cubin places the 64-aligned tensor
     # maps at its own offsets (48, 240), the PTX gives their alignment; the packer must see them
-    from nbjit import args, inspect_cubin, signature
+    from nbjit import inspect_cubin
+    from nbjit.launch import arguments as args
+    from nbjit.params import signature
 
     d = T / "copy_hostdesc_kernel"
     ce = inspect_cubin((d / "copy_hostdesc_kernel.cubin").read_bytes()).entries[0]
@@ -466,10 +469,10 @@ def test_triton_launchers_follow_a_change_of_pdl(monkeypatch):
     (without a GPU: the kernel's launcher factory is stood in for)."""
     import types
 
-    from nbjit import _driver_extra
-    from nbjit import kernel as K
-    from nbjit.triton import TritonKernel
-    monkeypatch.setattr(K, "_MULTI", [False])
+    from nbjit.gpu import driver as _driver_extra
+    from nbjit.launch import kernel as K
+    from nbjit.loading.triton import TritonKernel
+    monkeypatch.setattr("nbjit.launch.launchers._MULTI", [False])
     monkeypatch.setattr(_driver_extra, "device_info", lambda ordinal: types.SimpleNamespace(cc=(9, 0)))
     art = read_triton(T / "pdl_step_kernel")
     info = inspect_ptx(art.ptx.read_bytes()).entries[0]
@@ -497,9 +500,10 @@ def fake_kernel(monkeypatch):
     launches cuLaunchKernel would have made)."""
     import types
 
-    from nbjit import _driver, _driver_extra
-    from nbjit import kernel as K
-    from nbjit.triton import TritonKernel
+    from nbjit.gpu import driver as _driver_extra
+    from nbjit.gpu import driver as _driver
+    from nbjit.launch import kernel as K
+    from nbjit.loading.triton import TritonKernel
     calls = []
     monkeypatch.setattr(_driver, "backend", lambda: _driver.Backend("python", lambda *a: calls.append(a) or 0, int))
     monkeypatch.setattr(_driver_extra, "device_info", lambda ordinal: types.SimpleNamespace(
@@ -507,7 +511,7 @@ def fake_kernel(monkeypatch):
     monkeypatch.setattr(_driver_extra, "function_attributes", lambda func: dict(
         registers=16, shared=0, const=0, local=0, max_threads_per_block=1024, ptx_version=90, binary_version=90,
         max_dynamic_shared=0))
-    monkeypatch.setattr(K, "_MULTI", [False])
+    monkeypatch.setattr("nbjit.launch.launchers._MULTI", [False])
 
     def make(entry):
         art = read_triton(T / entry)

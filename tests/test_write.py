@@ -1,4 +1,4 @@
-"""Outputs (nbjit._write.write_output): a file replaced whole or not at all, a device or FIFO
+"""Outputs (nbjit.files.write_output): a file replaced whole or not at all, a device or FIFO
 written through, and a path that names an open descriptor (/dev/stdout, /dev/fd/N,
 /proc/self/fd/N) written through that descriptor: never a file renamed over what the shell
 redirected it to."""
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import nbjit
-from nbjit._write import write_output
+from nbjit.files import write_output
 
 from conftest import DATA  # noqa: E402
 
@@ -58,7 +58,7 @@ def test_an_output_to_standard_error_appends_to_its_file(tmp_path):
 @pytest.mark.parametrize("verb", ["compile", "bundle", "cache export"])
 def test_each_verb_writes_through_standard_output(tmp_path, verb):
     if verb == "compile":
-        from nbjit.compiler import nvrtc_version
+        from nbjit.toolchain.nvrtc import nvrtc_version
         try:
             nvrtc_version()
         except Exception:
@@ -77,7 +77,7 @@ def test_each_verb_writes_through_standard_output(tmp_path, verb):
 def test_a_process_killed_while_writing_leaves_no_temporary_file(tmp_path):
     """Where the system has unnamed files (Linux's O_TMPFILE), the output has no name until
     it is whole: a SIGKILL mid-write leaves nothing beside the destination."""
-    code = ("import os, signal\nfrom nbjit._write import write_output\n"
+    code = ("import os, signal\nfrom nbjit.files import write_output\n"
             "def write(f):\n    f.write(b'x' * 100000)\n    f.flush()\n    os.kill(os.getpid(), signal.SIGKILL)\n"
             f"write_output({str(tmp_path / 'out.tar.gz')!r}, write)\n")
     r = subprocess.run([sys.executable, "-c", code], env=ENV, timeout=60)

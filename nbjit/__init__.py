@@ -140,24 +140,24 @@ _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 if TYPE_CHECKING:  # what type checkers and the API reference read
     from nbjit.bundles.archive import load_bundle
     from nbjit.bundles.build import BundleEntry, BundleImage, BundleInfo, build_bundle, inspect_bundle, load_triton
-    from nbjit.cache.store import Cache, default_cache, set_default_cache
     from nbjit.cache.remote import RemoteTier
-    from nbjit.loading.compiling import compile_image
-    from nbjit.toolchain.link import link_image
-    from nbjit.read.cubin import CubinInfo, inspect_cubin
-    from nbjit.read.fatbin import FatbinEntry, FatbinInfo, inspect_fatbin
-    from nbjit.read.image import Image, as_image, inspect_image
+    from nbjit.cache.store import Cache, default_cache, set_default_cache
+    from nbjit.gpu.host import use_host
+    from nbjit.launch.graph import Capture, capture
     from nbjit.launch.kernel import Kernel, KernelAttributes
     from nbjit.launch.launchers import BoundLaunch
     from nbjit.launch.tma import TensorMap, tensor_map
-    from nbjit.launch.graph import Capture, capture
+    from nbjit.loading.compiling import compile_image
     from nbjit.loading.module import DeviceGlobal, Module, compile, compile_many, from_numba, load
-    from nbjit.read.occupancy import Occupancy
-    from nbjit.toolchain.sass import disassemble
-    from nbjit.read.ptx import PtxInfo, inspect_ptx, strip_debug
     from nbjit.loading.triton import TritonKernel, TritonMeta
     from nbjit.params.signature import Directives, KernelInfo, KernelSignature, Param
-    from nbjit.gpu.host import use_host
+    from nbjit.read.cubin import CubinInfo, inspect_cubin
+    from nbjit.read.fatbin import FatbinEntry, FatbinInfo, inspect_fatbin
+    from nbjit.read.image import Image, as_image, inspect_image
+    from nbjit.read.occupancy import Occupancy
+    from nbjit.read.ptx import PtxInfo, inspect_ptx, strip_debug
+    from nbjit.toolchain.link import link_image
+    from nbjit.toolchain.sass import disassemble
 
 
 def __getattr__(name: str):

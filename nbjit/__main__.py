@@ -1,5 +1,5 @@
 import sys
 
-from nbjit.cli import main
+from nbjit.cli.main import main
 
 sys.exit(main())

@@ -1,6 +1,7 @@
-"""A file written whole or not at all, or a device, FIFO or open descriptor written through
-(``write_output``): what ``nbjit bundle -o``, ``nbjit compile -o`` and the cache write with.
-Apart from ``image`` (its reads are on the way to a kernel; this is not)."""
+"""Files nbjit reads and writes: a regular file read whole within a bound (``read_regular``:
+a FIFO never waited on, a device never read) and an output written whole or not at all, or
+written through where it is a device, a FIFO or an open descriptor (``write_output``: what
+``nbjit bundle -o``, ``nbjit compile -o`` and the cache write with)."""
 from __future__ import annotations
 
 import contextlib

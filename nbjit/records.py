@@ -82,7 +82,7 @@ class _Fields:
     """A record's ``__dataclass_fields__`` until it is first read (``dataclasses.fields``,
     ``replace``, ``asdict``, ``is_dataclass``): then the ``Field`` objects are made, as
     ``dataclass`` makes them, and replace it. A package's first kernel from a bundle reads
-    none (issue 26)."""
+    none."""
 
     __slots__ = ("cls", "table", "given")
 
@@ -110,7 +110,7 @@ def _make(cls: type, frozen: bool, eq: bool) -> type:
     fields, given = _fields_of(cls)  # {name: (default, default_factory, repr, compare, hash)}
     names = tuple(fields)
     qual = cls.__qualname__
-    # the tables the methods read, in one pass (a record's making is on a bundle's route: issue 26)
+    # the tables the methods read, in one pass (a record's making is on a bundle's route)
     defaults: dict = {}
     factories: dict = {}
     required: list = []

@@ -636,7 +636,7 @@ def test_name_expressions_per_image(tmp_path, capsys):
     """--expr EXPR goes to every CUDA source, --expr IMAGE=EXPR to that image's only (Python:
     name_expressions={image: [...]}): bundling a template's source with one that lacks the
     template needs the second; the first says so where NVRTC cannot instantiate it."""
-    from nbjit.cli import main
+    from nbjit.cli.main import main
 
     plain = tmp_path / "plain.cu"
     plain.write_text('extern "C" __global__ void plain(float* y) { y[threadIdx.x] = 1.0f; }\n')
@@ -711,7 +711,7 @@ def test_bad_inputs_and_destinations_are_named_briefly(tmp_path):
 
 
 def test_cli_bundle_and_inspect(tmp_path, capsys):
-    from nbjit.cli import main
+    from nbjit.cli.main import main
 
     out = tmp_path / "k.nbjit"
     assert main(["bundle", str(TMPL), "--arch", "sm_91", "-o", str(out)]) == 2

@@ -224,7 +224,7 @@ def test_output_onto_the_input_is_refused(tmp_path):
 
 
 def test_compile_refuses_output_onto_the_input_before_compiling(tmp_path, monkeypatch, capsys):
-    from nbjit import cli
+    from nbjit.cli import main as cli
 
     def refuse(*a, **k):
         raise AssertionError("compiled although the output is the input")
@@ -432,7 +432,7 @@ def test_compile_without_nvrtc_says_what_to_install(tmp_path):
     code = ("import sys, cuda.bindings.nvrtc as N\n"
             "def gone(*a): raise RuntimeError('Failure finding libnvrtc.so')\n"
             "N.nvrtcVersion = gone\n"
-            "from nbjit.cli import main\n"
+            "from nbjit.cli.main import main\n"
             "sys.exit(main(sys.argv[1:]))\n")
     cu = tmp_path / "k.cu"
     cu.write_text('extern "C" __global__ void k(int* p) { p[0] = 1; }\n')
@@ -530,7 +530,7 @@ def test_compile_never_writes_ptx_as_a_cubin(tmp_path, capsys):
     named .cubin asks for a cubin; .ptx for PTX; an architecture no chip has, or one newer
     than NVRTC knows (which once gave PTX for the newest it knows, whatever -o said), is
     refused, in one line naming what NVRTC compiles for."""
-    from nbjit import cli
+    from nbjit.cli import main as cli
     from nbjit.arch import SHIPPED
     from nbjit.toolchain.nvrtc import supported_archs
     cu = tmp_path / "k.cu"
@@ -556,7 +556,7 @@ def test_a_compile_error_names_the_toolchains_include_directories_by_what_they_a
     """The header of an NVRTC error once listed --include-path=<the venv>/site-packages/nvidia/...:
     nbjit's own include directories are shown as <cuda> and <cccl>; the user's as given; the
     exception keeps the real options."""
-    from nbjit import cli
+    from nbjit.cli import main as cli
     from nbjit.toolchain.identity import cccl_include_dir, cuda_include_dir
     from nbjit.toolchain.nvrtc import compile_image, nvrtc_version
     monkeypatch.chdir(tmp_path)
@@ -591,7 +591,7 @@ def test_an_output_named_for_another_kind_is_refused(tmp_path, monkeypatch, caps
     """PTX is never written under a cubin's name (--ptx -o k.cubin once wrote PTX text there and
     exited 0), nor anything under the name of a kind it is not (.ptx, .cubin, .fatbin, .nbjit):
     one line, exit 2, nothing written."""
-    from nbjit import cli
+    from nbjit.cli import main as cli
     monkeypatch.chdir(tmp_path)
     (tmp_path / "k.cu").write_text('extern "C" __global__ void k(int* p) { p[0] = 1; }\n')
     shutil.copy(DATA / "nvcc/kernels_G_sm90.ptx", tmp_path / "k.ptx")
@@ -603,7 +603,7 @@ def test_an_output_named_for_another_kind_is_refused(tmp_path, monkeypatch, caps
 
 def test_an_output_of_another_or_no_suffix_is_written(tmp_path, monkeypatch, capsys):
     """Suffixes that name no kind (.o, .txt, none) and .ptx (which asks compile for PTX) are written."""
-    from nbjit import cli
+    from nbjit.cli import main as cli
     monkeypatch.chdir(tmp_path)
     (tmp_path / "k.cu").write_text('extern "C" __global__ void k(int* p) { p[0] = 1; }\n')
     assert cli.main(["compile", "k.cu", "--arch", "sm_90", "--ptx", "-o", "k.txt"]) == 0
@@ -684,7 +684,7 @@ def test_an_output_through_a_link_replaces_the_file_it_names(tmp_path):
 def test_compile_options_that_start_with_a_dash(tmp_path, monkeypatch, capsys):
     """--option -lineinfo (the documented form) reaches NVRTC as -lineinfo, as --option=-X does;
     -G, --lineinfo, --std, -D, -I are shortcuts."""
-    from nbjit import cli
+    from nbjit.cli import main as cli
     from nbjit.read.image import Image
     seen = []
 
@@ -925,14 +925,14 @@ def test_cache_only_over_a_read_only_cache(tmp_path, monkeypatch, capsys):
     """--cache-only over a cache that cannot be written: fine where it holds every entry asked
     for already (a prewarmed, read-only image layer), refused before NVRTC where one is missing."""
     from nbjit.cache import store as cache_mod
-    from nbjit import cli
+    from nbjit.cli import main as cli
     cu = tmp_path / "k.cu"
     cu.write_text('extern "C" __global__ void k(int* p) { p[0] = 2; }\n')
     monkeypatch.setenv("NBJIT_CACHE_DIR", str(tmp_path / "c"))
     monkeypatch.setattr(cache_mod, "_DEFAULT", [])
     assert cli.main(["compile", str(cu), "--arch", "sm_90", "--cache-only"]) == 0
     capsys.readouterr()
-    monkeypatch.setattr(cli, "_cannot_write", lambda d: "Read-only file system")
+    monkeypatch.setattr("nbjit.cli.compile.cannot_write", lambda d: "Read-only file system")
     monkeypatch.setattr(cache_mod, "_DEFAULT", [])
     assert cli.main(["compile", str(cu), "--arch", "sm_90", "--cache-only"]) == 0
     assert "cubin for sm_90 in the cache" in capsys.readouterr().err
@@ -1155,7 +1155,7 @@ def test_bundle_to_standard_output(tmp_path):
     'nbjit inspect -' reads back; the report goes to standard error; a terminal is refused."""
     r = _run("bundle", str(DATA / "nvcc/kernels_sm90.ptx"), "-o", "-", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    assert r.stdout[:4] == b"PK\x03\x04" and r.stderr == b"<stdout>: kernels_sm90: compute_90 (11 kernels)\n"
+    assert r.stdout[:4] == b"PK\x03\x04" and r.stderr == b"standard output: kernels_sm90: compute_90 (11 kernels)\n"
     back = _run("inspect", "--json", "-", stdin=r.stdout)
     assert back.returncode == 0 and json.loads(back.stdout)["images"][0]["name"] == "kernels_sm90"
     t = _on_a_terminal("bundle", str(DATA / "nvcc/kernels_sm90.ptx"), "-o", "-", cwd=tmp_path)
@@ -1169,7 +1169,7 @@ def test_bundle_reads_standard_input(tmp_path):
     (PTX, cubin, fatbin) or CUDA source becomes image "stdin", or goes into --name's image."""
     nv = DATA / "nvcc"
     r = _run("bundle", "-", "-o", "-", stdin=(nv / "kernels_sm90.ptx").read_bytes(), cwd=tmp_path)
-    assert r.returncode == 0 and r.stderr == b"<stdout>: stdin: compute_90 (11 kernels)\n", r.stderr
+    assert r.returncode == 0 and r.stderr == b"standard output: stdin: compute_90 (11 kernels)\n", r.stderr
     entry = nbjit_lib.inspect_bundle(r.stdout).image("stdin").entries[0]
     assert entry.payload == (nv / "kernels_sm90.ptx").read_bytes()
     r = _run("bundle", "-", str(nv / "kernels_sm_90.cubin"), "--name", "k", "-o", "k.nbjit",
@@ -1425,7 +1425,7 @@ def test_a_closed_standard_error_is_no_traceback(args, tmp_path):
 def test_inspect_a_fatbin_whose_entry_cannot_be_decompressed(no_lz4):
     """(In-process: a package can only be hidden here.) The table and the chosen entry say
     what is missing."""
-    from nbjit.cli import format_fatbin
+    from nbjit.cli.inspect import format_fatbin
     from nbjit.read.fatbin import inspect_fatbin
     path = DATA / "nvcc/kernels_multi_lz4.fatbin"
     text = format_fatbin(inspect_fatbin(path.read_bytes()), str(path), "sm_100")

@@ -95,7 +95,7 @@ def test_stage_folders_are_plain_and_name_no_public_attribute():
 
 def test_each_stage_stands_only_on_those_below_it():
     for name, deps in GRAPH.items():
-        if name in TOP:
+        if name in TOP or stage(name) == "cli":  # (the command line stands on every stage)
             continue
         mine = stage(name)
         allowed = GROUND | set(STAGES[:STAGES.index(mine) + 1]) if mine in STAGES else GROUND

@@ -21,7 +21,7 @@ from nbjit.read.fatbin import inspect_fatbin
 from conftest import DATA  # noqa: E402
 
 numba_cuda = pytest.importorskip("numba.cuda")
-if L._nvjitlink.nvjitlink_version() is None:
+if L.nvjitlink.nvjitlink_version() is None:
     pytest.skip("no nvJitLink", allow_module_level=True)
 
 REDUCE = (DATA / "src/block_reduce_op.cu").read_text()
@@ -44,7 +44,7 @@ def other_op(a, b):
 def spies(monkeypatch):
     """Counts Numba compiles and nvJitLink links (NVRTC compiles: the ``counted`` fixture)."""
     calls = {"numba": 0, "nvjitlink": 0}
-    numba_compile, nvjitlink = L._numba_compile, L._nvjitlink.nvjitlink_cubin
+    numba_compile, nvjitlink = L._numba_compile, L.nvjitlink.nvjitlink_cubin
 
     def count_numba(*a, **k):
         calls["numba"] += 1
@@ -55,7 +55,7 @@ def spies(monkeypatch):
         return nvjitlink(*a, **k)
 
     monkeypatch.setattr(L, "_numba_compile", count_numba)
-    monkeypatch.setattr(L._nvjitlink, "nvjitlink_cubin", count_link)
+    monkeypatch.setattr(L.nvjitlink, "nvjitlink_cubin", count_link)
     return calls
 
 

@@ -174,7 +174,7 @@ def test_metapackage_wheel(wheels):
 def test_core_wheel(wheels):
     md, files = _metadata(wheels["nbjit-core"])
     assert (md["Name"], md["Version"]) == ("nbjit-core", nbjit.__version__)
-    assert {"nbjit/__init__.py", "nbjit/cli.py", "nbjit/gpu/_launcher.c", "nbjit/py.typed", "nbjit/read/ptx.py",
+    assert {"nbjit/__init__.py", "nbjit/cli/main.py", "nbjit/gpu/_launcher.c", "nbjit/py.typed", "nbjit/read/ptx.py",
             "nbjit/launch/kernel.py"} <= set(files)
     reqs = [_req(r) for r in md.get_all("Requires-Dist")]
     base = [r for r in reqs if r[3] is None]
@@ -188,7 +188,7 @@ def test_core_wheel(wheels):
     assert "numba-cuda-mlir" in mlir and not mlir & {"numba", "numba-cuda", "numpy"}, mlir
     with zipfile.ZipFile(wheels["nbjit-core"]) as zf:
         ep, = [n for n in zf.namelist() if n.endswith(".dist-info/entry_points.txt")]
-        assert "nbjit = nbjit.cli:main" in zf.read(ep).decode()
+        assert "nbjit = nbjit.cli.main:main" in zf.read(ep).decode()
 
 
 def test_a_library_of_kernels_depends_on_nbjit_core():

@@ -27,9 +27,9 @@ import zipfile
 import zlib
 from typing import TYPE_CHECKING, Any
 
-from nbjit.read.fatbin import layout_fatbin, payload_arch
 from nbjit.arch import Arch
 from nbjit.errors import BundleError, ImageFormatError
+from nbjit.read.fatbin import layout_fatbin, payload_arch
 from nbjit.read.image import Image, read_regular, sniff
 
 if TYPE_CHECKING:

@@ -24,15 +24,15 @@ import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
-from nbjit.bundles import archive as _bundle_file
+from nbjit.arch import Arch
+from nbjit.bundles import archive as bundle_archive
 from nbjit.bundles.archive import (
     FORMAT, MANIFEST, MAX_BUNDLE_BYTES, MAX_IMAGES, MAX_MANIFEST_BYTES, MAX_MEMBERS, VERSION, image_error,
     is_image_name, load_bundle, open_bundle, records)
-from nbjit.records import field, record
-from nbjit.arch import Arch
 from nbjit.errors import BundleError, CompileFailure, ImageFormatError, NbjitError, NbjitLoadError
 from nbjit.files import write_output
 from nbjit.read.image import Image, read_regular, sniff
+from nbjit.records import field, record
 
 if TYPE_CHECKING:
     from nbjit.loading.triton import TritonKernel
@@ -160,13 +160,13 @@ def read_bundle(bundle: Any, name: str | None = None) -> BundleInfo:
     src = archive.source
     images = []
     for rec in records(archive):
-        entries = tuple(BundleEntry(file, kind, a, sha, size, _bundle_file.payload(archive, rec, e), res, glob)
+        entries = tuple(BundleEntry(file, kind, a, sha, size, bundle_archive.payload(archive, rec, e), res, glob)
                         for e in rec["entries"] for file, kind, a, sha, size, res, glob in (e,))
         kernels, facts = _kernels(rec["name"], entries, rec["declarations"],
                                   lambda msg, n=rec["name"]: image_error(src, n, msg))
         for e in entries:
             _same_facts(e, facts.get(e.file), lambda msg, n=rec["name"]: image_error(src, n, msg))
-        _same_layouts(kernels, _bundle_file.kernels(rec, src), lambda msg, n=rec["name"]: image_error(src, n, msg))
+        _same_layouts(kernels, bundle_archive.kernels(rec, src), lambda msg, n=rec["name"]: image_error(src, n, msg))
         if rec["triton"] is not None:
             _triton_meta(rec, src)
         images.append(BundleImage(rec["name"], entries, kernels, rec["name_expressions"], rec["declarations"],
@@ -231,7 +231,7 @@ def image_of(info: BundleInfo, img: BundleImage) -> Image:
     """``img`` as an ``nbjit.Image``: a fatbin of its entries, with its name expressions and
     C declarations (as ``load_bundle`` loads it)."""
     entries = [(e.kind, e.arch, e.payload, None) for e in img.entries]
-    return _bundle_file.fatbin_image(f"{info.source}:{img.name}", entries, img.lowered_names, img.declarations)
+    return bundle_archive.fatbin_image(f"{info.source}:{img.name}", entries, img.lowered_names, img.declarations)
 
 
 def load_triton(source: Any, *, name: str | None = None, lazy: bool = False) -> "TritonKernel":
@@ -267,7 +267,7 @@ def load_triton(source: Any, *, name: str | None = None, lazy: bool = False) -> 
     rec = triton_image(records(archive), name, archive.source)
     label = f"{archive.source}:{rec['name']}"
     meta = triton._from_json(rec["triton"], f"{label} (manifest)")
-    img = _bundle_file.image_of(archive, rec)
+    img = bundle_archive.image_of(archive, rec)
     ptx = next(((img.data[off:off + n], f"{archive.source}:{rec['name']}/{a}.ptx")
                 for kind, a, off, n, _ in img.entries if kind == "ptx"), None)
     return triton.from_module(load(img, lazy=lazy), meta, ptx=ptx)
@@ -289,7 +289,7 @@ def _is_bundle(source: Any) -> bool:
 
 
 def triton_image(recs: list[dict], name: str | None, src: str) -> dict:
-    """Of a bundle's images (``_bundle_file.records``), the one called ``name`` among those
+    """Of a bundle's images (``archive.records``), the one called ``name`` among those
     with Triton's metadata; the only one where ``name`` is None. A ``BundleError`` lists the
     images that qualify."""
     have = [r for r in recs if r["triton"] is not None]
@@ -331,9 +331,9 @@ def _kernels(name: str, entries: Iterable[BundleEntry], decls: Mapping, bad,
     ``labels``: what each entry (by member file) was made from, for messages (a build's inputs)."""
     labels = labels or {}
     from nbjit.params.cdecl import demangle
+    from nbjit.params.signature import RESOURCES, SignatureConflict, merge, replace
     from nbjit.read.cubin import inspect_cubin
     from nbjit.read.ptx import inspect_ptx
-    from nbjit.params.signature import RESOURCES, SignatureConflict, merge, replace
 
     per = []
     facts = {}
@@ -482,7 +482,7 @@ def _zip(members: list[tuple[str, bytes]]) -> bytes:
 def _write_atomic(dest: Path, data: bytes) -> None:
     """``data`` at ``dest``, complete or not at all (a reader never sees half a bundle); through
     a link to where it points, into a FIFO or character device being read (as every nbjit output:
-    ``_write.write_output``)."""
+    ``files.write_output``)."""
 
     try:
         write_output(dest, lambda f: f.write(data))
@@ -802,7 +802,7 @@ def _add_triton(part: _Part, path: Path, naming: bool) -> None:
     meta_file = path if path.suffix == ".json" else path / f"{art.meta.name}.json"
     if meta_file.is_file():
         try:
-            part.triton = json.loads(read_regular(meta_file, 1 << 24), parse_constant=_bundle_file._no_constant)
+            part.triton = json.loads(read_regular(meta_file, 1 << 24), parse_constant=bundle_archive._no_constant)
         except (OSError, ValueError, RecursionError) as e:
             raise BundleError(f"{meta_file}: unreadable Triton metadata: {e}") from None
     for f in (art.cubin, art.ptx):

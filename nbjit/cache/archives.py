@@ -17,8 +17,8 @@ import time
 from typing import TYPE_CHECKING, BinaryIO
 
 from nbjit.cache.entries import (
-    _HEAD, _KEY, _MAX_DESC_BYTES, _MAX_ENTRY_BYTES, _SUFFIX, _check_head, _checksum, _describe, _hasher, _new_temporary,
-    _remove, entry_file)
+    _HEAD, _KEY, _MAX_DESC_BYTES, _MAX_ENTRY_BYTES, _SUFFIX, _check_head, _checksum, _describe, _hasher,
+    _new_temporary, _remove, entry_file)
 from nbjit.errors import NbjitCacheError
 from nbjit.files import write_output
 from nbjit.read.image import read_regular

@@ -60,7 +60,7 @@ class CacheEntry:
     lowered_names: dict = field(default_factory=dict)
     log: str = ""
     producer: str = ""
-    # what nbjit read from the payload and its source (``_facts.Facts``), decoded; None where
+    # what nbjit read from the payload and its source (``facts.Facts``), decoded; None where
     # the entry keeps none that this nbjit reads (``Cache.get_or_create`` derives them)
     facts: "Facts | None" = field(default=None, compare=False, repr=False)
     # the payload's content_digest where a read computed it (checking the entry), else ""

@@ -7,11 +7,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
-from nbjit.records import field, record
 from nbjit.arch import Arch
 from nbjit.params.cdecl import CParam
-from nbjit.read.cubin import CubinInfo, GlobalSymbol
 from nbjit.params.signature import Directives, KernelInfo, KernelSignature, Param
+from nbjit.read.cubin import CubinInfo, GlobalSymbol
+from nbjit.records import field, record
 
 _CLASSES = {c.__name__: c for c in (CubinInfo, GlobalSymbol, KernelInfo, KernelSignature, Param, Directives, CParam)}
 _FIELDS = {name: tuple(f.name for f in dataclasses.fields(c)) for name, c in _CLASSES.items()}

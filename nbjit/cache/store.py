@@ -27,13 +27,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, Callable
 
 from nbjit.cache.entries import (
-    FORMAT_VERSION, PCH_DIR, PCH_NAME, _KEY, _LOCK_SUFFIX, _MARKER, _MARKER_HEAD, _MAX_ENTRY_BYTES, _READ_NONBLOCK,
-    _SHARD, _SUFFIX, _TMP_PREFIX, CacheEntry, _decode, _encode, _encode_digest, _mark, _new_temporary, _read_entry,
-    _remove, _with, entry_file, writer_alive)
+    _KEY, _LOCK_SUFFIX, _MARKER, _MARKER_HEAD, _MAX_ENTRY_BYTES, _READ_NONBLOCK, _SHARD, _SUFFIX, _TMP_PREFIX,
+    FORMAT_VERSION, KEY_SCHEMA_VERSION, PCH_DIR, PCH_NAME, CacheEntry, _decode, _encode, _encode_digest, _mark,
+    _new_temporary, _read_entry, _remove, _with, cache_key, entry_file, writer_alive)
 from nbjit.cache.locks import _key_lock, _remove_lock, _writer_alive
 from nbjit.errors import NbjitCacheError, NbjitWarning
 from nbjit.records import field, record
-from nbjit.cache.entries import KEY_SCHEMA_VERSION, cache_key
 
 if TYPE_CHECKING:
     from nbjit.cache.archives import Imported

@@ -1,27 +1,24 @@
-"""The one place that talks to the CUDA driver on the way to a launch (through
-cuda.bindings, the bindings numba-cuda itself uses): the ground floor, importing no stage of
-nbjit above it. Numba's context objects are the host's (``_host``); everything else in nbjit
-is data. The driver's calls off that way (devices' and functions' attributes, occupancy, tensor
-maps, stream capture and graphs, launches with attributes through cuda.bindings, the contexts
-of pointers) are ``_driver_extra``'s, which stands on this.
+"""The one place that talks to the CUDA driver (through cuda.bindings, the bindings
+numba-cuda itself uses, and the C launcher beside this module): contexts, modules and
+functions, launches (plain and with attributes), devices' and functions' attributes,
+occupancy, tensor maps, stream capture and graphs, the contexts of pointers. It imports no
+stage of nbjit; Numba's context objects are the host's (``host.py``); everything else in
+nbjit is data.
 
 Version differences are absorbed here, once: which optional entry points the bindings
 have (cuFuncGetParamInfo, cuLaunchKernelEx) is probed on first use. Process state (whether
-CUDA was used, whether this is a forked child, several GPUs) is read through functions.
-"""
+CUDA was used, whether this is a forked child, several GPUs) is read through functions."""
 from __future__ import annotations
 
 import ctypes
 import functools
 import os
+import struct
 from typing import Any
 
-from nbjit.gpu import extension as _native
+from nbjit.errors import NbjitArgumentError, NbjitError, NbjitLaunchError, NbjitLoadError
+from nbjit.gpu import extension
 from nbjit.records import record
-from nbjit.errors import NbjitError, NbjitLaunchError, NbjitLoadError
-import struct
-
-from nbjit.errors import NbjitArgumentError
 
 __all__: list[str] = []
 
@@ -177,7 +174,7 @@ def current_context_key() -> int:
 def _c_context_getter(cu):
     """nbjit's C call of the driver's cuCtxGetCurrent (a tenth of the binding's cost), or
     False where the extension is not used (then never asked again)."""
-    _launch = _native.extension()
+    _launch = extension.extension()
     if _launch is None:
         return False
     try:
@@ -331,9 +328,9 @@ class Backend:
 @functools.lru_cache(maxsize=None)
 def backend() -> Backend:
     """The launch backend, decided once: nbjit's C extension where it is used (see
-    ``_native``), else cuda.bindings."""
+    ``extension``), else cuda.bindings."""
     cu = _cu()
-    _launch = _native.extension()
+    _launch = extension.extension()
     try:
         if _launch is None:
             raise ImportError("nbjit's C extension is not built, or NBJIT_PURE_PYTHON is set")

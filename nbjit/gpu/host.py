@@ -36,11 +36,9 @@ import warnings
 from types import ModuleType
 from typing import Any, Callable, Collection, Mapping, Sequence
 
-from nbjit.gpu import driver as _driver
 from nbjit.arch import Arch
-from nbjit.errors import NbjitWarning
-from nbjit.errors import NbjitHostError, NbjitLoadError, install_hint
-
+from nbjit.errors import NbjitHostError, NbjitLoadError, NbjitWarning, install_hint
+from nbjit.gpu import driver as _driver
 
 __all__ = ["Host", "NumbaCuda", "NumbaCudaMlir", "HOSTS", "ENV", "current_host", "use_host", "choose", "host_of",
            "pointer_getter", "error_code"]

@@ -2,11 +2,12 @@
 
 Pure Python (no driver calls), so every conversion rule and its error is tested on a CPU.
 The fast path packs the whole buffer with one precompiled ``struct.Struct``: pointer and
-64-bit parameters go through a converter (arrays -> addresses), scalars go straight to
-``struct``, which range-checks them. Anything ``struct`` rejects is re-run through the
-precise per-parameter rules, which either accept it (numpy scalars that need
-reinterpreting) or raise an ``NbjitArgumentError`` naming the kernel and parameter.
-"""
+64-bit parameters go through a converter (arrays -> addresses: ``arrays.py``), scalars go
+straight to ``struct``, which range-checks them. Anything ``struct`` rejects is re-run
+through the precise per-parameter rules, which either accept it (numpy scalars that need
+reinterpreting) or raise an ``NbjitArgumentError`` naming the kernel and parameter. The
+rules few kernels need (Numba arrays, complex numbers, aggregates by value, parameters of
+unknown type, tensor maps, ``bf16``, ``.pred``) are made only for a parameter that needs one."""
 from __future__ import annotations
 
 import ctypes
@@ -18,8 +19,7 @@ from typing import Any, Callable
 import numpy as np
 
 from nbjit.errors import NbjitArgumentError
-from nbjit.launch.arrays import (
-    _EXTRACTORS, array_element, describe_element, device_pointer, element_matches, to_u64)
+from nbjit.launch.arrays import _EXTRACTORS, array_element, describe_element, device_pointer, element_matches, to_u64
 from nbjit.params.signature import KernelSignature, Param
 
 

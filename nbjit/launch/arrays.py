@@ -205,8 +205,8 @@ _capsule_pointer = None
 
 
 def dlpack_reader(not_a_pointer: type[ValueError]) -> Callable[[Any], tuple[int, str, int, str]]:
-    """``args._dl_tensor``: ``read(a)`` -> ``(address, element kind, item size, dtype name)``
-    of an object offering DLPack, on a CUDA device; ``not_a_pointer`` (``args._NotAPointer``)
+    """``_dl_tensor``: ``read(a)`` -> ``(address, element kind, item size, dtype name)``
+    of an object offering DLPack, on a CUDA device; ``not_a_pointer`` (``_NotAPointer``)
     saying where its memory is otherwise."""
     def read(a) -> tuple[int, str, int, str]:
         global _capsule_pointer

@@ -15,11 +15,10 @@ import threading
 import weakref
 from typing import Any
 
-from nbjit.gpu import host as _host
-from nbjit.gpu import driver as _driver_extra
-from nbjit.gpu import driver as _driver
-from nbjit.gpu.driver import stream_handle
 from nbjit.errors import NbjitGraphError, NbjitLaunchError
+from nbjit.gpu import driver as _driver
+from nbjit.gpu import host as _host
+from nbjit.gpu.driver import stream_handle
 
 __all__ = ["capture", "Capture"]
 
@@ -42,14 +41,14 @@ def _capture_code(exc: BaseException) -> int | None:
     and the host's (Numba's CudaAPIError) carry the CUresult; cuda.core's CUDAError
     (numba-cuda allocates through it) names the error in its message."""
     code = getattr(exc, "code", None) if isinstance(exc, NbjitLaunchError) else _host.error_code(exc)
-    if code in _driver_extra.CAPTURE_ERRORS:
+    if code in _driver.CAPTURE_ERRORS:
         return code
     text = str(exc)
-    return next((c for c, name in _driver_extra.CAPTURE_ERRORS.items() if name in text), None)
+    return next((c for c, name in _driver.CAPTURE_ERRORS.items() if name in text), None)
 
 
 def _explain(code: int, what: str) -> NbjitGraphError:
-    name = _driver_extra.CAPTURE_ERRORS.get(code, f"CUDA error {code}")
+    name = _driver.CAPTURE_ERRORS.get(code, f"CUDA error {code}")
     return NbjitGraphError(f"{what}: {name}: {_HINTS.get(code, 'not allowed while a stream is captured')}")
 
 
@@ -59,8 +58,8 @@ class Capture:
     stream), ``update(...)`` re-captures new arguments into it, ``nodes`` counts its nodes."""
 
     def __init__(self, stream: Any, mode: str = "thread_local"):
-        if mode not in _driver_extra.CAPTURE_MODES:
-            raise NbjitGraphError(f"capture mode must be one of {_driver_extra.CAPTURE_MODES}, not {mode!r}")
+        if mode not in _driver.CAPTURE_MODES:
+            raise NbjitGraphError(f"capture mode must be one of {_driver.CAPTURE_MODES}, not {mode!r}")
         self.stream = stream
         self.mode = mode
         self._handle = stream_handle(stream)
@@ -77,17 +76,17 @@ class Capture:
 
     # ------------------------------------------------------------ capturing
     def __enter__(self) -> "Capture":
-        if _driver_extra.capture_status(self._handle) != "none":
+        if _driver.capture_status(self._handle) != "none":
             raise NbjitGraphError("this stream is being captured already (captures do not nest)")
-        _driver_extra.begin_capture(self._handle, self.mode)
+        _driver.begin_capture(self._handle, self.mode)
         self._thread = threading.get_ident()
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        err, graph = _driver_extra.end_capture(self._handle)  # always: the stream must not stay in capture mode
+        err, graph = _driver.end_capture(self._handle)  # always: the stream must not stay in capture mode
         if exc is not None:
             if graph is not None:
-                _driver_extra.destroy_graph(graph)
+                _driver.destroy_graph(graph)
             code = _capture_code(exc)
             if code is not None:
                 raise _explain(code, f"capture on {self.stream!r}") from exc
@@ -102,17 +101,17 @@ class Capture:
         old_graph = self._graph
         self._closed = False  # (captured again after close())
         if self._exec is not None:
-            done, _why = _driver_extra.exec_update(self._exec, graph)
+            done, _why = _driver.exec_update(self._exec, graph)
             if not done:
-                _driver_extra.destroy_exec(self._exec)
+                _driver.destroy_exec(self._exec)
                 self._exec = None
         if self._exec is None:
-            self._exec = _driver_extra.instantiate(graph)
+            self._exec = _driver.instantiate(graph)
             self.instantiations += 1
         self._graph = graph
-        self.nodes = _driver_extra.graph_nodes(graph)
+        self.nodes = _driver.graph_nodes(graph)
         if old_graph is not None:
-            _driver_extra.destroy_graph(old_graph)
+            _driver.destroy_graph(old_graph)
         if self._finalizer is not None:
             self._finalizer.detach()
         self._finalizer = weakref.finalize(self, _release, self._graph, self._exec)
@@ -123,7 +122,7 @@ class Capture:
         """Replay the graph on ``stream`` (default: the captured one)."""
         if self._exec is None:
             raise self._nothing("use the capture as `with nbjit.capture(stream) as g:`")
-        err = _driver_extra.graph_launch(self._exec, self._handle if stream is None else stream_handle(stream))
+        err = _driver.graph_launch(self._exec, self._handle if stream is None else stream_handle(stream))
         if err:
             raise NbjitGraphError(f"graph launch failed: {_driver.error_text(err)}")
 
@@ -156,8 +155,8 @@ class Capture:
 
 
 def _release(graph, graph_exec) -> None:
-    _driver_extra.destroy_exec(graph_exec)
-    _driver_extra.destroy_graph(graph)
+    _driver.destroy_exec(graph_exec)
+    _driver.destroy_graph(graph)
 
 
 def capture(stream: Any, *, mode: str = "thread_local") -> Capture:

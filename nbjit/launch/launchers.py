@@ -60,7 +60,7 @@ def _param_offsets(info: KernelInfo) -> tuple[int, ...]:
 
 
 def _buffer(s) -> _Buffer:
-    """This thread's parameter buffer of a kernel's state (``kernel.KernelState``)."""
+    """This thread's parameter buffer of a kernel's state (``kernel._State``)."""
     try:
         return s.tls.buf
     except AttributeError:

@@ -1,24 +1,25 @@
-"""What ``nbjit.compile``, ``nbjit.compile_many`` and ``nbjit.from_numba`` do (``module.py``
-keeps their signatures and documentation, and hands over here): compiling through the cache
-and the memo of calls, the target each is compiled for, a ``@cuda.jit`` kernel's PTX and its
-checks. A bundle's or a cubin's first kernel never comes here; imports no ``module``: what
-makes a module of an image (``place``) is handed in."""
+"""Compiling on request: what ``nbjit.compile``, ``nbjit.compile_many``, ``nbjit.compile_image``
+and ``nbjit.from_numba`` do (``module.py`` keeps the first two's signatures and documentation,
+and hands over here): compiling through the cache and the memo of modules made, the target
+each is compiled for (the current device's where none is named), a ``@cuda.jit`` kernel's
+PTX and its checks. A bundle's or a cubin's first kernel never comes here; this imports no
+``module``: what makes a module of an image (``place``) is handed in."""
 from __future__ import annotations
 
 import re
 import weakref
 from typing import Any, Callable, Iterable
 
-from nbjit.records import Pattern
 from nbjit.arch import Arch
 from nbjit.cache.store import Cache, default_cache
 from nbjit.errors import NbjitCompileError, NbjitLoadError
 from nbjit.read.image import Image
-from nbjit.toolchain.pch import check_arg
-from nbjit.toolchain.nvrtc import compile_image as _compile_image
+from nbjit.records import Pattern
 from nbjit.toolchain.many_sources import compile_many as compile_images
-from nbjit.toolchain.request import one_or_many, option_list, source_text
+from nbjit.toolchain.nvrtc import compile_image as _compile_image
 from nbjit.toolchain.nvrtc import repeatable
+from nbjit.toolchain.pch import check_arg
+from nbjit.toolchain.request import one_or_many, option_list, source_text
 
 __all__: list[str] = []
 
@@ -120,16 +121,15 @@ def _device_arch(ctx) -> Arch:
     return Arch.parse(host.context_cc(ctx) if ctx is not None else host.current_cc())
 
 
-# the last letters of compiler.SOURCE_SUFFIXES (.cu, .cuh, .cuda), either case: a str ending
+# the last letters of request.SOURCE_SUFFIXES (.cu, .cuh, .cuda), either case: a str ending
 # so may be a path (tests/test_module.py holds the two together)
 _PATH_ENDS = frozenset("uhaUHA")
 
 
 def from_numba(place: Place, is_numba_name: Callable[[str], bool], dispatcher: Any, signature: Any):
     """``module.from_numba`` (``is_numba_name``: ``module._is_numba_name``)."""
-    from nbjit.params import numba_abi
-
     from nbjit.gpu.host import current_host, host_of
+    from nbjit.params import numba_abi
     host = host_of(dispatcher)
     py = getattr(dispatcher, "py_func", None)
     opts = dict(getattr(dispatcher, "targetoptions", None) or {})

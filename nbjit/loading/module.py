@@ -10,17 +10,16 @@ import weakref
 import zlib
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from nbjit.records import Pattern, record
 from nbjit.arch import Arch
 from nbjit.errors import KernelNotFoundError, NbjitArgumentError, NbjitCompileError, NbjitLoadError, NbjitWarning
 from nbjit.gpu import driver as _driver
 from nbjit.gpu.host import current_host
 from nbjit.launch.kernel import Kernel, _State
-from nbjit.loading.plan import Plan, plan
+from nbjit.loading.plan import Plan, carry_out, plan
 from nbjit.params.cdecl import demangle, demangler_missing, shown_name
 from nbjit.params.signature import KernelInfo, KernelSignature, Param, SignatureConflict, merge, same_layout
 from nbjit.read.image import Image, ImageLike, _sha256, as_image, inspect_image
-from nbjit.loading.plan import carry_out
+from nbjit.records import Pattern, record
 
 __all__ = ["Module", "DeviceGlobal", "load", "compile", "compile_many", "from_numba"]
 
@@ -77,7 +76,7 @@ def _flag(value, what: str, error: type) -> bool:
 def _load_into(img: Image, ctx, keep_debug: bool) -> "Module":
     """``img`` loaded into Numba context ``ctx``, or the module already loaded there from
     the same bytes; where ``img`` tells what the compiler reported and that module's image
-    does not (``_module_extra.tells_more``), a module of ``img`` sharing that module's loaded
+    does not (``tells_more``), a module of ``img`` sharing that module's loaded
     copy."""
     reg = _registry(ctx)
     key = (img.digest, keep_debug)
@@ -317,7 +316,7 @@ class Module:
         return self._by_demangled_name(name) or real
 
     def _by_demangled_name(self, name: str) -> str | None:
-        """The kernel whose demangled name is ``name`` or begins with it (``_module_extra``)."""
+        """The kernel whose demangled name is ``name`` or begins with it (``by_demangled_name``)."""
         return by_demangled_name(self.kernels, name, self.name)
 
     def get_kernel(self, name: str, signature: str | Sequence[str] | None = None) -> Kernel:
@@ -465,7 +464,7 @@ _ATTACH_LOCK = threading.Lock()
 
 
 def _restore_module(wire: tuple) -> Module:
-    """A pickled module (``Module._wire``), waiting for first use (``_module_extra.restore``)."""
+    """A pickled module (``Module._wire``), waiting for first use (``restore``)."""
     return restore(wire, Module._pending)
 
 
@@ -530,7 +529,7 @@ def _kernel_info(module: str, real: str, layouts: list, signature: str | None, e
 
 
 def _nvjitlink_version() -> tuple[int, int] | None:
-    """``compiler.nvjitlink_version``, importing the compiler only for PTX newer than the
+    """``nvjitlink_version``, importing nvJitLink's module only for PTX newer than the
     driver (what the loader asks it for)."""
     from nbjit.toolchain.nvjitlink import nvjitlink_version
     return nvjitlink_version()
@@ -598,7 +597,7 @@ def compile_many(sources: Iterable, *, workers: int | None = None, keep_debug: b
 
 def _place(img: Image, ctx, lazy: bool, keep_debug: bool) -> "Module":
     """A module of ``img``: loaded into ``ctx``, or waiting for first use where ``lazy``
-    (what ``_compiling`` makes of what it compiled)."""
+    (what ``loading.compiling`` makes of what it compiled)."""
     return Module._pending(img, keep_debug) if lazy else _load_into(img, ctx, keep_debug)
 
 

@@ -1,6 +1,7 @@
-"""Decide what to hand the driver for an image on a given device and driver: pure data in,
-a ``Plan`` out, so every route is tested without a GPU. The module stage carries the plan
-out (``module.carry_out``: assembling with nvJitLink, through the cache).
+"""The load plan: what to hand the driver for an image on a given device and driver, pure data
+in, a ``Plan`` out (``plan``), so every route is tested without a GPU; and the plan carried
+out where it has a host step (``carry_out``: PTX newer than the driver assembled with
+nvJitLink, through the cache).
 
 PTX routes (FORMATS.md §8: on the CUDA 13.0 driver the ISA version is what blocks external
 PTX, and a ``debug`` target compiles unoptimised):
@@ -9,16 +10,15 @@ PTX, and a ``debug`` target compiles unoptimised):
 * ``"nvjitlink"``: the PTX is newer than the driver accepts, and nvJitLink (same version as
   the PTX's producer or newer) assembles it to a cubin for the device on the host;
 * ``"lowered"``: no such nvJitLink; ``.version`` is rewritten to the newest the driver
-  takes, which works whenever the PTX uses no newer instruction.
-"""
+  takes, which works whenever the PTX uses no newer instruction."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
-from nbjit.records import field, record
 from nbjit.arch import Arch, pick
 from nbjit.errors import NbjitCompileError, NbjitLoadError
 from nbjit.read.image import Image
+from nbjit.records import field, record
 
 if TYPE_CHECKING:
     from nbjit.read.cubin import CubinInfo

@@ -24,16 +24,16 @@ if TYPE_CHECKING:
 
 import numpy as np
 
-from nbjit.gpu import driver as _driver_extra
-from nbjit.gpu.host import current_host
-from nbjit.records import field, record
 from nbjit.arch import Arch
-from nbjit.launch.arrays import device_pointer
 from nbjit.errors import NbjitArgumentError, NbjitLoadError, NbjitWarning
-from nbjit.read.image import MAX_FILE_BYTES, Image, read_regular
+from nbjit.gpu import driver as _driver
+from nbjit.gpu.host import current_host
+from nbjit.launch.arrays import device_pointer
 from nbjit.launch.config import LaunchConfig
 from nbjit.launch.tma import _SWIZZLE, TensorMap, plan_tiled, whole_numbers
+from nbjit.read.image import MAX_FILE_BYTES, Image, read_regular
 from nbjit.read.ptx import PtxInfo, inspect_ptx
+from nbjit.records import field, record
 
 # Triton's launch metadata where a PTX's // meta: comments say nothing.
 DEFAULTS: dict[str, int] = {
@@ -287,8 +287,8 @@ class TritonArtifacts:
         params)}``, or {} without IR."""
         if self.ttir is None:
             return {}
-        from nbjit.params.declarations import triton_ir_signatures
         from nbjit.params.cdecl import CParam
+        from nbjit.params.declarations import triton_ir_signatures
         sigs = triton_ir_signatures(_read(self.ttir, TTIR_BYTES).decode(errors="replace"))
         names = ("global_scratch", "profile_scratch")[: self.meta.scratch_params]
         return {k: ("triton ir", v + tuple(CParam("void", True, False, n) for n in names))
@@ -461,7 +461,7 @@ def _descriptor_args(a: Any, d: dict, kernel: str) -> tuple:
     plan = plan_tiled(device_pointer(a.base), shape, tuple(s * size for s in strides), d["dtype"], block,
                       swizzle=d["swizzle"], l2_promotion="128B",
                       oob_fill="nan" if getattr(a, "padding", "zero") == "nan" else None, data_type=d["data_type"])
-    return (TensorMap(_driver_extra.encode_tensor_map_tiled(plan), plan, a.base), *shape, *strides)
+    return (TensorMap(_driver.encode_tensor_map_tiled(plan), plan, a.base), *shape, *strides)
 
 
 class TritonKernel:

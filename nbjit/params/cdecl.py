@@ -1,13 +1,12 @@
 """C-level parameter types of kernels: ``CParam``, the C scalar and vector types (sizes, PTX
 types, element kinds for dtype checks), and the types Itanium-mangled kernel names encode
-(demangled with ``itanium_demangler``, which returns a syntax tree: ``_demangle``). Pure
+(demangled with ``itanium_demangler``, which returns a syntax tree: ``demangle.py``). Pure
 data: no CUDA needed. The ``extern "C"`` declarations of CUDA C++ source, Triton IR
-signatures and single C declarations are read by ``_csource`` (a loaded kernel parses no
-source).
+signatures, single C declarations and declared signatures are read by ``declarations.py``
+(a loaded kernel parses no source).
 
 Each reader gives ``[CParam, ...]`` per kernel or ``None`` where it cannot say; nothing is
-guessed. ``signature.merge`` puts these facts together with the layouts of PTX and cubins.
-"""
+guessed. ``signature.merge`` puts these facts together with the layouts of PTX and cubins."""
 from __future__ import annotations
 
 import functools

@@ -10,10 +10,10 @@ import bisect
 import re
 from typing import Any
 
-from nbjit.records import Pattern, record
 from nbjit.errors import NbjitArgumentError
 from nbjit.params.cdecl import _VECTORS, CParam, canonical, scalar_facts
 from nbjit.params.signature import KernelInfo, KernelSignature, SignatureConflict, merge
+from nbjit.records import Pattern, record
 
 __all__ = ["source_declarations", "DeviceDeclaration", "device_declarations", "parse_ctype", "triton_ir_signatures",
            "parse_signature", "declare", "signature_text"]

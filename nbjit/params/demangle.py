@@ -4,7 +4,6 @@ for: what ``cdecl.mangled_tree`` uses for a mangled kernel name. Imported there 
 mangled name read (an ``extern "C"`` kernel's name needs none of it)."""
 from __future__ import annotations
 
-
 import itanium_demangler as dm  # (a missing one: cdecl.mangled_tree says what to install)
 
 # the library's readers nbjit calls (private: pyproject.toml pins its minor version)

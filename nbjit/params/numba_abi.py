@@ -26,10 +26,10 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from nbjit.records import record
-from nbjit.params.cdecl import MAX_DEMANGLED, mangled_tree, scalar_facts
 from nbjit.errors import NbjitLoadError
+from nbjit.params.cdecl import MAX_DEMANGLED, mangled_tree, scalar_facts
 from nbjit.params.signature import RESOURCES, KernelInfo, KernelSignature, Param
+from nbjit.records import record
 
 # patterns used on every call, compiled once at import
 _ABI_TAG = re.compile(r"B\d+v\d+B\d+")

@@ -8,9 +8,8 @@ import re
 from dataclasses import MISSING, fields
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from nbjit.records import record
 from nbjit.params.cdecl import demangle, element_of, scalar_facts
-
+from nbjit.records import record
 
 __all__ = ["Param", "KernelSignature", "Directives", "KernelInfo", "RESOURCES", "SCALAR_TYPES", "merge",
            "SignatureConflict"]
@@ -560,5 +559,5 @@ def maker(cls) -> Callable[..., Any]:
         set_(obj, "__dict__", d)
         return obj
 
-    make.__doc__ = f"A {cls.__name__} from keyword arguments (see _signature_build.maker)."
+    make.__doc__ = f"A {cls.__name__} from keyword arguments (see maker)."
     return make

@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import struct
 
-from nbjit.read.elf import ElfFile
-from nbjit.read.elf import cuda_elf_arch
-from nbjit.records import field, record
 from nbjit.arch import Arch
 from nbjit.errors import ImageFormatError
-from nbjit.params.signature import find_entry
-from nbjit.params.signature import Directives, KernelInfo, KernelSignature, Param
+from nbjit.params.signature import Directives, KernelInfo, KernelSignature, Param, find_entry
+from nbjit.read.elf import ElfFile, cuda_elf_arch
+from nbjit.records import field, record
 
 __all__ = ["CubinInfo", "GlobalSymbol", "inspect_cubin", "EM_CUDA", "arch_name"]
 

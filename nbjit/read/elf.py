@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 import struct
 
-from nbjit.records import record
 from nbjit.errors import ImageFormatError
+from nbjit.records import record
 
 __all__ = ["ElfFile", "Section", "Symbol", "gnu_build_id"]
 

@@ -8,11 +8,10 @@ from __future__ import annotations
 import struct
 from typing import Iterable
 
-
-from nbjit.records import field, record
 from nbjit.arch import Arch, ArchLike, pick
 from nbjit.errors import ImageFormatError
 from nbjit.read.elf import cuda_elf_arch
+from nbjit.records import field, record
 
 __all__ = ["FatbinEntry", "FatbinInfo", "inspect_fatbin", "select_entry", "parse_arch", "build_fatbin",
            "undecoded", "DECODERS", "FATBIN_MAGIC", "MAX_ENTRY_BYTES", "MAX_TOTAL_BYTES"]
@@ -283,7 +282,7 @@ def _ptx_version(data: bytes) -> tuple[int, int] | None:
     """The ISA version of PTX text's ``.version`` directive (the first line that starts with
     it, after blanks), as ``re.search(rb"^[ \\t]*\\.version[ \\t]+(\\d+)\\.(\\d+)", re.M)`` finds it;
     None where there is none. Read by hand: compiling that pattern was a quarter of a
-    bundle's load (its first kernel: issue 26)."""
+    bundle's load (its first kernel)."""
     at = data.find(b".version")
     while at >= 0:
         if not data[data.rfind(b"\n", 0, at) + 1:at].strip(b" \t"):  # only blanks before it on its line

@@ -1,5 +1,6 @@
-"""Image: compiled device code (PTX, cubin or fatbin) as immutable bytes, and the one
-function that tells the kinds apart by content."""
+"""Image: compiled device code (PTX, cubin or fatbin) as immutable bytes, the one function
+that tells the kinds apart by content (``sniff``), and what it says of bytes that are no
+image the driver loads (what they are, and what to do instead)."""
 from __future__ import annotations
 
 import functools
@@ -15,9 +16,9 @@ if TYPE_CHECKING:
     from nbjit.read.fatbin import FatbinInfo
     from nbjit.read.ptx import PtxInfo
 
-from nbjit.records import Pattern, field, record
 from nbjit.arch import Arch
 from nbjit.errors import ImageFormatError
+from nbjit.records import Pattern, field, record
 
 __all__ = ["Image", "ImageLike", "sniff", "as_image", "inspect_image", "read_regular",
            "MAX_FILE_BYTES"]

@@ -11,11 +11,10 @@ block needs it), as ``cuOccupancyMaxActiveBlocksPerMultiprocessor`` assumes.
 """
 from __future__ import annotations
 
-
-from nbjit.records import record
 from nbjit.arch import Arch
 from nbjit.errors import NbjitArgumentError
 from nbjit.params.signature import KernelInfo
+from nbjit.records import record
 
 __all__ = ["Occupancy", "SMLimits", "sm_limits", "occupancy"]
 

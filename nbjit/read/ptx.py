@@ -22,10 +22,10 @@ import sys
 import threading
 from dataclasses import replace
 
-from nbjit.records import field, record
 from nbjit.errors import PtxParseError
-from nbjit.params.signature import find_entry, layout, maker, param_shape, place
-from nbjit.params.signature import SCALAR_TYPES, Directives, KernelInfo, KernelSignature
+from nbjit.params.signature import (
+    SCALAR_TYPES, Directives, KernelInfo, KernelSignature, find_entry, layout, maker, param_shape, place)
+from nbjit.records import field, record
 
 _NO_DIRECTIVES = Directives()
 _NO_PARAMS = KernelSignature((), 0)

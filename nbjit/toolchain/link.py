@@ -16,20 +16,16 @@ import types
 import warnings
 from typing import Any, Iterable, Mapping
 
-from nbjit.toolchain import pch as _pch
-from nbjit.toolchain import nvrtc as _c
-from nbjit.toolchain import request as _request
-from nbjit.toolchain import identity as _identity
-from nbjit.toolchain import nvjitlink as _nvjitlink
-from nbjit.records import record
 from nbjit.arch import Arch
+from nbjit.cache.entries import CacheEntry, cache_key
 from nbjit.cache.store import Cache, default_cache
-from nbjit.cache.entries import cache_key
-from nbjit.cache.entries import CacheEntry
-from nbjit.params.declarations import DeviceDeclaration, device_declarations, parse_ctype
-from nbjit.params.cdecl import CParam, scalar_facts, shown_name
 from nbjit.errors import LinkFailure, NbjitCompileError, NbjitError, NbjitWarning, install_hint
+from nbjit.params.cdecl import CParam, scalar_facts, shown_name
+from nbjit.params.declarations import DeviceDeclaration, device_declarations, parse_ctype
 from nbjit.read.image import Image, content_digest, read_regular
+from nbjit.records import record
+from nbjit.toolchain import identity, nvjitlink, nvrtc, request
+from nbjit.toolchain import pch as _pch
 
 __all__ = ["link_image"]
 
@@ -40,7 +36,7 @@ _FATBIN = b"\x50\xed\x55\xba"
 _ARCHIVE = b"!<arch>\n"
 _BITCODE = (b"BC\xc0\xde", b"\xde\xc0\x17\x0b")
 # suffixes that make a one-line str a file's path (else it is CUDA C++ or PTX text)
-_FILE_SUFFIXES = (*_request.SOURCE_SUFFIXES, ".ltoir", ".lto", ".cubin", ".o", ".obj", ".a", ".fatbin", ".ptx")
+_FILE_SUFFIXES = (*request.SOURCE_SUFFIXES, ".ltoir", ".lto", ".cubin", ".o", ".obj", ".a", ".fatbin", ".ptx")
 _UNDEFINED = re.compile(r"Undefined reference to '([^'\n]+)'|Unresolved extern function '([^'\n]+)'")
 _TWICE = re.compile(r"globals named '([^'\n]+)': symbol multiply defined|Multiple definition of '([^'\n]+)'")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")  # Numba's error colours
@@ -49,7 +45,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")  # Numba's error colours
 @record
 class _Input:
     """One link input, read: its kind ("python", "source" or one of nvJitLink's
-    ``compiler.LINK_INPUT_KINDS``), its label in messages (and in nvJitLink's log), and what
+    ``nvjitlink.LINK_INPUT_KINDS``), its label in messages (and in nvJitLink's log), and what
     it holds."""
 
     kind: str
@@ -115,8 +111,8 @@ def _input(x: object, i: int) -> _Input:
 
 
 def _from_path(path: str, where: str) -> _Input:
-    if path.lower().endswith(_request.SOURCE_SUFFIXES):
-        text, name, dirs = _request.source_text(path, None, ())
+    if path.lower().endswith(request.SOURCE_SUFFIXES):
+        text, name, dirs = request.source_text(path, None, ())
         return _Input("source", name or path, text=text, dirs=tuple(dirs))
     try:
         data = read_regular(path)
@@ -271,9 +267,9 @@ def _numba_versions() -> dict:
 def _nvvm_id() -> list[str]:
     """The identity of the libNVVM copies Numba may load (each file's GNU build ID): the
     wheels' (nvidia/cu13/lib, nvidia/cuda_nvcc/nvvm/lib64) and CUDA_HOME's."""
-    dirs = [f"{n}/{sub}" for n in _identity._nvidia_dirs() for sub in ("cu13/lib", "cu12/lib", "cuda_nvcc/nvvm/lib64")]
+    dirs = [f"{n}/{sub}" for n in identity._nvidia_dirs() for sub in ("cu13/lib", "cu12/lib", "cuda_nvcc/nvvm/lib64")]
     dirs += [f"{os.environ[v]}/nvvm/lib64" for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)]
-    return sorted({_identity._library_id(f) for d in dirs for f in glob.glob(f"{glob.escape(d)}/libnvvm.so*")})
+    return sorted({identity._library_id(f) for d in dirs for f in glob.glob(f"{glob.escape(d)}/libnvvm.so*")})
 
 
 def _numba_key(inp: _Input, fp: str, cc: tuple[int, int]) -> str:
@@ -347,14 +343,14 @@ def _nvrtc_ltoir(text: str, name: str, exprs, headers, include_paths, options, a
     """NVRTC's LTO-IR of a source (through the cache, under ``compile_image``'s key with
     ``-dlto`` and output "ltoir"): (CacheEntry, CompileRequest, whether a repeated call reads
     the same files: ``IncludeWalk.repeatable``)."""
-    req = _request._request(text, name, exprs, headers, include_paths, options, arch, "cubin", pch, cache.path)
+    req = request._request(text, name, exprs, headers, include_paths, options, arch, "cubin", pch, cache.path)
     opts = req.options if "-dlto" in req.options else (*req.options, "-dlto")
     req = dataclasses.replace(req, output="ltoir", options=opts)
-    walk = _c.includes_of(req)
+    walk = nvrtc.includes_of(req)
     if walk.unknown is not None:
-        warnings.warn(_c.uncached_warning(req.name, walk.unknown), NbjitWarning, stacklevel=4)
+        warnings.warn(nvrtc.uncached_warning(req.name, walk.unknown), NbjitWarning, stacklevel=4)
         cache = Cache(None)
-    return cache.get_or_create(_c._key(req, walk), lambda: _c._run_nvrtc(req)), req, walk.repeatable
+    return cache.get_or_create(nvrtc._key(req, walk), lambda: nvrtc._run_nvrtc(req)), req, walk.repeatable
 
 
 # ------------------------------------------------------------------ declarations
@@ -406,7 +402,7 @@ def _target(arch: "Arch | str | None", name: str) -> Arch:
     if arch is None:  # the current device's (the one case that needs a GPU)
         from nbjit.gpu.host import current_host
         arch = current_host().device_arch()
-    a = _request._arch_for(arch, name)
+    a = request._arch_for(arch, name)
     if a.virtual:
         raise NbjitCompileError(f"{name}: arch {a}: a link makes a cubin, for a real architecture (sm_90, sm_90a), "
                                 "not a virtual one")
@@ -452,7 +448,7 @@ def _explain(e: LinkFailure, pythons, decls, producers: Mapping[str, str]) -> Li
 
 
 def _version_text() -> str:
-    v = _nvjitlink.nvjitlink_version()
+    v = nvjitlink.nvjitlink_version()
     return f"{v[0]}.{v[1]}" if v else "?"
 
 
@@ -500,19 +496,19 @@ def link_image(source: str | os.PathLike, link: Iterable[Any] | Any, *, name: st
     where nvJitLink refuses an input or the link (its log; a symbol no input defines is named
     with the declaration that asks for it).
     """
-    text, name, include_paths = _request.source_text(source, name, include_paths)
+    text, name, include_paths = request.source_text(source, name, include_paths)
     if cache is not None and not isinstance(cache, Cache):
         raise NbjitCompileError(f"cache must be an nbjit.Cache (or None for the default), not {type(cache).__name__}")
     cache = cache or default_cache()
-    exprs = _request.read_once(_request.one_or_many(name_expressions))
-    options, include_paths = _request.read_once(_request.option_list(options)), _request.read_once(include_paths)
-    link_opts = tuple(_request._text_items(_request.read_once(_request.option_list(link_options)), "link_options"))
+    exprs = request.read_once(request.one_or_many(name_expressions))
+    options, include_paths = request.read_once(request.option_list(options)), request.read_once(include_paths)
+    link_opts = tuple(request._text_items(request.read_once(request.option_list(link_options)), "link_options"))
     bad = [o for o in link_opts if o.startswith("-arch")]
     if bad:
         raise NbjitCompileError(f"link_options: give the architecture as arch=..., not {bad[0]!r}")
     target = _target(arch, name or "<source>")
     cc = target.cc
-    inputs = _inputs(_request.read_once(link))
+    inputs = _inputs(request.read_once(link))
     if pch is not None:  # (before the first level, which does not hold it)
         _pch.check_arg(pch)
     call = _call(text, name, exprs, headers, include_paths, options, target, link_opts, inputs)
@@ -528,7 +524,7 @@ def link_image(source: str | os.PathLike, link: Iterable[Any] | Any, *, name: st
     pythons = []
     for inp in inputs:
         if inp.kind == "source":
-            dirs = (*inp.dirs, *_request._text_items(include_paths, "include_paths", paths=True))
+            dirs = (*inp.dirs, *request._text_items(include_paths, "include_paths", paths=True))
             entry, _, same = _nvrtc_ltoir(inp.text, inp.label, (), headers, dirs, options, target, pch_mode, cache)
             again = again and same
             parts.append(("ltoir", entry.payload, inp.label))
@@ -543,8 +539,8 @@ def link_image(source: str | os.PathLike, link: Iterable[Any] | Any, *, name: st
             parts.append((inp.kind, inp.data, inp.label))
     _check_declarations(pythons, decls)
     key = cache_key({
-        "producer": "nvjitlink-lto", "toolchain": _identity._toolchain_fingerprint("nvJitLink"),
-        "nvrtc": _identity._toolchain_fingerprint(),  # (each library by its build: no need to load either)
+        "producer": "nvjitlink-lto", "toolchain": identity._toolchain_fingerprint("nvJitLink"),
+        "nvrtc": identity._toolchain_fingerprint(),  # (each library by its build: no need to load either)
         "numba": _numba_versions() if pythons else None, "arch": str(target), "options": list(link_opts),
         "inputs": [[kind, content_digest(data)] for kind, data, _ in parts],
         "lowered_names": sorted(main.lowered_names.items()),
@@ -552,15 +548,15 @@ def link_image(source: str | os.PathLike, link: Iterable[Any] | Any, *, name: st
 
     def make() -> CacheEntry:
         try:
-            out = _nvjitlink.nvjitlink_cubin(parts, target, options=("-lto", *link_opts))
+            out = nvjitlink.nvjitlink_cubin(parts, target, options=("-lto", *link_opts))
         except LinkFailure as e:
             raise _explain(e, pythons, decls, producers) from None
         made = ", ".join(dict.fromkeys(p for p in producers.values() if p))
         return CacheEntry("cubin", str(target), out.data, dict(main.lowered_names), out.log,
                           f"nvJitLink {_version_text()} -lto ({made})")
 
-    entry = cache.get_or_create(key, make, lambda e: _c._derive_facts(e, req))
-    img = _c._image(entry, req)
+    entry = cache.get_or_create(key, make, lambda e: nvrtc._derive_facts(e, req))
+    img = nvrtc._image(entry, req)
     if call is not None and again:  # (not where a source reads a header on disk: it may change)
         cache.remember(call, img)
     return img
@@ -580,7 +576,7 @@ def _call(text, name, exprs, headers, include_paths, options, target, link_opts,
             parts.append((i.kind, i.label, i.data, i.text))
     try:
         call = ("link", text, name, tuple(exprs), tuple(sorted((headers or {}).items())), tuple(options), target,
-                link_opts, tuple(parts), id(_identity._toolchain_fingerprint()))
+                link_opts, tuple(parts), id(identity._toolchain_fingerprint()))
         hash(call)
     except Exception:  # something unhashable or of the wrong kind: the long way says what is wrong
         return None

@@ -18,11 +18,11 @@ from nbjit.cache.entries import CacheEntry
 from nbjit.cache.store import Written, make_locked, write_entry
 from nbjit.errors import NbjitCompileError
 from nbjit.read.image import Image
-from nbjit.toolchain.identity import _toolchain_fingerprint
 from nbjit.toolchain import nvrtc
+from nbjit.toolchain.identity import _toolchain_fingerprint
 from nbjit.toolchain.nvrtc import (
-    _ROUTE, CompileJob, _derive_facts, _finish, _left_running, _no_interrupts_here, _prepare, _wait,
-    compile_image, supported_archs)
+    _ROUTE, CompileJob, _derive_facts, _finish, _left_running, _no_interrupts_here, _prepare, _wait, compile_image,
+    supported_archs)
 from nbjit.toolchain.request import SOURCE_SUFFIXES, CompileRequest, read_once
 
 __all__ = ["compile_many", "PROCESS_ROUTE_MIN"]

@@ -25,8 +25,8 @@ from nbjit.params.signature import typed_entries
 from nbjit.read.cubin import inspect_cubin
 from nbjit.read.image import Image
 from nbjit.records import record
-from nbjit.toolchain import pch as _pch
 from nbjit.toolchain import identity as _identity
+from nbjit.toolchain import pch as _pch
 from nbjit.toolchain.identity import _cccl, _cuda_headers_id, _toolchain_fingerprint, cccl_include_dir, cuda_include_dir
 from nbjit.toolchain.includes import IncludeWalk, walk_includes
 from nbjit.toolchain.request import (
@@ -259,7 +259,7 @@ def _source_decls(source: str) -> dict:
 
 
 def _derive_facts(entry: CacheEntry, req: "CompileRequest") -> Facts | None:
-    """The facts nbjit reads from a compile's entry and its request (see ``_facts``): the
+    """The facts nbjit reads from a compile's entry and its request (see ``cache.facts``): the
     source's C declarations and, for a cubin, its inspection, its kernels typed with them and
     what ptxas reported of each function in NVRTC's log (where the options asked for its
     report); None where they cannot be read (the loader then reports what is wrong). An

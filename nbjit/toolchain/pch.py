@@ -1,5 +1,5 @@
 """Precompiled headers for NVRTC (12.8+): which compiles get one, what names one, where its
-file lives, and what NVRTC says about it. Plain data and files; ``compiler.py`` runs NVRTC.
+file lives, and what NVRTC says about it. Plain data and files; ``nvrtc.py`` runs NVRTC.
 
 NVRTC 13.5's PCH file is an image of its PCH heap, valid only in the process (the NVRTC
 library instance, at that heap address) that made it and only until that heap is resized:
@@ -7,8 +7,7 @@ another process (address-space randomisation puts its heap elsewhere) gets warni
 #20282-D and compiles everything itself. So a PCH is kept per process: made by its first
 compile of a set of headers, used by every later compile of the same headers there, in
 ``<cache>/pch/`` under the maker's process id, removed when that process exits (or, when it
-was killed, by the next ``prune``/``clear`` of the cache, which sees that the process is gone).
-"""
+was killed, by the next ``prune``/``clear`` of the cache, which sees that the process is gone)."""
 from __future__ import annotations
 
 import atexit

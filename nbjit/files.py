@@ -13,7 +13,7 @@ import stat
 import sys
 from typing import BinaryIO, Callable
 
-__all__ = ["write_output"]
+__all__ = ["read_regular", "read_file", "write_output", "write_file", "MAX_FILE_BYTES"]
 
 # a path that names an open descriptor: /dev/fd/N, /proc/self/fd/N, /proc/PID[/task/TID]/fd/N
 _DESCRIPTOR = re.compile(r"/(?:dev/fd|proc/(self|thread-self|\d+)(?:/task/\d+)?/fd)/(\d+)")
@@ -25,6 +25,73 @@ def _special(mode: int) -> str:
     return ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else
             "a character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode) else
             "a socket" if stat.S_ISSOCK(mode) else "a special file")
+
+
+MAX_FILE_BYTES = 1 << 30  # no kernel image, source or metadata file is this large
+
+
+def read_regular(path: str | os.PathLike, limit: int = MAX_FILE_BYTES) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes. A FIFO is never waited on, a
+    device (or a link to /dev/zero) never read: ``ValueError`` says what the path is instead;
+    ``OSError`` for what the system refuses."""
+    return read_regular_stat(path, limit)[0]
+
+
+def read_regular_stat(path: str | os.PathLike, limit: int = MAX_FILE_BYTES) -> tuple[bytes, os.stat_result]:
+    """``read_regular`` with the file's ``fstat`` as it was opened."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"{_special(st.st_mode)}, not a regular file")
+        if st.st_size > limit:
+            raise ValueError(f"{st.st_size} bytes, more than nbjit reads ({limit})")
+        # read what fstat says is there (asking for `limit` bytes would allocate that much
+        # first: 256 MiB for a cache entry of a few KiB), then anything it grew by since
+        parts, n = [], 0
+        while n <= limit:
+            want = min(max(st.st_size + 1 - n, 1 << 16), limit + 1 - n)
+            chunk = os.read(fd, want)
+            if not chunk:
+                break
+            parts.append(chunk)
+            n += len(chunk)
+            if len(chunk) < want and n >= st.st_size:
+                break  # the end: a regular file reads short only there
+        if n > limit:
+            raise ValueError(f"more than {limit} bytes")
+        return (parts[0] if len(parts) == 1 else b"".join(parts)), st
+    finally:
+        os.close(fd)
+
+
+
+
+def read_file(path: str | os.PathLike, error: type[Exception], label: str | None = None) -> bytes:
+    """``read_regular(path)``, its failures as one ``error``: ``"<label>: no such file"``,
+    ``"<label>: cannot read it: <why>"`` (``label``: the path, or what names it)."""
+    label = os.fsdecode(path) if label is None else label
+    try:
+        return read_regular(path)
+    except FileNotFoundError:
+        raise error(f"{label}: no such file") from None
+    except OSError as e:
+        raise error(f"{label}: cannot read it: {e.strerror or e}") from None
+    except ValueError as e:
+        raise error(f"{label}: cannot read it: {e}") from None
+
+
+def write_file(path: str | os.PathLike, write: Callable[[BinaryIO], None], error: type[Exception],
+               label: str | None = None) -> None:
+    """``write_output(path, write)``, its failures as one ``error``: ``"cannot write <label>:
+    <why>"`` (``label``: the path, or what names it)."""
+    label = os.fsdecode(path) if label is None else label
+    try:
+        write_output(path, write)
+    except OSError as e:
+        raise error(f"cannot write {label}: {e.strerror or e}") from None
+    except ValueError as e:
+        raise error(f"cannot write {label}: it is {e}") from None
 
 
 def write_output(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> None:

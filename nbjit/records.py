@@ -108,38 +108,65 @@ class _Fields:
 
 def _make(cls: type, frozen: bool, eq: bool) -> type:
     fields, given = _fields_of(cls)  # {name: (default, default_factory, repr, compare, hash)}
-    names = tuple(fields)
-    qual = cls.__qualname__
-    # the tables the methods read, in one pass (a record's making is on a bundle's route)
-    defaults: dict = {}
-    factories: dict = {}
-    required: list = []
-    shown: list = []
-    compared: list = []
-    hashed: list = []
-    after_default = False
-    for n, (default, factory, in_repr, in_eq, in_hash) in fields.items():
-        if default is not MISSING:
-            defaults[n] = default
-        if factory is not MISSING:
-            factories[n] = factory
-        if default is MISSING and factory is MISSING:
-            if after_default:  # (as dataclasses: no required field after a default)
-                raise TypeError(f"non-default argument {n!r} follows default argument")
-            required.append(n)
-        else:
-            after_default = True
-        if in_repr:
-            shown.append(n)
-        if in_eq:
-            compared.append(n)
-        if in_eq if in_hash is None else in_hash:
-            hashed.append(n)
-    post_init = getattr(cls, "__post_init__", None)
-    count = len(names)
-    takes = f"{count + 1}" if len(required) == count else f"from {len(required) + 1} to {count + 1}"
+    table = _Table(fields)
+    cls.__init__ = _named(cls, "__init__", _init(cls.__qualname__, fields, table, getattr(cls, "__post_init__", None)))
+    if "__repr__" not in cls.__dict__:
+        cls.__repr__ = _named(cls, "__repr__", _repr(table.shown))
+    if eq and "__eq__" not in cls.__dict__:
+        cls.__eq__ = _named(cls, "__eq__", _eq(table.compared))
+    if "__hash__" not in cls.__dict__ or (eq and cls.__dict__["__hash__"] is None):
+        if eq and frozen:
+            cls.__hash__ = _named(cls, "__hash__", _hash(table.hashed))
+        elif eq:
+            cls.__hash__ = None  # (as dataclasses: equal by value and mutable, so unhashable)
+    if frozen:
+        _freeze(cls, fields)
+    cls.__dataclass_fields__ = _Fields(cls, fields, given)
+    cls.__match_args__ = table.names
+    if "__doc__" not in cls.__dict__ or cls.__doc__ is None:
+        cls.__doc__ = f"{cls.__name__}({', '.join(table.names)})"
+    return cls
 
-    n_required = len(required)
+
+class _Table:
+    """What a record's methods read, from its fields in one pass (a record's making is on a
+    bundle's route): the names, the defaults and factories, the required names, those shown,
+    compared and hashed."""
+
+    __slots__ = ("names", "defaults", "factories", "required", "shown", "compared", "hashed")
+
+    def __init__(self, fields: dict[str, tuple]):
+        self.names = tuple(fields)
+        self.defaults, self.factories = {}, {}
+        required, shown, compared, hashed = [], [], [], []
+        after_default = False
+        for n, (default, factory, in_repr, in_eq, in_hash) in fields.items():
+            if default is not MISSING:
+                self.defaults[n] = default
+            if factory is not MISSING:
+                self.factories[n] = factory
+            if default is MISSING and factory is MISSING:
+                if after_default:  # (as dataclasses: no required field after a default)
+                    raise TypeError(f"non-default argument {n!r} follows default argument")
+                required.append(n)
+            else:
+                after_default = True
+            if in_repr:
+                shown.append(n)
+            if in_eq:
+                compared.append(n)
+            if in_eq if in_hash is None else in_hash:
+                hashed.append(n)
+        self.required, self.shown = tuple(required), tuple(shown)
+        self.compared, self.hashed = tuple(compared), tuple(hashed)
+
+
+def _init(qual: str, fields: dict, table: _Table, post_init):
+    """The record's ``__init__``: the usual call (positional, each required field given) on a
+    short path; keywords, defaults, factories and the errors dataclasses gives otherwise."""
+    names, defaults, factories, required = table.names, table.defaults, table.factories, table.required
+    count, n_required = len(names), len(required)
+    takes = f"{count + 1}" if n_required == count else f"from {n_required + 1} to {count + 1}"
     # each field's default in the fields' own order (None for a required one, which every call
     # this serves gives, and for one a factory makes, made below), and where the factories are
     template = {n: defaults.get(n) for n in names}
@@ -147,7 +174,7 @@ def _make(cls: type, frozen: bool, eq: bool) -> type:
 
     def __init__(self, *args, **kwargs):
         k = len(args)
-        if not kwargs and n_required <= k <= count:  # (the usual call: positional, each required field given)
+        if not kwargs and n_required <= k <= count:
             if k == count:
                 d = dict(zip(names, args))
             else:
@@ -188,64 +215,62 @@ def _make(cls: type, frozen: bool, eq: bool) -> type:
         if post_init is not None:
             post_init(self)
 
-    cls.__init__ = _named(cls, "__init__", __init__)
-    shown = tuple(shown)
-    if "__repr__" not in cls.__dict__:
-        active: set = set()
+    return __init__
 
-        def __repr__(self):
-            key = id(self)  # (as dataclasses: a record that holds itself is shown as ...)
-            if key in active:
-                return "..."
-            active.add(key)
-            try:
-                d = self.__dict__
-                return f"{type(self).__qualname__}(" + ", ".join(f"{n}={d[n]!r}" for n in shown) + ")"
-            finally:
-                active.discard(key)
 
-        cls.__repr__ = _named(cls, "__repr__", __repr__)
-    compared = tuple(compared)
-    if eq and "__eq__" not in cls.__dict__:
-        def __eq__(self, other):
-            if other.__class__ is not self.__class__:
-                return NotImplemented
-            a, b = self.__dict__, other.__dict__
-            return tuple(a[n] for n in compared) == tuple(b[n] for n in compared)
+def _repr(shown: tuple[str, ...]):
+    active: set = set()
 
-        cls.__eq__ = _named(cls, "__eq__", __eq__)
-    hashed = tuple(hashed)
-    if "__hash__" not in cls.__dict__ or (eq and cls.__dict__["__hash__"] is None):
-        if eq and frozen:
-            def __hash__(self):
-                d = self.__dict__
-                return hash(tuple(d[n] for n in hashed))
+    def __repr__(self):
+        key = id(self)  # (as dataclasses: a record that holds itself is shown as ...)
+        if key in active:
+            return "..."
+        active.add(key)
+        try:
+            d = self.__dict__
+            return f"{type(self).__qualname__}(" + ", ".join(f"{n}={d[n]!r}" for n in shown) + ")"
+        finally:
+            active.discard(key)
 
-            cls.__hash__ = _named(cls, "__hash__", __hash__)
-        elif eq:
-            cls.__hash__ = None  # (as dataclasses: equal by value and mutable, so unhashable)
-    if frozen:
-        for name in ("__setattr__", "__delattr__"):
-            if name in cls.__dict__:
-                raise TypeError(f"cannot overwrite attribute {name} in class {cls.__name__}")
+    return __repr__
 
-        def __setattr__(self, name, value):
-            if type(self) is cls or name in fields:
-                raise FrozenInstanceError(f"cannot assign to field {name!r}")
-            _setattr(self, name, value)
 
-        def __delattr__(self, name):
-            if type(self) is cls or name in fields:
-                raise FrozenInstanceError(f"cannot delete field {name!r}")
-            object.__delattr__(self, name)
+def _eq(compared: tuple[str, ...]):
+    def __eq__(self, other):
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        a, b = self.__dict__, other.__dict__
+        return tuple(a[n] for n in compared) == tuple(b[n] for n in compared)
 
-        cls.__setattr__ = _named(cls, "__setattr__", __setattr__)
-        cls.__delattr__ = _named(cls, "__delattr__", __delattr__)
-    cls.__dataclass_fields__ = _Fields(cls, fields, given)
-    cls.__match_args__ = names
-    if "__doc__" not in cls.__dict__ or cls.__doc__ is None:
-        cls.__doc__ = f"{cls.__name__}({', '.join(names)})"
-    return cls
+    return __eq__
+
+
+def _hash(hashed: tuple[str, ...]):
+    def __hash__(self):
+        d = self.__dict__
+        return hash(tuple(d[n] for n in hashed))
+
+    return __hash__
+
+
+def _freeze(cls: type, fields: dict) -> None:
+    """``cls``'s fields made read-only, as ``dataclass(frozen=True)`` makes them."""
+    for name in ("__setattr__", "__delattr__"):
+        if name in cls.__dict__:
+            raise TypeError(f"cannot overwrite attribute {name} in class {cls.__name__}")
+
+    def __setattr__(self, name, value):
+        if type(self) is cls or name in fields:
+            raise FrozenInstanceError(f"cannot assign to field {name!r}")
+        _setattr(self, name, value)
+
+    def __delattr__(self, name):
+        if type(self) is cls or name in fields:
+            raise FrozenInstanceError(f"cannot delete field {name!r}")
+        object.__delattr__(self, name)
+
+    cls.__setattr__ = _named(cls, "__setattr__", __setattr__)
+    cls.__delattr__ = _named(cls, "__delattr__", __delattr__)
 
 
 def _named(cls: type, name: str, f):

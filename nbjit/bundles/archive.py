@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Any
 from nbjit.arch import Arch
 from nbjit.errors import BundleError, ImageFormatError
 from nbjit.read.fatbin import layout_fatbin, payload_arch
-from nbjit.read.image import Image, read_regular, sniff
+from nbjit.read.image import Image, sniff
+from nbjit.files import read_regular
 
 if TYPE_CHECKING:
     from nbjit.loading.module import Module

@@ -24,14 +24,14 @@ import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
+from nbjit.files import read_file, read_regular, write_file
 from nbjit.arch import Arch
 from nbjit.bundles import archive as bundle_archive
 from nbjit.bundles.archive import (
     FORMAT, MANIFEST, MAX_BUNDLE_BYTES, MAX_IMAGES, MAX_MANIFEST_BYTES, MAX_MEMBERS, VERSION, image_error,
     is_image_name, load_bundle, open_bundle, records)
 from nbjit.errors import BundleError, CompileFailure, ImageFormatError, NbjitError, NbjitLoadError
-from nbjit.files import write_output
-from nbjit.read.image import Image, read_regular, sniff
+from nbjit.read.image import Image, sniff
 from nbjit.records import field, record
 
 if TYPE_CHECKING:
@@ -484,12 +484,7 @@ def _write_atomic(dest: Path, data: bytes) -> None:
     a link to where it points, into a FIFO or character device being read (as every nbjit output:
     ``files.write_output``)."""
 
-    try:
-        write_output(dest, lambda f: f.write(data))
-    except ValueError as e:
-        raise BundleError(f"{dest}: cannot write it there: {e}") from None
-    except OSError as e:
-        raise BundleError(f"{dest}: cannot write it: {e.strerror or e}") from None
+    write_file(dest, lambda f: f.write(data), BundleError)
 
 
 def _arch_list(value: Any, what: str, virtual: bool) -> list[Arch]:
@@ -629,12 +624,7 @@ def _add(part: _Part, item: Any, how: dict, naming: bool) -> bool:
     if path.suffix.lower() in SOURCE_SUFFIXES:
         _compile(part, path, None, how)
         return True
-    try:
-        data = read_regular(path)
-    except FileNotFoundError:
-        raise BundleError(f"{path}: no such file") from None
-    except (OSError, ValueError) as e:
-        raise BundleError(f"{path}: cannot read it: {e}") from None
+    data = read_file(path, BundleError)
     try:
         kind = sniff(data, str(path))
     except ImageFormatError as e:

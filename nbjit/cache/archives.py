@@ -16,12 +16,11 @@ import tarfile
 import time
 from typing import TYPE_CHECKING, BinaryIO
 
+from nbjit.files import read_regular, write_file
 from nbjit.cache.entries import (
     _HEAD, _KEY, _MAX_DESC_BYTES, _MAX_ENTRY_BYTES, _SUFFIX, _check_head, _checksum, _describe, _hasher,
     _new_temporary, _remove, entry_file)
 from nbjit.errors import NbjitCacheError
-from nbjit.files import write_output
-from nbjit.read.image import read_regular
 
 if TYPE_CHECKING:
     from nbjit.cache.store import Cache
@@ -261,12 +260,8 @@ _MAX_REFUSALS_LISTED = 1000
 
 def export_archive(cache: "Cache", dest: str | os.PathLike | BinaryIO, *, archive_key: bytes | str | None = None,
                archive_key_file: str | os.PathLike | None = None) -> int:
-    """Write every entry that verifies into the tar archive ``dest`` (gzip-compressed): a
-    path, or a binary file object it is streamed to (``sys.stdout.buffer``); returns how
-    many. Corrupt entries are left out. With an archive key (``archive_key``,
-    ``archive_key_file``, else ``NBJIT_CACHE_ARCHIVE_KEY_FILE`` or
-    ``NBJIT_CACHE_ARCHIVE_KEY``) the archive ends with an HMAC-SHA256 signature of
-    everything in it, which ``import_archive`` with the same key checks."""
+    """``cache.export_archive(dest, ...)`` (``Cache.export_archive`` documents it): its
+    entries that verify, written as a gzip-compressed tar archive; how many."""
     if cache.path is None:
         raise NbjitCacheError("cannot export: the disk cache is off (NBJIT_CACHE=0)")
     secret = _archive_key(archive_key, archive_key_file)
@@ -296,24 +291,13 @@ def export_archive(cache: "Cache", dest: str | os.PathLike | BinaryIO, *, archiv
     if hasattr(dest, "write"):  # a file object: written as it is (tar and gzip need no seeking)
         fill(dest)
         return n
-    try:
-        write_output(dest, fill)
-    except OSError as e:
-        raise NbjitCacheError(f"cannot write the cache archive {dest}: {e.strerror or e}") from None
-    except ValueError as e:
-        raise NbjitCacheError(f"cannot write the cache archive {dest}: it is {e}") from None
+    write_file(dest, fill, NbjitCacheError, f"the cache archive {os.fsdecode(dest)}")
     return n
 
 def import_archive(cache: "Cache", src: str | os.PathLike | BinaryIO, *, archive_key: bytes | str | None = None,
                    archive_key_file: str | os.PathLike | None = None) -> "Imported":
-    """Add the entries of an archive made by ``export_archive`` (a path, or a seekable
-    binary file object), each verified again against its key; returns how many were new
-    here and why others were refused (the first 1000 reasons, then how many more), an
-    ``Imported`` pair whose ``present`` says how many this cache had already. An
-    archive is trusted like code: an entry carries the image its key's compile will use.
-    With an archive key (as for ``export_archive``) an archive not signed with that key
-    is refused whole, before anything is imported. Archives that are not one (too large headers or descriptions,
-    sparse members, damage) are an ``NbjitCacheError``."""
+    """``cache.import_archive(src, ...)`` (``Cache.import_archive`` documents it): the
+    archive's entries verified and added."""
     if cache.path is None:
         raise NbjitCacheError("cannot import: the disk cache is off (NBJIT_CACHE=0)")
     secret = _archive_key(archive_key, archive_key_file)

@@ -16,7 +16,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from nbjit.read.image import content_digest, content_hash, read_regular_stat
+from nbjit.read.image import content_digest, content_hash
+from nbjit.files import read_regular_stat
 from nbjit.records import field, record
 
 if TYPE_CHECKING:

@@ -8,10 +8,10 @@ import os
 import sys
 from pathlib import Path
 
+from nbjit.files import MAX_FILE_BYTES, read_regular, write_file
 from nbjit.arch import SHIPPED, Arch, existence_problem
 from nbjit.errors import ImageFormatError, NbjitError
-from nbjit.files import write_output
-from nbjit.read.image import MAX_FILE_BYTES, read_regular, sniff
+from nbjit.read.image import sniff
 
 
 class Usage(Exception):
@@ -50,12 +50,7 @@ def write_result(path: str, data: bytes, source: str, in_place: bool, in_place_o
         return
     if not in_place:
         refuse_input(path, source, in_place_option)
-    try:
-        write_output(path, lambda f: f.write(data))
-    except OSError as e:
-        raise Usage(f"cannot write {path}: {e.strerror or e}") from None
-    except ValueError as e:
-        raise Usage(f"cannot write {path}: it is {e}") from None
+    write_file(path, lambda f: f.write(data), Usage)
 
 
 def shown(path: str) -> str:

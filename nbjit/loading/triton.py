@@ -31,7 +31,8 @@ from nbjit.gpu.host import current_host
 from nbjit.launch.arrays import device_pointer
 from nbjit.launch.config import LaunchConfig
 from nbjit.launch.tma import _SWIZZLE, TensorMap, plan_tiled, whole_numbers
-from nbjit.read.image import MAX_FILE_BYTES, Image, read_regular
+from nbjit.read.image import Image
+from nbjit.files import MAX_FILE_BYTES, read_regular
 from nbjit.read.ptx import PtxInfo, inspect_ptx
 from nbjit.records import field, record
 

@@ -7,7 +7,6 @@ import functools
 import hashlib
 import os
 import re
-import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -18,50 +17,10 @@ if TYPE_CHECKING:
 
 from nbjit.arch import Arch
 from nbjit.errors import ImageFormatError
+from nbjit.files import read_regular
 from nbjit.records import Pattern, field, record
 
-__all__ = ["Image", "ImageLike", "sniff", "as_image", "inspect_image", "read_regular",
-           "MAX_FILE_BYTES"]
-
-MAX_FILE_BYTES = 1 << 30  # no kernel image, source or metadata file is this large
-
-
-def read_regular(path: str | os.PathLike, limit: int = MAX_FILE_BYTES) -> bytes:
-    """The bytes of a regular file of at most ``limit`` bytes. A FIFO is never waited on, a
-    device (or a link to /dev/zero) never read: ``ValueError`` says what the path is instead;
-    ``OSError`` for what the system refuses."""
-    return read_regular_stat(path, limit)[0]
-
-
-def read_regular_stat(path: str | os.PathLike, limit: int = MAX_FILE_BYTES) -> tuple[bytes, os.stat_result]:
-    """``read_regular`` with the file's ``fstat`` as it was opened."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode) else \
-                "a device or other special file"
-            raise ValueError(f"{kind}, not a regular file")
-        if st.st_size > limit:
-            raise ValueError(f"{st.st_size} bytes, more than nbjit reads ({limit})")
-        # read what fstat says is there (asking for `limit` bytes would allocate that much
-        # first: 256 MiB for a cache entry of a few KiB), then anything it grew by since
-        parts, n = [], 0
-        while n <= limit:
-            want = min(max(st.st_size + 1 - n, 1 << 16), limit + 1 - n)
-            chunk = os.read(fd, want)
-            if not chunk:
-                break
-            parts.append(chunk)
-            n += len(chunk)
-            if len(chunk) < want and n >= st.st_size:
-                break  # the end: a regular file reads short only there
-        if n > limit:
-            raise ValueError(f"more than {limit} bytes")
-        return (parts[0] if len(parts) == 1 else b"".join(parts)), st
-    finally:
-        os.close(fd)
-
+__all__ = ["Image", "ImageLike", "sniff", "as_image", "inspect_image"]
 
 IMAGE_KINDS = ("ptx", "cubin", "fatbin")
 

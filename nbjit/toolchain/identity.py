@@ -20,7 +20,8 @@ from nbjit.cache import store as _cache
 from nbjit.cache.entries import _SCAN
 from nbjit.cache.store import default_cache
 from nbjit.read.elf import gnu_build_id
-from nbjit.read.image import content_digest, read_regular
+from nbjit.read.image import content_digest
+from nbjit.files import read_regular
 
 __all__ = ["cuda_include_dir", "cccl_include_dir"]
 

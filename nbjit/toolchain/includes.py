@@ -26,7 +26,8 @@ import re
 from typing import Iterable, Mapping
 
 from nbjit.errors import NbjitCompileError
-from nbjit.read.image import content_digest, read_regular
+from nbjit.read.image import content_digest
+from nbjit.files import read_regular
 from nbjit.records import record
 
 __all__ = ["IncludeWalk", "MAX_INCLUDED_BYTES", "MAX_INCLUDED_FILES", "pre_includes", "walk_includes"]

@@ -16,13 +16,14 @@ import types
 import warnings
 from typing import Any, Iterable, Mapping
 
+from nbjit.files import read_file
 from nbjit.arch import Arch
 from nbjit.cache.entries import CacheEntry, cache_key
 from nbjit.cache.store import Cache, default_cache
 from nbjit.errors import LinkFailure, NbjitCompileError, NbjitError, NbjitWarning, install_hint
 from nbjit.params.cdecl import CParam, scalar_facts, shown_name
 from nbjit.params.declarations import DeviceDeclaration, device_declarations, parse_ctype
-from nbjit.read.image import Image, content_digest, read_regular
+from nbjit.read.image import Image, content_digest
 from nbjit.records import record
 from nbjit.toolchain import identity, nvjitlink, nvrtc, request
 from nbjit.toolchain import pch as _pch
@@ -114,12 +115,7 @@ def _from_path(path: str, where: str) -> _Input:
     if path.lower().endswith(request.SOURCE_SUFFIXES):
         text, name, dirs = request.source_text(path, None, ())
         return _Input("source", name or path, text=text, dirs=tuple(dirs))
-    try:
-        data = read_regular(path)
-    except FileNotFoundError:
-        raise NbjitCompileError(f"{where}: {path}: no such file") from None
-    except (OSError, ValueError) as e:
-        raise NbjitCompileError(f"{where}: {path}: cannot read it: {e}") from None
+    data = read_file(path, NbjitCompileError, f"{where}: {path}")
     return _from_bytes(data, path, os.path.basename(path))
 
 
@@ -507,7 +503,6 @@ def link_image(source: str | os.PathLike, link: Iterable[Any] | Any, *, name: st
     if bad:
         raise NbjitCompileError(f"link_options: give the architecture as arch=..., not {bad[0]!r}")
     target = _target(arch, name or "<source>")
-    cc = target.cc
     inputs = _inputs(request.read_once(link))
     if pch is not None:  # (before the first level, which does not hold it)
         _pch.check_arg(pch)
@@ -518,25 +513,9 @@ def link_image(source: str | os.PathLike, link: Iterable[Any] | Any, *, name: st
 
     pch_mode = _pch.pch_mode(pch)
     main, req, again = _nvrtc_ltoir(text, name, exprs, headers, include_paths, options, target, pch_mode, cache)
-    parts = [("ltoir", main.payload, req.name)]
-    decls = {req.name: device_declarations(text)}
-    producers = {req.name: main.producer}
-    pythons = []
-    for inp in inputs:
-        if inp.kind == "source":
-            dirs = (*inp.dirs, *request._text_items(include_paths, "include_paths", paths=True))
-            entry, _, same = _nvrtc_ltoir(inp.text, inp.label, (), headers, dirs, options, target, pch_mode, cache)
-            again = again and same
-            parts.append(("ltoir", entry.payload, inp.label))
-            decls[inp.label] = device_declarations(inp.text)
-            producers[inp.label] = entry.producer
-        elif inp.kind == "python":
-            data, returns, params = _python_ltoir(inp, cc, cache)
-            parts.append(("ltoir", data, inp.label))
-            pythons.append((inp, returns, params))
-            producers[inp.label] = f"numba-cuda {_numba_versions()['numba-cuda']}"
-        else:
-            parts.append((inp.kind, inp.data, inp.label))
+    parts, decls, producers, pythons, same = _lto_parts(
+        main, req, text, inputs, headers, include_paths, options, target, pch_mode, cache)
+    again = again and same
     _check_declarations(pythons, decls)
     key = cache_key({
         "producer": "nvjitlink-lto", "toolchain": identity._toolchain_fingerprint("nvJitLink"),
@@ -560,6 +539,33 @@ def link_image(source: str | os.PathLike, link: Iterable[Any] | Any, *, name: st
     if call is not None and again:  # (not where a source reads a header on disk: it may change)
         cache.remember(call, img)
     return img
+
+
+def _lto_parts(main, req, text, inputs, headers, include_paths, options, target, pch_mode, cache):
+    """The link's parts as ``(kind, data, label)``: the main source's LTO-IR, then each input's
+    (a source compiled by NVRTC as the main one is, a Python function by Numba, the rest as
+    given); with each source's ``extern "C"`` declarations, each part's producer, the Python
+    inputs with their types, and whether no source read a header on disk."""
+    parts = [("ltoir", main.payload, req.name)]
+    decls = {req.name: device_declarations(text)}
+    producers = {req.name: main.producer}
+    pythons, again = [], True
+    for inp in inputs:
+        if inp.kind == "source":
+            dirs = (*inp.dirs, *request._text_items(include_paths, "include_paths", paths=True))
+            entry, _, same = _nvrtc_ltoir(inp.text, inp.label, (), headers, dirs, options, target, pch_mode, cache)
+            again = again and same
+            parts.append(("ltoir", entry.payload, inp.label))
+            decls[inp.label] = device_declarations(inp.text)
+            producers[inp.label] = entry.producer
+        elif inp.kind == "python":
+            data, returns, params = _python_ltoir(inp, target.cc, cache)
+            parts.append(("ltoir", data, inp.label))
+            pythons.append((inp, returns, params))
+            producers[inp.label] = f"numba-cuda {_numba_versions()['numba-cuda']}"
+        else:
+            parts.append((inp.kind, inp.data, inp.label))
+    return parts, decls, producers, pythons, again
 
 
 def _call(text, name, exprs, headers, include_paths, options, target, link_opts, inputs) -> tuple | None:

@@ -118,7 +118,8 @@ _HOMES = {
     "bundles.archive": ("load_bundle",),
     "cache.store": ("Cache", "default_cache", "set_default_cache"),
     "cache.remote": ("RemoteTier",),
-    "loading.compiling": ("compile_image",),
+    "loading.compiling": ("compile", "compile_many", "from_numba"),
+    "toolchain.nvrtc": ("compile_image",),
     "toolchain.link": ("link_image",),
     "read.cubin": ("CubinInfo", "inspect_cubin"),
     "read.fatbin": ("FatbinEntry", "FatbinInfo", "inspect_fatbin"),
@@ -127,7 +128,7 @@ _HOMES = {
     "launch.launchers": ("BoundLaunch",),
     "launch.tma": ("TensorMap", "tensor_map"),
     "launch.graph": ("Capture", "capture"),
-    "loading.module": ("DeviceGlobal", "Module", "compile", "compile_many", "from_numba", "load"),
+    "loading.module": ("DeviceGlobal", "Module", "load"),
     "read.occupancy": ("Occupancy",),
     "toolchain.sass": ("disassemble",),
     "read.ptx": ("PtxInfo", "inspect_ptx", "strip_debug"),
@@ -147,8 +148,8 @@ if TYPE_CHECKING:  # what type checkers and the API reference read
     from nbjit.launch.kernel import Kernel, KernelAttributes
     from nbjit.launch.launchers import BoundLaunch
     from nbjit.launch.tma import TensorMap, tensor_map
-    from nbjit.loading.compiling import compile_image
-    from nbjit.loading.module import DeviceGlobal, Module, compile, compile_many, from_numba, load
+    from nbjit.loading.compiling import compile, compile_many, from_numba
+    from nbjit.loading.module import DeviceGlobal, Module, load
     from nbjit.loading.triton import TritonKernel, TritonMeta
     from nbjit.params.signature import Directives, KernelInfo, KernelSignature, Param
     from nbjit.read.cubin import CubinInfo, inspect_cubin
@@ -157,6 +158,7 @@ if TYPE_CHECKING:  # what type checkers and the API reference read
     from nbjit.read.occupancy import Occupancy
     from nbjit.read.ptx import PtxInfo, inspect_ptx, strip_debug
     from nbjit.toolchain.link import link_image
+    from nbjit.toolchain.nvrtc import compile_image
     from nbjit.toolchain.sass import disassemble
 
 
@@ -165,17 +167,8 @@ def __getattr__(name: str):
     if home is None:
         raise AttributeError(f"module 'nbjit' has no attribute {name!r}")
     value = getattr(importlib.import_module(f".{home}", __name__), name)
-    for also in _WITH.get(name, ()):  # what its first call needs, imported with the name
-        importlib.import_module(f".{also}", __name__)
     globals()[name] = value  # found directly from now on
     return value
-
-
-# ``module`` imports the compiler and the cache only where it compiles (a bundle's or a
-# cubin's first kernel needs neither); the names that compile bring them when they are asked
-# for, so that their first call is not an import
-_WITH = {"compile": ("toolchain.nvrtc", "cache.store", "loading.compiling"),
-         "compile_many": ("toolchain.nvrtc", "cache.store", "loading.compiling")}
 
 
 def __dir__() -> list[str]:

@@ -201,9 +201,9 @@ def kernels():
 def expected_path() -> str:
     """The C launcher, unless it is switched off or several GPUs make nbjit check devices
     (then every launch takes the Python path)."""
-    from nbjit.gpu import extension as _native
+    from nbjit.gpu import extension as extension_mod
     from nbjit.gpu import driver as _driver
-    if _native.extension() is None or _driver.multi_gpu():
+    if extension_mod.extension() is None or _driver.multi_gpu():
         return "python"
     return "c"
 

@@ -370,7 +370,7 @@ def test_device_declarations_read_a_heads_words_once(monkeypatch):
     """``extern "C" __device__ __device__ ... int f(int a);``: each ``__device__`` read the
     text up to the '(' again (22 KB took 2.3 s, 88 KB 45 s): a declaration is read from its
     last ``__device__`` alone, so what its readers see adds up to the source once."""
-    from nbjit.params import declarations as _csource
+    from nbjit.params import declarations as declarations_mod
     seen = []
 
     class Counted:  # a pattern that counts the characters it is given
@@ -385,7 +385,7 @@ def test_device_declarations_read_a_heads_words_once(monkeypatch):
             seen.append(len(text))
             return self.pattern.sub(repl, text, *a)
     for name in ("_TRAILING_NAME", "_FUNC_WORDS", "_STRING_C"):
-        monkeypatch.setattr(_csource, name, Counted(getattr(_csource, name)))
+        monkeypatch.setattr(declarations_mod, name, Counted(getattr(declarations_mod, name)))
     for n in (1, 2000):
         src = 'extern "C" ' + "__device__ " * n + "int f(int a);"
         seen.clear()

@@ -7,36 +7,36 @@ import sys
 
 import pytest
 
-from nbjit.gpu import extension as _native
+from nbjit.gpu import extension as extension_mod
 
 
 @pytest.fixture
 def decide_again():
-    """``_native.extension()`` decided afresh in the test, and again after it."""
-    _native.extension.cache_clear()
+    """``extension_mod.extension()`` decided afresh in the test, and again after it."""
+    extension_mod.extension.cache_clear()
     yield
-    _native.extension.cache_clear()
+    extension_mod.extension.cache_clear()
 
 
 @pytest.mark.parametrize("value, off", [("1", True), ("yes", True), ("0", False), ("", False)])
 def test_the_environment_variable_switches_it_off(monkeypatch, decide_again, value, off):
     monkeypatch.setenv("NBJIT_PURE_PYTHON", value)
-    assert _native.switched_off() is off
+    assert extension_mod.switched_off() is off
     if off:
-        assert _native.extension() is None
+        assert extension_mod.extension() is None
     else:
         try:
             from nbjit.gpu import _launcher as _launch
         except ImportError:  # not built here: nothing to use
             _launch = None
-        assert _native.extension() is _launch
+        assert extension_mod.extension() is _launch
 
 
 def test_decided_once(monkeypatch, decide_again):
     monkeypatch.setenv("NBJIT_PURE_PYTHON", "1")
-    assert _native.extension() is None
+    assert extension_mod.extension() is None
     monkeypatch.setenv("NBJIT_PURE_PYTHON", "0")
-    assert _native.extension() is None  # (the first answer holds for the process)
+    assert extension_mod.extension() is None  # (the first answer holds for the process)
 
 
 def test_switched_off_kernels_index_and_launch_in_python():

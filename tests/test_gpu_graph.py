@@ -49,9 +49,9 @@ def parts(cuda):
 
 def usable(cuda, s, axpy):
     """The stream left capturing nothing, and launching works on it."""
-    from nbjit.gpu import driver as _driver_extra
+    from nbjit.gpu import driver as _driver
     from nbjit.gpu.driver import stream_handle
-    assert _driver_extra.capture_status(stream_handle(s)) == "none"
+    assert _driver.capture_status(stream_handle(s)) == "none"
     y = cuda.to_device(np.zeros(N, np.float32))
     axpy[GRID, BLOCK, s](y, cuda.to_device(np.ones(N, np.float32)), 3.0, N)
     s.synchronize()

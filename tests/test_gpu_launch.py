@@ -270,8 +270,8 @@ def test_dynamic_shared_memory_and_optin(cuda, kernels):
     k[1, n, 0, 48 * 1024 - static + 1](out, n)  # one byte more: opted in
     assert k.shared_optin == 48 * 1024 - static + 1
     np.testing.assert_array_equal(out.copy_to_host(), np.arange(n, dtype=np.float32)[::-1])
-    from nbjit.gpu import driver as _driver_extra
-    top = _driver_extra.device_info(0).max_shared_optin - static
+    from nbjit.gpu import driver as _driver
+    top = _driver.device_info(0).max_shared_optin - static
     k[1, n, 0, top](out, n)
     cuda.synchronize()
     with pytest.raises(NbjitLaunchError, match="exceed"):

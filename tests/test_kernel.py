@@ -9,7 +9,6 @@ import pytest
 from nbjit import NbjitLaunchError, inspect_ptx
 from nbjit.launch import launchers
 from nbjit.launch import config
-from nbjit.gpu import driver as _driver_extra
 from nbjit.gpu import driver as _driver
 from nbjit.launch import kernel as K
 
@@ -42,9 +41,9 @@ def test_launch_attributes_are_the_drivers_struct():
     coop = theirs("COOPERATIVE", lambda v: setattr(v, "cooperative", 1))
     clus = theirs("CLUSTER_DIMENSION", cluster)
     pdl = theirs("PROGRAMMATIC_STREAM_SERIALIZATION", lambda v: setattr(v, "programmaticStreamSerializationAllowed", 1))
-    assert _driver_extra.launch_attributes(cooperative=False, cluster=None, pdl=True) == pdl
-    assert _driver_extra.launch_attributes(cooperative=True, cluster=(2, 3, 4), pdl=True) == coop + clus + pdl
-    assert _driver_extra.launch_attributes(cooperative=False, cluster=None, pdl=False) == b""
+    assert _driver.launch_attributes(cooperative=False, cluster=None, pdl=True) == pdl
+    assert _driver.launch_attributes(cooperative=True, cluster=(2, 3, 4), pdl=True) == coop + clus + pdl
+    assert _driver.launch_attributes(cooperative=False, cluster=None, pdl=False) == b""
 
 
 def test_c_launcher_refuses_malformed_attributes():
@@ -60,7 +59,7 @@ def pdl_kernels(monkeypatch):
     """Kernels of the PDL fixture over a fake function handle, on a device of chosen arch."""
     monkeypatch.setattr(launchers, "_MULTI", [False])
     cc = {"value": (9, 0)}
-    monkeypatch.setattr(_driver_extra, "device_info", lambda ordinal: types.SimpleNamespace(cc=cc["value"]))
+    monkeypatch.setattr(_driver, "device_info", lambda ordinal: types.SimpleNamespace(cc=cc["value"]))
     info = inspect_ptx((DATA / "nvcc/pdl_sm90.ptx").read_text())
     ks = {e.name: K.Kernel(None, (e.name, None, ()), K._State(e.name, None, e, 0, 0)) for e in info.entries}
     return ks, cc
@@ -123,7 +122,7 @@ def test_c_entry_points_are_named():
 def test_an_invalid_launch_shape_is_named(monkeypatch, grid, block, most, said):
     """A launch the driver refuses as an invalid value says which limit the shape passes (the
     kernel's own thread limit asked of the driver only then)."""
-    monkeypatch.setattr(_driver_extra, "function_attributes", lambda f: {"max_threads_per_block": most})
+    monkeypatch.setattr(_driver, "function_attributes", lambda f: {"max_threads_per_block": most})
     monkeypatch.setattr(_driver, "error_text", lambda err: f"E{int(err)}")
     cfg = object.__new__(launchers._Launcher)
     cfg.grid, cfg.block, cfg.shared, cfg._s = grid, block, 0, types.SimpleNamespace(name="k", label="k", func=None)
@@ -174,12 +173,12 @@ def fake_launch(monkeypatch):
         return results.pop(0) if results else 0
     monkeypatch.setattr(_driver, "backend", lambda: _driver.Backend("python", launch, int))
     monkeypatch.setattr(_driver, "error_text", lambda err: f"E{int(err)}")
-    monkeypatch.setattr(_driver_extra, "device_info", lambda ordinal: types.SimpleNamespace(
+    monkeypatch.setattr(_driver, "device_info", lambda ordinal: types.SimpleNamespace(
         cc=(9, 0), max_shared_optin=227 << 10, max_shared_default=48 << 10))
-    monkeypatch.setattr(_driver_extra, "function_attributes", lambda func: dict(
+    monkeypatch.setattr(_driver, "function_attributes", lambda func: dict(
         registers=16, shared=0, const=0, local=0, max_threads_per_block=1024, ptx_version=90, binary_version=90,
         max_dynamic_shared=0))
-    monkeypatch.setattr(_driver_extra, "launch_ex", lambda *a, **kw: launch(*a, kw))
+    monkeypatch.setattr(_driver, "launch_ex", lambda *a, **kw: launch(*a, kw))
     monkeypatch.setattr(launchers, "_MULTI", [False])
     info = inspect_ptx((DATA / "nvcc/kernels_sm90.ptx").read_text()).entry("k_basic")
     k = K.Kernel(None, ("k_basic", None, ()), K._State("k_basic", 0x1234, info, 0, 0))
@@ -212,7 +211,7 @@ def test_configure_decides_pdl_by_the_kernel_and_the_device(fake_launch, monkeyp
     assert k.configure(config.LaunchConfig.make(1, 32, pdl=False)).config.pdl is False
     on(0x10, 0x20, 3)
     assert fake_launch.calls[-1][-1]["pdl"] is True
-    monkeypatch.setattr(_driver_extra, "device_info", lambda ordinal: types.SimpleNamespace(cc=(8, 0)))
+    monkeypatch.setattr(_driver, "device_info", lambda ordinal: types.SimpleNamespace(cc=(8, 0)))
     assert k.configure(cfg).config.pdl is False and k.configure(cfg).path == "python"
     with pytest.raises(NbjitLaunchError, match="needs a device of compute capability 9.0"):
         k.configure(config.LaunchConfig.make(1, 32, pdl=True))
@@ -266,7 +265,7 @@ def test_attributes_carry_what_ptxas_reported(fake_device, monkeypatch, tmp_path
     import nbjit
     driver_says = dict(registers=32, shared=0, const=0, local=0, max_threads_per_block=1024, ptx_version=90,
                        binary_version=90, max_dynamic_shared=0)  # (a stand-in for the driver's answer)
-    monkeypatch.setattr(_driver_extra, "function_attributes", lambda func: driver_says)
+    monkeypatch.setattr(_driver, "function_attributes", lambda func: driver_says)
     m = nbjit.compile(DATA / "src/spill.cu", arch="sm_90", options=["-Xptxas=-v"], cache=nbjit.Cache(tmp_path))
     told = m.image.resources["spills"]
     a = m["spills"].attributes

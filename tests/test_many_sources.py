@@ -35,6 +35,17 @@ def test_images_in_order_through_the_cache():
     assert again.data == images[4].data
 
 
+def test_an_item_without_an_architecture_is_for_the_current_device(tmp_path, monkeypatch):
+    """As ``compile_image``: an item that names no ``arch`` compiles for the current device's
+    (asked once), one that names one for that."""
+    from nbjit.gpu.host import current_host
+    asked = []
+    monkeypatch.setattr(current_host(), "current_cc", lambda: asked.append(1) or (8, 6))
+    images = compile_many([src(0), src(1), {"source": src(2), "arch": "sm_90"}], cache=nbjit.Cache(tmp_path),
+                          processes=False)
+    assert [str(img.arch) for img in images] == ["sm_86", "sm_86", "sm_90"] and asked == [1]
+
+
 def test_items_are_sources_paths_or_argument_dicts():
     tmpl = (DATA / "src/nvrtc_tmpl.cu").read_text()
     hdr = {"scale.cuh": (DATA / "src/scale.cuh").read_text()}

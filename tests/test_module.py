@@ -11,9 +11,7 @@ import pytest
 
 import nbjit
 from nbjit import inspect_ptx
-from nbjit.loading import module as _module_extra
 from nbjit.loading import module as module_stage
-from nbjit.gpu import driver as _driver_extra
 from nbjit.gpu import driver as _driver
 from nbjit.toolchain import nvrtc as compiler_stage
 from nbjit.gpu.host import current_host
@@ -38,7 +36,7 @@ def no_cuda(monkeypatch):
         raise AssertionError("a CUDA call was made")
     monkeypatch.setattr(current_host(), "current_context", refuse)
     monkeypatch.setattr(_driver, "get_function", refuse)
-    _module_extra._RESTORED.clear()
+    module_stage._RESTORED.clear()
 
 
 def no_gpu():
@@ -401,7 +399,7 @@ def test_a_compile_keeps_its_ptxas_report_where_its_bytes_were_loaded_already(da
     module from that file, still alive, was given back instead: no log, no report.)"""
     said = dict(registers=32, shared=0, const=0, local=0, max_threads_per_block=1024, ptx_version=90,
                 binary_version=90, max_dynamic_shared=0)
-    monkeypatch.setattr(_driver_extra, "function_attributes", lambda func: said)
+    monkeypatch.setattr(_driver, "function_attributes", lambda func: said)
     src = data / "src/spill.cu"
     made = compiler_stage.compile_image(src, arch="sm_90", options=["-Xptxas=-v"], cache=nbjit.Cache(tmp_path))
     assert made.resources["spills"]["spill_stores"] > 0 and made.log

@@ -1,4 +1,4 @@
-"""NVRTC through nbjit.compile_image (no GPU: the arch is always given)."""
+"""NVRTC through nbjit.compile_image (nbjit.toolchain.nvrtc; no GPU: the arch is always given)."""
 from __future__ import annotations
 
 import re
@@ -540,8 +540,8 @@ sys.stdout.buffer.write(img.data)
 
 
 def test_the_compiler_is_told_its_target(tmp_path, monkeypatch):
-    """The compiling stage asks no device: without an architecture it says to give one; an
-    Arch and its text are the same compile (one cache entry)."""
+    """Given an architecture, the compiling stage asks no device (a key without one says to
+    give one); an Arch and its text are the same compile (one cache entry)."""
     from nbjit.toolchain import nvrtc as compiler
     from nbjit.gpu import driver as _driver
     from nbjit.gpu.host import current_host
@@ -554,7 +554,7 @@ def test_the_compiler_is_told_its_target(tmp_path, monkeypatch):
     monkeypatch.setattr(_driver, "current_context_key", refuse)
     cache = Cache(tmp_path)
     with pytest.raises(NbjitCompileError, match=r"k\.cu: no architecture to compile for: give arch= \(e\.g\. 'sm_90"):
-        compiler.compile_image(SRC, name="k.cu", cache=cache)
+        compiler.compile_key(SRC, name="k.cu")
     with pytest.raises(NbjitCompileError, match="not an architecture"):
         compiler.compile_image(SRC, arch=90, cache=cache)
     by_text = compiler.compile_image(SRC, arch="sm_90a", headers=HDR, name_expressions=["fill<float>"], cache=cache)

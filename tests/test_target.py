@@ -1,5 +1,5 @@
-"""The public compile entry points' target (nbjit/target.py): the architecture named, with
-no driver, numpy or Numba imported; else the current device's."""
+"""What ``compile_image`` compiles for (nbjit/toolchain/nvrtc.py): the architecture named,
+with no driver, numpy or Numba imported; else the current device's."""
 from __future__ import annotations
 
 import subprocess
@@ -8,7 +8,6 @@ import sys
 import pytest
 
 import nbjit
-from nbjit.loading import compiling as target
 from nbjit.toolchain import nvrtc as compiler
 from nbjit.gpu.host import current_host
 from nbjit.arch import Arch
@@ -33,13 +32,13 @@ print(img.kind, img.arch, sorted(m for m in ("numpy", "numba", "nbjit.gpu.driver
 
 def test_without_one_the_current_device_is_asked(tmp_path, monkeypatch):
     monkeypatch.setattr(current_host(), "current_cc", lambda: (8, 6))  # (a stand-in for a GPU's answer)
-    assert target.current_arch() == Arch(86)
+    assert current_host().device_arch() == Arch(86)
     img = nbjit.compile_image(SRC, headers=HDR, name_expressions=["fill<float>"], cache=Cache(tmp_path))
     assert img.arch == "sm_86" and img.kind == "cubin"
     named = nbjit.compile_image(SRC, headers=HDR, name_expressions=["fill<float>"], arch="sm_86",
                                 cache=Cache(tmp_path))
     assert named.data == img.data and len(Cache(tmp_path).entries()) == 1
-    assert nbjit.compile_image is target.compile_image and nbjit.compile_image is not compiler.compile_image
+    assert nbjit.compile_image is compiler.compile_image
 
 
 def test_a_named_architecture_asks_no_device(tmp_path, monkeypatch):
@@ -54,4 +53,4 @@ def test_without_a_device_it_says_to_name_one():
     if gpu_available()[0]:
         pytest.skip("a GPU is present")
     with pytest.raises(nbjit.NbjitLoadError, match=r"give compile an explicit arch="):
-        target.current_arch()
+        nbjit.compile_image(AXPY)

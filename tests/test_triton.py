@@ -418,13 +418,13 @@ class HostDescriptor:
 def test_a_descriptor_argument_becomes_tensor_map_shape_and_strides(monkeypatch):
     import nbjit
     from nbjit import NbjitArgumentError
-    from nbjit.gpu import driver as _driver_extra
+    from nbjit.gpu import driver as _driver
     from nbjit.loading.triton import _descriptor_args
     from nbjit.launch.tma import TensorMap, plan_tiled
 
     d = describe(T / "copy_hostdesc_kernel")["launch"]["descriptors"][0]
     plans = []
-    monkeypatch.setattr(_driver_extra, "encode_tensor_map_tiled", lambda plan: plans.append(plan) or bytes(128))
+    monkeypatch.setattr(_driver, "encode_tensor_map_tiled", lambda plan: plans.append(plan) or bytes(128))
     base = FakeDeviceArray(0x7F0000000000, (100, 72))
     tm, *rest = _descriptor_args(HostDescriptor(base, (100, 72), (72, 1), (32, 64), padding="nan"), d, "k")
     assert isinstance(tm, TensorMap) and rest == [100, 72, 72, 1] and tm.array is base
@@ -469,11 +469,11 @@ def test_triton_launchers_follow_a_change_of_pdl(monkeypatch):
     (without a GPU: the kernel's launcher factory is stood in for)."""
     import types
 
-    from nbjit.gpu import driver as _driver_extra
+    from nbjit.gpu import driver as _driver
     from nbjit.launch import kernel as K
     from nbjit.loading.triton import TritonKernel
     monkeypatch.setattr("nbjit.launch.launchers._MULTI", [False])
-    monkeypatch.setattr(_driver_extra, "device_info", lambda ordinal: types.SimpleNamespace(cc=(9, 0)))
+    monkeypatch.setattr(_driver, "device_info", lambda ordinal: types.SimpleNamespace(cc=(9, 0)))
     art = read_triton(T / "pdl_step_kernel")
     info = inspect_ptx(art.ptx.read_bytes()).entries[0]
     kern = K.Kernel(None, (info.name, None, ()), K._State(info.name, None, info, 0, 0))
@@ -500,15 +500,14 @@ def fake_kernel(monkeypatch):
     launches cuLaunchKernel would have made)."""
     import types
 
-    from nbjit.gpu import driver as _driver_extra
     from nbjit.gpu import driver as _driver
     from nbjit.launch import kernel as K
     from nbjit.loading.triton import TritonKernel
     calls = []
     monkeypatch.setattr(_driver, "backend", lambda: _driver.Backend("python", lambda *a: calls.append(a) or 0, int))
-    monkeypatch.setattr(_driver_extra, "device_info", lambda ordinal: types.SimpleNamespace(
+    monkeypatch.setattr(_driver, "device_info", lambda ordinal: types.SimpleNamespace(
         cc=(9, 0), max_shared_optin=227 << 10, max_shared_default=48 << 10))
-    monkeypatch.setattr(_driver_extra, "function_attributes", lambda func: dict(
+    monkeypatch.setattr(_driver, "function_attributes", lambda func: dict(
         registers=16, shared=0, const=0, local=0, max_threads_per_block=1024, ptx_version=90, binary_version=90,
         max_dynamic_shared=0))
     monkeypatch.setattr("nbjit.launch.launchers._MULTI", [False])

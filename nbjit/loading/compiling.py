@@ -1,18 +1,19 @@
-"""Compiling on request: what ``nbjit.compile``, ``nbjit.compile_many``, ``nbjit.compile_image``
-and ``nbjit.from_numba`` do (``module.py`` keeps the first two's signatures and documentation,
-and hands over here): compiling through the cache and the memo of modules made, the target
-each is compiled for (the current device's where none is named), a ``@cuda.jit`` kernel's
-PTX and its checks. A bundle's or a cubin's first kernel never comes here; this imports no
-``module``: what makes a module of an image (``place``) is handed in."""
+"""Compiling on request: ``nbjit.compile``, ``nbjit.compile_many`` and ``nbjit.from_numba``:
+compiled through the cache for the target named (the current
+device's where none is), loaded as modules (``module.py``); a ``@cuda.jit`` kernel's PTX and
+its checks. A bundle's or a cubin's first kernel never comes here (``nbjit/__init__.py``
+imports this file on first use of one of these)."""
 from __future__ import annotations
 
 import re
 import weakref
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable, Mapping
 
 from nbjit.arch import Arch
 from nbjit.cache.store import Cache, default_cache
 from nbjit.errors import NbjitCompileError, NbjitLoadError
+from nbjit.launch.kernel import Kernel
+from nbjit.loading.module import Module, _is_numba_name, flag, load_into
 from nbjit.read.image import Image
 from nbjit.records import Pattern
 from nbjit.toolchain.many_sources import compile_many as compile_images
@@ -21,29 +22,34 @@ from nbjit.toolchain.nvrtc import repeatable
 from nbjit.toolchain.pch import check_arg
 from nbjit.toolchain.request import one_or_many, option_list, source_text
 
-__all__: list[str] = []
+__all__ = ["compile", "compile_many", "from_numba"]
 
 
-# place(image, context, lazy, keep_debug) -> Module: loaded into the context, or waiting for
-# first use where lazy (module._place)
-Place = Callable[[Image, Any, bool, bool], Any]
+def compile(source: str, *, name: str | None = None, name_expressions: Iterable[str] = (),
+            headers: Mapping[str, str] | None = None, include_paths: Iterable[str] = (),
+            options: Iterable[str] = (), arch: Arch | str | None = None, output: str = "auto",
+            keep_debug: bool = False, cache: Cache | None = None, lazy: bool = False,
+            pch: bool | str | None = None, link: Any = None, link_options: Iterable[str] = ()) -> Module:
+    """Compile CUDA C++ with NVRTC (through the disk cache) and load it into the current
+    Numba context. Arguments as for ``nbjit.compile_image``; ``module["fill<float>"]``
+    then finds a kernel by the name expression written. ``arch`` defaults to the device of
+    the current context; with ``arch`` given no GPU is needed until a kernel is used: where
+    there is none, the module loads on first use. ``lazy=True`` loads on first use always,
+    as ``nbjit.load(..., lazy=True)``. ``pch``: NVRTC precompiled headers, as for
+    ``compile_image`` (they change no output).
+    ``link``: inputs linked into it with link-time optimisation — Python device functions
+    ``(function, "float32(float32, float32)")``, LTO-IR, CUDA C++, relocatable device code —
+    and ``link_options`` for nvJitLink, as for ``nbjit.link_image`` (``output`` is then a cubin).
 
-
-def compile(place: Place, source, name, name_expressions, headers, include_paths, options, arch, output, keep_debug,
-            cache, lazy, pch, link, link_options):
-    """``module.compile`` (its arguments checked as yes/no there)."""
+    A repeated call in one context gives the module the first made (the memo of calls, then
+    ``compile_image``'s, then the cache: ``toolchain.nvrtc.CompileCall`` says in what order)."""
+    if keep_debug is not False or lazy is not False:  # (the defaults: nothing to check)
+        keep_debug, lazy = flag(keep_debug, "keep_debug", NbjitCompileError), flag(lazy, "lazy", NbjitCompileError)
     if pch is not None:  # (checked before the memo of calls, which does not hold it)
         check_arg(pch)
-    if link is not None:  # LTO with the link inputs: nbjit.toolchain.link
-        from nbjit.toolchain.link import link_image
-        if output not in ("auto", "cubin"):
-            raise NbjitCompileError(f"output={output!r}: a link makes a cubin (leave output out)")
-        ctx, lazy = _context_for(arch, lazy)
-        target = arch if arch is not None else _device_arch(ctx)
-        img = link_image(source, link, name=name, name_expressions=name_expressions, headers=headers,
-                         include_paths=include_paths, options=options, arch=target, link_options=link_options,
-                         cache=cache, pch=pch)
-        return place(img, ctx, lazy, keep_debug)
+    if link is not None:
+        return _linked(source, link, name, name_expressions, headers, include_paths, options, arch, output,
+                       keep_debug, cache, lazy, pch, link_options)
     if type(source) is not str or source[-1:] in _PATH_ENDS:  # a file's path: its text (and its directory)
         source, name, include_paths = source_text(source, name, include_paths)
     exprs, opts = name_expressions, options
@@ -53,34 +59,20 @@ def compile(place: Place, source, name, name_expressions, headers, include_paths
             exprs, opts = tuple(exprs), tuple(opts)
         except TypeError:  # not a list at all: compile_image says so
             pass
-    # A repeated call is one look-up in the cache's memo of calls: {context: the module the
-    # call made there}, weakly. Not with include_paths, nor where the source reads a header on
-    # disk (found beside it or in the working directory): its files may change between calls.
     memo = cache if cache is not None else default_cache()
     call = None
     if not include_paths and not lazy and isinstance(memo, Cache):
-        try:
-            call = ("module", source, name, exprs, tuple(sorted(headers.items())) if headers else (), opts, arch,
-                    output, keep_debug)
-        except Exception:  # headers that are not a dict of str: compile_image says so
-            call = None
-        made = memo.recall(call) if call is not None else None
-        if made:  # (a process's first call finds nothing: it asks the driver nothing here)
-            try:
-                from nbjit.gpu.driver import current_context_key  # (a named architecture asks no driver)
-                ref = made.get(current_context_key())
-            except Exception:  # no driver, a forked child: the long way says what is wrong
-                ref = None
-            mod = ref() if ref is not None else None
-            if mod is not None:
-                return mod
+        call = _memo_key(source, name, exprs, headers, opts, arch, output, keep_debug)
+        mod = _made_here(memo, call)
+        if mod is not None:
+            return mod
     ctx, lazy = _context_for(arch, lazy)
     target = arch if arch is not None else _device_arch(ctx)
     img = _compile_image(source, name=name, name_expressions=exprs, headers=headers, include_paths=include_paths,
                          options=opts, arch=target, output=output, cache=cache, pch=pch)
     if lazy:
-        return place(img, None, True, keep_debug)
-    mod = place(img, ctx, False, keep_debug)
+        return Module._pending(img, keep_debug)
+    mod = load_into(img, ctx, keep_debug)
     if call is not None and repeatable(source, name, headers, opts):
         # a new dict (a reader keeps the one it found), without modules that are gone
         made = {k: r for k, r in (memo.recall(call) or {}).items() if r() is not None}
@@ -89,14 +81,68 @@ def compile(place: Place, source, name, name_expressions, headers, include_paths
     return mod
 
 
-def compile_many(place: Place, sources: Iterable, workers: int | None, keep_debug: bool, lazy: bool,
-                 common: dict) -> list:
-    """``module.compile_many`` (its arguments checked as yes/no there)."""
+def _memo_key(source, name, exprs, headers, opts, arch, output, keep_debug) -> tuple | None:
+    """The key of ``compile``'s memo of calls (None for headers that are not a dict of str:
+    ``compile_image`` says so). Not with include_paths, nor where the source reads a header
+    on disk (found beside it or in the working directory): its files may change between calls."""
+    try:
+        return ("module", source, name, exprs, tuple(sorted(headers.items())) if headers else (), opts, arch,
+                output, keep_debug)
+    except Exception:
+        return None
+
+
+def _made_here(memo: Cache, call: tuple | None) -> Module | None:
+    """The module this call made in the current context, from the memo of calls ({context:
+    the module, weakly}), or None. A process's first call finds nothing: it asks the driver
+    nothing here."""
+    made = memo.recall(call) if call is not None else None
+    if not made:
+        return None
+    try:
+        from nbjit.gpu.driver import current_context_key  # (a named architecture asks no driver)
+        ref = made.get(current_context_key())
+    except Exception:  # no driver, a forked child: the long way says what is wrong
+        return None
+    return ref() if ref is not None else None
+
+
+def _linked(source, link, name, name_expressions, headers, include_paths, options, arch, output, keep_debug, cache,
+            lazy, pch, link_options) -> Module:
+    """``compile`` with ``link``: LTO with the link inputs (``nbjit.toolchain.link``)."""
+    from nbjit.toolchain.link import link_image
+    if output not in ("auto", "cubin"):
+        raise NbjitCompileError(f"output={output!r}: a link makes a cubin (leave output out)")
+    ctx, lazy = _context_for(arch, lazy)
+    target = arch if arch is not None else _device_arch(ctx)
+    img = link_image(source, link, name=name, name_expressions=name_expressions, headers=headers,
+                     include_paths=include_paths, options=options, arch=target, link_options=link_options,
+                     cache=cache, pch=pch)
+    return Module._pending(img, keep_debug) if lazy else load_into(img, ctx, keep_debug)
+
+
+def compile_many(sources: Iterable, *, workers: int | None = None, keep_debug: bool = False, lazy: bool = False,
+                 **common) -> list[Module]:
+    """Compile independent sources at once (threads, or worker processes: ``processes=``), each through
+    the cache, and load them into the current Numba context: Modules in the order given.
+    Items and arguments as for ``nbjit.toolchain.many_sources.compile_many`` (each a source, a ``.cu`` path
+    or a dict of ``compile``'s arguments); ``arch`` defaults to the current device's. With
+    ``arch`` given no GPU is needed until a kernel is used (where there is none, each module
+    loads on first use); ``lazy=True`` loads each on first use always. ``return_exceptions=True``:
+    a source that failed has its error in its place in the list, the others their Modules.
+
+    Raises
+    ------
+    NbjitCompileError: naming the first source that failed (its index and name); not with
+    ``return_exceptions=True``.
+    """
+    keep_debug, lazy = flag(keep_debug, "keep_debug", NbjitCompileError), flag(lazy, "lazy", NbjitCompileError)
     ctx, lazy = _context_for(common.get("arch"), lazy)
     if common.get("arch") is None:
         common["arch"] = _device_arch(ctx)
     images = compile_images(sources, workers=workers, **common)
-    return [img if isinstance(img, BaseException) else place(img, ctx, lazy, keep_debug) for img in images]
+    return [img if isinstance(img, BaseException) else
+            Module._pending(img, keep_debug) if lazy else load_into(img, ctx, keep_debug) for img in images]
 
 
 def _context_for(arch, lazy: bool) -> tuple[Any, bool]:
@@ -126,8 +172,22 @@ def _device_arch(ctx) -> Arch:
 _PATH_ENDS = frozenset("uhaUHA")
 
 
-def from_numba(place: Place, is_numba_name: Callable[[str], bool], dispatcher: Any, signature: Any):
-    """``module.from_numba`` (``is_numba_name``: ``module._is_numba_name``)."""
+def from_numba(dispatcher: Any, signature: Any) -> Kernel:
+    """A ``@cuda.jit`` kernel as an nbjit ``Kernel``: compiled by Numba for ``signature``
+    (``"void(float32[::1], float32)"``, a tuple of Numba types, ...) and this device, loaded
+    into the current Numba context, launched by nbjit's launcher with the arguments the
+    Numba kernel takes (device arrays, numpy and Python scalars) at a fraction of Numba's
+    dispatch cost. Arrays are checked against the signature (dtype, ndim, layout). The
+    dispatcher may be numba-cuda's or numba-cuda-mlir's: its own package compiles it (with
+    its fastmath, lineinfo, launch bounds and optimisation), and its kernels' ABI is read.
+
+    Raises
+    ------
+    NbjitLoadError: not a kernel dispatcher, a device function, ``debug=True`` (Numba's
+    exception reporting), a cooperative kernel, one that links other code (``link=``) or
+    prepares its arguments (``extensions=``), or argument types nbjit cannot pass (the
+    message names the argument).
+    """
     from nbjit.gpu.host import current_host, host_of
     from nbjit.params import numba_abi
     host = host_of(dispatcher)
@@ -172,11 +232,11 @@ def from_numba(place: Place, is_numba_name: Callable[[str], bool], dispatcher: A
     if missing:
         raise NbjitLoadError(f"{what} calls {', '.join(missing[:4])}, which its PTX declares and {host.name}'s "
                              f"linker adds: nbjit loads the PTX alone; launch it with {host.name}")
-    mod = place(Image(ptx.encode(), "ptx", f"{py.__name__}.ptx"), serving.current_context(), False, False)
-    names = [k for k in mod.kernels if is_numba_name(k)] or list(mod.kernels)
+    mod = load_into(Image(ptx.encode(), "ptx", f"{py.__name__}.ptx"), serving.current_context(), False)
+    names = [k for k in mod.kernels if _is_numba_name(k)] or list(mod.kernels)
     if len(names) != 1:
         raise NbjitLoadError(f"{what}: expected one kernel in Numba's PTX, found {names}")
-    mod._learn_numba({names[0]: nargs})
+    mod._learn(numba={names[0]: nargs})
     return mod._kernel(names[0])
 
 
@@ -184,36 +244,3 @@ def from_numba(place: Place, is_numba_name: Callable[[str], bool], dispatcher: A
 # any other `.extern .func` is defined in code the host's linker adds.
 _EXTERN_FUNC = Pattern(r"^\s*\.extern\s+\.func\s*(?:\([^)]*\)\s*)?([A-Za-z_$%][\w$]*)", re.M)
 _JIT_PROVIDES = frozenset({"vprintf", "malloc", "free", "__assertfail"})
-
-
-def current_arch() -> Arch:
-    """The SASS architecture of the current context's device (``sm_90`` on an H100); Numba's
-    context is made current where none is.
-
-    Raises
-    ------
-    NbjitLoadError: there is no usable GPU or driver (the message says to give ``arch=``).
-    """
-    from nbjit.gpu.host import current_host  # (a named architecture needs no driver, nor Numba)
-    return current_host().device_arch()
-
-
-def compile_image(source: str, *, arch: Arch | str | None = None, **options: Any) -> Image:
-    """Compile CUDA C++ with NVRTC to an ``Image`` (cubin or PTX), loading nothing: for
-    ``arch`` (``"sm_90"``, ``"sm_90a"``, ``"compute_90"`` or an ``Arch``), or where it is not
-    given, the current device's (the one case that needs a GPU).
-
-    Parameters
-    ----------
-    source: CUDA C++ text, or a ``.cu`` file's path.
-    arch: what to compile for; default: the current device's architecture.
-    options: the other arguments of ``nbjit.toolchain.nvrtc.compile_image`` (``name``,
-        ``name_expressions``, ``headers``, ``include_paths``, ``options``, ``output``,
-        ``cache``, ``pch``), with the same meaning.
-
-    Raises
-    ------
-    NbjitCompileError: as ``nbjit.toolchain.nvrtc.compile_image``. NbjitLoadError: no ``arch`` and
-    no usable GPU.
-    """
-    return _compile_image(source, arch=current_arch() if arch is None else arch, **options)

@@ -8,10 +8,10 @@ import types
 import warnings
 import weakref
 import zlib
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from nbjit.arch import Arch
-from nbjit.errors import KernelNotFoundError, NbjitArgumentError, NbjitCompileError, NbjitLoadError, NbjitWarning
+from nbjit.errors import KernelNotFoundError, NbjitArgumentError, NbjitLoadError, NbjitWarning
 from nbjit.gpu import driver as _driver
 from nbjit.gpu.host import current_host
 from nbjit.launch.kernel import Kernel, _State
@@ -21,7 +21,7 @@ from nbjit.params.signature import KernelInfo, KernelSignature, Param, Signature
 from nbjit.read.image import Image, ImageLike, _sha256, as_image, inspect_image
 from nbjit.records import Pattern, record
 
-__all__ = ["Module", "DeviceGlobal", "load", "compile", "compile_many", "from_numba"]
+__all__ = ["Module", "DeviceGlobal", "load"]
 
 
 def _registry(ctx) -> "weakref.WeakValueDictionary":
@@ -54,16 +54,16 @@ def load(image: ImageLike, *, name: str | None = None, keep_debug: bool = False,
     ImageFormatError: not PTX, a cubin or a fatbin. NbjitLoadError: the driver refused it
     (the message holds its JIT log).
     """
-    keep_debug, lazy = _flag(keep_debug, "keep_debug", NbjitLoadError), _flag(lazy, "lazy", NbjitLoadError)
+    keep_debug, lazy = flag(keep_debug, "keep_debug", NbjitLoadError), flag(lazy, "lazy", NbjitLoadError)
     img = as_image(image, name)
     if name is not None and img.name != name:
         img = Image(img.data, img.kind, name, img.arch, img.lowered_names, img.log, img.declarations)
     if lazy:
         return Module._pending(img, keep_debug)
-    return _load_into(img, current_host().current_context(), keep_debug)
+    return load_into(img, current_host().current_context(), keep_debug)
 
 
-def _flag(value, what: str, error: type) -> bool:
+def flag(value, what: str, error: type) -> bool:
     """A yes/no argument: True, False (or 1, 0); ``error`` naming ``what`` for anything else
     (a string such as "no" would be taken as yes)."""
     if value is True or value is False:
@@ -73,7 +73,7 @@ def _flag(value, what: str, error: type) -> bool:
     raise error(f"{what} must be True or False, not {value!r}")
 
 
-def _load_into(img: Image, ctx, keep_debug: bool) -> "Module":
+def load_into(img: Image, ctx, keep_debug: bool) -> "Module":
     """``img`` loaded into Numba context ``ctx``, or the module already loaded there from
     the same bytes; where ``img`` tells what the compiler reported and that module's image
     does not (``tells_more``), a module of ``img`` sharing that module's loaded
@@ -86,7 +86,7 @@ def _load_into(img: Image, ctx, keep_debug: bool) -> "Module":
             mod = Module._load(img, ctx, keep_debug)
             reg[key] = mod
         elif mod.image is not img:
-            return loaded_again(mod, img, keep_debug)
+            return mod._loaded_again(img, keep_debug)
         else:
             mod._learn(img.lowered_names, img.declarations)
     return mod
@@ -148,6 +148,13 @@ class _Live:
         self.lock = threading.Lock()
         self.finalizer = weakref.finalize(self, _driver.unload_module, loaded.handle)
         self.finalizer.atexit = False  # at interpreter exit the driver may already be gone
+
+    def forget(self, names: Iterable[str]) -> None:
+        """Kernels to type afresh on next use (new facts about them)."""
+        with self.lock:
+            for k in names:
+                self.states.pop(k, None)
+                self.typed.pop(k, None)
 
     def layouts(self, name: str) -> list[tuple[str, KernelInfo]]:
         """The parameter layouts the inspected images give for kernel ``name``: the PTX first
@@ -234,18 +241,37 @@ class Module:
         if changed:
             self._offline.clear()
             if self._live is not None:  # (those kernels typed afresh on next use)
-                forget(self._live, changed)
-
-    def _learn_numba(self, types: Mapping[str, tuple]) -> None:
-        """Numba argument types for kernels (``from_numba``): they type them afresh."""
-        self._learn(numba=types)
+                self._live.forget(changed)
 
     def __reduce__(self):
         return (_restore_module, (self._wire(),))
 
     def _wire(self) -> tuple:
         """The pickled form: plain data, the bytes compressed once per module."""
-        return wire(self)
+        blob = self._wire_blob
+        live = self._live
+        data, kind = live.shipped if live is not None else (self.image.data, self.image.kind)
+        if blob is None:
+            if kind == "ptx":
+                data = data.rstrip(b"\0")
+            blob = self._wire_blob = (_sha256(data), len(data), zlib.compress(data, 6))
+        img = self.image
+        arch = None if img.arch is None else str(img.arch)  # (plain data: the text)
+        f = self._facts
+        with f.lock:
+            facts = {"lowered_names": dict(f.names), "declarations": dict(f.decls), "numba": dict(f.numba)}
+        return (_WIRE_VERSION, img.name, kind, arch, *blob, {**facts, "keep_debug": self.keep_debug})
+
+    def _loaded_again(self, img: Image, keep_debug: bool) -> "Module":
+        """``load_into`` of ``img`` where this module is loaded there from the same bytes
+        (another image object): this module, with ``img``'s facts added; where ``img`` tells
+        more (``tells_more``), a module of ``img`` sharing this one's loaded copy."""
+        if tells_more(img, self.image):
+            twin = Module(img, keep_debug)
+            twin._attach(self)  # (one handle, one state per kernel; its names and declarations join)
+            return twin
+        self._learn(img.lowered_names, img.declarations)
+        return self
 
     # ------------------------------------------------------------ what the live part says
     @property
@@ -442,13 +468,24 @@ class Module:
     # ------------------------------------------------------------ globals
     def get_global(self, name: str) -> DeviceGlobal:
         """A ``__device__`` / ``__constant__`` variable: address and size, and ``as_array``."""
-        return get_global(self, name)
+        live = self._loaded()
+        g = _driver.get_global(live.handle, self._facts.names.get(name, name))
+        if g is None:
+            src = live.ptx or live.info
+            names = [v.name for v in getattr(src, "globals", ()) if getattr(v, "size", None)]
+            raise KernelNotFoundError(f"no global {name!r} in {self.name}; it has: {', '.join(names) or '(none)'}")
+        return DeviceGlobal(name, g[0], g[1], self)
 
     # ------------------------------------------------------------ other devices, lifetime
     def on_current_device(self) -> "Module":
         """This image loaded in the current context (the same module if that is its own),
         with this module's facts."""
-        return on_current_device(self, load)
+        if _driver.current_context_key() == self._loaded().ctx_key:
+            return self
+        twin = load(self.image, keep_debug=self.keep_debug)
+        f = self._facts
+        twin._learn(f.names, f.decls, f.numba)
+        return twin
 
     def close(self) -> None:
         """Unload now (kernels of this module must not be launched afterwards); a module
@@ -457,15 +494,52 @@ class Module:
             self._live.finalizer()
 
     def __repr__(self) -> str:
-        return module_repr(self)
+        live = self._live
+        if live is None:
+            return f"<nbjit.Module {self.name} ({self.image.kind}): loads on first use>"
+        route = f", {live.route}" if live.route else ""
+        return f"<nbjit.Module {self.name} ({live.kind}{route}) on device {live.device}: {len(live.kernels)} kernels>"
 
 
 _ATTACH_LOCK = threading.Lock()
 
 
+_WIRE_VERSION = 1
+# the modules most recently unpickled in this process: tasks of one graph (each unpickled on
+# its own) share one module, and a worker keeps it loaded between tasks
+_RESTORED: "collections.OrderedDict[tuple, Any]" = collections.OrderedDict()
+_RESTORED_KEEP = 16
+_RESTORING = threading.Lock()
+
+
 def _restore_module(wire: tuple) -> Module:
-    """A pickled module (``Module._wire``), waiting for first use (``restore``)."""
-    return restore(wire, Module._pending)
+    """A pickled module (``Module._wire``), waiting for first use; the same object for the
+    same bytes while it is among the last ``_RESTORED_KEEP`` unpickled."""
+    if not isinstance(wire, tuple) or not wire or wire[0] != _WIRE_VERSION:
+        got = wire[0] if isinstance(wire, tuple) and wire else wire
+        raise NbjitLoadError(f"a pickled nbjit module of format {got!r}: this nbjit reads format {_WIRE_VERSION} "
+                             "(pickle and unpickle with the same nbjit version)")
+    _, name, kind, arch, sha, size, blob, facts = wire
+    key = (sha, facts["keep_debug"])
+    with _RESTORING:
+        mod = _RESTORED.get(key)
+        if mod is not None:
+            _RESTORED.move_to_end(key)
+    if mod is None:
+        d = zlib.decompressobj()
+        data = d.decompress(blob, size + 1)
+        if len(data) != size or _sha256(data) != sha:
+            raise NbjitLoadError(f"a pickled nbjit module ({name}): its bytes do not match their SHA-256 (the pickle "
+                                 "is damaged)")
+        img = Image(data, kind, name, None if arch is None else Arch.parse(arch), facts["lowered_names"], "",
+                    facts["declarations"])
+        mod = Module._pending(img, facts["keep_debug"], facts["numba"])
+        with _RESTORING:
+            mod = _RESTORED.setdefault(key, mod)
+            while len(_RESTORED) > _RESTORED_KEEP:
+                _RESTORED.popitem(last=False)
+    mod._learn(facts["lowered_names"], facts["declarations"], facts["numba"])  # a later pickle may know more
+    return mod
 
 
 def _image_source(img: Image) -> tuple[str, tuple[KernelInfo, ...]]:
@@ -553,177 +627,12 @@ def _verify(entry: KernelInfo, driver_params: list[tuple[int, int]], source: str
             f"{driver_params}, the inspected image as {ours}: refusing to launch with a wrong layout")
 
 
-def compile(source: str, *, name: str | None = None, name_expressions: Iterable[str] = (),
-            headers: Mapping[str, str] | None = None, include_paths: Iterable[str] = (),
-            options: Iterable[str] = (), arch: Arch | str | None = None, output: str = "auto",
-            keep_debug: bool = False, cache: Any = None, lazy: bool = False,
-            pch: bool | str | None = None, link: Any = None, link_options: Iterable[str] = ()) -> "Module":
-    """Compile CUDA C++ with NVRTC (through the disk cache) and load it into the current
-    Numba context. Arguments as for ``nbjit.compile_image``; ``module["fill<float>"]``
-    then finds a kernel by the name expression written. ``arch`` defaults to the device of
-    the current context; with ``arch`` given no GPU is needed until a kernel is used: where
-    there is none, the module loads on first use. ``lazy=True`` loads on first use always,
-    as ``nbjit.load(..., lazy=True)``. ``pch``: NVRTC precompiled headers, as for
-    ``compile_image`` (they change no output).
-    ``link``: inputs linked into it with link-time optimisation — Python device functions
-    ``(function, "float32(float32, float32)")``, LTO-IR, CUDA C++, relocatable device code —
-    and ``link_options`` for nvJitLink, as for ``nbjit.link_image`` (``output`` is then a cubin)."""
-    if keep_debug is not False or lazy is not False:  # (the defaults: nothing to check)
-        keep_debug, lazy = _flag(keep_debug, "keep_debug", NbjitCompileError), _flag(lazy, "lazy", NbjitCompileError)
-    from nbjit.loading.compiling import compile as compile_route  # (a cubin's or a bundle's route imports no compiler)
-    return compile_route(_place, source, name, name_expressions, headers, include_paths, options, arch, output,
-                         keep_debug, cache, lazy, pch, link, link_options)
-
-
-def compile_many(sources: Iterable, *, workers: int | None = None, keep_debug: bool = False, lazy: bool = False,
-                 **common) -> "list[Module]":
-    """Compile independent sources at once (threads, or worker processes: ``processes=``), each through
-    the cache, and load them into the current Numba context: Modules in the order given.
-    Items and arguments as for ``nbjit.toolchain.many_sources.compile_many`` (each a source, a ``.cu`` path
-    or a dict of ``compile``'s arguments); ``arch`` defaults to the current device's. With
-    ``arch`` given no GPU is needed until a kernel is used (where there is none, each module
-    loads on first use); ``lazy=True`` loads each on first use always. ``return_exceptions=True``:
-    a source that failed has its error in its place in the list, the others their Modules.
-
-    Raises
-    ------
-    NbjitCompileError: naming the first source that failed (its index and name); not with
-    ``return_exceptions=True``.
-    """
-    keep_debug, lazy = _flag(keep_debug, "keep_debug", NbjitCompileError), _flag(lazy, "lazy", NbjitCompileError)
-    from nbjit.loading.compiling import compile_many
-    return compile_many(_place, sources, workers, keep_debug, lazy, common)
-
-
-def _place(img: Image, ctx, lazy: bool, keep_debug: bool) -> "Module":
-    """A module of ``img``: loaded into ``ctx``, or waiting for first use where ``lazy``
-    (what ``loading.compiling`` makes of what it compiled)."""
-    return Module._pending(img, keep_debug) if lazy else _load_into(img, ctx, keep_debug)
-
-
-def from_numba(dispatcher: Any, signature: Any) -> Kernel:
-    """A ``@cuda.jit`` kernel as an nbjit ``Kernel``: compiled by Numba for ``signature``
-    (``"void(float32[::1], float32)"``, a tuple of Numba types, ...) and this device, loaded
-    into the current Numba context, launched by nbjit's launcher with the arguments the
-    Numba kernel takes (device arrays, numpy and Python scalars) at a fraction of Numba's
-    dispatch cost. Arrays are checked against the signature (dtype, ndim, layout). The
-    dispatcher may be numba-cuda's or numba-cuda-mlir's: its own package compiles it (with
-    its fastmath, lineinfo, launch bounds and optimisation), and its kernels' ABI is read.
-
-    Raises
-    ------
-    NbjitLoadError: not a kernel dispatcher, a device function, ``debug=True`` (Numba's
-    exception reporting), a cooperative kernel, one that links other code (``link=``) or
-    prepares its arguments (``extensions=``), or argument types nbjit cannot pass (the
-    message names the argument).
-    """
-    from nbjit.loading.compiling import from_numba
-    return from_numba(_place, _is_numba_name, dispatcher, signature)
-
-
-_WIRE_VERSION = 1
-# the modules most recently unpickled in this process: tasks of one graph (each unpickled on
-# its own) share one module, and a worker keeps it loaded between tasks
-_RESTORED: "collections.OrderedDict[tuple, Any]" = collections.OrderedDict()
-_RESTORED_KEEP = 16
-_RESTORING = threading.Lock()
-
-
-def wire(mod) -> tuple:
-    """``Module._wire``: the pickled form, plain data, the bytes compressed once per module."""
-    blob = mod._wire_blob
-    live = mod._live
-    data, kind = live.shipped if live is not None else (mod.image.data, mod.image.kind)
-    if blob is None:
-        if kind == "ptx":
-            data = data.rstrip(b"\0")
-        blob = mod._wire_blob = (_sha256(data), len(data), zlib.compress(data, 6))
-    img = mod.image
-    arch = None if img.arch is None else str(img.arch)  # (plain data: the text)
-    f = mod._facts
-    with f.lock:
-        facts = {"lowered_names": dict(f.names), "declarations": dict(f.decls), "numba": dict(f.numba)}
-    return (_WIRE_VERSION, img.name, kind, arch, *blob, {**facts, "keep_debug": mod.keep_debug})
-
-
-def restore(wire: tuple, pending: Callable) -> Any:
-    """``module._restore_module``: a pickled module (``wire``), made by ``pending(image,
-    keep_debug, numba)`` to wait for first use; the same object for the same bytes while it
-    is among the last ``_RESTORED_KEEP`` unpickled."""
-    if not isinstance(wire, tuple) or not wire or wire[0] != _WIRE_VERSION:
-        got = wire[0] if isinstance(wire, tuple) and wire else wire
-        raise NbjitLoadError(f"a pickled nbjit module of format {got!r}: this nbjit reads format {_WIRE_VERSION} "
-                             "(pickle and unpickle with the same nbjit version)")
-    _, name, kind, arch, sha, size, blob, facts = wire
-    key = (sha, facts["keep_debug"])
-    with _RESTORING:
-        mod = _RESTORED.get(key)
-        if mod is not None:
-            _RESTORED.move_to_end(key)
-    if mod is None:
-        d = zlib.decompressobj()
-        data = d.decompress(blob, size + 1)
-        if len(data) != size or _sha256(data) != sha:
-            raise NbjitLoadError(f"a pickled nbjit module ({name}): its bytes do not match their SHA-256 (the pickle "
-                                 "is damaged)")
-        img = Image(data, kind, name, None if arch is None else Arch.parse(arch), facts["lowered_names"], "",
-                    facts["declarations"])
-        mod = pending(img, facts["keep_debug"], facts["numba"])
-        with _RESTORING:
-            mod = _RESTORED.setdefault(key, mod)
-            while len(_RESTORED) > _RESTORED_KEEP:
-                _RESTORED.popitem(last=False)
-    mod._learn(facts["lowered_names"], facts["declarations"], facts["numba"])  # a later pickle may know more
-    return mod
-
-
-def loaded_again(mod, img: Image, keep_debug: bool) -> Any:
-    """``module._load_into`` of ``img`` where ``mod`` is loaded there from the same bytes
-    (another image object): ``mod``, with ``img``'s facts added; where ``img`` tells more
-    (``tells_more``), a module of ``img`` sharing ``mod``'s loaded copy."""
-    if tells_more(img, mod.image):
-        twin = type(mod)(img, keep_debug)
-        twin._attach(mod)  # (one handle, one state per kernel; its names and declarations join)
-        return twin
-    mod._learn(img.lowered_names, img.declarations)
-    return mod
-
-
 def tells_more(new: Image, old: Image) -> bool:
     """Whether ``new``, an image of the same bytes as ``old``, carries what its compiler
     reported that ``old`` lacks: ptxas's report (``-Xptxas=-v``: ``Image.resources``) or a
     log. (A cubin NVRTC made with ``-Xptxas=-v`` is byte for byte the one ``nvrtc``/``nvcc``
     made with it elsewhere: a file loaded earlier must not hide the compile's report.)"""
     return bool(new.resources and new.resources != old.resources) or bool(new.log and not old.log)
-
-
-def forget(live, names: Iterable[str]) -> None:
-    """Kernels of a module's live part (``module._Live``) to type afresh on next use (new
-    facts about them)."""
-    with live.lock:
-        for k in names:
-            live.states.pop(k, None)
-            live.typed.pop(k, None)
-
-
-def on_current_device(mod, load: Callable) -> Any:
-    """``Module.on_current_device``: ``mod``'s image loaded in the current context by
-    ``load`` (``module.load``), with ``mod``'s facts; ``mod`` where that is its own."""
-    if _driver.current_context_key() == mod._loaded().ctx_key:
-        return mod
-    twin = load(mod.image, keep_debug=mod.keep_debug)
-    f = mod._facts
-    twin._learn(f.names, f.decls, f.numba)
-    return twin
-
-
-def module_repr(mod) -> str:
-    """``Module.__repr__``."""
-    live = mod._live
-    if live is None:
-        return f"<nbjit.Module {mod.name} ({mod.image.kind}): loads on first use>"
-    route = f", {live.route}" if live.route else ""
-    return f"<nbjit.Module {mod.name} ({live.kind}{route}) on device {live.device}: {len(live.kernels)} kernels>"
 
 
 _NO_SPACE = Pattern(r"\s+")
@@ -779,17 +688,6 @@ def from_driver(name: str, params: list[tuple[int, int]] | None) -> KernelInfo:
     return KernelInfo(name, KernelSignature(tuple(ps), end))
 
 
-def get_global(mod, name: str) -> "DeviceGlobal":
-    """``Module.get_global``: the variable ``name`` of ``mod`` (loaded first)."""
-    live = mod._loaded()
-    g = _driver.get_global(live.handle, mod._facts.names.get(name, name))
-    if g is None:
-        src = live.ptx or live.info
-        names = [v.name for v in getattr(src, "globals", ()) if getattr(v, "size", None)]
-        raise KernelNotFoundError(f"no global {name!r} in {mod.name}; it has: {', '.join(names) or '(none)'}")
-    return DeviceGlobal(name, g[0], g[1], mod)
-
-
 @record
 class DeviceGlobal:
     """A module-scope ``__device__`` / ``__constant__`` variable: its device address and size."""
@@ -797,7 +695,7 @@ class DeviceGlobal:
     name: str
     ptr: int
     size: int
-    module: "Module"  # noqa: F821 (nbjit.loading.module's: this imports no module)
+    module: Module
 
     def as_array(self, dtype: Any, shape: int | tuple[int, ...] | None = None) -> Any:
         """A device array of the Numba host nbjit serves (numba-cuda's ``DeviceNDArray``, or

@@ -21,7 +21,7 @@ from nbjit.read.image import Image
 from nbjit.toolchain import nvrtc
 from nbjit.toolchain.identity import _toolchain_fingerprint
 from nbjit.toolchain.nvrtc import (
-    _ROUTE, CompileJob, _derive_facts, _finish, _left_running, _no_interrupts_here, _prepare, _wait, compile_image,
+    _ROUTE, CompileJob, _derive_facts, _finish, _called, _left_running, _no_interrupts_here, _wait, compile_image,
     supported_archs)
 from nbjit.toolchain.request import SOURCE_SUFFIXES, CompileRequest, read_once
 
@@ -155,8 +155,9 @@ def compile_many(sources: Iterable, *, workers: int | None = None, processes: bo
 
 def _many_jobs(sources, common: dict) -> list:
     """``compile_many``'s items as ``(source, compile_image's arguments)``, checked before
-    anything compiles."""
+    anything compiles; an item that names no architecture is for the current device's."""
     jobs = []
+    device = None
     for i, s in enumerate(read_once(sources) if not isinstance(sources, (str, bytes, os.PathLike)) else (sources,)):
         kw = dict(common)
         if isinstance(s, Mapping):
@@ -169,6 +170,11 @@ def _many_jobs(sources, common: dict) -> list:
             where = f"item {i}" if any(k not in common for k in unknown) else "the call"
             raise NbjitCompileError(f"compile_many: {where}: no argument {', '.join(map(repr, unknown))} "
                                     f"(compile_image takes {', '.join(_IMAGE_ARGS)})")
+        if kw.get("arch") is None:
+            if device is None:
+                from nbjit.gpu.host import current_host  # (a named architecture needs no driver, nor Numba)
+                device = current_host().device_arch()
+            kw["arch"] = device
         jobs.append((s, kw))
     return jobs
 
@@ -239,7 +245,7 @@ def _through_worker(route: tuple, job: CompileJob) -> CacheEntry:
             pool.release(taken[0])
 
 
-# compile_image's keyword arguments and their defaults, in its (and _prepare's) order
+# compile_image's keyword arguments and their defaults, in its (and _called's) order
 _IMAGE_ARGS = compile_image.__kwdefaults__
 
 
@@ -291,11 +297,13 @@ class _Feed:
         """Source ``i``: its image (the memo's, or the cache's), or left to a thread (a remote
         tier), or queued for a worker."""
         try:  # (its keys are compile_image's: compile_many refused others)
-            job, img = _prepare(source, *(kw.get(a, d) for a, d in _IMAGE_ARGS.items()))
-            if img is None and job.cache.remote is not None:
+            call = _called(source, *(kw.get(a, d) for a, d in _IMAGE_ARGS.items()))
+            img = call.recalled()
+            if img is None and call.cache.remote is not None:
                 self.left.append(i)
                 return
             if img is None:
+                job = call.job()
                 entry = job.cache.lookup(job.key, lambda e: _derive_facts(e, job.request))
                 img = _finish(entry, job, 5) if entry is not None else None
         except Exception as e:

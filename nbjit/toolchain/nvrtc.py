@@ -74,12 +74,11 @@ def compile_image(source: str, *, name: str | None = None, name_expressions: Ite
                   options: Iterable[str] = (), arch: Arch | str | None = None, output: str = "auto",
                   cache: Cache | None = None, pch: bool | str | None = None) -> Image:
     """Compile CUDA C++ with NVRTC to an ``Image`` (cubin or PTX) for ``arch``, loading
-    nothing: no GPU is needed. (``nbjit.compile_image`` is this function, with the current
-    device's architecture where ``arch`` is not given.)
+    nothing: no GPU is needed where ``arch`` is given.
 
     Parameters
     ----------
-    source: CUDA C++ text.
+    source: CUDA C++ text, or a ``.cu`` file's path.
     name: the source's name in messages and line info (default ``"kernel.cu"``).
     name_expressions: kernels to instantiate and find by the expression written
         (``"fill<float>"``); their mangled names are in ``image.lowered_names``.
@@ -88,8 +87,8 @@ def compile_image(source: str, *, name: str | None = None, name_expressions: Ite
     options: further NVRTC options (``-std=c++17``, ``-DN=4``, ``--use_fast_math`` ...).
         ``options``, ``name_expressions`` and ``include_paths`` are lists; one str alone is one item
         (options in one str are split as a shell splits them).
-    arch: ``"sm_90"``, ``"sm_90a"``, ``"compute_90"`` or an ``Arch``: what to compile for (here
-        it must be given; ``nbjit.compile_image`` takes the current device's where it is not).
+    arch: ``"sm_90"``, ``"sm_90a"``, ``"compute_90"`` or an ``Arch``: what to compile for;
+        default: the current device's architecture (the one case that needs a GPU).
     output: ``"auto"`` (a cubin where this NVRTC can target the arch, else PTX), ``"cubin"``
         or ``"ptx"``.
     cache: a ``nbjit.Cache`` (default: ``nbjit.default_cache()``).
@@ -101,12 +100,18 @@ def compile_image(source: str, *, name: str | None = None, name_expressions: Ite
 
     Raises
     ------
-    NbjitCompileError: NVRTC rejected the source (with its log, options and source name), no
-    architecture or one it cannot compile for, or an argument of the wrong kind (named).
+    NbjitCompileError: NVRTC rejected the source (with its log, options and source name), an
+    architecture it cannot compile for, or an argument of the wrong kind (named).
+    NbjitLoadError: no ``arch`` and no usable GPU (the message says to give ``arch=``).
     """
-    job, img = _prepare(source, name, name_expressions, headers, include_paths, options, arch, output, cache, pch)
+    if arch is None:
+        from nbjit.gpu.host import current_host  # (a named architecture needs no driver, nor Numba)
+        arch = current_host().device_arch()
+    call = _called(source, name, name_expressions, headers, include_paths, options, arch, output, cache, pch)
+    img = call.recalled()
     if img is not None:
         return img
+    job = call.job()
     through = getattr(_ROUTE, "make", None)  # (compile_many's process route: job -> entry)
     entry = job.entry(_run_nvrtc) if through is None else through(job)
     return _finish(entry, job, 3)
@@ -120,23 +125,59 @@ def compile_key(source: str, *, name: str | None = None, name_expressions: Itera
     for a source that is never cached (an ``#include`` through a macro)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", NbjitWarning)
-        job, _ = _prepare(source, name, name_expressions, headers, include_paths, options, arch, output, Cache(None),
-                          None)
+        job = _called(source, name, name_expressions, headers, include_paths, options, arch, output, Cache(None),
+                      None).job()
     if job.walk.unknown is not None:
         raise NbjitCompileError(uncached_warning(job.request.name, job.walk.unknown))
     return job.key
 
 
 @record(frozen=False, eq=False)
+class CompileCall:
+    """A ``compile_image`` call, its arguments read once (a generator is read by the memo's
+    key and would reach NVRTC empty) and checked as far as the memo of calls needs:
+    ``recalled`` asks the memo, ``job`` makes the rest of the request ready.
+
+    Whether a compile was made before is answered in these two steps, in this order: the
+    memo of calls (``recalled``: one dictionary look-up in this process, nothing hashed;
+    ``nbjit.compile`` keeps its own of the modules a call made, per context), then the
+    cache under the compile's key (``CompileJob.entry``: ``Cache.get_or_create`` asks its
+    memory, its directory, then its remote tier, under the key's lock)."""
+
+    source: str
+    name: str | None
+    name_expressions: Iterable[str]
+    headers: Mapping[str, str] | None
+    include_paths: Iterable[str]
+    options: Iterable[str]
+    arch: object
+    output: str
+    pch: object
+    cache: Cache
+    memo: tuple | None  # the memo's key (None: not remembered, its result may change between calls)
+
+    def recalled(self) -> Image | None:
+        """The image this call made before in this process, or None."""
+        return None if self.memo is None else self.cache.recall(self.memo)
+
+    def job(self) -> CompileJob:
+        """The request checked in full, what the source reads and the key: the job to find or
+        make the entry (uncached, with a warning, where a macro names an included file)."""
+        req = _request(self.source, self.name, self.name_expressions, self.headers, self.include_paths, self.options,
+                       self.arch, self.output, _pch.pch_mode(self.pch), self.cache._root)
+        walk = includes_of(req)
+        cache = self.cache
+        if walk.unknown is not None:
+            warnings.warn(uncached_warning(req.name, walk.unknown), NbjitWarning, stacklevel=3)
+            cache = Cache(None)
+        return CompileJob(req, walk, _key(req, walk), cache, self.memo if walk.repeatable else None)
+
+
+@record(frozen=False, eq=False)
 class CompileJob:
     """One ``compile_image`` call made ready: the checked request, what the source reads
-    (``walk``), the cache key, the cache it goes through, and the call it is remembered by
-    (None: not remembered, its result may change between two calls).
-
-    Whether it was compiled before is answered in one place, ``entry``: the cache's
-    memory, its directory, then its remote tier, under the key's lock (``Cache.get_or_create``);
-    the call's own memo (``Cache.recall``: one dictionary look-up, nothing hashed) comes first,
-    in ``_prepare``."""
+    (``walk``), the cache key, the cache it goes through, and the memo's key it is
+    remembered by (None: not remembered, its result may change between two calls)."""
 
     request: "CompileRequest"
     walk: IncludeWalk
@@ -145,35 +186,26 @@ class CompileJob:
     call: tuple | None
 
     def entry(self, make) -> CacheEntry:
-        """The entry of this compile: found, or made by ``make(request)`` and kept."""
+        """The entry of this compile: found (memory, directory, remote tier), or made by
+        ``make(request)`` and kept."""
         req = self.request
         return self.cache.get_or_create(self.key, lambda: make(req), lambda e: _derive_facts(e, req))
 
 
-def _prepare(source, name, name_expressions, headers, include_paths, options, arch, output, cache,
-             pch) -> "tuple[CompileJob | None, Image | None]":
-    """``compile_image``'s arguments checked: (None, the image) where the call's memo has it,
-    else (the job, None)."""
+def _called(source, name, name_expressions, headers, include_paths, options, arch, output, cache,
+            pch) -> CompileCall:
+    """``compile_image``'s arguments as a ``CompileCall``: the source's text (a path read),
+    lists read once, the cache and ``pch`` checked, the memo's key."""
     source, name, include_paths = source_text(source, name, include_paths)
     if pch is not None:  # (before the memo, which does not hold it)
         _pch.check_arg(pch)
     if cache is not None and not isinstance(cache, Cache):
         raise NbjitCompileError(f"cache must be an nbjit.Cache (or None for the default), not {type(cache).__name__}")
-    # read once: a generator would be consumed by the memo's key below and reach NVRTC empty
     name_expressions, options = read_once(one_or_many(name_expressions)), read_once(option_list(options))
     include_paths = read_once(include_paths)
-    cache = cache or default_cache()
-    call = _call(source, name, name_expressions, headers, include_paths, options, arch, output)
-    hit = cache.recall(call) if call is not None else None
-    if hit is not None:
-        return None, hit
-    req = _request(source, name, name_expressions, headers, include_paths, options, arch, output,
-                   _pch.pch_mode(pch), cache._root)
-    walk = includes_of(req)
-    if walk.unknown is not None:
-        warnings.warn(uncached_warning(req.name, walk.unknown), NbjitWarning, stacklevel=3)
-        cache = Cache(None)
-    return CompileJob(req, walk, _key(req, walk), cache, call if walk.repeatable else None), None
+    memo = _call(source, name, name_expressions, headers, include_paths, options, arch, output)
+    return CompileCall(source, name, name_expressions, headers, include_paths, options, arch, output, pch,
+                       cache or default_cache(), memo)
 
 
 def _call(source, name, name_expressions, headers, include_paths, options, arch, output) -> tuple | None:

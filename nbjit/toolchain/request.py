@@ -14,7 +14,7 @@ from typing import Iterable, Mapping
 
 from nbjit.arch import Arch
 from nbjit.errors import NbjitCompileError
-from nbjit.read.image import read_regular
+from nbjit.files import read_regular
 from nbjit.records import record
 from nbjit.toolchain.identity import cccl_include_dir, cuda_include_dir
 
@@ -141,8 +141,7 @@ def _arch_for(arch: "Arch | str | None", name: str) -> Arch:
         return arch
     if arch is None:
         raise NbjitCompileError(
-            f"{name}: no architecture to compile for: give arch= (e.g. 'sm_90'); nbjit.compile_image, nbjit.compile "
-            "and nbjit.compile_many take the current device's where none is given")
+            f"{name}: no architecture to compile for: give arch= (e.g. 'sm_90')")
     a = arch.strip().lower() if isinstance(arch, str) else None  # (as the command line reads --arch SM_90)
     if a is None or not _ARCH_NAME.fullmatch(a):
         raise NbjitCompileError(f"{name}: arch {arch!r} is not an architecture (expected e.g. 'sm_90', 'sm_90a', "

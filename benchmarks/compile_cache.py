@@ -17,7 +17,7 @@ nbjit's own code does on these paths, none of the driver's time.
 there: ``python setup.py build_ext --inplace`` in a checkout of that commit, the ``.so``
 copied), with the paired difference of the warm starts, process by process (the host's speed
 moves by more than a code change between runs; within one turn both meet the same).
-``--stand-in`` with a baseline needs one from 2026-12-02 on (``nbjit.gpu.host``).
+``--stand-in`` with a baseline needs one laid out by stage (``nbjit.gpu.host``, ``nbjit.launch``).
 Each process also times a fixed pure-Python workload right after (the host's speed at that
 moment: building and sorting a dict, the best of 5), because on a shared machine
 the same code's warm start moves with the host by a factor of two (1.0 ms here could be 1.4 ms
@@ -68,7 +68,7 @@ import nbjit
 nbjit.compile  # (import nbjit is lazy: this imports what compile needs, which counts as imports)
 if sys.argv[2:] == ["stand-in"]:  # no GPU: the driver's calls answer at once (nbjit's code alone is timed)
     import types
-    from nbjit.launch import kernel
+    from nbjit.launch import launchers
     from nbjit.gpu import driver as _driver
     from nbjit.gpu.host import current_host
     ctx = types.SimpleNamespace(device=types.SimpleNamespace(id=0, compute_capability=(9, 0)), handle=7)
@@ -80,7 +80,7 @@ if sys.argv[2:] == ["stand-in"]:  # no GPU: the driver's calls answer at once (n
     _driver.unload_module = lambda handle: None
     _driver.get_function = lambda handle, name: 2
     _driver.param_info = lambda func: None
-    kernel._MULTI[0] = False
+    launchers._MULTI[0] = False
 else:
     from numba import cuda
     cuda.current_context()

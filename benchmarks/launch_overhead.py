@@ -146,7 +146,7 @@ def main() -> None:
     arr_addr = ctypes.addressof(arr)
     func = comp.handle
     launch = cu.cuLaunchKernel
-    from nbjit.launch.kernel import stream_handle
+    from nbjit.gpu.driver import stream_handle
     for label, h in (("default stream", cu.CUstream(0)), (f"{who} stream", stream_handle(s))):
         t.add(f"floor: cuLaunchKernel, pre-packed, {label}",
               lambda h=h: launch(func, GRID, 1, 1, BLOCK, 1, 1, 0, h, arr_addr, 0), sync, group="floor")
@@ -287,7 +287,7 @@ def mlir_rows(t: Table, comp, routes: dict, tadd, launch, func, arr_addr) -> Non
     from numba_cuda_mlir import cuda as mcuda
 
     import nbjit
-    from nbjit.launch.kernel import stream_handle
+    from nbjit.gpu.driver import stream_handle
     x = mcuda.to_device(np.arange(N, dtype=np.float32))
     y = mcuda.to_device(np.zeros(N, dtype=np.float32))
     out = mcuda.device_array(N, np.float32)

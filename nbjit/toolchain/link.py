@@ -511,6 +511,14 @@ def link_image(source: str | os.PathLike, link: Iterable[Any] | Any, *, name: st
     if hit is not None:
         return hit  # type: ignore[return-value]
 
+    return _link(call, text, name, exprs, headers, include_paths, options, target, link_opts, inputs, pch, cache)
+
+
+def _link(call, text, name, exprs, headers, include_paths, options, target, link_opts, inputs, pch,
+          cache) -> Image:
+    """``link_image`` past the memo: each input made LTO-IR (through the cache), the key of
+    the link, the linked cubin found or made by nvJitLink, remembered for ``call`` where no
+    source read a header on disk."""
     pch_mode = _pch.pch_mode(pch)
     main, req, again = _nvrtc_ltoir(text, name, exprs, headers, include_paths, options, target, pch_mode, cache)
     parts, decls, producers, pythons, same = _lto_parts(

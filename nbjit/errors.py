@@ -1,7 +1,10 @@
 """nbjit's exception hierarchy: everything nbjit raises on bad input derives from NbjitError."""
 from __future__ import annotations
 
+import os
 import re
+import sys
+import warnings
 
 __all__ = [
     "NbjitError",
@@ -135,6 +138,18 @@ class BundleError(NbjitError, ValueError):
 
 class NbjitWarning(UserWarning):
     """Something nbjit did on the user's behalf that they may want to know about."""
+
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def warn(message: str) -> None:
+    """An ``NbjitWarning`` naming the user's line: the innermost frame outside nbjit's
+    package (however deep nbjit's own calls ran; in a thread nbjit started, its outermost)."""
+    depth, frame = 1, sys._getframe(1)
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame, depth = frame.f_back, depth + 1
+    warnings.warn(message, NbjitWarning, stacklevel=depth + 1)
 
 
 def install_hint(extra: str) -> str:

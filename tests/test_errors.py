@@ -69,3 +69,27 @@ def test_a_compile_error_in_a_spawn_worker_reaches_the_parent():
     with ctx.Pool(1) as pool:
         with pytest.raises(nbjit.CompileFailure, match="undefined_thing"):
             pool.apply_async(_compile_bad).get(timeout=120)
+
+
+def test_a_warning_names_the_users_line_however_deep_nbjit_ran(tmp_path):
+    """``errors.warn`` skips nbjit's own frames: the warning of a compile that made no kernel
+    names the line that called ``compile_image``, and that of a link input reached through
+    ``link_image``'s helpers the line that called ``link_image``."""
+    import warnings
+    no_kernel = "__device__ float twice(float x) { return 2 * x; }\n"
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        nbjit.compile_image(no_kernel, arch="sm_90", cache=nbjit.Cache(tmp_path))
+        line = __import__("inspect").currentframe().f_lineno - 1
+    ours = [x for x in w if issubclass(x.category, nbjit.NbjitWarning)]
+    assert [(x.filename, x.lineno) for x in ours] == [(__file__, line)], [str(x.message) for x in ours]
+    (tmp_path / "h.cuh").write_text("\n")
+    (tmp_path / "op.cu").write_text('#define H "h.cuh"\n#include H\n'
+                                    'extern "C" __device__ float op(float x) { return x; }\n')
+    main = 'extern "C" __device__ float op(float);\nextern "C" __global__ void k(float* y) { y[0] = op(y[0]); }\n'
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        nbjit.link_image(main, [str(tmp_path / "op.cu")], arch="sm_90", cache=nbjit.Cache(tmp_path / "c"))
+        line = __import__("inspect").currentframe().f_lineno - 1
+    ours = [x for x in w if issubclass(x.category, nbjit.NbjitWarning)]
+    assert ours and {(x.filename, x.lineno) for x in ours} == {(__file__, line)}, [str(x.message) for x in ours]

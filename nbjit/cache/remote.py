@@ -16,10 +16,9 @@ import re
 import secrets
 import threading
 import time
-import warnings
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from nbjit.errors import NbjitCacheError, NbjitWarning, install_hint
+from nbjit.errors import NbjitCacheError, install_hint, warn
 
 __all__ = ["RemoteTier", "REMOTE_ENV", "REMOTE_WRITE_ENV"]
 
@@ -41,7 +40,7 @@ class _Unavailable(Exception):
 
 
 def _warn(msg: str) -> None:
-    warnings.warn(msg, NbjitWarning, stacklevel=5)
+    warn(msg)
 
 
 class RemoteTier:

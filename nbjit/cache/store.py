@@ -20,7 +20,6 @@ import re
 import stat
 import threading
 import time
-import warnings
 from collections import OrderedDict
 from dataclasses import replace
 from pathlib import Path
@@ -31,7 +30,7 @@ from nbjit.cache.entries import (
     FORMAT_VERSION, KEY_SCHEMA_VERSION, PCH_DIR, PCH_NAME, CacheEntry, _decode, _encode, _encode_digest, _mark,
     _new_temporary, _read_entry, _remove, _with, cache_key, entry_file, writer_alive)
 from nbjit.cache.locks import _key_lock, _remove_lock, _writer_alive
-from nbjit.errors import NbjitCacheError, NbjitWarning
+from nbjit.errors import NbjitCacheError, warn
 from nbjit.records import field, record
 
 if TYPE_CHECKING:
@@ -66,7 +65,7 @@ _PRUNE_TO = 0.9
 
 
 def _warn(msg: str) -> None:
-    warnings.warn(msg, NbjitWarning, stacklevel=4)
+    warn(msg)
 
 
 class Cache:

@@ -32,12 +32,11 @@ import importlib.util
 import os
 import sys
 import threading
-import warnings
 from types import ModuleType
 from typing import Any, Callable, Collection, Mapping, Sequence
 
 from nbjit.arch import Arch
-from nbjit.errors import NbjitHostError, NbjitLoadError, NbjitWarning, install_hint
+from nbjit.errors import NbjitHostError, NbjitLoadError, install_hint, warn
 from nbjit.gpu import driver as _driver
 
 __all__ = ["Host", "NumbaCuda", "NumbaCudaMlir", "HOSTS", "ENV", "current_host", "use_host", "choose", "host_of",
@@ -335,7 +334,7 @@ def current_host() -> Host:
                 h = choose(HOSTS, sys.modules, wanted)
                 both = [x.name for x in HOSTS if x.package in sys.modules]
                 if wanted is None and len(both) > 1:
-                    warnings.warn(both_imported(h, both, HOSTS, ENV), NbjitWarning, stacklevel=3)
+                    warn(both_imported(h, both, HOSTS, ENV))
                 _CHOSEN.append(h)
     return _CHOSEN[0]
 

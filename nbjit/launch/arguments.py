@@ -85,21 +85,21 @@ class _Rule:
         elif t in _FLOAT_FORMAT and p.count is None and not self.tensor_map:
             self.fmt, self.slow = _FLOAT_FORMAT[t], self.floating
         elif t == "numba_array" or t in _RARE or self.tensor_map or p.count is not None:
-            from nbjit.launch import arguments as x  # (the rules few kernels need: each a converter made once)
+            # the rules few kernels need (below): each a converter made once
             if t == "numba_array":
-                self.fmt, conv = f"{size}s", x.numba_array(self, _EXTRACTORS, device_pointer)
+                self.fmt, conv = f"{size}s", numba_array(self, _EXTRACTORS, device_pointer)
             elif t in ("c8", "c16"):
-                self.fmt, conv = f"{size}s", x.complex_number(self)
+                self.fmt, conv = f"{size}s", complex_number(self)
             elif self.tensor_map:
-                self.fmt, conv = f"{size}s", x.tensor_map_value(self)
+                self.fmt, conv = f"{size}s", tensor_map_value(self)
             elif p.count is not None or t == "b128":
-                self.fmt, conv = f"{size}s", x.blob(self)
+                self.fmt, conv = f"{size}s", blob(self)
             elif t == "unknown":
-                self.fmt, conv = f"{size}s", x.unknown(self)
+                self.fmt, conv = f"{size}s", unknown(self)
             elif t == "bf16":
-                self.fmt, conv = "H", x.bf16(self)
+                self.fmt, conv = "H", bf16(self)
             else:  # .pred
-                self.fmt, conv = "B", x.pred(self)
+                self.fmt, conv = "B", pred(self)
             self.fast = self.slow = conv
         else:  # u*, s*, b*
             kind = "u" if t[0] in "ub" else "s"
@@ -306,10 +306,6 @@ def _kind(p: Param) -> str:
 
 
 Converter = Callable[[Any], Any]
-
-
-def _is_float(v) -> bool:
-    return isinstance(v, (float, np.floating))
 
 
 def _c_strides(shape: tuple, itemsize: int) -> tuple:

@@ -5,13 +5,12 @@ from __future__ import annotations
 import collections
 import threading
 import types
-import warnings
 import weakref
 import zlib
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from nbjit.arch import Arch
-from nbjit.errors import KernelNotFoundError, NbjitArgumentError, NbjitLoadError, NbjitWarning
+from nbjit.errors import KernelNotFoundError, NbjitArgumentError, NbjitLoadError, warn
 from nbjit.gpu import driver as _driver
 from nbjit.gpu.host import current_host
 from nbjit.launch.kernel import Kernel, _State
@@ -208,7 +207,7 @@ class Module:
         mod = cls(img, keep_debug)
         mod._live = _Live(img, ctx, prepared, loaded, mod._facts)
         if prepared.note:
-            warnings.warn(prepared.note, NbjitWarning, stacklevel=3)
+            warn(prepared.note)
         return mod
 
     def _loaded(self) -> _Live:

@@ -13,14 +13,13 @@ import os
 import re
 import sys
 import types
-import warnings
 from typing import Any, Iterable, Mapping
 
 from nbjit.files import read_file
 from nbjit.arch import Arch
 from nbjit.cache.entries import CacheEntry, cache_key
 from nbjit.cache.store import Cache, default_cache
-from nbjit.errors import LinkFailure, NbjitCompileError, NbjitError, NbjitWarning, install_hint
+from nbjit.errors import LinkFailure, NbjitCompileError, NbjitError, install_hint, warn
 from nbjit.params.cdecl import CParam, scalar_facts, shown_name
 from nbjit.params.declarations import DeviceDeclaration, device_declarations, parse_ctype
 from nbjit.read.image import Image, content_digest
@@ -344,7 +343,7 @@ def _nvrtc_ltoir(text: str, name: str, exprs, headers, include_paths, options, a
     req = dataclasses.replace(req, output="ltoir", options=opts)
     walk = nvrtc.includes_of(req)
     if walk.unknown is not None:
-        warnings.warn(nvrtc.uncached_warning(req.name, walk.unknown), NbjitWarning, stacklevel=4)
+        warn(nvrtc.uncached_warning(req.name, walk.unknown))
         cache = Cache(None)
     return cache.get_or_create(nvrtc._key(req, walk), lambda: nvrtc._run_nvrtc(req)), req, walk.repeatable
 

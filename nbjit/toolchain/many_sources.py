@@ -113,6 +113,7 @@ def compile_many(sources: Iterable, *, workers: int | None = None, processes: bo
         raise NbjitCompileError(f"compile_many: processes must be True, False or None, not {processes!r}")
     if type(return_exceptions) is not bool:
         raise NbjitCompileError(f"compile_many: return_exceptions must be True or False, not {return_exceptions!r}")
+    _for_the_device(jobs)
     route = None
     if processes or (processes is None and n >= PROCESS_ROUTE_MIN):
         if os.name == "posix":  # (the workers' pipes are waited on with select)
@@ -155,9 +156,8 @@ def compile_many(sources: Iterable, *, workers: int | None = None, processes: bo
 
 def _many_jobs(sources, common: dict) -> list:
     """``compile_many``'s items as ``(source, compile_image's arguments)``, checked before
-    anything compiles; an item that names no architecture is for the current device's."""
+    anything compiles."""
     jobs = []
-    device = None
     for i, s in enumerate(read_once(sources) if not isinstance(sources, (str, bytes, os.PathLike)) else (sources,)):
         kw = dict(common)
         if isinstance(s, Mapping):
@@ -170,13 +170,19 @@ def _many_jobs(sources, common: dict) -> list:
             where = f"item {i}" if any(k not in common for k in unknown) else "the call"
             raise NbjitCompileError(f"compile_many: {where}: no argument {', '.join(map(repr, unknown))} "
                                     f"(compile_image takes {', '.join(_IMAGE_ARGS)})")
-        if kw.get("arch") is None:
-            if device is None:
-                from nbjit.gpu.host import current_host  # (a named architecture needs no driver, nor Numba)
-                device = current_host().device_arch()
-            kw["arch"] = device
         jobs.append((s, kw))
     return jobs
+
+
+def _for_the_device(jobs: list) -> None:
+    """Items that name no architecture compiled for the current device's (as
+    ``compile_image``), asked once; with every architecture named, no device is asked."""
+    if any(kw.get("arch") is None for _, kw in jobs):
+        from nbjit.gpu.host import current_host  # (a named architecture needs no driver, nor Numba)
+        device = current_host().device_arch()
+        for _, kw in jobs:
+            if kw.get("arch") is None:
+                kw["arch"] = device
 
 
 def _label(s, kw: dict) -> str:
@@ -305,7 +311,7 @@ class _Feed:
             if img is None:
                 job = call.job()
                 entry = job.cache.lookup(job.key, lambda e: _derive_facts(e, job.request))
-                img = _finish(entry, job, 5) if entry is not None else None
+                img = _finish(entry, job) if entry is not None else None
         except Exception as e:
             self.results[i] = None, e
             return
@@ -322,8 +328,8 @@ class _Feed:
     def done(self, item, entry=None, error=None) -> None:
         for i, job in self.waiting.pop(item[0]):
             if error is None:
-                try:  # (a warning names compile_many's caller: _finish, done, receive, ..., compile_many)
-                    self.results[i] = _finish(entry, job, 8), None
+                try:
+                    self.results[i] = _finish(entry, job), None
                 except Exception as e:
                     self.results[i] = None, e
             else:

@@ -19,7 +19,7 @@ from nbjit.arch import Arch, existence_problem
 from nbjit.cache.entries import CacheEntry, cache_key
 from nbjit.cache.facts import Facts
 from nbjit.cache.store import Cache, default_cache
-from nbjit.errors import CompileFailure, NbjitCompileError, NbjitWarning, install_hint
+from nbjit.errors import CompileFailure, NbjitCompileError, NbjitWarning, install_hint, warn
 from nbjit.params.declarations import source_declarations
 from nbjit.params.signature import typed_entries
 from nbjit.read.cubin import inspect_cubin
@@ -114,7 +114,7 @@ def compile_image(source: str, *, name: str | None = None, name_expressions: Ite
     job = call.job()
     through = getattr(_ROUTE, "make", None)  # (compile_many's process route: job -> entry)
     entry = job.entry(_run_nvrtc) if through is None else through(job)
-    return _finish(entry, job, 3)
+    return _finish(entry, job)
 
 
 def compile_key(source: str, *, name: str | None = None, name_expressions: Iterable[str] = (),
@@ -168,7 +168,7 @@ class CompileCall:
         walk = includes_of(req)
         cache = self.cache
         if walk.unknown is not None:
-            warnings.warn(uncached_warning(req.name, walk.unknown), NbjitWarning, stacklevel=3)
+            warn(uncached_warning(req.name, walk.unknown))
             cache = Cache(None)
         return CompileJob(req, walk, _key(req, walk), cache, self.memo if walk.repeatable else None)
 
@@ -246,15 +246,14 @@ def includes_of(req: "CompileRequest", source: str | None = None) -> IncludeWalk
                          ours, req.options)
 
 
-def _finish(entry: CacheEntry, job: CompileJob, stacklevel: int) -> Image:
+def _finish(entry: CacheEntry, job: CompileJob) -> Image:
     """``compile_image``'s second half: the image of the entry found or made (warned of where
-    it holds no kernel: ``stacklevel`` names the user's call), remembered for its call."""
+    it holds no kernel), remembered for its call."""
     img = _image(entry, job.request)
     if _no_kernels(img):
-        warnings.warn(f"{img.name}: NVRTC compiled no kernel (the {img.kind} for {img.arch} holds none): a template "
-                      "kernel is compiled only where it is instantiated (name_expressions=['kern<float>']; on the "
-                      "command line --expr 'kern<float>'), and a kernel is declared __global__", NbjitWarning,
-                      stacklevel=stacklevel)
+        warn(f"{img.name}: NVRTC compiled no kernel (the {img.kind} for {img.arch} holds none): a template kernel is "
+             "compiled only where it is instantiated (name_expressions=['kern<float>']; on the command line --expr "
+             "'kern<float>'), and a kernel is declared __global__")
     if job.call is not None:
         job.cache.remember(job.call, img)
     return img

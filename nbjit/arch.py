@@ -124,18 +124,22 @@ ArchLike = Arch | str | int | tuple[int, int]
 # The compute capabilities of the chips NVIDIA has shipped (CUDA 13's list; sm_101 was renamed
 # sm_110). A number between them names no device; one above the last may be a newer chip.
 SHIPPED = (50, 52, 53, 60, 61, 62, 70, 72, 75, 80, 86, 87, 88, 89, 90, 100, 101, 103, 107, 110, 120, 121)
+# chips older CUDAs built for (Fermi, Kepler): they exist, a fatbin may hold their code, and a
+# compiler says whether it still builds for them
+RETIRED = (20, 21, 30, 32, 35, 37)
 # CUDA has arch-specific ('a') builds from sm_90 on and family ('f') builds from sm_100 on.
 VARIANTS_FROM = {"a": 90, "f": 100}
 
 
 def existence_problem(arch: Arch, near: "Sequence[int]" = SHIPPED) -> str | None:
     """Why ``arch`` names no chip CUDA builds for (``sm_91``, ``sm_89a``, ``sm_90f``), or None
-    where it names a shipped chip or one newer than every shipped chip; the architectures it
-    suggests are drawn from ``near`` (a compiler's own list: only what it compiles for)."""
+    where it names a shipped chip (a retired one too: ``sm_35``) or one newer than every
+    shipped chip (a chip to come); the architectures it suggests are drawn from ``near`` (a
+    compiler's own list: only what it compiles for)."""
     if arch.variant and arch.number < VARIANTS_FROM[arch.variant]:
         kind = "arch-specific ('a')" if arch.variant == "a" else "family ('f')"
         return f"{kind} builds exist from sm_{VARIANTS_FROM[arch.variant]}{arch.variant} on"
-    if arch.number not in SHIPPED and arch.number < SHIPPED[-1]:
+    if arch.number not in SHIPPED and arch.number not in RETIRED and arch.number < SHIPPED[-1]:
         prefix = "compute" if arch.virtual else "sm"
         near = ", ".join(f"{prefix}_{n}" for n in near if abs(n - arch.number) <= 10)
         return "no chip has that compute capability" + (f" (near it: {near})" if near else "")

@@ -894,7 +894,7 @@ def test_cache_only_says_when_nothing_was_stored(tmp_path):
                                        capture_output=True, text=True, env={**os.environ, **env}, timeout=120)
     r = run(NBJIT_CACHE="0")
     assert r.returncode == 2 and r.stderr == ("nbjit compile: error: --cache-only would store nothing: the disk cache "
-                                              "is off (NBJIT_CACHE=0); set NBJIT_CACHE_DIR to a writable directory\n")
+                                              "is off (NBJIT_CACHE=0); unset NBJIT_CACHE (or set it to 1)\n")
     r = run(NBJIT_CACHE_DIR=str(cu / "cache"))  # under a file: cannot be made (said in one line, before NVRTC)
     assert r.returncode == 2 and r.stderr == (f"nbjit compile: error: --cache-only would store nothing: the cache "
                                               f"directory {cu / 'cache'} cannot be written (Not a directory); set "
@@ -1478,3 +1478,46 @@ def test_bundle_says_what_a_file_is_before_the_arch_rule(content, tmp_path):
     r = nbjit("bundle", "--arch", "sm_90", str(f), "-o", str(tmp_path / "x.nbjit"))
     assert r.returncode == 2 and "drop --arch" not in r.stderr and str(f) in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("args, stdin, line", [
+    (["compile", "EMPTY", "--arch", "sm_90"], None, "{empty} is empty: no CUDA source to compile"),
+    (["compile", "-", "--arch", "sm_90", "-o", "x.cubin"], b"", "standard input is empty: no CUDA source to compile"),
+    (["bundle", "-", "-o", "x.nbjit"], b"  \n", "standard input is empty: no CUDA source to compile"),
+    (["compile", str(AXPY), "--arch", "sm_90", "--expr", ""], None, "--expr '': give the name expression"),
+    (["bundle", str(AXPY), "--arch", "sm_90", "--expr", " ", "-o", "x.nbjit"], None,
+     "--expr ' ': give the name expression"),
+    (["inspect", str(DATA / "nvcc/kernels_multi.fatbin"), "--arch", ""], None, "--arch '': give an architecture"),
+    (["compile", str(AXPY), "--arch", "sm_35"], None, "--arch sm_35: NVRTC {v} cannot compile for it"),
+])
+def test_empty_inputs_and_retired_chips_are_said_as_they_are(tmp_path, args, stdin, line):
+    """A newcomer's trial: an empty file compiled to a cubin without a kernel (a warning about
+    templates); an empty --expr or --arch was taken as none; sm_35 was 'no chip' (Kepler is
+    retired, not unknown: the compiler says it cannot build for it)."""
+    from nbjit.toolchain.nvrtc import nvrtc_version, supported_archs
+    if "sm_35" in args and 35 in supported_archs():
+        pytest.skip("this NVRTC still compiles for sm_35")
+    empty = tmp_path / "empty.cu"
+    empty.write_bytes(b"")
+    args = [str(empty) if a == "EMPTY" else a for a in args]
+    r = _run(*args, stdin=stdin, cwd=tmp_path)
+    err = r.stderr.decode()
+    want = line.format(empty=empty, v=".".join(map(str, nvrtc_version())))
+    assert r.returncode == 2 and err.startswith(f"nbjit {args[0]}: error: {want}") and len(err.splitlines()) == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.cu"]  # nothing written
+
+
+def test_a_retired_chip_is_a_chip_to_inspect():
+    """A fatbin may hold code for sm_35: asking which entry an sm_35 GPU runs is a question."""
+    r = nbjit("inspect", str(DATA / "nvcc/kernels_multi.fatbin"), "--arch", "sm_35")
+    assert r.returncode == 1 and r.stderr.strip().endswith("no entry runs on sm_35"), r.stderr
+
+
+@pytest.mark.parametrize("args", [["--help"], ["--version"], ["inspect", "--help"], ["cache", "--help"]])
+def test_help_to_a_full_disk_is_an_error(args):
+    """argparse swallowed the write error: `nbjit --help > /dev/full` said nothing and exited 0."""
+    with open("/dev/full", "wb") as full:
+        cmd = [EXE] if EXE else [sys.executable, "-m", "nbjit"]
+        r = subprocess.run([*cmd, *args], stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr == "nbjit: error: cannot write standard output: No space left on device\n"
+

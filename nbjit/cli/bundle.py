@@ -139,6 +139,8 @@ def _expressions(args, sources: list[str]) -> "list[str] | dict[str, list[str]]"
     every: list[str] = []
     each: dict[str, list[str]] = {}
     for e in args.expr:
+        if not e.strip():
+            raise Usage(f"--expr {e!r}: give the name expression to instantiate (e.g. --expr 'scale<float>')")
         image, eq, rest = e.partition("=")
         if eq and rest and not _IN_EXPRESSION.search(image):  # (an = inside an expression: f<(a==b)>)
             if image not in images:

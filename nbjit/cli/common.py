@@ -191,7 +191,10 @@ def image_kind(raw: bytes, path: str) -> str | None:
 
 
 def check_source(raw: bytes, path: str) -> None:
-    """CUDA C++ source is UTF-8 text; compiled code and binary files are named as what they are."""
+    """CUDA C++ source is UTF-8 text; compiled code and binary files are named as what they are;
+    an empty file is no source."""
+    if not raw.strip():
+        raise Usage(f"{'standard input' if path in ('-', '<stdin>') else path} is empty: no CUDA source to compile")
     kind = image_kind(raw, path)  # (None: not an image; good, it should be source)
     if kind is not None:
         raise Usage(f"{path} is {kind}, already compiled: inspect it with 'nbjit inspect' or load it with "

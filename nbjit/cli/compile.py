@@ -73,6 +73,8 @@ def _check_arguments(args, archs: list) -> "Cache | None":
     ``--cache-only`` fills."""
     for a in archs:
         check_compilable(a, "--arch", newer="--arch")
+    if any(not e.strip() for e in args.expr):
+        raise Usage("--expr '': give the name expression to instantiate (e.g. --expr 'fill<float>')")
     if args.json and args.output == "-":
         raise Usage("--json prints to standard output, and so does -o -: choose one")
     if args.cache_only and args.output is not None:
@@ -85,8 +87,8 @@ def _check_arguments(args, archs: list) -> "Cache | None":
         from nbjit.cache.store import default_cache
         cache = default_cache()
         if cache.path is None:
-            raise Usage("--cache-only would store nothing: the disk cache is off (NBJIT_CACHE=0); set "
-                        "NBJIT_CACHE_DIR to a writable directory")
+            raise Usage("--cache-only would store nothing: the disk cache is off (NBJIT_CACHE=0); unset "
+                        "NBJIT_CACHE (or set it to 1)")
     if args.output == "-" and (len(archs) > 1 or not args.ptx and sys.stdout.isatty()):
         raise Usage("-o - writes one architecture's output to standard output" if len(archs) > 1 else
                     "-o -: a cubin is binary, not for a terminal: redirect standard output, or add --ptx")

@@ -216,7 +216,9 @@ def _typed_json(info) -> dict:
 
 
 def run(args) -> int:
-    if args.arch:
+    if args.arch is not None:
+        if not args.arch.strip():
+            raise Usage(f"--arch {args.arch!r}: give an architecture ({ARCH_EXAMPLES})")
         try:
             args.arch = Arch.parse(args.arch)  # (the value from here on)
         except ValueError:

@@ -30,6 +30,18 @@ class _Parser(argparse.ArgumentParser):
 
     commands: dict[str, "_Parser"]  # the top level's: each command's parser
 
+    def _print_message(self, message: str, file=None) -> None:
+        """Help, version and usage text; standard output that cannot take it raises (argparse's
+        own says nothing: ``--help > /dev/full`` would look done). On standard error nothing
+        more can be said: the status says it."""
+        stream = file or sys.stderr
+        if message:
+            try:
+                stream.write(message)
+            except OSError:
+                if stream is sys.stdout:
+                    raise
+
     def error(self, message: str) -> NoReturn:
         m = re.search(r"invalid choice: '(.*?)' \(choose from (.*)\)$", message)
         if m:
@@ -158,13 +170,23 @@ def _main(argv: list[str] | None) -> int:
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
     parser = _parser()
-    args, extra = parser.parse_known_args(_option_values(sys.argv[1:] if argv is None else list(argv)))
-    if args.cmd is None and extra:
-        parser.unrecognized(extra)  # (nbjit --versoin: did you mean --version?)
-    if args.cmd is None:
-        parser.error("give a command: inspect, strip, compile, bundle or cache (nbjit --help, nbjit COMMAND --help)")
-    if extra:
-        parser.commands[args.cmd].unrecognized(extra)
+    try:
+        args, extra = parser.parse_known_args(_option_values(sys.argv[1:] if argv is None else list(argv)))
+        if args.cmd is None and extra:
+            parser.unrecognized(extra)  # (nbjit --versoin: did you mean --version?)
+        if args.cmd is None:
+            parser.error("give a command: inspect, strip, compile, bundle or cache (nbjit --help, "
+                         "nbjit COMMAND --help)")
+        if extra:
+            parser.commands[args.cmd].unrecognized(extra)
+        sys.stdout.flush()
+    except BrokenPipeError:  # (nbjit --help | head -0)
+        _quiet(sys.stdout)
+        return 0
+    except OSError as e:  # help or version text that standard output cannot take (nbjit --help > /dev/full)
+        _quiet(sys.stdout)
+        print(f"nbjit: error: cannot write standard output: {e.strerror or e}", file=sys.stderr)
+        return 2
 
     def warn(message, category, filename, lineno, file=None, line=None) -> None:
         text = str(message)

@@ -39,10 +39,6 @@ class _Unavailable(Exception):
     """The store did not answer as it should (the message says why, credentials scrubbed)."""
 
 
-def _warn(msg: str) -> None:
-    warn(msg)
-
-
 class RemoteTier:
     """An object-store tier at ``url`` (``s3://bucket/prefix``, ``gs://...``, ``az://...``,
     ``file:///dir``, ``https://host/dir`` read-only), behind a local ``Cache``.
@@ -123,7 +119,7 @@ class RemoteTier:
             return False
         except PermissionError as e:
             self.write = False
-            _warn(f"nbjit cache: the remote cache {self.url} refuses writes ({self._scrub(_why(e))}); reading it "
+            warn(f"nbjit cache: the remote cache {self.url} refuses writes ({self._scrub(_why(e))}); reading it "
                   f"only from now on (remote_write=False for read-only consumers)")
             return False
 
@@ -131,7 +127,7 @@ class RemoteTier:
         """The object for ``key`` failed its checks: warn once, and let the next publish replace it."""
         if key not in self._corrupt:
             self._corrupt.add(key)
-            _warn(f"nbjit cache: the remote object {self.url}/{key[:2]}/{key}{_SUFFIX} is corrupt ({why}); "
+            warn(f"nbjit cache: the remote object {self.url}/{key[:2]}/{key}{_SUFFIX} is corrupt ({why}); "
                   f"not used: compiling here" + (" and publishing it again" if self.write else ""))
 
     def published(self, key: str) -> None:
@@ -283,7 +279,7 @@ class RemoteTier:
             if self._warned:
                 return
             self._warned = True
-        _warn(f"nbjit cache: the remote cache {self.url} failed {self.failures} times in a row (last: {what}: "
+        warn(f"nbjit cache: the remote cache {self.url} failed {self.failures} times in a row (last: {what}: "
               f"{why}); using the local cache only for {self.cooldown:g} s")
 
     def _scrub(self, text: str) -> str:

@@ -30,7 +30,8 @@ from nbjit.cache.entries import (
     FORMAT_VERSION, KEY_SCHEMA_VERSION, PCH_DIR, PCH_NAME, CacheEntry, _decode, _encode, _encode_digest, _mark,
     _new_temporary, _read_entry, _remove, _with, cache_key, entry_file, writer_alive)
 from nbjit.cache.locks import _key_lock, _remove_lock, _writer_alive
-from nbjit.errors import NbjitCacheError, warn
+from nbjit import errors
+from nbjit.errors import NbjitCacheError
 from nbjit.records import field, record
 
 if TYPE_CHECKING:
@@ -62,10 +63,6 @@ _TOP_NAME = re.compile(r"[0-9a-f]{2}|" + PCH_DIR + r"|toolchain-[a-z]+\.json(\.\
 # one is a tenth of the limit away
 _SCAN_FRACTION = 10
 _PRUNE_TO = 0.9
-
-
-def _warn(msg: str) -> None:
-    warn(msg)
 
 
 class Cache:
@@ -266,7 +263,7 @@ class Cache:
         entry, why = _decode(raw, key)
         if entry is None:
             if warn:
-                _warn(f"nbjit cache: entry {f} is corrupt ({why}); rebuilding it")
+                errors.warn(f"nbjit cache: entry {f} is corrupt ({why}); rebuilding it")
             return None
         if time.time() - mtime > _TOUCH_AFTER:
             try:
@@ -336,7 +333,8 @@ class Cache:
     def _give_up(self, e: OSError) -> None:
         if not self._warned:
             self._warned = True
-            _warn(f"nbjit cache: cannot write to {self.path} ({e.strerror or e}); going on without the disk cache")
+            errors.warn(f"nbjit cache: cannot write to {self.path} ({e.strerror or e}); going on without the "
+                        "disk cache")
         self.path = None
 
     # ------------------------------------------------------------ management

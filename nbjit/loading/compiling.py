@@ -13,7 +13,7 @@ from nbjit.arch import Arch
 from nbjit.cache.store import Cache, default_cache
 from nbjit.errors import NbjitCompileError, NbjitLoadError
 from nbjit.launch.kernel import Kernel
-from nbjit.loading.module import Module, _is_numba_name, flag, load_into
+from nbjit.loading.module import Module, is_numba_kernel, flag, load_into
 from nbjit.read.image import Image
 from nbjit.records import Pattern
 from nbjit.toolchain.many_sources import compile_many as compile_images
@@ -66,14 +66,11 @@ def compile(source: str, *, name: str | None = None, name_expressions: Iterable[
         mod = _made_here(memo, call)
         if mod is not None:
             return mod
-    ctx, lazy = _context_for(arch, lazy)
-    target = arch if arch is not None else _device_arch(ctx)
+    ctx, lazy, target = _destination(arch, lazy)
     img = _compile_image(source, name=name, name_expressions=exprs, headers=headers, include_paths=include_paths,
                          options=opts, arch=target, output=output, cache=cache, pch=pch)
-    if lazy:
-        return Module._pending(img, keep_debug)
-    mod = load_into(img, ctx, keep_debug)
-    if call is not None and repeatable(source, name, headers, opts):
+    mod = _module(img, ctx, lazy, keep_debug)
+    if not lazy and call is not None and repeatable(source, name, headers, opts):
         # a new dict (a reader keeps the one it found), without modules that are gone
         made = {k: r for k, r in (memo.recall(call) or {}).items() if r() is not None}
         made[mod._ctx_key] = weakref.ref(mod)
@@ -113,12 +110,11 @@ def _linked(source, link, name, name_expressions, headers, include_paths, option
     from nbjit.toolchain.link import link_image
     if output not in ("auto", "cubin"):
         raise NbjitCompileError(f"output={output!r}: a link makes a cubin (leave output out)")
-    ctx, lazy = _context_for(arch, lazy)
-    target = arch if arch is not None else _device_arch(ctx)
+    ctx, lazy, target = _destination(arch, lazy)
     img = link_image(source, link, name=name, name_expressions=name_expressions, headers=headers,
                      include_paths=include_paths, options=options, arch=target, link_options=link_options,
                      cache=cache, pch=pch)
-    return Module._pending(img, keep_debug) if lazy else load_into(img, ctx, keep_debug)
+    return _module(img, ctx, lazy, keep_debug)
 
 
 def compile_many(sources: Iterable, *, workers: int | None = None, keep_debug: bool = False, lazy: bool = False,
@@ -137,34 +133,35 @@ def compile_many(sources: Iterable, *, workers: int | None = None, keep_debug: b
     ``return_exceptions=True``.
     """
     keep_debug, lazy = flag(keep_debug, "keep_debug", NbjitCompileError), flag(lazy, "lazy", NbjitCompileError)
-    ctx, lazy = _context_for(common.get("arch"), lazy)
-    if common.get("arch") is None:
-        common["arch"] = _device_arch(ctx)
+    ctx, lazy, common["arch"] = _destination(common.get("arch"), lazy)
     images = compile_images(sources, workers=workers, **common)
-    return [img if isinstance(img, BaseException) else
-            Module._pending(img, keep_debug) if lazy else load_into(img, ctx, keep_debug) for img in images]
+    return [img if isinstance(img, BaseException) else _module(img, ctx, lazy, keep_debug) for img in images]
 
 
-def _context_for(arch, lazy: bool) -> tuple[Any, bool]:
+def _destination(arch, lazy: bool) -> tuple[Any, bool, Any]:
     """(the context a compiled module loads into, or None; whether it loads on first use
-    instead): the current context; where there is no usable GPU and ``arch`` names the
-    target, none (the module loads on first use, which says what is wrong if it still is)."""
-    if lazy:
-        return None, True
-    try:
-        from nbjit.gpu.host import current_host
-        return current_host().current_context(), False
-    except NbjitLoadError:
-        if arch is None:  # the device is what it compiles for: say what to do
-            raise
-        return None, True
+    instead; what it is compiled for): the current context; where there is no usable GPU and
+    ``arch`` names the target, none (the module loads on first use, which says what is wrong
+    if it still is). The target is ``arch``, else the context's device's architecture (the
+    current device's where the module loads on first use)."""
+    from nbjit.gpu.host import current_host  # (a named architecture asks no driver)
+    ctx = None
+    if not lazy:
+        try:
+            ctx = current_host().current_context()
+        except NbjitLoadError:
+            if arch is None:  # the device is what it compiles for: say what to do
+                raise
+            lazy = True
+    if arch is None:
+        host = current_host()
+        arch = Arch.parse(host.context_cc(ctx) if ctx is not None else host.current_cc())
+    return ctx, lazy, arch
 
 
-def _device_arch(ctx) -> Arch:
-    """The architecture of ``ctx``'s device (the current device's where ``ctx`` is None)."""
-    from nbjit.gpu.host import current_host
-    host = current_host()
-    return Arch.parse(host.context_cc(ctx) if ctx is not None else host.current_cc())
+def _module(img: Image, ctx, lazy: bool, keep_debug: bool) -> Module:
+    """The module of a compiled image: loaded into ``ctx``, or waiting for first use."""
+    return Module._pending(img, keep_debug) if lazy else load_into(img, ctx, keep_debug)
 
 
 # the last letters of request.SOURCE_SUFFIXES (.cu, .cuh, .cuda), either case: a str ending
@@ -233,7 +230,7 @@ def from_numba(dispatcher: Any, signature: Any) -> Kernel:
         raise NbjitLoadError(f"{what} calls {', '.join(missing[:4])}, which its PTX declares and {host.name}'s "
                              f"linker adds: nbjit loads the PTX alone; launch it with {host.name}")
     mod = load_into(Image(ptx.encode(), "ptx", f"{py.__name__}.ptx"), serving.current_context(), False)
-    names = [k for k in mod.kernels if _is_numba_name(k)] or list(mod.kernels)
+    names = [k for k in mod.kernels if is_numba_kernel(k)] or list(mod.kernels)
     if len(names) != 1:
         raise NbjitLoadError(f"{what}: expected one kernel in Numba's PTX, found {names}")
     mod._learn(numba={names[0]: nargs})

@@ -557,7 +557,7 @@ def _image_source(img: Image) -> tuple[str, tuple[KernelInfo, ...]]:
     return img.kind, info.entries
 
 
-def _is_numba_name(name: str) -> bool:
+def is_numba_kernel(name: str) -> bool:
     """``numba_abi.is_numba_name`` or ``is_mlir_name`` (numba-cuda's or numba-cuda-mlir's
     kernel), importing that module only for a name mangled as a namespace member (every
     numba-cuda kernel's is) or naming Numba's array type."""
@@ -573,7 +573,7 @@ def _kernel_info(module: str, real: str, layouts: list, signature: str | None, e
     must match, the name messages give it) from ``layouts`` [(source, KernelInfo)], the C
     declarations ``decls``, kernels already ``typed``, Numba argument types ``numba`` and the
     user's ``signature``. ``module`` names the image in errors."""
-    if real in numba or _is_numba_name(real):  # a @cuda.jit kernel: one argument per Python argument
+    if real in numba or is_numba_kernel(real):  # a @cuda.jit kernel: one argument per Python argument
         from nbjit.params import numba_abi
         try:
             image = merge(real, layouts)

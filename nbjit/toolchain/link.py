@@ -505,7 +505,7 @@ def link_image(source: str | os.PathLike, link: Iterable[Any] | Any, *, name: st
     inputs = _inputs(request.read_once(link))
     if pch is not None:  # (before the first level, which does not hold it)
         _pch.check_arg(pch)
-    call = _call(text, name, exprs, headers, include_paths, options, target, link_opts, inputs)
+    call = _memo_key(text, name, exprs, headers, include_paths, options, target, link_opts, inputs)
     hit = cache.recall(call) if call is not None else None
     if hit is not None:
         return hit  # type: ignore[return-value]
@@ -575,7 +575,7 @@ def _lto_parts(main, req, text, inputs, headers, include_paths, options, target,
     return parts, decls, producers, pythons, again
 
 
-def _call(text, name, exprs, headers, include_paths, options, target, link_opts, inputs) -> tuple | None:
+def _memo_key(text, name, exprs, headers, include_paths, options, target, link_opts, inputs) -> tuple | None:
     """The in-process memo's key of a link call, or None where it cannot have one (include
     directories, whose files may change; unhashable arguments)."""
     if include_paths or any(i.dirs for i in inputs):

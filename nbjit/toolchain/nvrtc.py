@@ -203,12 +203,12 @@ def _called(source, name, name_expressions, headers, include_paths, options, arc
         raise NbjitCompileError(f"cache must be an nbjit.Cache (or None for the default), not {type(cache).__name__}")
     name_expressions, options = read_once(one_or_many(name_expressions)), read_once(option_list(options))
     include_paths = read_once(include_paths)
-    memo = _call(source, name, name_expressions, headers, include_paths, options, arch, output)
+    memo = _memo_key(source, name, name_expressions, headers, include_paths, options, arch, output)
     return CompileCall(source, name, name_expressions, headers, include_paths, options, arch, output, pch,
                        cache or default_cache(), memo)
 
 
-def _call(source, name, name_expressions, headers, include_paths, options, arch, output) -> tuple | None:
+def _memo_key(source, name, name_expressions, headers, include_paths, options, arch, output) -> tuple | None:
     """The memo's key of a ``compile_image`` call, its arguments as given; None where it has
     none: with ``include_paths`` (their files may change between calls), or an argument that
     is not hashable (the long way says what is wrong with it)."""

@@ -1,6 +1,6 @@
-"""Which Numba host nbjit serves (nbjit.gpu.host): named (NBJIT_HOST, nbjit.use_host), else the
-one the user imported (numba-cuda where both are, said in a warning), else the first
-installed. No Numba is imported here (fresh processes check the real choice), so this runs
+"""Which host nbjit serves (nbjit.gpu.host): named (NBJIT_HOST, nbjit.use_host), else the
+Numba the user imported (numba-cuda where both are, said in a warning), else the first
+installed, else the bare host (no Numba). No Numba is imported here (fresh processes check the real choice), so this runs
 in every environment, the CI leg without numba-cuda included."""
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import sys
 import pytest
 
 from nbjit import NbjitHostError, NbjitLoadError
-from nbjit.gpu.host import ENV, HOSTS, Host, NumbaCuda, NumbaCudaMlir, choose, host_of
+from nbjit.gpu.host import ENV, HOSTS, Bare, Host, NumbaCuda, NumbaCudaMlir, choose, host_of
 
-CUDA, MLIR = HOSTS
+CUDA, MLIR, BARE = HOSTS
 
 
 class Other(Host):
@@ -21,8 +21,9 @@ class Other(Host):
 
 
 def test_the_hosts_and_their_packages():
-    assert [h.name for h in HOSTS] == ["numba-cuda", "numba-cuda-mlir"]
-    assert isinstance(CUDA, NumbaCuda) and isinstance(MLIR, NumbaCudaMlir)
+    assert [h.name for h in HOSTS] == ["numba-cuda", "numba-cuda-mlir", "bare"]
+    assert isinstance(CUDA, NumbaCuda) and isinstance(MLIR, NumbaCudaMlir) and isinstance(BARE, Bare)
+    assert BARE.installed() and BARE.package == "" and BARE.imported("cuda") is None and not BARE.owns(CUDA)
     assert (CUDA.package, MLIR.package) == ("numba.cuda", "numba_cuda_mlir")
     assert (CUDA.abi, MLIR.abi) == ("numba", "mlir") and (CUDA.extra, MLIR.extra) == ("numba", "mlir")
     assert all(m.startswith("numba_cuda_mlir.") for m in MLIR.modules.values())
@@ -40,7 +41,8 @@ def test_the_one_imported_serves():
 def test_nothing_imported_the_first_installed_serves():
     assert choose(HOSTS, {"sys"}, installed=lambda h: True) is CUDA
     assert choose(HOSTS, {"sys"}, installed=lambda h: h is MLIR) is MLIR  # numba-cuda not installed
-    assert choose(HOSTS, {"sys"}, installed=lambda h: False) is CUDA  # neither: it says what to install
+    assert choose(HOSTS, {"sys"}, installed=lambda h: h is BARE) is BARE  # no Numba installed: the bare host
+    assert choose(HOSTS, {"sys", ""}, installed=lambda h: h is BARE) is BARE  # (its empty package is never imported)
     first, other = NumbaCuda(), Other()
     assert choose((first, other), {"sys", "other_numba.cuda"}) is other
     assert choose((first, other), {"sys"}, installed=lambda h: h is other) is other
@@ -49,8 +51,9 @@ def test_nothing_imported_the_first_installed_serves():
 def test_a_named_host_serves_whatever_was_imported():
     assert choose(HOSTS, {"numba.cuda"}, "numba-cuda-mlir") is MLIR
     assert choose(HOSTS, {"numba_cuda_mlir"}, "numba-cuda") is CUDA
+    assert choose(HOSTS, {"numba.cuda"}, "bare") is BARE
     with pytest.raises(NbjitHostError, match=r"NBJIT_HOST=mlir: 'mlir' is not a host nbjit serves; the names are "
-                                             r"'numba-cuda', 'numba-cuda-mlir'"):
+                                             r"'numba-cuda', 'numba-cuda-mlir', 'bare'"):
         choose(HOSTS, (), "mlir")
 
 
@@ -97,8 +100,9 @@ def test_use_host_chooses_once_importing_nothing():
                                "process already"), lines[1]
     assert "set NBJIT_HOST=numba-cuda in the environment" in lines[1]
     assert lines[2] == ("NbjitHostError | nbjit.use_host: 'cupy' is not a host nbjit serves; the names are "
-                        "'numba-cuda', 'numba-cuda-mlir'")
-    assert lines[3] == "NbjitHostError | nbjit.use_host takes a host's name ('numba-cuda', 'numba-cuda-mlir'), not int"
+                        "'numba-cuda', 'numba-cuda-mlir', 'bare'")
+    assert lines[3] == ("NbjitHostError | nbjit.use_host takes a host's name ('numba-cuda', 'numba-cuda-mlir', "
+                        "'bare'), not int")
     assert lines[4] == "[]"
 
 
@@ -106,6 +110,7 @@ def test_the_environment_names_the_host():
     code = "from nbjit.gpu.host import current_host\nprint(current_host().name)"
     assert run(code, NBJIT_HOST="numba-cuda-mlir").stdout == "numba-cuda-mlir\n"
     assert run(code, NBJIT_HOST="numba-cuda").stdout == "numba-cuda\n"
+    assert run(code, NBJIT_HOST="bare").stdout == "bare\n"
     r = run(code, NBJIT_HOST="numba")
     assert "NbjitHostError: NBJIT_HOST=numba: 'numba' is not a host nbjit serves" in r.stderr, r.stderr
 

@@ -96,6 +96,8 @@ class BundleImage:
     producer: str | None = None  # "NVRTC 13.5"
     toolchain: Any = None  # the compiler's build fingerprint (nbjit.toolchain.nvrtc)
     triton: Mapping[str, Any] | None = None  # Triton's metadata JSON, for a Triton kernel
+    # @cuda.jit kernels' arguments as Numba passes them: {kernel: (NumbaArray | NumbaScalar, ...)}
+    numba: Mapping[str, tuple] = field(default_factory=dict)
 
     @property
     def archs(self) -> tuple[Arch, ...]:
@@ -111,6 +113,9 @@ class BundleImage:
              "entries": [e.to_json() for e in self.entries]}
         if self.triton is not None:
             d["triton"] = dict(self.triton)
+        if self.numba:
+            from nbjit.params.numba_abi import to_json
+            d["numba"] = {k: to_json(v) for k, v in self.numba.items()}
         return d
 
 
@@ -170,7 +175,8 @@ def read_bundle(bundle: Any, name: str | None = None) -> BundleInfo:
         if rec["triton"] is not None:
             _triton_meta(rec, src)
         images.append(BundleImage(rec["name"], entries, kernels, rec["name_expressions"], rec["declarations"],
-                                  rec["sources"], rec["options"], rec["producer"], rec["toolchain"], rec["triton"]))
+                                  rec["sources"], rec["options"], rec["producer"], rec["toolchain"], rec["triton"],
+                                  rec["numba"]))
     made_by = archive.manifest.get("nbjit")
     if made_by is not None and not isinstance(made_by, str):
         raise BundleError(f"{src}: {MANIFEST}: nbjit is {type(made_by).__name__}, not text")
@@ -387,6 +393,7 @@ class _Part:
     producer: str | None = None
     toolchain: Any = None
     triton: dict | None = None
+    numba: dict = field(default_factory=dict)  # @cuda.jit kernels' arguments, {kernel: (NumbaArray, ...)}
     paths: list = field(default_factory=list)  # the input files (never overwritten)
     labels: dict = field(default_factory=dict)  # {(kind, Arch): what that entry was made from}, for messages
 
@@ -458,7 +465,7 @@ def bundle_bytes(inputs: Any, dest: Path | None = None, **how: Any) -> tuple[byt
         # (name expressions and declarations sorted: a compile and a cache hit list them in other orders)
         img = BundleImage(p.name, tuple(entries), kernels, dict(sorted(p.lowered.items())),
                           dict(sorted(p.decls.items())), tuple(p.sources), tuple(p.options), p.producer, p.toolchain,
-                          p.triton)
+                          p.triton, p.numba)
         manifest["images"].append(img.to_json())
     # keys in the order they are made (the same inputs make them in the same order): a
     # parameter's origin keeps the order in which its facts were found, as kernel.params shows it
@@ -524,7 +531,7 @@ def _parts(inputs: Any, how: dict) -> list[_Part]:
     """The images to build, each with its entries."""
     if isinstance(inputs, Mapping):
         named = [(n, v) for n, v in inputs.items()]
-    elif isinstance(inputs, (str, os.PathLike, bytes, bytearray, memoryview, Image)):
+    elif isinstance(inputs, (str, os.PathLike, bytes, bytearray, memoryview, Image)) or _is_numba(inputs):
         named = [(None, inputs)]
     else:
         try:
@@ -536,8 +543,8 @@ def _parts(inputs: Any, how: dict) -> list[_Part]:
     parts: list[_Part] = []
     compiled_any = False
     # how many images compile CUDA source (a message about name expressions that go to them all)
-    how["cuda_images"] = sum(any(_is_source(x) for x in (v if isinstance(v, (list, tuple)) else [v]))
-                             for _, v in named)
+    how["cuda_images"] = sum(any(_is_source(x) for x in (v if isinstance(v, (list, tuple)) and not _is_numba(v)
+                                                          else [v])) for _, v in named)
     exprs = how["name_expressions"]
     if isinstance(exprs, Mapping):  # each image it names compiles CUDA source (checked before compiling any)
         made = list(dict.fromkeys(name if name is not None else _source_image_name(x) for name, v in named
@@ -550,7 +557,7 @@ def _parts(inputs: Any, how: dict) -> list[_Part]:
         if name is not None and not is_image_name(name):
             raise BundleError(f"image name {name!r}: letters, digits, '_', '.', '+', '-' (it names the archive's "
                               "directory of the image)")
-        items = value if isinstance(value, (list, tuple)) else [value]
+        items = value if isinstance(value, (list, tuple)) and not _is_numba(value) else [value]
         part = _Part(name or "")
         for item in items:
             compiled_any |= _add(part, item, how, name is None and len(items) == 1)
@@ -583,6 +590,8 @@ def _shown(item: Any) -> str:
         return f"unnamed data ({len(item)} bytes)"
     if isinstance(item, Image):
         return f"image {item.name!r}"
+    if _is_numba(item):
+        return f"@cuda.jit kernel {_numba_pair(item)[0].py_func.__name__!r}"
     return repr(item)[:80]
 
 
@@ -597,6 +606,9 @@ def _add(part: _Part, item: Any, how: dict, naming: bool) -> bool:
     """Put ``item``'s entries in ``part``; whether it was a CUDA source (compiled)."""
     from nbjit.toolchain.request import SOURCE_SUFFIXES
 
+    if _is_numba(item):
+        _add_numba(part, item, how, naming)
+        return True
     if isinstance(item, Image):
         _add_image(part, item.data, item.kind, item.name, naming)
         part.lowered.update(item.lowered_names)
@@ -613,7 +625,8 @@ def _add(part: _Part, item: Any, how: dict, naming: bool) -> bool:
         _compile(part, item, part.name + ".cu" if part.name else None, how)
         return True
     if not isinstance(item, (str, os.PathLike)):
-        raise BundleError(f"a bundle input is a path, an nbjit.Image, bytes or text, not {type(item).__name__}")
+        raise BundleError(f"a bundle input is a path, an nbjit.Image, bytes, text or a @cuda.jit kernel with its "
+                          f"signature, not {type(item).__name__}")
     path = Path(item)
     if naming and not part.name:
         part.name = _image_name(path)
@@ -801,3 +814,73 @@ def _add_triton(part: _Part, path: Path, naming: bool) -> None:
         data = art.ptx_text if f == art.ptx and art.ptx_text else read_regular(f)
         _add_image(part, data, "cubin" if f == art.cubin else "ptx", str(f), False)
     part.decls.update(art.declarations())
+
+
+def _is_numba(item: Any) -> bool:
+    """Whether a bundle input is a ``@cuda.jit`` kernel: its dispatcher, or ``(dispatcher,
+    signature)``."""
+    from nbjit.toolchain.numba_kernels import is_dispatcher
+
+    return is_dispatcher(item) or (isinstance(item, tuple) and len(item) == 2 and is_dispatcher(item[0])
+                                   and not is_dispatcher(item[1]))
+
+
+def _numba_pair(item: Any) -> tuple[Any, Any]:
+    """(dispatcher, signature) of a ``@cuda.jit`` input; a dispatcher alone gives the one
+    signature it was compiled for (``@cuda.jit("void(float32[::1])")`` on a machine with a GPU)."""
+    if isinstance(item, tuple):
+        return item
+    sigs = list(getattr(item, "overloads", {}) or ())
+    if len(sigs) != 1:
+        name = item.py_func.__name__
+        raise BundleError(f"@cuda.jit kernel {name!r}: give the signature to compile it for, as ({name}, "
+                          f"'void(float32[::1], float32)'){' (it has several: one image each)' if sigs else ''}")
+    return item, sigs[0]
+
+
+def _add_numba(part: _Part, item: Any, how: dict, naming: bool) -> None:
+    """A ``@cuda.jit`` kernel compiled by its own Numba: PTX for each of ``archs``, assembled
+    into a cubin by nvJitLink, and PTX for each of ``ptx``; its arguments as Numba passes them."""
+    from nbjit.toolchain.nvjitlink import assemble_cached
+    from nbjit.toolchain.numba_kernels import NumbaKernel
+
+    dispatcher, signature = _numba_pair(item)
+    try:
+        kernel = NumbaKernel(dispatcher, signature)
+    except NbjitLoadError as e:
+        raise BundleError(str(e)) from None
+    py = kernel.py
+    if naming and not part.name:
+        part.name = _image_name(Path(py.__name__))
+    label = f"{py.__module__}.{py.__qualname__}"
+    if not how["archs"] and not how["ptx"]:
+        raise BundleError(f"{kernel.what}: say what to compile it for: archs=['sm_80', 'sm_90', ...] and/or "
+                          "ptx='compute_80'")
+    variant = next((a for a in (*how["archs"], *how["ptx"]) if a.variant), None)
+    if variant is not None:
+        raise BundleError(f"{kernel.what}: Numba compiles for a compute capability (sm_90), not for {variant}")
+    made = None
+    for a, output in [(a, "cubin") for a in how["archs"]] + [(a, "ptx") for a in how["ptx"]]:
+        try:
+            this = kernel.ptx(a.cc, how["cache"])
+        except NbjitLoadError as e:
+            raise BundleError(str(e)) from None
+        made = made or this  # (each compile tags the name anew, _ZN...B2v1B..., _ZN...B2v2B...: one name for all)
+        text = this.ptx.replace(this.kernel, made.kernel)
+        data = text.encode() if output == "ptx" else assemble_cached(text, a, name=f"{label}[{a}]", cache=how["cache"])
+        _add_image(part, data, output, f"{label}[{a}]", False)
+        part.sources.pop()  # the kernel itself is recorded once, below
+    part.numba[made.kernel] = made.args
+    part.lowered[py.__name__] = made.kernel  # (module["axpy"] and module.axpy find it, as a name expression)
+    part.producer = f"{made.host} {_version_of(made.host)}"
+    part.options = tuple(f"{k}={v}" for k, v in made.options)
+    part.sources.append({"name": label, "kind": "numba", "signature": str(signature),
+                         "sha256": hashlib.sha256(made.ptx.encode()).hexdigest()})
+
+
+def _version_of(distribution: str) -> str:
+    import importlib.metadata
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "?"

@@ -23,6 +23,8 @@ def run(args) -> int:
     # everything the command line can get wrong is said here, in its terms (--arch, --name), before
     # anything is compiled; what only building finds is said by build_bundle's own checks
     to_stdout = args.output == "-"
+    kernels = {f: _numba_kernel(f) for f in args.files if _NUMBA_SPEC.fullmatch(f) and not os.path.lexists(f)}
+    args.files = [f for f in args.files if f not in kernels]
     files = [f for f in args.files if f != "-"]  # (-: standard input, read by _bundle_inputs)
     for f in files:
         if not os.path.lexists(f):
@@ -49,10 +51,14 @@ def run(args) -> int:
     ptx = [Arch(a.number, a.variant, True) for a in parse_archs(args.ptx, "--ptx")] if args.ptx is not None else []
     for a in ptx:
         check_compilable(a, "--ptx", newer="--ptx")
-    inputs, sources = _bundle_inputs(args)
+    inputs, sources = _bundle_inputs(args) if args.files else ([], [])
+    if kernels:  # (@cuda.jit kernels compile as sources do: for --arch and --ptx)
+        inputs = {args.name: [*inputs[args.name], *kernels.values()]} if args.name else [*inputs, *kernels.values()]
+        sources = [*sources, *kernels]
     if sources and not archs and not ptx:
         what = "standard input" if sources[0] == "-" else sources[0]
-        raise Usage(f"{what} is CUDA source: say what to compile it for with --arch (SASS: sm_80,sm_90) "
+        what += " is a @cuda.jit kernel" if sources[0] in kernels else " is CUDA source"
+        raise Usage(f"{what}: say what to compile it for with --arch (SASS: sm_80,sm_90) "
                      "and/or --ptx (PTX: compute_80)")
     if args.expr and not sources:
         raise Usage(f"--expr {args.expr[0]}: name expressions instantiate templates of CUDA C++ sources (FILEs named "
@@ -130,6 +136,34 @@ def _bundle_inputs(args) -> tuple:
     return {"stdin": given}, sources
 
 
+_NUMBA_SPEC = re.compile(r"([A-Za-z_][\w.]*):([A-Za-z_]\w*)(?::(.+))?", re.S)
+
+
+def _numba_kernel(spec: str) -> object:
+    """A FILE that names a ``@cuda.jit`` kernel, ``MODULE:FUNCTION[:SIGNATURE]``: the module
+    imported (from the current directory too, as ``python -m`` finds it), and the kernel with
+    its signature (or alone, where it was compiled for one)."""
+    import importlib
+
+    module, function, signature = _NUMBA_SPEC.fullmatch(spec).groups()
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        mod = importlib.import_module(module)
+    except Exception as e:  # (its own import errors: ModuleNotFoundError, a SyntaxError, what it raises)
+        raise Usage(f"{spec}: cannot import module {module!r} ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
+                    "a FILE of the form MODULE:FUNCTION:SIGNATURE names a @cuda.jit kernel") from None
+    kernel = getattr(mod, function, None)
+    if kernel is None:
+        raise Usage(f"{spec}: module {module!r} ({getattr(mod, '__file__', '?')}) has no {function!r}")
+    if not callable(getattr(kernel, "py_func", None)):
+        raise Usage(f"{spec}: {module}.{function} is {type(kernel).__name__}, not a @cuda.jit kernel")
+    if not signature and len(getattr(kernel, "overloads", ()) or ()) != 1:
+        raise Usage(f"{spec}: give the signature to compile it for: {module}:{function}:'void(float32[::1], "
+                    "float32)' (Numba's types, as @cuda.jit takes them)")
+    return (kernel, signature) if signature else kernel
+
+
 def _expressions(args, sources: list[str]) -> "list[str] | dict[str, list[str]]":
     """``bundle``'s --expr: each ``EXPR`` for every CUDA source, each ``IMAGE=EXPR`` for that
     image's only (as ``build_bundle``'s ``name_expressions={image: [...]}``)."""
@@ -160,7 +194,9 @@ def add_parser(sub) -> None:
     p = sub.add_parser("bundle", help="build a kernel bundle: cubins for several architectures, PTX and a manifest "
                        "in one file that loads with no NVRTC (nbjit.load_bundle)")
     p.add_argument("files", nargs="+", metavar="FILE", help=".cu sources (compiled), PTX, cubins, fatbins, Triton "
-                   "cache entries; each one image named after its file")
+                   "cache entries, each one image named after its file; MODULE:FUNCTION:SIGNATURE, a @cuda.jit "
+                   "kernel compiled by its Numba (kernels:axpy:'void(float32[::1], float32)'), one image named "
+                   "after the function")
     p.add_argument("--arch", help="SASS to compile each .cu for: sm_80,sm_90,sm_100,... (those NVRTC compiles for)")
     p.add_argument("--ptx", help="virtual architecture(s) to compile each .cu to PTX for: compute_80")
     p.add_argument("-o", "--output", required=True, help="the bundle to write (e.g. kernels.nbjit; - for standard "

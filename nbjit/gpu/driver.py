@@ -217,6 +217,68 @@ def driver_version() -> int:
     return int(check(_cu().cuDriverGetVersion(), "cuDriverGetVersion"))
 
 
+# ------------------------------------------------------------------ contexts and memory without a Numba
+
+
+@functools.lru_cache(maxsize=None)
+def init() -> None:
+    """cuInit, once per process (a Numba host does it itself); an NbjitLoadError saying what
+    is missing where there is no driver or no GPU."""
+    try:
+        cu = _cu()
+        res = cu.cuInit(0)
+    except Exception as e:  # no driver library: cuda.pathfinder's error, or the bindings missing
+        raise NbjitLoadError(f"no usable CUDA driver ({str(e).splitlines()[0][:200] or type(e).__name__}): loading "
+                             "and launching need one; nbjit can still inspect, strip and compile") from None
+    check(res, "cuInit", NbjitLoadError)
+
+
+@functools.lru_cache(maxsize=None)
+def primary_context(ordinal: int) -> int:
+    """The handle of device ``ordinal``'s primary context, retained for the life of the
+    process (the context Numba, CuPy, PyTorch and the runtime API share)."""
+    init()
+    cu = _cu()
+    dev = check(cu.cuDeviceGet(ordinal), f"cuDeviceGet({ordinal})", NbjitLoadError)
+    return int(check(cu.cuDevicePrimaryCtxRetain(dev), f"cuDevicePrimaryCtxRetain(device {ordinal})",
+                     NbjitLoadError))
+
+
+def set_current(handle: int) -> None:
+    """Make context ``handle`` current on this thread."""
+    cu = _cu()
+    check(cu.cuCtxSetCurrent(cu.CUcontext(handle)), "cuCtxSetCurrent", NbjitLoadError)
+
+
+def mem_alloc(nbytes: int) -> int:
+    """``nbytes`` of device memory in the current context (at least one byte asked)."""
+    return int(check(_cu().cuMemAlloc(max(int(nbytes), 1)), f"cuMemAlloc({nbytes} bytes)", NbjitLoadError))
+
+
+def mem_free(ptr: int) -> None:
+    """Free memory ``mem_alloc`` gave (errors ignored: it runs from finalizers, maybe at exit)."""
+    try:
+        _cu().cuMemFree(ptr)
+    except Exception:  # (the driver may be unloading)
+        pass
+
+
+def copy_to_host(dst: bytearray | memoryview, src: int) -> None:
+    """Copy ``len(dst)`` bytes from device address ``src`` into the writable buffer ``dst``
+    (synchronous with the default stream)."""
+    n = len(dst)
+    if n:
+        buf = (ctypes.c_char * n).from_buffer(dst)
+        check(_cu().cuMemcpyDtoH(ctypes.addressof(buf), src, n), "cuMemcpyDtoH")
+
+
+def copy_from_host(dst: int, src: bytes | bytearray | memoryview) -> None:
+    """Copy the bytes of ``src`` to device address ``dst`` (synchronous)."""
+    data = bytes(src)
+    if data:
+        check(_cu().cuMemcpyHtoD(dst, data, len(data)), "cuMemcpyHtoD")
+
+
 # ------------------------------------------------------------------ modules
 
 

@@ -1,4 +1,5 @@
-"""The Numba host: the one module that imports Numba (``tests/test_layering.py`` checks it).
+"""The hosts: the one module that imports Numba (``tests/test_layering.py`` checks it), and
+the bare host, which needs none.
 
 nbjit runs beside a Numba that owns the CUDA context, the device arrays and streams users
 pass, and the ``@cuda.jit`` dispatchers ``from_numba`` takes. What nbjit asks of it is the
@@ -13,10 +14,15 @@ cuda``) vendors the same driver, arrays, streams, signatures and types under
 ``numba_cuda_mlir.numba_cuda``: ``NumbaCudaMlir`` names those modules, and says what differs
 (its compiler's options, and its kernels' array ABI: MLIR's memref descriptor).
 
+``Bare`` serves without any Numba: the driver's contexts through cuda.bindings and nbjit's
+own ``DeviceArray`` (``memory.py``); it loads, launches, pickles and captures bundles,
+images and compiled CUDA C++, with arrays and streams from PyTorch, CuPy, JAX or anything
+with ``__cuda_array_interface__``, DLPack or ``__cuda_stream__``.
+
 Which host serves is decided once, on first use (``current_host``): the one named by
 ``nbjit.use_host(name)`` or the ``NBJIT_HOST`` environment variable; else the one whose
 package the user imported (both imported: numba-cuda, with a warning that says how to choose
-the other); else the first installed, numba-cuda before numba-cuda-mlir. Objects of every
+the other); else the first installed, numba-cuda before numba-cuda-mlir; else the bare host. Objects of every
 host are understood whichever serves (arrays, pointers and streams launch, their errors are
 read, ``from_numba`` takes either's dispatcher): what the choice decides is whose context
 nbjit loads into and whose arrays it makes (``DeviceGlobal.as_array``, Triton's scratch).
@@ -238,8 +244,18 @@ class Host:
 
     def compile_ptx(self, py_func: Callable, args: Sequence, cc: tuple[int, int], **options: Any) -> str:
         """The PTX of a kernel's Python function for argument types ``args`` and compute
-        capability ``cc``, as the host's compiler makes it (``options``: ``ptx_options``'s)."""
-        ptx, _resty = self.module("cuda").compile_ptx(py_func, tuple(args), cc=cc, **options)
+        capability ``cc``, as the host's compiler makes it (``options``: ``ptx_options``'s).
+        No GPU needed: where there is none, the device functions the kernel calls (which the
+        dispatcher compiles for "the current device") are compiled for ``cc``."""
+        cuda = self.module("cuda")
+        dispatcher, lock = self.module("dispatcher"), self.module("compiler_lock").global_compiler_lock
+        with lock:
+            asked = dispatcher.get_current_device
+            dispatcher.get_current_device = _device_or(asked, cc)
+            try:
+                ptx, _resty = cuda.compile_ptx(py_func, tuple(args), cc=cc, **options)
+            finally:
+                dispatcher.get_current_device = asked
         return ptx
 
     def pointee(self, t: Any) -> Any:
@@ -264,7 +280,8 @@ class NumbaCuda(Host):
     extra = "numba"  # numba-cuda alone; "cu13" / "cu12" bring CUDA's compiler wheels besides
     modules = {"cuda": "numba.cuda", "devicearray": "numba.cuda.cudadrv.devicearray",
                "driver": "numba.cuda.cudadrv.driver", "sigutils": "numba.core.sigutils",
-               "types": "numba.core.types", "numpy_support": "numba.np.numpy_support"}
+               "types": "numba.core.types", "numpy_support": "numba.np.numpy_support",
+               "dispatcher": "numba.cuda.dispatcher", "compiler_lock": "numba.cuda.core.compiler_lock"}
 
     def owns(self, obj: Any) -> bool:
         return type(obj).__module__.split(".")[0] in ("numba", "numba_cuda")
@@ -297,8 +314,93 @@ class NumbaCudaMlir(Host):
         return mlir_ptx_options(targetoptions)
 
 
-# The hosts nbjit serves, in order of preference where the user imported neither.
-HOSTS: tuple[Host, ...] = (NumbaCuda(), NumbaCudaMlir())
+class BareContext:
+    """A context as the bare host knows it: the driver's handle, its device's ordinal and
+    compute capability (and, as a Numba context does, the modules nbjit loaded into it)."""
+
+    __slots__ = ("handle", "device", "cc", "_nbjit_modules", "__weakref__")
+
+    def __init__(self, handle: int, device: int, cc: tuple[int, int]) -> None:
+        self.handle, self.device, self.cc = handle, device, cc
+
+    def __repr__(self) -> str:
+        return f"<nbjit context 0x{self.handle:x} on device {self.device}>"
+
+
+class Bare(Host):
+    """No Numba: the driver's contexts through ``cuda.bindings`` (the context current on the
+    thread, else device 0's primary context, which PyTorch, CuPy and cuda.core share), and
+    nbjit's own ``DeviceArray`` over device memory (``gpu/memory.py``). Arrays and streams
+    come from whatever the user has (PyTorch, CuPy, JAX, DLPack, ``__cuda_array_interface__``,
+    ``__cuda_stream__``, ints). Compiling a ``@cuda.jit`` kernel needs a Numba: that asks for
+    one by name."""
+
+    name = "bare"
+    package = ""  # never "imported": chosen by name, or where no Numba is installed
+    extra = "numba"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._contexts: dict[int, BareContext] = {}
+
+    def module(self, part: str) -> ModuleType:
+        raise NbjitHostError(
+            f"nbjit serves no Numba in this process (the bare host: {ENV}=bare, or no Numba installed), and this "
+            f"needs one ({part}: compiling or typing a @cuda.jit kernel): install {install_hint('numba')} or "
+            "numba-cuda-mlir, or ship the kernel in a bundle (nbjit.build_bundle), which loads without Numba")
+
+    def installed(self) -> bool:
+        return True
+
+    def owns(self, obj: Any) -> bool:
+        return False
+
+    def imported(self, part: str) -> ModuleType | None:
+        return None
+
+    def current_context(self) -> BareContext:
+        """The context current on this thread, else device 0's primary context made current."""
+        _driver.check_not_forked()
+        _driver.init()
+        handle = _driver.current_context_key()
+        if not handle:
+            handle = _driver.primary_context(0)
+            _driver.set_current(handle)
+        ctx = self._contexts.get(handle)
+        if ctx is None:
+            dev = _driver.current_device()
+            ctx = self._contexts.setdefault(handle, BareContext(handle, dev, _driver.device_info(dev).cc))
+        _driver.mark_cuda_used()
+        return ctx
+
+    def make_current(self, device: int) -> None:
+        """Make ``device``'s primary context current in this thread."""
+        _driver.check_not_forked()
+        _driver.set_current(_driver.primary_context(device))
+        _driver.mark_cuda_used()
+
+    def context_key(self, ctx: Any) -> int:
+        return ctx.handle
+
+    def context_cc(self, ctx: Any) -> tuple[int, int]:
+        return ctx.cc
+
+    def context_ordinal(self, ctx: Any) -> int:
+        return ctx.device
+
+    def array_view(self, ptr: int, shape: tuple[int, ...], dtype: Any, owner: Any) -> Any:
+        from nbjit.gpu.memory import DeviceArray  # (numpy's array type, for the bare host's users only)
+        return DeviceArray(ptr, shape, dtype, owner)
+
+    def allocate(self, nbytes: int) -> Any:
+        from nbjit.gpu.memory import allocate  # (as array_view)
+        self.current_context()
+        return allocate(nbytes)
+
+
+# The hosts nbjit serves, in order of preference where the user imported neither; the bare
+# host (always there) serves where no Numba is installed.
+HOSTS: tuple[Host, ...] = (NumbaCuda(), NumbaCudaMlir(), Bare())
 _CHOSEN: list[Host] = []
 _CHOOSING = threading.Lock()
 
@@ -312,15 +414,17 @@ def _named(name: str, hosts: Sequence[Host], where: str) -> Host:
 
 
 def choose(hosts: Sequence[Host], imported: Collection[str], wanted: str | None = None,
-           installed: Callable[[Host], bool] = Host.installed) -> Host:
+           installed: Callable[[Host], bool] | None = None) -> Host:
     """The host to serve: the one named ``wanted`` (``NBJIT_HOST``, ``use_host``); else the
     host of the Numba the user imported (the first of ``hosts`` whose ``package`` is among
     the ``imported`` module names: numba-cuda where both are); else the first of
-    ``hosts`` that is ``installed``; else the first."""
+    ``hosts`` that is ``installed`` (by default its own ``installed()``: the bare host always
+    is, and comes last); else the last."""
     if wanted:
         return _named(wanted, hosts, f"{ENV}={wanted}")
-    return next((h for h in hosts if h.package in imported), None) or \
-        next((h for h in hosts if installed(h)), hosts[0])
+    found = installed or (lambda h: h.installed())
+    return next((h for h in hosts if h.package and h.package in imported), None) or \
+        next((h for h in hosts if found(h)), hosts[-1])
 
 
 def current_host() -> Host:
@@ -341,7 +445,8 @@ def current_host() -> Host:
 
 def use_host(name: str) -> Host:
     """Serve the host called ``name`` in this process: ``"numba-cuda"`` (``from numba import
-    cuda``) or ``"numba-cuda-mlir"`` (``from numba_cuda_mlir import cuda``); what the user
+    cuda``), ``"numba-cuda-mlir"`` (``from numba_cuda_mlir import cuda``) or ``"bare"`` (no
+    Numba: the driver's primary context, PyTorch's, CuPy's or any CAI/DLPack arrays); what the user
     imported, and ``NBJIT_HOST``, no longer decide. Call it before nbjit loads, compiles or
     launches anything (the choice is made once per process).
 
@@ -431,7 +536,7 @@ def serving_already(name: str, serving: Any, env: str) -> NbjitHostError:
 def both_imported(serving: Any, imported: Sequence[str], hosts: Sequence[Any], env: str) -> str:
     """The warning where the packages of the hosts called ``imported`` are imported, none
     was named, and ``serving`` was chosen."""
-    other = next(x.name for x in hosts if x is not serving)
+    other = next(x.name for x in hosts if x is not serving and x.name in imported)
     return (f"both {' and '.join(imported)} are imported: nbjit serves {serving.name} (it loads into its "
             f"context, and DeviceGlobal.as_array and Triton's scratch buffers are its arrays; either's "
             f"arrays and streams launch, and from_numba takes either's kernels). To serve {other}, "
@@ -480,6 +585,24 @@ def compile_ltoir(host: Any, func: Callable, args: Sequence, ret: Any, name: str
         output="ltoir", cc=cc, fastmath=bool(opts.get("fastmath", False)),
         lineinfo=bool(opts.get("lineinfo", False)), debug=bool(opts.get("debug", False)), opt=opts.get("opt", True))
     return bytes(code), resty
+
+
+class _Device:
+    """What a Numba dispatcher reads of "the current device" while nbjit compiles for ``cc``."""
+
+    def __init__(self, cc: tuple[int, int]) -> None:
+        self.compute_capability = tuple(cc)
+
+
+def _device_or(asked: Callable[[], Any], cc: tuple[int, int]) -> Callable[[], Any]:
+    """``get_current_device`` as Numba's dispatcher calls it while compiling a kernel for
+    ``cc``: the current device, or where there is none a device of capability ``cc``."""
+    def current():
+        try:
+            return asked()
+        except Exception:  # (CudaSupportError: no driver or no GPU)
+            return _Device(cc)
+    return current
 
 
 class Keeper:

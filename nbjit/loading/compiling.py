@@ -5,7 +5,6 @@ its checks. A bundle's or a cubin's first kernel never comes here (``nbjit/__ini
 imports this file on first use of one of these)."""
 from __future__ import annotations
 
-import re
 import weakref
 from typing import Any, Iterable, Mapping
 
@@ -13,9 +12,8 @@ from nbjit.arch import Arch
 from nbjit.cache.store import Cache, default_cache
 from nbjit.errors import NbjitCompileError, NbjitLoadError
 from nbjit.launch.kernel import Kernel
-from nbjit.loading.module import Module, is_numba_kernel, flag, load_into
+from nbjit.loading.module import Module, flag, load_into
 from nbjit.read.image import Image
-from nbjit.records import Pattern
 from nbjit.toolchain.many_sources import compile_many as compile_images
 from nbjit.toolchain.nvrtc import compile_image as _compile_image
 from nbjit.toolchain.nvrtc import repeatable
@@ -172,7 +170,7 @@ _PATH_ENDS = frozenset("uhaUHA")
 def from_numba(dispatcher: Any, signature: Any) -> Kernel:
     """A ``@cuda.jit`` kernel as an nbjit ``Kernel``: compiled by Numba for ``signature``
     (``"void(float32[::1], float32)"``, a tuple of Numba types, ...) and this device, loaded
-    into the current Numba context, launched by nbjit's launcher with the arguments the
+    into the current context, launched by nbjit's launcher with the arguments the
     Numba kernel takes (device arrays, numpy and Python scalars) at a fraction of Numba's
     dispatch cost. Arrays are checked against the signature (dtype, ndim, layout). The
     dispatcher may be numba-cuda's or numba-cuda-mlir's: its own package compiles it (with
@@ -185,59 +183,13 @@ def from_numba(dispatcher: Any, signature: Any) -> Kernel:
     prepares its arguments (``extensions=``), or argument types nbjit cannot pass (the
     message names the argument).
     """
-    from nbjit.gpu.host import current_host, host_of
-    from nbjit.params import numba_abi
-    host = host_of(dispatcher)
-    py = getattr(dispatcher, "py_func", None)
-    opts = dict(getattr(dispatcher, "targetoptions", None) or {})
-    if py is None:
-        raise NbjitLoadError(f"{type(dispatcher).__name__} is not a @cuda.jit kernel")
-    what = f"@cuda.jit kernel {py.__name__!r}"
-    if opts.get("device"):
-        raise NbjitLoadError(f"{what} is a device function: only kernels can be launched")
-    if opts.get("debug"):
-        raise NbjitLoadError(f"{what} is compiled with debug=True, which reports exceptions through Numba's own "
-                             "launcher: nbjit does not run it; compile it without debug=True")
-    if opts.get("link"):
-        raise NbjitLoadError(f"{what} links other code (link={list(opts['link'])!r}), which {host.name}'s linker adds "
-                             f"and nbjit does not: launch it with {host.name}")
-    if opts.get("extensions"):
-        raise NbjitLoadError(f"{what} prepares its arguments at each launch (extensions=), which nbjit's launcher "
-                             f"does not run: launch it with {host.name}")
-    try:
-        args, ret = host.kernel_types(signature)
-    except Exception as e:  # numba's TypeError / parse errors
-        raise NbjitLoadError(f"{what}: {signature!r} is not a signature ({e})") from None
-    if not host.returns_nothing(ret):
-        raise NbjitLoadError(f"{what}: a kernel returns nothing; the signature says {ret}")
-    try:
-        nargs = numba_abi.from_numba_types(args, host.describe_type, host.abi)
-    except numba_abi.NumbaAbiError as e:
-        raise numba_abi.NumbaAbiError(f"{what}: {e}") from None
+    from nbjit.gpu.host import current_host
+    from nbjit.toolchain.numba_kernels import NumbaKernel
+
+    kernel = NumbaKernel(dispatcher, signature)  # (checked before the device is asked)
     serving = current_host()
-    cc = serving.context_cc(serving.current_context())
-    cache = default_cache()
-    call = (host.name, py, args, cc, tuple(sorted((k, str(v)) for k, v in opts.items())))
-    ptx = cache.recall(call)
-    if ptx is None:
-        ptx = host.compile_ptx(py, args, cc, **host.ptx_options(opts))
-        cache.remember(call, ptx)
-    if "cudaCG" in ptx:
-        raise NbjitLoadError(f"{what} uses cooperative groups, which need Numba's linker (cudadevrt): launch it "
-                             "with Numba")
-    missing = sorted(set(_EXTERN_FUNC.findall(ptx)) - _JIT_PROVIDES)
-    if missing:
-        raise NbjitLoadError(f"{what} calls {', '.join(missing[:4])}, which its PTX declares and {host.name}'s "
-                             f"linker adds: nbjit loads the PTX alone; launch it with {host.name}")
-    mod = load_into(Image(ptx.encode(), "ptx", f"{py.__name__}.ptx"), serving.current_context(), False)
-    names = [k for k in mod.kernels if is_numba_kernel(k)] or list(mod.kernels)
-    if len(names) != 1:
-        raise NbjitLoadError(f"{what}: expected one kernel in Numba's PTX, found {names}")
-    mod._learn(numba={names[0]: nargs})
-    return mod._kernel(names[0])
-
-
-# Functions a PTX may call that the driver's JIT provides (PTX ISA, "System calls");
-# any other `.extern .func` is defined in code the host's linker adds.
-_EXTERN_FUNC = Pattern(r"^\s*\.extern\s+\.func\s*(?:\([^)]*\)\s*)?([A-Za-z_$%][\w$]*)", re.M)
-_JIT_PROVIDES = frozenset({"vprintf", "malloc", "free", "__assertfail"})
+    ctx = serving.current_context()
+    made = kernel.ptx(serving.context_cc(ctx))
+    mod = load_into(Image(made.ptx.encode(), "ptx", f"{made.function}.ptx"), ctx, False)
+    mod._learn(numba={made.kernel: made.args})
+    return mod._kernel(made.kernel)

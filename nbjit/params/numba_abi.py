@@ -35,7 +35,8 @@ from nbjit.records import record
 _ABI_TAG = re.compile(r"B\d+v\d+B\d+")
 
 __all__ = ["NumbaArray", "NumbaScalar", "NumbaAbiError", "from_mangled", "from_numba_types", "is_numba_name",
-           "is_mlir_name", "fields", "signature", "device_ltoir", "C_CONTIGUOUS", "F_CONTIGUOUS", "MODELS"]
+           "is_mlir_name", "fields", "signature", "to_json", "from_json", "device_ltoir", "C_CONTIGUOUS",
+           "F_CONTIGUOUS", "MODELS"]
 
 C_CONTIGUOUS, F_CONTIGUOUS = "C", "F"
 _LAYOUTS = ("C", "F", "A")
@@ -194,6 +195,66 @@ def from_numba_types(argtypes: Iterable, describe: Callable[[Any], tuple | None]
             raise NumbaAbiError(f"argument {i} is {t}: nbjit passes Numba arrays, integers, floats, booleans and "
                                 "complex numbers (not tuples, records by value or other types)")
     return tuple(out)
+
+
+def to_json(args: Iterable) -> list[dict]:
+    """Argument types as a bundle's manifest records them (``from_json`` reads them back)."""
+    out = []
+    for a in args:
+        d = {"array": _dtype_json(a.dtype), "ndim": a.ndim, "layout": a.layout, "readonly": a.readonly} \
+            if isinstance(a, NumbaArray) else {"scalar": _dtype_json(a.dtype)}
+        d["model"] = a.model
+        out.append(d)
+    return out
+
+
+def from_json(data: Any) -> tuple:
+    """``to_json``'s list as argument types; ValueError saying what is wrong with it."""
+    if not isinstance(data, list):
+        raise ValueError(f"a list of arguments, not {type(data).__name__}")
+    out = []
+    for i, d in enumerate(data):
+        try:
+            if not isinstance(d, dict) or d.get("model") not in MODELS:
+                raise ValueError(f"not an argument of model {' or '.join(MODELS)}")
+            if "array" in d:
+                nd, layout, ro = d.get("ndim"), d.get("layout"), d.get("readonly")
+                if type(nd) is not int or not 0 <= nd <= MAX_NDIM or layout not in _LAYOUTS or type(ro) is not bool:
+                    raise ValueError(f"an array needs ndim 0 to {MAX_NDIM}, a layout of {_LAYOUTS} and readonly "
+                                     "true or false")
+                dt = None if d["array"] is None else _dtype_from_json(d["array"])
+                out.append(NumbaArray(dt, nd, layout, ro, d["model"]))
+            elif "scalar" in d and d["scalar"] is not None:
+                out.append(NumbaScalar(_dtype_from_json(d["scalar"]), d["model"]))
+            else:
+                raise ValueError("neither an array nor a scalar")
+        except (TypeError, ValueError, KeyError) as e:
+            raise ValueError(f"argument {i}: {e}") from None
+    return tuple(out)
+
+
+def _dtype_json(dt: np.dtype | None) -> Any:
+    """A dtype as JSON: its ``str`` ("<f4"); a record's names, formats, offsets and size; a
+    sub-array's base and shape."""
+    if dt is None:
+        return None
+    if dt.subdtype is not None:
+        return {"base": _dtype_json(dt.subdtype[0]), "shape": list(dt.subdtype[1])}
+    if dt.names:
+        return {"names": list(dt.names), "formats": [_dtype_json(dt.fields[n][0]) for n in dt.names],
+                "offsets": [dt.fields[n][1] for n in dt.names], "itemsize": dt.itemsize}
+    return dt.str
+
+
+def _dtype_from_json(d: Any) -> np.dtype:
+    if isinstance(d, str):
+        return np.dtype(d)
+    if isinstance(d, dict) and "base" in d:
+        return np.dtype((_dtype_from_json(d["base"]), tuple(d["shape"])))
+    if isinstance(d, dict) and "names" in d:
+        return np.dtype({"names": d["names"], "formats": [_dtype_from_json(f) for f in d["formats"]],
+                         "offsets": d["offsets"], "itemsize": d["itemsize"]})
+    raise ValueError(f"{str(d)[:80]} is not a dtype")
 
 
 def fields(arg) -> list[int]:

@@ -142,7 +142,7 @@ timed(_driver, "get_function", "driver: cuModuleGetFunction")
 timed(_driver, "param_info", "driver: cuFuncGetParamInfo")
 timed(module, "_kernel_info", "type the kernel (merge)")
 timed(kernel, "ArgPacker", "packing plan (ArgPacker)")
-m = nbjit.load_bundle(BUNDLE)
+m = nbjit.load_bundle(BUNDLE, name="axpy")
 mark("load_bundle")
 k = m["axpy"]
 mark("kernel (typed; driver queries)")
@@ -158,10 +158,10 @@ VARIANTS = {
     "bare interpreter": "",
     "Numba arrays, no kernel": NUMBA_ARRAYS + "cuda.synchronize()\nmark('sync')\n",
     "nbjit, warm cache": NUMBA_ARRAYS + NBJIT.format(get='nbjit.compile(SRC)["axpy"]'),
-    "nbjit, bundle": NUMBA_ARRAYS + NBJIT.format(get='nbjit.load_bundle(BUNDLE)["axpy"]'),
+    "nbjit, bundle": NUMBA_ARRAYS + NBJIT.format(get='nbjit.load_bundle(BUNDLE, name="axpy")["axpy"]'),
     "nbjit, bundle (by stage)": NUMBA_ARRAYS + BY_STAGE,
     "nbjit, bundle, Numba's due collector pass first": NUMBA_ARRAYS_SETTLED + NBJIT.format(
-        get='nbjit.load_bundle(BUNDLE)["axpy"]'),
+        get='nbjit.load_bundle(BUNDLE, name="axpy")["axpy"]'),
     "nbjit, cold cache": NUMBA_ARRAYS + NBJIT.format(get='nbjit.compile(SRC)["axpy"]'),
     "Numba @cuda.jit(cache=True)": NUMBA_ARRAYS + """\
 @cuda.jit(cache=True)
@@ -210,7 +210,7 @@ mark("import numpy + numba.cuda")
 before = set(sys.modules)
 import nbjit
 mark("import nbjit")
-m = nbjit.load_bundle(BUNDLE, lazy=True)
+m = nbjit.load_bundle(BUNDLE, name="axpy", lazy=True)
 mark("load_bundle(lazy=True)")
 m["axpy"].params
 mark("kernel described")

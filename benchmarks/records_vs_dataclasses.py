@@ -47,7 +47,7 @@ if gpu:
     cuda.current_context()
 t0 = time.perf_counter()
 import nbjit
-k = nbjit.load_bundle(sys.argv[1], lazy=not gpu)["axpy"]
+k = nbjit.load_bundle(sys.argv[1], name="axpy", lazy=not gpu)["axpy"]
 k.params
 if gpu:
     x, y = cuda.to_device(np.ones(1024, np.float32)), cuda.to_device(np.zeros(1024, np.float32))

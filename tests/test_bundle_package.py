@@ -39,37 +39,45 @@ SCRIPT = r"""
 import json, sys
 import nbjit_demo_kernels as demo
 import nbjit
+from nbjit.gpu.host import current_host
 
 mod = demo.kernels(lazy=True)
+rows = demo.numba_kernels(lazy=True)
 out = {"module": repr(mod), "bundle_type": type(demo.BUNDLE).__name__, "kernels": sorted(mod.kernels),
        "params": {k: [p.ctype for p in mod[k].params] for k in ("axpy", "scale<float>", "scale<double>")},
-       "archs": [str(a) for a in nbjit.inspect_bundle(demo.BUNDLE).image().archs]}
+       "numba_params": [p.ctype for p in rows.scale_rows.params],
+       "images": {i.name: [str(a) for a in i.archs] for i in nbjit.inspect_bundle(demo.BUNDLE).images},
+       "host": current_host().name}
 missing = []
-for name in ("cuda.bindings.nvrtc", "cuda", "numba", "cuda.pathfinder"):
+for name in ("cuda.bindings.nvrtc", "numba", "numba_cuda", "numba_cuda_mlir", "llvmlite", "cuda.bindings.driver"):
     try:
         __import__(name)
     except ImportError:
         missing.append(name)
 out["missing"] = missing
-from nbjit.toolchain.identity import cuda_include_dir
-out["cuda_headers"] = cuda_include_dir()
 out["nbjit_from"] = nbjit.__file__
 out["demo_from"] = demo.__file__
 out["sys_path"] = sys.path
+out["numba_modules"] = sorted(m for m in sys.modules if m.split(".")[0] in ("numba", "numba_cuda", "llvmlite"))
 print(json.dumps(out))
 """
 
 
 def test_committed_bundle_is_small_and_complete():
     info = inspect_bundle(BUNDLE)
-    img = info.image()
     assert BUNDLE.stat().st_size < 100_000
+    assert [i.name for i in info.images] == ["axpy", "scale_rows"]
+    img = info.image("axpy")
     assert img.archs == ("sm_80", "sm_90", "sm_100", "sm_120", "compute_80")
     assert set(img.lowered_names) == {"scale<float>", "scale<double>"}
     assert img.sources[0]["name"] == "axpy.cu"
     import hashlib
     assert img.sources[0]["sha256"] == hashlib.sha256((EXAMPLE / "kernels" / "axpy.cu").read_bytes()).hexdigest(), \
         "kernels/axpy.cu changed: run examples/bundle_package/build_bundle.py"
+    rows = info.image("scale_rows")
+    assert rows.archs == img.archs and rows.sources[0]["name"] == "numba_kernels.scale_rows"
+    assert rows.sources[0]["kind"] == "numba" and [a.text for a in list(rows.numba.values())[0]] == \
+        ["array(float32, 2d, A)", "array(float32, 1d, C)"]
 
 
 def _can_build_wheels() -> bool:
@@ -89,9 +97,30 @@ def _module_dir(name: str) -> Path:
     return Path(importlib.import_module(name).__file__).parent
 
 
-def test_wheel_installs_and_loads_without_nvrtc(tmp_path):
-    # the wheel, built from a copy (an in-tree build would leave build/ and egg-info behind)
-    src = tmp_path / "src"
+# what a Numba brings: never in the example's environment
+NUMBA_TOPS = ("numba", "numba_cuda", "numba_cuda_mlir", "llvmlite")
+
+
+def _site_without_numba(deps: Path) -> None:
+    """``deps``: a directory of links to everything of this environment's site-packages but
+    Numba, nbjit and this example (PyTorch, CuPy and cuda-bindings stay: the GPU leg's arrays)."""
+    import site
+    deps.mkdir()
+    for root in site.getsitepackages():
+        for entry in Path(root).iterdir():
+            top = entry.name.split("-")[0].split(".")[0].lower()
+            if top in NUMBA_TOPS or top in ("nbjit", "nbjit_core", "nbjit_demo_kernels", "__pycache__") or \
+                    entry.suffix == ".pth" or (deps / entry.name).exists():
+                continue
+            (deps / entry.name).symlink_to(entry)
+
+
+def _bundle_venv(tmp_path: Path, everything: bool) -> tuple[Path, Path, bool]:
+    """A fresh virtual environment with the example's wheel and nbjit-core (its wheel where
+    NBJIT_WHEELS names a directory holding it, else its files), and of this environment
+    numpy, itanium-demangler and cuda-bindings (``everything``: all but Numba); (python,
+    site-packages, whether nbjit-core came as its wheel)."""
+    src = tmp_path / "src"  # (an in-tree build would leave build/ and egg-info behind)
     shutil.copytree(EXAMPLE, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
     dist = tmp_path / "dist"
     # with this environment's setuptools where it builds wheels (offline, seconds); else as pip
@@ -103,7 +132,6 @@ def test_wheel_installs_and_loads_without_nvrtc(tmp_path):
     wheel, = dist.glob("nbjit_demo_kernels-*.whl")
     with zipfile.ZipFile(wheel) as zf:
         assert zf.read("nbjit_demo_kernels/kernels.nbjit") == BUNDLE.read_bytes()
-
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=False, system_site_packages=False).create(env_dir)
     py = env_dir / "bin" / "python"
@@ -119,35 +147,93 @@ def test_wheel_installs_and_loads_without_nvrtc(tmp_path):
                         "--quiet", str(core[-1])], check=True, capture_output=True, timeout=300)
     else:
         shutil.copytree(Path(nbjit.__file__).parent, site / "nbjit", ignore=shutil.ignore_patterns("__pycache__"))
-    deps = tmp_path / "deps"  # numpy and the demangler only: not this environment's site-packages
-    deps.mkdir()
-    for name in ("numpy", "itanium_demangler"):
-        d = _module_dir(name)
-        (deps / d.name).symlink_to(d)
-        libs = d.parent / f"{name}.libs"  # (numpy's bundled libraries, where the wheel has them)
-        if libs.is_dir():
-            (deps / libs.name).symlink_to(libs)
+    deps = tmp_path / "deps"  # not this environment's site-packages: links to what the example may use
+    if everything:
+        _site_without_numba(deps)
+    else:
+        deps.mkdir()
+        import cuda.bindings
+        import cuda.pathfinder
+        for d in (_module_dir("numpy"), _module_dir("itanium_demangler"), *(
+                Path(m.__file__).parent for m in (cuda.bindings, cuda.pathfinder))):
+            target = deps / d.relative_to(d.parent.parent) if d.parent.name == "cuda" else deps / d.name
+            target.parent.mkdir(exist_ok=True)
+            target.symlink_to(d)
+            libs = d.parent / f"{d.name}.libs"  # (numpy's bundled libraries, where the wheel has them)
+            if libs.is_dir():
+                (deps / libs.name).symlink_to(libs)
     (site / "deps.pth").write_text(f"{deps}\n")
+    return py, site, bool(core)
 
+
+def _env(tmp_path: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "CUDA_", "NBJIT_"))}
     env.update(PYTHONNOUSERSITE="1", NBJIT_CACHE_DIR=str(tmp_path / "cache"))
+    return env
+
+
+def test_wheel_installs_and_loads_without_a_compiler_or_a_numba(tmp_path):
+    py, site, core = _bundle_venv(tmp_path, everything=False)
+    env = _env(tmp_path)
     run = subprocess.run([str(py), "-c", SCRIPT], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
     assert run.returncode == 0, run.stderr[-3000:]
     out = json.loads(run.stdout)
-    assert out["missing"] == ["cuda.bindings.nvrtc", "cuda", "numba", "cuda.pathfinder"], out
-    assert out["cuda_headers"] is None
+    assert out["missing"] == ["numba", "numba_cuda", "numba_cuda_mlir", "llvmlite"], out  # (cuda-bindings is there)
+    assert out["numba_modules"] == [] and out["host"] == "bare"
     assert out["nbjit_from"].startswith(str(site)) and out["demo_from"].startswith(str(site))
     assert not any(p.startswith(str(Path(nbjit.__file__).parent.parent)) for p in out["sys_path"][1:])
     assert out["module"].endswith("kernels.nbjit:axpy (fatbin): loads on first use>")
     assert out["kernels"] == sorted(["axpy", "_Z5scaleIfEvPT_S0_i", "_Z5scaleIdEvPT_S0_i"])
     assert out["params"] == {"axpy": ["float", "const float*", "float*", "int"],
                              "scale<float>": ["float*", "float", "int"], "scale<double>": ["double*", "double", "int"]}
-    assert out["archs"] == ["sm_80", "sm_90", "sm_100", "sm_120", "compute_80"]
+    assert out["numba_params"] == ["array(float32, 2d, A)", "array(float32, 1d, C)"]
+    archs = ["sm_80", "sm_90", "sm_100", "sm_120", "compute_80"]
+    assert out["images"] == {"axpy": archs, "scale_rows": archs}
     if core:  # the installed command reads the installed bundle (a shell pipes it to head: it stays quiet)
-        shown = subprocess.run(f"'{env_dir}/bin/nbjit' inspect '{site}/nbjit_demo_kernels/kernels.nbjit' | head -3",
+        shown = subprocess.run(f"'{py.parent}/nbjit' inspect '{site}/nbjit_demo_kernels/kernels.nbjit' | head -3",
                                shell=True, capture_output=True, text=True, env=env, timeout=120)
         assert shown.stderr == "" and shown.stdout.splitlines()[2].startswith("image axpy: from axpy.cu (cuda)"), \
             shown.stdout + shown.stderr
+
+
+GPU_SCRIPT = r"""
+import json, sys
+import numpy as np
+import torch
+import nbjit
+from nbjit_demo_kernels import kernels, numba_kernels
+from nbjit.gpu.host import current_host
+
+rng = np.random.default_rng(7)
+m = rng.standard_normal((70, 90), dtype=np.float32)
+f = rng.standard_normal(70, dtype=np.float32)
+rows = numba_kernels().scale_rows
+got = {}
+for layout in ("C", "F", "strided"):
+    t = torch.from_numpy(m).cuda()
+    t = t.t().contiguous().t() if layout == "F" else t[:, ::2] if layout == "strided" else t
+    want = (t.cpu().numpy() * f[:, None])
+    rows[(3, 6), (32, 16)](t, torch.from_numpy(f).cuda())
+    torch.cuda.synchronize()
+    got[layout] = bool(np.array_equal(t.cpu().numpy(), want))
+x = torch.arange(1000, dtype=torch.float32, device="cuda")
+y = torch.ones(1000, dtype=torch.float32, device="cuda")
+kernels().axpy[4, 256](2.0, x, y, 1000)
+got["axpy"] = bool(np.array_equal(y.cpu().numpy(), 2 * np.arange(1000, dtype=np.float32) + 1))
+print(json.dumps({"host": current_host().name, "got": got,
+                  "numba": sorted(m for m in sys.modules if m.split(".")[0] in ("numba", "numba_cuda", "llvmlite"))}))
+"""
+
+
+@pytest.mark.gpu
+def test_wheel_launches_on_torch_tensors_without_a_numba(cuda, tmp_path):
+    pytest.importorskip("torch")
+    py, _, _ = _bundle_venv(tmp_path, everything=True)
+    run = subprocess.run([str(py), "-c", GPU_SCRIPT], capture_output=True, text=True, cwd=tmp_path,
+                         env=_env(tmp_path), timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = json.loads(run.stdout.splitlines()[-1])
+    assert out == {"host": "bare", "got": {"C": True, "F": True, "strided": True, "axpy": True}, "numba": []}
 
 
 # the distribution each top-level import of the example's snippet comes from
@@ -193,10 +279,19 @@ def test_readme_snippet_imports_what_its_install_brings():
 
 @pytest.mark.skipif(not (EXAMPLE / "build_bundle.py").exists(), reason="no example")
 def test_build_script_rebuilds_the_committed_bundle(tmp_path):
-    """The script regenerates the committed bytes (same NVRTC build: the manifest names it)."""
+    """The script regenerates the committed bytes (same NVRTC build and numba-cuda: the manifest
+    names them)."""
     info = inspect_bundle(BUNDLE)
-    if info.image().toolchain != _toolchain_fingerprint():
+    if info.image("axpy").toolchain != _toolchain_fingerprint():
         pytest.skip("another NVRTC build made the committed bundle")
+    import importlib.metadata
+    made_by = info.image("scale_rows").producer
+    try:
+        here = f"numba-cuda {importlib.metadata.version('numba-cuda')}"
+    except importlib.metadata.PackageNotFoundError:
+        here = None
+    if made_by != here:
+        pytest.skip(f"{made_by} compiled the committed @cuda.jit kernel; this environment has {here}")
     copy = tmp_path / "ex"
     shutil.copytree(EXAMPLE, copy, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

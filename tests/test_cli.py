@@ -1103,7 +1103,7 @@ AXPY = DATA.parent.parent / "examples/bundle_package/kernels/axpy.cu"
 
 @pytest.mark.parametrize("path, said", [
     (DATA / "nvcc/kernels_multi.fatbin", "no entry runs on sm_75"),
-    (PKG_BUNDLE, "no entry of image axpy runs on sm_75"),
+    (PKG_BUNDLE, "no entry of images axpy, scale_rows runs on sm_75"),
 ])
 @pytest.mark.parametrize("json_", [False, True])
 def test_inspect_that_finds_nothing_to_run_on_arch_fails(path, said, json_):
@@ -1112,7 +1112,7 @@ def test_inspect_that_finds_nothing_to_run_on_arch_fails(path, said, json_):
     r = nbjit("inspect", *(["--json"] if json_ else []), "--arch", "sm_75", str(path))
     assert r.returncode == 1 and r.stderr == f"nbjit inspect: {path}: {said}\n", (r.returncode, r.stderr)
     if json_:
-        assert json.loads(r.stdout)["selected"] in (None, {"axpy": None})
+        assert json.loads(r.stdout)["selected"] in (None, {"axpy": None, "scale_rows": None})
     else:
         assert "no entry runs on sm_75" in r.stdout
     r = nbjit("inspect", *(["--json"] if json_ else []), "--arch", "sm_90", str(path))

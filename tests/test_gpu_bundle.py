@@ -32,7 +32,7 @@ def _axpy(kernel, cuda) -> tuple[np.ndarray, np.ndarray]:
 
 @pytest.mark.parametrize("lazy", [False, True])
 def test_bundle_kernels_launch(cuda, lazy):
-    mod = nbjit.load_bundle(BUNDLE, lazy=lazy)
+    mod = nbjit.load_bundle(BUNDLE, name="axpy", lazy=lazy)
     described = mod.axpy.params  # (lazy: from the manifest, before anything is loaded)
     got, want = _axpy(mod.axpy, cuda)
     np.testing.assert_allclose(got, want)
@@ -61,7 +61,7 @@ def test_bundle_kernels_launch(cuda, lazy):
 
 def test_bundle_kernel_launches_as_fast_as_a_compiled_one(cuda):
     """Same launcher, same path: the bundle's kernel takes the C fast path as any other."""
-    k = nbjit.load_bundle(BUNDLE).axpy
+    k = nbjit.load_bundle(BUNDLE, name="axpy").axpy
     cfg = k[(N + 127) // 128, 128]
     x, y = cuda.to_device(np.zeros(N, np.float32)), cuda.to_device(np.zeros(N, np.float32))
     cfg(1.0, x, y, N)
@@ -81,7 +81,7 @@ def _in_worker(shipped: bytes) -> list[float]:
 
 @pytest.mark.parametrize("lazy", [False, True])
 def test_bundle_kernel_pickles_to_a_spawned_worker(cuda, lazy):
-    k = nbjit.load_bundle(BUNDLE, lazy=lazy).axpy
+    k = nbjit.load_bundle(BUNDLE, name="axpy", lazy=lazy).axpy
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
         y = pool.submit(_in_worker, pickle.dumps(k)).result(timeout=300)
     assert y == [1 + 2 * i for i in range(100)]

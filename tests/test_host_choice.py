@@ -1,7 +1,7 @@
 """Which host nbjit serves (nbjit.gpu.host): named (NBJIT_HOST, nbjit.use_host), else the
 Numba the user imported (numba-cuda where both are, said in a warning), else the first
-installed, else the bare host (no Numba). No Numba is imported here (fresh processes check the real choice), so this runs
-in every environment, the CI leg without numba-cuda included."""
+installed, else the bare host (no Numba). No Numba is imported here (fresh processes check the
+real choice), so this runs in every environment, the CI leg without numba-cuda included."""
 from __future__ import annotations
 
 import os

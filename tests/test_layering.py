@@ -311,7 +311,7 @@ def test_a_bundles_first_kernel_needs_no_compiler_cache_ptx_reader_or_numba_abi(
 import sys
 before = set(sys.modules)
 import nbjit
-m = nbjit.load_bundle({str(bundle)!r}, lazy=True)
+m = nbjit.load_bundle({str(bundle)!r}, name="axpy", lazy=True)
 print(m["axpy"].params[1].ctype, m["scale<float>"].params[0].ctype)
 from nbjit.launch.arguments import ArgPacker
 from nbjit.loading.module import _kernel_info

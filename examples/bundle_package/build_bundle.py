@@ -1,6 +1,8 @@
-"""Regenerate src/nbjit_demo_kernels/kernels.nbjit from kernels/axpy.cu (needs NVRTC: nbjit-core's
-cu13 extra, pip install -e '.[cu13]' in nbjit's checkout; no GPU). The package's users need
-neither NVRTC nor a compiler."""
+"""Regenerate src/nbjit_demo_kernels/kernels.nbjit: image "axpy" from kernels/axpy.cu (needs NVRTC:
+nbjit-core's cu13 extra, pip install -e '.[cu13]' in nbjit's checkout) and image "scale_rows",
+the @cuda.jit kernel of kernels/numba_kernels.py (compiled by numba-cuda, which that extra brings).
+No GPU needed. The package's users need neither a compiler nor Numba."""
+import sys
 from pathlib import Path
 
 import nbjit
@@ -12,14 +14,18 @@ NAME_EXPRESSIONS = ["scale<float>", "scale<double>"]
 
 
 def main() -> None:
+    sys.path.insert(0, str(HERE / "kernels"))
+    import numba_kernels
+
     out = HERE / "src" / "nbjit_demo_kernels" / "kernels.nbjit"
-    info = nbjit.build_bundle(HERE / "kernels" / "axpy.cu", out, archs=ARCHS, ptx=PTX,
-                              name_expressions=NAME_EXPRESSIONS)
-    img = info.image()
-    archs = ", ".join(map(str, img.archs))
-    print(f"{out.relative_to(HERE)}: {out.stat().st_size} bytes, image {img.name!r} for {archs}")
-    for k in img.kernels:
-        print(f"  {k.name}{k.signature}")
+    info = nbjit.build_bundle({"axpy": HERE / "kernels" / "axpy.cu",
+                               "scale_rows": (numba_kernels.scale_rows, numba_kernels.SIGNATURE)},
+                              out, archs=ARCHS, ptx=PTX, name_expressions={"axpy": NAME_EXPRESSIONS})
+    print(f"{out.relative_to(HERE)}: {out.stat().st_size} bytes")
+    for img in info.images:
+        print(f"  image {img.name!r} for {', '.join(map(str, img.archs))}")
+        for k in img.kernels:
+            print(f"    {k.name[:60]}{k.signature if not img.numba else ''}")
 
 
 if __name__ == "__main__":

@@ -82,7 +82,7 @@ def load_bundle(bundle: Any, *, name: str | None = None, lazy: bool = False, kee
     rec = pick(records(archive), name, archive.source)
     mod = load(image_of(archive, rec), lazy=lazy, keep_debug=keep_debug)
     if rec["numba"]:  # @cuda.jit kernels: their arguments as the manifest records them (records' fields too)
-        mod._learn(numba=rec["numba"])
+        mod._learn(numba=numba_args(rec, archive.source))
     return mod
 
 
@@ -296,7 +296,7 @@ def records(archive: Archive) -> list[dict]:
     ``name``, ``entries`` [(file, kind, Arch, sha256, size, resources, globals)] (the last two
     a cubin's own facts where the manifest records them, else None), ``name_expressions``,
     ``declarations``, ``sources``, ``options``, ``producer``, ``toolchain``, ``triton``,
-    ``numba`` (the argument types of ``@cuda.jit`` kernels, {kernel: (NumbaArray | NumbaScalar, ...)}),
+    ``numba`` (the argument types of ``@cuda.jit`` kernels as JSON: ``numba_args`` reads them),
     ``kernels`` (the manifest's JSON, decoded by ``kernels``); each member in one image, and
     none outside them. Linear in the manifest's size: at most ``MAX_IMAGES`` images."""
     src = archive.source
@@ -366,26 +366,27 @@ def _record(d: Any, i: int, archive: Archive) -> dict:
     kernels = d.get("kernels", {})
     if not isinstance(kernels, dict):
         raise bad("kernels is not {name: kernel}")
-    numba = _numba_args(d.get("numba", {}), bad)
+    numba = d.get("numba", {})  # (read by numba_args, for the image used: only its own kernels need the ABI)
+    if not isinstance(numba, dict):
+        raise bad("numba is not {kernel: arguments}")
     return {"numba": numba, "name": name, "entries": got, "name_expressions": dict(lowered),
             "declarations": _declarations(d.get("declarations", {}), bad), "sources": tuple(sources),
             "options": tuple(options), "producer": producer, "toolchain": d.get("toolchain"), "triton": triton,
             "kernels": kernels}
 
 
-def _numba_args(d: Any, bad) -> dict:
-    """A ``@cuda.jit`` kernel image's ``numba``: {kernel: its arguments as Numba passes them}."""
-    if not isinstance(d, dict):
-        raise bad("numba is not {kernel: arguments}")
-    if not d:
+def numba_args(rec: dict, src: str) -> dict:
+    """The ``@cuda.jit`` kernels' arguments of image ``rec`` of bundle ``src``, as Numba passes
+    them: ``{kernel: (NumbaArray | NumbaScalar, ...)}`` (empty for other images)."""
+    if not rec["numba"]:
         return {}
     from nbjit.params import numba_abi  # (only for an image of @cuda.jit kernels)
     out = {}
-    for k, v in d.items():
+    for k, v in rec["numba"].items():
         try:
             out[k] = numba_abi.from_json(v)
         except ValueError as e:
-            raise bad(f"numba: kernel {str(k)[:80]!r}: {e}") from None
+            raise image_error(src, rec["name"], f"numba: kernel {str(k)[:80]!r}: {e}") from None
     return out
 
 

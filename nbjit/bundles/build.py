@@ -176,7 +176,7 @@ def read_bundle(bundle: Any, name: str | None = None) -> BundleInfo:
             _triton_meta(rec, src)
         images.append(BundleImage(rec["name"], entries, kernels, rec["name_expressions"], rec["declarations"],
                                   rec["sources"], rec["options"], rec["producer"], rec["toolchain"], rec["triton"],
-                                  rec["numba"]))
+                                  bundle_archive.numba_args(rec, src)))
     made_by = archive.manifest.get("nbjit")
     if made_by is not None and not isinstance(made_by, str):
         raise BundleError(f"{src}: {MANIFEST}: nbjit is {type(made_by).__name__}, not text")

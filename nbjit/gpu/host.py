@@ -301,7 +301,9 @@ class NumbaCudaMlir(Host):
     modules = {"cuda": "numba_cuda_mlir.cuda", "devicearray": "numba_cuda_mlir.numba_cuda.cudadrv.devicearray",
                "driver": "numba_cuda_mlir.numba_cuda.cudadrv.driver",
                "sigutils": "numba_cuda_mlir.numba_cuda.core.sigutils", "types": "numba_cuda_mlir.numba_cuda.types",
-               "numpy_support": "numba_cuda_mlir.numba_cuda.np.numpy_support"}
+               "numpy_support": "numba_cuda_mlir.numba_cuda.np.numpy_support",
+               "dispatcher": "numba_cuda_mlir.numba_cuda.dispatcher", "tools": "numba_cuda_mlir.tools",
+               "compiler_lock": "numba_cuda_mlir.numba_cuda.core.compiler_lock"}
 
     def array_view(self, ptr: int, shape: tuple[int, ...], dtype: Any, owner: Any) -> Any:
         # its from_cuda_array_interface reads owner.dtype (for records): a Module would look
@@ -312,6 +314,22 @@ class NumbaCudaMlir(Host):
         """As numba-cuda's; its dispatchers keep ``opt_level`` (0 to 3), which ``compile_ptx``
         takes as ``opt`` (0: off; 1 to 3: on, as level 3)."""
         return mlir_ptx_options(targetoptions)
+
+    def compile_ptx(self, py_func: Callable, args: Sequence, cc: tuple[int, int], **options: Any) -> str:
+        """As numba-cuda's. Its compiler also asks the GPU's capability where it is given
+        one (``tools.resolve_gpu_target``: to link for the newer of the two): without a GPU,
+        that capability is taken to be ``cc`` while this compiles (``tools._cached_cc``, the
+        answer it keeps once it has asked a device)."""
+        tools = self.module("tools")
+        with self.module("compiler_lock").global_compiler_lock:
+            offline = tools._cached_cc is None and not _has_gpu(tools)
+            if offline:
+                tools._cached_cc = tuple(cc)
+            try:
+                return super().compile_ptx(py_func, args, cc, **options)
+            finally:
+                if offline:
+                    tools._cached_cc = None
 
 
 class BareContext:
@@ -345,8 +363,8 @@ class Bare(Host):
 
     def module(self, part: str) -> ModuleType:
         raise NbjitHostError(
-            f"nbjit serves no Numba in this process (the bare host: {ENV}=bare, or no Numba installed), and this "
-            f"needs one ({part}: compiling or typing a @cuda.jit kernel): install {install_hint('numba')} or "
+            f"nbjit serves no Numba in this process (the bare host: {ENV}=bare, or no Numba installed), and "
+            f"compiling or typing a @cuda.jit kernel needs one: install {install_hint('numba')} or "
             "numba-cuda-mlir, or ship the kernel in a bundle (nbjit.build_bundle), which loads without Numba")
 
     def installed(self) -> bool:
@@ -603,6 +621,15 @@ def _device_or(asked: Callable[[], Any], cc: tuple[int, int]) -> Callable[[], An
         except Exception:  # (CudaSupportError: no driver or no GPU)
             return _Device(cc)
     return current
+
+
+def _has_gpu(tools: ModuleType) -> bool:
+    """Whether numba-cuda-mlir finds a GPU (its ``get_gpu_compute_capability`` answers)."""
+    try:
+        tools.get_gpu_compute_capability(tuple)
+        return True
+    except Exception:  # (CudaSupportError: no driver or no GPU)
+        return False
 
 
 class Keeper:

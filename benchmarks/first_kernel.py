@@ -3,7 +3,9 @@
 nbjit from (a) a warm local cache, (b) a kernel bundle, (c) a cold cache; beside CuPy's
 RawModule (warm disk cache), cuda.core's Program.compile(cache=FileStreamProgramCache),
 a @cuda.jit(cache=True) kernel, the same process with Numba arrays and no nbjit call, and a
-bare interpreter. Variants take turns, process by process; each child also reports where
+bare interpreter; and nbjit's bare host (NBJIT_HOST=bare: no Numba imported) on PyTorch tensors,
+CuPy arrays and cuda.core buffers beside PyTorch alone and cuda.core's Program on the same tensors.
+Variants take turns, process by process; each child also reports where
 its time went (imports, context, arrays, nbjit's own call; wall and CPU time), so nbjit's
 share is read from inside the process as well as from the paired walls, with the cyclic
 collector's part of it (its passes over objects Numba's import left behind land in whatever
@@ -200,6 +202,78 @@ launch(s, LaunchConfig(grid=(N + 255) // 256, block=256), k, np.float32(2), bx, 
 mark("launch")
 """,
 }
+# The bare host (NBJIT_HOST=bare: no Numba imported, as where none is installed): the first kernel
+# of a bundle on the arrays of a process that has PyTorch, CuPy or cuda.core, beside those
+# libraries' own first kernel on the same arrays
+TORCH_ARRAYS = """\
+import numpy as np
+import torch
+mark("import numpy + torch")
+torch.cuda.init(); torch.cuda.current_stream()
+mark("context")
+x = torch.ones(N, dtype=torch.float32, device="cuda"); y = torch.ones(N, dtype=torch.float32, device="cuda")
+mark("arrays")
+"""
+NO_NUMBA_CHECK = "assert not any(m.split('.')[0] in ('numba', 'numba_cuda', 'llvmlite') for m in sys.modules)\n"
+BARE_NBJIT = """\
+import cuda.bindings.driver
+mark("import cuda.bindings")
+import nbjit
+mark("import nbjit")
+k = {get}
+mark("nbjit kernel")
+k[{launch}]({args}); {sync}
+mark("launch")
+""" + NO_NUMBA_CHECK
+CORE_PROGRAM = """\
+obj = Program(SRC, "c++", ProgramOptions(arch=f"sm_{dev.arch}")).compile("cubin", cache=FileStreamProgramCache(CACHE))
+k = obj.get_kernel("axpy")
+mark("kernel")
+"""
+VARIANTS.update({
+    "torch only: tensors and one torch op": TORCH_ARRAYS + """\
+y.add_(x, alpha=2); torch.cuda.synchronize()
+mark("launch")
+""",
+    "cuda.core Program on torch tensors": TORCH_ARRAYS + """\
+from cuda.core import Device, LaunchConfig, Program, ProgramOptions, launch
+from cuda.core.utils import FileStreamProgramCache
+mark("import cuda.core")
+dev = Device(); dev.set_current(); s = dev.create_stream()
+""" + CORE_PROGRAM + """\
+launch(s, LaunchConfig(grid=(N + 255) // 256, block=256), k, np.float32(2), x.data_ptr(), y.data_ptr(), np.int32(N))
+s.sync()
+mark("launch")
+""",
+    "nbjit bare, bundle, torch tensors": TORCH_ARRAYS + BARE_NBJIT.format(
+        get='nbjit.load_bundle(BUNDLE, name="axpy")["axpy"]', launch="(N + 255) // 256, 256",
+        args="np.float32(2), x, y, N", sync="torch.cuda.synchronize()"),
+    "nbjit bare, bundle's @cuda.jit kernel, torch tensors": TORCH_ARRAYS + """\
+m = x.reshape(1024, -1); f = torch.ones(1024, dtype=torch.float32, device="cuda")
+""" + BARE_NBJIT.format(get='nbjit.load_bundle(BUNDLE, name="scale_rows")["scale_rows"]',
+                        launch="(64, 64), (16, 16)", args="m, f", sync="torch.cuda.synchronize()"),
+    "nbjit bare, bundle, CuPy arrays": """\
+import numpy as np
+import cupy as cp
+mark("import numpy + cupy")
+x = cp.ones(N, cp.float32); y = cp.ones(N, cp.float32)
+mark("context + arrays")
+mark("arrays")
+""" + BARE_NBJIT.format(get='nbjit.load_bundle(BUNDLE, name="axpy")["axpy"]', launch="(N + 255) // 256, 256",
+                        args="np.float32(2), x, y, N", sync="cp.cuda.Device().synchronize()"),
+    "nbjit bare, bundle, cuda.core buffers": """\
+import numpy as np
+from cuda.core import Device
+mark("import numpy + cuda.core")
+dev = Device(); dev.set_current(); s = dev.create_stream()
+mark("context")
+bx = dev.allocate(N * 4, stream=s); by = dev.allocate(N * 4, stream=s); s.sync()
+mark("arrays")
+""" + BARE_NBJIT.format(get='nbjit.load_bundle(BUNDLE, name="axpy")["axpy"]',
+                        launch="(N + 255) // 256, 256, s", args="np.float32(2), int(bx.handle), int(by.handle), N",
+                        sync="s.sync()"),
+})
+BARE = {v for v in VARIANTS if v.startswith("nbjit bare")}
 COLD = {"nbjit, cold cache"}
 
 # --no-gpu: the bundle route's CPU side in a process that has imported what a Numba user's has
@@ -247,6 +321,8 @@ def run_once(variant: str, work: Path) -> dict:
     script, cache = child(variant, work, cold)
     env = {**os.environ, "NBJIT_CACHE_DIR": cache, "CUPY_CACHE_DIR": str(work / "cupy"),
            "NUMBA_CACHE_DIR": str(work / "numba"), "PYTHONUNBUFFERED": "1", "PYTHONPATH": _pythonpath(other or None)}
+    if base in BARE:
+        env["NBJIT_HOST"] = "bare"
     t0 = time.time()
     pin = (lambda: os.sched_setaffinity(0, PIN)) if PIN else None
     r = subprocess.run([sys.executable, script], capture_output=True, text=True, env=env, timeout=300, preexec_fn=pin)
@@ -336,7 +412,12 @@ def main() -> None:
             # import of numpy and numba.cuda (leases of the same machine differ by 1.5x in both)
             per_s = [o / (r["marks"][IMPORTS] * 1e3) * 1e3 for o, r in zip(own, results[v]) if r["marks"].get(IMPORTS)]
             table[v]["own_ms_per_s_of_numba_import"] = per_s
-            print(f"nbjit's own share ({v}): everything after Numba's arrays, median {statistics.median(own):.1f} ms "
+            binds = [r["marks"][BINDINGS] * 1e3 for r in results[v] if BINDINGS in r["marks"]]
+            if binds:
+                table[v]["bindings_import_ms"] = binds
+                print(f"{v}: importing cuda.bindings.driver (the driver's bindings, a dependency's import; its own "
+                      f"phase, not nbjit's share): median {statistics.median(binds):.1f} ms")
+            print(f"nbjit's own share ({v}): everything after the arrays, median {statistics.median(own):.1f} ms "
                   f"[{min(own):.1f}-{max(own):.1f}], CPU {statistics.median(own_cpu):.1f} ms; of it the cyclic "
                   f"collector {statistics.median(gc_ms):.2f} ms (passes of generations 0/1/2, first process: "
                   f"{'/'.join(map(str, passes[0])) if passes else '-'}; generations 1-2: "
@@ -417,11 +498,15 @@ def _medians(runs: list, key: str) -> dict:
     return out
 
 
+BINDINGS = "import cuda.bindings"  # the bare host's driver bindings (cuda.core and Numba import them too)
+
+
 def _own(marks: dict) -> float:
-    """nbjit's part of a child's phases: what comes after Numba's arrays (nbjit's imports, its
-    calls, the first launch and its synchronisation)."""
+    """nbjit's part of a child's phases: what comes after the arrays (nbjit's imports, its
+    calls, the first launch and its synchronisation); not the import of the driver's bindings,
+    which a bare process that has no cuda.core or Numba imports first (its own phase)."""
     keys = list(marks)
-    return sum(marks[k] for k in keys[keys.index("arrays") + 1:]) if "arrays" in keys else 0.0
+    return sum(marks[k] for k in keys[keys.index("arrays") + 1:] if k != BINDINGS) if "arrays" in keys else 0.0
 
 
 def no_gpu(a, work: Path) -> None:

@@ -101,12 +101,13 @@ def _module_dir(name: str) -> Path:
 NUMBA_TOPS = ("numba", "numba_cuda", "numba_cuda_mlir", "llvmlite")
 
 
-def _site_without_numba(deps: Path) -> None:
-    """``deps``: a directory of links to everything of this environment's site-packages but
-    Numba, nbjit and this example (PyTorch, CuPy and cuda-bindings stay: the GPU leg's arrays)."""
+def _link_site_without_numba(deps: Path) -> None:
+    """Links in ``deps`` to everything of this environment's site-packages but Numba, nbjit and
+    this example (PyTorch, CuPy stay: the GPU leg's arrays), where ``deps`` has none of that name."""
     import site
-    deps.mkdir()
     for root in site.getsitepackages():
+        if not Path(root).is_dir():
+            continue
         for entry in Path(root).iterdir():
             top = entry.name.split("-")[0].split(".")[0].lower()
             if top in NUMBA_TOPS or top in ("nbjit", "nbjit_core", "nbjit_demo_kernels", "__pycache__") or \
@@ -148,20 +149,19 @@ def _bundle_venv(tmp_path: Path, everything: bool) -> tuple[Path, Path, bool]:
     else:
         shutil.copytree(Path(nbjit.__file__).parent, site / "nbjit", ignore=shutil.ignore_patterns("__pycache__"))
     deps = tmp_path / "deps"  # not this environment's site-packages: links to what the example may use
+    deps.mkdir()
+    import cuda.bindings
+    import cuda.pathfinder
+    for d in (_module_dir("numpy"), _module_dir("itanium_demangler"), *(
+            Path(m.__file__).parent for m in (cuda.bindings, cuda.pathfinder))):
+        target = deps / d.relative_to(d.parent.parent) if d.parent.name == "cuda" else deps / d.name
+        target.parent.mkdir(exist_ok=True)
+        target.symlink_to(d)
+        libs = d.parent / f"{d.name}.libs"  # (numpy's bundled libraries, where the wheel has them)
+        if libs.is_dir():
+            (deps / libs.name).symlink_to(libs)
     if everything:
-        _site_without_numba(deps)
-    else:
-        deps.mkdir()
-        import cuda.bindings
-        import cuda.pathfinder
-        for d in (_module_dir("numpy"), _module_dir("itanium_demangler"), *(
-                Path(m.__file__).parent for m in (cuda.bindings, cuda.pathfinder))):
-            target = deps / d.relative_to(d.parent.parent) if d.parent.name == "cuda" else deps / d.name
-            target.parent.mkdir(exist_ok=True)
-            target.symlink_to(d)
-            libs = d.parent / f"{d.name}.libs"  # (numpy's bundled libraries, where the wheel has them)
-            if libs.is_dir():
-                (deps / libs.name).symlink_to(libs)
+        _link_site_without_numba(deps)
     (site / "deps.pth").write_text(f"{deps}\n")
     return py, site, bool(core)
 

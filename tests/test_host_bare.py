@@ -47,17 +47,20 @@ from nbjit.gpu.host import current_host
 mod = nbjit.load_bundle({str(BUNDLE)!r}, name="axpy", lazy=True)
 numba_kernel = nbjit.load_bundle({str(BUNDLE)!r}, name="scale_rows", lazy=True)["scale_rows"]
 again = pickle.loads(pickle.dumps(numba_kernel))
-compiled = nbjit.compile("extern \\"C\\" __global__ void k(float *a) {{ a[0] = 1; }}", arch="sm_90")
+try:  # (where NVRTC is installed: nbjit-core's cu13 extra; the CI's bare leg has none)
+    compiled = list(nbjit.compile("extern \\"C\\" __global__ void k(float *a) {{ a[0] = 1; }}", arch="sm_90").kernels)
+except nbjit.NbjitCompileError as e:
+    compiled = str(e)
 print(json.dumps({{"host": current_host().name, "kernels": sorted(mod.kernels),
                   "numba_params": [p.ctype for p in numba_kernel.params],
-                  "pickled": [p.ctype for p in again.params], "compiled": list(compiled.kernels),
+                  "pickled": [p.ctype for p in again.params], "compiled": compiled,
                   "numba_modules": sorted(m for m in sys.modules if m.split(".")[0] in
                                           ("numba", "numba_cuda", "numba_cuda_mlir", "llvmlite"))}}))
 """)
     assert out["host"] == "bare"
     assert "axpy" in out["kernels"]
     assert out["numba_params"] == out["pickled"] == ["array(float32, 2d, A)", "array(float32, 1d, C)"]
-    assert out["compiled"] == ["k"]
+    assert out["compiled"] == ["k"] or out["compiled"].startswith("NVRTC is not installed")
     assert out["numba_modules"] == []
 
 

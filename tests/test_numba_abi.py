@@ -298,3 +298,37 @@ def test_device_ltoir_needs_no_gpu():
     assert fast[0] != data  # fastmath=True reached Numba
     with pytest.raises(NumbaAbiError, match=r"array\(float32, 1d, C\) has no C ABI"):
         device_ltoir(op, "float32(float32[::1], float32)", "op", (9, 0), host)
+
+
+class DLPackOnly:
+    """An array offering only DLPack, said to be on a CUDA device (its memory is numpy's: packed,
+    never launched), as a library without __cuda_array_interface__ gives one."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def __dlpack__(self, **kw):
+        return self.a.__dlpack__()
+
+    def __dlpack_device__(self):
+        return (2, 0)  # kDLCUDA
+
+
+def test_a_dlpack_array_packs_as_numba_passes_it():
+    """Shape and strides (in bytes) from the DLTensor, its dtype checked; C, F and strided."""
+    info, p = packer_for((types.float32[:, :], types.float32[:, ::1], types.float32[::1, :]))
+    base = np.zeros((3, 8), np.float32)
+    ptr = base.ctypes.data
+    raw = p.pack((DLPackOnly(base[:, ::2]), DLPackOnly(base), DLPackOnly(np.asfortranarray(base))))
+    assert struct.unpack_from("<qqqqQqqqq", raw, 0) == (0, 0, 12, 4, ptr, 3, 4, 32, 8)
+    assert struct.unpack_from("<qqqqQqqqq", raw, info.params[1].offset)[2:] == (24, 4, ptr, 3, 8, 32, 4)
+    assert struct.unpack_from("<qqqq", raw, info.params[2].offset + 40) == (3, 8, 4, 12)  # (Fortran strides)
+    if _launch is not None:
+        c = c_launcher(info, p)
+        args = (DLPackOnly(base[:, ::2]), DLPackOnly(base), DLPackOnly(np.asfortranarray(base)))
+        fast = c.pack_fast(args)
+        assert fast is None or fast == p.pack(args)
+    with pytest.raises(NbjitArgumentError, match="a float64 array was passed; the parameter is array"):
+        p.pack((DLPackOnly(np.zeros((3, 4))), DLPackOnly(base), DLPackOnly(np.asfortranarray(base))))
+    with pytest.raises(NbjitArgumentError, match="not C-contiguous"):
+        p.pack((DLPackOnly(base), DLPackOnly(base[:, ::2]), DLPackOnly(np.asfortranarray(base))))

@@ -19,7 +19,8 @@ from typing import Any, Callable
 import numpy as np
 
 from nbjit.errors import NbjitArgumentError
-from nbjit.launch.arrays import _EXTRACTORS, array_element, describe_element, device_pointer, element_matches, to_u64
+from nbjit.launch.arrays import (
+    _EXTRACTORS, array_element, describe_element, device_pointer, dlpack_array, element_matches, to_u64)
 from nbjit.params.signature import KernelSignature, Param
 
 
@@ -376,8 +377,10 @@ def numba_array(rule, extractors: dict, device_pointer: Callable[[Any], int]) ->
             ptr = int(cai["data"][0] or 0)
             strides = cai.get("strides")
         except (AttributeError, KeyError, TypeError, ValueError):
-            raise ValueError(f"{type(v).__name__} is not a device array (pass a Numba device array or an object with "
-                             "__cuda_array_interface__)") from None
+            if not (hasattr(v, "__dlpack__") and hasattr(v, "__dlpack_device__")):
+                raise ValueError(f"{type(v).__name__} is not a device array (pass a Numba device array or an object "
+                                 "with __cuda_array_interface__ or __dlpack__)") from None
+            ptr, shape, strides, dt = dlpack_array(v)  # (its ValueError says what it is instead)
         if len(shape) != a.ndim:
             raise ValueError(f"a {len(shape)}-d array was passed; the parameter is {a.text}")
         if a.dtype is not None and dt != a.dtype:

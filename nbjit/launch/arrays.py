@@ -12,7 +12,8 @@ import numpy as np
 from nbjit.errors import NbjitArgumentError
 from nbjit.gpu import host as _host
 
-__all__ = ["device_pointer", "to_u64", "array_element", "element_matches", "describe_element", "dlpack_reader"]
+__all__ = ["device_pointer", "to_u64", "array_element", "element_matches", "describe_element", "dlpack_reader",
+           "dlpack_array"]
 
 _EXTRACTORS: dict[type, Callable[[Any], int]] = {}
 
@@ -204,30 +205,59 @@ _DL_HEAD = struct.Struct("<QiiiBBHQQQ")  # data, device type and id, ndim, dtype
 _capsule_pointer = None
 
 
+def _dl_head(a, not_a_pointer: type[ValueError]) -> tuple[tuple, int]:
+    """The DLTensor of an object offering DLPack on a CUDA device, read in place (``_DL_HEAD``'s
+    fields) and where it lies; ``not_a_pointer`` saying where its memory is otherwise."""
+    global _capsule_pointer
+    try:
+        dev, _ = a.__dlpack_device__()
+    except Exception as e:
+        raise not_a_pointer(f"{type(a).__name__}.__dlpack_device__() failed: {e}") from None
+    if dev not in (_DL_CUDA, _DL_CUDA_MANAGED):
+        raise not_a_pointer(f"a {type(a).__name__} in {_DL_DEVICES.get(int(dev), f'DLPack device type {dev}')} "
+                            "(its __dlpack_device__): pass one on the GPU")
+    capsule = a.__dlpack__()
+    if _capsule_pointer is None:
+        f = ctypes.pythonapi.PyCapsule_GetPointer
+        f.restype, f.argtypes = ctypes.c_void_p, (ctypes.py_object, ctypes.c_char_p)
+        _capsule_pointer = f
+    try:
+        at = _capsule_pointer(capsule, b"dltensor")
+    except ValueError:
+        raise not_a_pointer(f"{type(a).__name__}.__dlpack__() gave no DLPack tensor capsule") from None
+    return _DL_HEAD.unpack(ctypes.string_at(at, _DL_HEAD.size)), capsule
+
+
 def dlpack_reader(not_a_pointer: type[ValueError]) -> Callable[[Any], tuple[int, str, int, str]]:
     """``_dl_tensor``: ``read(a)`` -> ``(address, element kind, item size, dtype name)``
     of an object offering DLPack, on a CUDA device; ``not_a_pointer`` (``_NotAPointer``)
     saying where its memory is otherwise."""
     def read(a) -> tuple[int, str, int, str]:
-        global _capsule_pointer
-        try:
-            dev, _ = a.__dlpack_device__()
-        except Exception as e:
-            raise not_a_pointer(f"{type(a).__name__}.__dlpack_device__() failed: {e}") from None
-        if dev not in (_DL_CUDA, _DL_CUDA_MANAGED):
-            raise not_a_pointer(f"a {type(a).__name__} in {_DL_DEVICES.get(int(dev), f'DLPack device type {dev}')} "
-                                "(its __dlpack_device__): pass one on the GPU")
-        capsule = a.__dlpack__()
-        if _capsule_pointer is None:
-            f = ctypes.pythonapi.PyCapsule_GetPointer
-            f.restype, f.argtypes = ctypes.c_void_p, (ctypes.py_object, ctypes.c_char_p)
-            _capsule_pointer = f
-        try:
-            at = _capsule_pointer(capsule, b"dltensor")
-        except ValueError:
-            raise not_a_pointer(f"{type(a).__name__}.__dlpack__() gave no DLPack tensor capsule") from None
-        data, _, _, _, code, bits, lanes, _, _, offset = _DL_HEAD.unpack(ctypes.string_at(at, _DL_HEAD.size))
+        (data, _, _, _, code, bits, lanes, _, _, offset), _capsule = _dl_head(a, not_a_pointer)
         size = bits * lanes // 8
         name = f"{_DL_NAMES.get(code, f'dlpack type {code} of ')}{bits}" + (f"x{lanes}" if lanes != 1 else "")
         return data + offset, ("V" if lanes != 1 else _DL_KINDS.get(code, "V")), size, name
     return read
+
+
+_DL_NUMPY = {0: "i", 1: "u", 2: "f", 5: "c", 6: "b"}  # DLDataTypeCode -> numpy kind (bfloat16: none)
+
+
+def dlpack_array(a) -> tuple[int, tuple[int, ...], tuple[int, ...], np.dtype]:
+    """``(address, shape, strides in bytes, numpy dtype)`` of an object offering DLPack on a
+    CUDA device (what a Numba array argument is packed from); ValueError saying what it is
+    otherwise (not on the GPU, an element type numpy has not)."""
+    (data, _, _, ndim, code, bits, lanes, shape_at, strides_at, offset), capsule = _dl_head(a, ValueError)
+    kind = _DL_NUMPY.get(code)
+    if kind is None or lanes != 1:
+        raise ValueError(f"its DLPack element type ({_DL_NAMES.get(code, f'code {code}')}{bits}"
+                         f"{f'x{lanes}' if lanes != 1 else ''}) is none of numpy's")
+    dt = np.dtype(f"{kind}{bits // 8}") if kind != "b" else np.dtype(bool)
+    shape = tuple(ctypes.cast(shape_at, ctypes.POINTER(ctypes.c_int64))[i] for i in range(ndim))
+    if strides_at:  # (in items; none: C-contiguous)
+        strides = tuple(ctypes.cast(strides_at, ctypes.POINTER(ctypes.c_int64))[i] * dt.itemsize
+                        for i in range(ndim))
+    else:
+        strides = tuple(int(np.prod(shape[i + 1:], dtype=np.int64)) * dt.itemsize for i in range(ndim))
+    del capsule  # (read while the capsule lived: its producer frees the DLTensor with it)
+    return data + offset, shape, strides, dt

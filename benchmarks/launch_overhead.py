@@ -11,6 +11,8 @@ floor and the peers, in one process and one table:
   stream; int pointers; ``k[g, b, s](...)`` re-indexed per call; bound once
 * peers on the same kernel and inputs: cuda.core ``launch``, CuPy ``RawKernel``, Numba
   ``@cuda.jit`` dispatch, Triton's own launcher (where Triton and torch are installed)
+* the same ``@cuda.jit`` kernel from a bundle on torch tensors (the route of a process without
+  Numba: the same launcher, whichever host serves);
 * the same ``@cuda.jit`` kernel through ``nbjit.from_numba`` (its arrays passed as Numba's
   5 + 2*ndim fields by nbjit's C launcher)
 * where numba-cuda-mlir is installed beside numba-cuda (``--mlir auto``, the default; ``yes``
@@ -244,6 +246,16 @@ def main() -> None:
     fcfg = fk[GRID, BLOCK, s]
     t.add(f"nbjit.from_numba: the same @cuda.jit kernel, {who} arrays", lambda: fcfg(y, x, a32, n32), sync,
           group="route", launcher=fcfg)
+    if torch is not None and a.host == "numba-cuda":
+        # the same kernel from a bundle (what a process without Numba launches: the same launcher)
+        import tempfile
+        bundle = Path(tempfile.mkdtemp()) / "k.nbjit"
+        cc = cuda.get_current_device().compute_capability
+        nbjit.build_bundle({"axpy": (axpy_numba, "void(float32[::1], float32[::1], float32, int32)")}, bundle,
+                           archs=f"sm_{cc[0]}{cc[1]}")
+        bcfg = nbjit.load_bundle(bundle)["axpy_numba"][GRID, BLOCK, ts]  # (the Python function's name)
+        t.add("a bundle's @cuda.jit kernel: torch tensors, torch stream", lambda: bcfg(ty, tx, a32, n32),
+              ts.synchronize, group="route", launcher=bcfg)
     if a.host == "numba-cuda-mlir":
         pass  # (the table is its already)
     elif a.mlir == "yes" or (a.mlir == "auto" and importlib.util.find_spec("numba_cuda_mlir")):

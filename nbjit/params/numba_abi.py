@@ -114,9 +114,34 @@ def _is_array(node) -> bool:
     return len(args) == 5 and str(args[3]) in ("mutable", "readonly") and str(args[4]) == "aligned"
 
 
+_SOURCE_NAME = re.compile(r"(\d+)")
+
+
+def _source_name(name: str) -> str | None:
+    """The Python name a Numba-mangled kernel name starts with, read without the demangler
+    (the names of its nested components, ``_ZN8__main__4axpyB...`` -> ``__main__.axpy``;
+    ``_Z4axpy5ArrayI...`` -> ``axpy``), or None where the name is not of that form."""
+    nested = name.startswith("_ZN")
+    i, parts = (3 if nested else 2), []
+    while i < len(name) and name[i].isdigit():
+        n = _SOURCE_NAME.match(name, i)
+        i = n.end() + int(n.group())
+        if i > len(name):
+            return None
+        parts.append(name[n.end():i])
+        if not nested:
+            break
+    if not parts or (nested and name[i:i + 1] not in ("B", "E")):
+        return None
+    return ".".join(parts).replace("_3clocals_3e", "<locals>")
+
+
 def readable_name(name: str) -> str:
     """A Numba kernel's Python name from its mangled one (``__main__.axpy``), for messages;
     the mangled name where it cannot be read."""
+    quick = _source_name(name) if name.startswith("_Z") and not name.startswith("_ZNK") else None
+    if quick:
+        return quick
     tree = mangled_tree(name)
     if getattr(tree, "kind", None) != "func":  # not a name the demangler reads
         return name

@@ -351,3 +351,34 @@ def test_a_dlpack_array_packs_as_numba_passes_it():
         p.pack((DLPackOnly(np.zeros((3, 4))), DLPackOnly(base), DLPackOnly(np.asfortranarray(base))))
     with pytest.raises(NbjitArgumentError, match="not C-contiguous"):
         p.pack((DLPackOnly(base), DLPackOnly(base[:, ::2]), DLPackOnly(np.asfortranarray(base))))
+
+
+class StrideMethod:
+    """A PyTorch-like array: ``shape``, no ``strides`` attribute but ``stride()`` in items, and
+    ``__cuda_array_interface__`` for the Python rules."""
+
+    def __init__(self, ptr, shape, strides_in_items):
+        self.ptr, self.shape, self._st, self.dtype = ptr, tuple(shape), tuple(strides_in_items), np.dtype("f4")
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"shape": self.shape, "typestr": "<f4", "data": (self.ptr, False), "version": 3,
+                "strides": tuple(4 * s for s in self._st)}
+
+    def stride(self):
+        return self._st
+
+
+@pytest.mark.skipif(_launch is None, reason="nbjit's C launch extension is not built")
+def test_the_c_path_reads_pytorchs_strides_in_items():
+    """A tensor's stride() (in items) packs in C as the Python rules pack its array interface
+    (strides in bytes): PyTorch tensors stay on the C path."""
+    from nbjit.launch.arrays import device_pointer
+    info, p = packer_for((types.float32[:, :], types.float32[:, ::1]))
+    c = c_launcher(info, p)
+    view, whole = StrideMethod(0x1000, (3, 4), (8, 2)), StrideMethod(0x2000, (3, 8), (8, 1))
+    device_pointer(view)
+    want = p.pack((view, whole))  # (the Python rules accept its dtype, and teach the C path)
+    assert c.pack_fast((view, whole)) == want
+    assert struct.unpack_from("<qqqqQqqqq", want) == (0, 0, 12, 4, 0x1000, 3, 4, 32, 8)
+    assert c.pack_fast((whole, view)) is None  # (not C-contiguous: the Python rules say so)

@@ -15,7 +15,8 @@
  *              'Z' a trailing parameter the caller does not pass, left zero (Triton's NULL
  *              scratch pointers),
  *              'N' a Numba array, (offset, 'N', accepted, ndim, itemsize, layout): its 5 + 2*ndim
- *              fields (meminfo 0, parent 0, nitems, itemsize, data, shape, strides), the
+ *              fields (meminfo 0, parent 0, nitems, itemsize, data, shape, strides: the
+ *              array's .shape and .strides, or PyTorch's .stride() times the item size), the
  *              array's dtype in `accepted`, its ndim, and 'C'/'F' contiguity checked,
  *              'M' the same for a numba-cuda-mlir kernel: a memref's 3 + 2*ndim fields (data,
  *              data, offset 0, shape, strides in items),
@@ -199,7 +200,7 @@ typedef struct {
     unsigned long long attrs[MAX_ATTRS * ATTR_WORDS];
 } Launcher;
 
-static PyObject *str_dtype = NULL, *str_shape = NULL, *str_strides = NULL;
+static PyObject *str_dtype = NULL, *str_shape = NULL, *str_strides = NULL, *str_stride = NULL;
 
 static void free_accepted(Launcher *self) {
     Py_ssize_t i;
@@ -635,7 +636,7 @@ static int contiguous(const long long *shape, const long long *strides, int nd, 
 /* A Numba array argument: meminfo 0, parent 0, nitems, itemsize, data, shape, strides; or,
  * `memref` set (numba-cuda-mlir), data, data, offset 0, shape, strides in items. */
 static int pack_numba_array(Launcher *self, Py_ssize_t idx, PyObject *o, unsigned char *dst, int memref) {
-    int nd = self->ndim[idx], ok = 1, k;
+    int nd = self->ndim[idx], ok = 1, k, in_items = 0;
     long long shape[32], strides[32], f[5];
     PyObject *t;
     unsigned long long data = extract(self, o, &ok);
@@ -646,10 +647,21 @@ static int pack_numba_array(Launcher *self, Py_ssize_t idx, PyObject *o, unsigne
     Py_XDECREF(t);
     if (k < 0) return 0;
     t = PyObject_GetAttr(o, str_strides);
-    if (t == NULL) PyErr_Clear();
+    if (t == NULL) { /* PyTorch's tensors: stride(), counted in items */
+        PyObject *m;
+        PyErr_Clear();
+        m = PyObject_GetAttr(o, str_stride);
+        if (m == NULL) PyErr_Clear();
+        t = m == NULL ? NULL : PyObject_CallObject(m, NULL);
+        Py_XDECREF(m);
+        if (t == NULL) PyErr_Clear();
+        in_items = 1;
+    }
     k = int_tuple(t, nd, strides);
     Py_XDECREF(t);
     if (k < 0) return 0;
+    if (in_items)
+        for (k = 0; k < nd; k++) strides[k] *= self->itemsize[idx];
     if (self->contig[idx] != 'A' && !contiguous(shape, strides, nd, self->itemsize[idx], self->contig[idx]))
         return 0; /* the Python rules say what is wrong */
     if (memref) {
@@ -1046,6 +1058,7 @@ PyMODINIT_FUNC PyInit__launcher(void) {
     if ((str_dtype == NULL && (str_dtype = PyUnicode_InternFromString("dtype")) == NULL) ||
         (str_shape == NULL && (str_shape = PyUnicode_InternFromString("shape")) == NULL) ||
         (str_strides == NULL && (str_strides = PyUnicode_InternFromString("strides")) == NULL) ||
+        (str_stride == NULL && (str_stride = PyUnicode_InternFromString("stride")) == NULL) ||
         (str_configure == NULL && (str_configure = PyUnicode_InternFromString("_configure_cached")) == NULL)) {
         Py_DECREF(m);
         return NULL;

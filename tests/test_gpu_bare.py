@@ -167,3 +167,57 @@ def test_a_process_without_numba_launches_bundled_cuda_jit_kernels_as_numba_does
     assert expected <= set(got), set(got)
     if importlib.util.find_spec("cupy") is not None:
         assert "weigh" in got
+
+
+MLIR_CHILD = r"""
+import json, sys
+import numpy as np
+import torch
+import nbjit
+from nbjit.gpu.host import current_host
+
+d = np.load(sys.argv[2])
+k = lambda name: nbjit.load_bundle(sys.argv[1], name=name)[name]
+t = lambda a: torch.from_numpy(np.ascontiguousarray(a)).cuda()
+res = {}
+o = torch.empty(d["x"].size, dtype=torch.float32, device="cuda")
+k("axpy")[8, 128](o, np.float32(1.5), t(d["x"]), t(d["y"]))
+res["axpy"] = o.cpu().numpy()
+m = t(d["m"])
+rowsum = k("rowsum")
+for name, view in (("rowsum_C", m), ("rowsum_F", m.t().contiguous().t()), ("rowsum_strided", m[:, ::3])):
+    r = torch.zeros(m.shape[0], dtype=torch.float64, device="cuda")
+    rowsum[m.shape[0], 128](view, r)
+    res[name] = r.cpu().numpy()
+i = t(d["i"])
+k("scale_int")[4, 256](i, 3)
+res["scale_int"] = i.cpu().numpy()
+np.savez(sys.argv[3], **res)
+print(json.dumps({"host": current_host().name, "numba": sorted(
+    m for m in sys.modules if m.split(".")[0] in ("numba", "numba_cuda", "numba_cuda_mlir", "llvmlite"))}))
+"""
+
+
+def test_numba_cuda_mlirs_kernels_from_a_bundle_run_without_it(cuda, tmp_path):
+    """tests/data/numba/bundle_kernels_mlir.nbjit (numba-cuda-mlir's build of bundle_kernels.py,
+    made by tests/data/numba_src/make_mlir_bundle.py): its memref ABI packed from PyTorch
+    tensors in a process without any Numba, against numpy."""
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("needs PyTorch (the arrays of the bare process)")
+    if cuda.get_current_device().compute_capability != (9, 0):
+        pytest.skip("the fixture holds SASS for sm_90 (and PTX for compute_80)")
+    rng = np.random.default_rng(5)
+    d = {"x": rng.standard_normal(1000, dtype=np.float32), "y": rng.standard_normal(1000, dtype=np.float32),
+         "m": rng.standard_normal((37, 300)), "i": rng.integers(-1000, 1000, 1000, dtype=np.int64)}
+    np.savez(tmp_path / "in.npz", **d)
+    env = {**os.environ, "NBJIT_HOST": "bare"}
+    r = subprocess.run([sys.executable, "-c", NO_NUMBA + MLIR_CHILD, str(DATA / "numba" / "bundle_kernels_mlir.nbjit"),
+                        str(tmp_path / "in.npz"), str(tmp_path / "out.npz")], capture_output=True, text=True,
+                       env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == {"host": "bare", "numba": []}
+    got = dict(np.load(tmp_path / "out.npz"))
+    np.testing.assert_allclose(got["axpy"], np.float32(1.5) * d["x"] + d["y"], rtol=1e-6)
+    for name, view in (("rowsum_C", d["m"]), ("rowsum_F", d["m"]), ("rowsum_strided", d["m"][:, ::3])):
+        np.testing.assert_allclose(got[name], view.sum(axis=1), rtol=1e-12, err_msg=name)
+    np.testing.assert_array_equal(got["scale_int"], d["i"] * 3)

@@ -205,3 +205,16 @@ def test_from_numba_checks_before_it_asks_for_a_device(kernels):
         nbjit.from_numba(kernels.checked, "void(int32[::1])")
     with pytest.raises(NbjitLoadError, match="is not a @cuda.jit kernel"):
         nbjit.from_numba(np.sum, "void()")
+
+
+def test_the_committed_numba_cuda_mlir_bundle_describes_its_memrefs():
+    """tests/data/numba/bundle_kernels_mlir.nbjit (tests/data/numba_src/make_mlir_bundle.py;
+    launched by test_gpu_bare.py without any Numba): numba-cuda-mlir's ABI in its manifest."""
+    info = inspect_bundle(DATA / "numba" / "bundle_kernels_mlir.nbjit")
+    assert [i.name for i in info.images] == ["axpy", "rowsum", "scale_int", "shout", "weigh"]
+    rowsum = info.image("rowsum")
+    assert rowsum.archs == ("sm_90", "compute_80") and rowsum.producer.startswith("numba-cuda-mlir ")
+    assert list(rowsum.numba.values())[0] == (NumbaArray(np.dtype("f8"), 2, "A", model="mlir"),
+                                              NumbaArray(np.dtype("f8"), 1, "C", model="mlir"))
+    k = load_bundle(DATA / "numba" / "bundle_kernels_mlir.nbjit", name="rowsum", lazy=True)["rowsum"]
+    assert [p.size for p in k.params] == [8 * (3 + 2 * 2), 8 * (3 + 2 * 1)]  # (memrefs)

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import pickle
+import re
 import subprocess
 import sys
 import zipfile
@@ -24,6 +26,9 @@ from nbjit.read.ptx import inspect_ptx
 from conftest import DATA  # noqa: E402
 
 SOURCE = (DATA / "numba_src" / "bundle_kernels.py").read_text()
+# the checkout's nbjit for the command line run from the kernels' directory
+CLI_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(DATA.parent.parent),
+                                                                      os.environ.get("PYTHONPATH")]))}
 HOSTS = {"numba-cuda": ("numba.cuda", "from numba import cuda"),
          "numba-cuda-mlir": ("numba_cuda_mlir.cuda", "from numba_cuda_mlir import cuda")}
 
@@ -181,21 +186,21 @@ def test_the_command_line_names_a_kernel_by_module_and_function(kernels, tmp_pat
     env_path = f"{kernels.DIR}"
     spec = f"{kernels.__name__}:axpy:{kernels.SIGNATURES['axpy']}"
     run = subprocess.run([sys.executable, "-m", "nbjit", "bundle", spec, "--arch", "sm_90", "-o", str(out)],
-                         capture_output=True, text=True, cwd=env_path, timeout=300)
+                         capture_output=True, text=True, cwd=env_path, timeout=300, env=CLI_ENV)
     assert run.returncode == 0, run.stderr
     assert run.stderr.startswith(f"{out}: axpy: sm_90 (1 kernel)\n  axpy -> _Z")
     assert list(inspect_bundle(out).image().numba)
-    for bad, said in [(f"{kernels.__name__}:axpy", "give the signature to compile it for: "
-                                                   f"{kernels.__name__}:axpy:'void(float32[::1], float32)'"),
+    for bad, said in [(f"{kernels.__name__}:axpy", "give the signature to compile it for, one Numba type per "
+                                                   f"argument (out, a, x, y): {kernels.__name__}:axpy:'void("),
                       ("no_such_module:axpy:void()", "cannot import module 'no_such_module' (ModuleNotFoundError"),
                       (f"{kernels.__name__}:nothing:void()", f"module '{kernels.__name__}' ("),
                       (f"{kernels.__name__}:np:void()", f"{kernels.__name__}.np is module, not a @cuda.jit kernel"),
                       (f"{kernels.__name__}:checked:void(int32[::1])", "'checked' is compiled with debug=True")]:
         r = subprocess.run([sys.executable, "-m", "nbjit", "bundle", bad, "--arch", "sm_90", "-o", str(out)],
-                           capture_output=True, text=True, cwd=env_path, timeout=300)
+                           capture_output=True, text=True, cwd=env_path, timeout=300, env=CLI_ENV)
         assert r.returncode == 2 and said in r.stderr and r.stderr.count("\n") == 1, r.stderr
     r = subprocess.run([sys.executable, "-m", "nbjit", "bundle", spec, "-o", str(out)], capture_output=True,
-                       text=True, cwd=env_path, timeout=300)
+                       text=True, cwd=env_path, timeout=300, env=CLI_ENV)
     assert r.returncode == 2 and f"{spec} is a @cuda.jit kernel: say what to compile it for with --arch" in r.stderr
 
 
@@ -218,3 +223,34 @@ def test_the_committed_numba_cuda_mlir_bundle_describes_its_memrefs():
                                               NumbaArray(np.dtype("f8"), 1, "C", model="mlir"))
     k = load_bundle(DATA / "numba" / "bundle_kernels_mlir.nbjit", name="rowsum", lazy=True)["rowsum"]
     assert [p.size for p in k.params] == [8 * (3 + 2 * 2), 8 * (3 + 2 * 1)]  # (memrefs)
+
+
+def test_a_newcomers_command_lines(kernels, tmp_path):
+    """--name with @cuda.jit kernels alone; --expr IMAGE= beside a kernel; --expr with no CUDA
+    source refused; one kernel for two signatures told how; inspect shows Numba's arguments."""
+    out = tmp_path / "n.nbjit"
+    spec = f"{kernels.__name__}:axpy:{kernels.SIGNATURES['axpy']}"
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "nbjit", *args], capture_output=True, text=True,
+                              cwd=kernels.DIR, timeout=300, env=CLI_ENV)
+    r = cli("bundle", spec, "--arch", "sm_90", "--name", "mine", "-o", str(out))
+    assert r.returncode == 0 and [i.name for i in inspect_bundle(out).images] == ["mine"], r.stderr
+    r = cli("bundle", spec, "--arch", "sm_90", "--expr", "x<float>", "-o", str(out))
+    assert r.returncode == 2 and "no FILE is one: drop --expr" in r.stderr, r.stderr
+    (kernels.DIR / "t.cu").write_text("template <typename T> __global__ void t(T *a) { a[0] = 1; }\n")
+    r = cli("bundle", "t.cu", spec, "--arch", "sm_90", "--expr", "t=t<float>", "-o", str(out))
+    assert r.returncode == 0 and [i.name for i in inspect_bundle(out).images] == ["t", "axpy"], r.stderr
+    r = cli("bundle", spec, spec.replace("float32", "float64"), "--arch", "sm_90", "-o", str(out))
+    assert r.returncode == 2 and "given twice: a @cuda.jit kernel for two signatures is two images" in r.stderr
+    r = cli("inspect", str(out))
+    assert "  @cuda.jit signature: void(float32[::1], float32, float32[::1], float32[::1])" in r.stdout
+    assert re.search(r"^  0  arg0  array\(float32, 1d, C\)  (56|40) .*\n  1  arg1  float32 ", r.stdout, re.M), r.stdout
+    with pytest.raises(BundleError, match="instantiate templates of CUDA C\\+\\+ sources; the inputs hold none"):
+        build_bundle((kernels.axpy, kernels.SIGNATURES["axpy"]), out, archs="sm_90", name_expressions=["x<int>"])
+
+
+def test_numbas_colours_are_left_out_of_a_message():
+    from nbjit.toolchain.numba_kernels import _first_lines
+    assert _first_lines(Exception("\x1b[1mNo implementation of function\x1b[0m\n\n- of type x\nDuring: typing")) == \
+        "No implementation of function"

@@ -541,7 +541,7 @@ def _parts(inputs: Any, how: dict) -> list[_Part]:
     if not named:
         raise BundleError("no inputs: give the .cu, PTX, cubin, fatbin or Triton files to bundle")
     parts: list[_Part] = []
-    compiled_any = False
+    compiled_any = cuda_any = False  # (CUDA sources or @cuda.jit kernels; CUDA sources)
     # how many images compile CUDA source (a message about name expressions that go to them all)
     how["cuda_images"] = sum(any(_is_source(x) for x in (v if isinstance(v, (list, tuple)) and not _is_numba(v)
                                                           else [v])) for _, v in named)
@@ -560,17 +560,21 @@ def _parts(inputs: Any, how: dict) -> list[_Part]:
         items = value if isinstance(value, (list, tuple)) and not _is_numba(value) else [value]
         part = _Part(name or "")
         for item in items:
-            compiled_any |= _add(part, item, how, name is None and len(items) == 1)
+            made = _add(part, item, how, name is None and len(items) == 1)
+            compiled_any |= made
+            cuda_any |= made and not _is_numba(item)
         if not part.name:
             raise BundleError(f"{_shown(items[0])}: give it a name ({{'name': ...}}) to bundle it")
         other = next((p for p in parts if p.name == part.name), None)
         if other is not None and _origin(other) == _origin(part):
-            raise BundleError(f"{_origin(part)}: given twice")
+            twice = (f": a @cuda.jit kernel for two signatures is two images, named in a dict ({{'{part.name}_f32': "
+                     f"(kernel, sig1), '{part.name}_f64': (kernel, sig2)}})" if part.numba else "")
+            raise BundleError(f"{_origin(part)}: given twice{twice}")
         if other is not None:
             raise BundleError(f"{_origin(other)} and {_origin(part)}: two images would be called {part.name!r} (an "
                               "image is named after its file): name them ({'a': ..., 'b': ...})")
         parts.append(part)
-    if exprs and not compiled_any:  # (a dict of them names CUDA images: checked above)
+    if exprs and not cuda_any:  # (a dict of them names CUDA images: checked above)
         raise BundleError(f"name_expressions ({', '.join(map(repr, exprs[:3]))}) instantiate templates of CUDA C++ "
                           "sources; the inputs hold none (PTX, cubins and fatbins are compiled already)")
     if (how["archs"] or how["ptx"]) and not compiled_any:

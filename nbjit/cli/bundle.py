@@ -51,19 +51,19 @@ def run(args) -> int:
     ptx = [Arch(a.number, a.variant, True) for a in parse_archs(args.ptx, "--ptx")] if args.ptx is not None else []
     for a in ptx:
         check_compilable(a, "--ptx", newer="--ptx")
-    inputs, sources = _bundle_inputs(args) if args.files else ([], [])
-    if kernels:  # (@cuda.jit kernels compile as sources do: for --arch and --ptx)
+    inputs, sources = _bundle_inputs(args) if args.files else ({args.name: []} if args.name else [], [])
+    if kernels:  # (@cuda.jit kernels compile for --arch and --ptx, as sources do)
         inputs = {args.name: [*inputs[args.name], *kernels.values()]} if args.name else [*inputs, *kernels.values()]
-        sources = [*sources, *kernels]
-    if sources and not archs and not ptx:
-        what = "standard input" if sources[0] == "-" else sources[0]
-        what += " is a @cuda.jit kernel" if sources[0] in kernels else " is CUDA source"
+    compiled = [*sources, *kernels]
+    if compiled and not archs and not ptx:
+        what = "standard input" if compiled[0] == "-" else compiled[0]
+        what += " is a @cuda.jit kernel" if compiled[0] in kernels else " is CUDA source"
         raise Usage(f"{what}: say what to compile it for with --arch (SASS: sm_80,sm_90) "
                      "and/or --ptx (PTX: compute_80)")
     if args.expr and not sources:
         raise Usage(f"--expr {args.expr[0]}: name expressions instantiate templates of CUDA C++ sources (FILEs named "
                      ".cu, .cuh or .cuda), and no FILE is one: drop --expr")
-    if (archs or ptx) and not sources:
+    if (archs or ptx) and not compiled:
         from nbjit.loading.triton import read_triton
         for f in files:  # a FILE that is no image (or a directory holding no Triton kernel) is said first
             if os.path.isdir(f) or f.endswith(".json"):
@@ -151,16 +151,20 @@ def _numba_kernel(spec: str) -> object:
     try:
         mod = importlib.import_module(module)
     except Exception as e:  # (its own import errors: ModuleNotFoundError, a SyntaxError, what it raises)
-        raise Usage(f"{spec}: cannot import module {module!r} ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
-                    "a FILE of the form MODULE:FUNCTION:SIGNATURE names a @cuda.jit kernel") from None
+        lines = [x.strip() for x in str(e).splitlines() if x.strip(": \t")]  # (Numba's: a heading, then the cause)
+        raise Usage(f"{spec}: cannot import module {module!r} ({type(e).__name__}: {' '.join(lines[:2])[:300]}); "
+                    "a FILE of the form MODULE:FUNCTION:SIGNATURE names a @cuda.jit kernel (one whose signature "
+                    "is given in @cuda.jit(...) compiles at import, which needs a GPU)") from None
     kernel = getattr(mod, function, None)
     if kernel is None:
         raise Usage(f"{spec}: module {module!r} ({getattr(mod, '__file__', '?')}) has no {function!r}")
     if not callable(getattr(kernel, "py_func", None)):
         raise Usage(f"{spec}: {module}.{function} is {type(kernel).__name__}, not a @cuda.jit kernel")
     if not signature and len(getattr(kernel, "overloads", ()) or ()) != 1:
-        raise Usage(f"{spec}: give the signature to compile it for: {module}:{function}:'void(float32[::1], "
-                    "float32)' (Numba's types, as @cuda.jit takes them)")
+        import inspect
+        names = ", ".join(inspect.signature(kernel.py_func).parameters)
+        raise Usage(f"{spec}: give the signature to compile it for, one Numba type per argument ({names}): "
+                    f"{module}:{function}:'void(float32[::1], float32, ...)'")
     return (kernel, signature) if signature else kernel
 
 

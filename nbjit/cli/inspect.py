@@ -424,9 +424,20 @@ def _inspect_bundle(args, raw: bytes) -> int:
             out.append(f"  {e} -> {m}")
         if img.triton is not None:
             out.append(f"  Triton metadata: num_warps {img.triton.get('num_warps')}, shared {img.triton.get('shared')}")
-        format_entries(img.kernels, out)
+        format_entries(_as_numba_passes(img, out), out)
     print("\n".join(out))
     return _failed(label, failed)
+
+
+def _as_numba_passes(img, out: list[str]) -> tuple:
+    """A bundle image's kernels, those of ``@cuda.jit`` kernels one parameter per Python
+    argument (``array(float32, 1d, C)``) as Numba passes them, their signatures said in ``out``."""
+    if not img.numba:
+        return img.kernels
+    from nbjit.params import numba_abi
+    out += [f"  @cuda.jit signature: {s['signature']}" for s in img.sources if s.get("signature")]
+    return tuple(numba_abi.signature(k.name, k, img.numba[k.name], "numba types") if k.name in img.numba else k
+                 for k in img.kernels)
 
 
 def add_parser(sub) -> None:

@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from nbjit.cache.store import Cache, default_cache
-from nbjit.errors import NbjitCompileError, NbjitError, NbjitLoadError
+from nbjit.errors import NbjitCompileError, NbjitError, NbjitLoadError, install_hint
 from nbjit.records import Pattern, record
 
 __all__ = ["NumbaKernel", "NumbaPtx", "is_dispatcher"]
@@ -20,6 +20,7 @@ __all__ = ["NumbaKernel", "NumbaPtx", "is_dispatcher"]
 # any other `.extern .func` is defined in code the host's linker adds.
 _EXTERN_FUNC = Pattern(r"^\s*\.extern\s+\.func\s*(?:\([^)]*\)\s*)?([A-Za-z_$%][\w$]*)", re.M)
 _JIT_PROVIDES = frozenset({"vprintf", "malloc", "free", "__assertfail"})
+_ANSI = Pattern(r"\x1b\[[0-9;]*m")
 _ENTRY = Pattern(r"^\s*(?:\.visible\s+|\.weak\s+)?\.entry\s+([A-Za-z_$%][\w$]*)", re.M)
 
 
@@ -106,7 +107,10 @@ def _checked(dispatcher: Any) -> tuple:
 
     py = getattr(dispatcher, "py_func", None)
     if py is None or not callable(py):
-        raise NbjitLoadError(f"{type(dispatcher).__name__} is not a @cuda.jit kernel")
+        from nbjit.gpu.host import current_host
+        none = current_host().name == "bare"
+        raise NbjitLoadError(f"{type(dispatcher).__name__} is not a @cuda.jit kernel" + (
+            f" (and no Numba serves in this process: {install_hint('numba')}, or numba-cuda-mlir)" if none else ""))
     host = host_of(dispatcher)
     opts = dict(getattr(dispatcher, "targetoptions", None) or {})
     what = f"@cuda.jit kernel {py.__name__!r}"
@@ -139,6 +143,7 @@ def _refuse_runtime_calls(ptx: str, what: str, host: str) -> None:
 
 def _first_lines(e: Exception, limit: int = 400) -> str:
     """An exception's text without Numba's banners and blank lines, cut at ``limit`` characters."""
-    lines = [x.strip() for x in str(e).splitlines() if x.strip() and not x.strip().startswith(("- ", "During:"))]
+    text = _ANSI.sub("", str(e))  # (Numba colours its messages)
+    lines = [x.strip() for x in text.splitlines() if x.strip() and not x.strip().startswith(("- ", "During:"))]
     text = " ".join(lines) or type(e).__name__
     return text if len(text) <= limit else text[:limit - 3] + "..."

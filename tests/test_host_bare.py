@@ -65,7 +65,7 @@ print(json.dumps({{"host": current_host().name, "kernels": sorted(mod.kernels),
 
 
 def test_asked_for_a_gpu_without_one_it_says_so_in_one_line():
-    out = run("""
+    out = run(f"CUBIN = {str(DATA / 'nvcc' / 'kernels129_sm_80.cubin')!r}\n" + """
 import json, nbjit
 from nbjit.gpu.host import current_host
 try:
@@ -76,7 +76,7 @@ except Exception:
 said = None
 if not has_gpu:
     try:
-        nbjit.load(b"\\x7fELF")
+        nbjit.load(CUBIN)
     except nbjit.NbjitError as e:
         said = [type(e).__name__, str(e)]
 try:
@@ -92,7 +92,7 @@ print(json.dumps({"host": current_host().name, "gpu": has_gpu, "said": said, "re
     if out["gpu"]:
         pytest.skip("this machine has a GPU (its contexts: test_gpu_bare.py)")
     kind, text = out["said"]
-    assert kind in ("NbjitLoadError", "ImageFormatError") and "\n" not in text, text
+    assert kind == "NbjitLoadError" and text.startswith("no usable CUDA driver (") and "\n" not in text, text
 
 
 def test_named_it_serves_beside_an_installed_numba_and_imports_none():

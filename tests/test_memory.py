@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from nbjit import NbjitArgumentError
 from nbjit.gpu.memory import DeviceArray
 from nbjit.launch.arrays import array_element, device_pointer
 
@@ -28,7 +29,7 @@ def test_records_keep_their_fields():
 
 def test_values_of_another_shape_are_refused_before_any_copy():
     a = DeviceArray(0x100, (4,), np.int32)
-    with pytest.raises(ValueError, match=r"values of shape \(3,\) for an array of shape \(4,\)"):
+    with pytest.raises(NbjitArgumentError, match=r"values of shape \(3,\) for an array of shape \(4,\)"):
         a.copy_from_host(np.arange(3))
     with pytest.raises(TypeError, match="len"):
         len(DeviceArray(0x100, (), np.int32))

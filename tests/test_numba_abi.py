@@ -293,6 +293,7 @@ def test_the_python_name_reads_as_the_demangler_reads_it(name):
     want = re.sub(r"\[abi:[^\]]*\]", "", str(tree.name)).replace("::", ".").replace("_3clocals_3e", "<locals>")
     assert _source_name(name) == readable_name(name) == want
     assert _source_name("_Z99x") is None and _source_name("_ZN3abc") is None and _source_name("_ZN1aX") is None
+    assert _source_name("_ZN" + "9" * 5000 + "x") is None  # (no int() of thousands of digits)
 
 
 def test_device_ltoir_needs_no_gpu():

@@ -146,6 +146,33 @@ def test_the_manifest_records_the_abi_and_refuses_it_damaged(built, tmp_path):
         inspect_bundle(bad)
 
 
+@pytest.mark.parametrize("change,said", [
+    (lambda a: a[0].update(array="<i4"), r"argument 0: the manifest says array\(int32, 1d, C\), its name "
+                                         r"array\(float32, 1d, C\)"),
+    (lambda a: a[0].update(layout="A"), r"argument 0: the manifest says array\(float32, 1d, A\)"),
+    (lambda a: a[1].update(scalar="O"), r"argument 1: object is not a type of numbers, booleans or records"),
+    (lambda a: a[1].update(scalar="<U4"), r"argument 1: <U4 is not a type of numbers, booleans or records"),
+    (lambda a: a[0].update(array=json.loads('{"base": ' * 40 + '"<f4"' + ', "shape": [1]}' * 40)),
+     r"argument 0: a dtype nested more than 16 deep"),
+])
+def test_a_manifest_whose_numba_types_were_altered_is_refused(built, tmp_path, change, said):
+    """The argument types a manifest records must be numbers, booleans or records, and agree with
+    the kernel's mangled name (read_bundle, inspect_bundle and nbjit inspect check them)."""
+    path, _ = built
+    with zipfile.ZipFile(path) as zf:
+        manifest = json.loads(zf.read("manifest.json"))
+        members = {n: zf.read(n) for n in zf.namelist() if n != "manifest.json"}
+    img = next(i for i in manifest["images"] if i["name"] == "axpy")
+    change(next(iter(img["numba"].values())))
+    bad = tmp_path / "bad.nbjit"
+    with zipfile.ZipFile(bad, "w") as zf:
+        zf.writestr("manifest.json", json.dumps(manifest))
+        for n, data in members.items():
+            zf.writestr(n, data)
+    with pytest.raises(BundleError, match=r"image 'axpy'.*numba: .*" + said):
+        inspect_bundle(bad)
+
+
 def test_what_only_numba_runs_is_refused_by_name(kernels, tmp_path):
     out = tmp_path / "x.nbjit"
     host = kernels.HOST
@@ -236,6 +263,10 @@ def test_a_newcomers_command_lines(kernels, tmp_path):
                               cwd=kernels.DIR, timeout=300, env=CLI_ENV)
     r = cli("bundle", spec, "--arch", "sm_90", "--name", "mine", "-o", str(out))
     assert r.returncode == 0 and [i.name for i in inspect_bundle(out).images] == ["mine"], r.stderr
+    r = subprocess.run([sys.executable, "-m", "nbjit", "bundle", "-", spec, "--arch", "sm_90", "-o", str(out)],
+                       input=b".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry e() { ret; }\n",
+                       capture_output=True, cwd=kernels.DIR, timeout=300, env=CLI_ENV)
+    assert r.returncode == 2 and b"- among other FILEs needs --name NAME" in r.stderr, r.stderr  # (never ./stdin)
     r = cli("bundle", spec, "--arch", "sm_90", "--expr", "x<float>", "-o", str(out))
     assert r.returncode == 2 and "no FILE is one: drop --expr" in r.stderr, r.stderr
     (kernels.DIR / "t.cu").write_text("template <typename T> __global__ void t(T *a) { a[0] = 1; }\n")

@@ -172,15 +172,41 @@ def read_bundle(bundle: Any, name: str | None = None) -> BundleInfo:
         for e in entries:
             _same_facts(e, facts.get(e.file), lambda msg, n=rec["name"]: image_error(src, n, msg))
         _same_layouts(kernels, bundle_archive.kernels(rec, src), lambda msg, n=rec["name"]: image_error(src, n, msg))
+        numba = bundle_archive.numba_args(rec, src)
+        _same_numba(numba, kernels, lambda msg, n=rec["name"]: image_error(src, n, msg))
         if rec["triton"] is not None:
             _triton_meta(rec, src)
         images.append(BundleImage(rec["name"], entries, kernels, rec["name_expressions"], rec["declarations"],
                                   rec["sources"], rec["options"], rec["producer"], rec["toolchain"], rec["triton"],
-                                  bundle_archive.numba_args(rec, src)))
+                                  numba))
     made_by = archive.manifest.get("nbjit")
     if made_by is not None and not isinstance(made_by, str):
         raise BundleError(f"{src}: {MANIFEST}: nbjit is {type(made_by).__name__}, not text")
     return BundleInfo(tuple(images), archive.manifest["version"], made_by, src)
+
+
+def _same_numba(numba: Mapping[str, tuple], kernels: tuple, bad) -> None:
+    """The manifest's Numba argument types are those of a kernel of the image, and agree with
+    what its mangled name says (its record fields excepted: a name does not say them), and lay
+    out its parameters as the payloads do."""
+    from nbjit.params import numba_abi
+
+    found = {k.name: k for k in kernels}
+    for name, args in numba.items():
+        if name not in found:
+            raise bad(f"numba: no kernel {name[:80]!r} in the image")
+        try:
+            said = numba_abi.from_mangled(name)
+            numba_abi.signature(name, found[name], args, "numba types")
+        except numba_abi.NumbaAbiError as e:
+            raise bad(f"numba: {e}") from None
+        for i, (a, b) in enumerate(zip(args, said)):
+            same = type(a) is type(b) and (a.dtype is None or b.dtype is None or a.dtype == b.dtype) and \
+                (not isinstance(a, numba_abi.NumbaArray) or (a.ndim, a.layout, a.readonly) == (b.ndim, b.layout,
+                                                                                                   b.readonly))
+            if not same:
+                raise bad(f"numba: kernel {name[:80]!r}, argument {i}: the manifest says {a.text}, its name "
+                          f"{b.text}")
 
 
 def _triton_meta(rec: dict, src: str) -> None:
@@ -863,13 +889,18 @@ def _add_numba(part: _Part, item: Any, how: dict, naming: bool) -> None:
     variant = next((a for a in (*how["archs"], *how["ptx"]) if a.variant), None)
     if variant is not None:
         raise BundleError(f"{kernel.what}: Numba compiles for a compute capability (sm_90), not for {variant}")
-    made = None
-    for a, output in [(a, "cubin") for a in how["archs"]] + [(a, "ptx") for a in how["ptx"]]:
+    jobs = [(a, "cubin") for a in how["archs"]] + [(a, "ptx") for a in how["ptx"]]
+    ptx = {}
+    # oldest chip first: Numba compiles the device functions a kernel calls once per process, for
+    # the chip of the first compile, and what an older chip runs a newer one runs too
+    for a in sorted({a.cc for a, _ in jobs}):
         try:
-            this = kernel.ptx(a.cc, how["cache"])
+            ptx[a] = kernel.ptx(a, how["cache"])
         except NbjitLoadError as e:
             raise BundleError(str(e)) from None
-        made = made or this  # (each compile tags the name anew, _ZN...B2v1B..., _ZN...B2v2B...: one name for all)
+    made = ptx[jobs[0][0].cc]  # (each compile tags the name anew, _ZN...B2v1B..., _ZN...B2v2B...: one name for all)
+    for a, output in jobs:
+        this = ptx[a.cc]
         text = this.ptx.replace(this.kernel, made.kernel)
         data = text.encode() if output == "ptx" else assemble_cached(text, a, name=f"{label}[{a}]", cache=how["cache"])
         _add_image(part, data, output, f"{label}[{a}]", False)

@@ -24,6 +24,9 @@ def run(args) -> int:
     # anything is compiled; what only building finds is said by build_bundle's own checks
     to_stdout = args.output == "-"
     kernels = {f: _numba_kernel(f) for f in args.files if _NUMBA_SPEC.fullmatch(f) and not os.path.lexists(f)}
+    if kernels and "-" in args.files and not args.name:
+        raise Usage("- among other FILEs needs --name NAME, to put them all in one image (each FILE is one image "
+                    "named after the file, and standard input has no name)")
     args.files = [f for f in args.files if f not in kernels]
     files = [f for f in args.files if f != "-"]  # (-: standard input, read by _bundle_inputs)
     for f in files:

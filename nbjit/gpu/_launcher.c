@@ -661,7 +661,10 @@ static int pack_numba_array(Launcher *self, Py_ssize_t idx, PyObject *o, unsigne
     Py_XDECREF(t);
     if (k < 0) return 0;
     if (in_items)
-        for (k = 0; k < nd; k++) strides[k] *= self->itemsize[idx];
+        for (k = 0; k < nd; k++) {
+            if (strides[k] > LLONG_MAX / 16 || strides[k] < -(LLONG_MAX / 16)) return 0; /* the Python rules */
+            strides[k] *= self->itemsize[idx];
+        }
     if (self->contig[idx] != 'A' && !contiguous(shape, strides, nd, self->itemsize[idx], self->contig[idx]))
         return 0; /* the Python rules say what is wrong */
     if (memref) {

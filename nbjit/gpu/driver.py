@@ -227,7 +227,12 @@ def init() -> None:
     try:
         cu = _cu()
         res = cu.cuInit(0)
-    except Exception as e:  # no driver library: cuda.pathfinder's error, or the bindings missing
+    except ModuleNotFoundError as e:
+        if (e.name or "").split(".")[0] != "cuda":
+            raise
+        raise NbjitLoadError("nbjit calls the CUDA driver through cuda-bindings, which is not installed: pip install "
+                             "cuda-bindings (or a Numba: nbjit-core's numba extra brings both)") from None
+    except Exception as e:  # no driver library: cuda.pathfinder's error
         raise NbjitLoadError(f"no usable CUDA driver ({str(e).splitlines()[0][:200] or type(e).__name__}): loading "
                              "and launching need one; nbjit can still inspect, strip and compile") from None
     check(res, "cuInit", NbjitLoadError)
@@ -242,6 +247,17 @@ def primary_context(ordinal: int) -> int:
     dev = check(cu.cuDeviceGet(ordinal), f"cuDeviceGet({ordinal})", NbjitLoadError)
     return int(check(cu.cuDevicePrimaryCtxRetain(dev), f"cuDevicePrimaryCtxRetain(device {ordinal})",
                      NbjitLoadError))
+
+
+def context_id(handle: int) -> int:
+    """A context's unique ID (cuCtxGetId: never reused in the process, where a destroyed
+    context's handle may be); the handle itself where the driver has no such call."""
+    cu = _cu()
+    try:
+        res = cu.cuCtxGetId(cu.CUcontext(handle))
+    except AttributeError:  # (bindings older than CUDA 12.0)
+        return handle
+    return int(check(res, "cuCtxGetId", NbjitLoadError))
 
 
 def set_current(handle: int) -> None:

@@ -245,13 +245,14 @@ class Host:
     def compile_ptx(self, py_func: Callable, args: Sequence, cc: tuple[int, int], **options: Any) -> str:
         """The PTX of a kernel's Python function for argument types ``args`` and compute
         capability ``cc``, as the host's compiler makes it (``options``: ``ptx_options``'s).
-        No GPU needed: where there is none, the device functions the kernel calls (which the
-        dispatcher compiles for "the current device") are compiled for ``cc``."""
+        No GPU needed: the device functions the kernel calls, which the dispatcher compiles
+        for "the current device" (once per process, whatever chip comes later), are compiled
+        for ``cc``."""
         cuda = self.module("cuda")
         dispatcher, lock = self.module("dispatcher"), self.module("compiler_lock").global_compiler_lock
         with lock:
             asked = dispatcher.get_current_device
-            dispatcher.get_current_device = _device_or(asked, cc)
+            dispatcher.get_current_device = _Device(cc).current
             try:
                 ptx, _resty = cuda.compile_ptx(py_func, tuple(args), cc=cc, **options)
             finally:
@@ -359,7 +360,7 @@ class Bare(Host):
 
     def __init__(self) -> None:
         super().__init__()
-        self._contexts: dict[int, BareContext] = {}
+        self._contexts: dict[tuple[int, int], BareContext] = {}  # by (handle, unique ID)
 
     def module(self, part: str) -> ModuleType:
         raise NbjitHostError(
@@ -384,10 +385,13 @@ class Bare(Host):
         if not handle:
             handle = _driver.primary_context(0)
             _driver.set_current(handle)
-        ctx = self._contexts.get(handle)
+        key = (handle, _driver.context_id(handle))  # (a destroyed context's handle may come again)
+        ctx = self._contexts.get(key)
         if ctx is None:
             dev = _driver.current_device()
-            ctx = self._contexts.setdefault(handle, BareContext(handle, dev, _driver.device_info(dev).cc))
+            if dev is None:
+                raise NbjitLoadError("the CUDA context current on this thread has no device (cuCtxGetDevice failed)")
+            ctx = self._contexts.setdefault(key, BareContext(handle, dev, _driver.device_info(dev).cc))
         _driver.mark_cuda_used()
         return ctx
 
@@ -611,16 +615,9 @@ class _Device:
     def __init__(self, cc: tuple[int, int]) -> None:
         self.compute_capability = tuple(cc)
 
-
-def _device_or(asked: Callable[[], Any], cc: tuple[int, int]) -> Callable[[], Any]:
-    """``get_current_device`` as Numba's dispatcher calls it while compiling a kernel for
-    ``cc``: the current device, or where there is none a device of capability ``cc``."""
-    def current():
-        try:
-            return asked()
-        except Exception:  # (CudaSupportError: no driver or no GPU)
-            return _Device(cc)
-    return current
+    def current(self) -> "_Device":
+        """``get_current_device`` as the dispatcher calls it meanwhile."""
+        return self
 
 
 def _has_gpu(tools: ModuleType) -> bool:

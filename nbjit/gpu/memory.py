@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from nbjit.errors import NbjitArgumentError
 from nbjit.gpu import driver as _driver
 
 __all__ = ["DeviceArray", "allocate"]
@@ -57,16 +58,19 @@ class DeviceArray:
     def copy_to_host(self) -> np.ndarray:
         """The array's items, copied into a new numpy array (waits for the default stream)."""
         out = np.empty(self.shape, self.dtype)
-        _driver.copy_to_host(memoryview(out).cast("B"), self.ptr)
+        _driver.copy_to_host(memoryview(out.reshape(-1).view(np.uint8)), self.ptr)
         return out
 
     def copy_from_host(self, values: Any) -> None:
         """Overwrite the array's items with ``values`` (a numpy array of its shape and dtype,
         or what ``numpy.asarray`` makes one of)."""
-        a = np.ascontiguousarray(values, dtype=self.dtype)
+        try:
+            a = np.ascontiguousarray(values, dtype=self.dtype)
+        except (TypeError, ValueError) as e:
+            raise NbjitArgumentError(f"values for a {self.dtype} array: {e}") from None
         if a.shape != self.shape:
-            raise ValueError(f"values of shape {a.shape} for an array of shape {self.shape}")
-        _driver.copy_from_host(self.ptr, memoryview(a).cast("B"))
+            raise NbjitArgumentError(f"values of shape {a.shape} for an array of shape {self.shape}")
+        _driver.copy_from_host(self.ptr, memoryview(a.reshape(-1).view(np.uint8)))
 
     def __len__(self) -> int:
         if not self.shape:

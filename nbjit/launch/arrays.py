@@ -216,7 +216,10 @@ def _dl_head(a, not_a_pointer: type[ValueError]) -> tuple[tuple, int]:
     if dev not in (_DL_CUDA, _DL_CUDA_MANAGED):
         raise not_a_pointer(f"a {type(a).__name__} in {_DL_DEVICES.get(int(dev), f'DLPack device type {dev}')} "
                             "(its __dlpack_device__): pass one on the GPU")
-    capsule = a.__dlpack__()
+    try:
+        capsule = a.__dlpack__()
+    except Exception as e:  # (PyTorch's RuntimeError for a tensor that requires grad, BufferError, ...)
+        raise not_a_pointer(f"{type(a).__name__}.__dlpack__() failed: {str(e)[:200]}") from None
     if _capsule_pointer is None:
         f = ctypes.pythonapi.PyCapsule_GetPointer
         f.restype, f.argtypes = ctypes.c_void_p, (ctypes.py_object, ctypes.c_char_p)
@@ -252,7 +255,10 @@ def dlpack_array(a) -> tuple[int, tuple[int, ...], tuple[int, ...], np.dtype]:
     if kind is None or lanes != 1:
         raise ValueError(f"its DLPack element type ({_DL_NAMES.get(code, f'code {code}')}{bits}"
                          f"{f'x{lanes}' if lanes != 1 else ''}) is none of numpy's")
-    dt = np.dtype(f"{kind}{bits // 8}") if kind != "b" else np.dtype(bool)
+    try:
+        dt = np.dtype(f"{kind}{bits // 8}") if kind != "b" else np.dtype(bool)
+    except TypeError:  # (4-bit, 24-bit, ... integers)
+        raise ValueError(f"its DLPack element type ({_DL_NAMES[code]}{bits}) is none of numpy's") from None
     shape = tuple(ctypes.cast(shape_at, ctypes.POINTER(ctypes.c_int64))[i] for i in range(ndim))
     if strides_at:  # (in items; none: C-contiguous)
         strides = tuple(ctypes.cast(strides_at, ctypes.POINTER(ctypes.c_int64))[i] * dt.itemsize

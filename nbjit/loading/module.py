@@ -697,8 +697,9 @@ class DeviceGlobal:
     module: Module
 
     def as_array(self, dtype: Any, shape: int | tuple[int, ...] | None = None) -> Any:
-        """A device array of the Numba host nbjit serves (numba-cuda's ``DeviceNDArray``, or
-        numba-cuda-mlir's) over the variable's memory (reads and writes go to it)."""
+        """A device array of the host nbjit serves (numba-cuda's ``DeviceNDArray``,
+        numba-cuda-mlir's, or the bare host's ``nbjit.gpu.memory.DeviceArray``) over the
+        variable's memory (reads and writes go to it)."""
         import numpy as np
 
         dt = np.dtype(dtype)

@@ -125,6 +125,8 @@ def _source_name(name: str) -> str | None:
     i, parts = (3 if nested else 2), []
     while i < len(name) and name[i].isdigit():
         n = _SOURCE_NAME.match(name, i)
+        if len(n.group()) > 6:  # (no name component is a megabyte long)
+            return None
         i = n.end() + int(n.group())
         if i > len(name):
             return None
@@ -248,13 +250,18 @@ def from_json(data: Any) -> tuple:
                     raise ValueError(f"an array needs ndim 0 to {MAX_NDIM}, a layout of {_LAYOUTS} and readonly "
                                      "true or false")
                 dt = None if d["array"] is None else _dtype_from_json(d["array"])
+                if dt is not None and dt.kind not in _ARRAY_KINDS:
+                    raise ValueError(f"an array of {dt} (nbjit passes numbers, booleans and records)")
                 out.append(NumbaArray(dt, nd, layout, ro, d["model"]))
             elif "scalar" in d and d["scalar"] is not None:
-                out.append(NumbaScalar(_dtype_from_json(d["scalar"]), d["model"]))
+                dt = _dtype_from_json(d["scalar"])
+                if dt.kind not in _SCALAR_KINDS or dt.shape:
+                    raise ValueError(f"a scalar of {dt} (nbjit passes integers, floats, booleans and complex numbers)")
+                out.append(NumbaScalar(dt, d["model"]))
             else:
                 raise ValueError("neither an array nor a scalar")
-        except (TypeError, ValueError, KeyError) as e:
-            raise ValueError(f"argument {i}: {e}") from None
+        except (TypeError, ValueError, KeyError, RecursionError) as e:
+            raise ValueError(f"argument {i}: {str(e)[:200]}") from None
     return tuple(out)
 
 
@@ -271,13 +278,22 @@ def _dtype_json(dt: np.dtype | None) -> Any:
     return dt.str
 
 
-def _dtype_from_json(d: Any) -> np.dtype:
+_SCALAR_KINDS, _ARRAY_KINDS = "biufc", "biufcV"
+_MAX_NESTING = 16  # records in records, sub-arrays: a manifest deeper than this is refused
+
+
+def _dtype_from_json(d: Any, depth: int = 0) -> np.dtype:
+    if depth > _MAX_NESTING:
+        raise ValueError(f"a dtype nested more than {_MAX_NESTING} deep")
     if isinstance(d, str):
-        return np.dtype(d)
+        dt = np.dtype(d)
+        if dt.kind not in _ARRAY_KINDS:
+            raise ValueError(f"{dt} is not a type of numbers, booleans or records")
+        return dt
     if isinstance(d, dict) and "base" in d:
-        return np.dtype((_dtype_from_json(d["base"]), tuple(d["shape"])))
+        return np.dtype((_dtype_from_json(d["base"], depth + 1), tuple(d["shape"])))
     if isinstance(d, dict) and "names" in d:
-        return np.dtype({"names": d["names"], "formats": [_dtype_from_json(f) for f in d["formats"]],
+        return np.dtype({"names": d["names"], "formats": [_dtype_from_json(f, depth + 1) for f in d["formats"]],
                          "offsets": d["offsets"], "itemsize": d["itemsize"]})
     raise ValueError(f"{str(d)[:80]} is not a dtype")
 

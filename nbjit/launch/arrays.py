@@ -246,10 +246,10 @@ def dlpack_reader(not_a_pointer: type[ValueError]) -> Callable[[Any], tuple[int,
 _DL_NUMPY = {0: "i", 1: "u", 2: "f", 5: "c", 6: "b"}  # DLDataTypeCode -> numpy kind (bfloat16: none)
 
 
-def dlpack_array(a) -> tuple[int, tuple[int, ...], tuple[int, ...], np.dtype]:
-    """``(address, shape, strides in bytes, numpy dtype)`` of an object offering DLPack on a
-    CUDA device (what a Numba array argument is packed from); ValueError saying what it is
-    otherwise (not on the GPU, an element type numpy has not)."""
+def dlpack_array(a) -> tuple[int, tuple[int, ...], tuple[int, ...] | None, np.dtype]:
+    """``(address, shape, strides in bytes or None where C-contiguous, numpy dtype)`` of an
+    object offering DLPack on a CUDA device (what a Numba array argument is packed from);
+    ValueError saying what it is otherwise (not on the GPU, an element type numpy has not)."""
     (data, _, _, ndim, code, bits, lanes, shape_at, strides_at, offset), capsule = _dl_head(a, ValueError)
     kind = _DL_NUMPY.get(code)
     if kind is None or lanes != 1:
@@ -260,10 +260,7 @@ def dlpack_array(a) -> tuple[int, tuple[int, ...], tuple[int, ...], np.dtype]:
     except TypeError:  # (4-bit, 24-bit, ... integers)
         raise ValueError(f"its DLPack element type ({_DL_NAMES[code]}{bits}) is none of numpy's") from None
     shape = tuple(ctypes.cast(shape_at, ctypes.POINTER(ctypes.c_int64))[i] for i in range(ndim))
-    if strides_at:  # (in items; none: C-contiguous)
-        strides = tuple(ctypes.cast(strides_at, ctypes.POINTER(ctypes.c_int64))[i] * dt.itemsize
-                        for i in range(ndim))
-    else:
-        strides = tuple(int(np.prod(shape[i + 1:], dtype=np.int64)) * dt.itemsize for i in range(ndim))
+    strides = tuple(ctypes.cast(strides_at, ctypes.POINTER(ctypes.c_int64))[i] * dt.itemsize
+                    for i in range(ndim)) if strides_at else None  # (in items; none: C-contiguous)
     del capsule  # (read while the capsule lived: its producer frees the DLTensor with it)
     return data + offset, shape, strides, dt

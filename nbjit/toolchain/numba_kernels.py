@@ -12,6 +12,7 @@ from typing import Any
 
 from nbjit.cache.store import Cache, default_cache
 from nbjit.errors import NbjitCompileError, NbjitError, NbjitLoadError, install_hint
+from nbjit.read.ptx import inspect_ptx
 from nbjit.records import Pattern, record
 
 __all__ = ["NumbaKernel", "NumbaPtx", "is_dispatcher"]
@@ -21,7 +22,6 @@ __all__ = ["NumbaKernel", "NumbaPtx", "is_dispatcher"]
 _EXTERN_FUNC = Pattern(r"^\s*\.extern\s+\.func\s*(?:\([^)]*\)\s*)?([A-Za-z_$%][\w$]*)", re.M)
 _JIT_PROVIDES = frozenset({"vprintf", "malloc", "free", "__assertfail"})
 _ANSI = Pattern(r"\x1b\[[0-9;]*m")
-_ENTRY = Pattern(r"^\s*(?:\.visible\s+|\.weak\s+)?\.entry\s+([A-Za-z_$%][\w$]*)", re.M)
 
 
 @record
@@ -93,7 +93,7 @@ class NumbaKernel:
                                         f"{_first_lines(e)}") from None
             cache.remember(call, ptx)
         _refuse_runtime_calls(ptx, self.what, host.name)
-        entries = _ENTRY.findall(ptx)
+        entries = [e.name for e in inspect_ptx(ptx, source=f"{self.py.__name__}.ptx").entries]
         if len(entries) != 1:
             raise NbjitLoadError(f"{self.what}: expected one kernel in Numba's PTX, found {entries}")
         return NumbaPtx(ptx, entries[0], self.abi, host.name, self.py.__name__,

@@ -65,8 +65,21 @@ static launch_ex_fn p_launch_ex = NULL;
 typedef int (*ctx_fn)(void **ctx);
 static ctx_fn p_ctx_current = NULL;
 
+/* An instantiated graph's kernel node: CUDA_KERNEL_NODE_PARAMS (v2, CUDA 12.0 on). */
+typedef struct {
+    void *func;
+    unsigned gx, gy, gz, bx, by, bz, shmem;
+    void **params, **extra;
+    void *kern, *ctx;
+} kernel_node_params;
+typedef int (*node_set_fn)(void *exec, void *node, const kernel_node_params *p);
+typedef int (*node_enable_fn)(void *exec, void *node, unsigned on);
+static node_set_fn p_node_set = NULL;
+static node_enable_fn p_node_enable = NULL;
+
 /* set_entry_point(name, address): the driver function nbjit calls for `name`
- * ("cuLaunchKernel", "cuLaunchKernelEx" or "cuCtxGetCurrent"), as cuGetProcAddress gave it. */
+ * ("cuLaunchKernel", "cuLaunchKernelEx", "cuCtxGetCurrent", "cuGraphExecKernelNodeSetParams" or
+ * "cuGraphNodeSetEnabled"), as cuGetProcAddress gave it. */
 static PyObject *set_entry_point(PyObject *self, PyObject *args) {
     const char *name;
     PyObject *addr;
@@ -80,6 +93,10 @@ static PyObject *set_entry_point(PyObject *self, PyObject *args) {
         p_launch_ex = (launch_ex_fn)p;
     else if (strcmp(name, "cuCtxGetCurrent") == 0)
         p_ctx_current = (ctx_fn)p;
+    else if (strcmp(name, "cuGraphExecKernelNodeSetParams") == 0)
+        p_node_set = (node_set_fn)p;
+    else if (strcmp(name, "cuGraphNodeSetEnabled") == 0)
+        p_node_enable = (node_enable_fn)p;
     else {
         PyErr_Format(PyExc_ValueError, "no entry point called %s", name);
         return NULL;
@@ -175,6 +192,50 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (params == NULL && PyErr_Occurred()) return NULL;
     r = launch_any(f, d, stream, (void **)params, attrs, nattrs);
     return PyLong_FromLong(r);
+}
+
+/* set_kernel_node(graph_exec, node, func, gx, gy, gz, bx, by, bz, shared, params) -> CUresult:
+ * an instantiated graph's kernel node given a configuration and the void* array at `params`. */
+static PyObject *set_kernel_node(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    void *h[3], *params;
+    unsigned d[7];
+    int i;
+    if (nargs != 11) {
+        PyErr_SetString(PyExc_TypeError, "set_kernel_node takes 11 arguments");
+        return NULL;
+    }
+    if (p_node_set == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "nbjit.gpu._launcher: no cuGraphExecKernelNodeSetParams set");
+        return NULL;
+    }
+    for (i = 0; i < 3; i++) {
+        h[i] = PyLong_AsVoidPtr(args[i]);
+        if (h[i] == NULL && PyErr_Occurred()) return NULL;
+    }
+    for (i = 0; i < 7; i++)
+        if (as_uint(args[3 + i], &d[i]) < 0) return NULL;
+    params = PyLong_AsVoidPtr(args[10]);
+    if (params == NULL && PyErr_Occurred()) return NULL;
+    kernel_node_params p = {h[2], d[0], d[1], d[2], d[3], d[4], d[5], d[6], (void **)params, NULL, NULL, NULL};
+    return PyLong_FromLong(p_node_set(h[0], h[1], &p));
+}
+
+/* set_node_enabled(graph_exec, node, on) -> CUresult */
+static PyObject *set_node_enabled(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    void *exec, *node;
+    unsigned on;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "set_node_enabled takes 3 arguments");
+        return NULL;
+    }
+    if (p_node_enable == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "nbjit.gpu._launcher: no cuGraphNodeSetEnabled set");
+        return NULL;
+    }
+    exec = PyLong_AsVoidPtr(args[0]);
+    node = PyLong_AsVoidPtr(args[1]);
+    if (PyErr_Occurred() || as_uint(args[2], &on) < 0) return NULL;
+    return PyLong_FromLong(p_node_enable(exec, node, on));
 }
 
 /* ------------------------------------------------------------------ Launcher */
@@ -826,31 +887,11 @@ static int pack_one(Launcher *self, Py_ssize_t idx, char code, PyObject *o, unsi
     }
 }
 
-static PyObject *launcher_call(PyObject *op, PyObject *args, PyObject *kwds) {
-    Launcher *self = (Launcher *)op;
-    unsigned char stack_buf[STACK_BYTES];
-    void *stack_ptrs[STACK_PARAMS];
-    unsigned char *buf = stack_buf;
-    void **ptrs = stack_ptrs;
-    Py_ssize_t i, nargs;
-    int fast = 1, r;
-    PyObject *result = NULL, *packed = NULL;
-
-    if (kwds != NULL && PyDict_Size(kwds) != 0) {
-        PyErr_SetString(PyExc_TypeError, "a kernel launch takes no keyword arguments");
-        return NULL;
-    }
-    if (p_launch == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "nbjit.gpu._launcher: no entry point set");
-        return NULL;
-    }
-    nargs = PyTuple_Size(args);
-    if (self->size > STACK_BYTES) buf = PyMem_Malloc(self->size);
-    if (self->nparams > STACK_PARAMS) ptrs = PyMem_Malloc(sizeof(void *) * self->nparams);
-    if (buf == NULL || ptrs == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
+/* Pack `args` into `buf` (self->size bytes): the fast rules, else the precise Python rules
+ * (`fallback`); 0, or -1 with the error set. */
+static int pack_all(Launcher *self, PyObject *args, unsigned char *buf) {
+    Py_ssize_t i, nargs = PyTuple_Size(args);
+    int fast = 1;
     if (nargs != self->nargs) {
         fast = 0;
     } else {
@@ -862,24 +903,59 @@ static PyObject *launcher_call(PyObject *op, PyObject *args, PyObject *kwds) {
             }
         }
     }
-    if (!fast) {
-        self->fallbacks++;
-        /* the precise rules: they pack what the fast rules could not, or raise */
-        char *bytes;
-        Py_ssize_t len;
-        packed = PyObject_CallFunctionObjArgs(self->fallback, args, NULL);
-        if (packed == NULL) goto done;
-        if (PyBytes_AsStringAndSize(packed, &bytes, &len) < 0) goto done;
-        if (len != self->size) {
-            PyErr_SetString(PyExc_ValueError, "fallback packed a buffer of the wrong size");
-            goto done;
-        }
-        if (len) memcpy(buf, bytes, len);
+    if (fast) return 0;
+    self->fallbacks++;
+    /* the precise rules: they pack what the fast rules could not, or raise */
+    char *bytes;
+    Py_ssize_t len;
+    int r = -1;
+    PyObject *packed = PyObject_CallFunctionObjArgs(self->fallback, args, NULL);
+    if (packed == NULL) return -1;
+    if (PyBytes_AsStringAndSize(packed, &bytes, &len) < 0) goto out;
+    if (len != self->size) {
+        PyErr_SetString(PyExc_ValueError, "fallback packed a buffer of the wrong size");
+        goto out;
     }
+    if (len) memcpy(buf, bytes, len);
+    r = 0;
+out:
+    Py_DECREF(packed);
+    return r;
+}
+
+static void point_into(Launcher *self, unsigned char *buf, void **ptrs) {
+    Py_ssize_t i;
     if (self->param_offsets)
         for (i = 0; i < self->nparams; i++) ptrs[i] = buf + self->param_offsets[i];
     else
         for (i = 0; i < self->n; i++) ptrs[i] = buf + self->offsets[i];
+}
+
+static PyObject *launcher_call(PyObject *op, PyObject *args, PyObject *kwds) {
+    Launcher *self = (Launcher *)op;
+    unsigned char stack_buf[STACK_BYTES];
+    void *stack_ptrs[STACK_PARAMS];
+    unsigned char *buf = stack_buf;
+    void **ptrs = stack_ptrs;
+    int r;
+    PyObject *result = NULL;
+
+    if (kwds != NULL && PyDict_Size(kwds) != 0) {
+        PyErr_SetString(PyExc_TypeError, "a kernel launch takes no keyword arguments");
+        return NULL;
+    }
+    if (p_launch == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "nbjit.gpu._launcher: no entry point set");
+        return NULL;
+    }
+    if (self->size > STACK_BYTES) buf = PyMem_Malloc(self->size);
+    if (self->nparams > STACK_PARAMS) ptrs = PyMem_Malloc(sizeof(void *) * self->nparams);
+    if (buf == NULL || ptrs == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (pack_all(self, args, buf) < 0) goto done;
+    point_into(self, buf, ptrs);
     /* on a failure, on_error raises, or returns True once it has put right what failed (a
      * thread with no current context): then the launch goes again, once */
     for (int attempt = 0;; attempt++) {
@@ -900,10 +976,36 @@ static PyObject *launcher_call(PyObject *op, PyObject *args, PyObject *kwds) {
     Py_INCREF(Py_None);
     result = Py_None;
 done:
-    Py_XDECREF(packed);
     if (buf != stack_buf) PyMem_Free(buf);
     if (ptrs != stack_ptrs) PyMem_Free(ptrs);
     return result;
+}
+
+/* set_node(graph_exec, node, args, buf, ptrs) -> CUresult: an instantiated graph's kernel node
+ * given this launcher's kernel and configuration and `args`, packed by the same rules into the
+ * caller's buffer at address `buf` (the size of the kernel's parameter buffer); `ptrs`, the
+ * address of the caller's void* array, is pointed into it here. */
+static PyObject *launcher_set_node(PyObject *op, PyObject *const *argv, Py_ssize_t nargs) {
+    Launcher *self = (Launcher *)op;
+    void *exec, *node, *buf, *ptrs;
+    if (nargs != 5 || !PyTuple_Check(argv[2])) {
+        PyErr_SetString(PyExc_TypeError, "set_node(graph_exec, node, args: tuple, buf, ptrs)");
+        return NULL;
+    }
+    if (p_node_set == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "nbjit.gpu._launcher: no cuGraphExecKernelNodeSetParams set");
+        return NULL;
+    }
+    exec = PyLong_AsVoidPtr(argv[0]);
+    node = PyLong_AsVoidPtr(argv[1]);
+    buf = PyLong_AsVoidPtr(argv[3]);
+    ptrs = PyLong_AsVoidPtr(argv[4]);
+    if (PyErr_Occurred()) return NULL;
+    if (pack_all(self, argv[2], (unsigned char *)buf) < 0) return NULL;
+    point_into(self, (unsigned char *)buf, (void **)ptrs);
+    kernel_node_params p = {self->func, self->dims[0], self->dims[1], self->dims[2], self->dims[3], self->dims[4],
+                            self->dims[5], self->dims[6], self->nparams ? (void **)ptrs : NULL, NULL, NULL, NULL};
+    return PyLong_FromLong(p_node_set(exec, node, &p));
 }
 
 /* pack(args) -> bytes: the fast rules alone (None where they do not apply); for tests. */
@@ -928,6 +1030,8 @@ static PyObject *launcher_pack(PyObject *op, PyObject *args) {
 
 static PyMethodDef launcher_methods[] = {
     {"pack_fast", launcher_pack, METH_O, "pack_fast(args) -> bytes or None (the C rules alone)"},
+    {"set_node", (PyCFunction)(void (*)(void))launcher_set_node, METH_FASTCALL,
+     "set_node(graph_exec, node, args, buf, ptrs) -> CUresult: a graph's kernel node given these arguments"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1048,6 +1152,10 @@ static PyMethodDef methods[] = {
      "set_entry_point(name, address): cuLaunchKernel, cuLaunchKernelEx or cuCtxGetCurrent"},
     {"current_context", current_context, METH_NOARGS,
      "current_context() -> the current context's handle (0: none), or None on another driver error"},
+    {"set_kernel_node", (PyCFunction)(void (*)(void))set_kernel_node, METH_FASTCALL,
+     "set_kernel_node(graph_exec, node, func, gx, gy, gz, bx, by, bz, shared, params) -> CUresult"},
+    {"set_node_enabled", (PyCFunction)(void (*)(void))set_node_enabled, METH_FASTCALL,
+     "set_node_enabled(graph_exec, node, on) -> CUresult"},
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL,
      "launch(func, gx, gy, gz, bx, by, bz, shared, stream, params[, attributes]) -> CUresult"},
     {NULL, NULL, 0, NULL},

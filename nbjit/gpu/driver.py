@@ -1,7 +1,7 @@
-"""The one place that talks to the CUDA driver (through cuda.bindings, the bindings
-numba-cuda itself uses, and the C launcher beside this module): contexts, modules and
+"""The CUDA driver (through cuda.bindings, the bindings numba-cuda itself uses, and the C
+launcher beside this module), with ``graphs.py`` beside it for graphs: contexts, modules and
 functions, launches (plain and with attributes), devices' and functions' attributes,
-occupancy, tensor maps, stream capture and graphs, the contexts of pointers. It imports no
+occupancy, tensor maps, the contexts of pointers. It imports no
 stage of nbjit; Numba's context objects are the host's (``host.py``); everything else in
 nbjit is data.
 
@@ -272,11 +272,40 @@ def mem_alloc(nbytes: int) -> int:
 
 
 def mem_free(ptr: int) -> None:
-    """Free memory ``mem_alloc`` gave (errors ignored: it runs from finalizers, maybe at exit)."""
+    """Free memory ``mem_alloc`` gave (now, or once no capture records: ``free``; errors
+    ignored: it runs from finalizers, maybe at exit)."""
+    free(_mem_free, ptr)
+
+
+def _mem_free(ptr: int) -> None:
     try:
         _cu().cuMemFree(ptr)
     except Exception:  # (the driver may be unloading)
         pass
+
+
+# ------------------------------------------------------------------ frees while a stream is captured
+# A free (cuMemFree, cuModuleUnload, cuGraphDestroy) while a stream is captured in this thread
+# invalidates that capture; nbjit's objects are freed by finalizers, which run whenever Python
+# collects them. So while an nbjit capture records, frees wait for its end.
+_FREES: dict = {"recording": 0, "waiting": []}
+
+
+def recording(began: bool) -> None:
+    """An nbjit capture began (True) or ended (False) recording; when none records any more,
+    the frees that waited are done."""
+    _FREES["recording"] += 1 if began else -1
+    while _FREES["recording"] == 0 and _FREES["waiting"]:
+        fn, args = _FREES["waiting"].pop()
+        fn(*args)
+
+
+def free(fn, *args) -> None:
+    """``fn(*args)`` (a free of device memory, a module, a graph) now, or once no capture records."""
+    if _FREES["recording"]:
+        _FREES["waiting"].append((fn, args))
+    else:
+        fn(*args)
 
 
 def copy_to_host(dst: bytearray | memoryview, src: int) -> None:
@@ -334,8 +363,13 @@ def _text(buf: bytes | bytearray) -> str:
 
 
 def unload_module(handle) -> None:
+    """Unload a module (now, or once no capture records: ``free``)."""
     if forked():  # the handle belongs to the parent's context
         return
+    free(_unload, handle)
+
+
+def _unload(handle) -> None:
     try:
         _cu().cuModuleUnload(handle)
     except Exception:  # the driver may be gone at interpreter exit: nothing to report
@@ -606,73 +640,3 @@ def encode_tensor_map_tiled(plan) -> bytes:
         raise NbjitArgumentError(f"tensor map: cuTensorMapEncodeTiled refused {plan.dtype}{list(plan.shape)} in boxes "
                                  f"of {list(plan.box_shape)}: {error_text(res[0])}")
     return b"".join(int(x).to_bytes(8, "little") for x in res[1].opaque)
-
-
-# ------------------------------------------------------------------ graphs (stream capture)
-
-CAPTURE_MODES = ("thread_local", "global", "relaxed")
-# CUDA errors that mean "this is not allowed while a stream is captured"
-CAPTURE_ERRORS = {900: "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED", 901: "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED",
-                  902: "CUDA_ERROR_STREAM_CAPTURE_MERGE", 903: "CUDA_ERROR_STREAM_CAPTURE_UNMATCHED",
-                  904: "CUDA_ERROR_STREAM_CAPTURE_UNJOINED", 905: "CUDA_ERROR_STREAM_CAPTURE_ISOLATION",
-                  906: "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT", 908: "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD"}
-
-
-def begin_capture(stream, mode: str) -> None:
-    cu = _cu()
-    m = {"thread_local": cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
-         "global": cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_GLOBAL,
-         "relaxed": cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED}[mode]
-    check(cu.cuStreamBeginCapture(stream, m), "cuStreamBeginCapture", NbjitLaunchError)
-
-
-def end_capture(stream) -> tuple[int, object]:
-    """(CUresult, CUgraph or None): ends the capture whatever happened during it."""
-    res = _cu().cuStreamEndCapture(stream)
-    return int(res[0]), (res[1] if int(res[0]) == 0 else None)
-
-
-def capture_status(stream) -> str:
-    """``"none"``, ``"active"`` or ``"invalidated"``."""
-    cu = _cu()
-    st = check(cu.cuStreamIsCapturing(stream), "cuStreamIsCapturing")
-    S = cu.CUstreamCaptureStatus
-    return {S.CU_STREAM_CAPTURE_STATUS_NONE: "none", S.CU_STREAM_CAPTURE_STATUS_ACTIVE: "active"}.get(
-        st, "invalidated")
-
-
-def graph_nodes(graph) -> int:
-    return int(check(_cu().cuGraphGetNodes(graph, 0), "cuGraphGetNodes")[1])
-
-
-def instantiate(graph):
-    return check(_cu().cuGraphInstantiate(graph, 0), "cuGraphInstantiate", NbjitLaunchError)
-
-
-def graph_launch(graph_exec, stream) -> int:
-    return int(_cu().cuGraphLaunch(graph_exec, stream)[0])
-
-
-def exec_update(graph_exec, graph) -> tuple[bool, str]:
-    """Update an instantiated graph in place from ``graph``: (done, why not)."""
-    cu = _cu()
-    res = cu.cuGraphExecUpdate(graph_exec, graph)
-    if int(res[0]) == 0:
-        return True, ""
-    info = res[1] if len(res) > 1 else None
-    why = getattr(getattr(info, "result", None), "name", None) or error_text(res[0])
-    return False, str(why)
-
-
-def destroy_graph(graph) -> None:
-    try:
-        _cu().cuGraphDestroy(graph)
-    except Exception:  # at interpreter exit the driver may be gone
-        pass
-
-
-def destroy_exec(graph_exec) -> None:
-    try:
-        _cu().cuGraphExecDestroy(graph_exec)
-    except Exception:  # at interpreter exit the driver may be gone
-        pass

@@ -32,6 +32,7 @@ it, and a host that is not chosen is never imported.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib
 import importlib.util
@@ -49,6 +50,10 @@ __all__ = ["Host", "NumbaCuda", "NumbaCudaMlir", "HOSTS", "ENV", "current_host",
            "pointer_getter", "error_code"]
 
 ENV = "NBJIT_HOST"  # names the host to serve, overriding what was imported
+
+
+# Device functions for @cuda.jit kernels (device_function): nbjit's name -> (C name, signature)
+DEVICE_FUNCTIONS = {"set_condition": ("cudaGraphSetConditional", "void(uint64, uint32)")}
 
 
 def _array_address(a, _cvp=ctypes.c_void_p) -> int:
@@ -263,6 +268,18 @@ class Host:
         """The type a ``CPointer`` type points to; None for any other type."""
         return t.dtype if isinstance(t, self.module("types").CPointer) else None
 
+    def defer_cleanup(self) -> Any:
+        """A context manager under which the host frees no device memory (Numba's deferred
+        deallocations wait): a free during a stream capture would invalidate it."""
+        return self.module("cuda").defer_cleanup()
+
+    def device_function(self, name: str) -> Any:
+        """A function of the driver's JIT that @cuda.jit kernels call, declared to this host
+        (C ABI; ptxas provides it, so nothing is linked): ``"set_condition"`` is
+        ``cudaGraphSetConditional(handle, value)``, setting a graph's condition."""
+        c_name, signature = DEVICE_FUNCTIONS[name]
+        return self.module("cuda").declare_device(c_name, signature, abi="c")
+
     def compile_ltoir(self, func: Callable, args: Sequence, ret: Any, name: str,
                       cc: tuple[int, int]) -> tuple[bytes, Any]:
         """(LTO-IR, return type) of a Python device function (or ``@cuda.jit(device=True)``
@@ -376,6 +393,9 @@ class Bare(Host):
 
     def imported(self, part: str) -> ModuleType | None:
         return None
+
+    def defer_cleanup(self) -> Any:
+        return contextlib.nullcontext()  # (nbjit's own arrays free when they go, as the user's libraries do)
 
     def current_context(self) -> BareContext:
         """The context current on this thread, else device 0's primary context made current."""

@@ -20,7 +20,7 @@ import numpy as np
 
 from nbjit.errors import NbjitArgumentError
 from nbjit.launch.arrays import (
-    _EXTRACTORS, array_element, describe_element, device_pointer, dlpack_array, element_matches, to_u64)
+    _EXTRACTORS, array_element, describe_element, device_pointer, dlpack_array, element_matches, handle_value, to_u64)
 from nbjit.params.signature import KernelSignature, Param
 
 
@@ -36,6 +36,8 @@ def _is_tensor_map(v) -> bool:
     return tma is not None and isinstance(v, tma.TensorMap)
 
 __all__ = ["ArgPacker"]
+
+_PLAIN = (int, type(None))  # what a 64-bit parameter takes most often: no handle to look for
 
 _INT_FORMAT = {("u", 1): "B", ("u", 2): "H", ("u", 4): "I", ("u", 8): "Q",
                ("s", 1): "b", ("s", 2): "h", ("s", 4): "i", ("s", 8): "q"}
@@ -135,6 +137,10 @@ class _Rule:
 
     # each returns the packed-ready value or raises ValueError with the reason
     def pointer(self, v):
+        if type(v) not in _PLAIN:
+            h = handle_value(v, self.p)
+            if h is not None:
+                return h
         try:
             return device_pointer(v)
         except NbjitArgumentError as e:

@@ -12,14 +12,31 @@ import numpy as np
 from nbjit.errors import NbjitArgumentError
 from nbjit.gpu import host as _host
 
-__all__ = ["device_pointer", "to_u64", "array_element", "element_matches", "describe_element", "dlpack_reader",
-           "dlpack_array"]
+__all__ = ["device_pointer", "register_handle", "handle_value", "to_u64", "array_element", "element_matches",
+           "describe_element", "dlpack_reader", "dlpack_array"]
 
 _EXTRACTORS: dict[type, Callable[[Any], int]] = {}
 
 
 class _NotAPointer(ValueError):
     pass
+
+
+_HANDLES: dict[type, Callable[[Any, Any], int]] = {}
+
+
+def register_handle(t: type, f: Callable[[Any, Any], int]) -> None:
+    """Let objects of type ``t`` (nbjit's own handles: graph conditions) fill a 64-bit
+    parameter: ``f(obj, param)`` gives the value and notes which parameter took it, or raises
+    an nbjit error where the object may not be passed now. The Python rules take them (the C
+    path hands them over, as anything it does not know)."""
+    _HANDLES[t] = f
+
+
+def handle_value(v: Any, param: Any) -> int | None:
+    """The value of an nbjit handle ``v`` given to ``param``; None where ``v`` is no handle."""
+    f = _HANDLES.get(type(v))
+    return None if f is None else f(v, param)
 
 
 def _cai(a) -> int:

@@ -9,6 +9,7 @@ occupancy, programmatic dependent launch, its SASS, and tensor maps over device 
 from __future__ import annotations
 
 import threading
+import weakref
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from nbjit.arch import Arch
     from nbjit.launch.launchers import _Launcher
 
-__all__ = ["Kernel", "KernelAttributes"]
+__all__ = ["Kernel", "KernelAttributes", "kernel_of_function", "remember_function"]
 
 
 _MAX_CONFIGS = 256
@@ -99,6 +100,29 @@ class _State:
         self.pointer_params = tuple(i for i, p in enumerate(info.params) if p.pointer or p.size == 8)
         self.lock = threading.Lock()
         several_gpus()  # (asked once, by the first kernel made: the launchers read it)
+
+
+# CUfunction address -> (the module's weak reference, recipe, state) of every kernel made live
+# in this process: what a graph's kernel node runs, found again (graph_nodes.py)
+_BY_FUNCTION: dict[int, tuple] = {}
+
+
+def remember_function(module, recipe: tuple, state: _State) -> None:
+    """Note which kernel ``state.func`` is (forgotten when its module goes)."""
+    key = _driver.as_int(state.func)
+
+    def forget(ref, key=key):
+        if _BY_FUNCTION.get(key, (None,))[0] is ref:
+            del _BY_FUNCTION[key]
+
+    _BY_FUNCTION[key] = (weakref.ref(module, forget), recipe, state)
+
+
+def kernel_of_function(func: int) -> "Kernel | None":
+    """The nbjit kernel whose CUfunction is ``func``, where one was made live in this process."""
+    hit = _BY_FUNCTION.get(func)
+    module = hit[0]() if hit is not None else None
+    return None if module is None else Kernel(module, hit[1], hit[2])
 
 
 class _PyIndexing:

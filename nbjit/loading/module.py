@@ -13,7 +13,7 @@ from nbjit.arch import Arch
 from nbjit.errors import KernelNotFoundError, NbjitArgumentError, NbjitLoadError, warn
 from nbjit.gpu import driver as _driver
 from nbjit.gpu.host import current_host
-from nbjit.launch.kernel import Kernel, _State
+from nbjit.launch.kernel import Kernel, _State, remember_function
 from nbjit.loading.plan import Plan, carry_out, plan
 from nbjit.params.cdecl import demangle, demangler_missing, shown_name
 from nbjit.params.signature import KernelInfo, KernelSignature, Param, SignatureConflict, merge, same_layout
@@ -383,11 +383,13 @@ class Module:
         if signature is not None or extra:
             st = self._make_state(live, real, asked or real, signature, extra)
             st.recipe = recipe
+            remember_function(self, recipe, st)
             return st
         with live.lock:
             st = live.states.get(real)
             if st is None:
                 st = live.states[real] = self._make_state(live, real, asked or real, None)
+                remember_function(self, recipe, st)
         return st
 
     def _make_state(self, live: _Live, real: str, asked: str, signature: str | None, extra_layouts=()) -> _State:

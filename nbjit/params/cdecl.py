@@ -35,6 +35,7 @@ _ALIASES = {
     "int8_t": "signed char", "uint8_t": "unsigned char", "int16_t": "short", "uint16_t": "unsigned short",
     "int32_t": "int", "uint32_t": "unsigned int", "int64_t": "long", "uint64_t": "unsigned long",
     "size_t": "unsigned long", "ptrdiff_t": "long", "intptr_t": "long", "uintptr_t": "unsigned long",
+    "cudaGraphConditionalHandle": "unsigned long long", "CUgraphConditionalHandle": "unsigned long long",
     "unsigned": "unsigned int", "signed": "int", "signed int": "int", "long int": "long",
     "unsigned long int": "unsigned long", "long long int": "long long",
     "unsigned long long int": "unsigned long long", "short int": "short", "unsigned short int": "unsigned short",

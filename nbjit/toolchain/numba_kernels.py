@@ -20,7 +20,7 @@ __all__ = ["NumbaKernel", "NumbaPtx", "is_dispatcher"]
 # Functions a PTX may call that the driver's JIT provides (PTX ISA, "System calls");
 # any other `.extern .func` is defined in code the host's linker adds.
 _EXTERN_FUNC = Pattern(r"^\s*\.extern\s+\.func\s*(?:\([^)]*\)\s*)?([A-Za-z_$%][\w$]*)", re.M)
-_JIT_PROVIDES = frozenset({"vprintf", "malloc", "free", "__assertfail"})
+_JIT_PROVIDES = frozenset({"vprintf", "malloc", "free", "__assertfail", "cudaGraphSetConditional"})
 _ANSI = Pattern(r"\x1b\[[0-9;]*m")
 
 

@@ -482,6 +482,14 @@ def _pch_plan(req: CompileRequest, arch: Arch, version: tuple[int, int]) -> str 
     return key
 
 
+# NVRTC's built-in runtime headers lack cudaGraphSetConditional, which nvcc's declare (a graph's
+# condition set by a kernel: ptxas provides it); a source that calls it gets the declaration
+_SET_CONDITIONAL = "cudaGraphSetConditional"
+_DECLARES_IT = "nbjit_graph_conditional.h"
+_SET_CONDITIONAL_DECL = ('extern "C" __device__ void cudaGraphSetConditional(cudaGraphConditionalHandle handle, '
+                         "unsigned int value);\n")
+
+
 def _nvrtc_compile(N, req: CompileRequest, arch: Arch, full: list[str], plan):
     """One NVRTC compile of ``req`` with the options ``full``; with ``plan`` (a PCH key),
     making or using that PCH (under ``pch.STORE.lock``)."""
@@ -495,6 +503,9 @@ def _nvrtc_compile(N, req: CompileRequest, arch: Arch, full: list[str], plan):
             making, pch_file = True, store.path_for(plan, req.cache_dir)
             _pch_heap(N, store)
     opts = full + ([f"--create-pch={pch_file}" if making else f"--use-pch={pch_file}"] if pch_file else [])
+    if _SET_CONDITIONAL in source and _DECLARES_IT not in headers:
+        headers[_DECLARES_IT] = _SET_CONDITIONAL_DECL
+        opts = opts + [f"--pre-include={_DECLARES_IT}"]
     err, prog = N.nvrtcCreateProgram(source.encode(), name.encode(), len(headers),
                                      [t.encode() for t in headers.values()], [k.encode() for k in headers])
     if err != ok:

@@ -80,6 +80,17 @@ Hopper launch features:
 CUDA graphs for Numba users (stream capture of nbjit and @cuda.jit work alike):
     capture(stream) -> Capture          with nbjit.capture(s) as g: ...; g.launch() replays;
                                         with g.update(): ... re-captures new arguments in place
+    g.condition(default, reset=True) -> Condition
+                                        a value kernels set on the device (CUDA C++:
+                                        cudaGraphSetConditional; @cuda.jit: set_condition)
+    with g.while_loop(c): / g.if_then(c) / g.if_else(c) as (then, otherwise) / g.switch(c, n) as cases
+                                        loops and branches recorded as conditional nodes
+    set_condition(handle, value)        the device function @cuda.jit kernels call
+    g.nodes[i].set_args(...) / .set_grid(grid, block) / .enable() / .disable()
+                                        update one node of the instantiated graph in place
+    g.save(path, bindings={"x": x, ...}); load_graph(path, bindings={...}) -> LoadedGraph
+                                        a graph as a file (kernels' images, topology, arguments;
+                                        arrays as named bindings); .rebind(x=array) swaps one
 
 Kernel bundles (one file: cubins for several architectures, PTX, a manifest; loads with no
 NVRTC and no CUDA headers, also as package data through importlib.resources):
@@ -127,7 +138,9 @@ _HOMES = {
     "launch.kernel": ("Kernel", "KernelAttributes"),
     "launch.launchers": ("BoundLaunch",),
     "launch.tma": ("TensorMap", "tensor_map"),
-    "launch.graph": ("Capture", "capture"),
+    "graphs.capture": ("Capture", "Condition", "capture"),
+    "graphs.saved": ("LoadedGraph", "load_graph"),
+    "gpu.device_functions": ("set_condition",),
     "loading.module": ("DeviceGlobal", "Module", "load"),
     "read.occupancy": ("Occupancy",),
     "toolchain.sass": ("disassemble",),
@@ -144,7 +157,9 @@ if TYPE_CHECKING:  # what type checkers and the API reference read
     from nbjit.cache.remote import RemoteTier
     from nbjit.cache.store import Cache, default_cache, set_default_cache
     from nbjit.gpu.host import use_host
-    from nbjit.launch.graph import Capture, capture
+    from nbjit.gpu.device_functions import set_condition
+    from nbjit.graphs.capture import Capture, Condition, capture
+    from nbjit.graphs.saved import LoadedGraph, load_graph
     from nbjit.launch.kernel import Kernel, KernelAttributes
     from nbjit.launch.launchers import BoundLaunch
     from nbjit.launch.tma import TensorMap, tensor_map
@@ -194,6 +209,10 @@ __all__ = [
     "use_host",
     "capture",
     "Capture",
+    "Condition",
+    "set_condition",
+    "load_graph",
+    "LoadedGraph",
     "TritonKernel",
     "TritonMeta",
     "compile",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from nbjit import NbjitGraphError, NbjitLaunchError
-from nbjit.launch.graph import Capture, _capture_code
+from nbjit.graphs.capture import Capture, _capture_code
 
 
 def launch_error(code: int) -> NbjitLaunchError:

@@ -36,8 +36,8 @@ from nbjit.files import read_regular
 if TYPE_CHECKING:
     from nbjit.loading.module import Module
 
-__all__ = ["load_bundle", "open_bundle", "Archive", "FORMAT", "VERSION", "MAX_BUNDLE_BYTES", "MAX_MEMBERS",
-           "MAX_IMAGES", "MAX_MANIFEST_BYTES", "MANIFEST"]
+__all__ = ["load_bundle", "load_image", "open_bundle", "read_member", "Archive", "FORMAT", "VERSION",
+           "MAX_BUNDLE_BYTES", "MAX_MEMBERS", "MAX_IMAGES", "MAX_MANIFEST_BYTES", "MANIFEST"]
 
 FORMAT = "nbjit-bundle"
 VERSION = 1  # the manifest's layout; a reader refuses a newer one
@@ -76,10 +76,14 @@ def load_bundle(bundle: Any, *, name: str | None = None, lazy: bool = False, kee
     nbjit, one that breaks the format's rules; no image of that name (the message lists
     them). NbjitLoadError: no entry runs on this device, or the driver refused it.
     """
+    archive = open_bundle(bundle)
+    return load_image(archive, pick(records(archive), name, archive.source), lazy=lazy, keep_debug=keep_debug)
+
+
+def load_image(archive: "Archive", rec: dict, *, lazy: bool = False, keep_debug: bool = False) -> "Module":
+    """Image ``rec`` of a checked ``archive`` loaded (``load_bundle``'s second half)."""
     from nbjit.loading.module import load
 
-    archive = open_bundle(bundle)
-    rec = pick(records(archive), name, archive.source)
     mod = load(image_of(archive, rec), lazy=lazy, keep_debug=keep_debug)
     if rec["numba"]:  # @cuda.jit kernels: their arguments as the manifest records them (records' fields too)
         mod._learn(numba=numba_args(rec, archive.source))
@@ -319,10 +323,46 @@ def records(archive: Archive) -> list[dict]:
                                   "(each image has members of its own)")
         names.add(name)
         out.append(rec)
-    extra = sorted(set(archive.names) - used.keys())
+    listed = _listed_members(archive)
+    extra = sorted(set(archive.names) - used.keys() - listed.keys())
     if extra:
         raise BundleError(f"{src}: member {extra[0]!r} is in no image of the manifest (the bundle was altered)")
+    clash = sorted(used.keys() & listed.keys())
+    if clash:
+        raise BundleError(f"{src}: {MANIFEST}: member {clash[0]!r} is listed by an image and as a member of its own")
     return out
+
+
+def _listed_members(archive: Archive) -> dict[str, tuple[str, int]]:
+    """The manifest's ``members``: other files of the bundle than images' (a saved graph's
+    description), each {name: {"sha256", "size"}}; as {name: (sha256, size)}."""
+    m = archive.manifest.get("members", {})
+    src = archive.source
+    if not isinstance(m, dict) or len(m) > MAX_MEMBERS:
+        raise BundleError(f"{src}: {MANIFEST}: members is an object {{name: {{sha256, size}}}}")
+    out = {}
+    for name, d in m.items():
+        if not (isinstance(d, dict) and set(d) == {"sha256", "size"} and isinstance(d["sha256"], str)
+                and len(d["sha256"]) == 64 and not d["sha256"].strip(_HEX) and type(d["size"]) is int
+                and d["size"] >= 0) or name == MANIFEST:
+            raise BundleError(f"{src}: {MANIFEST}: member {name!r}: not a member nbjit lists ({{sha256, size}})")
+        out[name] = (d["sha256"], d["size"])
+    return out
+
+
+def read_member(archive: Archive, name: str) -> bytes | None:
+    """A member the manifest lists under ``members`` (not an image's), checked against its
+    size and SHA-256; None where the manifest lists none of that name."""
+    want = _listed_members(archive).get(name)
+    if want is None:
+        return None
+    if name not in archive.names:
+        raise BundleError(f"{archive.source}: member {name!r} is listed by the manifest but missing")
+    data = archive.read(name)
+    if len(data) != want[1] or hashlib.sha256(data).hexdigest() != want[0]:
+        raise BundleError(f"{archive.source}: member {name!r} does not match its SHA-256 in the manifest (the bundle "
+                          "was altered)")
+    return data
 
 
 def _record(d: Any, i: int, archive: Archive) -> dict:

@@ -462,9 +462,12 @@ def build_bundle(inputs: Any, dest: str | os.PathLike, *, archs: Iterable[str] |
     return dataclasses.replace(info, source=str(dest))
 
 
-def bundle_bytes(inputs: Any, dest: Path | None = None, **how: Any) -> tuple[bytes, BundleInfo]:
+def bundle_bytes(inputs: Any, dest: Path | None = None, members: Iterable[tuple[str, bytes]] = (),
+                 **how: Any) -> tuple[bytes, BundleInfo]:
     """``build_bundle``'s bundle as bytes, and its ``BundleInfo``, written nowhere (``dest``, where
-    given, is where it will be written: never over an input). The keywords are build_bundle's."""
+    given, is where it will be written: never over an input). The keywords are build_bundle's;
+    ``members``: (name, bytes) stored beside the images and listed, with their digests, in
+    the manifest's ``members`` (a saved graph's description; ``archive.read_member`` reads them)."""
     import nbjit
 
     archs_l, ptx_l = _arch_list(how.pop("archs", ()), "archs", False), _arch_list(how.pop("ptx", ()), "ptx", True)
@@ -476,14 +479,14 @@ def bundle_bytes(inputs: Any, dest: Path | None = None, **how: Any) -> tuple[byt
             if dest is not None and dest.exists() and Path(path).exists() and os.path.samefile(dest, path):
                 raise BundleError(f"{dest}: is an input ({path}); write the bundle elsewhere")
     manifest = {"format": FORMAT, "version": VERSION, "nbjit": nbjit.__version__, "images": []}
-    members: list[tuple[str, bytes]] = []
+    payloads: list[tuple[str, bytes]] = []
     for p in parts:
         entries = []
         for kind, a, payload in p.entries:
             file = f"{p.name}/{a}.{kind}"
             entries.append(BundleEntry(file, kind, a, hashlib.sha256(payload).hexdigest(), len(payload),
                                        payload))
-            members.append((file, payload))
+            payloads.append((file, payload))
         kernels, facts = _kernels(p.name, entries, p.decls, lambda msg, n=p.name: BundleError(f"image {n!r}: {msg}"),
                                   {f"{p.name}/{a}.{k}": label for (k, a), label in p.labels.items()})
         entries = [dataclasses.replace(e, resources=facts[e.file][0], globals=facts[e.file][1]) if e.file in facts
@@ -495,8 +498,12 @@ def bundle_bytes(inputs: Any, dest: Path | None = None, **how: Any) -> tuple[byt
         manifest["images"].append(img.to_json())
     # keys in the order they are made (the same inputs make them in the same order): a
     # parameter's origin keeps the order in which its facts were found, as kernel.params shows it
+    members = list(members)
+    if members:
+        manifest["members"] = {name: {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+                               for name, data in members}
     raw = json.dumps(manifest, indent=1).encode() + b"\n"
-    data = _zip([(MANIFEST, raw), *members])
+    data = _zip([(MANIFEST, raw), *payloads, *members])
     return data, read_bundle(data)  # what a reader will find: checked before it is written
 
 

@@ -3,6 +3,20 @@ own): everything issued on a stream inside ``with nbjit.capture(stream) as g:`` 
 kernels, ``@cuda.jit`` kernels, Numba's asynchronous copies and memsets on that stream —
 becomes one graph, instantiated on exit; ``g.launch(stream)`` replays it.
 
+Loops and branches on the GPU: ``with g.while_loop(cond):``, ``g.if_then(cond)``,
+``g.if_else(cond)`` and ``g.switch(cond, n)`` record their bodies as conditional nodes
+(CUDA 12.4; if_else and switch 12.8). ``cond = g.condition(default, reset=True)`` is a
+handle of the graph being recorded; a kernel sets it on the device (CUDA C++:
+``cudaGraphSetConditional(handle, value)``; ``@cuda.jit``: ``nbjit.set_condition``), the
+handle passed as a 64-bit argument.
+
+How a body is recorded: the capture of the stream is ended where the conditional node goes,
+the node is added to the graph after the work captured so far, its body graphs are captured
+on the *same* stream (``cuStreamBeginCaptureToGraph``), and then the capture of the graph
+around it resumes after the node. So the user launches on the one stream they captured,
+bodies nest, and every launch form (nbjit, Numba, copies) records alike. The price: work
+forked to other streams must join the captured stream before a conditional begins or ends.
+
 Capture mode: thread-local by default. A call on *this* thread that a capture cannot record
 (a synchronous copy, an allocation, a synchronisation) fails at once and is reported as an
 ``NbjitGraphError`` naming it, instead of being silently run outside the graph ("relaxed") or
@@ -17,10 +31,14 @@ from typing import Any
 
 from nbjit.errors import NbjitGraphError, NbjitLaunchError
 from nbjit.gpu import driver as _driver
+from nbjit.gpu import graphs as _graphs
 from nbjit.gpu import host as _host
 from nbjit.gpu.driver import stream_handle
+from nbjit.launch.arrays import register_handle
+from nbjit.graphs.nodes import GraphNodes, kernel_nodes, walk
+from nbjit.records import record
 
-__all__ = ["capture", "Capture"]
+__all__ = ["capture", "Capture", "Condition"]
 
 _HINTS = {
     900: "an operation a capture cannot record ran on this thread: a synchronous copy "
@@ -31,7 +49,11 @@ _HINTS = {
          "stream from outside: another thread's work on the legacy default stream joins every blocking "
          "stream; capture on a non-blocking stream (cuda.stream() is blocking) or keep other threads off "
          "the default stream meanwhile",
-    906: "work on the legacy default stream joined the captured stream: issue everything on the captured stream",
+    904: "work forked from the captured stream to another one did not join it again before this point: "
+         "record an event on the other stream and wait for it on the captured one",
+    906: "work on the legacy default stream joined the captured stream: a synchronous copy (copy_to_host() or "
+         "cuda.to_device() without stream=) or a launch on the default stream; issue everything on the captured "
+         "stream, with stream= on every copy",
     908: "the capture was ended from another thread than the one that began it",
 }
 
@@ -41,25 +63,161 @@ def _capture_code(exc: BaseException) -> int | None:
     and the host's (Numba's CudaAPIError) carry the CUresult; cuda.core's CUDAError
     (numba-cuda allocates through it) names the error in its message."""
     code = getattr(exc, "code", None) if isinstance(exc, NbjitLaunchError) else _host.error_code(exc)
-    if code in _driver.CAPTURE_ERRORS:
+    if code in _graphs.CAPTURE_ERRORS:
         return code
     text = str(exc)
-    return next((c for c, name in _driver.CAPTURE_ERRORS.items() if name in text), None)
+    return next((c for c, name in _graphs.CAPTURE_ERRORS.items() if name in text), None)
 
 
 def _explain(code: int, what: str) -> NbjitGraphError:
-    name = _driver.CAPTURE_ERRORS.get(code, f"CUDA error {code}")
+    name = _graphs.CAPTURE_ERRORS.get(code, f"CUDA error {code}")
     return NbjitGraphError(f"{what}: {name}: {_HINTS.get(code, 'not allowed while a stream is captured')}")
+
+
+class Condition:
+    """A graph condition (``g.condition(default, reset=True)``): a value a kernel sets on the
+    device and a conditional node reads. Pass it to an nbjit kernel's 64-bit parameter
+    (``cudaGraphConditionalHandle`` in CUDA C++, ``uint64`` in a ``@cuda.jit`` signature) or,
+    to a kernel Numba launches itself, ``cond.handle``. ``default``: its value when each
+    replay begins (``reset=True``), or only at the first (``reset=False``: it keeps what the
+    last replay left)."""
+
+    __slots__ = ("capture", "handle", "default", "reset", "index", "graph", "__weakref__")
+
+    def __init__(self, capture: "Capture", handle: int, default: int, reset: bool, index: int, graph: int):
+        self.capture, self.handle, self.default, self.reset = capture, handle, default, reset
+        self.index = index  # its place among the capture's conditions
+        self.graph = graph  # the graph (or body) it was made in: its conditional node goes there
+
+    def _value(self, param) -> int:
+        """The handle for a kernel's parameter ``param``, where a kernel may be given it: while
+        its capture records (the parameter noted, for ``save``), or to a node of its graph
+        (``set_args``)."""
+        cap = self.capture
+        if self not in cap._conditions:
+            raise NbjitGraphError(f"{self!r} belongs to an earlier capture of this graph: make it again with "
+                                  "g.condition() in the capture that uses it")
+        if cap._setting is not None:
+            cap._setting.append((param.offset, self.index))
+        elif cap._recording is not None:
+            now = cap._last_nodes()
+            if cap._pending and cap._pending[0][0] != now:  # (a launch captured since: theirs)
+                cap._settle()
+            cap._pending.append((now, param.offset, self.index))
+        else:
+            raise NbjitGraphError(f"{self!r} was passed to a kernel outside its graph: a condition is set only by "
+                                  "kernels captured in the graph that made it (inside `with nbjit.capture(...)`)")
+        return self.handle
+
+    def __repr__(self) -> str:
+        return f"<nbjit graph condition {self.index} (default {self.default}, reset={self.reset})>"
+
+
+register_handle(Condition, Condition._value)
+
+
+@record
+class ConditionalNode:
+    """A conditional node as recorded: its kind, condition and body graphs."""
+
+    kind: str
+    condition: Condition
+    bodies: tuple
+
+
+class _Body:
+    """One body of a conditional node being recorded (``with body:``)."""
+
+    def __init__(self, cond_node: "_Conditional", index: int):
+        self.parent = cond_node
+        self.index = index
+
+    def __enter__(self) -> None:
+        c = self.parent
+        cap = c.capture
+        if c.node is None or c.open_body is not None:
+            raise NbjitGraphError(f"body {self.index} of {c.kind}: record it inside its `with g.{c.kind}(...)` block, "
+                                  "one body at a time")
+        _graphs.begin_capture(cap._handle, cap.mode, c.bodies[self.index])
+        c.open_body = self
+        cap._levels.append(c.bodies[self.index])
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        cap = self.parent.capture
+        self.parent.open_body = None
+        cap._levels.pop()
+        if exc is None:
+            cap._settle()
+        err, _graph = _graphs.end_capture(cap._handle)
+        where = f"body {self.index} of {self.parent.kind}" if self.parent.kind in ("if_else", "switch") else \
+            f"the body of {self.parent.kind}"
+        if exc is not None or err:
+            cap._broken = cap._body_failed = True
+        if exc is not None:
+            code = _capture_code(exc)
+            if code is not None:
+                raise _explain(code, f"{where} (capture on {cap.stream!r})") from exc
+            return
+        if err:
+            raise _explain(err, f"{where} (capture on {cap.stream!r})")
+
+
+class _Conditional:
+    """``with g.while_loop(cond):`` and its kinds: the conditional node added where the block
+    begins; the body (or ``if_else``'s two, ``switch``'s n, returned by ``with``) recorded
+    inside; the capture of the graph around it resumed after the node on exit."""
+
+    def __init__(self, capture: "Capture", kind: str, cond: Condition, size: int):
+        self.capture, self.kind, self.cond, self.size = capture, kind, cond, size
+        self.node = None
+        self.bodies: tuple = ()
+        self.graph = None
+        self.open_body: _Body | None = None
+
+    def __enter__(self):
+        cap = self.capture
+        cap._check_condition(self.cond, self.kind)
+        _graphs.require(self.kind)
+        self.graph, after = cap._suspend(self.kind)
+        ctx = _driver.current_context_key()
+        try:
+            self.node, self.bodies = _graphs.add_conditional(self.graph, after, self.cond.handle,
+                                                             self.kind, self.size, ctx)
+        except BaseException:
+            cap._broken = True
+            raise
+        cap._conditionals[int(self.node)] = ConditionalNode(self.kind, self.cond, self.bodies)
+        bodies = tuple(_Body(self, i) for i in range(self.size))
+        if self.kind in ("while_loop", "if_then"):
+            self._only = bodies[0]
+            self._only.__enter__()
+            return None
+        self._only = None
+        return bodies
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        cap = self.capture
+        if self._only is not None:
+            self._only.__exit__(exc_type, exc, tb)
+        if self.open_body is not None:
+            cap._broken = True
+            raise NbjitGraphError(f"a body of {self.kind} was left open")
+        if exc is not None or cap._broken:
+            cap._broken = True
+            return
+        _graphs.begin_capture(cap._handle, cap.mode, self.graph, (self.node,))
 
 
 class Capture:
     """The context manager ``nbjit.capture`` returns; after the ``with`` block it is the
     instantiated graph: ``launch(stream=None)`` replays it (any number of times, on any
-    stream), ``update(...)`` re-captures new arguments into it, ``nodes`` counts its nodes."""
+    stream), ``update(...)`` re-captures new arguments into it, ``nodes`` lists its kernel
+    nodes for updates in place (``graph_nodes.py``), ``node_count`` counts every node (of
+    conditional bodies too), ``save(path, bindings)`` writes it to a file."""
 
     def __init__(self, stream: Any, mode: str = "thread_local"):
-        if mode not in _driver.CAPTURE_MODES:
-            raise NbjitGraphError(f"capture mode must be one of {_driver.CAPTURE_MODES}, not {mode!r}")
+        if mode not in _graphs.CAPTURE_MODES:
+            raise NbjitGraphError(f"capture mode must be one of {_graphs.CAPTURE_MODES}, not {mode!r}")
         self.stream = stream
         self.mode = mode
         self._handle = stream_handle(stream)
@@ -68,25 +226,70 @@ class Capture:
                                   "e.g. s = numba.cuda.stream()")
         self._graph = None
         self._exec = None
+        self._exec_int = 0  # (its handle as an int, for node updates)
         self._thread = None
-        self.nodes = 0
+        self.node_count = 0
         self.instantiations = 0
         self._finalizer = None
         self._closed = False
+        self._version = 0  # counts the graphs adopted: a node listed of an older one is refused
+        self._nodes: GraphNodes | None = None
+        self._recording: int | None = None  # the thread recording now, inside the `with` block
+        self._setting: list | None = None  # a node's set_args is packing: the conditions it is given
+        self._pending: list[tuple] = []  # (nodes followed, offset, condition) given to the launch being captured
+        self._refs: dict[int, dict[int, int]] = {}  # kernel node -> {parameter offset: condition}
+        self._conditions: list[Condition] = []
+        self._conditionals: dict[int, ConditionalNode] = {}
+        self._levels: list = []  # the body graphs being recorded into, innermost last
+        self._suspended = None  # the graph around the conditionals, while a body is recorded
+        self._broken = False
+        self._body_failed = False
 
     # ------------------------------------------------------------ capturing
     def __enter__(self) -> "Capture":
-        if _driver.capture_status(self._handle) != "none":
-            raise NbjitGraphError("this stream is being captured already (captures do not nest)")
-        _driver.begin_capture(self._handle, self.mode)
-        self._thread = threading.get_ident()
+        if _graphs.capture_status(self._handle) != "none":
+            raise NbjitGraphError("this stream is being captured already (captures do not nest: record loops "
+                                  "and branches with g.while_loop, g.if_then, g.if_else, g.switch)")
+        self._no_frees = _host.current_host().defer_cleanup()  # (a free would invalidate the capture)
+        self._no_frees.__enter__()
+        try:
+            _graphs.begin_capture(self._handle, self.mode)
+        except BaseException:
+            self._no_frees.__exit__(None, None, None)
+            raise
+        _driver.recording(True)
+        self._thread = self._recording = threading.get_ident()
+        self._conditions, self._conditionals, self._levels = [], {}, []
+        self._pending, self._refs = [], {}
+        self._suspended, self._broken, self._body_failed = None, False, False
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        err, graph = _driver.end_capture(self._handle)  # always: the stream must not stay in capture mode
+        try:
+            self._end(exc)
+        finally:
+            self._recording = None
+            self._no_frees.__exit__(None, None, None)
+            _driver.recording(False)
+
+    def _end(self, exc) -> None:
+        if self._broken:  # a conditional failed: the stream's capture was ended there
+            # A body whose capture failed is freed by the driver with it, and the graph around it
+            # still names it as its conditional node's body: destroying that graph frees the body
+            # twice (a crash, driver 580). It is left then: a few hundred bytes per failed capture.
+            if self._suspended is not None and not self._body_failed:
+                _graphs.release(self._suspended, None)
+            if _graphs.capture_status(self._handle) != "none":
+                _graphs.end_capture(self._handle)
+            if exc is None:
+                raise NbjitGraphError(f"capture on {self.stream!r}: a conditional body failed (see above)")
+            return
+        if exc is None:
+            self._settle()
+        err, graph = _graphs.end_capture(self._handle)  # always: the stream must not stay in capture mode
         if exc is not None:
             if graph is not None:
-                _driver.destroy_graph(graph)
+                _graphs.release(graph, None)
             code = _capture_code(exc)
             if code is not None:
                 raise _explain(code, f"capture on {self.stream!r}") from exc
@@ -95,47 +298,167 @@ class Capture:
             raise _explain(err, f"capture on {self.stream!r}")
         self._adopt(graph)
 
+    def _last_nodes(self) -> tuple[int, ...]:
+        """The nodes the stream's capture follows now."""
+        _status, _graph, after = _graphs.capture_info(self._handle)
+        return tuple(int(n) for n in after)
+
+    def _settle(self) -> None:
+        """The conditions given to the last launch noted with its kernel node, for ``save``:
+        the one node the capture follows now, where that is not what it followed when they
+        were packed (else the launch was not captured, and they are dropped)."""
+        if self._pending:
+            now = self._last_nodes()
+            if len(now) == 1 and now != self._pending[0][0]:
+                refs = self._refs.setdefault(now[0], {})
+                for _before, offset, index in self._pending:
+                    refs[offset] = index
+            self._pending = []
+
+    def _suspend(self, kind: str):
+        """End the stream's capture where a conditional node goes: (the graph being recorded
+        into, the nodes the node goes after)."""
+        if self._recording != threading.get_ident():
+            raise NbjitGraphError(f"g.{kind}(...) records a conditional inside `with nbjit.capture(stream) as g:`, "
+                                  "on the thread that began it")
+        self._settle()
+        status, graph, after = _graphs.capture_info(self._handle)
+        if status != "active":
+            raise self._not_recording(f"g.{kind}(...)", status)
+        err, ended = _graphs.end_capture(self._handle)
+        if err:
+            self._broken = True
+            raise _explain(err, f"capture on {self.stream!r}, where {kind} begins")
+        if not self._levels:
+            self._suspended = ended
+        return ended, after
+
+    def condition(self, default: int = 0, reset: bool = True) -> Condition:
+        """A condition of the graph (or body) being recorded, for a conditional node recorded
+        at the same level: ``default`` its value when a replay begins (each replay where
+        ``reset``, else the first)."""
+        if self._recording != threading.get_ident():
+            raise NbjitGraphError("g.condition() is made inside `with nbjit.capture(stream) as g:` (or a body of "
+                                  "it), on the thread that began it")
+        if not isinstance(default, int) or not 0 <= default < 1 << 32:
+            raise NbjitGraphError(f"a condition's default is an unsigned 32-bit int, not {default!r}")
+        _graphs.require("if_then")
+        self._settle()
+        status, graph, _after = _graphs.capture_info(self._handle)
+        if status != "active":
+            raise self._not_recording("g.condition()", status)
+        handle = _graphs.conditional_handle(graph, _driver.current_context_key(), int(default), bool(reset))
+        cond = Condition(self, handle, int(default), bool(reset), len(self._conditions), int(graph))
+        self._conditions.append(cond)
+        return cond
+
+    def _not_recording(self, what: str, status: str) -> NbjitGraphError:
+        if status == "none":  # between the bodies of an if_else or a switch
+            return NbjitGraphError(f"{what} inside `with g.if_else(c) as (then, otherwise):` or `with g.switch(c, n) "
+                                   "as cases:` goes in a body: `with then:`, `with cases[i]:`")
+        return NbjitGraphError(f"{what}: the capture on {self.stream!r} is {status}")
+
+    def _check_condition(self, cond: Any, kind: str) -> None:
+        if not isinstance(cond, Condition):
+            raise NbjitGraphError(f"g.{kind}(cond): cond is a condition made by g.condition(), not "
+                                  f"{type(cond).__name__}")
+        if cond.capture is not self or cond not in self._conditions:
+            raise NbjitGraphError(f"g.{kind}({cond!r}): the condition belongs to another capture (or an earlier "
+                                  "capture of this one): make it with this capture's g.condition()")
+        status, graph, _ = _graphs.capture_info(self._handle) if self._recording else ("none", None, ())
+        if status == "active" and int(graph) != cond.graph:
+            raise NbjitGraphError(f"g.{kind}({cond!r}): the condition was made in another graph level (a body "
+                                  "or the graph around it): make it with g.condition() where this conditional is")
+
+    def while_loop(self, cond: Condition) -> _Conditional:
+        """``with g.while_loop(cond):`` records a body that runs while ``cond`` is non-zero
+        (tested before each pass: a default of 0 runs it never)."""
+        return _Conditional(self, "while_loop", cond, 1)
+
+    def if_then(self, cond: Condition) -> _Conditional:
+        """``with g.if_then(cond):`` records a body that runs where ``cond`` is non-zero."""
+        return _Conditional(self, "if_then", cond, 1)
+
+    def if_else(self, cond: Condition) -> _Conditional:
+        """``with g.if_else(cond) as (then, otherwise):`` then ``with then: ...`` and ``with
+        otherwise: ...`` record the two bodies."""
+        return _Conditional(self, "if_else", cond, 2)
+
+    def switch(self, cond: Condition, n: int) -> _Conditional:
+        """``with g.switch(cond, n) as cases:`` then ``with cases[i]: ...`` records the body
+        run where ``cond == i`` (none where it is ``n`` or more)."""
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise NbjitGraphError(f"g.switch(cond, n): n is the number of cases, an int >= 1, not {n!r}")
+        return _Conditional(self, "switch", cond, n)
+
     def _adopt(self, graph) -> None:
         """Make ``graph`` this capture's graph: update the instantiated one in place where
         the driver can, else instantiate it."""
         old_graph = self._graph
         self._closed = False  # (captured again after close())
         if self._exec is not None:
-            done, _why = _driver.exec_update(self._exec, graph)
+            done, _why = _graphs.exec_update(self._exec, graph)
             if not done:
-                _driver.destroy_exec(self._exec)
+                _graphs.release(None, self._exec)
                 self._exec = None
         if self._exec is None:
-            self._exec = _driver.instantiate(graph)
+            self._exec = _graphs.instantiate(graph)
+            self._exec_int = _driver.as_int(self._exec)
             self.instantiations += 1
         self._graph = graph
-        self.nodes = _driver.graph_nodes(graph)
+        self._version += 1
+        self._nodes = None
+        self.node_count = sum(1 for _ in walk(graph, self._conditionals))
         if old_graph is not None:
-            _driver.destroy_graph(old_graph)
+            _graphs.release(old_graph, None)
         if self._finalizer is not None:
             self._finalizer.detach()
-        self._finalizer = weakref.finalize(self, _release, self._graph, self._exec)
+        self._finalizer = weakref.finalize(self, _graphs.release, self._graph, self._exec)
         self._finalizer.atexit = False
 
-    # ------------------------------------------------------------ replaying
+    # ------------------------------------------------------------ replaying and updating
     def launch(self, stream: Any = None) -> None:
         """Replay the graph on ``stream`` (default: the captured one)."""
         if self._exec is None:
             raise self._nothing("use the capture as `with nbjit.capture(stream) as g:`")
-        err = _driver.graph_launch(self._exec, self._handle if stream is None else stream_handle(stream))
+        err = _graphs.graph_launch(self._exec, self._handle if stream is None else stream_handle(stream))
         if err:
             raise NbjitGraphError(f"graph launch failed: {_driver.error_text(err)}")
 
     __call__ = launch
 
+    @property
+    def nodes(self) -> GraphNodes:
+        """The kernel nodes, in the order they were recorded (bodies after their conditional
+        node): ``g.nodes[i].set_args(...)``, ``set_grid``, ``enable``/``disable``."""
+        if self._exec is None:
+            raise self._nothing("capture first")
+        if self._nodes is None:
+            self._nodes = kernel_nodes(self, self._graph, self._conditionals)
+        return self._nodes
+
+    @property
+    def conditions(self) -> tuple[Condition, ...]:
+        """The conditions made in the capture, in order."""
+        return tuple(self._conditions)
+
     def update(self) -> "Capture":
         """Capture the same work again (new arrays of the same shapes, new scalars) and
         update the instantiated graph in place; where the driver cannot (the work changed
         shape: other kernels, more nodes), it is instantiated anew (``instantiations``
-        counts). Use as ``with g.update(): ...``."""
+        counts). Use as ``with g.update(): ...``. Nodes listed before are then stale."""
         if self._exec is None:
             raise self._nothing("capture first")
         return self
+
+    def save(self, path: Any, bindings: dict | None = None) -> None:
+        """Write the graph to ``path`` (see ``nbjit.load_graph``): its kernels' images, its
+        topology with conditional bodies, launch configurations and arguments, each device
+        array named in ``bindings`` ({name: array}) recorded as that name."""
+        if self._exec is None:
+            raise self._nothing("capture first")
+        from nbjit.graphs.saved import save_graph  # (cold: the file format and bundles' writer)
+        save_graph(self, path, bindings or {})
 
     def _nothing(self, what_to_do: str) -> NbjitGraphError:
         if self._closed:
@@ -147,16 +470,12 @@ class Capture:
         if self._finalizer is not None:
             self._finalizer()
         self._graph = self._exec = None
+        self._nodes = None
         self._closed = True
 
     def __repr__(self) -> str:
-        state = f"{self.nodes} nodes" if self._exec is not None else "not captured"
+        state = f"{self.node_count} nodes" if self._exec is not None else "not captured"
         return f"<nbjit.Capture on {self.stream!r}: {state}>"
-
-
-def _release(graph, graph_exec) -> None:
-    _driver.destroy_exec(graph_exec)
-    _driver.destroy_graph(graph)
 
 
 def capture(stream: Any, *, mode: str = "thread_local") -> Capture:
@@ -167,6 +486,9 @@ def capture(stream: Any, *, mode: str = "thread_local") -> Capture:
             numba_kernel[grid, block, s](a)
             nbjit_kernel[grid, block, s](a, b, 2.0)
             b.copy_to_device(a, stream=s)
+            again = g.condition(default=1)
+            with g.while_loop(again):
+                step[grid, block, s](a, again)   # sets `again` to 0 to stop
         for _ in range(100):
             g.launch()
 

@@ -45,15 +45,7 @@ def run(args) -> int:
     if args.name is not None and not is_image_name(args.name):
         raise Usage(f"--name {args.name!r}: an image name is 1 to 128 letters, digits, '_', '.', '+' or '-', not "
                      "starting with '.', '+' or '-'")
-    archs = parse_archs(args.arch, "--arch") if args.arch is not None else []
-    for a in archs:
-        if a.virtual:
-            raise Usage(f"--arch {a} is a virtual architecture (PTX): give --ptx {a} for PTX, or --arch {a.real()} "
-                         "for a cubin")
-        check_compilable(a, "--arch", newer="--ptx")
-    ptx = [Arch(a.number, a.variant, True) for a in parse_archs(args.ptx, "--ptx")] if args.ptx is not None else []
-    for a in ptx:
-        check_compilable(a, "--ptx", newer="--ptx")
+    archs, ptx = _targets(args)
     inputs, sources = _bundle_inputs(args) if args.files else ({args.name: []} if args.name else [], [])
     if kernels:  # (@cuda.jit kernels compile for --arch and --ptx, as sources do)
         inputs = {args.name: [*inputs[args.name], *kernels.values()]} if args.name else [*inputs, *kernels.values()]
@@ -98,6 +90,20 @@ def run(args) -> int:
         for e, m in img.lowered_names.items():
             print(f"  {e} -> {m}", file=sys.stderr)
     return 0
+
+
+def _targets(args) -> tuple[list, list]:
+    """--arch's real architectures and --ptx's virtual ones, each checked."""
+    archs = parse_archs(args.arch, "--arch") if args.arch is not None else []
+    for a in archs:
+        if a.virtual:
+            raise Usage(f"--arch {a} is a virtual architecture (PTX): give --ptx {a} for PTX, or --arch {a.real()} "
+                        "for a cubin")
+        check_compilable(a, "--arch", newer="--ptx")
+    ptx = [Arch(a.number, a.variant, True) for a in parse_archs(args.ptx, "--ptx")] if args.ptx is not None else []
+    for a in ptx:
+        check_compilable(a, "--ptx", newer="--ptx")
+    return archs, ptx
 
 
 def _bundle_inputs(args) -> tuple:

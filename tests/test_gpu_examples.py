@@ -23,16 +23,21 @@ def _env() -> dict:
     return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
 
 
+def skip_without_cccl(name: str) -> None:
+    """The examples that include CUB need CCCL's headers beside CUDA's."""
+    if name in ("python_operator_in_cub", "cg_solver_graph"):
+        from nbjit.toolchain.identity import cccl_include_dir
+        if cccl_include_dir() is None:
+            pytest.skip("no CCCL headers beside CUDA's (pip install nvidia-cuda-cccl; nbjit's cu13 extra brings them)")
+
+
 @pytest.mark.parametrize("script", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_example_runs(script, cuda, tmp_path):
     if script.stem == "tma_tiles" and cuda.get_current_device().compute_capability < (9, 0):
         pytest.skip("TMA needs sm_90")
     if script.stem == "triton_softmax" and cuda.get_current_device().compute_capability < (9, 0):
         pytest.skip("the Triton fixture is built for sm_90")
-    if script.stem == "python_operator_in_cub":
-        from nbjit.toolchain.identity import cccl_include_dir
-        if cccl_include_dir() is None:
-            pytest.skip("no CCCL headers beside CUDA's (pip install nvidia-cuda-cccl; nbjit's cu13 extra brings them)")
+    skip_without_cccl(script.stem)
     env = {**_env(), "NBJIT_CACHE_DIR": str(tmp_path / "cache")}
     r = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env, capture_output=True, text=True,
                        timeout=240)
@@ -40,13 +45,14 @@ def test_example_runs(script, cuda, tmp_path):
     assert r.stdout.strip(), f"{script.name} printed nothing"
 
 
-@pytest.mark.parametrize("name", ["mix_with_cuda_jit", "numba_fast_launch", "graph_replay"])
+@pytest.mark.parametrize("name", ["mix_with_cuda_jit", "numba_fast_launch", "graph_replay", "cg_solver_graph"])
 def test_example_runs_with_numba_cuda_mlir(name, cuda, tmp_path):
     """The examples of @cuda.jit beside nbjit, with numba-cuda-mlir's @cuda.jit, arrays and
     streams (NBJIT_HOST=numba-cuda-mlir: the example imports it, nbjit serves it)."""
     import importlib.util
     if importlib.util.find_spec("numba_cuda_mlir") is None:
         pytest.skip("numba-cuda-mlir is not installed")
+    skip_without_cccl(name)
     env = {**_env(), "NBJIT_CACHE_DIR": str(tmp_path / "cache"), "NBJIT_HOST": "numba-cuda-mlir"}
     r = subprocess.run([sys.executable, str(ROOT / "examples" / f"{name}.py")], cwd=ROOT, env=env, capture_output=True,
                        text=True, timeout=300)

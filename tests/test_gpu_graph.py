@@ -49,9 +49,9 @@ def parts(cuda):
 
 def usable(cuda, s, axpy):
     """The stream left capturing nothing, and launching works on it."""
-    from nbjit.gpu import driver as _driver
+    from nbjit.gpu import graphs
     from nbjit.gpu.driver import stream_handle
-    assert _driver.capture_status(stream_handle(s)) == "none"
+    assert graphs.capture_status(stream_handle(s)) == "none"
     y = cuda.to_device(np.zeros(N, np.float32))
     axpy[GRID, BLOCK, s](y, cuda.to_device(np.ones(N, np.float32)), 3.0, N)
     s.synchronize()
@@ -73,7 +73,7 @@ def test_mixed_pipeline_captured_once_replayed_100_times(cuda, parts):
         axpy[GRID, BLOCK, s](y, w, 0.5, N)   # nbjit: y += x
         z.copy_to_device(y, stream=s)        # Numba's asynchronous device copy
         add1[GRID, BLOCK, s](z)              # @cuda.jit
-    assert g.nodes == 5
+    assert g.node_count == 5 and [n.name for n in g.nodes][1] == "axpy" and len(g.nodes) == 3
     s.synchronize()
     assert not y.copy_to_host().any()  # capturing ran nothing
     for _ in range(100):
@@ -175,7 +175,7 @@ def test_update_with_new_arguments_in_place(cuda, parts):
         add1[GRID, BLOCK, s](y2)
     g.launch()
     s.synchronize()
-    assert g.instantiations == 2 and g.nodes == 1
+    assert g.instantiations == 2 and g.node_count == 1
     np.testing.assert_allclose(y2.copy_to_host(), 7.0)
     g.close()
     with pytest.raises(NbjitGraphError, match="this capture was closed"):

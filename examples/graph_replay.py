@@ -49,7 +49,7 @@ def main() -> None:
     for _ in range(1000):
         step.launch()
     s.synchronize()
-    print(f"{step.nodes} nodes replayed 1000 times: y converges to {y.copy_to_host()[0]:.4f} (expected 1.0)")
+    print(f"{step.node_count} nodes replayed 1000 times: y converges to {y.copy_to_host()[0]:.4f} (expected 1.0)")
 
     with step.update():                            # the same work with other scalars: updated in place
         axpy[grid, block, s](y, x, 3.0, n)

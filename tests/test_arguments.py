@@ -526,3 +526,20 @@ def test_an_array_whose_interface_raises_is_refused_saying_where_it_is():
             raise RuntimeError("no context")
     with pytest.raises(NbjitArgumentError, match=r"Broken.__cuda_array_interface__ failed: no context"):
         device_pointer(Broken())
+
+
+def test_nbjit_handles_fill_64_bit_parameters_through_the_python_rules():
+    """An nbjit handle (a graph condition) gives its value and learns which parameter took it;
+    the C rules leave it to these."""
+    from nbjit.launch.arrays import _HANDLES, register_handle
+
+    class Handle:
+        pass
+
+    seen = []
+    register_handle(Handle, lambda v, param: seen.append(param.offset) or 0x51)
+    try:
+        raw = packer(KERNELS, "k_basic").pack((0, Handle(), 1.0, 1))  # (its second parameter: .u64 at byte 8)
+        assert struct.unpack("<QQfI", raw)[1] == 0x51 and seen == [8]
+    finally:
+        del _HANDLES[Handle]

@@ -285,3 +285,26 @@ def test_numbas_colours_are_left_out_of_a_message():
     from nbjit.toolchain.numba_kernels import _first_lines
     assert _first_lines(Exception("\x1b[1mNo implementation of function\x1b[0m\n\n- of type x\nDuring: typing")) == \
         "No implementation of function"
+
+
+def test_a_kernel_that_sets_a_graph_condition_builds_without_a_link(tmp_path):
+    """``nbjit.set_condition`` is the driver's cudaGraphSetConditional declared to the host
+    (ptxas provides it): the kernel builds into a bundle, nothing linked."""
+    from nbjit.gpu.host import current_host
+    host = current_host()
+    if host.name == "bare":
+        pytest.skip("no Numba serves")
+    cuda = host.module("cuda")
+    set_condition = nbjit.set_condition
+
+    @cuda.jit
+    def stop_when_small(x, again):
+        if cuda.grid(1) == 0:
+            set_condition(again, x[0] > 1.0)
+
+    info = build_bundle({"stop": (stop_when_small, "void(float32[::1], uint64)")}, tmp_path / "stop.nbjit",
+                        archs="sm_90", ptx="compute_90", cache=Cache(tmp_path / "cache"))
+    img = info.image("stop")
+    ptx = next(e for e in img.entries if e.kind == "ptx").payload.decode()
+    assert re.search(r"\.extern\s+\.func\s+cudaGraphSetConditional", ptx)
+    assert [e.kind for e in img.entries] == ["cubin", "ptx"]

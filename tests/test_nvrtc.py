@@ -634,3 +634,16 @@ def test_a_define_without_a_macro_name_is_refused(option):
     with pytest.raises(NbjitCompileError, match="macro name|needs a value"):
         normalize_options(option)
     assert normalize_options(["-DX=1", "-D", "Y", "--define-macro=Z=2"]) == ["-DX=1", "-DY", "-DZ=2"]
+
+
+def test_a_source_that_sets_a_graph_condition_compiles_as_with_nvcc(tmp_path):
+    """NVRTC's runtime headers lack cudaGraphSetConditional (nvcc's declare it): nbjit declares
+    it for a source that calls it; the handle parameter is a 64-bit unsigned integer."""
+    src = ('extern "C" __global__ void stop(const float* r, cudaGraphConditionalHandle again) {\n'
+           '    if (threadIdx.x == 0) cudaGraphSetConditional(again, r[0] > 1.0f);\n}\n')
+    img = compile_image(src, name="stop.cu", arch="sm_90", output="ptx", cache=Cache(tmp_path / "c"))
+    assert ".extern .func cudaGraphSetConditional" in img.data.decode()
+    m = nbjit.compile(src, name="stop.cu", arch="sm_90", lazy=True, cache=Cache(tmp_path / "c"))
+    assert [(p.type, p.ctype) for p in m["stop"].params] == [("u64", "const float*"), ("u64", "unsigned long long")]
+    declared = 'extern "C" __device__ void cudaGraphSetConditional(cudaGraphConditionalHandle, unsigned int);\n'
+    assert compile_image(declared + src, name="stop2.cu", arch="sm_90", cache=Cache(tmp_path / "c")).kind == "cubin"

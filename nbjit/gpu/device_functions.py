@@ -11,4 +11,4 @@ from nbjit.gpu.host import current_host
 
 __all__ = ["set_condition"]
 
-set_condition = current_host().device_function("set_condition")
+set_condition = current_host().set_condition()

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import importlib
 import importlib.util
 import os
@@ -52,8 +53,7 @@ __all__ = ["Host", "NumbaCuda", "NumbaCudaMlir", "HOSTS", "ENV", "current_host",
 ENV = "NBJIT_HOST"  # names the host to serve, overriding what was imported
 
 
-# Device functions for @cuda.jit kernels (device_function): nbjit's name -> (C name, signature)
-DEVICE_FUNCTIONS = {"set_condition": ("cudaGraphSetConditional", "void(uint64, uint32)")}
+SET_CONDITIONAL = "cudaGraphSetConditional"  # (the driver's: a graph condition set by a kernel)
 
 
 def _array_address(a, _cvp=ctypes.c_void_p) -> int:
@@ -273,12 +273,11 @@ class Host:
         deallocations wait): a free during a stream capture would invalidate it."""
         return self.module("cuda").defer_cleanup()
 
-    def device_function(self, name: str) -> Any:
-        """A function of the driver's JIT that @cuda.jit kernels call, declared to this host
-        (C ABI; ptxas provides it, so nothing is linked): ``"set_condition"`` is
-        ``cudaGraphSetConditional(handle, value)``, setting a graph's condition."""
-        c_name, signature = DEVICE_FUNCTIONS[name]
-        return self.module("cuda").declare_device(c_name, signature, abi="c")
+    def set_condition(self) -> Any:
+        """The device function @cuda.jit kernels call to set a graph condition,
+        ``set_condition(handle, value)``: the driver's ``cudaGraphSetConditional`` (ptxas provides
+        it, so nothing is linked), declared to this host with the C ABI."""
+        return self.module("cuda").declare_device(SET_CONDITIONAL, "void(uint64, uint32)", abi="c")
 
     def compile_ltoir(self, func: Callable, args: Sequence, ret: Any, name: str,
                       cc: tuple[int, int]) -> tuple[bytes, Any]:
@@ -299,10 +298,35 @@ class NumbaCuda(Host):
     modules = {"cuda": "numba.cuda", "devicearray": "numba.cuda.cudadrv.devicearray",
                "driver": "numba.cuda.cudadrv.driver", "sigutils": "numba.core.sigutils",
                "types": "numba.core.types", "numpy_support": "numba.np.numpy_support",
-               "dispatcher": "numba.cuda.dispatcher", "compiler_lock": "numba.cuda.core.compiler_lock"}
+               "dispatcher": "numba.cuda.dispatcher", "compiler_lock": "numba.cuda.core.compiler_lock",
+               "extending": "numba.cuda.extending"}
 
     def owns(self, obj: Any) -> bool:
         return type(obj).__module__.split(".")[0] in ("numba", "numba_cuda")
+
+    def set_condition(self) -> Any:
+        """numba-cuda's ``declare_device(..., abi="c")`` gives a function of no result a 64-bit
+        one in PTX, which the driver's has not: an intrinsic declares it as it is."""
+        types = self.module("types")
+        return self.module("extending").intrinsic(functools.partial(_set_condition_typing, types))
+
+
+def _set_condition_typing(types, typingctx, handle, value):
+    """``set_condition(handle, value)`` typed for numba-cuda: an integer handle, an integer or
+    boolean value; lowered to a call of ``void cudaGraphSetConditional(u64, u32)``."""
+    if not isinstance(handle, types.Integer) or not isinstance(value, (types.Integer, types.Boolean)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        from llvmlite import ir  # (numba-cuda's own dependency, imported with it)
+        h = context.cast(builder, args[0], sig.args[0], types.uint64)
+        v = context.cast(builder, args[1], sig.args[1], types.uint32)
+        fn = builder.module.globals.get(SET_CONDITIONAL) or ir.Function(
+            builder.module, ir.FunctionType(ir.VoidType(), [ir.IntType(64), ir.IntType(32)]), SET_CONDITIONAL)
+        builder.call(fn, [h, v])
+        return context.get_dummy_value()
+
+    return types.void(handle, value), codegen
 
 
 class NumbaCudaMlir(Host):

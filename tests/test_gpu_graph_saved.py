@@ -143,3 +143,35 @@ def test_bad_bindings_and_tampered_files_are_refused(cuda, kit, tmp_path):
     assert (y.copy_to_host() == 1).all()  # nothing ran
     with pytest.raises(NbjitGraphError, match="no binding covers"):
         g.save(tmp_path / "h.nbjit", bindings={"x": x, "y": y, "z": z})  # `left` unnamed
+
+
+def test_kernels_of_every_source_are_saved(cuda, kit, tmp_path):
+    """A Triton kernel (a committed cache entry), a kernel of nvcc's PTX, one of a bundle and a
+    @cuda.jit one through from_numba, in one saved graph loaded again with other arrays."""
+    from conftest import DATA
+    triton_add = nbjit.load_triton(DATA / "triton" / "add_kernel")  # out = alpha * x + y
+    k_basic = nbjit.load((DATA / "nvcc" / "kernels_sm90.ptx").read_text())["k_basic"]  # y = a * x + y
+    nbjit.build_bundle({"axpy": CPP}, tmp_path / "b.nbjit", archs="sm_90")
+    add = nbjit.load_bundle(tmp_path / "b.nbjit")["add"]  # y += a * x
+    scale = kit[2]
+
+    def run(x, y, out, s):
+        triton_add[(N + 1023) // 1024](x, y, out, N, np.float32(2.0), stream=s)
+        k_basic[(N + 127) // 128, 128, s](out, x, 3.0, N)
+        add[(N + 127) // 128, 128, s](out, y, 0.5, N)
+        scale[(N + 127) // 128, 128, s](out, 10.0)
+
+    rng = np.random.default_rng(0)
+    hx, hy = rng.random(N, dtype=np.float32), rng.random(N, dtype=np.float32)
+    x, y, out = cuda.to_device(hx), cuda.to_device(hy), cuda.device_array(N, np.float32)
+    s = cuda.stream()
+    with nbjit.capture(s) as g:
+        run(x, y, out, s)
+    g.save(tmp_path / "every.nbjit", bindings={"x": x, "y": y, "out": out})
+    x2, y2, out2 = cuda.to_device(hy), cuda.to_device(hx), cuda.device_array(N, np.float32)
+    exe = nbjit.load_graph(tmp_path / "every.nbjit", bindings={"x": x2, "y": y2, "out": out2})
+    exe.launch(s)
+    s.synchronize()
+    want = ((2 * hy + hx) + 3 * hy + 0.5 * hx) * 10
+    np.testing.assert_allclose(out2.copy_to_host(), want, rtol=1e-5)
+    assert len(exe.nodes) == 4 and exe.nodes[0].name == triton_add.kernel.name

@@ -469,8 +469,8 @@ def test_member_names_are_marked_utf8(small):
 
 def test_a_newer_format_is_refused_plainly(small):
     data = _rezip(small, _manifest(lambda m: m.update(version=2)))
-    with pytest.raises(BundleError, match=re.escape("<bundle>: made by a newer nbjit (format 2; this one reads 1): "
-                                                    "upgrade nbjit")):
+    said = "<bundle>: manifest.json: made by a newer nbjit (format 2; this one reads 1): upgrade nbjit"
+    with pytest.raises(BundleError, match=re.escape(said)):
         load_bundle(data, lazy=True)
 
 

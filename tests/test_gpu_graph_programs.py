@@ -64,15 +64,21 @@ def kit(cuda):
             "halve_numba": halve_until_if, "scale": scale_k, "count": count_k}
 
 
-def test_while_loop_condition_set_by_cpp_kernel(cuda, kit):
+def countdown_loop(cuda, kit, passes: int):
+    """A loop adding 1 to y per pass, a C++ kernel counting the passes down: (graph, y, left, stream)."""
     s = cuda.stream()
-    left = cuda.to_device(np.array([5], np.int32))
+    left = cuda.to_device(np.array([passes], np.int32))
     y = cuda.to_device(np.zeros(N, np.float32))
     with nbjit.capture(s) as g:
         again = g.condition(default=1)
         with g.while_loop(again):
             kit["add"][1, N, s](y, 1.0, N)
             kit["countdown"][1, 1, s](left, again)
+    return g, y, left, s
+
+
+def test_while_loop_condition_set_by_cpp_kernel(cuda, kit):
+    g, y, left, s = countdown_loop(cuda, kit, 5)
     assert g.node_count == 3 and [n.name for n in g.nodes] == ["add", "countdown"]
     assert [n.path for n in g.nodes] == [(0, 0), (0, 0)]
     g.launch()
@@ -194,14 +200,7 @@ def test_node_updates_in_place(cuda, kit):
 
 
 def test_node_update_in_a_loop_body(cuda, kit):
-    s = cuda.stream()
-    left = cuda.to_device(np.array([2], np.int32))
-    y = cuda.to_device(np.zeros(N, np.float32))
-    with nbjit.capture(s) as g:
-        again = g.condition(default=1)
-        with g.while_loop(again):
-            kit["add"][1, N, s](y, 1.0, N)
-            kit["countdown"][1, 1, s](left, again)
+    g, y, _left, s = countdown_loop(cuda, kit, 2)
     g.nodes["add"].set_args(y, 10.0, N)
     g.launch()
     s.synchronize()

@@ -64,7 +64,7 @@ def _set(d: dict, path: tuple, value) -> dict:
 
 @pytest.mark.parametrize("path, value, message", [
     (("format",), "nbjit-bundle", "not a saved graph"),
-    (("version",), 2, "saved by a newer nbjit .format 2; this one reads 1.: upgrade nbjit"),
+    (("version",), 2, "made by a newer nbjit .format 2; this one reads 1.: upgrade nbjit"),
     (("version",), "1", "format version '1' is not one nbjit writes"),
     (("surprise",), 1, "unknown \\['surprise'\\]"),
     (("kernels", 0, "name"), "", "kernel 0: name '' is not a name"),

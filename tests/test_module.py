@@ -330,10 +330,12 @@ def fake_gpu(monkeypatch):
     monkeypatch.setattr(_driver, "driver_version", lambda: 13000)
     monkeypatch.setattr(_driver, "load_module", load_module)
     monkeypatch.setattr(_driver, "unload_module", unloads.append)
-    monkeypatch.setattr(_driver, "get_function", lambda handle, name: (handle, name))
+    functions: dict = {}  # (module, kernel name) -> the function's number
+    monkeypatch.setattr(_driver, "get_function", lambda handle, name: functions.setdefault((handle, name),
+                                                                                          1000 + len(functions)))
     monkeypatch.setattr(_driver, "param_info", lambda func: None)
     monkeypatch.setattr("nbjit.launch.launchers._MULTI", [False])
-    return types.SimpleNamespace(ctx=ctx, loads=loads, unloads=unloads)
+    return types.SimpleNamespace(ctx=ctx, loads=loads, unloads=unloads, functions=functions)
 
 
 def test_a_lazy_module_is_its_recipe_until_first_use(ptx_module, fake_gpu):
@@ -344,7 +346,7 @@ def test_a_lazy_module_is_its_recipe_until_first_use(ptx_module, fake_gpu):
     assert not m.loaded and k._s is None and m.kernels and [p.size for p in k.params] == [8, 8, 4, 4]
     m.close()  # nothing loaded: nothing to unload (and nothing loaded to do it)
     assert fake_gpu.loads == [] and "loads on first use" in repr(m) and "loads on first use" in repr(k)
-    assert k.handle == (101, "k_basic")  # first use
+    assert k.handle == fake_gpu.functions[(101, "k_basic")]  # first use
     assert m.loaded and len(fake_gpu.loads) == 1 and m.device == 0 and m.prepared_kind == "ptx"
     assert k._s is m["k_basic"]._s and k._configs is k._s.launchers
     assert "on device 0" in repr(m) and "loads on first use" not in repr(k)
@@ -361,13 +363,13 @@ def test_a_lazy_module_shares_the_copy_loaded_from_the_same_bytes(data, fake_gpu
     assert "basic" not in loaded and "basic" in lazy
     k = lazy["basic"]
     assert k.name == "k_basic" and k._s is None
-    assert k.handle == (101, "k_basic")  # first use: the function of the copy loaded already
+    assert k.handle == fake_gpu.functions[(101, "k_basic")]  # first use: the function of the copy loaded already
     assert len(fake_gpu.loads) == 1 and lazy._live is loaded._live and lazy._owner is loaded
     assert k._s is loaded["k_basic"]._s
     assert "basic" in loaded and loaded["basic"]._s is k._s  # the lazy module's name expression joined
     back = pickle.loads(pickle.dumps(lazy))
     assert not back.loaded and back["basic"].name == "k_basic"  # a pickle is the recipe, never the handle
-    assert back["basic"].handle == (101, "k_basic")
+    assert back["basic"].handle == fake_gpu.functions[(101, "k_basic")]
     assert back._live is loaded._live and len(fake_gpu.loads) == 1
 
 
@@ -430,7 +432,7 @@ def test_new_facts_type_a_kernel_afresh(ptx_module, fake_gpu):
     m._learn(decls={k: ("source", v) for k, v in source_declarations(src).items()})
     assert [p.ctype for p in m["k_basic"].params][:3] == ["float*", "const float*", "float"]
     k = m["k_basic"]
-    assert k.handle == (101, "k_basic") and k._s is not None  # loaded: typed by the same facts
+    assert k.handle == fake_gpu.functions[(101, "k_basic")] and k._s is not None  # loaded: typed by the same facts
     assert [p.ctype for p in k.params][:3] == ["float*", "const float*", "float"]
 
 

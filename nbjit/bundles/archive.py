@@ -36,8 +36,8 @@ from nbjit.files import read_regular
 if TYPE_CHECKING:
     from nbjit.loading.module import Module
 
-__all__ = ["load_bundle", "load_image", "open_bundle", "read_member", "Archive", "FORMAT", "VERSION",
-           "MAX_BUNDLE_BYTES", "MAX_MEMBERS", "MAX_IMAGES", "MAX_MANIFEST_BYTES", "MANIFEST"]
+__all__ = ["load_bundle", "load_image", "open_bundle", "read_member", "read_json", "check_format", "Archive",
+           "FORMAT", "VERSION", "MAX_BUNDLE_BYTES", "MAX_MEMBERS", "MAX_IMAGES", "MAX_MANIFEST_BYTES", "MANIFEST"]
 
 FORMAT = "nbjit-bundle"
 VERSION = 1  # the manifest's layout; a reader refuses a newer one
@@ -155,22 +155,32 @@ def open_bundle(bundle: Any, name: str | None = None) -> Archive:
     data, src = _bytes_of(bundle)
     src = name or src
     archive = Archive(src, {}, _archive(data, src), data)
-    raw = archive.read(MANIFEST)
-    try:
-        m = json.loads(raw, parse_constant=_no_constant)
-    except (ValueError, RecursionError) as e:
-        raise BundleError(f"{src}: {MANIFEST} is not JSON: {str(e)[:200]}") from None
-    if not isinstance(m, dict) or m.get("format") != FORMAT:
-        raise BundleError(f"{src}: {MANIFEST}: not an nbjit bundle manifest (its format is not {FORMAT!r})")
-    version = m.get("version")
-    if type(version) is not int or version < 1:
-        raise BundleError(f"{src}: {MANIFEST}: format version {version!r} is not one nbjit writes")
-    if version > VERSION:
-        raise BundleError(f"{src}: made by a newer nbjit (format {version}; this one reads {VERSION}): upgrade nbjit")
+    m = read_json(archive.read(MANIFEST), f"{src}: {MANIFEST}", BundleError)
+    check_format(m, FORMAT, VERSION, f"{src}: {MANIFEST}", "an nbjit bundle manifest", BundleError)
     if not isinstance(m.get("images"), list) or not m["images"]:
         raise BundleError(f"{src}: {MANIFEST}: no images")
     archive.manifest = m
     return archive
+
+
+def read_json(raw: bytes, where: str, exc: type[Exception]) -> Any:
+    """A JSON document nbjit wrote (no NaN or Infinity), or ``exc`` saying ``where`` it is not."""
+    try:
+        return json.loads(raw, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as e:
+        raise exc(f"{where} is not JSON: {str(e)[:200]}") from None
+
+
+def check_format(d: Any, fmt: str, newest: int, where: str, what: str, exc: type[Exception]) -> None:
+    """``d`` is a document of format ``fmt`` in a version this nbjit reads (1 to ``newest``);
+    else ``exc``: not one (``what`` it should be), or one a newer nbjit made (upgrade nbjit)."""
+    if not isinstance(d, dict) or d.get("format") != fmt:
+        raise exc(f"{where}: not {what} (its format is not {fmt!r})")
+    version = d.get("version")
+    if type(version) is not int or version < 1:
+        raise exc(f"{where}: format version {version!r} is not one nbjit writes")
+    if version > newest:
+        raise exc(f"{where}: made by a newer nbjit (format {version}; this one reads {newest}): upgrade nbjit")
 
 
 def _bytes_of(bundle: Any) -> tuple[bytes, str]:

@@ -217,8 +217,8 @@ def new_graph():
     return check(_cu().cuGraphCreate(0), "cuGraphCreate", NbjitGraphError)
 
 
-def add_kernel_node(graph, after: list, func: int, grid, block, shared: int, params: int):
-    """A kernel node launching ``func`` with the parameters whose void* array is at ``params``."""
+def _kernel_params(func: int, grid, block, shared: int, params: int):
+    """CUDA_KERNEL_NODE_PARAMS: ``func`` launched so, its parameters' void* array at ``params``."""
     cu = _cu()
     p = cu.CUDA_KERNEL_NODE_PARAMS()
     p.func = cu.CUfunction(func)
@@ -226,7 +226,13 @@ def add_kernel_node(graph, after: list, func: int, grid, block, shared: int, par
     p.blockDimX, p.blockDimY, p.blockDimZ = block
     p.sharedMemBytes = shared
     p.kernelParams = params
-    return check(cu.cuGraphAddKernelNode(graph, after or None, len(after), p), "cuGraphAddKernelNode",
+    return p
+
+
+def add_kernel_node(graph, after: list, func: int, grid, block, shared: int, params: int):
+    """A kernel node launching ``func`` with the parameters whose void* array is at ``params``."""
+    p = _kernel_params(func, grid, block, shared, params)
+    return check(_cu().cuGraphAddKernelNode(graph, after or None, len(after), p), "cuGraphAddKernelNode",
                  NbjitGraphError)
 
 
@@ -313,14 +319,8 @@ def set_kernel_node(graph_exec: int, node: int, func: int, grid, block, shared: 
     if ext is not None:
         return ext.set_kernel_node(graph_exec, node, func, *grid, *block, shared, params)
     cu = _cu()
-    graph_exec, node = cu.CUgraphExec(graph_exec), cu.CUgraphNode(node)
-    p = cu.CUDA_KERNEL_NODE_PARAMS()
-    p.func = cu.CUfunction(func)
-    p.gridDimX, p.gridDimY, p.gridDimZ = grid
-    p.blockDimX, p.blockDimY, p.blockDimZ = block
-    p.sharedMemBytes = shared
-    p.kernelParams = params
-    return int(cu.cuGraphExecKernelNodeSetParams(graph_exec, node, p)[0])
+    p = _kernel_params(func, grid, block, shared, params)
+    return int(cu.cuGraphExecKernelNodeSetParams(cu.CUgraphExec(graph_exec), cu.CUgraphNode(node), p)[0])
 
 
 def set_memset_node(graph_exec, node, ctx: int, m: dict) -> int:

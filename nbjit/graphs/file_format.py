@@ -1,6 +1,6 @@
 """A saved graph's description (``graph.json`` beside the kernels' images in the bundle that
 ``g.save`` writes): its layout, and the checks a reader runs on it before anything reaches
-the driver. Pure data: no GPU, no driver.
+the driver. Pure data: no GPU, no driver (the format's and version's rule is bundles').
 
 Layout (version 1)::
 
@@ -31,6 +31,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from nbjit.bundles.archive import check_format
 from nbjit.errors import NbjitGraphError
 
 __all__ = ["FORMAT", "VERSION", "MEMBER", "check_description", "extent"]
@@ -224,14 +225,7 @@ class _Checker:
 def check_description(doc: Any, src: str) -> dict:
     """``doc`` (graph.json, parsed) checked whole; ``NbjitGraphError`` naming the file and
     the place for anything out of the format (a newer version: upgrade nbjit)."""
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise NbjitGraphError(f"{src}: not a saved graph ({MEMBER}'s format is not {FORMAT!r})")
-    version = doc.get("version")
-    if type(version) is not int or version < 1:
-        raise NbjitGraphError(f"{src}: saved graph format version {version!r} is not one nbjit writes")
-    if version > VERSION:
-        raise NbjitGraphError(f"{src}: a graph saved by a newer nbjit (format {version}; this one reads {VERSION}): "
-                              "upgrade nbjit")
+    check_format(doc, FORMAT, VERSION, f"{src}: {MEMBER}", "a saved graph's description", NbjitGraphError)
     c = _Checker(doc, src)
     c.fields(doc, {"format", "version", "kernels", "bindings", "conditions", "graph"}, "the description")
     c.kernels()

@@ -20,7 +20,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from nbjit.bundles.archive import MAX_MANIFEST_BYTES, load_image, open_bundle, pick, read_member, records
+from nbjit.bundles.archive import MAX_MANIFEST_BYTES, load_image, open_bundle, pick, read_json, read_member, records
 from nbjit.errors import BundleError, NbjitGraphError
 from nbjit.files import write_file
 from nbjit.gpu import driver as _driver
@@ -399,11 +399,7 @@ def load_graph(source: Any, bindings: Mapping[str, Any] | None = None) -> Loaded
                               "nbjit.load_bundle")
     if len(raw) > MAX_MANIFEST_BYTES:
         raise NbjitGraphError(f"{src}: {MEMBER} has more than {MAX_MANIFEST_BYTES} bytes")
-    try:
-        doc = json.loads(raw)
-    except (ValueError, RecursionError) as e:
-        raise NbjitGraphError(f"{src}: {MEMBER} is not JSON: {str(e)[:200]}") from None
-    check_description(doc, src)
+    doc = check_description(read_json(raw, f"{src}: {MEMBER}", NbjitGraphError), src)
     bindings = dict(bindings or {})
     missing = sorted(set(doc["bindings"]) - set(bindings))
     unknown = sorted(set(bindings) - set(doc["bindings"]))

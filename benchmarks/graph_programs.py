@@ -168,13 +168,17 @@ def saved_rows(add) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", help="write the results here")
-    ap.add_argument("--small", type=int, default=64)
-    ap.add_argument("--large", type=int, default=1024)
+    ap.add_argument("--small", type=int, default=64, help="the small CG grid's side (launch cost dominates)")
+    ap.add_argument("--large", type=int, default=1024, help="the large CG grid's side (the GPU's work dominates)")
     ap.add_argument("--plot", help="write a chart (PNG; needs matplotlib)")
     ap.add_argument("--replot", help="chart the results of an earlier --json run (no GPU needed)")
     a = ap.parse_args()
     if a.replot:
-        plot(json.loads(Path(a.replot).read_text()), a.plot or "graph_programs.png")
+        try:
+            results = json.loads(Path(a.replot).read_text())
+        except (OSError, ValueError) as e:
+            raise SystemExit(f"--replot {a.replot}: cannot read it as this benchmark's --json output: {e}") from None
+        plot(results, a.plot or "graph_programs.png")
         return
     global cg, cuda
     sys.path.insert(0, str(ROOT / "examples"))
@@ -217,8 +221,7 @@ def plot(results: dict, path: str) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("--plot: matplotlib is not installed", file=sys.stderr)
-        return
+        raise SystemExit("--plot: matplotlib is not installed (pip install matplotlib)") from None
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.6), gridspec_kw={"width_ratios": [3, 2]})
     grids = sorted({r["grid"] for r in results["cg"]})
     ways = ["eager", "replay", "while_loop graph"]

@@ -114,7 +114,8 @@ Errors: every error nbjit raises on bad input derives from NbjitError
 (PtxParseError, ImageFormatError, NbjitCompileError and its CompileFailure (NVRTC's log and
 the source lines it points at) and LinkFailure (nvJitLink's log), NbjitLoadError, NbjitHostError,
 NbjitLaunchError, NbjitArgumentError,
-NbjitCacheError, KernelNotFoundError, BundleError); NbjitWarning says what nbjit did on the user's behalf.
+NbjitGraphError, NbjitCacheError, KernelNotFoundError, BundleError); NbjitWarning says what nbjit did on the
+user's behalf.
 """
 import importlib
 from typing import TYPE_CHECKING

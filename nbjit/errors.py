@@ -113,7 +113,9 @@ class NbjitLaunchError(NbjitError):
 
 
 class NbjitGraphError(NbjitError):
-    """A stream capture that could not be made, or a graph that could not be replayed."""
+    """A CUDA graph that could not be captured, updated, replayed, saved or loaded: a capture
+    broken by what it cannot record, a condition used outside its graph, a node update the
+    driver refused, a saved graph's description or bindings that do not fit."""
 
 
 class NbjitArgumentError(NbjitError, TypeError):

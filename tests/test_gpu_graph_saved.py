@@ -112,7 +112,7 @@ def test_rebind_swaps_arrays_in_place(cuda, kit, tmp_path):
     g.save(path, bindings={"x": x, "y": y, "z": z, "left": left})
     x2, y2, z2, left2 = arrays(cuda, left=2)
     exe = nbjit.load_graph(path, bindings={"x": x2, "y": y2, "z": z2, "left": left2})
-    assert exe.bindings["y"] == "float32 array of shape (512,), strides (4,)"
+    assert exe.bindings["y"] == "a float32 array of shape (512,), strides (4,)"
     x3, y3, z3, left3 = arrays(cuda, left=1)
     exe.rebind(y=y3, z=z3, left=left3)
     exe.launch(s)

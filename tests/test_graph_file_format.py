@@ -88,6 +88,12 @@ def _set(d: dict, path: tuple, value) -> dict:
     (("graph", 1, "bodies", 0, 1, "element_size"), 8, "element_size is 1, 2 or 4"),
     (("graph", 2, "src"), ["x"], "is not \\[binding name, byte offset\\]"),
     (("graph", 3, "after"), KeyError, "is not a list of at most 32 ints"),
+    # every address inside its binding (x: 64 int32, 256 bytes), and what a copy or memset touches
+    (("graph", 0, "refs"), [[0, "binding", "x", 256]], "byte 256 of binding 'x' points past its 256 bytes"),
+    (("graph", 0, "refs"), [[0, "binding", "x", -4]], "byte offset: -4 is not an int from 0"),
+    (("graph", 2, "bytes"), 129, "byte 128 of binding 'x' with 129 bytes from there, reaches past its 256 bytes"),
+    (("graph", 1, "bodies", 0, 1, "width"), 65, "byte 0 of binding 'x' with 260 bytes from there, reaches past"),
+    (("bindings", "x", "strides"), [-4], "strides: -4 is not an int from 0"),
 ])
 def test_what_the_checks_refuse(path, value, message):
     with pytest.raises(NbjitGraphError, match=message) as e:
@@ -128,11 +134,17 @@ def test_load_graph_refuses_before_the_driver(tmp_path):
         nbjit.load_graph(path)
     with pytest.raises(NbjitGraphError, match=r"it has no bindings \['y'\]"):
         nbjit.load_graph(path, bindings={"x": FakeArray("i4", (64,)), "y": FakeArray("i4", (64,))})
-    with pytest.raises(NbjitGraphError, match=r"binding 'x' takes a int32 array of shape \(64,\), strides \(4,\); "
+    with pytest.raises(NbjitGraphError, match=r"binding 'x' takes an int32 array of shape \(64,\), strides \(4,\); "
                                               r"got a float32 array of shape \(64,\)"):
         nbjit.load_graph(path, bindings={"x": FakeArray("f4", (64,))})
-    with pytest.raises(NbjitGraphError, match="binding 'x': list is not a device array"):
+    with pytest.raises(NbjitGraphError, match="g.nbjit: binding 'x': a list is not a device array"):
         nbjit.load_graph(path, bindings={"x": [1, 2]})
+    with pytest.raises(NbjitGraphError, match="bindings is a dict {name: device array}, not str"):
+        nbjit.load_graph(path, bindings="x")
+    backwards = FakeArray("i4", (64,))
+    backwards.__cuda_array_interface__["strides"] = (-4,)
+    with pytest.raises(NbjitGraphError, match=r"binding 'x': strides \(-4,\) run backwards"):
+        nbjit.load_graph(path, bindings={"x": backwards})
     newer = saved(tmp_path, {**doc(), "version": 9}, "newer.nbjit")
     with pytest.raises(NbjitGraphError, match="upgrade nbjit"):
         nbjit.load_graph(newer, bindings={"x": FakeArray("i4", (64,))})
@@ -149,3 +161,18 @@ def test_a_bundle_is_not_a_saved_graph_and_damage_is_named(tmp_path):
         nbjit.load_graph(bad, bindings={"x": FakeArray("i4", (64,))})
     with pytest.raises(BundleError, match="not an nbjit bundle"):
         nbjit.load_graph(b"not a zip at all")
+
+
+def test_nbjit_inspect_says_a_file_is_a_saved_graph(tmp_path, capsys):
+    from nbjit.cli import main as cli
+    path = saved(tmp_path)
+    assert cli.main(["inspect", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "a saved graph (format 1): 6 nodes (2 kernel, 1 while_loop, 1 memset, 1 memcpy, 1 empty), 1 condition" in out
+    assert "bindings: x <i4[64]" in out
+    assert cli.main(["inspect", str(path), "--json"]) == 0
+    graph = json.loads(capsys.readouterr().out)["graph"]
+    assert graph["nodes"] == 6 and graph["kernels"] == ["k_tmpl<int>"] and graph["conditions"] == 1
+    newer = saved(tmp_path, {**doc(), "version": 2}, "newer.nbjit")
+    assert cli.main(["inspect", str(newer)]) != 0
+    assert "made by a newer nbjit (format 2; this one reads 1): upgrade nbjit" in capsys.readouterr().err

@@ -403,14 +403,24 @@ def _inspect_bundle(args, raw: bytes) -> int:
             chosen[img.name] = None if e is None else f"{img.name}/{e.arch}.{e.kind}"
     none = [name for name, member in chosen.items() if member is None]
     failed = [f"no entry of image{'s' * (len(none) > 1)} {', '.join(none)} runs on {args.arch}"] if none else []
+    from nbjit.graphs.saved import graph_summary
+    graph = graph_summary(raw, label)
     if args.json:
         j = info.to_json()
         if args.arch:
             j["selected"] = chosen
+        if graph is not None:
+            j["graph"] = graph
         print(json.dumps(j, indent=2))
         return _failed(label, failed)
     out = [f"{label}: nbjit bundle (format {info.version}, made by nbjit {info.nbjit or '?'}), "
            f"{len(info.images)} image{'s' * (len(info.images) != 1)}"]
+    if graph is not None:
+        kinds = ", ".join(f"{n} {k}" for k, n in graph["by_kind"].items())
+        out += [f"a saved graph (format {graph['version']}): {graph['nodes']} nodes ({kinds}), "
+                f"{count(graph['conditions'], 'condition')}; load it with nbjit.load_graph(FILE, bindings={{...}})",
+                "  bindings: " + (", ".join(f"{name} {b['dtype']}{b['shape']}" for name, b in graph["bindings"].items())
+                                  or "none")]
     for img in info.images:
         out += ["", f"image {img.name}: from " + ", ".join(f"{s.get('name')} ({s.get('kind')})" for s in img.sources)
                 + (f", {img.producer}" if img.producer else "") + (f", options {' '.join(img.options)}"

@@ -75,12 +75,15 @@ def _explain(code: int, what: str) -> NbjitGraphError:
 
 
 class Condition:
-    """A graph condition (``g.condition(default, reset=True)``): a value a kernel sets on the
-    device and a conditional node reads. Pass it to an nbjit kernel's 64-bit parameter
-    (``cudaGraphConditionalHandle`` in CUDA C++, ``uint64`` in a ``@cuda.jit`` signature) or,
-    to a kernel Numba launches itself, ``cond.handle``. ``default``: its value when each
-    replay begins (``reset=True``), or only at the first (``reset=False``: it keeps what the
-    last replay left)."""
+    """A graph condition, made by ``g.condition(default, reset=True)`` inside a capture (not
+    constructed directly): a value a kernel sets on the device and a conditional node reads.
+    Pass it to an nbjit kernel's 64-bit parameter (``cudaGraphConditionalHandle`` in CUDA C++,
+    ``uint64`` in a ``@cuda.jit`` signature) or, to a kernel Numba launches itself,
+    ``np.uint64(cond.handle)``.
+
+    Attributes: ``handle`` (the driver's value), ``default`` (its value when each replay
+    begins, where ``reset``; else only at the first, later replays keeping what the last
+    left), ``reset``, ``index`` (its place among the capture's ``conditions``)."""
 
     __slots__ = ("capture", "handle", "default", "reset", "index", "graph", "__weakref__")
 
@@ -211,9 +214,14 @@ class _Conditional:
 class Capture:
     """The context manager ``nbjit.capture`` returns; after the ``with`` block it is the
     instantiated graph: ``launch(stream=None)`` replays it (any number of times, on any
-    stream), ``update(...)`` re-captures new arguments into it, ``nodes`` lists its kernel
-    nodes for updates in place (``graph_nodes.py``), ``node_count`` counts every node (of
-    conditional bodies too), ``save(path, bindings)`` writes it to a file."""
+    stream; the captured one by default), ``with g.update():`` re-captures new arguments into
+    it, ``nodes`` lists its kernel nodes for updates in place, ``save(path, bindings)`` writes
+    it to a file. Inside the block: ``condition()``, ``while_loop``, ``if_then``, ``if_else``,
+    ``switch``.
+
+    Attributes: ``node_count`` (every node, those of conditional bodies too),
+    ``instantiations`` (how often the graph was instantiated: once, and again where an
+    ``update()`` changed its shape), ``conditions``, ``stream``, ``mode``."""
 
     def __init__(self, stream: Any, mode: str = "thread_local"):
         if mode not in _graphs.CAPTURE_MODES:
@@ -245,8 +253,9 @@ class Capture:
         self._broken = False
         self._body_failed = False
 
-    # ------------------------------------------------------------ capturing
     def __enter__(self) -> "Capture":
+        """Begin capturing the stream (the host's context made current first: a capture needs one)."""
+        _host.current_host().current_context()  # (no GPU or driver: the host's one clear error)
         if _graphs.capture_status(self._handle) != "none":
             raise NbjitGraphError("this stream is being captured already (captures do not nest: record loops "
                                   "and branches with g.while_loop, g.if_then, g.if_else, g.switch)")
@@ -265,6 +274,7 @@ class Capture:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
+        """End the capture (always) and instantiate the graph; a capture error said as nbjit's."""
         try:
             self._end(exc)
         finally:
@@ -492,8 +502,10 @@ def capture(stream: Any, *, mode: str = "thread_local") -> Capture:
         for _ in range(100):
             g.launch()
 
-    ``mode``: ``"thread_local"`` (default; see the module's note), ``"global"`` or
-    ``"relaxed"``. Raises ``NbjitGraphError`` naming what broke the capture; the stream is
-    never left capturing.
+    ``mode``: ``"thread_local"`` (default: a call on this thread that a capture cannot
+    record, such as a synchronous copy, fails at once and is reported), ``"global"`` or
+    ``"relaxed"`` (the driver's other modes). Raises ``NbjitGraphError`` naming what broke the
+    capture; the stream is never left capturing. Loops and branches: ``Capture.while_loop``
+    and its kinds; updates in place: ``Capture.nodes``; a file: ``Capture.save``.
     """
     return Capture(stream, mode)

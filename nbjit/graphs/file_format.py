@@ -6,7 +6,7 @@ Layout (version 1)::
 
     {"format": "nbjit-graph", "version": 1,
      "kernels":   [{"image": "m0", "name": "<the kernel's name in its image>", "label": "axpy"}],
-     "bindings":  {"x": {"dtype": "<f4", "shape": [1024], "strides": [4]}},
+     "bindings":  {"x": {"dtype": "<f4", "shape": [1024], "strides": [4]}},   (strides >= 0)
      "conditions": [{"default": 1, "reset": true, "graph": [2, 0]}],
      "graph": [node, ...]}
 
@@ -24,7 +24,8 @@ A node is one of (``after``: the indices of the nodes of the same graph it follo
 A condition's ``graph`` is the path to the graph it was made in (and whose conditional node
 reads it): [] the top graph, [i, b] body b of the top graph's node i, and so on. A kernel
 parameter's ``refs`` are 8-byte words the loader writes: a binding's address (plus the byte
-offset) or a condition's handle; every other byte is the value recorded.
+offset) or a condition's handle; every other byte is the value recorded. Every address points
+into its binding, and what a memset or a copy touches from there lies inside it.
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ from typing import Any
 from nbjit.bundles.archive import check_format
 from nbjit.errors import NbjitGraphError
 
-__all__ = ["FORMAT", "VERSION", "MEMBER", "check_description", "extent"]
+__all__ = ["FORMAT", "VERSION", "MEMBER", "BINDING_NAME", "check_description", "extent", "summary"]
 
 FORMAT = "nbjit-graph"
 VERSION = 1
@@ -42,7 +43,7 @@ MEMBER = "graph.json"  # its member in the bundle
 MAX_NODES = 1 << 16
 MAX_DEPTH = 16
 MAX_PARAM_BYTES = 32764  # CUDA 12.1's kernel parameter limit
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+BINDING_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 _DTYPE = re.compile(r"[<>|=](?:[fiuc](?:1|2|4|8|16)|b1|V[1-9][0-9]{0,5})")
 KINDS = ("kernel", "memset", "memcpy", "empty", "conditional")
 CONDITIONAL_TYPES = {"while_loop": 1, "if_then": 1, "if_else": 2}  # bodies; a switch has any number >= 1
@@ -61,6 +62,7 @@ class _Checker:
     def __init__(self, doc: dict, src: str):
         self.doc, self.src = doc, src
         self.nodes = 0
+        self.sizes: dict[str, int] = {}  # binding -> the bytes it spans
         self.readers: dict[int, list] = {}  # condition -> the paths of the graphs that read it
 
     def bad(self, where: str, what: str) -> NbjitGraphError:
@@ -102,13 +104,14 @@ class _Checker:
             raise self.bad("bindings", "not an object")
         for name, b in bs.items():
             where = f"binding {name!r}"
-            if not _NAME.fullmatch(name):
+            if not BINDING_NAME.fullmatch(name):
                 raise self.bad(where, "a binding's name is a Python identifier")
             self.fields(b, {"dtype", "shape", "strides"}, where)
             if not isinstance(b["dtype"], str) or not _DTYPE.fullmatch(b["dtype"]):
                 raise self.bad(where, f"dtype {b['dtype']!r} is not a numpy type string ('<f4', '|V16', ...)")
             shape = self.ints(b["shape"], None, 0, 1 << 48, where + " shape")
-            self.ints(b["strides"], len(shape), -(1 << 48), 1 << 48, where + " strides")
+            strides = self.ints(b["strides"], len(shape), 0, 1 << 48, where + " strides")
+            self.sizes[name] = extent(shape, strides, int(b["dtype"][2:]))
 
     def conditions(self) -> None:
         cs = self.doc["conditions"]
@@ -121,16 +124,22 @@ class _Checker:
                 raise self.bad(f"condition {i}", "reset is true or false")
             self.ints(c["graph"], None, 0, MAX_NODES, f"condition {i} graph")
 
-    def ref(self, r: Any, where: str) -> None:
-        """A [binding name, byte offset] pair of a memset or a copy."""
+    def ref(self, r: Any, span: int, where: str) -> None:
+        """A [binding name, byte offset] pair of a memset or a copy that touches ``span`` bytes."""
         if not (isinstance(r, list) and len(r) == 2 and isinstance(r[0], str)):
             raise self.bad(where, f"{r!r} is not [binding name, byte offset]")
-        self.binding_at(r[0], r[1], where)
+        self.binding_at(r[0], r[1], span, where)
 
-    def binding_at(self, name: str, delta: Any, where: str) -> None:
+    def binding_at(self, name: str, delta: Any, span: int | None, where: str) -> None:
+        """Binding ``name`` at byte ``delta``, ``span`` bytes from there inside it (None: a
+        kernel's pointer, which points into it)."""
         if name not in self.doc["bindings"]:
             raise self.bad(where, f"binding {name!r} is not among the graph's bindings {sorted(self.doc['bindings'])}")
-        self.int_in(delta, -(1 << 48), 1 << 48, where + " byte offset")
+        size = self.sizes[name]
+        self.int_in(delta, 0, 1 << 48, where + " byte offset")
+        if (delta >= max(size, 1)) if span is None else (delta + span > size):
+            what = "points" if span is None else f"with {span} bytes from there, reaches"
+            raise self.bad(where, f"byte {delta} of binding {name!r} {what} past its {size} bytes")
 
     def kernel_node(self, n: dict, where: str) -> None:
         self.fields(n, {"kind", "after", "kernel", "grid", "block", "shared", "enabled", "params", "layout", "refs"},
@@ -161,7 +170,7 @@ class _Checker:
             if off % 8:
                 raise self.bad(where, f"ref offset {off} is not a multiple of 8")
             if r[1] == "binding" and len(r) == 4:
-                self.binding_at(r[2], r[3], where)
+                self.binding_at(r[2], r[3], None, where)
             elif r[1] == "condition" and len(r) == 3:
                 self.int_in(r[2], 0, len(self.doc["conditions"]) - 1, where + " condition")
             else:
@@ -183,17 +192,16 @@ class _Checker:
         elif kind == "memset":
             self.fields(n, {"kind", "after", "enabled", "dst", "value", "element_size", "width", "height", "pitch"},
                         where)
-            self.ref(n["dst"], where + " dst")
             self.int_in(n["value"], 0, (1 << 32) - 1, where + " value")
             if n["element_size"] not in (1, 2, 4):
                 raise self.bad(where, "element_size is 1, 2 or 4")
-            for f in ("width", "height", "pitch"):
-                self.int_in(n[f], 0, 1 << 48, f"{where} {f}")
+            w, h, pitch = (self.int_in(n[f], 0, 1 << 48, f"{where} {f}") for f in ("width", "height", "pitch"))
+            self.ref(n["dst"], (h - 1) * pitch + w * n["element_size"] if w and h else 0, where + " dst")
         elif kind == "memcpy":
             self.fields(n, {"kind", "after", "enabled", "src", "dst", "bytes"}, where)
-            self.ref(n["src"], where + " src")
-            self.ref(n["dst"], where + " dst")
-            self.int_in(n["bytes"], 0, 1 << 48, where + " bytes")
+            nbytes = self.int_in(n["bytes"], 0, 1 << 48, where + " bytes")
+            self.ref(n["src"], nbytes, where + " src")
+            self.ref(n["dst"], nbytes, where + " dst")
         elif kind == "empty":
             self.fields(n, {"kind", "after"}, where)
         else:
@@ -238,3 +246,22 @@ def check_description(doc: Any, src: str) -> dict:
                 raise c.bad(f"condition {i}", f"made in graph {cond['graph']} but read by a conditional node of "
                                               f"graph {path}")
     return doc
+
+
+def summary(doc: dict) -> dict:
+    """What a checked description holds, counted: nodes by kind (conditionals by type, bodies
+    included), kernels, bindings (element type and shape), conditions."""
+    counts: dict[str, int] = {}
+
+    def count(nodes: list) -> None:
+        for n in nodes:
+            kind = n["type"] if n["kind"] == "conditional" else n["kind"]
+            counts[kind] = counts.get(kind, 0) + 1
+            for body in n.get("bodies", ()):
+                count(body)
+
+    count(doc["graph"])
+    return {"format": doc["format"], "version": doc["version"], "nodes": sum(counts.values()), "by_kind": counts,
+            "kernels": [k["label"] for k in doc["kernels"]],
+            "bindings": {name: {"dtype": b["dtype"], "shape": b["shape"]} for name, b in doc["bindings"].items()},
+            "conditions": len(doc["conditions"])}

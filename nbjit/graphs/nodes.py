@@ -73,7 +73,9 @@ class KernelNode:
         p = _graphs.kernel_node(node)
         kernel = kernel_of_function(p.func)
         name = kernel._loaded().label if kernel is not None else _graphs.function_name(p.func)
-        layout = _graphs.function_params(p.func)
+        layout = _graphs.function_params(p.func)  # (the driver's word, CUDA 12.4 on; else the signature's)
+        if not layout and kernel is not None and kernel.info.launch_offsets is None:
+            layout = [(q.offset, q.size) for q in kernel.params]
         self = cls(owner, path, p.func, kernel, name, (p.grid, p.block, p.shared), layout)
         self.placed(node)
         if p.params:  # the graph's own copy of the parameters

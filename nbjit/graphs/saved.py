@@ -26,11 +26,11 @@ from nbjit.files import write_file
 from nbjit.gpu import driver as _driver
 from nbjit.gpu import graphs as _graphs
 from nbjit.gpu.driver import stream_handle
-from nbjit.graphs.file_format import FORMAT, MEMBER, VERSION, check_description, extent
+from nbjit.graphs.file_format import BINDING_NAME, FORMAT, MEMBER, VERSION, check_description, extent, summary
 from nbjit.graphs.nodes import GraphNodes, KernelNode, walk
 from nbjit.records import record
 
-__all__ = ["save_graph", "load_graph", "LoadedGraph", "array_facts"]
+__all__ = ["save_graph", "load_graph", "LoadedGraph", "array_facts", "graph_summary"]
 
 _WORD = struct.Struct("<Q")
 
@@ -52,26 +52,34 @@ class ArrayFacts:
         return {"dtype": self.dtype.str, "shape": list(self.shape), "strides": list(self.strides)}
 
     def describe(self) -> str:
-        return f"{self.dtype.name} array of shape {self.shape}, strides {self.strides}"
+        article = "an" if self.dtype.name[0] in "aeio" else "a"
+        return f"{article} {self.dtype.name} array of shape {self.shape}, strides {self.strides}"
 
 
-def array_facts(a: Any, name: str) -> ArrayFacts:
-    """A device array's facts, through ``__cuda_array_interface__`` (Numba, CuPy, PyTorch, nbjit)."""
+def array_facts(a: Any, name: str, src: str = "") -> ArrayFacts:
+    """A device array's facts, through ``__cuda_array_interface__`` (Numba, CuPy, PyTorch,
+    nbjit's own); ``src`` names the graph's file in errors."""
+    where = f"{src}: binding {name!r}" if src else f"binding {name!r}"
+    cai = getattr(a, "__cuda_array_interface__", None)
+    if not isinstance(cai, dict):
+        raise NbjitGraphError(f"{where}: a {type(a).__name__} is not a device array (an array with "
+                              "__cuda_array_interface__: Numba, CuPy, PyTorch)")
     try:
-        cai = a.__cuda_array_interface__
         dtype = np.dtype(cai["typestr"])
         shape = tuple(int(n) for n in cai["shape"])
         ptr = int(cai["data"][0] or 0)
-    except Exception as e:  # no interface, or one that does not read
-        raise NbjitGraphError(f"binding {name!r}: {type(a).__name__} is not a device array with "
-                              f"__cuda_array_interface__ (Numba, CuPy, PyTorch): {e}") from None
-    strides = cai.get("strides")
-    if strides is None:
-        strides, step = [], dtype.itemsize
-        for n in reversed(shape):
-            strides.insert(0, step)
-            step *= n
-    return ArrayFacts(ptr, dtype, shape, tuple(int(s) for s in strides))
+        strides = cai.get("strides")
+        if strides is None:
+            strides, step = [], dtype.itemsize
+            for n in reversed(shape):
+                strides.insert(0, step)
+                step *= n
+        strides = tuple(int(x) for x in strides)
+    except (KeyError, TypeError, ValueError, IndexError) as e:
+        raise NbjitGraphError(f"{where}: its __cuda_array_interface__ does not read: {e!r}") from None
+    if any(x < 0 for x in strides):
+        raise NbjitGraphError(f"{where}: strides {strides} run backwards; bind a copy with strides >= 0")
+    return ArrayFacts(ptr, dtype, shape, strides)
 
 
 # ------------------------------------------------------------------ saving
@@ -83,6 +91,10 @@ class _Describer:
     def __init__(self, g, bindings: Mapping[str, Any]):
         self.g = g
         self.arrays = {name: array_facts(a, name) for name, a in bindings.items()}
+        for name in self.arrays:
+            if not BINDING_NAME.fullmatch(name):
+                raise NbjitGraphError(f"binding {name!r}: a binding's name is a Python identifier (it is given back "
+                                      "as load_graph(..., bindings={name: array}) and rebind(name=array))")
         self.kernels: list[dict] = []
         self.kernel_index: dict[tuple, int] = {}
         self.images: dict[int, tuple[str, Any]] = {}  # id(module) -> (image name, Image)
@@ -373,12 +385,31 @@ def _bound(src: str, name: str, want: dict | None, a: Any) -> ArrayFacts:
     """Array ``a`` for binding ``name`` (``want``: what it records), checked."""
     if want is None:
         raise NbjitGraphError(f"{src}: the graph has no binding {name!r}")
-    f = array_facts(a, name)
+    f = array_facts(a, name, src)
     if f.dtype != np.dtype(want["dtype"]) or list(f.shape) != want["shape"] or \
             (f.nbytes and list(f.strides) != want["strides"]):
         w = ArrayFacts(0, np.dtype(want["dtype"]), tuple(want["shape"]), tuple(want["strides"]))
-        raise NbjitGraphError(f"{src}: binding {name!r} takes a {w.describe()}; got a {f.describe()}")
+        raise NbjitGraphError(f"{src}: binding {name!r} takes {w.describe()}; got {f.describe()}")
     return f
+
+
+def _description(archive) -> dict | None:
+    """The archive's saved-graph description, checked; None where it holds none."""
+    raw = read_member(archive, MEMBER)
+    if raw is None:
+        return None
+    if len(raw) > MAX_MANIFEST_BYTES:
+        raise NbjitGraphError(f"{archive.source}: {MEMBER} has more than {MAX_MANIFEST_BYTES} bytes")
+    return check_description(read_json(raw, f"{archive.source}: {MEMBER}", NbjitGraphError), archive.source)
+
+
+def graph_summary(source: Any, name: str | None = None) -> dict | None:
+    """What a saved graph file holds (``file_format.summary``), checked as ``load_graph``
+    checks it; None for a bundle that holds no graph (``nbjit inspect``)."""
+    archive = open_bundle(source, name)
+    records(archive)
+    doc = _description(archive)
+    return None if doc is None else summary(doc)
 
 
 def load_graph(source: Any, bindings: Mapping[str, Any] | None = None) -> LoadedGraph:
@@ -387,19 +418,22 @@ def load_graph(source: Any, bindings: Mapping[str, Any] | None = None) -> Loaded
     payload checked against its digest first), every binding given an array of the same
     element type, shape and strides (``bindings={"x": x, ...}``).
 
-    Raises ``NbjitGraphError``: not a saved graph, a damaged or altered one, a newer format, a
-    missing, unknown or mismatched binding (before anything is launched); ``BundleError`` for
-    the archive's own damage."""
+    ``launch(stream=None)`` of what it returns replays on ``stream``, the legacy default stream
+    where none is given (a loaded graph has no captured stream).
+
+    Raises (before anything is launched) ``NbjitGraphError``: a bundle that holds no graph, a
+    description out of the format or of a newer version, bindings that are missing, unknown or
+    of another element type, shape or strides; ``BundleError``: no such file, not a bundle, a
+    damaged or altered one (a member's CRC-32 or SHA-256 does not match)."""
     archive = open_bundle(source)
     src = archive.source
     recs = records(archive)  # (every image's and member's listing checked first)
-    raw = read_member(archive, MEMBER)
-    if raw is None:
+    doc = _description(archive)
+    if doc is None:
         raise NbjitGraphError(f"{src}: a bundle of kernels, not a saved graph (no {MEMBER}): load it with "
                               "nbjit.load_bundle")
-    if len(raw) > MAX_MANIFEST_BYTES:
-        raise NbjitGraphError(f"{src}: {MEMBER} has more than {MAX_MANIFEST_BYTES} bytes")
-    doc = check_description(read_json(raw, f"{src}: {MEMBER}", NbjitGraphError), src)
+    if bindings is not None and not isinstance(bindings, Mapping):
+        raise NbjitGraphError(f"{src}: bindings is a dict {{name: device array}}, not {type(bindings).__name__}")
     bindings = dict(bindings or {})
     missing = sorted(set(doc["bindings"]) - set(bindings))
     unknown = sorted(set(bindings) - set(doc["bindings"]))
@@ -415,7 +449,7 @@ def load_graph(source: Any, bindings: Mapping[str, Any] | None = None) -> Loaded
         try:
             rec = pick(recs, k["image"], src)
         except BundleError as e:
-            raise NbjitGraphError(f"{src}: kernel {k['label']!r}: {e}") from None
+            raise NbjitGraphError(f"{e} (the image of the graph's kernel {k['label']!r})") from None
         if k["image"] not in modules:
             modules[k["image"]] = load_image(archive, rec)
         kernels.append(modules[k["image"]][k["name"]])

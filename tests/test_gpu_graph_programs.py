@@ -228,6 +228,24 @@ def test_what_conditions_refuse(cuda, kit):
             c = g3.condition()
             with g3.if_else(c) as (then, otherwise):
                 g3.condition()
+    y = cuda.to_device(np.zeros(N, np.float32))
+    with pytest.raises(NbjitGraphError, match="work was issued between the bodies of if_else"):
+        with nbjit.capture(s2) as g4:
+            c = g4.condition()
+            with g4.if_else(c) as (then, otherwise):
+                with then:
+                    kit["add"][1, N, s2](y, 1.0, N)
+                kit["add"][1, N, s2](y, 5.0, N)  # in no body
+    with pytest.raises(NbjitGraphError, match="was recorded already"):
+        with nbjit.capture(s2) as g5:
+            c = g5.condition()
+            with g5.if_else(c) as (then, otherwise):
+                with then:
+                    pass
+                with then:
+                    pass
+    s2.synchronize()
+    assert not y.copy_to_host().any()  # nothing ran
 
 
 def test_a_body_that_synchronises_is_refused_and_the_stream_stays_usable(cuda, kit):

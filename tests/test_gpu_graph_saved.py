@@ -175,3 +175,26 @@ def test_kernels_of_every_source_are_saved(cuda, kit, tmp_path):
     want = ((2 * hy + hx) + 3 * hy + 0.5 * hx) * 10
     np.testing.assert_allclose(out2.copy_to_host(), want, rtol=1e-5)
     assert len(exe.nodes) == 4 and exe.nodes[0].name == triton_add.kernel.name
+
+
+def test_a_condition_given_before_other_work_is_saved_with_its_kernel(cuda, kit, tmp_path):
+    """The kernel that sets the condition is followed by other work in the body (a kernel and
+    a copy): the condition still goes with its own node, and the loaded loop stops."""
+    countdown, add, scale = kit
+    s = cuda.stream()
+    x, y, z, left = arrays(cuda, left=3)
+    with nbjit.capture(s) as g:
+        again = g.condition(default=1)
+        with g.while_loop(again):
+            countdown[1, 1, s](left, again)
+            add[(N + 127) // 128, 128, s](y, x, 1.0, N)
+            z.copy_to_device(y, stream=s)
+    g.save(tmp_path / "c.nbjit", bindings={"x": x, "y": y, "z": z, "left": left})
+    x2, y2, z2, left2 = arrays(cuda, left=4)
+    exe = nbjit.load_graph(tmp_path / "c.nbjit", bindings={"x": x2, "y": y2, "z": z2, "left": left2})
+    exe.launch(s)
+    s.synchronize()
+    assert (y2.copy_to_host() == 1 + 4 * 2.0).all() and (z2.copy_to_host() == y2.copy_to_host()).all()
+    exe.close()
+    with pytest.raises(NbjitGraphError, match="closed"):
+        exe.rebind(y=y)

@@ -33,10 +33,10 @@ def doc() -> dict:
     return {"format": "nbjit-graph", "version": 1,
             "kernels": [{"image": "m0", "name": "_Z6k_tmplIiEvPT_S0_i", "label": "k_tmpl<int>"}],
             "bindings": {"x": {"dtype": "<i4", "shape": [64], "strides": [4]}},
-            "conditions": [{"default": 1, "reset": True, "graph": []}],
+            "conditions": [{"default": 1, "reset": True, "graph": []}, {"default": 0, "reset": True, "graph": [1, 0]}],
             "graph": [kernel_node(),
                       {"kind": "conditional", "after": [0], "type": "while_loop", "condition": 0,
-                       "bodies": [[kernel_node(refs=[[0, "binding", "x", 4]]),
+                       "bodies": [[kernel_node(refs=[[0, "binding", "x", 4], [8, "condition", 0]]),
                                    {"kind": "memset", "after": [0], "enabled": True, "dst": ["x", 0], "value": 0,
                                     "element_size": 4, "width": 64, "height": 1, "pitch": 0}]]},
                       {"kind": "memcpy", "after": [1], "enabled": True, "src": ["x", 0], "dst": ["x", 128],
@@ -81,19 +81,23 @@ def _set(d: dict, path: tuple, value) -> dict:
     (("graph", 0, "layout"), [[12, 8]], "parameter at 12 of 8 bytes runs past the 16-byte buffer"),
     (("graph", 0, "refs"), [[4, "binding", "x", 0]], "ref offset 4 is not a multiple of 8"),
     (("graph", 0, "refs"), [[0, "binding", "y", 0]], "binding 'y' is not among the graph's bindings \\['x'\\]"),
-    (("graph", 0, "refs"), [[0, "condition", 3]], "condition: 3 is not an int from 0 to 0"),
+    (("graph", 0, "refs"), [[0, "condition", 3]], "condition: 3 is not an int from 0 to 1"),
     (("graph", 0, "refs"), [[0, "pointer", 3]], "is not \\[offset, 'binding', name, byte offset\\]"),
     (("graph", 1, "type"), "for_loop", "type 'for_loop' is not while_loop, if_then, if_else or switch"),
     (("graph", 1, "bodies"), [[], []], "a while_loop has 1 bodies"),
     (("graph", 1, "bodies", 0, 1, "element_size"), 8, "element_size is 1, 2 or 4"),
     (("graph", 2, "src"), ["x"], "is not \\[binding name, byte offset\\]"),
-    (("graph", 3, "after"), KeyError, "is not a list of at most 32 ints"),
+    (("graph", 3, "after"), KeyError, "is not a list of at most 65536 ints"),
     # every address inside its binding (x: 64 int32, 256 bytes), and what a copy or memset touches
     (("graph", 0, "refs"), [[0, "binding", "x", 256]], "byte 256 of binding 'x' points past its 256 bytes"),
     (("graph", 0, "refs"), [[0, "binding", "x", -4]], "byte offset: -4 is not an int from 0"),
     (("graph", 2, "bytes"), 129, "byte 128 of binding 'x' with 129 bytes from there, reaches past its 256 bytes"),
     (("graph", 1, "bodies", 0, 1, "width"), 65, "byte 0 of binding 'x' with 260 bytes from there, reaches past"),
     (("bindings", "x", "strides"), [-4], "strides: -4 is not an int from 0"),
+    (("conditions", 1, "graph"), [3, 0], "condition 1: made in graph \\[3, 0\\], which the graph has not"),
+    # a kernel inside the loop's body may set the loop's condition; one around it may not set a body's
+    (("graph", 0, "refs"), [[0, "binding", "x", 0], [8, "condition", 1]],
+     "condition 1 was made in graph \\[1, 0\\], which is neither this node's graph nor one around it"),
 ])
 def test_what_the_checks_refuse(path, value, message):
     with pytest.raises(NbjitGraphError, match=message) as e:
@@ -168,11 +172,12 @@ def test_nbjit_inspect_says_a_file_is_a_saved_graph(tmp_path, capsys):
     path = saved(tmp_path)
     assert cli.main(["inspect", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "a saved graph (format 1): 6 nodes (2 kernel, 1 while_loop, 1 memset, 1 memcpy, 1 empty), 1 condition" in out
+    said = "a saved graph (format 1): 6 nodes (2 kernel, 1 while_loop, 1 memset, 1 memcpy, 1 empty), 2 conditions"
+    assert said in out
     assert "bindings: x <i4[64]" in out
     assert cli.main(["inspect", str(path), "--json"]) == 0
     graph = json.loads(capsys.readouterr().out)["graph"]
-    assert graph["nodes"] == 6 and graph["kernels"] == ["k_tmpl<int>"] and graph["conditions"] == 1
+    assert graph["nodes"] == 6 and graph["kernels"] == ["k_tmpl<int>"] and graph["conditions"] == 2
     newer = saved(tmp_path, {**doc(), "version": 2}, "newer.nbjit")
     assert cli.main(["inspect", str(newer)]) != 0
     assert "made by a newer nbjit (format 2; this one reads 1): upgrade nbjit" in capsys.readouterr().err

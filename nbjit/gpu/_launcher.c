@@ -981,15 +981,20 @@ done:
     return result;
 }
 
-/* set_node(graph_exec, node, args, buf, ptrs) -> CUresult: an instantiated graph's kernel node
- * given this launcher's kernel and configuration and `args`, packed by the same rules into the
- * caller's buffer at address `buf` (the size of the kernel's parameter buffer); `ptrs`, the
- * address of the caller's void* array, is pointed into it here. */
+/* set_node(graph_exec, node, args, buf, buf_size) -> CUresult: an instantiated graph's kernel node
+ * given this launcher's kernel and configuration and `args`, packed by the same rules; where the
+ * driver takes them, they are copied to the caller's buffer at address `buf` (`buf_size` bytes, at
+ * least the kernel's parameter buffer): the node's arguments as they now are. */
 static PyObject *launcher_set_node(PyObject *op, PyObject *const *argv, Py_ssize_t nargs) {
     Launcher *self = (Launcher *)op;
-    void *exec, *node, *buf, *ptrs;
+    unsigned char stack_buf[STACK_BYTES];
+    void *stack_ptrs[STACK_PARAMS];
+    unsigned char *tmp = stack_buf;
+    void **ptrs = stack_ptrs, *exec, *node, *buf;
+    Py_ssize_t buf_size;
+    PyObject *result = NULL;
     if (nargs != 5 || !PyTuple_Check(argv[2])) {
-        PyErr_SetString(PyExc_TypeError, "set_node(graph_exec, node, args: tuple, buf, ptrs)");
+        PyErr_SetString(PyExc_TypeError, "set_node(graph_exec, node, args: tuple, buf, buf_size)");
         return NULL;
     }
     if (p_node_set == NULL) {
@@ -999,13 +1004,29 @@ static PyObject *launcher_set_node(PyObject *op, PyObject *const *argv, Py_ssize
     exec = PyLong_AsVoidPtr(argv[0]);
     node = PyLong_AsVoidPtr(argv[1]);
     buf = PyLong_AsVoidPtr(argv[3]);
-    ptrs = PyLong_AsVoidPtr(argv[4]);
+    buf_size = PyLong_AsSsize_t(argv[4]);
     if (PyErr_Occurred()) return NULL;
-    if (pack_all(self, argv[2], (unsigned char *)buf) < 0) return NULL;
-    point_into(self, (unsigned char *)buf, (void **)ptrs);
+    if (buf == NULL || buf_size < self->size) {
+        PyErr_SetString(PyExc_ValueError, "set_node: the node's buffer is smaller than the kernel's parameters");
+        return NULL;
+    }
+    if (self->size > STACK_BYTES) tmp = PyMem_Malloc(self->size);
+    if (self->nparams > STACK_PARAMS) ptrs = PyMem_Malloc(sizeof(void *) * self->nparams);
+    if (tmp == NULL || ptrs == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (pack_all(self, argv[2], tmp) < 0) goto done;
+    point_into(self, tmp, ptrs);
     kernel_node_params p = {self->func, self->dims[0], self->dims[1], self->dims[2], self->dims[3], self->dims[4],
-                            self->dims[5], self->dims[6], self->nparams ? (void **)ptrs : NULL, NULL, NULL, NULL};
-    return PyLong_FromLong(p_node_set(exec, node, &p));
+                            self->dims[5], self->dims[6], self->nparams ? ptrs : NULL, NULL, NULL, NULL};
+    int r = p_node_set(exec, node, &p);
+    if (r == 0 && self->size) memcpy(buf, tmp, self->size);
+    result = PyLong_FromLong(r);
+done:
+    if (tmp != stack_buf) PyMem_Free(tmp);
+    if (ptrs != stack_ptrs) PyMem_Free(ptrs);
+    return result;
 }
 
 /* pack(args) -> bytes: the fast rules alone (None where they do not apply); for tests. */
@@ -1031,7 +1052,7 @@ static PyObject *launcher_pack(PyObject *op, PyObject *args) {
 static PyMethodDef launcher_methods[] = {
     {"pack_fast", launcher_pack, METH_O, "pack_fast(args) -> bytes or None (the C rules alone)"},
     {"set_node", (PyCFunction)(void (*)(void))launcher_set_node, METH_FASTCALL,
-     "set_node(graph_exec, node, args, buf, ptrs) -> CUresult: a graph's kernel node given these arguments"},
+     "set_node(graph_exec, node, args, buf, buf_size) -> CUresult: a graph's kernel node given these arguments"},
     {NULL, NULL, 0, NULL},
 };
 

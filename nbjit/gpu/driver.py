@@ -14,6 +14,7 @@ import ctypes
 import functools
 import os
 import struct
+import threading
 from typing import Any
 
 from nbjit.errors import NbjitArgumentError, NbjitError, NbjitLaunchError, NbjitLoadError
@@ -288,24 +289,28 @@ def _mem_free(ptr: int) -> None:
 # A free (cuMemFree, cuModuleUnload, cuGraphDestroy) while a stream is captured in this thread
 # invalidates that capture; nbjit's objects are freed by finalizers, which run whenever Python
 # collects them. So while an nbjit capture records, frees wait for its end.
-_FREES: dict = {"recording": 0, "waiting": []}
+_FREES: dict = {"recording": 0, "waiting": [], "lock": threading.Lock()}
 
 
 def recording(began: bool) -> None:
     """An nbjit capture began (True) or ended (False) recording; when none records any more,
     the frees that waited are done."""
-    _FREES["recording"] += 1 if began else -1
-    while _FREES["recording"] == 0 and _FREES["waiting"]:
-        fn, args = _FREES["waiting"].pop()
+    with _FREES["lock"]:
+        _FREES["recording"] += 1 if began else -1
+        due = _FREES["waiting"] if _FREES["recording"] == 0 else []
+        if due:
+            _FREES["waiting"] = []
+    for fn, args in due:
         fn(*args)
 
 
 def free(fn, *args) -> None:
     """``fn(*args)`` (a free of device memory, a module, a graph) now, or once no capture records."""
-    if _FREES["recording"]:
-        _FREES["waiting"].append((fn, args))
-    else:
-        fn(*args)
+    with _FREES["lock"]:
+        if _FREES["recording"]:
+            _FREES["waiting"].append((fn, args))
+            return
+    fn(*args)
 
 
 def copy_to_host(dst: bytearray | memoryview, src: int) -> None:

@@ -8,6 +8,7 @@ callers keep them. What each feature needs of the driver is checked once, here
 (``require``), so that the message names the feature and the version."""
 from __future__ import annotations
 
+import ctypes
 import functools
 from typing import Any
 
@@ -116,9 +117,17 @@ def add_conditional(graph, after: tuple, handle: int, kind: str, size: int, ctx:
     p.conditional.type = cu.CUgraphConditionalNodeType(CONDITIONAL_TYPES[kind])
     p.conditional.size = size
     p.conditional.ctx = cu.CUcontext(ctx)
-    node = check(cu.cuGraphAddNode(graph, list(after) or None, None, len(after), p), "cuGraphAddNode (conditional)",
+    node = check(add_node_call()(graph, list(after) or None, None, len(after), p), "cuGraphAddNode (conditional)",
                  NbjitGraphError)
     return node, tuple(p.conditional.phGraph_out[:size])
+
+
+def add_node_call():
+    """cuGraphAddNode with edge data: ``(graph, dependencies, edge data, count, params)``.
+    cuda-bindings 13 has it as cuGraphAddNode; 12.x as cuGraphAddNode_v2 (its cuGraphAddNode
+    takes no edge data)."""
+    cu = _cu()
+    return getattr(cu, "cuGraphAddNode_v2", None) or cu.cuGraphAddNode
 
 
 # ------------------------------------------------------------------ walking a graph
@@ -177,6 +186,36 @@ def kernel_node(node) -> KernelNodeParams:
     p = check(_cu().cuGraphKernelNodeGetParams(node), "cuGraphKernelNodeGetParams", NbjitGraphError)
     return KernelNodeParams(as_int(p.func), (p.gridDimX, p.gridDimY, p.gridDimZ),
                             (p.blockDimX, p.blockDimY, p.blockDimZ), int(p.sharedMemBytes), int(p.kernelParams or 0))
+
+
+def kernel_node_word(node, offset: int) -> int | None:
+    """The 8-byte word at byte ``offset`` of a kernel node's parameters (read from the
+    driver's copy), or None where no parameter holds it whole."""
+    p = kernel_node(node)
+    if not p.params:
+        return None
+    for i, (off, size) in enumerate(function_params(p.func)):
+        if off <= offset and offset + 8 <= off + size:
+            ptr = ctypes.c_void_p.from_address(p.params + 8 * i).value
+            return int.from_bytes(ctypes.string_at(ptr + offset - off, 8), "little")
+    return None
+
+
+def kernel_node_launch_attributes(node) -> list[str]:
+    """What a kernel node's launch sets that its parameters and configuration do not hold: a
+    cluster shape, a cooperative launch (the names of those set)."""
+    cu = _cu()
+    A = cu.CUlaunchAttributeID
+    out = []
+    res = cu.cuGraphKernelNodeGetAttribute(node, A.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
+    if int(res[0]) == 0:
+        d = res[1].clusterDim
+        if (d.x or 1) * (d.y or 1) * (d.z or 1) > 1:
+            out.append(f"a cluster of {d.x}x{d.y}x{d.z} blocks")
+    res = cu.cuGraphKernelNodeGetAttribute(node, A.CU_LAUNCH_ATTRIBUTE_COOPERATIVE)
+    if int(res[0]) == 0 and res[1].cooperative:
+        out.append("a cooperative launch")
+    return out
 
 
 def memset_node(node) -> dict:

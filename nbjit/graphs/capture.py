@@ -38,7 +38,7 @@ from nbjit.launch.arrays import register_handle
 from nbjit.graphs.nodes import GraphNodes, kernel_nodes, walk
 from nbjit.records import record
 
-__all__ = ["capture", "Capture", "Condition"]
+__all__ = ["capture", "Capture", "Condition", "ConditionalNode", "Recorded"]
 
 _HINTS = {
     900: "an operation a capture cannot record ran on this thread: a synchronous copy "
@@ -120,6 +120,17 @@ register_handle(Condition, Condition._value)
 
 
 @record
+class Recorded:
+    """A capture's graph as recorded (``Capture.recorded``): ``graph``; ``conditionals`` {node:
+    ConditionalNode}; ``conditions``; ``refs`` {kernel node: {parameter offset: condition index}}."""
+
+    graph: Any
+    conditionals: dict
+    conditions: tuple
+    refs: dict
+
+
+@record
 class ConditionalNode:
     """A conditional node as recorded: its kind, condition and body graphs."""
 
@@ -134,41 +145,54 @@ class _Body:
     def __init__(self, cond_node: "_Conditional", index: int):
         self.parent = cond_node
         self.index = index
+        self.entered = False
+
+    def where(self) -> str:
+        c = self.parent
+        return f"body {self.index} of {c.kind}" if c.size > 1 or c.kind == "switch" else f"the body of {c.kind}"
 
     def __enter__(self) -> None:
         c = self.parent
         cap = c.capture
-        if c.node is None or c.open_body is not None:
-            raise NbjitGraphError(f"body {self.index} of {c.kind}: record it inside its `with g.{c.kind}(...)` block, "
-                                  "one body at a time")
+        if c.node is None or c.open_body is not None or c.done:
+            raise NbjitGraphError(f"{self.where()}: record it inside its `with g.{c.kind}(...)` block, one body at "
+                                  "a time")
+        if self.entered:
+            raise NbjitGraphError(f"{self.where()} was recorded already: a body is recorded once")
+        if c.idle is not None:
+            c.end_idle()
         _graphs.begin_capture(cap._handle, cap.mode, c.bodies[self.index])
+        self.entered = True
         c.open_body = self
         cap._levels.append(c.bodies[self.index])
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        cap = self.parent.capture
-        self.parent.open_body = None
+        c = self.parent
+        cap = c.capture
+        c.open_body = None
         cap._levels.pop()
         if exc is None:
             cap._settle()
         err, _graph = _graphs.end_capture(cap._handle)
-        where = f"body {self.index} of {self.parent.kind}" if self.parent.kind in ("if_else", "switch") else \
-            f"the body of {self.parent.kind}"
         if exc is not None or err:
             cap._broken = cap._body_failed = True
         if exc is not None:
             code = _capture_code(exc)
             if code is not None:
-                raise _explain(code, f"{where} (capture on {cap.stream!r})") from exc
+                raise _explain(code, f"{self.where()} (capture on {cap.stream!r})") from exc
             return
         if err:
-            raise _explain(err, f"{where} (capture on {cap.stream!r})")
+            raise _explain(err, f"{self.where()} (capture on {cap.stream!r})")
+        if c.size > 1 or c.kind == "switch":
+            c.begin_idle()
 
 
 class _Conditional:
     """``with g.while_loop(cond):`` and its kinds: the conditional node added where the block
     begins; the body (or ``if_else``'s two, ``switch``'s n, returned by ``with``) recorded
-    inside; the capture of the graph around it resumed after the node on exit."""
+    inside; the capture of the graph around it resumed after the node on exit. Between the
+    bodies of an ``if_else`` or a ``switch`` the stream is captured into a graph of no use
+    (``idle``), so that work issued there is refused instead of run at once."""
 
     def __init__(self, capture: "Capture", kind: str, cond: Condition, size: int):
         self.capture, self.kind, self.cond, self.size = capture, kind, cond, size
@@ -176,6 +200,8 @@ class _Conditional:
         self.bodies: tuple = ()
         self.graph = None
         self.open_body: _Body | None = None
+        self.idle = None  # the graph capturing what is issued between bodies
+        self.done = False
 
     def __enter__(self):
         cap = self.capture
@@ -196,12 +222,39 @@ class _Conditional:
             self._only.__enter__()
             return None
         self._only = None
+        self.begin_idle()
         return bodies
+
+    def begin_idle(self) -> None:
+        self.idle = _graphs.new_graph()
+        _graphs.begin_capture(self.capture._handle, self.capture.mode, self.idle)
+        self.capture._between = self
+
+    def end_idle(self) -> None:
+        """End the capture between bodies; NbjitGraphError where anything was issued there."""
+        cap, idle = self.capture, self.idle
+        self.idle, cap._between = None, None
+        err, _graph = _graphs.end_capture(cap._handle)
+        issued = _graphs.graph_nodes(idle) if not err else 1
+        _graphs.release(idle, None)
+        if issued:
+            cap._broken = True
+            raise NbjitGraphError(f"work was issued between the bodies of {self.kind} (outside every `with body:`), "
+                                  "where it would run in no body: record it inside one, or before the "
+                                  f"`with g.{self.kind}(...)` block")
 
     def __exit__(self, exc_type, exc, tb) -> None:
         cap = self.capture
+        self.done = True
         if self._only is not None:
             self._only.__exit__(exc_type, exc, tb)
+        if self.idle is not None:
+            if exc is not None or cap._broken:
+                cap._between, _ = None, _graphs.end_capture(cap._handle)
+                _graphs.release(self.idle, None)
+                self.idle = None
+            else:
+                self.end_idle()
         if self.open_body is not None:
             cap._broken = True
             raise NbjitGraphError(f"a body of {self.kind} was left open")
@@ -240,7 +293,7 @@ class Capture:
         self.instantiations = 0
         self._finalizer = None
         self._closed = False
-        self._version = 0  # counts the graphs adopted: a node listed of an older one is refused
+        self.version = 0  # counts the graphs adopted: a node listed of an older one is refused
         self._nodes: GraphNodes | None = None
         self._recording: int | None = None  # the thread recording now, inside the `with` block
         self._setting: list | None = None  # a node's set_args is packing: the conditions it is given
@@ -249,6 +302,7 @@ class Capture:
         self._conditions: list[Condition] = []
         self._conditionals: dict[int, ConditionalNode] = {}
         self._levels: list = []  # the body graphs being recorded into, innermost last
+        self._between: _Conditional | None = None  # an if_else or switch between its bodies
         self._suspended = None  # the graph around the conditionals, while a body is recorded
         self._broken = False
         self._body_failed = False
@@ -268,19 +322,24 @@ class Capture:
             raise
         _driver.recording(True)
         self._thread = self._recording = threading.get_ident()
-        self._conditions, self._conditionals, self._levels = [], {}, []
+        # (what the graph captured before was recorded with: back where this capture fails)
+        self._kept = (self._conditions, self._conditionals, self._refs)
+        self._conditions, self._conditionals, self._levels, self._between = [], {}, [], None
         self._pending, self._refs = [], {}
         self._suspended, self._broken, self._body_failed = None, False, False
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
         """End the capture (always) and instantiate the graph; a capture error said as nbjit's."""
+        version = self.version
         try:
             self._end(exc)
         finally:
             self._recording = None
             self._no_frees.__exit__(None, None, None)
             _driver.recording(False)
+            if self.version == version:  # no graph adopted: the one before stays, as it was recorded
+                self._conditions, self._conditionals, self._refs = self._kept
 
     def _end(self, exc) -> None:
         if self._broken:  # a conditional failed: the stream's capture was ended there
@@ -314,16 +373,24 @@ class Capture:
         return tuple(int(n) for n in after)
 
     def _settle(self) -> None:
-        """The conditions given to the last launch noted with its kernel node, for ``save``:
-        the one node the capture follows now, where that is not what it followed when they
-        were packed (else the launch was not captured, and they are dropped)."""
-        if self._pending:
-            now = self._last_nodes()
-            if len(now) == 1 and now != self._pending[0][0]:
-                refs = self._refs.setdefault(now[0], {})
-                for _before, offset, index in self._pending:
-                    refs[offset] = index
-            self._pending = []
+        """The conditions given to the launch packed last, noted with its kernel node (for
+        ``save``): the kernel node captured since, after the nodes the capture followed when
+        they were packed, whose parameters hold their handles (the latest such). Where no node
+        is (the launch failed), they are dropped."""
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, []
+        before = pending[0][0]
+        status, graph, now = _graphs.capture_info(self._handle)
+        if status != "active" or tuple(int(n) for n in now) == before:
+            return
+        for node in reversed(_graphs.nodes(graph)):
+            if _graphs.node_kind(node) != "kernel" or \
+                    tuple(sorted(int(d) for d in _graphs.dependencies(node))) != tuple(sorted(before)):
+                continue
+            if all(_graphs.kernel_node_word(node, off) == self._conditions[i].handle for _b, off, i in pending):
+                self._refs.setdefault(int(node), {}).update({off: i for _b, off, i in pending})
+                return
 
     def _suspend(self, kind: str):
         """End the stream's capture where a conditional node goes: (the graph being recorded
@@ -333,7 +400,7 @@ class Capture:
                                   "on the thread that began it")
         self._settle()
         status, graph, after = _graphs.capture_info(self._handle)
-        if status != "active":
+        if status != "active" or self._between is not None:
             raise self._not_recording(f"g.{kind}(...)", status)
         err, ended = _graphs.end_capture(self._handle)
         if err:
@@ -355,7 +422,7 @@ class Capture:
         _graphs.require("if_then")
         self._settle()
         status, graph, _after = _graphs.capture_info(self._handle)
-        if status != "active":
+        if status != "active" or self._between is not None:
             raise self._not_recording("g.condition()", status)
         handle = _graphs.conditional_handle(graph, _driver.current_context_key(), int(default), bool(reset))
         cond = Condition(self, handle, int(default), bool(reset), len(self._conditions), int(graph))
@@ -363,7 +430,7 @@ class Capture:
         return cond
 
     def _not_recording(self, what: str, status: str) -> NbjitGraphError:
-        if status == "none":  # between the bodies of an if_else or a switch
+        if status == "none" or self._between is not None:  # between the bodies of an if_else or a switch
             return NbjitGraphError(f"{what} inside `with g.if_else(c) as (then, otherwise):` or `with g.switch(c, n) "
                                    "as cases:` goes in a body: `with then:`, `with cases[i]:`")
         return NbjitGraphError(f"{what}: the capture on {self.stream!r} is {status}")
@@ -375,6 +442,8 @@ class Capture:
         if cond.capture is not self or cond not in self._conditions:
             raise NbjitGraphError(f"g.{kind}({cond!r}): the condition belongs to another capture (or an earlier "
                                   "capture of this one): make it with this capture's g.condition()")
+        if self._between is not None:
+            raise self._not_recording(f"g.{kind}(...)", "active")
         status, graph, _ = _graphs.capture_info(self._handle) if self._recording else ("none", None, ())
         if status == "active" and int(graph) != cond.graph:
             raise NbjitGraphError(f"g.{kind}({cond!r}): the condition was made in another graph level (a body "
@@ -404,27 +473,27 @@ class Capture:
     def _adopt(self, graph) -> None:
         """Make ``graph`` this capture's graph: update the instantiated one in place where
         the driver can, else instantiate it."""
-        old_graph = self._graph
-        self._closed = False  # (captured again after close())
-        if self._exec is not None:
-            done, _why = _graphs.exec_update(self._exec, graph)
-            if not done:
-                _graphs.release(None, self._exec)
-                self._exec = None
-        if self._exec is None:
-            self._exec = _graphs.instantiate(graph)
-            self._exec_int = _driver.as_int(self._exec)
+        old_graph, old_exec = self._graph, None
+        if self._exec is None or not _graphs.exec_update(self._exec, graph)[0]:
+            try:
+                new_exec = _graphs.instantiate(graph)
+            except BaseException:
+                _graphs.release(graph, None)  # (the graph before, and its instantiation, stay)
+                raise
+            old_exec, self._exec = self._exec, new_exec
+            self._exec_int = _driver.as_int(new_exec)
             self.instantiations += 1
+        self._closed = False  # (captured again after close())
         self._graph = graph
-        self._version += 1
+        self.version += 1
         self._nodes = None
         self.node_count = sum(1 for _ in walk(graph, self._conditionals))
-        if old_graph is not None:
-            _graphs.release(old_graph, None)
         if self._finalizer is not None:
             self._finalizer.detach()
         self._finalizer = weakref.finalize(self, _graphs.release, self._graph, self._exec)
         self._finalizer.atexit = False
+        if old_graph is not None or old_exec is not None:
+            _graphs.release(old_graph, old_exec)
 
     # ------------------------------------------------------------ replaying and updating
     def launch(self, stream: Any = None) -> None:
@@ -446,6 +515,31 @@ class Capture:
         if self._nodes is None:
             self._nodes = kernel_nodes(self, self._graph, self._conditionals)
         return self._nodes
+
+    def instantiated(self) -> int:
+        """The instantiated graph's handle, as an int (for node updates)."""
+        if self._exec is None:
+            raise self._nothing("capture first")
+        return self._exec_int
+
+    def begin_arguments(self) -> list:
+        """A node's new arguments are being packed (``KernelNode.set_args``): the list where the
+        conditions among them are noted, (parameter offset, condition)."""
+        self._setting = []
+        return self._setting
+
+    def end_arguments(self, node: int, given: list | None) -> None:
+        """The node's new arguments were taken (``given``: the conditions among them) or refused (None)."""
+        self._setting = None
+        if given is not None and (given or node in self._refs):
+            self._refs[node] = dict(given)
+
+    def recorded(self) -> "Recorded":
+        """What ``save`` needs of the capture: its graph, conditional nodes, conditions and
+        which kernel-node parameters took which condition."""
+        if self._exec is None:
+            raise self._nothing("capture first")
+        return Recorded(self._graph, dict(self._conditionals), tuple(self._conditions), dict(self._refs))
 
     @property
     def conditions(self) -> tuple[Condition, ...]:

@@ -63,6 +63,7 @@ class _Checker:
         self.doc, self.src = doc, src
         self.nodes = 0
         self.sizes: dict[str, int] = {}  # binding -> the bytes it spans
+        self.paths: set[tuple] = set()  # the graphs met: the top one, bodies
         self.readers: dict[int, list] = {}  # condition -> the paths of the graphs that read it
 
     def bad(self, where: str, what: str) -> NbjitGraphError:
@@ -73,9 +74,9 @@ class _Checker:
             raise self.bad(where, f"{v!r} is not an int from {lo} to {hi}")
         return v
 
-    def ints(self, v: Any, n: int | None, lo: int, hi: int, where: str) -> list[int]:
-        if not isinstance(v, list) or (n is not None and len(v) != n) or len(v) > 32:
-            raise self.bad(where, f"{v!r} is not a list of {n or 'at most 32'} ints")
+    def ints(self, v: Any, n: int | None, lo: int, hi: int, where: str, most: int = 32) -> list[int]:
+        if not isinstance(v, list) or (n is not None and len(v) != n) or len(v) > most:
+            raise self.bad(where, f"{v!r} is not a list of {n or f'at most {most}'} ints")
         return [self.int_in(x, lo, hi, where) for x in v]
 
     def fields(self, d: Any, want: set, where: str) -> dict:
@@ -122,7 +123,7 @@ class _Checker:
             self.int_in(c["default"], 0, (1 << 32) - 1, f"condition {i} default")
             if not isinstance(c["reset"], bool):
                 raise self.bad(f"condition {i}", "reset is true or false")
-            self.ints(c["graph"], None, 0, MAX_NODES, f"condition {i} graph")
+            self.ints(c["graph"], None, 0, MAX_NODES, f"condition {i} graph", most=2 * MAX_DEPTH)
 
     def ref(self, r: Any, span: int, where: str) -> None:
         """A [binding name, byte offset] pair of a memset or a copy that touches ``span`` bytes."""
@@ -141,7 +142,7 @@ class _Checker:
             what = "points" if span is None else f"with {span} bytes from there, reaches"
             raise self.bad(where, f"byte {delta} of binding {name!r} {what} past its {size} bytes")
 
-    def kernel_node(self, n: dict, where: str) -> None:
+    def kernel_node(self, n: dict, path: list[int], where: str) -> None:
         self.fields(n, {"kind", "after", "kernel", "grid", "block", "shared", "enabled", "params", "layout", "refs"},
                     where)
         self.int_in(n["kernel"], 0, len(self.doc["kernels"]) - 1, where + " kernel")
@@ -172,7 +173,11 @@ class _Checker:
             if r[1] == "binding" and len(r) == 4:
                 self.binding_at(r[2], r[3], None, where)
             elif r[1] == "condition" and len(r) == 3:
-                self.int_in(r[2], 0, len(self.doc["conditions"]) - 1, where + " condition")
+                made = self.doc["conditions"][self.int_in(r[2], 0, len(self.doc["conditions"]) - 1,
+                                                          where + " condition")]["graph"]
+                if path[:len(made)] != made:
+                    raise self.bad(where, f"condition {r[2]} was made in graph {made}, which is neither this node's "
+                                          "graph nor one around it")
             else:
                 raise self.bad(where, f"ref {r!r} has the wrong number of fields")
 
@@ -184,11 +189,11 @@ class _Checker:
         self.nodes += 1
         if self.nodes > MAX_NODES:
             raise self.bad("graph", f"more than {MAX_NODES} nodes")
-        after = self.ints(n.get("after"), None, 0, MAX_NODES, where + " after")
+        after = self.ints(n.get("after"), None, 0, MAX_NODES, where + " after", most=MAX_NODES)
         if any(j >= i for j in after):
             raise self.bad(where, f"it follows nodes {after}: a node follows only nodes before it")
         if kind == "kernel":
-            self.kernel_node(n, where)
+            self.kernel_node(n, path, where)
         elif kind == "memset":
             self.fields(n, {"kind", "after", "enabled", "dst", "value", "element_size", "width", "height", "pitch"},
                         where)
@@ -224,6 +229,7 @@ class _Checker:
             self.graph(body, path + [i, b], depth + 1)
 
     def graph(self, nodes: Any, path: list[int], depth: int) -> None:
+        self.paths.add(tuple(path))
         if not isinstance(nodes, list):
             raise self.bad(f"graph {path}", "not a list of nodes")
         for i, n in enumerate(nodes):
@@ -241,6 +247,8 @@ def check_description(doc: Any, src: str) -> dict:
     c.conditions()
     c.graph(doc["graph"], [], 0)
     for i, cond in enumerate(doc["conditions"]):
+        if tuple(cond["graph"]) not in c.paths:
+            raise c.bad(f"condition {i}", f"made in graph {cond['graph']}, which the graph has not")
         for path in c.readers.get(i, []):
             if path != cond["graph"]:
                 raise c.bad(f"condition {i}", f"made in graph {cond['graph']} but read by a conditional node of "

@@ -10,6 +10,7 @@ what the node runs now, which a later ``set_grid`` hands over again and ``save``
 from __future__ import annotations
 
 import ctypes
+import struct
 from typing import Any, Iterator
 
 from nbjit.errors import NbjitGraphError
@@ -21,7 +22,7 @@ from nbjit.launch.kernel import kernel_of_function
 __all__ = ["KernelNode", "GraphNodes", "walk"]
 
 
-def walk(graph, conditionals: dict, path: tuple = ()) -> Iterator[tuple[tuple, Any, str]]:
+def walk(graph: Any, conditionals: dict, path: tuple = ()) -> Iterator[tuple[tuple, Any, str]]:
     """(path, node, kind) for every node of ``graph``, in the driver's order, each
     conditional node followed by the nodes of its bodies (depth first). ``path`` names the
     graph a node is in: () the top graph, (i, b, ...) body b of the conditional node that is
@@ -42,7 +43,7 @@ class KernelNode:
 
     __slots__ = ("owner", "node", "func", "kernel", "name", "grid", "block", "shared", "enabled", "path",
                  "layout", "data", "_view", "_ptrs", "_addr", "_ptrs_addr", "_version", "_node_int", "_set",
-                 "_configs")
+                 "_configs", "complete")
 
     def __init__(self, owner, path: tuple, func: int, kernel, name: str, launch: tuple, layout: list):
         """A node of ``owner`` (the Capture or loaded graph: its instantiated graph is
@@ -51,7 +52,7 @@ class KernelNode:
         (zeros: ``of_graph`` copies the graph's, a loaded graph writes what it saved)."""
         self.owner, self.path, self.func, self.kernel, self.name = owner, path, func, kernel, name
         self.grid, self.block, self.shared = launch
-        self._version = owner._version
+        self._version = owner.version
         self.node = None
         self._node_int = 0
         self.enabled = True
@@ -61,6 +62,9 @@ class KernelNode:
         if kernel is not None:
             size = max(size, kernel._loaded().sig.size)
         self.layout = tuple(layout)
+        # where each of the kernel's parameters lies is known (or nbjit does not know the kernel): its
+        # arguments can be set in place and saved
+        self.complete = kernel is None or len(layout) == len(kernel._loaded().param_offsets or kernel.params)
         self.data = bytearray(max(1, size))
         self._view = (ctypes.c_char * len(self.data)).from_buffer(self.data)  # (pins it in place)
         self._addr = ctypes.addressof(self._view)
@@ -93,56 +97,63 @@ class KernelNode:
     def _exec(self) -> int:
         """The owner's instantiated graph (its handle as an int), where this node is of it."""
         owner = self.owner
-        if owner._exec is None:
-            raise owner._nothing("capture first")
-        if owner._version != self._version:
+        ex = owner.instantiated()
+        if owner.version != self._version:
             raise NbjitGraphError(f"node {self.name!r} belongs to the graph as it was before it was captured again: "
                                   "list g.nodes again")
-        return owner._exec_int
+        return ex
 
     def set_args(self, *args) -> None:
         """Give the node new arguments (of the kernel's signature, checked and packed as a
-        launch's are); the next replay runs with them."""
-        owner = self.owner
-        ex = owner._exec_int if owner._version == self._version and owner._exec is not None else self._exec()
+        launch's are); the next replay runs with them. Refused, the node keeps its arguments."""
+        ex = self._exec()
         setter = self._set or self._setter()
-        owner._setting = given = []  # the graph conditions among the arguments, where they go
+        owner = self.owner
+        given = owner.begin_arguments()  # (the graph conditions among them, where they go)
+        err = 1
         try:
-            err = setter(ex, self._node_int, args, self._addr, self._ptrs_addr)
+            err = setter(ex, self._node_int, args, self._addr, len(self.data))
         finally:
-            owner._setting = None
+            owner.end_arguments(self._node_int, None if err else given)
         if err:
             raise self._refused(err, "new arguments")
-        if given or self._node_int in owner._refs:
-            owner._refs[self._node_int] = dict(given)
 
     def _setter(self):
-        """``set_node(graph_exec, node, args, buf, ptrs) -> CUresult`` of the kernel's launcher
-        for this node's configuration: nbjit's C one, else the same rules in Python."""
+        """``set_node(graph_exec, node, args, buf, buf_size) -> CUresult`` of the kernel's
+        launcher for this node's configuration: nbjit's C one, else the same rules in Python;
+        either copies the arguments into the node's buffer once the driver took them."""
         if self.kernel is None:
             raise NbjitGraphError(f"node {self.name!r} runs a kernel nbjit did not launch (Numba launched it "
                                   "itself): launch it through nbjit in the capture (nbjit.from_numba(kernel, "
                                   "signature)) to update its arguments")
+        if not self.complete:
+            raise NbjitGraphError(f"node {self.name!r}: the driver (older than CUDA 12.4) does not say where this "
+                                  "kernel's parameters lie, so its arguments cannot be set in place: capture again")
         launcher = self.kernel[self.grid, self.block, 0, self.shared]
         if _graphs.node_calls() is not None and hasattr(launcher, "set_node"):
             self._set = launcher.set_node
         else:
-            def set_node(ex, node, args, _buf, _ptrs):
+            def set_node(ex, node, args, _buf, _size):
                 packed = launcher._pack(args)
+                kept = bytes(self.data[:len(packed)])
                 self.data[:len(packed)] = packed
-                return self._hand_over(ex)
+                err = self._hand_over(ex)
+                if err:
+                    self.data[:len(packed)] = kept
+                return err
             self._set = set_node
         return self._set
 
-    def set_grid(self, grid, block=None, shared: int | None = None) -> None:
+    def set_grid(self, grid: int | tuple, block: int | tuple | None = None, shared: int | None = None) -> None:
         """Give the node a new grid (and block, dynamic shared memory), its arguments kept."""
         ex = self._exec()
-        key = (grid, block, shared)
+        if not self.complete:
+            self._setter()  # (says why not)
+        key = (grid, self.block if block is None else block, self.shared if shared is None else shared)
         try:
             c = self._configs[key]
         except (KeyError, TypeError):  # (TypeError: a list, unhashable)
-            c = LaunchConfig.make(grid, self.block if block is None else block, None,
-                                  self.shared if shared is None else shared, kernel=self.name)
+            c = LaunchConfig.make(*key[:2], None, key[2], kernel=self.name)
             if len(self._configs) < 64 and type(grid) is not list and type(block) is not list:
                 self._configs[key] = c
         old = self.grid, self.block, self.shared
@@ -153,6 +164,17 @@ class KernelNode:
             raise self._refused(err, f"grid {c.grid}, block {c.block}, {c.shared} bytes of shared memory")
         if old != (c.grid, c.block, c.shared):
             self._set = None  # (the launcher of the new configuration hands arguments over)
+
+    def set_word(self, offset: int, value: int) -> None:
+        """Write the 8-byte word at byte ``offset`` of the node's parameters (an address, a
+        handle) and hand them over; refused, the node keeps its parameters."""
+        ex = self._exec()
+        kept = bytes(self.data[offset:offset + 8])
+        struct.pack_into("<Q", self.data, offset, value)
+        err = self._hand_over(ex)
+        if err:
+            self.data[offset:offset + 8] = kept
+            raise self._refused(err, f"a new word at byte {offset}")
 
     def _hand_over(self, ex: int) -> int:
         """The node's configuration and its buffer's parameters to the instantiated graph."""
@@ -222,7 +244,7 @@ class GraphNodes:
         return f"<{len(self._items)} kernel nodes: {[n.name for n in self._items]}>"
 
 
-def kernel_nodes(owner, graph, conditionals: dict) -> GraphNodes:
+def kernel_nodes(owner: Any, graph: Any, conditionals: dict) -> GraphNodes:
     """``GraphNodes`` of ``owner``'s graph (a Capture or a loaded graph)."""
     return GraphNodes([KernelNode.of_graph(owner, node, path)
                        for path, node, kind in walk(graph, conditionals) if kind == "kernel"])

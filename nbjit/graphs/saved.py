@@ -16,7 +16,7 @@ import json
 import os
 import struct
 import weakref
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
@@ -32,7 +32,10 @@ from nbjit.records import record
 
 __all__ = ["save_graph", "load_graph", "LoadedGraph", "array_facts", "graph_summary"]
 
-_WORD = struct.Struct("<Q")
+if TYPE_CHECKING:
+    from nbjit.graphs.capture import Capture
+
+_WORD = struct.Struct("<Q")  # (an 8-byte parameter word: an address, a handle)
 
 
 @record
@@ -89,7 +92,7 @@ class _Describer:
     """A captured graph described as ``file_format`` lays it out."""
 
     def __init__(self, g, bindings: Mapping[str, Any]):
-        self.g = g
+        self.rec = g.recorded()
         self.arrays = {name: array_facts(a, name) for name, a in bindings.items()}
         for name in self.arrays:
             if not BINDING_NAME.fullmatch(name):
@@ -99,7 +102,7 @@ class _Describer:
         self.kernel_index: dict[tuple, int] = {}
         self.images: dict[int, tuple[str, Any]] = {}  # id(module) -> (image name, Image)
         self.graph_paths: dict[int, list[int]] = {}
-        self.nodes = {int(n.node): n for n in g.nodes}
+        self.nodes = {int(n.node): n for n in g.nodes}  # (the nodes' parameters as they are now)
 
     def binding(self, v: int) -> tuple[str, int] | None:
         for name, f in self.arrays.items():
@@ -133,9 +136,17 @@ class _Describer:
 
     def kernel_node(self, node, after: list[int], where: str) -> dict:
         kn = self.nodes[int(node)]
+        attrs = _graphs.kernel_node_launch_attributes(node)
+        if attrs:
+            raise NbjitGraphError(f"{where} ({kn.name!r}) is launched with {' and '.join(attrs)}, which a saved graph "
+                                  "does not hold: launch it without (a cluster shape compiled in, __cluster_dims__, "
+                                  "is the kernel's own and is kept)")
+        if not kn.complete:
+            raise NbjitGraphError(f"{where} ({kn.name!r}): the driver (older than CUDA 12.4) does not say where the "
+                                  "kernel's parameters lie, so they cannot be saved")
         data = bytes(kn.data[:max((o + n for o, n in kn.layout), default=0)])
-        handles = [c.handle for c in self.g.conditions]
-        given = {off: i for off, i in self.g._refs.get(int(node), {}).items()  # (conditions the launch was given)
+        handles = [c.handle for c in self.rec.conditions]
+        given = {off: i for off, i in self.rec.refs.get(int(node), {}).items()  # (conditions the launch was given)
                  if off + 8 <= len(data) and _WORD.unpack_from(data, off)[0] == handles[i]}
         refs: list[list] = [[off, "condition", i] for off, i in sorted(given.items())]
         for off, size in kn.layout:
@@ -169,7 +180,7 @@ class _Describer:
         if kind == "empty":
             return {"kind": "empty", "after": after}
         if kind == "conditional":
-            c = self.g._conditionals[int(node)]
+            c = self.rec.conditionals[int(node)]
             return {"kind": "conditional", "after": after, "type": c.kind, "condition": c.condition.index,
                     "bodies": [self.graph(b, path + [i, n]) for n, b in enumerate(c.bodies)]}
         raise NbjitGraphError(f"{where} is a {kind} node, which a saved graph cannot hold (kernels, memsets, copies "
@@ -183,16 +194,16 @@ class _Describer:
                 for i, n in enumerate(nodes)]
 
     def describe(self) -> tuple[dict, dict]:
-        top = self.graph(self.g._graph, [])
+        top = self.graph(self.rec.graph, [])
         conditions = [{"default": c.default, "reset": c.reset, "graph": self.graph_paths.get(c.graph, [])}
-                      for c in self.g.conditions]
+                      for c in self.rec.conditions]
         doc = {"format": FORMAT, "version": VERSION, "kernels": self.kernels,
                "bindings": {name: f.to_json() for name, f in self.arrays.items()}, "conditions": conditions,
                "graph": top}
         return doc, {name: image for name, image in self.images.values()}
 
 
-def save_graph(g, path: str | os.PathLike, bindings: Mapping[str, Any]) -> None:
+def save_graph(g: "Capture", path: str | os.PathLike, bindings: Mapping[str, Any]) -> None:
     """``Capture.save``: the graph and its kernels' images written to ``path`` (whole or not at all)."""
     if not isinstance(bindings, Mapping):
         raise NbjitGraphError(f"bindings is a dict {{name: device array}}, not {type(bindings).__name__}")
@@ -244,9 +255,7 @@ class LoadedGraph:
         self._kernel_nodes: list[KernelNode] = []
         self._kernel_docs: list[dict] = []
         self._ctx = _driver.current_context_key()
-        self._version = 1
-        self._setting: list | None = None  # (nodes.py: the conditions a node's new arguments hold)
-        self._refs: dict[int, dict[int, int]] = {}
+        self.version = 1
         self._exec = None
         self._graph = _graphs.new_graph()
         try:
@@ -262,6 +271,19 @@ class LoadedGraph:
         for kn, n in zip(self._kernel_nodes, self._kernel_docs):
             if not n["enabled"]:
                 kn.disable()
+
+    def instantiated(self) -> int:
+        """The instantiated graph's handle, as an int (for node updates)."""
+        if self._exec is None:
+            raise self._nothing("")
+        return self._exec_int
+
+    def begin_arguments(self) -> list:
+        """(``KernelNode.set_args``: a loaded graph's conditions are its own, never given anew.)"""
+        return []
+
+    def end_arguments(self, node: int, given: list | None) -> None:
+        """(Nothing to note: see ``begin_arguments``.)"""
 
     @property
     def bindings(self) -> dict[str, str]:
@@ -307,9 +329,18 @@ class LoadedGraph:
         """A kernel node as saved: its parameters, the bindings' and conditions' words written."""
         kernel = self._kernels[n["kernel"]]
         label = self._doc["kernels"][n["kernel"]]["label"]
-        kn = KernelNode(self, path, _driver.as_int(kernel._loaded().func), kernel, label,
-                        (tuple(n["grid"]), tuple(n["block"]), n["shared"]), n["layout"])
+        func = _driver.as_int(kernel._loaded().func)
+        layout = [tuple(pair) for pair in n["layout"]]
+        known = _graphs.function_params(func) or (
+            [(q.offset, q.size) for q in kernel.params] if kernel.info.launch_offsets is None else None)
+        if known is not None and layout != known:
+            raise NbjitGraphError(f"{self.source}: kernel {label!r}: the saved parameters lie at {layout}, and the "
+                                  f"kernel's at {known} (the file was altered, or its image is of another kernel)")
+        kn = KernelNode(self, path, func, kernel, label, (tuple(n["grid"]), tuple(n["block"]), n["shared"]), layout)
         saved = bytes.fromhex(n["params"])
+        if len(saved) > len(kn.data):
+            raise NbjitGraphError(f"{self.source}: kernel {label!r}: {len(saved)} bytes of saved parameters, and the "
+                                  f"kernel takes {len(kn.data)}")
         kn.data[:len(saved)] = saved
         for ref in n["refs"]:
             if ref[1] == "condition":
@@ -352,18 +383,21 @@ class LoadedGraph:
         instantiated graph. Each must match its binding's element type, shape and strides."""
         checked = {name: _bound(self.source, name, self._doc["bindings"].get(name), a) for name, a in arrays.items()}
         ex = self._exec
+        if ex is None:
+            raise self._nothing("")
         for name, facts in checked.items():
+            before = self._keep.get(name)
+            self._keep[name] = (arrays[name], before)  # (both alive until every node uses the new one)
             for use in self._uses[name]:
                 address = facts.ptr + use.delta
                 if use.kind == "kernel":
-                    kn = use.node
-                    _WORD.pack_into(kn.data, use.offset, address)
-                    err = kn._hand_over(self._exec_int)
-                else:
-                    use.fields[use.field] = address
-                    setter = _graphs.set_memset_node if use.kind == "memset" else _graphs.set_memcpy_node
-                    err = setter(ex, use.node, self._ctx, use.fields)
+                    use.node.set_word(use.offset, address)
+                    continue
+                kept, use.fields[use.field] = use.fields[use.field], address
+                setter = _graphs.set_memset_node if use.kind == "memset" else _graphs.set_memcpy_node
+                err = setter(ex, use.node, self._ctx, use.fields)
                 if err:
+                    use.fields[use.field] = kept
                     raise NbjitGraphError(f"{self.source}: rebinding {name!r}: the driver refused a node update: "
                                           f"{_driver.error_text(err)}")
             self._arrays[name] = facts

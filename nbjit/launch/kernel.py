@@ -103,13 +103,16 @@ class _State:
 
 
 # CUfunction address -> (the module's weak reference, recipe, state) of every kernel made live
-# in this process: what a graph's kernel node runs, found again (graph_nodes.py)
+# in this process: what a graph's kernel node runs, found again (graphs/nodes.py)
 _BY_FUNCTION: dict[int, tuple] = {}
 
 
-def remember_function(module, recipe: tuple, state: _State) -> None:
-    """Note which kernel ``state.func`` is (forgotten when its module goes)."""
+def remember_function(module, recipe: tuple, state: _State, replace: bool = True) -> None:
+    """Note which kernel ``state.func`` is (forgotten when its module goes); ``replace=False``:
+    unless it is noted already (a kernel typed by a signature of its own is the same function)."""
     key = _driver.as_int(state.func)
+    if not replace and key in _BY_FUNCTION and _BY_FUNCTION[key][0]() is not None:
+        return
 
     def forget(ref, key=key):
         if _BY_FUNCTION.get(key, (None,))[0] is ref:

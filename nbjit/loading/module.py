@@ -383,7 +383,7 @@ class Module:
         if signature is not None or extra:
             st = self._make_state(live, real, asked or real, signature, extra)
             st.recipe = recipe
-            remember_function(self, recipe, st)
+            remember_function(self, recipe, st, replace=False)
             return st
         with live.lock:
             st = live.states.get(real)

@@ -36,3 +36,12 @@ def test_modes_and_the_default_stream_are_refused():
         Capture(None, mode="everything")
     with pytest.raises(NbjitGraphError, match="the default stream cannot be captured"):
         Capture(None)
+
+
+def test_conditional_nodes_are_added_with_edge_data_on_either_bindings():
+    """cuda-bindings 13's cuGraphAddNode takes edge data, 12's cuGraphAddNode_v2 does (its
+    cuGraphAddNode does not): the call nbjit adds a conditional node with takes five arguments."""
+    pytest.importorskip("cuda.bindings")
+    from nbjit.gpu import graphs
+    fn = graphs.add_node_call()
+    assert "dependencyData" in fn.__doc__.splitlines()[0], fn.__doc__.splitlines()[0]

@@ -43,7 +43,7 @@ def test_switched_off_kernels_index_and_launch_in_python():
     """Every user of the extension follows the one decision: the kernel's indexing, the
     launcher, the launch primitive (and the current context, asked of the bindings)."""
     code = ("import nbjit.launch.kernel as K, nbjit.launch.launchers as L, nbjit.gpu.driver as D\n"
-            "print(K.Kernel.__base__.__name__, L._CLauncher, D.backend().name, D._c_context_getter(None))")
+            "print(K.Kernel.__base__.__name__, L._CLauncher, D.backend().name, D._c_context_getter())")
     env = {**os.environ, "NBJIT_PURE_PYTHON": "1"}
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert r.stdout == "_PyIndexing None python False\n", r.stderr

@@ -167,12 +167,41 @@ static int as_uint(PyObject *o, unsigned *out) {
     return 0;
 }
 
+/* `n` addresses from Python ints (0: NULL); -1 with the error set. */
+static int as_pointers(PyObject *const *args, Py_ssize_t n, void **out) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        out[i] = PyLong_AsVoidPtr(args[i]);
+        if (out[i] == NULL && PyErr_Occurred()) return -1;
+    }
+    return 0;
+}
+
+/* A launch's 7 dimensions (grid, block, dynamic shared memory bytes); -1 with the error set. */
+static int as_dims(PyObject *const *args, unsigned *d) {
+    for (int i = 0; i < 7; i++)
+        if (as_uint(args[i], &d[i]) < 0) return -1;
+    return 0;
+}
+
+/* An argument count and a driver entry point checked; -1 with the error set. */
+static int check_call(Py_ssize_t nargs, Py_ssize_t want, const char *usage, void *entry, const char *entry_name) {
+    if (nargs != want) {
+        PyErr_Format(PyExc_TypeError, "%s takes %zd arguments", usage, want);
+        return -1;
+    }
+    if (entry == NULL) {
+        PyErr_Format(PyExc_RuntimeError, "nbjit.gpu._launcher: no %s set", entry_name);
+        return -1;
+    }
+    return 0;
+}
+
 /* launch(func, gx, gy, gz, bx, by, bz, shared, stream, params[, attributes]) -> CUresult as int. */
 static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     unsigned d[7];
     unsigned long long attrs[MAX_ATTRS * ATTR_WORDS];
-    void *f, *stream, *params;
-    int i, r, nattrs = 0;
+    void *f, *sp[2];
+    int nattrs = 0;
     if (nargs != 10 && nargs != 11) {
         PyErr_SetString(PyExc_TypeError, "launch takes 10 or 11 arguments");
         return NULL;
@@ -182,16 +211,8 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_RuntimeError, "nbjit.gpu._launcher: no entry point set");
         return NULL;
     }
-    f = PyLong_AsVoidPtr(args[0]);
-    if (f == NULL && PyErr_Occurred()) return NULL;
-    for (i = 0; i < 7; i++)
-        if (as_uint(args[1 + i], &d[i]) < 0) return NULL;
-    stream = PyLong_AsVoidPtr(args[8]);
-    if (stream == NULL && PyErr_Occurred()) return NULL;
-    params = PyLong_AsVoidPtr(args[9]);
-    if (params == NULL && PyErr_Occurred()) return NULL;
-    r = launch_any(f, d, stream, (void **)params, attrs, nattrs);
-    return PyLong_FromLong(r);
+    if (as_pointers(args, 1, &f) < 0 || as_dims(args + 1, d) < 0 || as_pointers(args + 8, 2, sp) < 0) return NULL;
+    return PyLong_FromLong(launch_any(f, d, sp[0], (void **)sp[1], attrs, nattrs));
 }
 
 /* set_kernel_node(graph_exec, node, func, gx, gy, gz, bx, by, bz, shared, params) -> CUresult:
@@ -199,43 +220,21 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *set_kernel_node(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     void *h[3], *params;
     unsigned d[7];
-    int i;
-    if (nargs != 11) {
-        PyErr_SetString(PyExc_TypeError, "set_kernel_node takes 11 arguments");
+    if (check_call(nargs, 11, "set_kernel_node", p_node_set, "cuGraphExecKernelNodeSetParams") < 0 ||
+        as_pointers(args, 3, h) < 0 || as_dims(args + 3, d) < 0 || as_pointers(args + 10, 1, &params) < 0)
         return NULL;
-    }
-    if (p_node_set == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "nbjit.gpu._launcher: no cuGraphExecKernelNodeSetParams set");
-        return NULL;
-    }
-    for (i = 0; i < 3; i++) {
-        h[i] = PyLong_AsVoidPtr(args[i]);
-        if (h[i] == NULL && PyErr_Occurred()) return NULL;
-    }
-    for (i = 0; i < 7; i++)
-        if (as_uint(args[3 + i], &d[i]) < 0) return NULL;
-    params = PyLong_AsVoidPtr(args[10]);
-    if (params == NULL && PyErr_Occurred()) return NULL;
     kernel_node_params p = {h[2], d[0], d[1], d[2], d[3], d[4], d[5], d[6], (void **)params, NULL, NULL, NULL};
     return PyLong_FromLong(p_node_set(h[0], h[1], &p));
 }
 
 /* set_node_enabled(graph_exec, node, on) -> CUresult */
 static PyObject *set_node_enabled(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    void *exec, *node;
+    void *h[2];
     unsigned on;
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "set_node_enabled takes 3 arguments");
+    if (check_call(nargs, 3, "set_node_enabled", p_node_enable, "cuGraphNodeSetEnabled") < 0 ||
+        as_pointers(args, 2, h) < 0 || as_uint(args[2], &on) < 0)
         return NULL;
-    }
-    if (p_node_enable == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "nbjit.gpu._launcher: no cuGraphNodeSetEnabled set");
-        return NULL;
-    }
-    exec = PyLong_AsVoidPtr(args[0]);
-    node = PyLong_AsVoidPtr(args[1]);
-    if (PyErr_Occurred() || as_uint(args[2], &on) < 0) return NULL;
-    return PyLong_FromLong(p_node_enable(exec, node, on));
+    return PyLong_FromLong(p_node_enable(h[0], h[1], on));
 }
 
 /* ------------------------------------------------------------------ Launcher */
@@ -931,12 +930,32 @@ static void point_into(Launcher *self, unsigned char *buf, void **ptrs) {
         for (i = 0; i < self->n; i++) ptrs[i] = buf + self->offsets[i];
 }
 
-static PyObject *launcher_call(PyObject *op, PyObject *args, PyObject *kwds) {
-    Launcher *self = (Launcher *)op;
+/* A call's parameter buffer and pointer array: the stack's where they fit, else the heap's. */
+typedef struct {
     unsigned char stack_buf[STACK_BYTES];
     void *stack_ptrs[STACK_PARAMS];
-    unsigned char *buf = stack_buf;
-    void **ptrs = stack_ptrs;
+    unsigned char *buf;
+    void **ptrs;
+} call_space;
+
+static int open_space(Launcher *self, call_space *c) {
+    c->buf = self->size > STACK_BYTES ? PyMem_Malloc(self->size) : c->stack_buf;
+    c->ptrs = self->nparams > STACK_PARAMS ? PyMem_Malloc(sizeof(void *) * self->nparams) : c->stack_ptrs;
+    if (c->buf == NULL || c->ptrs == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+static void close_space(call_space *c) {
+    if (c->buf != NULL && c->buf != c->stack_buf) PyMem_Free(c->buf);
+    if (c->ptrs != NULL && c->ptrs != c->stack_ptrs) PyMem_Free(c->ptrs);
+}
+
+static PyObject *launcher_call(PyObject *op, PyObject *args, PyObject *kwds) {
+    Launcher *self = (Launcher *)op;
+    call_space c;
     int r;
     PyObject *result = NULL;
 
@@ -948,18 +967,12 @@ static PyObject *launcher_call(PyObject *op, PyObject *args, PyObject *kwds) {
         PyErr_SetString(PyExc_RuntimeError, "nbjit.gpu._launcher: no entry point set");
         return NULL;
     }
-    if (self->size > STACK_BYTES) buf = PyMem_Malloc(self->size);
-    if (self->nparams > STACK_PARAMS) ptrs = PyMem_Malloc(sizeof(void *) * self->nparams);
-    if (buf == NULL || ptrs == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    if (pack_all(self, args, buf) < 0) goto done;
-    point_into(self, buf, ptrs);
+    if (open_space(self, &c) < 0 || pack_all(self, args, c.buf) < 0) goto done;
+    point_into(self, c.buf, c.ptrs);
     /* on a failure, on_error raises, or returns True once it has put right what failed (a
      * thread with no current context): then the launch goes again, once */
     for (int attempt = 0;; attempt++) {
-        r = launch_any(self->func, self->dims, self->stream, self->nparams ? ptrs : NULL, self->attrs,
+        r = launch_any(self->func, self->dims, self->stream, self->nparams ? c.ptrs : NULL, self->attrs,
                        self->nattrs);
         if (r == 0) break;
         PyObject *code = PyLong_FromLong(r);
@@ -976,8 +989,7 @@ static PyObject *launcher_call(PyObject *op, PyObject *args, PyObject *kwds) {
     Py_INCREF(Py_None);
     result = Py_None;
 done:
-    if (buf != stack_buf) PyMem_Free(buf);
-    if (ptrs != stack_ptrs) PyMem_Free(ptrs);
+    close_space(&c);
     return result;
 }
 
@@ -987,45 +999,35 @@ done:
  * least the kernel's parameter buffer): the node's arguments as they now are. */
 static PyObject *launcher_set_node(PyObject *op, PyObject *const *argv, Py_ssize_t nargs) {
     Launcher *self = (Launcher *)op;
-    unsigned char stack_buf[STACK_BYTES];
-    void *stack_ptrs[STACK_PARAMS];
-    unsigned char *tmp = stack_buf;
-    void **ptrs = stack_ptrs, *exec, *node, *buf;
+    call_space c;
+    void *h[2], *buf;
     Py_ssize_t buf_size;
     PyObject *result = NULL;
-    if (nargs != 5 || !PyTuple_Check(argv[2])) {
-        PyErr_SetString(PyExc_TypeError, "set_node(graph_exec, node, args: tuple, buf, buf_size)");
+    if (check_call(nargs, 5, "set_node(graph_exec, node, args: tuple, buf, buf_size)", p_node_set,
+                 "cuGraphExecKernelNodeSetParams") < 0 || as_pointers(argv, 2, h) < 0 ||
+        as_pointers(argv + 3, 1, &buf) < 0)
         return NULL;
-    }
-    if (p_node_set == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "nbjit.gpu._launcher: no cuGraphExecKernelNodeSetParams set");
-        return NULL;
-    }
-    exec = PyLong_AsVoidPtr(argv[0]);
-    node = PyLong_AsVoidPtr(argv[1]);
-    buf = PyLong_AsVoidPtr(argv[3]);
     buf_size = PyLong_AsSsize_t(argv[4]);
-    if (PyErr_Occurred()) return NULL;
+    if (buf_size == -1 && PyErr_Occurred()) return NULL;
+    if (!PyTuple_Check(argv[2])) {
+        PyErr_SetString(PyExc_TypeError, "set_node: the arguments are a tuple");
+        return NULL;
+    }
     if (buf == NULL || buf_size < self->size) {
         PyErr_SetString(PyExc_ValueError, "set_node: the node's buffer is smaller than the kernel's parameters");
         return NULL;
     }
-    if (self->size > STACK_BYTES) tmp = PyMem_Malloc(self->size);
-    if (self->nparams > STACK_PARAMS) ptrs = PyMem_Malloc(sizeof(void *) * self->nparams);
-    if (tmp == NULL || ptrs == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    if (pack_all(self, argv[2], tmp) < 0) goto done;
-    point_into(self, tmp, ptrs);
+    c.buf = NULL;
+    c.ptrs = NULL;
+    if (open_space(self, &c) < 0 || pack_all(self, argv[2], c.buf) < 0) goto done;
+    point_into(self, c.buf, c.ptrs);
     kernel_node_params p = {self->func, self->dims[0], self->dims[1], self->dims[2], self->dims[3], self->dims[4],
-                            self->dims[5], self->dims[6], self->nparams ? ptrs : NULL, NULL, NULL, NULL};
-    int r = p_node_set(exec, node, &p);
-    if (r == 0 && self->size) memcpy(buf, tmp, self->size);
+                            self->dims[5], self->dims[6], self->nparams ? c.ptrs : NULL, NULL, NULL, NULL};
+    int r = p_node_set(h[0], h[1], &p);
+    if (r == 0 && self->size) memcpy(buf, c.buf, self->size);
     result = PyLong_FromLong(r);
 done:
-    if (tmp != stack_buf) PyMem_Free(tmp);
-    if (ptrs != stack_ptrs) PyMem_Free(ptrs);
+    close_space(&c);
     return result;
 }
 

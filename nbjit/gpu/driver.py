@@ -167,24 +167,30 @@ def current_context_key() -> int:
         # (cuGetProcAddress through the bindings, cold) cost a fresh process's first compile
         # ~40 us on the H200, which a process that asks once never earns back
         if _CTX_ASKED[0]:
-            _CTX_GETTER[0] = _c_context_getter(cu)
+            _CTX_GETTER[0] = _c_context_getter()
         _CTX_ASKED[0] = True
     return key
 
 
-def _c_context_getter(cu):
+def set_entry_point(ext, name: str) -> bool:
+    """Hand nbjit's C extension ``ext`` the driver's function ``name`` (cuGetProcAddress, for
+    this driver's version); False where the driver has none."""
+    cu = _cu()
+    res = cu.cuGetProcAddress(name.encode(), driver_version(), cu.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_DEFAULT)
+    if res[0] != 0 or not int(res[1]):
+        return False
+    ext.set_entry_point(name, int(res[1]))
+    return True
+
+
+def _c_context_getter():
     """nbjit's C call of the driver's cuCtxGetCurrent (a tenth of the binding's cost), or
     False where the extension is not used (then never asked again)."""
     _launch = extension.extension()
     if _launch is None:
         return False
     try:
-        res = cu.cuGetProcAddress(b"cuCtxGetCurrent", driver_version(),
-                                  cu.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_DEFAULT)
-        if res[0] != 0 or not int(res[1]):
-            return False
-        _launch.set_entry_point("cuCtxGetCurrent", int(res[1]))
-        return _launch.current_context
+        return _launch.current_context if set_entry_point(_launch, "cuCtxGetCurrent") else False
     except Exception:  # a driver without the entry point: the bindings' call serves
         return False
 
@@ -451,17 +457,9 @@ def backend() -> Backend:
     try:
         if _launch is None:
             raise ImportError("nbjit's C extension is not built, or NBJIT_PURE_PYTHON is set")
-        res = cu.cuGetProcAddress(b"cuLaunchKernel", driver_version(),
-                                  cu.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_DEFAULT)
-        if res[0] != 0 or not int(res[1]):
+        if not set_entry_point(_launch, "cuLaunchKernel"):
             raise RuntimeError("cuGetProcAddress(cuLaunchKernel) failed")
-        _launch.set_entry_point("cuLaunchKernel", int(res[1]))
-        ex = cu.cuGetProcAddress(b"cuLaunchKernelEx", driver_version(),
-                                 cu.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_DEFAULT)
-        extended = ex[0] == 0 and bool(int(ex[1]))
-        if extended:
-            _launch.set_entry_point("cuLaunchKernelEx", int(ex[1]))
-        return Backend("c", _launch.launch, int, extended)
+        return Backend("c", _launch.launch, int, set_entry_point(_launch, "cuLaunchKernelEx"))
     except Exception:  # no C extension (or an unexpected driver): the portable path
         bound = cu.cuLaunchKernel
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from nbjit.errors import NbjitGraphError, NbjitLaunchError
 from nbjit.gpu import extension
-from nbjit.gpu.driver import _cu, as_int, check, driver_version, error_text, free, param_info
+from nbjit.gpu.driver import _cu, as_int, check, driver_version, error_text, free, param_info, set_entry_point
 from nbjit.records import record
 
 __all__: list[str] = []
@@ -30,7 +30,6 @@ CAPTURE_ERRORS = {900: "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED", 901: "CUDA_ERROR
 NEEDS = {
     "while_loop": (12040, "CUDA 12.4"), "if_then": (12040, "CUDA 12.4"),
     "if_else": (12080, "CUDA 12.8"), "switch": (12080, "CUDA 12.8"),
-    "capture into a body": (12030, "CUDA 12.3"),
 }
 CONDITIONAL_TYPES = {"if_then": 0, "if_else": 0, "while_loop": 1, "switch": 2}  # CUgraphConditionalNodeType
 
@@ -188,6 +187,12 @@ def kernel_node(node) -> KernelNodeParams:
                             (p.blockDimX, p.blockDimY, p.blockDimZ), int(p.sharedMemBytes), int(p.kernelParams or 0))
 
 
+def kernel_node_param(p: KernelNodeParams, index: int, size: int) -> bytes:
+    """Parameter ``index`` (``size`` bytes) of a kernel node, from the driver's copy."""
+    ptr = ctypes.c_void_p.from_address(p.params + ctypes.sizeof(ctypes.c_void_p) * index).value
+    return ctypes.string_at(ptr, size)
+
+
 def kernel_node_word(node, offset: int) -> int | None:
     """The 8-byte word at byte ``offset`` of a kernel node's parameters (read from the
     driver's copy), or None where no parameter holds it whole."""
@@ -196,8 +201,7 @@ def kernel_node_word(node, offset: int) -> int | None:
         return None
     for i, (off, size) in enumerate(function_params(p.func)):
         if off <= offset and offset + 8 <= off + size:
-            ptr = ctypes.c_void_p.from_address(p.params + 8 * i).value
-            return int.from_bytes(ctypes.string_at(ptr + offset - off, 8), "little")
+            return int.from_bytes(kernel_node_param(p, i, size)[offset - off:offset - off + 8], "little")
     return None
 
 
@@ -339,15 +343,9 @@ def node_calls():
     """Where nbjit's C extension is used: the extension, its node-update entry points set
     (cuGraphExecKernelNodeSetParams, cuGraphNodeSetEnabled); else None (cuda.bindings serves)."""
     ext = extension.extension()
-    if ext is None:
+    if ext is None or not all(set_entry_point(ext, name) for name in ("cuGraphExecKernelNodeSetParams",
+                                                                       "cuGraphNodeSetEnabled")):
         return None
-    cu = _cu()
-    for name in ("cuGraphExecKernelNodeSetParams", "cuGraphNodeSetEnabled"):
-        res = cu.cuGetProcAddress(name.encode(), driver_version(),
-                                  cu.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_DEFAULT)
-        if res[0] != 0 or not int(res[1]):
-            return None
-        ext.set_entry_point(name, int(res[1]))
     return ext
 
 
@@ -381,10 +379,6 @@ def set_enabled(graph_exec: int, node: int, on: bool) -> int:
         return ext.set_node_enabled(graph_exec, node, 1 if on else 0)
     cu = _cu()
     return int(cu.cuGraphNodeSetEnabled(cu.CUgraphExec(graph_exec), cu.CUgraphNode(node), 1 if on else 0)[0])
-
-
-def node_enabled(graph_exec, node) -> bool:
-    return bool(check(_cu().cuGraphNodeGetEnabled(graph_exec, node), "cuGraphNodeGetEnabled", NbjitGraphError))
 
 
 def release(graph, graph_exec) -> None:

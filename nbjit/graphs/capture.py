@@ -93,24 +93,8 @@ class Condition:
         self.graph = graph  # the graph (or body) it was made in: its conditional node goes there
 
     def _value(self, param) -> int:
-        """The handle for a kernel's parameter ``param``, where a kernel may be given it: while
-        its capture records (the parameter noted, for ``save``), or to a node of its graph
-        (``set_args``)."""
-        cap = self.capture
-        if self not in cap._conditions:
-            raise NbjitGraphError(f"{self!r} belongs to an earlier capture of this graph: make it again with "
-                                  "g.condition() in the capture that uses it")
-        if cap._setting is not None:
-            cap._setting.append((param.offset, self.index))
-        elif cap._recording is not None:
-            now = cap._last_nodes()
-            if cap._pending and cap._pending[0][0] != now:  # (a launch captured since: theirs)
-                cap._settle()
-            cap._pending.append((now, param.offset, self.index))
-        else:
-            raise NbjitGraphError(f"{self!r} was passed to a kernel outside its graph: a condition is set only by "
-                                  "kernels captured in the graph that made it (inside `with nbjit.capture(...)`)")
-        return self.handle
+        """The handle, for a kernel's parameter ``param`` (its capture decides whether it may)."""
+        return self.capture._given(self, param)
 
     def __repr__(self) -> str:
         return f"<nbjit graph condition {self.index} (default {self.default}, reset={self.reset})>"
@@ -149,7 +133,7 @@ class _Body:
 
     def where(self) -> str:
         c = self.parent
-        return f"body {self.index} of {c.kind}" if c.size > 1 or c.kind == "switch" else f"the body of {c.kind}"
+        return f"body {self.index} of {c.kind}" if c.multi else f"the body of {c.kind}"
 
     def __enter__(self) -> None:
         c = self.parent
@@ -164,13 +148,11 @@ class _Body:
         _graphs.begin_capture(cap._handle, cap.mode, c.bodies[self.index])
         self.entered = True
         c.open_body = self
-        cap._levels.append(c.bodies[self.index])
 
     def __exit__(self, exc_type, exc, tb) -> None:
         c = self.parent
         cap = c.capture
         c.open_body = None
-        cap._levels.pop()
         if exc is None:
             cap._settle()
         err, _graph = _graphs.end_capture(cap._handle)
@@ -183,7 +165,7 @@ class _Body:
             return
         if err:
             raise _explain(err, f"{self.where()} (capture on {cap.stream!r})")
-        if c.size > 1 or c.kind == "switch":
+        if c.multi:
             c.begin_idle()
 
 
@@ -202,6 +184,7 @@ class _Conditional:
         self.open_body: _Body | None = None
         self.idle = None  # the graph capturing what is issued between bodies
         self.done = False
+        self.multi = kind in ("if_else", "switch")  # bodies entered one by one (`with then:`)
 
     def __enter__(self):
         cap = self.capture
@@ -217,7 +200,7 @@ class _Conditional:
             raise
         cap._conditionals[int(self.node)] = ConditionalNode(self.kind, self.cond, self.bodies)
         bodies = tuple(_Body(self, i) for i in range(self.size))
-        if self.kind in ("while_loop", "if_then"):
+        if not self.multi:
             self._only = bodies[0]
             self._only.__enter__()
             return None
@@ -230,14 +213,15 @@ class _Conditional:
         _graphs.begin_capture(self.capture._handle, self.capture.mode, self.idle)
         self.capture._between = self
 
-    def end_idle(self) -> None:
-        """End the capture between bodies; NbjitGraphError where anything was issued there."""
+    def end_idle(self, refuse: bool = True) -> None:
+        """End the capture between bodies; NbjitGraphError where anything was issued there
+        (``refuse``; else, on the way out of a failed block, only ended)."""
         cap, idle = self.capture, self.idle
         self.idle, cap._between = None, None
         err, _graph = _graphs.end_capture(cap._handle)
         issued = _graphs.graph_nodes(idle) if not err else 1
         _graphs.release(idle, None)
-        if issued:
+        if issued and refuse:
             cap._broken = True
             raise NbjitGraphError(f"work was issued between the bodies of {self.kind} (outside every `with body:`), "
                                   "where it would run in no body: record it inside one, or before the "
@@ -249,12 +233,7 @@ class _Conditional:
         if self._only is not None:
             self._only.__exit__(exc_type, exc, tb)
         if self.idle is not None:
-            if exc is not None or cap._broken:
-                cap._between, _ = None, _graphs.end_capture(cap._handle)
-                _graphs.release(self.idle, None)
-                self.idle = None
-            else:
-                self.end_idle()
+            self.end_idle(refuse=exc is None and not cap._broken)
         if self.open_body is not None:
             cap._broken = True
             raise NbjitGraphError(f"a body of {self.kind} was left open")
@@ -288,7 +267,6 @@ class Capture:
         self._graph = None
         self._exec = None
         self._exec_int = 0  # (its handle as an int, for node updates)
-        self._thread = None
         self.node_count = 0
         self.instantiations = 0
         self._finalizer = None
@@ -301,9 +279,8 @@ class Capture:
         self._refs: dict[int, dict[int, int]] = {}  # kernel node -> {parameter offset: condition}
         self._conditions: list[Condition] = []
         self._conditionals: dict[int, ConditionalNode] = {}
-        self._levels: list = []  # the body graphs being recorded into, innermost last
         self._between: _Conditional | None = None  # an if_else or switch between its bodies
-        self._suspended = None  # the graph around the conditionals, while a body is recorded
+        self._suspended = None  # the top graph, once its capture was first ended for a conditional
         self._broken = False
         self._body_failed = False
 
@@ -321,10 +298,10 @@ class Capture:
             self._no_frees.__exit__(None, None, None)
             raise
         _driver.recording(True)
-        self._thread = self._recording = threading.get_ident()
+        self._recording = threading.get_ident()
         # (what the graph captured before was recorded with: back where this capture fails)
         self._kept = (self._conditions, self._conditionals, self._refs)
-        self._conditions, self._conditionals, self._levels, self._between = [], {}, [], None
+        self._conditions, self._conditionals, self._between = [], {}, None
         self._pending, self._refs = [], {}
         self._suspended, self._broken, self._body_failed = None, False, False
         return self
@@ -367,6 +344,25 @@ class Capture:
             raise _explain(err, f"capture on {self.stream!r}")
         self._adopt(graph)
 
+    def _given(self, cond: Condition, param) -> int:
+        """``cond``'s handle for a kernel's parameter ``param``, where a kernel may be given it:
+        while this capture records (the parameter noted, for ``save``), or to a node's new
+        arguments (``begin_arguments``)."""
+        if cond not in self._conditions:
+            raise NbjitGraphError(f"{cond!r} belongs to an earlier capture of this graph: make it again with "
+                                  "g.condition() in the capture that uses it")
+        if self._setting is not None:
+            self._setting.append((param.offset, cond.index))
+        elif self._recording is not None:
+            now = self._last_nodes()
+            if self._pending and self._pending[0][0] != now:  # (a launch captured since: theirs)
+                self._settle()
+            self._pending.append((now, param.offset, cond.index))
+        else:
+            raise NbjitGraphError(f"{cond!r} was passed to a kernel outside its graph: a condition is set only by "
+                                  "kernels captured in the graph that made it (inside `with nbjit.capture(...)`)")
+        return cond.handle
+
     def _last_nodes(self) -> tuple[int, ...]:
         """The nodes the stream's capture follows now."""
         _status, _graph, after = _graphs.capture_info(self._handle)
@@ -384,9 +380,9 @@ class Capture:
         status, graph, now = _graphs.capture_info(self._handle)
         if status != "active" or tuple(int(n) for n in now) == before:
             return
+        before = sorted(before)
         for node in reversed(_graphs.nodes(graph)):
-            if _graphs.node_kind(node) != "kernel" or \
-                    tuple(sorted(int(d) for d in _graphs.dependencies(node))) != tuple(sorted(before)):
+            if _graphs.node_kind(node) != "kernel" or sorted(int(d) for d in _graphs.dependencies(node)) != before:
                 continue
             if all(_graphs.kernel_node_word(node, off) == self._conditions[i].handle for _b, off, i in pending):
                 self._refs.setdefault(int(node), {}).update({off: i for _b, off, i in pending})
@@ -406,7 +402,7 @@ class Capture:
         if err:
             self._broken = True
             raise _explain(err, f"capture on {self.stream!r}, where {kind} begins")
-        if not self._levels:
+        if self._suspended is None:  # (the first conditional is always the top graph's)
             self._suspended = ended
         return ended, after
 

@@ -46,7 +46,7 @@ MAX_PARAM_BYTES = 32764  # CUDA 12.1's kernel parameter limit
 BINDING_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 _DTYPE = re.compile(r"[<>|=](?:[fiuc](?:1|2|4|8|16)|b1|V[1-9][0-9]{0,5})")
 KINDS = ("kernel", "memset", "memcpy", "empty", "conditional")
-CONDITIONAL_TYPES = {"while_loop": 1, "if_then": 1, "if_else": 2}  # bodies; a switch has any number >= 1
+BODIES = {"while_loop": 1, "if_then": 1, "if_else": 2}  # how many bodies each has; a switch any number >= 1
 
 
 def extent(shape: list[int], strides: list[int], itemsize: int) -> int:
@@ -215,12 +215,12 @@ class _Checker:
     def conditional(self, n: dict, i: int, path: list[int], depth: int, where: str) -> None:
         self.fields(n, {"kind", "after", "type", "condition", "bodies"}, where)
         t = n["type"]
-        if t not in CONDITIONAL_TYPES and t != "switch":
+        if t not in BODIES and t != "switch":
             raise self.bad(where, f"type {t!r} is not while_loop, if_then, if_else or switch")
         c = self.int_in(n["condition"], 0, len(self.doc["conditions"]) - 1, where + " condition")
         self.readers.setdefault(c, []).append(path)
         bodies = n["bodies"]
-        want = CONDITIONAL_TYPES.get(t)
+        want = BODIES.get(t)
         if not isinstance(bodies, list) or (want is not None and len(bodies) != want) or not bodies:
             raise self.bad(where, f"a {t} has {want or 'at least one'} bodies")
         if depth >= MAX_DEPTH:

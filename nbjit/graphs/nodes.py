@@ -9,7 +9,6 @@ what the node runs now, which a later ``set_grid`` hands over again and ``save``
 """
 from __future__ import annotations
 
-import ctypes
 import struct
 from typing import Any, Iterator
 
@@ -18,8 +17,19 @@ from nbjit.gpu import driver as _driver
 from nbjit.gpu import graphs as _graphs
 from nbjit.launch.config import LaunchConfig
 from nbjit.launch.kernel import kernel_of_function
+from nbjit.launch.launchers import ParamBuffer
 
-__all__ = ["KernelNode", "GraphNodes", "walk"]
+__all__ = ["KernelNode", "GraphNodes", "walk", "parameter_layout"]
+
+
+def parameter_layout(func: int, kernel) -> list[tuple[int, int]] | None:
+    """(offset, size) of each parameter of the kernel ``func`` (``kernel``: nbjit's, or None):
+    the driver's word (CUDA 12.4 on), else the signature's (not for a @cuda.jit kernel, whose
+    arguments are not its parameters), else None."""
+    layout = _graphs.function_params(func)
+    if not layout and kernel is not None and kernel.info.launch_offsets is None:
+        layout = [(q.offset, q.size) for q in kernel.params]
+    return layout or None
 
 
 def walk(graph: Any, conditionals: dict, path: tuple = ()) -> Iterator[tuple[tuple, Any, str]]:
@@ -42,8 +52,7 @@ class KernelNode:
     top graph)."""
 
     __slots__ = ("owner", "node", "func", "kernel", "name", "grid", "block", "shared", "enabled", "path",
-                 "layout", "data", "_view", "_ptrs", "_addr", "_ptrs_addr", "_version", "_node_int", "_set",
-                 "_configs", "complete")
+                 "layout", "buf", "_version", "_node_int", "_set", "_configs", "complete")
 
     def __init__(self, owner, path: tuple, func: int, kernel, name: str, launch: tuple, layout: list):
         """A node of ``owner`` (the Capture or loaded graph: its instantiated graph is
@@ -65,11 +74,12 @@ class KernelNode:
         # where each of the kernel's parameters lies is known (or nbjit does not know the kernel): its
         # arguments can be set in place and saved
         self.complete = kernel is None or len(layout) == len(kernel._loaded().param_offsets or kernel.params)
-        self.data = bytearray(max(1, size))
-        self._view = (ctypes.c_char * len(self.data)).from_buffer(self.data)  # (pins it in place)
-        self._addr = ctypes.addressof(self._view)
-        self._ptrs = (ctypes.c_void_p * max(1, len(layout)))(*[self._addr + off for off, _n in layout])
-        self._ptrs_addr = ctypes.addressof(self._ptrs) if layout else 0
+        self.buf = ParamBuffer(size, [off for off, _n in layout])
+
+    @property
+    def data(self) -> bytearray:
+        """The node's parameters as it runs them now (its buffer's bytes)."""
+        return self.buf.data
 
     @classmethod
     def of_graph(cls, owner, node, path: tuple) -> "KernelNode":
@@ -77,15 +87,12 @@ class KernelNode:
         p = _graphs.kernel_node(node)
         kernel = kernel_of_function(p.func)
         name = kernel._loaded().label if kernel is not None else _graphs.function_name(p.func)
-        layout = _graphs.function_params(p.func)  # (the driver's word, CUDA 12.4 on; else the signature's)
-        if not layout and kernel is not None and kernel.info.launch_offsets is None:
-            layout = [(q.offset, q.size) for q in kernel.params]
+        layout = parameter_layout(p.func, kernel) or []
         self = cls(owner, path, p.func, kernel, name, (p.grid, p.block, p.shared), layout)
         self.placed(node)
         if p.params:  # the graph's own copy of the parameters
-            ptrs = (ctypes.c_void_p * len(layout)).from_address(p.params)
-            for (off, n), src in zip(layout, ptrs):
-                self.data[off:off + n] = ctypes.string_at(src, n)
+            for i, (off, n) in enumerate(layout):
+                self.data[off:off + n] = _graphs.kernel_node_param(p, i, n)
         return self
 
     def placed(self, node) -> None:
@@ -112,16 +119,14 @@ class KernelNode:
         given = owner.begin_arguments()  # (the graph conditions among them, where they go)
         err = 1
         try:
-            err = setter(ex, self._node_int, args, self._addr, len(self.data))
+            err = setter(ex, self._node_int, args, self.buf.base, len(self.buf.data))
         finally:
             owner.end_arguments(self._node_int, None if err else given)
         if err:
             raise self._refused(err, "new arguments")
 
-    def _setter(self):
-        """``set_node(graph_exec, node, args, buf, buf_size) -> CUresult`` of the kernel's
-        launcher for this node's configuration: nbjit's C one, else the same rules in Python;
-        either copies the arguments into the node's buffer once the driver took them."""
+    def _updatable(self) -> None:
+        """NbjitGraphError where the node's arguments cannot be changed in place."""
         if self.kernel is None:
             raise NbjitGraphError(f"node {self.name!r} runs a kernel nbjit did not launch (Numba launched it "
                                   "itself): launch it through nbjit in the capture (nbjit.from_numba(kernel, "
@@ -129,26 +134,23 @@ class KernelNode:
         if not self.complete:
             raise NbjitGraphError(f"node {self.name!r}: the driver (older than CUDA 12.4) does not say where this "
                                   "kernel's parameters lie, so its arguments cannot be set in place: capture again")
+
+    def _setter(self):
+        """``set_node(graph_exec, node, args, buf, buf_size) -> CUresult`` of the kernel's
+        launcher for this node's configuration: nbjit's C one, else the same rules in Python;
+        either copies the arguments into the node's buffer once the driver took them."""
+        self._updatable()
         launcher = self.kernel[self.grid, self.block, 0, self.shared]
         if _graphs.node_calls() is not None and hasattr(launcher, "set_node"):
             self._set = launcher.set_node
         else:
-            def set_node(ex, node, args, _buf, _size):
-                packed = launcher._pack(args)
-                kept = bytes(self.data[:len(packed)])
-                self.data[:len(packed)] = packed
-                err = self._hand_over(ex)
-                if err:
-                    self.data[:len(packed)] = kept
-                return err
-            self._set = set_node
+            self._set = lambda ex, node, args, _buf, _size: self._replace(ex, 0, launcher._pack(args))
         return self._set
 
     def set_grid(self, grid: int | tuple, block: int | tuple | None = None, shared: int | None = None) -> None:
         """Give the node a new grid (and block, dynamic shared memory), its arguments kept."""
         ex = self._exec()
-        if not self.complete:
-            self._setter()  # (says why not)
+        self._updatable()
         key = (grid, self.block if block is None else block, self.shared if shared is None else shared)
         try:
             c = self._configs[key]
@@ -168,18 +170,25 @@ class KernelNode:
     def set_word(self, offset: int, value: int) -> None:
         """Write the 8-byte word at byte ``offset`` of the node's parameters (an address, a
         handle) and hand them over; refused, the node keeps its parameters."""
-        ex = self._exec()
-        kept = bytes(self.data[offset:offset + 8])
-        struct.pack_into("<Q", self.data, offset, value)
+        err = self._replace(self._exec(), offset, struct.pack("<Q", value))
+        if err:
+            raise self._refused(err, f"a new word at byte {offset}")
+
+    def _replace(self, ex: int, offset: int, new: bytes) -> int:
+        """``new`` written into the node's parameters at ``offset`` and handed over; the old
+        bytes back where the driver refuses. The CUresult."""
+        data = self.buf.data
+        kept = bytes(data[offset:offset + len(new)])
+        data[offset:offset + len(new)] = new
         err = self._hand_over(ex)
         if err:
-            self.data[offset:offset + 8] = kept
-            raise self._refused(err, f"a new word at byte {offset}")
+            data[offset:offset + len(new)] = kept
+        return err
 
     def _hand_over(self, ex: int) -> int:
         """The node's configuration and its buffer's parameters to the instantiated graph."""
         return _graphs.set_kernel_node(ex, self._node_int, self.func, self.grid, self.block, self.shared,
-                                       self._ptrs_addr)
+                                       self.buf.address)
 
     def enable(self) -> None:
         """Run this node in the next replays (nodes are enabled when captured)."""

@@ -27,7 +27,7 @@ from nbjit.gpu import driver as _driver
 from nbjit.gpu import graphs as _graphs
 from nbjit.gpu.driver import stream_handle
 from nbjit.graphs.file_format import BINDING_NAME, FORMAT, MEMBER, VERSION, check_description, extent, summary
-from nbjit.graphs.nodes import GraphNodes, KernelNode, walk
+from nbjit.graphs.nodes import GraphNodes, KernelNode, parameter_layout, walk
 from nbjit.records import record
 
 __all__ = ["save_graph", "load_graph", "LoadedGraph", "array_facts", "graph_summary"]
@@ -253,7 +253,7 @@ class LoadedGraph:
         self._handles: dict[int, int] = {}
         self._conditionals: dict[int, _Bodies] = {}
         self._kernel_nodes: list[KernelNode] = []
-        self._kernel_docs: list[dict] = []
+        self._disabled: list[KernelNode] = []  # (saved disabled: switched off once instantiated)
         self._ctx = _driver.current_context_key()
         self.version = 1
         self._exec = None
@@ -268,9 +268,8 @@ class LoadedGraph:
         self._finalizer = weakref.finalize(self, _graphs.release, self._graph, self._exec)
         self._finalizer.atexit = False
         self._nodes = GraphNodes(self._kernel_nodes)
-        for kn, n in zip(self._kernel_nodes, self._kernel_docs):
-            if not n["enabled"]:
-                kn.disable()
+        for kn in self._disabled:
+            kn.disable()
 
     def instantiated(self) -> int:
         """The instantiated graph's handle, as an int (for node updates)."""
@@ -331,8 +330,7 @@ class LoadedGraph:
         label = self._doc["kernels"][n["kernel"]]["label"]
         func = _driver.as_int(kernel._loaded().func)
         layout = [tuple(pair) for pair in n["layout"]]
-        known = _graphs.function_params(func) or (
-            [(q.offset, q.size) for q in kernel.params] if kernel.info.launch_offsets is None else None)
+        known = parameter_layout(func, kernel)
         if known is not None and layout != known:
             raise NbjitGraphError(f"{self.source}: kernel {label!r}: the saved parameters lie at {layout}, and the "
                                   f"kernel's at {known} (the file was altered, or its image is of another kernel)")
@@ -348,10 +346,11 @@ class LoadedGraph:
             else:
                 _WORD.pack_into(kn.data, ref[0], self._address(ref[2:]))
                 self._uses[ref[2]].append(_Use(kn, ref[0], ref[3]))
-        node = _graphs.add_kernel_node(graph, after, kn.func, kn.grid, kn.block, kn.shared, kn._ptrs_addr)
+        node = _graphs.add_kernel_node(graph, after, kn.func, kn.grid, kn.block, kn.shared, kn.buf.address)
         kn.placed(node)
         self._kernel_nodes.append(kn)
-        self._kernel_docs.append(n)
+        if not n["enabled"]:
+            self._disabled.append(kn)
         return node
 
     def _memory_node(self, graph, after: list, n: dict):

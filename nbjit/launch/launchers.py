@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from nbjit.launch.kernel import Kernel
     from nbjit.params.signature import KernelInfo
 
-__all__ = ["BoundLaunch", "LauncherSpec", "launcher_type", "several_gpus"]
+__all__ = ["BoundLaunch", "LauncherSpec", "ParamBuffer", "launcher_type", "several_gpus"]
 
 _EXTENSION = extension.extension()  # nbjit's C extension where it is used (decided there), or None
 _MULTI: list = [None]  # several GPUs visible? decided when the first kernel is made (several_gpus)
@@ -39,19 +39,24 @@ def several_gpus() -> bool:
     return _MULTI[0]
 
 
-class _Buffer:
-    """A parameter buffer and the void*[] array pointing into it, at fixed addresses."""
+class ParamBuffer:
+    """A parameter buffer of ``size`` bytes and the void*[] array pointing into it at
+    ``offsets``, at fixed addresses: ``data`` (the bytes), ``base`` (their address),
+    ``address`` (the array's, 0 where there are no parameters). ``of(info)``: a kernel's."""
 
-    __slots__ = ("data", "view", "ptrs", "address")
+    __slots__ = ("data", "view", "ptrs", "base", "address")
 
-    def __init__(self, info: KernelInfo):
-        self.data = bytearray(max(1, info.param_size))  # struct.pack_into is fastest into a bytearray
+    def __init__(self, size: int, offsets):
+        self.data = bytearray(max(1, size))  # struct.pack_into is fastest into a bytearray
         self.view = (ctypes.c_char * len(self.data)).from_buffer(self.data)  # pins it in place
-        base = ctypes.addressof(self.view)
-        offsets = _param_offsets(info)
+        self.base = ctypes.addressof(self.view)
         n = len(offsets)
-        self.ptrs = (ctypes.c_void_p * max(1, n))(*[base + off for off in offsets])
+        self.ptrs = (ctypes.c_void_p * max(1, n))(*[self.base + off for off in offsets])
         self.address = ctypes.addressof(self.ptrs) if n else 0
+
+    @classmethod
+    def of(cls, info: KernelInfo) -> "ParamBuffer":
+        return cls(info.param_size, _param_offsets(info))
 
 
 def _param_offsets(info: KernelInfo) -> tuple[int, ...]:
@@ -59,12 +64,12 @@ def _param_offsets(info: KernelInfo) -> tuple[int, ...]:
     return info.launch_offsets if info.launch_offsets is not None else tuple(p.offset for p in info.params)
 
 
-def _buffer(s) -> _Buffer:
+def _buffer(s) -> ParamBuffer:
     """This thread's parameter buffer of a kernel's state (``kernel._State``)."""
     try:
         return s.tls.buf
     except AttributeError:
-        s.tls.buf = _Buffer(s.info)
+        s.tls.buf = ParamBuffer.of(s.info)
         return s.tls.buf
 
 
@@ -82,7 +87,7 @@ class BoundLaunch:
             _check_devices(launcher, args)
         self.launcher = launcher
         self.args = args
-        buf = _Buffer(s.info)
+        buf = ParamBuffer.of(s.info)
         s.packer.pack_into(buf.data, args)
         self._data, self._ptrs, self._address = buf.data, buf.ptrs, buf.address
         if launcher.config.extended:  # launch attributes (a programmatic dependent launch)
@@ -210,7 +215,7 @@ class _PyLauncher(_Launcher):
         if err:
             self._failed(err, address)
 
-    def _packed(self, args: tuple) -> _Buffer:
+    def _packed(self, args: tuple) -> ParamBuffer:
         """This thread's parameter buffer with ``args`` packed (count and devices checked)."""
         s = self._s
         if len(args) != self.nargs:

@@ -200,8 +200,8 @@ static int check_call(Py_ssize_t nargs, Py_ssize_t want, const char *usage, void
 static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     unsigned d[7];
     unsigned long long attrs[MAX_ATTRS * ATTR_WORDS];
-    void *f, *sp[2];
-    int nattrs = 0;
+    void *f, *stream, *params;
+    int i, r, nattrs = 0;
     if (nargs != 10 && nargs != 11) {
         PyErr_SetString(PyExc_TypeError, "launch takes 10 or 11 arguments");
         return NULL;
@@ -211,8 +211,16 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_RuntimeError, "nbjit.gpu._launcher: no entry point set");
         return NULL;
     }
-    if (as_pointers(args, 1, &f) < 0 || as_dims(args + 1, d) < 0 || as_pointers(args + 8, 2, sp) < 0) return NULL;
-    return PyLong_FromLong(launch_any(f, d, sp[0], (void **)sp[1], attrs, nattrs));
+    f = PyLong_AsVoidPtr(args[0]);
+    if (f == NULL && PyErr_Occurred()) return NULL;
+    for (i = 0; i < 7; i++)
+        if (as_uint(args[1 + i], &d[i]) < 0) return NULL;
+    stream = PyLong_AsVoidPtr(args[8]);
+    if (stream == NULL && PyErr_Occurred()) return NULL;
+    params = PyLong_AsVoidPtr(args[9]);
+    if (params == NULL && PyErr_Occurred()) return NULL;
+    r = launch_any(f, d, stream, (void **)params, attrs, nattrs);
+    return PyLong_FromLong(r);
 }
 
 /* set_kernel_node(graph_exec, node, func, gx, gy, gz, bx, by, bz, shared, params) -> CUresult:
@@ -930,32 +938,12 @@ static void point_into(Launcher *self, unsigned char *buf, void **ptrs) {
         for (i = 0; i < self->n; i++) ptrs[i] = buf + self->offsets[i];
 }
 
-/* A call's parameter buffer and pointer array: the stack's where they fit, else the heap's. */
-typedef struct {
-    unsigned char stack_buf[STACK_BYTES];
-    void *stack_ptrs[STACK_PARAMS];
-    unsigned char *buf;
-    void **ptrs;
-} call_space;
-
-static int open_space(Launcher *self, call_space *c) {
-    c->buf = self->size > STACK_BYTES ? PyMem_Malloc(self->size) : c->stack_buf;
-    c->ptrs = self->nparams > STACK_PARAMS ? PyMem_Malloc(sizeof(void *) * self->nparams) : c->stack_ptrs;
-    if (c->buf == NULL || c->ptrs == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    return 0;
-}
-
-static void close_space(call_space *c) {
-    if (c->buf != NULL && c->buf != c->stack_buf) PyMem_Free(c->buf);
-    if (c->ptrs != NULL && c->ptrs != c->stack_ptrs) PyMem_Free(c->ptrs);
-}
-
 static PyObject *launcher_call(PyObject *op, PyObject *args, PyObject *kwds) {
     Launcher *self = (Launcher *)op;
-    call_space c;
+    unsigned char stack_buf[STACK_BYTES];
+    void *stack_ptrs[STACK_PARAMS];
+    unsigned char *buf = stack_buf;
+    void **ptrs = stack_ptrs;
     int r;
     PyObject *result = NULL;
 
@@ -967,12 +955,18 @@ static PyObject *launcher_call(PyObject *op, PyObject *args, PyObject *kwds) {
         PyErr_SetString(PyExc_RuntimeError, "nbjit.gpu._launcher: no entry point set");
         return NULL;
     }
-    if (open_space(self, &c) < 0 || pack_all(self, args, c.buf) < 0) goto done;
-    point_into(self, c.buf, c.ptrs);
+    if (self->size > STACK_BYTES) buf = PyMem_Malloc(self->size);
+    if (self->nparams > STACK_PARAMS) ptrs = PyMem_Malloc(sizeof(void *) * self->nparams);
+    if (buf == NULL || ptrs == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (pack_all(self, args, buf) < 0) goto done;
+    point_into(self, buf, ptrs);
     /* on a failure, on_error raises, or returns True once it has put right what failed (a
      * thread with no current context): then the launch goes again, once */
     for (int attempt = 0;; attempt++) {
-        r = launch_any(self->func, self->dims, self->stream, self->nparams ? c.ptrs : NULL, self->attrs,
+        r = launch_any(self->func, self->dims, self->stream, self->nparams ? ptrs : NULL, self->attrs,
                        self->nattrs);
         if (r == 0) break;
         PyObject *code = PyLong_FromLong(r);
@@ -989,7 +983,8 @@ static PyObject *launcher_call(PyObject *op, PyObject *args, PyObject *kwds) {
     Py_INCREF(Py_None);
     result = Py_None;
 done:
-    close_space(&c);
+    if (buf != stack_buf) PyMem_Free(buf);
+    if (ptrs != stack_ptrs) PyMem_Free(ptrs);
     return result;
 }
 
@@ -999,35 +994,45 @@ done:
  * least the kernel's parameter buffer): the node's arguments as they now are. */
 static PyObject *launcher_set_node(PyObject *op, PyObject *const *argv, Py_ssize_t nargs) {
     Launcher *self = (Launcher *)op;
-    call_space c;
-    void *h[2], *buf;
+    unsigned char stack_buf[STACK_BYTES];
+    void *stack_ptrs[STACK_PARAMS];
+    unsigned char *tmp = stack_buf;
+    void **ptrs = stack_ptrs, *exec, *node, *buf;
     Py_ssize_t buf_size;
     PyObject *result = NULL;
-    if (check_call(nargs, 5, "set_node(graph_exec, node, args: tuple, buf, buf_size)", p_node_set,
-                 "cuGraphExecKernelNodeSetParams") < 0 || as_pointers(argv, 2, h) < 0 ||
-        as_pointers(argv + 3, 1, &buf) < 0)
-        return NULL;
-    buf_size = PyLong_AsSsize_t(argv[4]);
-    if (buf_size == -1 && PyErr_Occurred()) return NULL;
-    if (!PyTuple_Check(argv[2])) {
-        PyErr_SetString(PyExc_TypeError, "set_node: the arguments are a tuple");
+    if (nargs != 5 || !PyTuple_Check(argv[2])) {
+        PyErr_SetString(PyExc_TypeError, "set_node(graph_exec, node, args: tuple, buf, buf_size)");
         return NULL;
     }
+    if (p_node_set == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "nbjit.gpu._launcher: no cuGraphExecKernelNodeSetParams set");
+        return NULL;
+    }
+    exec = PyLong_AsVoidPtr(argv[0]);
+    node = PyLong_AsVoidPtr(argv[1]);
+    buf = PyLong_AsVoidPtr(argv[3]);
+    buf_size = PyLong_AsSsize_t(argv[4]);
+    if (PyErr_Occurred()) return NULL;
     if (buf == NULL || buf_size < self->size) {
         PyErr_SetString(PyExc_ValueError, "set_node: the node's buffer is smaller than the kernel's parameters");
         return NULL;
     }
-    c.buf = NULL;
-    c.ptrs = NULL;
-    if (open_space(self, &c) < 0 || pack_all(self, argv[2], c.buf) < 0) goto done;
-    point_into(self, c.buf, c.ptrs);
+    if (self->size > STACK_BYTES) tmp = PyMem_Malloc(self->size);
+    if (self->nparams > STACK_PARAMS) ptrs = PyMem_Malloc(sizeof(void *) * self->nparams);
+    if (tmp == NULL || ptrs == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (pack_all(self, argv[2], tmp) < 0) goto done;
+    point_into(self, tmp, ptrs);
     kernel_node_params p = {self->func, self->dims[0], self->dims[1], self->dims[2], self->dims[3], self->dims[4],
-                            self->dims[5], self->dims[6], self->nparams ? c.ptrs : NULL, NULL, NULL, NULL};
-    int r = p_node_set(h[0], h[1], &p);
-    if (r == 0 && self->size) memcpy(buf, c.buf, self->size);
+                            self->dims[5], self->dims[6], self->nparams ? ptrs : NULL, NULL, NULL, NULL};
+    int r = p_node_set(exec, node, &p);
+    if (r == 0 && self->size) memcpy(buf, tmp, self->size);
     result = PyLong_FromLong(r);
 done:
-    close_space(&c);
+    if (tmp != stack_buf) PyMem_Free(tmp);
+    if (ptrs != stack_ptrs) PyMem_Free(ptrs);
     return result;
 }
 

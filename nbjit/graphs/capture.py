@@ -220,7 +220,8 @@ class _Conditional:
         self.idle, cap._between = None, None
         err, _graph = _graphs.end_capture(cap._handle)
         issued = _graphs.graph_nodes(idle) if not err else 1
-        _graphs.release(idle, None)
+        if not err:  # (a graph whose capture failed may be freed by the driver with it: see _end)
+            _graphs.release(idle, None)
         if issued and refuse:
             cap._broken = True
             raise NbjitGraphError(f"work was issued between the bodies of {self.kind} (outside every `with body:`), "

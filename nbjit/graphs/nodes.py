@@ -150,7 +150,8 @@ class KernelNode:
     def set_grid(self, grid: int | tuple, block: int | tuple | None = None, shared: int | None = None) -> None:
         """Give the node a new grid (and block, dynamic shared memory), its arguments kept."""
         ex = self._exec()
-        self._updatable()
+        if not self.complete:  # (a node of a kernel nbjit did not launch takes a grid: its arguments stay)
+            self._updatable()
         key = (grid, self.block if block is None else block, self.shared if shared is None else shared)
         try:
             c = self._configs[key]

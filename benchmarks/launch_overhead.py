@@ -71,7 +71,11 @@ class Table:
         self.todo: list = []
         self.batch, self.repeat = batch, repeat
 
-    def add(self, name: str, fn, sync, *, group: str, launcher=None) -> None:
+    def add(self, name: str, fn, sync, *, group: str, launcher=None, whole_batch: bool = False) -> None:
+        """A row: ``fn()`` launches once (``whole_batch``: a batch's launches itself, in a
+        compiled loop)."""
+        if whole_batch:
+            fn = _Batch(fn)
         self.todo.append((name, fn, sync, group, launcher))
 
     def skip(self, name: str, why: str) -> None:
@@ -81,6 +85,9 @@ class Table:
         best = {name: float("inf") for name, *_ in self.todo}
         for _name, fn, sync, _group, launcher in self.todo:
             for _ in range(self.batch):  # warm up; the first sight of a dtype teaches the C path
+                if isinstance(fn, _Batch):
+                    fn.fn(1)
+                    continue
                 fn()
             sync()
             if launcher is not None:
@@ -88,8 +95,11 @@ class Table:
         for _ in range(self.repeat):
             for name, fn, sync, _group, _launcher in self.todo:
                 t0 = time.perf_counter()
-                for _ in range(self.batch):
-                    fn()
+                if isinstance(fn, _Batch):
+                    fn.fn(self.batch)
+                else:
+                    for _ in range(self.batch):
+                        fn()
                 t1 = time.perf_counter()
                 sync()
                 best[name] = min(best[name], (t1 - t0) / self.batch * 1e6)
@@ -98,6 +108,13 @@ class Table:
             if launcher is not None:
                 path = launcher.path + (f", {launcher.fallbacks} fallbacks" if launcher.path == "c" else "")
             self.rows[name] = {"us": best[name], "group": group, "path": path}
+
+
+class _Batch:
+    """A row's function that launches ``n`` times itself: ``fn(n)``."""
+
+    def __init__(self, fn):
+        self.fn = fn
 
 
 def main() -> None:
@@ -109,6 +126,9 @@ def main() -> None:
     ap.add_argument("--replot", metavar="JSON", help="draw --plot from an earlier run's --json (no GPU needed)")
     ap.add_argument("--mlir", choices=("auto", "yes", "no"), default="auto",
                     help="numba-cuda-mlir twins of the rows (auto: where it is installed)")
+    ap.add_argument("--compiled", choices=("yes", "no"), default="yes",
+                    help="the rows of launches from compiled code (@njit, a C loop, kernel.c_entry) and the "
+                         "nogil threads' launch rate")
     ap.add_argument("--host", choices=("numba-cuda", "numba-cuda-mlir"), default="numba-cuda",
                     help="whose arrays, streams and @cuda.jit the rows use (nbjit serves it)")
     a = ap.parse_args()
@@ -276,6 +296,7 @@ def main() -> None:
     else:
         t.skip("Triton launcher", "Triton or PyTorch is not installed")
 
+    njit = compiled_rows(t, cuda, s, comp, x, y) if a.compiled == "yes" else None
     t.run()
     base = min(r["us"] for r in t.rows.values() if r["group"] == "floor")
     width = max(len(k) for k in t.rows) + 2
@@ -283,14 +304,195 @@ def main() -> None:
     for name, r in t.rows.items():
         r["ratio"] = r["us"] / base
         print(f"{name:{width}}{r['us']:10.2f}{r['ratio']:9.2f}  {r['path']}")
+    compiled = compiled_ratios(t.rows) if njit is not None else {}
+    threads = threads_section(cuda, njit) if njit is not None else None
     gpu = cuda.get_current_device().name
     gpu = gpu.decode() if isinstance(gpu, bytes) else str(gpu)
     if a.json:
         Path(a.json).write_text(json.dumps({"rows": t.rows, "floor_us": base, "batch": a.batch, "repeat": a.repeat,
-                                            "python": platform.python_version(), "gpu": gpu, "host": a.host},
-                                           indent=2))
+                                            "python": platform.python_version(), "gpu": gpu, "host": a.host,
+                                            "njit_over_c_loop": compiled, "threads": threads}, indent=2))
     if a.plot:
         plot(t.rows, base, gpu, a.plot)
+
+
+# ------------------------------------------------------------------ launching from compiled code
+
+ARGS_SRC = r'''
+extern "C" __global__ void one(float* y) { if (threadIdx.x == 1024) y[0] = 0; }
+extern "C" __global__ void sixteen(float* y, int a1, int a2, int a3, int a4, int a5, int a6, int a7, int a8, int a9,
+                                   int a10, int a11, int a12, int a13, int a14, int a15) {
+    if (threadIdx.x == 1024) y[0] = a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9 + a10 + a11 + a12 + a13 + a14 + a15;
+}
+'''
+C_LOOP = r'''
+typedef int (*launch_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *,
+                         void **, void **);
+/* n launches of f with the parameters packed once at params: a C program's loop */
+int launch_loop(void *launch, void *f, unsigned grid, unsigned block, void *stream, void **params, long n) {
+    launch_fn cuLaunchKernel = (launch_fn)launch;
+    for (long i = 0; i < n; i++) {
+        int r = cuLaunchKernel(f, grid, 1, 1, block, 1, 1, 0, stream, params, 0);
+        if (r) return r;
+    }
+    return 0;
+}
+'''
+
+
+def c_loop():
+    """The C loop (C_LOOP) built with the system compiler into a library, or None where there is
+    no compiler: ``launch_loop(cuLaunchKernel, f, grid, block, stream, params, n)``."""
+    import shutil
+    import subprocess
+    import tempfile
+    cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc") or shutil.which("clang")
+    if cc is None:
+        return None
+    d = Path(tempfile.mkdtemp())
+    (d / "loop.c").write_text(C_LOOP)
+    subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", str(d / "loop.so"), str(d / "loop.c")], check=True)
+    lib = ctypes.CDLL(str(d / "loop.so"))
+    lib.launch_loop.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p,
+                                ctypes.c_void_p, ctypes.c_long]
+    return lib.launch_loop
+
+
+def compiled_rows(t: Table, cuda, s, comp, x, y) -> dict:
+    """Launching from compiled code on the same stream: the C loop of cuLaunchKernel (1, 4 and 16
+    arguments, packed once), nbjit kernels from an @njit loop (the same argument counts), the
+    C entry through ctypes (one Python call per launch) and through a Numba cfunc's loop. Returns
+    the njit function and its arguments for the threads section."""
+    import nbjit
+    from nbjit.gpu.driver import as_int, stream_handle
+    loops = _njit_loops()
+    mod = nbjit.compile(ARGS_SRC)
+    kernels = {1: mod["one"], 4: comp, 16: mod["sixteen"]}
+    yv, xv, sh = nbjit.device_view(y), nbjit.device_view(x), nbjit.StreamHandle(s)
+    loop = c_loop()
+    libcuda = ctypes.CDLL("libcuda.so.1")
+    cu_launch = ctypes.cast(libcuda.cuLaunchKernel, ctypes.c_void_p).value
+    stream = as_int(stream_handle(s))
+    for n, k in kernels.items():
+        vals = [ctypes.c_uint64(yv.data)] + ([ctypes.c_uint64(xv.data), ctypes.c_float(2.0), ctypes.c_int32(N)]
+                                             if n == 4 else [ctypes.c_int32(i) for i in range(1, n)])
+        params = (ctypes.c_void_p * n)(*[ctypes.addressof(v) for v in vals])
+        if loop is not None:
+            f = as_int(k.handle)
+            t.add(f"C loop: cuLaunchKernel, {n} argument{'s' * (n > 1)} packed once",
+                  lambda m, f=f, params=params, vals=vals: loop(cu_launch, f, GRID, BLOCK, stream, params, m),
+                  s.synchronize, group="compiled", whole_batch=True)
+        t.add(f"nbjit from @njit: k[g, b, s](...), {n} argument{'s' * (n > 1)}",
+              lambda m, k=k, fn=loops[n]: fn(k, yv, xv, sh, m), s.synchronize, group="compiled", whole_batch=True)
+    if loop is None:
+        t.skip("C loop rows", "no C compiler (cc, gcc or clang)")
+    entry_rows(t, comp.c_entry, yv, xv, stream, s)
+    return {"fn": loops[4], "kernel": comp, "y": yv, "x": xv}
+
+
+def _njit_loops() -> dict:
+    """The @njit loops that launch 1-, 4- and 16-argument kernels ``m`` times."""
+    import numba
+
+    @numba.njit(nogil=True)
+    def one(k, y, x, s, m):
+        for _ in range(m):
+            k[GRID, BLOCK, s](y)
+
+    @numba.njit(nogil=True)
+    def four(k, y, x, s, m):
+        for _ in range(m):
+            k[GRID, BLOCK, s](y, x, 2.0, N)
+
+    @numba.njit(nogil=True)
+    def sixteen(k, y, x, s, m):
+        for i in range(m):
+            k[GRID, BLOCK, s](y, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, i)
+    return {1: one, 4: four, 16: sixteen}
+
+
+def entry_rows(t: Table, e, yv, xv, stream: int, s) -> None:
+    """kernel.c_entry through ctypes (a Python call per launch) and through a cfunc's loop."""
+    import numba
+    u64, i64 = ctypes.c_uint64, ctypes.c_int64
+    proto = ctypes.CFUNCTYPE(ctypes.c_int, u64, u64, ctypes.c_int, u64, u64, i64, u64, i64)
+    launch = proto(e.launch)
+    vals = [u64(yv.data), u64(xv.data), ctypes.c_double(2.0), i64(N)]
+    args = (ctypes.c_void_p * 4)(*[ctypes.addressof(v) for v in vals])
+    dims = (i64 * 7)(GRID, 1, 1, BLOCK, 1, 1, 0)
+    msg = ctypes.create_string_buffer(1024)
+    a_args, a_dims, a_msg, kernel = ctypes.addressof(args), ctypes.addressof(dims), ctypes.addressof(msg), e.kernel
+    keep = (vals, args, dims, msg, launch, e)
+    t.add("kernel.c_entry through ctypes: one Python call per launch",
+          lambda keep=keep: launch(kernel, a_dims, 0, stream, a_args, 4, a_msg, 1024), s.synchronize,
+          group="compiled")
+
+    @numba.cfunc("int32(int64)")
+    def cloop(m):
+        for _ in range(m):
+            r = launch(kernel, a_dims, 0, stream, a_args, 4, a_msg, 1024)
+            if r != 0:
+                return r
+        return 0
+    run = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int64)(cloop.address)
+    t.add("kernel.c_entry from a Numba cfunc's loop", lambda m, keep=(keep, cloop): run(m), s.synchronize,
+          group="compiled", whole_batch=True)
+
+
+def compiled_ratios(rows: dict) -> dict:
+    """Per argument count, the @njit row over the C loop's (printed)."""
+    out = {}
+    for n in (1, 4, 16):
+        args = f"{n} argument{'s' * (n > 1)}"
+        c, j = rows.get(f"C loop: cuLaunchKernel, {args} packed once"), rows.get(f"nbjit from @njit: k[g, b, s](...), "
+                                                                                   f"{args}")
+        if c and j:
+            out[n] = j["us"] / c["us"]
+            print(f"@njit over the C loop, {args}: {out[n]:.3f}")
+    return out
+
+
+def threads_section(cuda, njit: dict, total: int = 1_000_000, threads: int = 4) -> dict:
+    """``threads`` @njit(nogil=True) loops on their own streams launching ``total`` kernels in all,
+    against one thread launching the same number; a Python thread counts meanwhile (the GIL is
+    free). Returns the rates and the Python thread's counts."""
+    import threading
+    import nbjit
+    fn, k, y, x = njit["fn"], njit["kernel"], njit["y"], njit["x"]
+    streams = [cuda.stream() for _ in range(threads)]
+    handles = [nbjit.StreamHandle(st) for st in streams]
+    fn(k, y, x, handles[0], 10)
+
+    def timed(parts: list) -> tuple[float, int]:
+        ticks, stop = [0], threading.Event()
+
+        def count():
+            while not stop.is_set():
+                ticks[0] += 1
+        counter = threading.Thread(target=count)
+        counter.start()
+        workers = [threading.Thread(target=fn, args=(k, y, x, h, m)) for h, m in parts]
+        t0 = time.perf_counter()
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        t1 = time.perf_counter()
+        stop.set()
+        counter.join()
+        for st in streams:
+            st.synchronize()
+        return t1 - t0, ticks[0]
+
+    one_s, one_ticks = timed([(handles[0], total)])
+    many_s, many_ticks = timed([(h, total // threads) for h in handles])
+    out = {"launches": total, "threads": threads, "one_thread_per_s": total / one_s,
+           "threads_per_s": total / many_s, "speedup": one_s / many_s, "python_ticks_one": one_ticks,
+           "python_ticks_threads": many_ticks}
+    print(f"\n@njit(nogil=True): {total} launches: 1 thread {out['one_thread_per_s']:,.0f}/s; {threads} threads on "
+          f"{threads} streams {out['threads_per_s']:,.0f}/s ({out['speedup']:.2f}x); a Python thread counted "
+          f"{one_ticks:,} / {many_ticks:,} meanwhile")
+    return out
 
 
 def mlir_rows(t: Table, comp, routes: dict, tadd, launch, func, arr_addr) -> None:

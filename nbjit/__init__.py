@@ -77,6 +77,17 @@ Hopper launch features:
                                         a TMA descriptor for a const __grid_constant__
                                         CUtensorMap parameter (rules checked before the driver)
 
+Launching from compiled code (no Python, no GIL in the way):
+    kernel[grid, block, stream, shared](...) inside @numba.njit (nogil=True too)
+                                        any nbjit kernel passed in or closed over; typed by its
+                                        signature when the njit function is (TypingError naming
+                                        the parameter); one call of nbjit's C entry point
+    device_view(array) -> DeviceView    a device array (Numba, CuPy, torch, DLPack) as njit code
+                                        takes it; view[i] and view[a:b:c] select rows
+    StreamHandle(stream)                a stream as njit code takes it; .synchronize()
+    Kernel.c_entry -> CEntry            function addresses and an argument ABI for ctypes,
+                                        cffi, a Numba cfunc, C (nbjit.launch.entry documents it)
+
 CUDA graphs for Numba users (stream capture of nbjit and @cuda.jit work alike):
     capture(stream) -> Capture          with nbjit.capture(s) as g: ...; g.launch() replays;
                                         with g.update(): ... re-captures new arguments in place
@@ -139,6 +150,8 @@ _HOMES = {
     "launch.kernel": ("Kernel", "KernelAttributes"),
     "launch.launchers": ("BoundLaunch",),
     "launch.tma": ("TensorMap", "tensor_map"),
+    "launch.views": ("DeviceView", "StreamHandle", "device_view"),
+    "launch.entry": ("CEntry",),
     "graphs.capture": ("Capture", "Condition", "capture"),
     "graphs.saved": ("LoadedGraph", "load_graph"),
     "gpu.device_functions": ("set_condition",),
@@ -163,7 +176,9 @@ if TYPE_CHECKING:  # what type checkers and the API reference read
     from nbjit.graphs.saved import LoadedGraph, load_graph
     from nbjit.launch.kernel import Kernel, KernelAttributes
     from nbjit.launch.launchers import BoundLaunch
+    from nbjit.launch.entry import CEntry
     from nbjit.launch.tma import TensorMap, tensor_map
+    from nbjit.launch.views import DeviceView, StreamHandle, device_view
     from nbjit.loading.compiling import compile, compile_many, from_numba
     from nbjit.loading.module import DeviceGlobal, Module, load
     from nbjit.loading.triton import TritonKernel, TritonMeta
@@ -232,6 +247,10 @@ __all__ = [
     "BoundLaunch",
     "tensor_map",
     "TensorMap",
+    "device_view",
+    "DeviceView",
+    "StreamHandle",
+    "CEntry",
     "DeviceGlobal",
     "inspect_ptx",
     "strip_debug",

@@ -378,7 +378,7 @@ def test_c_launcher_spec_is_checked_by_name():
     from nbjit.launch.launchers import LauncherSpec, _numbers
     k = typed("k_basic")
     p = ArgPacker(k.signature, k.name)
-    layout = tuple((q.offset, *r.code) for q, r in zip(k.params, p.rules))
+    layout = p.c_layout
     spec = LauncherSpec(0x10, (4, 1, 1), (256, 1, 1), 0, 0, layout, k.signature.size, _EXTRACTORS, _numbers(),
                         p.pack, lambda e: None)
     c = _launch.Launcher(spec)

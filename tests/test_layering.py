@@ -36,7 +36,7 @@ TREES = {name: ast.parse(path.read_text()) for name, path in MODULES.items()}
 
 # the stages, each standing on those before it (errors, arch, records and files: the ground)
 GROUND = {"errors", "arch", "records", "files"}
-STAGES = ["params", "read", "gpu", "cache", "toolchain", "launch", "loading", "bundles", "graphs"]
+STAGES = ["params", "read", "gpu", "cache", "toolchain", "launch", "loading", "bundles", "graphs", "frameworks"]
 TOP = {"cli", "__init__", "__main__"}  # (the command line and the public face stand on all)
 
 
@@ -171,12 +171,21 @@ def test_the_numba_import_finder_finds_them():
                                    (7, "numba.cuda.cudadrv.driver")]
 
 
+# Numba core's CPU compiler (@njit), which frameworks/njit.py extends: not a GPU host
+_CORE = re.compile(r"numba\.core(\.\w+)*")
+
+
 def test_only_the_host_imports_numba():
-    """Numba (its context, arrays, errors, compiler, types) is reached through gpu/host.py
-    alone, lazy imports included, so a second host is one more implementation in one place."""
+    """Numba's GPU side (numba-cuda or numba-cuda-mlir: its context, arrays, errors, compiler,
+    types) is reached through gpu/host.py alone, lazy imports included, so a second host is
+    one more implementation in one place. frameworks/njit.py extends Numba core's CPU compiler
+    (``numba.core``) and nothing else of Numba."""
     for name, path in MODULES.items():
-        if name != "gpu.host":
-            assert not _numba_imports(path.read_text()), f"{name} imports Numba: {_numba_imports(path.read_text())}"
+        found = _numba_imports(path.read_text())
+        if name == "frameworks.njit":
+            assert found and all(_CORE.fullmatch(m) for _, m in found), found
+        elif name != "gpu.host":
+            assert not found, f"{name} imports Numba: {found}"
     assert _numba_imports(MODULES["gpu.host"].read_text())  # (where they are)
 
 

@@ -173,7 +173,7 @@ def c_launcher(info, p):
     """A C launcher for ``info`` (never launched: no entry point) packing by ``p``'s rules."""
     from nbjit.launch import launchers
     from nbjit.launch.arrays import _EXTRACTORS
-    layout = tuple((q.offset, *r.code) for q, r in zip(info.params, p.rules))
+    layout = p.c_layout
     offsets = getattr(info, "launch_offsets", None)
     spec = getattr(launchers, "LauncherSpec", None)  # (the one spec the C Launcher takes, where it takes one)
     if spec is not None:

@@ -167,8 +167,7 @@ except ImportError:
 def c_launcher(info, p):
     from nbjit.launch.arrays import _EXTRACTORS
     from nbjit.launch.launchers import LauncherSpec, _numbers
-    layout = tuple((q.offset, *r.code) for q, r in zip(info.params, p.rules))
-    return _launch.Launcher(LauncherSpec(0, (1, 1, 1), (1, 1, 1), 0, 0, layout, info.param_size, _EXTRACTORS,
+    return _launch.Launcher(LauncherSpec(0, (1, 1, 1), (1, 1, 1), 0, 0, p.c_layout, info.param_size, _EXTRACTORS,
                                          _numbers(), p.pack, lambda e: None, info.launch_offsets))
 
 

@@ -40,6 +40,9 @@
 #include <Python.h>
 #include <structmember.h>
 #include <float.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -77,9 +80,17 @@ typedef int (*node_enable_fn)(void *exec, void *node, unsigned on);
 static node_set_fn p_node_set = NULL;
 static node_enable_fn p_node_enable = NULL;
 
+typedef int (*ctx_set_fn)(void *ctx);
+typedef int (*error_fn)(int code, const char **text);
+typedef int (*sync_fn)(void *stream);
+static ctx_set_fn p_ctx_set = NULL;
+static error_fn p_error_name = NULL, p_error_string = NULL;
+static sync_fn p_stream_sync = NULL;
+
 /* set_entry_point(name, address): the driver function nbjit calls for `name`
- * ("cuLaunchKernel", "cuLaunchKernelEx", "cuCtxGetCurrent", "cuGraphExecKernelNodeSetParams" or
- * "cuGraphNodeSetEnabled"), as cuGetProcAddress gave it. */
+ * ("cuLaunchKernel", "cuLaunchKernelEx", "cuCtxGetCurrent", "cuCtxSetCurrent",
+ * "cuGraphExecKernelNodeSetParams", "cuGraphNodeSetEnabled", "cuGetErrorName",
+ * "cuGetErrorString" or "cuStreamSynchronize"), as cuGetProcAddress gave it. */
 static PyObject *set_entry_point(PyObject *self, PyObject *args) {
     const char *name;
     PyObject *addr;
@@ -97,6 +108,14 @@ static PyObject *set_entry_point(PyObject *self, PyObject *args) {
         p_node_set = (node_set_fn)p;
     else if (strcmp(name, "cuGraphNodeSetEnabled") == 0)
         p_node_enable = (node_enable_fn)p;
+    else if (strcmp(name, "cuCtxSetCurrent") == 0)
+        p_ctx_set = (ctx_set_fn)p;
+    else if (strcmp(name, "cuGetErrorName") == 0)
+        p_error_name = (error_fn)p;
+    else if (strcmp(name, "cuGetErrorString") == 0)
+        p_error_string = (error_fn)p;
+    else if (strcmp(name, "cuStreamSynchronize") == 0)
+        p_stream_sync = (sync_fn)p;
     else {
         PyErr_Format(PyExc_ValueError, "no entry point called %s", name);
         return NULL;
@@ -139,20 +158,21 @@ static int read_attrs(PyObject *o, unsigned long long *out) {
     return (int)(len / (ATTR_WORDS * 8));
 }
 
-/* cuLaunchKernel, or cuLaunchKernelEx where there are attributes; the GIL released. */
+/* cuLaunchKernel, or cuLaunchKernelEx where there are attributes (no Python: any thread). */
+static int launch_raw(void *f, const unsigned *d, void *stream, void **params, unsigned long long *attrs,
+                      int nattrs) {
+    if (nattrs == 0) return p_launch(f, d[0], d[1], d[2], d[3], d[4], d[5], d[6], stream, params, NULL);
+    launch_config c = {d[0], d[1], d[2], d[3], d[4], d[5], d[6], stream, attrs, (unsigned)nattrs};
+    return p_launch_ex(&c, f, params, NULL);
+}
+
+/* launch_raw with the GIL released. */
 static int launch_any(void *f, const unsigned *d, void *stream, void **params, unsigned long long *attrs,
                       int nattrs) {
     int r;
-    if (nattrs == 0) {
-        Py_BEGIN_ALLOW_THREADS
-        r = p_launch(f, d[0], d[1], d[2], d[3], d[4], d[5], d[6], stream, params, NULL);
-        Py_END_ALLOW_THREADS
-    } else {
-        launch_config c = {d[0], d[1], d[2], d[3], d[4], d[5], d[6], stream, attrs, (unsigned)nattrs};
-        Py_BEGIN_ALLOW_THREADS
-        r = p_launch_ex(&c, f, params, NULL);
-        Py_END_ALLOW_THREADS
-    }
+    Py_BEGIN_ALLOW_THREADS
+    r = launch_raw(f, d, stream, params, attrs, nattrs);
+    Py_END_ALLOW_THREADS
     return r;
 }
 
@@ -250,6 +270,8 @@ static PyObject *set_node_enabled(PyObject *self, PyObject *const *args, Py_ssiz
 #define STACK_BYTES 4096
 #define STACK_PARAMS 512
 
+typedef struct entry_facts entry_facts; /* the C entry point's facts (below) */
+
 typedef struct {
     PyObject_HEAD
     void *func, *stream;
@@ -266,7 +288,11 @@ typedef struct {
     PyObject *extractors, *numbers, *fallback, *on_error, *dict;
     int nattrs;           /* launch attributes: cuLaunchKernelEx where there are any */
     unsigned long long attrs[MAX_ATTRS * ATTR_WORDS];
+    entry_facts *facts;   /* the C entry point's checks and messages (NULL: not an entry) */
 } Launcher;
+
+static void free_facts(entry_facts *f, Py_ssize_t n);
+static int init_entry(Launcher *self, PyObject *spec);
 
 static PyObject *str_dtype = NULL, *str_shape = NULL, *str_strides = NULL, *str_stride = NULL;
 
@@ -289,6 +315,8 @@ static void launcher_dealloc(PyObject *op) {
     Launcher *self = (Launcher *)op;
     PyTypeObject *tp = Py_TYPE(op);
     PyObject_GC_UnTrack(op);
+    free_facts(self->facts, self->n);
+    self->facts = NULL;
     free_accepted(self);
     PyMem_Free(self->offsets);
     PyMem_Free(self->codes);
@@ -542,7 +570,7 @@ static int launcher_init(PyObject *op, PyObject *args, PyObject *kwds) {
     }
     if (!PyArg_ParseTuple(args, "O:Launcher", &spec)) return -1;
     if (init_config(self, spec) < 0 || init_layout(self, spec) < 0 || init_param_offsets(self, spec) < 0 ||
-        init_callbacks(self, spec) < 0 || init_attrs(self, spec) < 0)
+        init_callbacks(self, spec) < 0 || init_attrs(self, spec) < 0 || init_entry(self, spec) < 0)
         return -1;
     return 0;
 }
@@ -701,11 +729,56 @@ static int contiguous(const long long *shape, const long long *strides, int nd, 
     return 1;
 }
 
-/* A Numba array argument: meminfo 0, parent 0, nitems, itemsize, data, shape, strides; or,
- * `memref` set (numba-cuda-mlir), data, data, offset 0, shape, strides in items. */
+/* What keeps an array of these extents and strides (in bytes) from being passed for array
+ * parameter `idx` (codes 'N', 'M'): ARRAY_OK, or what is wrong. */
+enum { ARRAY_OK, ARRAY_NEGATIVE, ARRAY_NOT_CONTIGUOUS, ARRAY_STRIDES_NOT_ITEMS };
+
+static int array_problem(Launcher *self, Py_ssize_t idx, const long long *shape, const long long *strides,
+                         int memref) {
+    int nd = self->ndim[idx], k;
+    for (k = 0; k < nd; k++)
+        if (shape[k] < 0) return ARRAY_NEGATIVE;
+    if (self->contig[idx] != 'A' && !contiguous(shape, strides, nd, self->itemsize[idx], self->contig[idx]))
+        return ARRAY_NOT_CONTIGUOUS;
+    if (memref)
+        for (k = 0; k < nd; k++)
+            if (strides[k] % self->itemsize[idx]) return ARRAY_STRIDES_NOT_ITEMS;
+    return ARRAY_OK;
+}
+
+/* An array for parameter `idx` into `dst` (array_problem said ARRAY_OK): meminfo 0, parent 0,
+ * nitems, itemsize, data, shape, strides; or, `memref` set (numba-cuda-mlir), data, data,
+ * offset 0, shape, strides in items. */
+static void write_array(Launcher *self, Py_ssize_t idx, unsigned long long data, const long long *shape,
+                        const long long *strides, unsigned char *dst, int memref) {
+    int nd = self->ndim[idx], k;
+    long long f[5], items[32];
+    if (memref) {
+        for (k = 0; k < nd; k++) items[k] = strides[k] / self->itemsize[idx];
+        f[2] = 0;
+        memcpy(&f[0], &data, 8);
+        memcpy(&f[1], &data, 8);
+        memcpy(dst, f, 24);
+        memcpy(dst + 24, shape, 8 * (size_t)nd);
+        memcpy(dst + 24 + 8 * (size_t)nd, items, 8 * (size_t)nd);
+        return;
+    }
+    f[0] = 0;
+    f[1] = 0;
+    f[2] = 1;
+    for (k = 0; k < nd; k++) f[2] *= shape[k];
+    f[3] = self->itemsize[idx];
+    memcpy(&f[4], &data, 8);
+    memcpy(dst, f, 40);
+    memcpy(dst + 40, shape, 8 * (size_t)nd);
+    memcpy(dst + 40 + 8 * (size_t)nd, strides, 8 * (size_t)nd);
+}
+
+/* A Numba array argument (a Python object): its address, dtype, shape and strides read and
+ * checked, then written (write_array); 0 where the Python rules must decide. */
 static int pack_numba_array(Launcher *self, Py_ssize_t idx, PyObject *o, unsigned char *dst, int memref) {
     int nd = self->ndim[idx], ok = 1, k, in_items = 0;
-    long long shape[32], strides[32], f[5];
+    long long shape[32], strides[32];
     PyObject *t;
     unsigned long long data = extract(self, o, &ok);
     if (!ok || !dtype_accepted(o, self->accepted[idx])) return 0;
@@ -733,33 +806,8 @@ static int pack_numba_array(Launcher *self, Py_ssize_t idx, PyObject *o, unsigne
             if (strides[k] > LLONG_MAX / 16 || strides[k] < -(LLONG_MAX / 16)) return 0; /* the Python rules */
             strides[k] *= self->itemsize[idx];
         }
-    if (self->contig[idx] != 'A' && !contiguous(shape, strides, nd, self->itemsize[idx], self->contig[idx]))
-        return 0; /* the Python rules say what is wrong */
-    if (memref) {
-        for (k = 0; k < nd; k++) {
-            if (shape[k] < 0 || strides[k] % self->itemsize[idx]) return 0;
-            strides[k] /= self->itemsize[idx];
-        }
-        f[2] = 0;
-        memcpy(&f[0], &data, 8);
-        memcpy(&f[1], &data, 8);
-        memcpy(dst, f, 24);
-        memcpy(dst + 24, shape, 8 * (size_t)nd);
-        memcpy(dst + 24 + 8 * (size_t)nd, strides, 8 * (size_t)nd);
-        return 1;
-    }
-    f[0] = 0;
-    f[1] = 0;
-    f[2] = 1;
-    for (k = 0; k < nd; k++) {
-        if (shape[k] < 0) return 0;
-        f[2] *= shape[k];
-    }
-    f[3] = self->itemsize[idx];
-    memcpy(&f[4], &data, 8);
-    memcpy(dst, f, 40);
-    memcpy(dst + 40, shape, 8 * (size_t)nd);
-    memcpy(dst + 40 + 8 * (size_t)nd, strides, 8 * (size_t)nd);
+    if (array_problem(self, idx, shape, strides, memref) != ARRAY_OK) return 0; /* the Python rules say what */
+    write_array(self, idx, data, shape, strides, dst, memref);
     return 1;
 }
 
@@ -831,7 +879,22 @@ static int pack_pointer(Launcher *self, Py_ssize_t idx, char code, PyObject *o, 
     return 1;
 }
 
-/* Codes 'q' 'i' 'h' 'b' (signed) and 'I' 'H' 'B' (unsigned): an int-like object in range. */
+/* Codes 'q' 'i' 'h' 'b' (signed) and 'I' 'H' 'B' (unsigned): `v` into `dst` where it is in the
+ * code's range; 0 where it is not. */
+static int store_int(char code, long long v, unsigned char *dst) {
+    switch (code) {
+    case 'q': memcpy(dst, &v, 8); return 1;
+    case 'i': if (v < INT32_MIN || v > INT32_MAX) return 0; { int32_t x = (int32_t)v; memcpy(dst, &x, 4); } return 1;
+    case 'h': if (v < INT16_MIN || v > INT16_MAX) return 0; { int16_t x = (int16_t)v; memcpy(dst, &x, 2); } return 1;
+    case 'b': if (v < INT8_MIN || v > INT8_MAX) return 0; { int8_t x = (int8_t)v; memcpy(dst, &x, 1); } return 1;
+    case 'I': if (v < 0 || v > UINT32_MAX) return 0; { uint32_t x = (uint32_t)v; memcpy(dst, &x, 4); } return 1;
+    case 'H': if (v < 0 || v > UINT16_MAX) return 0; { uint16_t x = (uint16_t)v; memcpy(dst, &x, 2); } return 1;
+    case 'B': if (v < 0 || v > UINT8_MAX) return 0; { uint8_t x = (uint8_t)v; memcpy(dst, &x, 1); } return 1;
+    }
+    return 0;
+}
+
+/* The integer codes: an int-like Python object in range (store_int). */
 static int pack_int(Launcher *self, char code, PyObject *o, unsigned char *dst) {
     PyObject *i = as_pyint(self, o);
     int overflow = 0;
@@ -843,16 +906,7 @@ static int pack_int(Launcher *self, char code, PyObject *o, unsigned char *dst) 
         PyErr_Clear();
         return 0;
     }
-    switch (code) {
-    case 'q': memcpy(dst, &v, 8); return 1;
-    case 'i': if (v < INT32_MIN || v > INT32_MAX) return 0; { int32_t x = (int32_t)v; memcpy(dst, &x, 4); } return 1;
-    case 'h': if (v < INT16_MIN || v > INT16_MAX) return 0; { int16_t x = (int16_t)v; memcpy(dst, &x, 2); } return 1;
-    case 'b': if (v < INT8_MIN || v > INT8_MAX) return 0; { int8_t x = (int8_t)v; memcpy(dst, &x, 1); } return 1;
-    case 'I': if (v < 0 || v > UINT32_MAX) return 0; { uint32_t x = (uint32_t)v; memcpy(dst, &x, 4); } return 1;
-    case 'H': if (v < 0 || v > UINT16_MAX) return 0; { uint16_t x = (uint16_t)v; memcpy(dst, &x, 2); } return 1;
-    case 'B': if (v < 0 || v > UINT8_MAX) return 0; { uint8_t x = (uint8_t)v; memcpy(dst, &x, 1); } return 1;
-    }
-    return 0;
+    return store_int(code, v, dst);
 }
 
 /* Codes 'f' (f32) and 'd' (f64): a Python float or int, or a numpy number. */
@@ -1056,6 +1110,465 @@ static PyObject *launcher_pack(PyObject *op, PyObject *args) {
     return out;
 }
 
+/* ------------------------------------------------------------------ the C entry point
+ * A launcher made with entry facts (spec.entry, kernel.c_entry) launches from compiled code
+ * with no Python at all: nbjit_launch(kernel, dims, forms, stream, args, nargs, message, size).
+ * `args` is cuLaunchKernel's array of void*, one per argument, each pointing to the argument
+ * in the form its parameter's class takes (nbjit/launch/entry.py documents the ABI):
+ *   a pointer ('P' 'A')        a uint64 address
+ *   an integer (codes below)   an int64 (a uint64 for .u64), checked against the parameter's type
+ *   'f' 'd'                    a double ('f': one that fits a float)
+ *   'N' 'M' (an array)         a view: int64 data, int64 ndim, ndim extents, ndim strides in bytes
+ *   'X'                        the parameter's own bytes
+ * The checks and their messages are the Python rules' (launch/arguments.py, launch/config.py,
+ * launchers.launch_error), word for word. */
+
+struct entry_facts {
+    char *label;          /* repr() of the kernel's name, as messages quote it */
+    char *signature;      /* name(parameters) */
+    char **prefix;        /* per parameter: "kernel 'k', parameter i (name, kind)" */
+    char **type;          /* per parameter: its PTX type ("s32", "b64", "unknown"), "ptr" for pointers */
+    char **text;          /* per parameter: an array parameter's type as messages write it */
+    Py_ssize_t *size;     /* per parameter: its bytes */
+    void *ctx;            /* the kernel's context: made current in a thread that has none */
+    long long static_shared, max_optin, max_threads;
+    long long cluster[3]; /* the kernel's own cluster shape (0: none) */
+    char *sticky_hint;    /* what follows an error that leaves the process unable to use CUDA */
+    int sticky[16], nsticky;
+};
+
+static void free_strings(char **v, Py_ssize_t n) {
+    if (v == NULL) return;
+    for (Py_ssize_t i = 0; i < n; i++) PyMem_Free(v[i]);
+    PyMem_Free(v);
+}
+
+static void free_facts(entry_facts *f, Py_ssize_t n) {
+    if (f == NULL) return;
+    PyMem_Free(f->label);
+    PyMem_Free(f->signature);
+    PyMem_Free(f->sticky_hint);
+    free_strings(f->prefix, n);
+    free_strings(f->type, n);
+    free_strings(f->text, n);
+    PyMem_Free(f->size);
+    PyMem_Free(f);
+}
+
+/* A copy of a str's UTF-8 (PyMem), or NULL with an error. */
+static char *copy_str(PyObject *o) {
+    Py_ssize_t len;
+    const char *u = o != NULL && PyUnicode_Check(o) ? PyUnicode_AsUTF8AndSize(o, &len) : NULL;
+    char *out;
+    if (u == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "entry facts: a str was expected");
+        return NULL;
+    }
+    if ((out = PyMem_Malloc(len + 1)) == NULL) return (char *)PyErr_NoMemory();
+    memcpy(out, u, len + 1);
+    return out;
+}
+
+/* Attribute `name` of `facts`, a str, copied. */
+static char *facts_str(PyObject *facts, const char *name) {
+    PyObject *v = spec_get(facts, name);
+    char *out = v == NULL ? NULL : copy_str(v);
+    Py_XDECREF(v);
+    return out;
+}
+
+/* Attribute `name` of `facts`, a tuple of `n` strs, copied; NULL with an error. */
+static char **facts_strs(PyObject *facts, const char *name, Py_ssize_t n) {
+    PyObject *t = spec_get(facts, name);
+    char **out = NULL;
+    if (t == NULL) return NULL;
+    if (!PyTuple_Check(t) || PyTuple_Size(t) != n) {
+        PyErr_Format(PyExc_TypeError, "entry facts: %s must be a tuple of %zd strs", name, n);
+    } else if ((out = PyMem_Calloc(n + 1, sizeof(char *))) == NULL) {
+        PyErr_NoMemory();
+    } else {
+        for (Py_ssize_t i = 0; i < n; i++)
+            if ((out[i] = copy_str(PyTuple_GetItem(t, i))) == NULL) {
+                free_strings(out, n);
+                out = NULL;
+                break;
+            }
+    }
+    Py_DECREF(t);
+    return out;
+}
+
+/* Attribute `name` of `facts`: a tuple of up to `most` ints into out[] (the count), or -1. */
+static int facts_ints(PyObject *facts, const char *name, long long *out, int most) {
+    PyObject *t = spec_get(facts, name);
+    int n = -1;
+    if (t == NULL) return -1;
+    if (!PyTuple_Check(t) || PyTuple_Size(t) > most) {
+        PyErr_Format(PyExc_TypeError, "entry facts: %s must be a tuple of at most %d ints", name, most);
+    } else {
+        n = (int)PyTuple_Size(t);
+        for (int i = 0; i < n; i++) {
+            out[i] = PyLong_AsLongLong(PyTuple_GetItem(t, i));
+            if (out[i] == -1 && PyErr_Occurred()) n = -1;
+        }
+    }
+    Py_DECREF(t);
+    return n;
+}
+
+/* entry (spec.entry): None, or the facts the C entry point's checks and messages need
+ * (nbjit.launch.entry.EntryFacts). */
+static int init_entry(Launcher *self, PyObject *spec) {
+    PyObject *facts = spec_get(spec, "entry"), *sizes = NULL;
+    entry_facts *f;
+    long long v[16], ctx;
+    int r = -1, k;
+    if (facts == NULL) return -1;
+    free_facts(self->facts, self->n);
+    self->facts = NULL;
+    if (facts == Py_None) {
+        Py_DECREF(facts);
+        return 0;
+    }
+    if ((f = PyMem_Calloc(1, sizeof(entry_facts))) == NULL) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    self->facts = f;
+    if (!(f->label = facts_str(facts, "label")) || !(f->signature = facts_str(facts, "signature")) ||
+        !(f->sticky_hint = facts_str(facts, "sticky_hint")) || !(f->prefix = facts_strs(facts, "prefix", self->n)) ||
+        !(f->type = facts_strs(facts, "types", self->n)) || !(f->text = facts_strs(facts, "texts", self->n)))
+        goto out;
+    if ((f->size = PyMem_Calloc(self->n + 1, sizeof(Py_ssize_t))) == NULL) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    if ((sizes = spec_get(facts, "sizes")) == NULL) goto out;
+    if (!PyTuple_Check(sizes) || PyTuple_Size(sizes) != self->n) {
+        PyErr_SetString(PyExc_TypeError, "entry facts: sizes holds one int per parameter");
+        goto out;
+    }
+    for (Py_ssize_t i = 0; i < self->n; i++) {
+        f->size[i] = PyLong_AsSsize_t(PyTuple_GetItem(sizes, i));
+        if (f->size[i] == -1 && PyErr_Occurred()) goto out;
+        if (f->size[i] < 0 || self->offsets[i] + f->size[i] > self->size) {
+            PyErr_SetString(PyExc_ValueError, "entry facts: a parameter's size runs past the buffer");
+            goto out;
+        }
+    }
+    if (facts_ints(facts, "limits", v, 4) != 4) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "entry facts: limits holds 4 ints");
+        goto out;
+    }
+    ctx = v[0];
+    f->ctx = (void *)(intptr_t)ctx;
+    f->static_shared = v[1];
+    f->max_optin = v[2];
+    f->max_threads = v[3];
+    if ((k = facts_ints(facts, "cluster", f->cluster, 3)) < 0) goto out;
+    if (k != 0 && k != 3) {
+        PyErr_SetString(PyExc_TypeError, "entry facts: cluster holds 3 ints or none");
+        goto out;
+    }
+    if ((k = facts_ints(facts, "sticky", v, 16)) < 0) goto out;
+    for (f->nsticky = 0; f->nsticky < k; f->nsticky++) f->sticky[f->nsticky] = (int)v[f->nsticky];
+    r = 0;
+out:
+    Py_DECREF(facts);
+    Py_XDECREF(sizes);
+    if (r < 0) {
+        free_facts(self->facts, self->n);
+        self->facts = NULL;
+    }
+    return r;
+}
+
+/* The message (at most `size` bytes, NUL-terminated) and the status: 1 an argument error,
+ * 2 a launch error. */
+enum { ENTRY_OK, ENTRY_ARGUMENT, ENTRY_LAUNCH };
+
+static int fail(char *msg, long long size, int status, const char *fmt, ...) {
+    va_list ap;
+    if (msg != NULL && size > 0) {
+        va_start(ap, fmt);
+        vsnprintf(msg, (size_t)size, fmt, ap);
+        va_end(ap);
+    }
+    return status;
+}
+
+/* Python's repr() of a double: the shortest "%g" that reads back the same. */
+static void float_repr(double v, char *out, size_t size) {
+    for (int p = 1; p <= 17; p++) {
+        snprintf(out, size, "%.*g", p, v);
+        if (strtod(out, NULL) == v) break;
+    }
+    if (strspn(out, "-0123456789") == strlen(out)) strncat(out, ".0", size - strlen(out) - 1);
+}
+
+/* A tuple of n ints as Python prints it: (8,), (8, 16); `bare`: one int without parentheses. */
+static void tuple_repr(const long long *v, int n, int bare, char *out, size_t size) {
+    size_t at = 0;
+    if (bare && n == 1) {
+        snprintf(out, size, "%lld", v[0]);
+        return;
+    }
+    at += snprintf(out + at, size - at, "(");
+    for (int k = 0; k < n && at < size; k++)
+        at += snprintf(out + at, size - at, k ? ", %lld" : "%lld", v[k]);
+    if (at < size) snprintf(out + at, size - at, n == 1 ? ",)" : ")");
+}
+
+/* An int64 for parameter `i` of PTX type `t` (`size` bytes) into `dst`: the integer rules of
+ * launch/arguments.py (_Rule.integer, unknown); an argument error otherwise. */
+static int entry_int(entry_facts *F, Py_ssize_t i, long long n, unsigned char *dst, char *msg, long long msize) {
+    const char *t = F->type[i];
+    int bytes = (int)F->size[i], bits = bytes * 8;
+    long long lo = bits >= 64 ? LLONG_MIN : -(1LL << (bits - 1));
+    unsigned long long top = bits >= 64 ? ~0ULL : (1ULL << bits) - 1; /* the largest unsigned value */
+    if (bytes > 8) return fail(msg, msize, ENTRY_ARGUMENT, "%s: an integer cannot fill it", F->prefix[i]);
+    if (t[0] == 'b' || strcmp(t, "unknown") == 0) { /* untyped bits: either sign */
+        if (n < lo || (n > 0 && (unsigned long long)n > top))
+            return t[0] == 'b' ? fail(msg, msize, ENTRY_ARGUMENT, "%s: %lld does not fit in %d bits", F->prefix[i], n, bits)
+                               : fail(msg, msize, ENTRY_ARGUMENT, "%s: %lld does not fit in %d bytes", F->prefix[i], n,
+                                      bytes);
+    } else if (t[0] == 'u' || strcmp(t, "ptr") == 0) {
+        if (bits >= 64) { /* a uint64_t: any bits */
+            memcpy(dst, &n, 8);
+            return ENTRY_OK;
+        }
+        if (n < 0)
+            return fail(msg, msize, ENTRY_ARGUMENT,
+                        "%s: %lld is negative; the parameter is .%s (nvcc writes C 'int' as .u32: pass np.int%d(%lld) "
+                        "to send a signed value's bits)", F->prefix[i], n, t, bits, n);
+        if ((unsigned long long)n > top)
+            return fail(msg, msize, ENTRY_ARGUMENT, "%s: %lld does not fit in .%s (at most %llu)", F->prefix[i], n, t, top);
+    } else if (t[0] == 's') {
+        long long hi = (long long)(top >> 1);
+        if (n < lo || n > hi)
+            return fail(msg, msize, ENTRY_ARGUMENT, "%s: %lld does not fit in .%s (%lld to %lld)", F->prefix[i], n, t,
+                        lo, hi);
+    } else {
+        return fail(msg, msize, ENTRY_ARGUMENT, "%s: an integer cannot fill it", F->prefix[i]);
+    }
+    memcpy(dst, &n, (size_t)bytes); /* little-endian: the low bytes */
+    return ENTRY_OK;
+}
+
+/* A view {data, ndim, extents, strides} for array parameter `i` into `dst`. */
+static int entry_array(Launcher *self, Py_ssize_t i, const long long *view, unsigned char *dst, char *msg,
+                       long long msize) {
+    entry_facts *F = self->facts;
+    int memref = self->codes[i] == 'M', nd = self->ndim[i];
+    char s[400];
+    if (view[1] != nd)
+        return fail(msg, msize, ENTRY_ARGUMENT, "%s: a %lld-d array was passed; the parameter is %s", F->prefix[i],
+                    view[1], F->text[i]);
+    const long long *shape = view + 2, *strides = view + 2 + nd;
+    switch (array_problem(self, i, shape, strides, memref)) {
+    case ARRAY_NEGATIVE:
+        tuple_repr(shape, nd, 0, s, sizeof s);
+        return fail(msg, msize, ENTRY_ARGUMENT, "%s: its shape %s has a negative extent", F->prefix[i], s);
+    case ARRAY_NOT_CONTIGUOUS:
+        tuple_repr(strides, nd, 0, s, sizeof s);
+        return fail(msg, msize, ENTRY_ARGUMENT,
+                    "%s: the array is not %s-contiguous (strides %s); the parameter is %s: pass a contiguous copy, or "
+                    "compile the kernel for layout 'A'", F->prefix[i], self->contig[i] == 'C' ? "C" : "Fortran", s,
+                    F->text[i]);
+    case ARRAY_STRIDES_NOT_ITEMS:
+        tuple_repr(strides, nd, 0, s, sizeof s);
+        return fail(msg, msize, ENTRY_ARGUMENT,
+                    "%s: its strides %s are not whole multiples of its %d-byte items; the parameter is %s, which "
+                    "numba-cuda-mlir's kernels take in items", F->prefix[i], s, self->itemsize[i], F->text[i]);
+    }
+    write_array(self, i, (unsigned long long)view[0], shape, strides, dst, memref);
+    return ENTRY_OK;
+}
+
+/* Argument i (at `a`, in its class's form) into `dst` by parameter i's code. */
+static int entry_one(Launcher *self, Py_ssize_t i, const void *a, unsigned char *dst, char *msg, long long msize) {
+    entry_facts *F = self->facts;
+    long long n;
+    double x;
+    char s[40];
+    if (a == NULL) return fail(msg, msize, ENTRY_ARGUMENT, "%s: no value (its args[] entry is NULL)", F->prefix[i]);
+    switch (self->codes[i]) {
+    case 'P': case 'A': case 'q': case 'i': case 'h': case 'b': case 'I': case 'H': case 'B':
+    case '1': case '2': case '4':
+        memcpy(&n, a, 8);
+        return entry_int(F, i, n, dst, msg, msize);
+    case 'f': case 'd':
+        memcpy(&x, a, 8);
+        if (self->codes[i] == 'd') {
+            memcpy(dst, &x, 8);
+        } else if (!store_f32(x, dst)) {
+            float_repr(x, s, sizeof s);
+            return fail(msg, msize, ENTRY_ARGUMENT, "%s: %s overflows .%s", F->prefix[i], s, F->type[i]);
+        }
+        return ENTRY_OK;
+    case 'N': case 'M':
+        return entry_array(self, i, (const long long *)a, dst, msg, msize);
+    case 'X':
+        memcpy(dst, a, (size_t)F->size[i]);
+        return ENTRY_OK;
+    }
+    return fail(msg, msize, ENTRY_ARGUMENT, "%s: no value can be passed for it", F->prefix[i]);
+}
+
+/* nbjit_pack(kernel, args, nargs, buf, message, size) -> status: the arguments packed into `buf`
+ * (the kernel's parameter buffer, kernel.c_entry.param_size bytes) by the kernel's signature. */
+static int nbjit_pack(const void *kernel, void *const *args, long long nargs, unsigned char *buf, char *msg,
+                      long long msize) {
+    Launcher *self = (Launcher *)kernel;
+    entry_facts *F = self != NULL ? self->facts : NULL;
+    if (F == NULL) return fail(msg, msize, ENTRY_LAUNCH, "nbjit: not a kernel's C entry (kernel.c_entry.kernel)");
+    if (nargs != self->nargs)
+        return fail(msg, msize, ENTRY_ARGUMENT, "kernel %s takes %zd argument%s, got %lld: %s", F->label, self->nargs,
+                    self->nargs == 1 ? "" : "s", nargs, F->signature);
+    if (self->size) memset(buf, 0, (size_t)self->size);
+    for (Py_ssize_t i = 0; i < self->nargs; i++) {
+        int r = entry_one(self, i, args[i], buf + self->offsets[i], msg, msize);
+        if (r != ENTRY_OK) return r;
+    }
+    return ENTRY_OK;
+}
+
+/* A grid's or block's values checked as LaunchConfig.make checks them; their 32-bit values into
+ * d[]. `form`, how the caller wrote them (for messages): 0 a tuple of 3, 1-3 a tuple of that
+ * many, 4 one int. */
+static int entry_dims(entry_facts *F, const char *what, const long long *v, int form, unsigned *d, char *msg,
+                      long long msize) {
+    char s[100];
+    for (int k = 0; k < 3; k++) {
+        if (v[k] < 1 || v[k] >= (1LL << 32)) {
+            tuple_repr(v, form == 4 ? 1 : form ? form : 3, form == 4, s, sizeof s);
+            return fail(msg, msize, ENTRY_LAUNCH, "kernel %s: %s values must be from 1 to 2**32 - 1 (got %s)", F->label,
+                        what, s);
+        }
+        d[k] = (unsigned)v[k];
+    }
+    return ENTRY_OK;
+}
+
+/* grid, block and dynamic shared memory (dims[7]) checked as Kernel.configure checks them. */
+static int entry_config(Launcher *self, const long long *dims, int forms, unsigned *d, char *msg, long long msize) {
+    entry_facts *F = self->facts;
+    int r;
+    if ((r = entry_dims(F, "grid", dims, forms & 7, d, msg, msize)) != ENTRY_OK ||
+        (r = entry_dims(F, "block", dims + 3, (forms >> 3) & 7, d + 3, msg, msize)) != ENTRY_OK)
+        return r;
+    if (dims[6] < 0 || dims[6] >= (1LL << 32))
+        return fail(msg, msize, ENTRY_LAUNCH, "kernel %s: dynamic shared memory must be a byte count >= 0, got %lld",
+                    F->label, dims[6]);
+    if (F->static_shared + dims[6] > F->max_optin)
+        return fail(msg, msize, ENTRY_LAUNCH,
+                    "kernel %s: %lld bytes of dynamic shared memory plus %lld static exceed the %lld bytes a block can "
+                    "have on this device", F->label, dims[6], F->static_shared, F->max_optin);
+    d[6] = (unsigned)dims[6];
+    if (F->cluster[0] && (d[0] % F->cluster[0] || d[1] % F->cluster[1] || d[2] % F->cluster[2]))
+        return fail(msg, msize, ENTRY_LAUNCH, "kernel %s: grid (%u, %u, %u) is not a multiple of its cluster shape "
+                    "(%lld, %lld, %lld)", F->label, d[0], d[1], d[2], F->cluster[0], F->cluster[1], F->cluster[2]);
+    return ENTRY_OK;
+}
+
+/* What a failed launch's CUresult says, as driver.error_text and launchers._shape_problem say it. */
+static int entry_launch_error(Launcher *self, int err, const unsigned *d, char *msg, long long msize) {
+    entry_facts *F = self->facts;
+    const char *name = NULL, *text = NULL;
+    char why[600], shape[160] = "";
+    int sticky = 0;
+    long long threads = (long long)d[3] * d[4] * d[5];
+    if (p_error_name && p_error_string && p_error_name(err, &name) == 0 && p_error_string(err, &text) == 0 && name &&
+        text)
+        snprintf(why, sizeof why, "%s (%d): %s", name, err, text);
+    else
+        snprintf(why, sizeof why, "CUDA error %d", err);
+    for (int k = 0; k < F->nsticky; k++) sticky |= F->sticky[k] == err;
+    if (err == 1 && threads > F->max_threads) {
+        snprintf(shape, sizeof shape, ": a block of %lld threads, and this kernel runs at most %lld per block", threads,
+                 F->max_threads);
+    } else if (err == 1) {
+        static const char *axes[] = {"x", "y", "z"};
+        static const long long block_limit[] = {1024, 1024, 64}, grid_limit[] = {2147483647LL, 65535, 65535};
+        for (int k = 0; k < 3 && !shape[0]; k++)
+            if (d[3 + k] > block_limit[k])
+                snprintf(shape, sizeof shape, ": block %s is %u, and CUDA allows at most %lld", axes[k], d[3 + k],
+                         block_limit[k]);
+        for (int k = 0; k < 3 && !shape[0]; k++)
+            if (d[k] > grid_limit[k])
+                snprintf(shape, sizeof shape, ": grid %s is %u, and CUDA allows at most %lld", axes[k], d[k],
+                         grid_limit[k]);
+    }
+    return fail(msg, msize, ENTRY_LAUNCH,
+                "launch of kernel %s failed (grid (%u, %u, %u), block (%u, %u, %u), %u bytes dynamic shared memory): "
+                "%s%s%s%s%s", F->label, d[0], d[1], d[2], d[3], d[4], d[5], d[6], why, sticky ? " (" : "",
+                sticky ? F->sticky_hint : "", sticky ? ")" : "", shape);
+}
+
+/* nbjit_launch(kernel, dims, forms, stream, args, nargs, message, size) -> status: the kernel
+ * launched with grid dims[0:3], block dims[3:6] and dims[6] bytes of dynamic shared memory on
+ * `stream`, its arguments packed by nbjit_pack; `forms`: how the caller wrote the grid (bits 0-2)
+ * and the block (bits 3-5), for messages: 0 a tuple of 3, 1-3 a tuple of that many, 4 one int.
+ * No Python, no GIL: any thread. In a
+ * thread with no current context, the kernel's is made current (as a Python launch does). */
+static int nbjit_launch(const void *kernel, const long long *dims, int forms, void *stream, void *const *args,
+                        long long nargs, char *msg, long long msize) {
+    Launcher *self = (Launcher *)kernel;
+    unsigned char stack_buf[STACK_BYTES], *buf = stack_buf;
+    void *stack_ptrs[STACK_PARAMS], **ptrs = stack_ptrs;
+    unsigned d[7];
+    int r;
+    if (self == NULL || self->facts == NULL)
+        return fail(msg, msize, ENTRY_LAUNCH, "nbjit: not a kernel's C entry (kernel.c_entry.kernel)");
+    if ((r = entry_config(self, dims, forms, d, msg, msize)) != ENTRY_OK) return r;
+    if ((self->size > STACK_BYTES && (buf = malloc((size_t)self->size)) == NULL) ||
+        (self->nparams > STACK_PARAMS && (ptrs = malloc(sizeof(void *) * (size_t)self->nparams)) == NULL)) {
+        r = fail(msg, msize, ENTRY_LAUNCH, "nbjit: out of memory for kernel %s's parameters", self->facts->label);
+        goto done;
+    }
+    if ((r = nbjit_pack(kernel, args, nargs, buf, msg, msize)) != ENTRY_OK) goto done;
+    if (p_launch == NULL || (self->nattrs && p_launch_ex == NULL)) {
+        r = fail(msg, msize, ENTRY_LAUNCH, "nbjit: the driver's launch entry points are not set (kernel.c_entry "
+                 "sets them)");
+        goto done;
+    }
+    point_into(self, buf, ptrs);
+    int err = launch_raw(self->func, d, stream, self->nparams ? ptrs : NULL, self->attrs, self->nattrs);
+    if (err == 201 /* CUDA_ERROR_INVALID_CONTEXT */ && p_ctx_current && p_ctx_set) {
+        void *cur = NULL;
+        if (p_ctx_current(&cur) == 0 && cur == NULL && p_ctx_set(self->facts->ctx) == 0)
+            err = launch_raw(self->func, d, stream, self->nparams ? ptrs : NULL, self->attrs, self->nattrs);
+    }
+    r = err ? entry_launch_error(self, err, d, msg, msize) : ENTRY_OK;
+done:
+    if (buf != stack_buf) free(buf);
+    if (ptrs != stack_ptrs) free(ptrs);
+    return r;
+}
+
+/* nbjit_synchronize(stream, message, size) -> status: cuStreamSynchronize, its error as a message. */
+static int nbjit_synchronize(void *stream, char *msg, long long msize) {
+    const char *name = NULL, *text = NULL;
+    int err;
+    if (p_stream_sync == NULL)
+        return fail(msg, msize, ENTRY_LAUNCH, "nbjit: the driver's cuStreamSynchronize entry point is not set");
+    err = p_stream_sync(stream);
+    if (err == 0) return ENTRY_OK;
+    if (p_error_name && p_error_string && p_error_name(err, &name) == 0 && p_error_string(err, &text) == 0)
+        return fail(msg, msize, ENTRY_LAUNCH, "synchronizing stream 0x%llx failed: %s (%d): %s",
+                    (unsigned long long)(uintptr_t)stream, name, err, text);
+    return fail(msg, msize, ENTRY_LAUNCH, "synchronizing stream 0x%llx failed: CUDA error %d",
+                (unsigned long long)(uintptr_t)stream, err);
+}
+
+/* entry_points() -> {"launch": address, "pack": address, "synchronize": address}: the C entry
+ * point's functions, for compiled callers (@njit code, ctypes, cffi, C). */
+static PyObject *entry_points(PyObject *self, PyObject *unused) {
+    return Py_BuildValue("{s:N,s:N,s:N}", "launch", PyLong_FromVoidPtr((void *)(uintptr_t)&nbjit_launch), "pack",
+                         PyLong_FromVoidPtr((void *)(uintptr_t)&nbjit_pack), "synchronize",
+                         PyLong_FromVoidPtr((void *)(uintptr_t)&nbjit_synchronize));
+}
+
 static PyMethodDef launcher_methods[] = {
     {"pack_fast", launcher_pack, METH_O, "pack_fast(args) -> bytes or None (the C rules alone)"},
     {"set_node", (PyCFunction)(void (*)(void))launcher_set_node, METH_FASTCALL,
@@ -1184,6 +1697,8 @@ static PyMethodDef methods[] = {
      "set_kernel_node(graph_exec, node, func, gx, gy, gz, bx, by, bz, shared, params) -> CUresult"},
     {"set_node_enabled", (PyCFunction)(void (*)(void))set_node_enabled, METH_FASTCALL,
      "set_node_enabled(graph_exec, node, on) -> CUresult"},
+    {"entry_points", entry_points, METH_NOARGS,
+     "entry_points() -> {'launch', 'pack', 'synchronize': address}: the C entry point's functions"},
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL,
      "launch(func, gx, gy, gz, bx, by, bz, shared, stream, params[, attributes]) -> CUresult"},
     {NULL, NULL, 0, NULL},

@@ -643,3 +643,26 @@ def encode_tensor_map_tiled(plan) -> bytes:
         raise NbjitArgumentError(f"tensor map: cuTensorMapEncodeTiled refused {plan.dtype}{list(plan.shape)} in boxes "
                                  f"of {list(plan.box_shape)}: {error_text(res[0])}")
     return b"".join(int(x).to_bytes(8, "little") for x in res[1].opaque)
+
+
+_ENTRY_NEEDS = ("cuCtxGetCurrent", "cuCtxSetCurrent", "cuGetErrorName", "cuGetErrorString", "cuStreamSynchronize")
+
+
+def entry_points() -> dict[str, int]:
+    """The addresses of nbjit's C entry point (``launch``, ``pack``, ``synchronize``: see
+    launch/entry.py), with the driver functions they call handed to the C extension; raises
+    ``NbjitLaunchError`` where the extension is not used."""
+    ext = extension.extension()
+    if ext is None:
+        raise NbjitLaunchError("launching from compiled code (@njit, ctypes, C) needs nbjit's C extension, and this "
+                               "process runs without it (NBJIT_PURE_PYTHON is set, or nbjit was installed without a "
+                               "C compiler)")
+    backend()  # (cuLaunchKernel and cuLaunchKernelEx)
+    for name in _ENTRY_NEEDS:
+        set_entry_point(ext, name)
+    return ext.entry_points()
+
+
+def synchronize(stream: int) -> None:
+    """cuStreamSynchronize of the stream with handle ``stream``."""
+    check(_cu().cuStreamSynchronize(stream_object(stream)), f"synchronizing stream {stream:#x}", NbjitLaunchError)

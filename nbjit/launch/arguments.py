@@ -20,7 +20,7 @@ import numpy as np
 
 from nbjit.errors import NbjitArgumentError
 from nbjit.launch.arrays import (
-    _EXTRACTORS, array_element, describe_element, device_pointer, dlpack_array, element_matches, handle_value, to_u64)
+    _EXTRACTORS, array_element, array_layout, describe_element, device_pointer, element_matches, handle_value, to_u64)
 from nbjit.params.signature import KernelSignature, Param
 
 
@@ -254,6 +254,11 @@ class ArgPacker:
         self.n = len(self.rules)
         self.fast = tuple((i, r.fast) for i, r in enumerate(self.rules) if r.fast is not None)
 
+    @property
+    def c_layout(self) -> tuple:
+        """Per parameter, ``(offset, *code)``: what the C launcher packs by (gpu/_launcher.c)."""
+        return tuple((p.offset, *r.code) for p, r in zip(self.sig.params, self.rules))
+
     def signature_text(self) -> str:
         return f"{self.kernel}{self.sig}"
 
@@ -315,14 +320,6 @@ def _kind(p: Param) -> str:
 Converter = Callable[[Any], Any]
 
 
-def _c_strides(shape: tuple, itemsize: int) -> tuple:
-    out, s = [], itemsize
-    for n in reversed(shape):
-        out.append(s)
-        s *= n
-    return tuple(reversed(out))
-
-
 def _contiguous(shape: tuple, strides: tuple, itemsize: int, order: str) -> bool:
     """C (or Fortran) contiguity as numpy judges it: dimensions of extent 1 do not count."""
     if 0 in shape:
@@ -370,29 +367,12 @@ def numba_array(rule, extractors: dict, device_pointer: Callable[[Any], int]) ->
     accepted = rule.accepted
 
     def convert(v):
-        if isinstance(v, np.ndarray):
-            raise ValueError("a host numpy array: Numba copies host arrays to the device (and back) for you; "
-                             "nbjit does not: pass numba.cuda.to_device(arr) and copy the result back")
-        try:
-            cai = v.__cuda_array_interface__
-            shape = tuple(int(x) for x in cai["shape"])
-            own = getattr(v, "dtype", None)  # Numba's and CuPy's arrays keep the whole dtype (records too)
-            dt = own if isinstance(own, np.dtype) else \
-                np.dtype(cai["descr"]) if cai.get("descr") and np.dtype(cai["typestr"]).kind == "V" \
-                else np.dtype(cai["typestr"])
-            ptr = int(cai["data"][0] or 0)
-            strides = cai.get("strides")
-        except (AttributeError, KeyError, TypeError, ValueError):
-            if not (hasattr(v, "__dlpack__") and hasattr(v, "__dlpack_device__")):
-                raise ValueError(f"{type(v).__name__} is not a device array (pass a Numba device array or an object "
-                                 "with __cuda_array_interface__ or __dlpack__)") from None
-            ptr, shape, strides, dt = dlpack_array(v)  # (its ValueError says what it is instead)
+        ptr, shape, strides, dt = array_layout(v)
         if len(shape) != a.ndim:
             raise ValueError(f"a {len(shape)}-d array was passed; the parameter is {a.text}")
         if a.dtype is not None and dt != a.dtype:
             raise ValueError(f"a {dt} array was passed; the parameter is {a.text} (to reinterpret the memory on "
                              "purpose, pass arr.view(<dtype>))")
-        strides = tuple(int(x) for x in strides) if strides is not None else _c_strides(shape, dt.itemsize)
         if a.layout in ("C", "F") and not _contiguous(shape, strides, dt.itemsize, a.layout):
             order = "C" if a.layout == "C" else "Fortran"
             raise ValueError(f"the array is not {order}-contiguous (strides {strides}); the parameter is {a.text}: "

@@ -143,6 +143,36 @@ _NP_KIND = {"f": "f", "i": "i", "u": "i", "b": "b", "c": "c"}
 _KIND_NAMES = {"f": "float", "i": "int", "b": "bool", "bf": "bfloat16", "c": "complex"}
 
 
+def array_layout(v) -> tuple[int, tuple[int, ...], tuple[int, ...], np.dtype]:
+    """``(address, shape, strides in bytes, numpy dtype)`` of a device array: anything with
+    ``__cuda_array_interface__`` (Numba, CuPy, PyTorch) or DLPack on a CUDA device; ValueError
+    saying what it is otherwise."""
+    if isinstance(v, np.ndarray):
+        raise ValueError("a host numpy array: Numba copies host arrays to the device (and back) for you; "
+                         "nbjit does not: pass numba.cuda.to_device(arr) and copy the result back")
+    try:
+        cai = v.__cuda_array_interface__
+        shape = tuple(int(x) for x in cai["shape"])
+        own = getattr(v, "dtype", None)  # Numba's and CuPy's arrays keep the whole dtype (records too)
+        dt = own if isinstance(own, np.dtype) else \
+            np.dtype(cai["descr"]) if cai.get("descr") and np.dtype(cai["typestr"]).kind == "V" \
+            else np.dtype(cai["typestr"])
+        ptr = int(cai["data"][0] or 0)
+        strides = cai.get("strides")
+    except (AttributeError, KeyError, TypeError, ValueError):
+        if not (hasattr(v, "__dlpack__") and hasattr(v, "__dlpack_device__")):
+            raise ValueError(f"{type(v).__name__} is not a device array (pass a Numba device array or an object "
+                             "with __cuda_array_interface__ or __dlpack__)") from None
+        ptr, shape, strides, dt = dlpack_array(v)  # (its ValueError says what it is instead)
+    if strides is None:  # C-contiguous
+        out, step = [], dt.itemsize
+        for n in reversed(shape):
+            out.append(step)
+            step *= n
+        strides = tuple(reversed(out))
+    return ptr, shape, tuple(int(x) for x in strides), dt
+
+
 def array_element(v) -> tuple[str, int, str] | None:
     """``(kind, item size, dtype name)`` of the elements of a device array (``kind`` as in
     ``cdecl.element_of``: "f", "i", "b", "bf", "c", or "V" for structured and other
@@ -166,6 +196,11 @@ def array_element(v) -> tuple[str, int, str] | None:
                 except Exception:  # (the pointer's own check says what is wrong)
                     return None
             return None
+    return dtype_element(d)
+
+
+def dtype_element(d: np.dtype) -> tuple[str, int, str]:
+    """``array_element`` of an array of numpy dtype ``d``."""
     if d.name == "bfloat16":  # ml_dtypes
         return "bf", 2, d.name
     return _NP_KIND.get(d.kind, "V"), d.itemsize, str(d)

@@ -25,6 +25,7 @@ from nbjit.records import record
 
 if TYPE_CHECKING:
     from nbjit.arch import Arch
+    from nbjit.launch.entry import CEntry
     from nbjit.launch.launchers import _Launcher
 
 __all__ = ["Kernel", "KernelAttributes", "kernel_of_function", "remember_function"]
@@ -84,7 +85,7 @@ class _State:
         self.sig = info.signature
         self.packer = ArgPacker(info.signature, self.label)
         self.n = self.packer.n
-        self.layout = tuple((p.offset, *r.code) for p, r in zip(info.params, self.packer.rules))
+        self.layout = self.packer.c_layout
         # the kernel's own parameters where they are not the arguments (Numba kernels)
         self.param_offsets = info.launch_offsets
         self.ctx_key = ctx_key
@@ -99,6 +100,7 @@ class _State:
         self.attrs: KernelAttributes | None = None
         self.pointer_params = tuple(i for i, p in enumerate(info.params) if p.pointer or p.size == 8)
         self.lock = threading.Lock()
+        self.entries: dict = {}  # (tail, pdl) -> the kernel's C entry (launch/entry.py), kept while it lives
         several_gpus()  # (asked once, by the first kernel made: the launchers read it)
 
 
@@ -265,6 +267,14 @@ class Kernel(_EXTENSION.KernelBase if _EXTENSION is not None else _PyIndexing): 
             raise NbjitLaunchError(f"kernel {s.label!r}: programmatic dependent launch (pdl=True) needs a device "
                                    f"of compute capability 9.0 or newer; device {s.device} is {cc[0]}.{cc[1]}")
         return False
+
+    @property
+    def c_entry(self) -> "CEntry":
+        """The kernel's C entry point: function addresses and an argument ABI for launching
+        from compiled code without Python (ctypes, cffi, a Numba ``cfunc``, C; ``@njit`` code
+        uses it too). See ``nbjit.launch.entry`` and docs/launching.md."""
+        from nbjit.launch.entry import kernel_entry  # (a cold concern: compiled callers only)
+        return kernel_entry(self)
 
     @property
     def attributes(self) -> KernelAttributes:

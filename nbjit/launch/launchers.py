@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from nbjit.launch.kernel import Kernel
     from nbjit.params.signature import KernelInfo
 
-__all__ = ["BoundLaunch", "LauncherSpec", "ParamBuffer", "launcher_type", "several_gpus"]
+__all__ = ["BoundLaunch", "LauncherSpec", "ParamBuffer", "launcher_type", "several_gpus", "with_tail"]
 
 _EXTENSION = extension.extension()  # nbjit's C extension where it is used (decided there), or None
 _MULTI: list = [None]  # several GPUs visible? decided when the first kernel is made (several_gpus)
@@ -263,6 +263,7 @@ class LauncherSpec:
     on_error: Callable[[int], bool]  # a failed launch: True to launch again once, else raises
     param_offsets: tuple[int, ...] | None = None  # where the kernel's parameters are not the arguments
     attributes: bytes = b""  # cuLaunchKernelEx's attributes (72 bytes each); none: cuLaunchKernel
+    entry: object = None  # a C entry point's facts (launch/entry.py: EntryFacts), None for other launchers
 
 
 if _EXTENSION is not None:  # (else the Python launcher serves)
@@ -276,7 +277,7 @@ if _EXTENSION is not None:  # (else the Python launcher serves)
         def __init__(self, kernel: Kernel, cfg: LaunchConfig, tail: int = 0, count_error=None):
             self._setup(kernel, cfg, tail, count_error)
             s = self._s
-            layout = s.layout[:self.nargs] + tuple((off, "Z") for off, *_ in s.layout[self.nargs:])
+            layout = with_tail(s.layout, tail)
             if cfg.extended:
                 self._attrs = _driver.launch_attributes(cooperative=cfg.cooperative, cluster=cfg.cluster, pdl=cfg.pdl)
             else:
@@ -290,6 +291,12 @@ if _EXTENSION is not None:  # (else the Python launcher serves)
             return self._launch(*self._cfg, address, self._attrs)
 else:
     _CLauncher = None  # type: ignore[assignment,misc]
+
+
+def with_tail(layout: tuple, tail: int) -> tuple:
+    """A kernel's C layout with its last ``tail`` parameters not passed and left zero ('Z')."""
+    n = len(layout) - tail
+    return layout[:n] + tuple((off, "Z") for off, *_ in layout[n:])
 
 
 def launcher_type(config: LaunchConfig) -> type:

@@ -168,3 +168,36 @@ def test_array_parameters_take_views():
             assert status == 0 and data == want
     status, _, msg = c_pack(launcher, info, [(C.c_int64 * 4)(0x1000, 1, 4, 4), C.c_int64(5)])
     assert status == 1 and msg.endswith("a 1-d array was passed; the parameter is array(float32, 2d, C)")
+
+
+def test_memref_parameters_take_views_in_bytes():
+    """numba-cuda-mlir's kernels take memrefs (strides in items): a view's byte strides are
+    divided, and strides that are not whole items are refused with the Python rules' words."""
+    mlir_abi = pytest.importorskip("test_mlir_abi")
+    from conftest import DevArray
+    from nbjit.launch.arrays import device_pointer
+    from nbjit.params.numba_abi import NumbaArray
+    info, packer = mlir_abi.packer_for((NumbaArray(mlir_abi.F32, 2, "A", model="mlir"),))
+    launcher = entry_launcher(info, packer, packer.c_layout, 0, entry_facts(info, packer.kernel, LIMITS))
+    for strides in ((32, 8), (30, 4)):
+        a = DevArray(0x2000, (3, 4), "f4", strides=strides)
+        device_pointer(a)
+        status, data, msg = c_pack(launcher, info, [(C.c_int64 * 6)(0x2000, 2, 3, 4, *strides)])
+        try:
+            want = packer.pack((a,))
+        except NbjitArgumentError as e:
+            assert status == 1 and msg == str(e)
+        else:
+            assert status == 0 and data == want
+
+
+def test_floats_round_as_struct_packs_them(info):
+    """A double just above the largest float rounds down to it (struct.pack's rule); one that
+    rounds to infinity is refused."""
+    launcher = entry(info)
+    for a in (3.4028234663852886e38 + 5e30, -3.4028234663852886e38 - 5e30, float("inf"), float("nan")):
+        values = list(GOOD)
+        values[2] = a
+        status, data, msg = c_pack(launcher, info, forms(info, values))
+        assert status == 0, msg
+        assert data == ArgPacker(info.signature, "k").pack(tuple(values))

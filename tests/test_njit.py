@@ -171,3 +171,59 @@ def test_stream_handles():
         return s.handle
 
     assert handle(StreamHandle(0x1234)) == 0x1234
+
+
+@pytest.fixture
+def cpu_entry(monkeypatch, mod):
+    """Kernels launched from njit code reach a C entry made on this CPU (no driver: its launch
+    refuses with a status, after the argument checks), as a loaded kernel's would."""
+    from nbjit.frameworks import njit
+    from nbjit.gpu import extension
+    from nbjit.launch.arguments import ArgPacker
+    from nbjit.launch.entry import entry_facts, entry_launcher
+    if extension.extension() is None:
+        pytest.skip("nbjit's C extension is not built")
+    made = {}
+
+    def address(k, args=None):
+        info = k.info
+        packer = ArgPacker(info.signature, k.name)
+        made[k.name] = entry_launcher(info, packer, packer.c_layout, 0, entry_facts(info, k.name,
+                                                                                   (0, 0, 232448, 1024)))
+        return id(made[k.name])
+    monkeypatch.setattr(njit, "_entry_address", address)
+    return made
+
+
+def test_errors_come_back_as_nbjit_errors_with_the_python_messages(mod, cpu_entry):
+    k = mod["saxpy"]
+    y = view()
+
+    @numba.njit
+    def go(k, y, n, block):
+        k[1, block](y, y, 1.0, n)
+
+    with pytest.raises(nbjit.NbjitArgumentError) as py:
+        nbjit.launch.arguments.ArgPacker(k.info.signature, "saxpy").pack((0, 0, 1.0, 2 ** 40))
+    with pytest.raises(nbjit.NbjitArgumentError) as njit_err:
+        go(k, y, 2 ** 40, 32)
+    assert str(njit_err.value) == str(py.value)
+    with pytest.raises(nbjit.NbjitLaunchError, match=r"kernel 'saxpy': block values must be from 1 to 2\*\*32 - 1 "
+                                                     r"\(got 0\)"):
+        go(k, y, 4, 0)
+    with pytest.raises(nbjit.NbjitLaunchError, match="the driver's launch entry points are not set"):
+        go(k, y, 4, 32)
+
+
+def test_integers_the_c_entry_cannot_tell_are_checked_in_njit(mod, cpu_entry):
+    @numba.njit
+    def go(k, u, w):
+        k[1, 1](u, w)
+
+    with pytest.raises(nbjit.NbjitArgumentError, match=r"parameter 1 \(w, .u64\): -1 is negative"):
+        go(mod["bits"], 1, -1)
+    with pytest.raises(nbjit.NbjitArgumentError, match=r"parameter 0 \(u, .u32\): 18446744073709551615 does not "
+                                                       r"fit in .u32 \(at most 4294967295\)"):
+        go(mod["bits"], np.uint64(2 ** 64 - 1), 1)
+    with pytest.raises(nbjit.NbjitLaunchError, match="entry points are not set"):
+        go(mod["bits"], np.int32(-1), np.uint64(2 ** 64 - 1))  # (a typed int32's bits; any uint64)

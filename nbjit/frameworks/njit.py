@@ -36,6 +36,7 @@ from numba.core.imputils import lower_constant
 from numba.core.typing.templates import AbstractTemplate, infer_global, signature
 
 from nbjit.errors import NbjitArgumentError, NbjitLaunchError
+from nbjit.gpu import driver as _driver
 from nbjit.gpu import extension
 from nbjit.launch.arrays import describe_element, dtype_element, element_matches
 from nbjit.launch.entry import EntryArg, entry_args, kernel_entry
@@ -216,9 +217,37 @@ def _typeof_stream(val, c):
     return _STREAM
 
 
+_DRIVER_ASKED = [False]  # whether the C entry point has been handed the driver's functions (once)
+
+
+def _stream_handle(stream: StreamHandle) -> int:
+    """A stream handle's address, for njit code (which may synchronize it: the driver's
+    cuStreamSynchronize handed to the C entry point first, where there is a driver)."""
+    if not _DRIVER_ASKED[0]:
+        _DRIVER_ASKED[0] = True
+        try:
+            _driver.entry_points()
+        except Exception:  # no driver or no C extension: synchronize() then says which entry point is missing
+            pass
+    return stream.handle
+
+
 @unbox(StreamType)
 def _unbox_stream(typ, obj, c):
-    return _unbox_fields(typ, obj, c, (("handle", types.intp),))
+    out = cgutils.create_struct_proxy(typ)(c.context, c.builder)
+    handle = _call_python(c, _stream_handle, obj)
+    native = c.unbox(types.intp, handle)
+    c.pyapi.decref(handle)
+    out.handle = native.value
+    return NativeValue(out._getvalue(), is_error=native.is_error)
+
+
+def _call_python(c, fn, *objs):
+    """``fn(*objs)`` from unboxing code (a new reference; NULL with the error set)."""
+    f = c.pyapi.unserialize(c.pyapi.serialize_object(fn))
+    out = c.pyapi.call_function_objargs(f, list(objs))
+    c.pyapi.decref(f)
+    return out
 
 
 @overload_method(StreamType, "synchronize")
@@ -350,20 +379,27 @@ def _typeof_triton(val, c):
     return t
 
 
-def _entry_address(k) -> int:
-    """The address of a kernel's C entry (loaded into the current context first where it waits)."""
+def _entry_address(k, args: tuple) -> int:
+    """The address of a kernel's C entry (loaded into the current context first where it
+    waits), whose arguments must be ``args``, those the njit code was typed for."""
     if isinstance(k, TritonKernel):
         if k.meta.pdl:  # Triton's launch_pdl, as its Python launch takes it
             k.kernel.default_pdl(True)
-        return kernel_entry(k.kernel, tail=k.meta.scratch_params).kernel
-    return kernel_entry(k).kernel
+        entry = kernel_entry(k.kernel, tail=k.meta.scratch_params)
+    else:
+        entry = kernel_entry(k)
+    if entry.arguments != args:
+        raise NbjitLaunchError(f"kernel {entry.label!r}: its loaded image takes other arguments than the njit code "
+                               "was compiled for (typed from the image before it loaded): call the njit function "
+                               "again with the kernel, which types it anew")
+    return entry.kernel
 
 
 @unbox(KernelType)
 def _unbox_kernel(typ, obj, c):
-    fn = c.pyapi.unserialize(c.pyapi.serialize_object(_entry_address))
-    addr = c.pyapi.call_function_objargs(fn, [obj])
-    c.pyapi.decref(fn)
+    args = c.pyapi.unserialize(c.pyapi.serialize_object(typ.args))
+    addr = _call_python(c, _entry_address, obj, args)
+    c.pyapi.decref(args)
     failed = cgutils.is_null(c.builder, addr)
     out = cgutils.alloca_once_value(c.builder, ir.Constant(_I8P, None))
     with c.builder.if_then(c.builder.not_(failed), likely=True):
@@ -377,7 +413,7 @@ _PINNED: dict[int, object] = {}  # kernels compiled into njit code as constants:
 
 @lower_constant(KernelType)
 def _constant_kernel(context, builder, ty, pyval):
-    address = _entry_address(pyval)
+    address = _entry_address(pyval, ty.args)
     _PINNED[id(pyval)] = pyval
     return context.add_dynamic_addr(builder, address, info=f"nbjit kernel {ty.label}")
 
@@ -508,7 +544,7 @@ def _argument_problem(a: EntryArg, ty) -> str | None:
                         f"{describe_element(a.element)} arrays (to reinterpret the memory on purpose, pass "
                         "nbjit.DeviceView(v.data, v.shape, v.strides, <dtype>))")
             return None
-        if isinstance(ty, (types.Integer, types.NoneType)):
+        if isinstance(ty, (types.Integer, types.NoneType)) or (isinstance(ty, types.Boolean) and a.type != "ptr"):
             return None
         return f"{ty} is not a device address (pass a device view, an integer address or None)"
     if isinstance(ty, types.Float) and a.kind == "int":
@@ -575,9 +611,16 @@ def _lower_launch(context, builder, sig, args):
         builder.inttoptr(launch.stream, _I8P), slots, ir.Constant(_I64, n), msg, ir.Constant(_I64, MESSAGE_BYTES)])
     with builder.if_then(builder.icmp_signed("!=", status, ir.Constant(_I32, 0)), likely=False):
         result = types.Tuple((types.int32, types.voidptr))
-        context.compile_internal(builder, _check, signature(types.none, result),
-                                 [context.make_tuple(builder, result, (status, msg))])
+        _call_jitted(context, builder, _check, (result,), [context.make_tuple(builder, result, (status, msg))])
     return context.get_dummy_value()
+
+
+def _call_jitted(context, builder, fn, argtypes: tuple, args: list):
+    """A call of the jitted function ``fn`` (``register_jitable``) from lowering code, as njit
+    code calls it: an error it raises with a message made at run time reaches the caller."""
+    fnty = context.typing_context.resolve_value_type(fn)
+    sig = fnty.get_call_type(context.typing_context, argtypes, {})
+    return context.get_function(fnty, sig)(builder, args)
 
 
 def _argument_slot(context, builder, k: KernelType, a: EntryArg, ty, v):
@@ -619,14 +662,14 @@ def _integer(context, builder, k: KernelType, a: EntryArg, ty, v):
         else:
             pieces = (prefix, f" is negative; the parameter is .{a.type} (nvcc writes C 'int' as .u32: pass np.int64(",
                       ") to send a signed value's bits)")
-    elif not ty.signed and ty.bitwidth == 64 and not wide_unsigned and a.type not in ("b64", "unknown"):
+    elif not ty.signed and ty.bitwidth == 64 and not wide_unsigned and not (a.size == 8 and a.type[0] in "bu"):
         pieces = (prefix, _too_big(a), "")
     else:
         return x
     with builder.if_then(builder.icmp_signed("<", x, ir.Constant(_I64, 0)), likely=False):
         text = [context.get_constant_generic(builder, types.unicode_type, p) for p in pieces]
-        context.compile_internal(builder, _refuse, signature(types.none, types.unicode_type, ty, types.unicode_type,
-                                                             types.unicode_type), [text[0], v, text[1], text[2]])
+        _call_jitted(context, builder, _refuse, (types.unicode_type, ty, types.unicode_type, types.unicode_type),
+                     [text[0], v, text[1], text[2]])
     return x
 
 
@@ -642,6 +685,7 @@ def _too_big(a: EntryArg) -> str:
     return f" does not fit in {a.size} bytes"
 
 
+@register_jitable
 def _refuse(before, value, after, twice):
     """Raise the argument error ``before value after [value twice]`` (njit: a value only known at run time)."""
     if twice:

@@ -291,7 +291,7 @@ typedef struct {
     entry_facts *facts;   /* the C entry point's checks and messages (NULL: not an entry) */
 } Launcher;
 
-static void free_facts(entry_facts *f, Py_ssize_t n);
+static void free_facts(entry_facts *f);
 static int init_entry(Launcher *self, PyObject *spec);
 
 static PyObject *str_dtype = NULL, *str_shape = NULL, *str_strides = NULL, *str_stride = NULL;
@@ -315,7 +315,7 @@ static void launcher_dealloc(PyObject *op) {
     Launcher *self = (Launcher *)op;
     PyTypeObject *tp = Py_TYPE(op);
     PyObject_GC_UnTrack(op);
-    free_facts(self->facts, self->n);
+    free_facts(self->facts);
     self->facts = NULL;
     free_accepted(self);
     PyMem_Free(self->offsets);
@@ -811,11 +811,11 @@ static int pack_numba_array(Launcher *self, Py_ssize_t idx, PyObject *o, unsigne
     return 1;
 }
 
-/* A double into 4 bytes as a float; 0 where it does not fit (the precise rules say so). */
+/* A double into 4 bytes as a float, rounded to nearest as struct.pack rounds it; 0 where a finite
+ * value rounds to infinity (the precise rules say so). */
 static int store_f32(double v, unsigned char *dst) {
-    float x;
-    if (isfinite(v) && fabs(v) > FLT_MAX) return 0;
-    x = (float)v;
+    float x = (float)v;
+    if (isinf(x) && isfinite(v)) return 0;
     memcpy(dst, &x, 4);
     return 1;
 }
@@ -1135,6 +1135,7 @@ struct entry_facts {
     long long cluster[3]; /* the kernel's own cluster shape (0: none) */
     char *sticky_hint;    /* what follows an error that leaves the process unable to use CUDA */
     int sticky[16], nsticky;
+    Py_ssize_t n;         /* parameters (the per-parameter arrays' length) */
 };
 
 static void free_strings(char **v, Py_ssize_t n) {
@@ -1143,8 +1144,10 @@ static void free_strings(char **v, Py_ssize_t n) {
     PyMem_Free(v);
 }
 
-static void free_facts(entry_facts *f, Py_ssize_t n) {
+static void free_facts(entry_facts *f) {
+    Py_ssize_t n;
     if (f == NULL) return;
+    n = f->n;
     PyMem_Free(f->label);
     PyMem_Free(f->signature);
     PyMem_Free(f->sticky_hint);
@@ -1209,7 +1212,10 @@ static int facts_ints(PyObject *facts, const char *name, long long *out, int mos
         n = (int)PyTuple_Size(t);
         for (int i = 0; i < n; i++) {
             out[i] = PyLong_AsLongLong(PyTuple_GetItem(t, i));
-            if (out[i] == -1 && PyErr_Occurred()) n = -1;
+            if (out[i] == -1 && PyErr_Occurred()) {
+                n = -1;
+                break;
+            }
         }
     }
     Py_DECREF(t);
@@ -1224,7 +1230,7 @@ static int init_entry(Launcher *self, PyObject *spec) {
     long long v[16], ctx;
     int r = -1, k;
     if (facts == NULL) return -1;
-    free_facts(self->facts, self->n);
+    free_facts(self->facts);
     self->facts = NULL;
     if (facts == Py_None) {
         Py_DECREF(facts);
@@ -1235,6 +1241,7 @@ static int init_entry(Launcher *self, PyObject *spec) {
         goto out;
     }
     self->facts = f;
+    f->n = self->n;
     if (!(f->label = facts_str(facts, "label")) || !(f->signature = facts_str(facts, "signature")) ||
         !(f->sticky_hint = facts_str(facts, "sticky_hint")) || !(f->prefix = facts_strs(facts, "prefix", self->n)) ||
         !(f->type = facts_strs(facts, "types", self->n)) || !(f->text = facts_strs(facts, "texts", self->n)))
@@ -1277,7 +1284,7 @@ out:
     Py_DECREF(facts);
     Py_XDECREF(sizes);
     if (r < 0) {
-        free_facts(self->facts, self->n);
+        free_facts(self->facts);
         self->facts = NULL;
     }
     return r;
@@ -1439,6 +1446,7 @@ static int nbjit_pack(const void *kernel, void *const *args, long long nargs, un
 static int entry_dims(entry_facts *F, const char *what, const long long *v, int form, unsigned *d, char *msg,
                       long long msize) {
     char s[100];
+    if (form > 4) form = 0; /* (not a form: three values) */
     for (int k = 0; k < 3; k++) {
         if (v[k] < 1 || v[k] >= (1LL << 32)) {
             tuple_repr(v, form == 4 ? 1 : form ? form : 3, form == 4, s, sizeof s);
@@ -1454,13 +1462,13 @@ static int entry_dims(entry_facts *F, const char *what, const long long *v, int 
 static int entry_config(Launcher *self, const long long *dims, int forms, unsigned *d, char *msg, long long msize) {
     entry_facts *F = self->facts;
     int r;
+    if (dims[6] < 0)
+        return fail(msg, msize, ENTRY_LAUNCH, "kernel %s: dynamic shared memory must be a byte count >= 0, got %lld",
+                    F->label, dims[6]);
     if ((r = entry_dims(F, "grid", dims, forms & 7, d, msg, msize)) != ENTRY_OK ||
         (r = entry_dims(F, "block", dims + 3, (forms >> 3) & 7, d + 3, msg, msize)) != ENTRY_OK)
         return r;
-    if (dims[6] < 0 || dims[6] >= (1LL << 32))
-        return fail(msg, msize, ENTRY_LAUNCH, "kernel %s: dynamic shared memory must be a byte count >= 0, got %lld",
-                    F->label, dims[6]);
-    if (F->static_shared + dims[6] > F->max_optin)
+    if (dims[6] > F->max_optin || F->static_shared + dims[6] > F->max_optin)
         return fail(msg, msize, ENTRY_LAUNCH,
                     "kernel %s: %lld bytes of dynamic shared memory plus %lld static exceed the %lld bytes a block can "
                     "have on this device", F->label, dims[6], F->static_shared, F->max_optin);
@@ -1477,16 +1485,18 @@ static int entry_launch_error(Launcher *self, int err, const unsigned *d, char *
     const char *name = NULL, *text = NULL;
     char why[600], shape[160] = "";
     int sticky = 0;
-    long long threads = (long long)d[3] * d[4] * d[5];
+    unsigned long long threads = (unsigned long long)d[3] * d[4]; /* < 2**64 */
+    int huge = d[5] && threads > ULLONG_MAX / d[5];                /* (a block no device runs) */
+    threads = huge ? ULLONG_MAX : threads * d[5];
     if (p_error_name && p_error_string && p_error_name(err, &name) == 0 && p_error_string(err, &text) == 0 && name &&
         text)
         snprintf(why, sizeof why, "%s (%d): %s", name, err, text);
     else
         snprintf(why, sizeof why, "CUDA error %d", err);
     for (int k = 0; k < F->nsticky; k++) sticky |= F->sticky[k] == err;
-    if (err == 1 && threads > F->max_threads) {
-        snprintf(shape, sizeof shape, ": a block of %lld threads, and this kernel runs at most %lld per block", threads,
-                 F->max_threads);
+    if (err == 1 && threads > (unsigned long long)F->max_threads) {
+        snprintf(shape, sizeof shape, ": a block of %s%llu threads, and this kernel runs at most %lld per block",
+                 huge ? "more than " : "", threads, F->max_threads);
     } else if (err == 1) {
         static const char *axes[] = {"x", "y", "z"};
         static const long long block_limit[] = {1024, 1024, 64}, grid_limit[] = {2147483647LL, 65535, 65535};
@@ -1554,7 +1564,8 @@ static int nbjit_synchronize(void *stream, char *msg, long long msize) {
         return fail(msg, msize, ENTRY_LAUNCH, "nbjit: the driver's cuStreamSynchronize entry point is not set");
     err = p_stream_sync(stream);
     if (err == 0) return ENTRY_OK;
-    if (p_error_name && p_error_string && p_error_name(err, &name) == 0 && p_error_string(err, &text) == 0)
+    if (p_error_name && p_error_string && p_error_name(err, &name) == 0 && p_error_string(err, &text) == 0 && name &&
+        text)
         return fail(msg, msize, ENTRY_LAUNCH, "synchronizing stream 0x%llx failed: %s (%d): %s",
                     (unsigned long long)(uintptr_t)stream, name, err, text);
     return fail(msg, msize, ENTRY_LAUNCH, "synchronizing stream 0x%llx failed: CUDA error %d",

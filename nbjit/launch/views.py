@@ -105,5 +105,9 @@ class StreamHandle:
         """Wait until the stream's work is done."""
         _driver.synchronize(self.handle)
 
+    def __cuda_stream__(self) -> tuple[int, int]:
+        """The CUDA stream protocol (version 0, the handle): Python launches take it too."""
+        return (0, self.handle)
+
     def __repr__(self) -> str:
         return f"<nbjit.StreamHandle {self.handle:#x}>"

@@ -54,7 +54,8 @@ def rate(t):
     return 1.0 + 40.0 * math.sin(t) ** 2
 
 
-def python_loop(step, acc_k, y, w, acc, n, t_end, stream):
+def loop(step, acc_k, y, w, acc, n, t_end, stream):
+    """Steps until t_end, each dt following the stiffness; the number of steps."""
     t, steps, grid = 0.0, 0, (n + BLOCK - 1) // BLOCK
     while t < t_end:
         r = rate(t)
@@ -66,17 +67,8 @@ def python_loop(step, acc_k, y, w, acc, n, t_end, stream):
     return steps
 
 
-@numba.njit(nogil=True)
-def njit_loop(step, acc_k, y, w, acc, n, t_end, stream):
-    t, steps, grid = 0.0, 0, (n + BLOCK - 1) // BLOCK
-    while t < t_end:
-        r = rate(t)
-        dt = min(DT_MAX, 0.5 / r, t_end - t)
-        step[grid, BLOCK, stream](y, w, dt, r, n)
-        acc_k[grid, BLOCK, stream](acc, y, dt)
-        t += dt
-        steps += 1
-    return steps
+python_loop = loop  # launching from Python
+njit_loop = numba.njit(nogil=True)(loop)  # the same loop compiled: launching from machine code
 
 
 def run(loop, step, acc_k, w, n, t_end, wrap):

@@ -87,6 +87,18 @@ static ctx_set_fn p_ctx_set = NULL;
 static error_fn p_error_name = NULL, p_error_string = NULL;
 static sync_fn p_stream_sync = NULL;
 
+/* The driver functions nbjit calls, by name. */
+static const struct {
+    const char *name;
+    void *slot; /* where its address goes */
+} ENTRY_POINTS[] = {
+    {"cuLaunchKernel", &p_launch},          {"cuLaunchKernelEx", &p_launch_ex},
+    {"cuCtxGetCurrent", &p_ctx_current},    {"cuCtxSetCurrent", &p_ctx_set},
+    {"cuGraphExecKernelNodeSetParams", &p_node_set}, {"cuGraphNodeSetEnabled", &p_node_enable},
+    {"cuGetErrorName", &p_error_name},      {"cuGetErrorString", &p_error_string},
+    {"cuStreamSynchronize", &p_stream_sync},
+};
+
 /* set_entry_point(name, address): the driver function nbjit calls for `name`
  * ("cuLaunchKernel", "cuLaunchKernelEx", "cuCtxGetCurrent", "cuCtxSetCurrent",
  * "cuGraphExecKernelNodeSetParams", "cuGraphNodeSetEnabled", "cuGetErrorName",
@@ -98,29 +110,13 @@ static PyObject *set_entry_point(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "sO", &name, &addr)) return NULL;
     p = PyLong_AsVoidPtr(addr);
     if (p == NULL && PyErr_Occurred()) return NULL;
-    if (strcmp(name, "cuLaunchKernel") == 0)
-        p_launch = (launch_fn)p;
-    else if (strcmp(name, "cuLaunchKernelEx") == 0)
-        p_launch_ex = (launch_ex_fn)p;
-    else if (strcmp(name, "cuCtxGetCurrent") == 0)
-        p_ctx_current = (ctx_fn)p;
-    else if (strcmp(name, "cuGraphExecKernelNodeSetParams") == 0)
-        p_node_set = (node_set_fn)p;
-    else if (strcmp(name, "cuGraphNodeSetEnabled") == 0)
-        p_node_enable = (node_enable_fn)p;
-    else if (strcmp(name, "cuCtxSetCurrent") == 0)
-        p_ctx_set = (ctx_set_fn)p;
-    else if (strcmp(name, "cuGetErrorName") == 0)
-        p_error_name = (error_fn)p;
-    else if (strcmp(name, "cuGetErrorString") == 0)
-        p_error_string = (error_fn)p;
-    else if (strcmp(name, "cuStreamSynchronize") == 0)
-        p_stream_sync = (sync_fn)p;
-    else {
-        PyErr_Format(PyExc_ValueError, "no entry point called %s", name);
-        return NULL;
-    }
-    Py_RETURN_NONE;
+    for (size_t i = 0; i < sizeof ENTRY_POINTS / sizeof ENTRY_POINTS[0]; i++)
+        if (strcmp(name, ENTRY_POINTS[i].name) == 0) {
+            memcpy(ENTRY_POINTS[i].slot, &p, sizeof p); /* (a function pointer's bits) */
+            Py_RETURN_NONE;
+        }
+    PyErr_Format(PyExc_ValueError, "no entry point called %s", name);
+    return NULL;
 }
 
 /* current_context() -> the handle of the context current on this thread (0: none, or CUDA

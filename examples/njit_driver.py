@@ -31,6 +31,9 @@ else:
 
 import nbjit
 
+if not cuda.is_available():
+    raise SystemExit("njit_driver.py needs a CUDA GPU and driver (examples/inspect_kernels.py runs without one)")
+
 STEP = r"""
 extern "C" __global__ void step(float *y, const float *w, float dt, float rate, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;

@@ -241,7 +241,8 @@ def test_c_entry_from_a_cfunc(cuda, mod):
 
     @numba.cfunc("int32(uint64, int32)")
     def fill4(out, v):
-        values = np.array([out, v, 4], dtype=np.int64)
+        values = np.empty(3, dtype=np.int64)
+        values[0], values[1], values[2] = out, v, 4
         args = np.empty(3, dtype=np.uint64)
         for i in range(3):
             args[i] = values.ctypes.data + 8 * i

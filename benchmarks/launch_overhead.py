@@ -373,12 +373,15 @@ def compiled_rows(t: Table, cuda, s, comp, x, y) -> dict:
     libcuda = ctypes.CDLL("libcuda.so.1")
     cu_launch = ctypes.cast(libcuda.cuLaunchKernel, ctypes.c_void_p).value
     stream = as_int(stream_handle(s))
+    c_four = None
     for n, k in kernels.items():
         vals = [ctypes.c_uint64(yv.data)] + ([ctypes.c_uint64(xv.data), ctypes.c_float(2.0), ctypes.c_int32(N)]
                                              if n == 4 else [ctypes.c_int32(i) for i in range(1, n)])
         params = (ctypes.c_void_p * n)(*[ctypes.addressof(v) for v in vals])
         if loop is not None:
             f = as_int(k.handle)
+            if n == 4:  # (the threads section runs this loop from threads too)
+                c_four = lambda st, m, f=f, params=params, vals=vals: loop(cu_launch, f, GRID, BLOCK, st, params, m)
             t.add(f"C loop: cuLaunchKernel, {n} argument{'s' * (n > 1)} packed once",
                   lambda m, f=f, params=params, vals=vals: loop(cu_launch, f, GRID, BLOCK, stream, params, m),
                   s.synchronize, group="compiled", whole_batch=True)
@@ -387,7 +390,7 @@ def compiled_rows(t: Table, cuda, s, comp, x, y) -> dict:
     if loop is None:
         t.skip("C loop rows", "no C compiler (cc, gcc or clang)")
     entry_rows(t, comp.c_entry, yv, xv, stream, s)
-    return {"fn": loops[4], "kernel": comp, "y": yv, "x": xv}
+    return {"fn": loops[4], "kernel": comp, "y": yv, "x": xv, "c_loop": c_four}
 
 
 def _njit_loops() -> dict:
@@ -458,12 +461,13 @@ def threads_section(cuda, njit: dict, total: int = 1_000_000, threads: int = 4) 
     free). Returns the rates and the Python thread's counts."""
     import threading
     import nbjit
-    fn, k, y, x = njit["fn"], njit["kernel"], njit["y"], njit["x"]
+    k, y, x = njit["kernel"], njit["y"], njit["x"]
+    fn = lambda h, m: njit["fn"](k, y, x, h, m)  # noqa: E731 (what each thread runs)
     streams = [cuda.stream() for _ in range(threads)]
     handles = [nbjit.StreamHandle(st) for st in streams]
-    fn(k, y, x, handles[0], 10)
+    fn(handles[0], 10)
 
-    def timed(parts: list) -> tuple[float, int]:
+    def timed(run, parts: list) -> tuple[float, int]:
         ticks, stop = [0], threading.Event()
 
         def count():
@@ -471,7 +475,7 @@ def threads_section(cuda, njit: dict, total: int = 1_000_000, threads: int = 4) 
                 ticks[0] += 1
         counter = threading.Thread(target=count)
         counter.start()
-        workers = [threading.Thread(target=fn, args=(k, y, x, h, m)) for h, m in parts]
+        workers = [threading.Thread(target=run, args=(h, m)) for h, m in parts]
         t0 = time.perf_counter()
         for w in workers:
             w.start()
@@ -484,14 +488,21 @@ def threads_section(cuda, njit: dict, total: int = 1_000_000, threads: int = 4) 
             st.synchronize()
         return t1 - t0, ticks[0]
 
-    one_s, one_ticks = timed([(handles[0], total)])
-    many_s, many_ticks = timed([(h, total // threads) for h in handles])
+    one_s, one_ticks = timed(fn, [(handles[0], total)])
+    many_s, many_ticks = timed(fn, [(h, total // threads) for h in handles])
     out = {"launches": total, "threads": threads, "one_thread_per_s": total / one_s,
            "threads_per_s": total / many_s, "speedup": one_s / many_s, "python_ticks_one": one_ticks,
            "python_ticks_threads": many_ticks}
     print(f"\n@njit(nogil=True): {total} launches: 1 thread {out['one_thread_per_s']:,.0f}/s; {threads} threads on "
           f"{threads} streams {out['threads_per_s']:,.0f}/s ({out['speedup']:.2f}x); a Python thread counted "
           f"{one_ticks:,} / {many_ticks:,} meanwhile")
+    if njit["c_loop"] is not None:  # the driver's own scaling: the C loop from the same threads (ctypes frees the GIL)
+        c_one, _ = timed(njit["c_loop"], [(handles[0].handle, total)])
+        c_many, _ = timed(njit["c_loop"], [(h.handle, total // threads) for h in handles])
+        out.update(c_loop_one_thread_per_s=total / c_one, c_loop_threads_per_s=total / c_many,
+                   c_loop_speedup=c_one / c_many)
+        print(f"the C loop of cuLaunchKernel, the same: 1 thread {total / c_one:,.0f}/s; {threads} threads "
+              f"{total / c_many:,.0f}/s ({c_one / c_many:.2f}x)")
     return out
 
 

@@ -185,7 +185,7 @@ def cpu_entry(monkeypatch, mod):
         pytest.skip("nbjit's C extension is not built")
     made = {}
 
-    def address(k, args=None):
+    def address(k, digest):
         info = k.info
         packer = ArgPacker(info.signature, k.name)
         made[k.name] = entry_launcher(info, packer, packer.c_layout, 0, entry_facts(info, k.name,

@@ -21,6 +21,7 @@ it compiles anything; nothing else imports it.
 """
 from __future__ import annotations
 
+import functools
 import operator
 import weakref
 
@@ -39,7 +40,7 @@ from nbjit.errors import NbjitArgumentError, NbjitLaunchError
 from nbjit.gpu import driver as _driver
 from nbjit.gpu import extension
 from nbjit.launch.arrays import describe_element, dtype_element, element_matches
-from nbjit.launch.entry import EntryArg, entry_args, kernel_entry
+from nbjit.launch.entry import EntryArg, arguments_digest, entry_args, kernel_entry
 from nbjit.launch.kernel import Kernel
 from nbjit.launch.views import DeviceView, StreamHandle
 from nbjit.loading.triton import TritonKernel
@@ -83,7 +84,13 @@ for _field in ("data", "shape", "strides"):
 
 @typeof_impl.register(DeviceView)
 def _typeof_view(val, c):
-    return ViewType(val.dtype, val.ndim)
+    return _view_type(val.dtype, val.ndim)
+
+
+@functools.lru_cache(maxsize=256)
+def _view_type(dtype: np.dtype, ndim: int) -> ViewType:
+    """(typeof runs on every call of an njit function: one type per dtype and ndim, made once)"""
+    return ViewType(dtype, ndim)
 
 
 def _unbox_fields(typ, obj, c, fields):
@@ -340,6 +347,7 @@ class KernelType(types.Type):
 
     def __init__(self, label: str, args: tuple[EntryArg, ...], signature_text: str, form: tuple):
         self.label, self.args, self.signature_text, self.form = label, args, signature_text, form
+        self.digest = arguments_digest(args)  # (what the kernel handed in at run time must match)
         super().__init__(name=f"nbjit.Kernel({signature_text})")
 
     @property
@@ -379,16 +387,16 @@ def _typeof_triton(val, c):
     return t
 
 
-def _entry_address(k, args: tuple) -> int:
+def _entry_address(k, digest: int) -> int:
     """The address of a kernel's C entry (loaded into the current context first where it
-    waits), whose arguments must be ``args``, those the njit code was typed for."""
+    waits), whose arguments must be those the njit code was typed for (their ``digest``)."""
     if isinstance(k, TritonKernel):
         if k.meta.pdl:  # Triton's launch_pdl, as its Python launch takes it
             k.kernel.default_pdl(True)
         entry = kernel_entry(k.kernel, tail=k.meta.scratch_params)
     else:
         entry = kernel_entry(k)
-    if entry.arguments != args:
+    if entry.digest != digest:
         raise NbjitLaunchError(f"kernel {entry.label!r}: its loaded image takes other arguments than the njit code "
                                "was compiled for (typed from the image before it loaded): call the njit function "
                                "again with the kernel, which types it anew")
@@ -397,9 +405,9 @@ def _entry_address(k, args: tuple) -> int:
 
 @unbox(KernelType)
 def _unbox_kernel(typ, obj, c):
-    args = c.pyapi.unserialize(c.pyapi.serialize_object(typ.args))
-    addr = _call_python(c, _entry_address, obj, args)
-    c.pyapi.decref(args)
+    digest = c.pyapi.long_from_longlong(ir.Constant(_I64, typ.digest))
+    addr = _call_python(c, _entry_address, obj, digest)
+    c.pyapi.decref(digest)
     failed = cgutils.is_null(c.builder, addr)
     out = cgutils.alloca_once_value(c.builder, ir.Constant(_I8P, None))
     with c.builder.if_then(c.builder.not_(failed), likely=True):
@@ -413,7 +421,7 @@ _PINNED: dict[int, object] = {}  # kernels compiled into njit code as constants:
 
 @lower_constant(KernelType)
 def _constant_kernel(context, builder, ty, pyval):
-    address = _entry_address(pyval, ty.args)
+    address = _entry_address(pyval, ty.digest)
     _PINNED[id(pyval)] = pyval
     return context.add_dynamic_addr(builder, address, info=f"nbjit kernel {ty.label}")
 

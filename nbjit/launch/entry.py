@@ -33,6 +33,7 @@ cluster shape as they were when the entry was made.
 """
 from __future__ import annotations
 
+import zlib
 from typing import TYPE_CHECKING
 
 from nbjit.errors import NbjitLaunchError
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
     from nbjit.launch.kernel import Kernel
     from nbjit.params.signature import KernelInfo
 
-__all__ = ["CEntry", "EntryArg", "EntryFacts", "entry_args", "entry_facts", "entry_launcher", "kernel_entry"]
+__all__ = ["CEntry", "EntryArg", "EntryFacts", "arguments_digest", "entry_args", "entry_facts", "entry_launcher", "kernel_entry"]
 
 # a parameter's code (ArgPacker's rules, gpu/_launcher.c) -> the class its argument takes
 _CLASS = {"P": "pointer", "A": "pointer", "N": "array", "M": "array", "f": "float", "d": "float", "X": "bytes"}
@@ -131,6 +132,13 @@ class CEntry:
     arguments: tuple[EntryArg, ...]
     label: str  # the kernel's name as messages give it
     launcher: object  # the C launcher at `kernel` (kept alive with this entry)
+    digest: int = 0  # arguments_digest(arguments): what compiled callers typed against, told in one int
+
+
+def arguments_digest(arguments: tuple[EntryArg, ...]) -> int:
+    """A digest of what a kernel's arguments take, the same in every process (compiled code
+    checks the kernel it is handed against the one it was typed for by this int)."""
+    return zlib.crc32(repr(arguments).encode())
 
 
 def kernel_entry(kernel: Kernel, tail: int = 0) -> CEntry:
@@ -152,9 +160,10 @@ def kernel_entry(kernel: Kernel, tail: int = 0) -> CEntry:
                                           kernel.attributes.max_threads_per_block), tail)
     launcher = entry_launcher(s.info, s.packer, s.layout, _driver.as_int(s.func), facts, tail, attrs)
     with s.lock:
+        args = entry_args(s.info, s.label, tail)
         entry = s.entries.setdefault(key, CEntry(points["launch"], points["pack"], points["synchronize"],
-                                                 id(launcher), s.info.param_size, entry_args(s.info, s.label, tail),
-                                                 s.label, launcher))
+                                                 id(launcher), s.info.param_size, args, s.label, launcher,
+                                                 arguments_digest(args)))
     return entry
 
 

@@ -93,7 +93,8 @@ def test_a_wrong_count_and_a_null_argument(info):
     status, _, msg = c_pack(launcher, info, forms(info, GOOD[:3]))
     assert status == 1 and msg == str(py.value)
     pack = PACK(extension.extension().entry_points()["pack"])
-    args = (C.c_void_p * 10)(*[C.addressof(v) for v in forms(info, GOOD)])
+    values = forms(info, GOOD)  # (alive while args points to them)
+    args = (C.c_void_p * 10)(*[C.addressof(v) for v in values])
     args[3] = None
     msg = C.create_string_buffer(200)
     assert pack(id(launcher), args, 10, (C.c_char * 128)(), msg, 200) == 1
@@ -120,7 +121,8 @@ def test_the_launch_configuration_is_checked_as_in_python(info, grid, block, sha
     b = (block,) if isinstance(block, int) else block
     dims = (C.c_int64 * 7)(*(g + (1,) * (3 - len(g))), *(b + (1,) * (3 - len(b))), shared)
     written = (4 if isinstance(grid, int) else len(g)) | (4 if isinstance(block, int) else len(b)) << 3
-    args = (C.c_void_p * 10)(*[C.addressof(v) for v in forms(info, GOOD)])
+    values = forms(info, GOOD)  # (alive while args points to them)
+    args = (C.c_void_p * 10)(*[C.addressof(v) for v in values])
     msg = C.create_string_buffer(1024)
     launch = LAUNCH(extension.extension().entry_points()["launch"])
     launcher = entry(info)
@@ -130,12 +132,13 @@ def test_the_launch_configuration_is_checked_as_in_python(info, grid, block, sha
 
 def test_without_the_driver_nothing_launches(info):
     dims = (C.c_int64 * 7)(1, 1, 1, 32, 1, 1, 0)
-    args = (C.c_void_p * 10)(*[C.addressof(v) for v in forms(info, GOOD)])
+    values = forms(info, GOOD)  # (alive while args points to them)
+    args = (C.c_void_p * 10)(*[C.addressof(v) for v in values])
     msg = C.create_string_buffer(1024)
     launch = LAUNCH(extension.extension().entry_points()["launch"])
     launcher = entry(info)
     status = launch(id(launcher), dims, 0, None, args, 10, msg, 1024)
-    assert status == 2 and "launch entry points are not set" in msg.value.decode()
+    assert status == 2 and "launch entry points are not set" in msg.value.decode(), msg.value
     assert launch(None, dims, 0, None, args, 10, msg, 1024) == 2
     assert msg.value.decode().startswith("nbjit: not a kernel's C entry")
 
@@ -201,3 +204,22 @@ def test_floats_round_as_struct_packs_them(info):
         status, data, msg = c_pack(launcher, info, forms(info, values))
         assert status == 0, msg
         assert data == ArgPacker(info.signature, "k").pack(tuple(values))
+
+
+@pytest.mark.parametrize("value", [2 ** 32 - 1, -(2 ** 31), 2 ** 32, -(2 ** 31) - 1])
+def test_parameters_of_unknown_type_take_either_sign(value):
+    """A cubin's parameters (sizes only): a 4-byte one takes the bits of any 32-bit integer."""
+    from conftest import DATA
+    info = nbjit.load(DATA / "nvcc/kernels_sm_90.cubin", lazy=True)["k_basic"].info
+    assert [p.type for p in info.params] == ["unknown"] * 4
+    packer = ArgPacker(info.signature, "k_basic")
+    launcher = entry_launcher(info, packer, packer.c_layout, 0, entry_facts(info, "k_basic", LIMITS))
+    values = [0x1000, 0x2000, 7, value]
+    cvalues = [C.c_int64(v) for v in values]
+    status, data, msg = c_pack(launcher, info, cvalues)
+    try:
+        want = packer.pack(tuple(values))
+    except NbjitArgumentError as e:
+        assert status == 1 and msg == str(e)
+    else:
+        assert status == 0 and data == want

@@ -175,23 +175,27 @@ def test_stream_handles():
 
 @pytest.fixture
 def cpu_entry(monkeypatch, mod):
-    """Kernels launched from njit code reach a C entry made on this CPU (no driver: its launch
-    refuses with a status, after the argument checks), as a loaded kernel's would."""
+    """Kernels handed to njit code get a C entry made on this CPU (no driver: its launch refuses
+    with a status, after the argument checks), as a loaded kernel gets its own."""
     from nbjit.frameworks import njit
     from nbjit.gpu import extension
     from nbjit.launch.arguments import ArgPacker
-    from nbjit.launch.entry import entry_facts, entry_launcher
+    from nbjit.launch.entry import CEntry, arguments_digest, entry_args, entry_facts, entry_launcher
     if extension.extension() is None:
         pytest.skip("nbjit's C extension is not built")
     made = {}
 
-    def address(k, digest):
-        info = k.info
-        packer = ArgPacker(info.signature, k.name)
-        made[k.name] = entry_launcher(info, packer, packer.c_layout, 0, entry_facts(info, k.name,
-                                                                                   (0, 0, 232448, 1024)))
-        return id(made[k.name])
-    monkeypatch.setattr(njit, "_entry_address", address)
+    def entry(k, tail=0):
+        if k.name not in made:
+            info = k.info
+            packer = ArgPacker(info.signature, k.name)
+            launcher = entry_launcher(info, packer, packer.c_layout, 0, entry_facts(info, k.name, (0, 0, 232448, 1024)))
+            args = entry_args(info, k.name)
+            points = extension.extension().entry_points()
+            made[k.name] = CEntry(points["launch"], points["pack"], points["synchronize"], id(launcher),
+                                  info.param_size, args, k.name, launcher, arguments_digest(args))
+        return made[k.name]
+    monkeypatch.setattr(njit, "kernel_entry", entry)
     return made
 
 
@@ -227,3 +231,18 @@ def test_integers_the_c_entry_cannot_tell_are_checked_in_njit(mod, cpu_entry):
         go(mod["bits"], np.uint64(2 ** 64 - 1), 1)
     with pytest.raises(nbjit.NbjitLaunchError, match="entry points are not set"):
         go(mod["bits"], np.int32(-1), np.uint64(2 ** 64 - 1))  # (a typed int32's bits; any uint64)
+
+
+def test_a_kernel_unlike_its_typing_is_refused(mod, cpu_entry):
+    """The kernel handed in at run time must take what the njit code was typed for."""
+    @numba.njit
+    def go(k, y):
+        k[1, 32](y, y, 1.0, 4)
+
+    k = mod["saxpy"]
+    with pytest.raises(nbjit.NbjitLaunchError, match="entry points are not set"):
+        go(k, view())
+    from dataclasses import replace
+    cpu_entry["saxpy"] = replace(cpu_entry["saxpy"], digest=cpu_entry["saxpy"].digest ^ 1)
+    with pytest.raises(nbjit.NbjitLaunchError, match="its loaded image takes other arguments than the njit code"):
+        go(k, view())

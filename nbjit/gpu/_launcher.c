@@ -1126,6 +1126,8 @@ struct entry_facts {
     char **type;          /* per parameter: its PTX type ("s32", "b64", "unknown"), "ptr" for pointers */
     char **text;          /* per parameter: an array parameter's type as messages write it */
     Py_ssize_t *size;     /* per parameter: its bytes */
+    long long *lo;        /* per parameter: the integers its rule takes, lo to top (int_range) */
+    unsigned long long *top;
     void *ctx;            /* the kernel's context: made current in a thread that has none */
     long long static_shared, max_optin, max_threads;
     long long cluster[3]; /* the kernel's own cluster shape (0: none) */
@@ -1133,6 +1135,25 @@ struct entry_facts {
     int sticky[16], nsticky;
     Py_ssize_t n;         /* parameters (the per-parameter arrays' length) */
 };
+
+/* The values parameter i's integer rule takes (launch/arguments.py: _Rule.integer, unknown), from
+ * lo to top (top compared unsigned), for PTX type `t` of `size` bytes: made once per entry. */
+static void int_range(const char *t, Py_ssize_t size, long long *lo, unsigned long long *top) {
+    int bits = (int)size * 8;
+    int known = t[0] == 'b' || t[0] == 'u' || t[0] == 's' || strcmp(t, "unknown") == 0 || strcmp(t, "ptr") == 0;
+    if (size > 8 || size < 1 || !known) { /* no integer fits */
+        *lo = 1;
+        *top = 0;
+        return;
+    }
+    *lo = bits >= 64 ? LLONG_MIN : -(1LL << (bits - 1));
+    *top = bits >= 64 ? ~0ULL : (1ULL << bits) - 1; /* untyped bits: either sign */
+    if (strcmp(t, "unknown") == 0) return;
+    if ((t[0] == 'u' || t[0] == 'p') && bits < 64)
+        *lo = 0;
+    else if (t[0] == 's')
+        *top >>= 1;
+}
 
 static void free_strings(char **v, Py_ssize_t n) {
     if (v == NULL) return;
@@ -1151,6 +1172,8 @@ static void free_facts(entry_facts *f) {
     free_strings(f->type, n);
     free_strings(f->text, n);
     PyMem_Free(f->size);
+    PyMem_Free(f->lo);
+    PyMem_Free(f->top);
     PyMem_Free(f);
 }
 
@@ -1251,6 +1274,11 @@ static int init_entry(Launcher *self, PyObject *spec) {
         PyErr_SetString(PyExc_TypeError, "entry facts: sizes holds one int per parameter");
         goto out;
     }
+    if ((f->lo = PyMem_Calloc(self->n + 1, sizeof(long long))) == NULL ||
+        (f->top = PyMem_Calloc(self->n + 1, sizeof(unsigned long long))) == NULL) {
+        PyErr_NoMemory();
+        goto out;
+    }
     for (Py_ssize_t i = 0; i < self->n; i++) {
         f->size[i] = PyLong_AsSsize_t(PyTuple_GetItem(sizes, i));
         if (f->size[i] == -1 && PyErr_Occurred()) goto out;
@@ -1258,6 +1286,7 @@ static int init_entry(Launcher *self, PyObject *spec) {
             PyErr_SetString(PyExc_ValueError, "entry facts: a parameter's size runs past the buffer");
             goto out;
         }
+        int_range(f->type[i], f->size[i], &f->lo[i], &f->top[i]);
     }
     if (facts_ints(facts, "limits", v, 4) != 4) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "entry facts: limits holds 4 ints");
@@ -1322,39 +1351,29 @@ static void tuple_repr(const long long *v, int n, int bare, char *out, size_t si
     if (at < size) snprintf(out + at, size - at, n == 1 ? ",)" : ")");
 }
 
-/* An int64 for parameter `i` of PTX type `t` (`size` bytes) into `dst`: the integer rules of
- * launch/arguments.py (_Rule.integer, unknown); an argument error otherwise. */
-static int entry_int(entry_facts *F, Py_ssize_t i, long long n, unsigned char *dst, char *msg, long long msize) {
+/* Why parameter `i` (PTX type `t`) refuses the int64 `n`, as the Python rules say it. */
+static int int_refusal(entry_facts *F, Py_ssize_t i, long long n, char *msg, long long msize) {
     const char *t = F->type[i];
     int bytes = (int)F->size[i], bits = bytes * 8;
-    long long lo = bits >= 64 ? LLONG_MIN : -(1LL << (bits - 1));
-    unsigned long long top = bits >= 64 ? ~0ULL : (1ULL << bits) - 1; /* the largest unsigned value */
-    if (bytes > 8) return fail(msg, msize, ENTRY_ARGUMENT, "%s: an integer cannot fill it", F->prefix[i]);
-    if (t[0] == 'b' || strcmp(t, "unknown") == 0) { /* untyped bits: either sign */
-        if (n < lo || (n > 0 && (unsigned long long)n > top))
-            return t[0] == 'b' ? fail(msg, msize, ENTRY_ARGUMENT, "%s: %lld does not fit in %d bits", F->prefix[i], n, bits)
-                               : fail(msg, msize, ENTRY_ARGUMENT, "%s: %lld does not fit in %d bytes", F->prefix[i], n,
-                                      bytes);
-    } else if (t[0] == 'u' || strcmp(t, "ptr") == 0) {
-        if (bits >= 64) { /* a uint64_t: any bits */
-            memcpy(dst, &n, 8);
-            return ENTRY_OK;
-        }
-        if (n < 0)
-            return fail(msg, msize, ENTRY_ARGUMENT,
-                        "%s: %lld is negative; the parameter is .%s (nvcc writes C 'int' as .u32: pass np.int%d(%lld) "
-                        "to send a signed value's bits)", F->prefix[i], n, t, bits, n);
-        if ((unsigned long long)n > top)
-            return fail(msg, msize, ENTRY_ARGUMENT, "%s: %lld does not fit in .%s (at most %llu)", F->prefix[i], n, t, top);
-    } else if (t[0] == 's') {
-        long long hi = (long long)(top >> 1);
-        if (n < lo || n > hi)
-            return fail(msg, msize, ENTRY_ARGUMENT, "%s: %lld does not fit in .%s (%lld to %lld)", F->prefix[i], n, t,
-                        lo, hi);
-    } else {
-        return fail(msg, msize, ENTRY_ARGUMENT, "%s: an integer cannot fill it", F->prefix[i]);
-    }
-    memcpy(dst, &n, (size_t)bytes); /* little-endian: the low bytes */
+    if (bytes > 8 || F->lo[i] > 0) return fail(msg, msize, ENTRY_ARGUMENT, "%s: an integer cannot fill it", F->prefix[i]);
+    if (t[0] == 'b') return fail(msg, msize, ENTRY_ARGUMENT, "%s: %lld does not fit in %d bits", F->prefix[i], n, bits);
+    if (t[0] == 's')
+        return fail(msg, msize, ENTRY_ARGUMENT, "%s: %lld does not fit in .%s (%lld to %lld)", F->prefix[i], n, t,
+                    F->lo[i], (long long)F->top[i]);
+    if (t[0] != 'u' || strcmp(t, "unknown") == 0)
+        return fail(msg, msize, ENTRY_ARGUMENT, "%s: %lld does not fit in %d bytes", F->prefix[i], n, bytes);
+    if (n < 0)
+        return fail(msg, msize, ENTRY_ARGUMENT,
+                    "%s: %lld is negative; the parameter is .%s (nvcc writes C 'int' as .u32: pass np.int%d(%lld) "
+                    "to send a signed value's bits)", F->prefix[i], n, t, bits, n);
+    return fail(msg, msize, ENTRY_ARGUMENT, "%s: %lld does not fit in .%s (at most %llu)", F->prefix[i], n, t,
+                F->top[i]);
+}
+
+/* An int64 for parameter `i` into `dst` (its low bytes: little-endian), where its rule takes it. */
+static int entry_int(entry_facts *F, Py_ssize_t i, long long n, unsigned char *dst, char *msg, long long msize) {
+    if (n < F->lo[i] || (n > 0 && (unsigned long long)n > F->top[i])) return int_refusal(F, i, n, msg, msize);
+    memcpy(dst, &n, (size_t)F->size[i]);
     return ENTRY_OK;
 }
 

@@ -20,9 +20,6 @@ import argparse
 import ctypes as C
 import json
 import platform
-import shutil
-import subprocess
-import tempfile
 import time
 from pathlib import Path
 
@@ -35,19 +32,11 @@ from nbjit.gpu import extension
 from nbjit.launch.arguments import ArgPacker
 from nbjit.launch.entry import CEntry, arguments_digest, entry_args, entry_facts, entry_launcher
 
+from launch_overhead import C_LOOP, build_c  # (the same C loop, built the same way)
+
 STUB = r"""
 int stub_launch(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned sh,
                 void *stream, void **params, void **extra) { return 0; }
-typedef int (*launch_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *,
-                         void **, void **);
-int launch_loop(void *launch, void *f, unsigned grid, unsigned block, void *stream, void **params, long n) {
-    launch_fn L = (launch_fn)launch;
-    for (long i = 0; i < n; i++) {
-        int r = L(f, grid, 1, 1, block, 1, 1, 0, stream, params, 0);
-        if (r) return r;
-    }
-    return 0;
-}
 """
 SRC = r"""
 extern "C" __global__ void four(float* y, const float* x, float a, int n) {}
@@ -57,11 +46,10 @@ extern "C" __global__ void sixteen(float* y, int a1, int a2, int a3, int a4, int
 
 
 def stub_library():
-    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    d = Path(tempfile.mkdtemp())
-    (d / "stub.c").write_text(STUB)
-    subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", str(d / "stub.so"), str(d / "stub.c")], check=True)
-    lib = C.CDLL(str(d / "stub.so"))
+    """The stub launch and launch_overhead.py's C loop, built with the system compiler."""
+    lib = build_c(STUB + C_LOOP)
+    if lib is None:
+        raise SystemExit("entry_overhead.py needs a C compiler (cc, gcc or clang)")
     lib.launch_loop.argtypes = [C.c_void_p, C.c_void_p, C.c_uint, C.c_uint, C.c_void_p, C.c_void_p, C.c_long]
     return lib
 

@@ -340,9 +340,9 @@ int launch_loop(void *launch, void *f, unsigned grid, unsigned block, void *stre
 '''
 
 
-def c_loop():
-    """The C loop (C_LOOP) built with the system compiler into a library, or None where there is
-    no compiler: ``launch_loop(cuLaunchKernel, f, grid, block, stream, params, n)``."""
+def build_c(source: str):
+    """``source`` built with the system compiler into a library (ctypes), or None where there is
+    no compiler."""
     import shutil
     import subprocess
     import tempfile
@@ -350,9 +350,17 @@ def c_loop():
     if cc is None:
         return None
     d = Path(tempfile.mkdtemp())
-    (d / "loop.c").write_text(C_LOOP)
-    subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", str(d / "loop.so"), str(d / "loop.c")], check=True)
-    lib = ctypes.CDLL(str(d / "loop.so"))
+    (d / "lib.c").write_text(source)
+    subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", str(d / "lib.so"), str(d / "lib.c")], check=True)
+    return ctypes.CDLL(str(d / "lib.so"))
+
+
+def c_loop():
+    """The C loop (C_LOOP) built with the system compiler, or None where there is no compiler:
+    ``launch_loop(cuLaunchKernel, f, grid, block, stream, params, n)``."""
+    lib = build_c(C_LOOP)
+    if lib is None:
+        return None
     lib.launch_loop.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p,
                                 ctypes.c_void_p, ctypes.c_long]
     return lib.launch_loop

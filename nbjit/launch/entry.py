@@ -48,7 +48,8 @@ if TYPE_CHECKING:
     from nbjit.launch.kernel import Kernel
     from nbjit.params.signature import KernelInfo
 
-__all__ = ["CEntry", "EntryArg", "EntryFacts", "arguments_digest", "entry_args", "entry_facts", "entry_launcher", "kernel_entry"]
+__all__ = ["CEntry", "EntryArg", "EntryFacts", "arguments_digest", "entry_args", "entry_facts", "entry_launcher",
+           "kernel_entry"]
 
 # a parameter's code (ArgPacker's rules, gpu/_launcher.c) -> the class its argument takes
 _CLASS = {"P": "pointer", "A": "pointer", "N": "array", "M": "array", "f": "float", "d": "float", "X": "bytes"}

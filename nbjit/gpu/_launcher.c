@@ -99,10 +99,8 @@ static const struct {
     {"cuStreamSynchronize", &p_stream_sync},
 };
 
-/* set_entry_point(name, address): the driver function nbjit calls for `name`
- * ("cuLaunchKernel", "cuLaunchKernelEx", "cuCtxGetCurrent", "cuCtxSetCurrent",
- * "cuGraphExecKernelNodeSetParams", "cuGraphNodeSetEnabled", "cuGetErrorName",
- * "cuGetErrorString" or "cuStreamSynchronize"), as cuGetProcAddress gave it. */
+/* set_entry_point(name, address): the driver function nbjit calls for `name` (one of
+ * ENTRY_POINTS), as cuGetProcAddress gave it. */
 static PyObject *set_entry_point(PyObject *self, PyObject *args) {
     const char *name;
     PyObject *addr;
@@ -1246,7 +1244,7 @@ static int facts_ints(PyObject *facts, const char *name, long long *out, int mos
 static int init_entry(Launcher *self, PyObject *spec) {
     PyObject *facts = spec_get(spec, "entry"), *sizes = NULL;
     entry_facts *f;
-    long long v[16], ctx;
+    long long v[16];
     int r = -1, k;
     if (facts == NULL) return -1;
     free_facts(self->facts);
@@ -1292,8 +1290,7 @@ static int init_entry(Launcher *self, PyObject *spec) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "entry facts: limits holds 4 ints");
         goto out;
     }
-    ctx = v[0];
-    f->ctx = (void *)(intptr_t)ctx;
+    f->ctx = (void *)(intptr_t)v[0];
     f->static_shared = v[1];
     f->max_optin = v[2];
     f->max_threads = v[3];
@@ -1494,20 +1491,25 @@ static int entry_config(Launcher *self, const long long *dims, int forms, unsign
     return ENTRY_OK;
 }
 
+/* A CUresult as driver.error_text words it (its sticky hint aside): "NAME (code): text". */
+static void error_text(int err, char *out, size_t size) {
+    const char *name = NULL, *text = NULL;
+    if (p_error_name && p_error_string && p_error_name(err, &name) == 0 && p_error_string(err, &text) == 0 && name &&
+        text)
+        snprintf(out, size, "%s (%d): %s", name, err, text);
+    else
+        snprintf(out, size, "CUDA error %d", err);
+}
+
 /* What a failed launch's CUresult says, as driver.error_text and launchers._shape_problem say it. */
 static int entry_launch_error(Launcher *self, int err, const unsigned *d, char *msg, long long msize) {
     entry_facts *F = self->facts;
-    const char *name = NULL, *text = NULL;
     char why[600], shape[160] = "";
     int sticky = 0;
     unsigned long long threads = (unsigned long long)d[3] * d[4]; /* < 2**64 */
     int huge = d[5] && threads > ULLONG_MAX / d[5];                /* (a block no device runs) */
     threads = huge ? ULLONG_MAX : threads * d[5];
-    if (p_error_name && p_error_string && p_error_name(err, &name) == 0 && p_error_string(err, &text) == 0 && name &&
-        text)
-        snprintf(why, sizeof why, "%s (%d): %s", name, err, text);
-    else
-        snprintf(why, sizeof why, "CUDA error %d", err);
+    error_text(err, why, sizeof why);
     for (int k = 0; k < F->nsticky; k++) sticky |= F->sticky[k] == err;
     if (err == 1 && threads > (unsigned long long)F->max_threads) {
         snprintf(shape, sizeof shape, ": a block of %s%llu threads, and this kernel runs at most %lld per block",
@@ -1534,8 +1536,8 @@ static int entry_launch_error(Launcher *self, int err, const unsigned *d, char *
  * launched with grid dims[0:3], block dims[3:6] and dims[6] bytes of dynamic shared memory on
  * `stream`, its arguments packed by nbjit_pack; `forms`: how the caller wrote the grid (bits 0-2)
  * and the block (bits 3-5), for messages: 0 a tuple of 3, 1-3 a tuple of that many, 4 one int.
- * No Python, no GIL: any thread. In a
- * thread with no current context, the kernel's is made current (as a Python launch does). */
+ * No Python, no GIL: any thread. In a thread with no current context, the kernel's is made
+ * current (as a Python launch does). */
 static int nbjit_launch(const void *kernel, const long long *dims, int forms, void *stream, void *const *args,
                         long long nargs, char *msg, long long msize) {
     Launcher *self = (Launcher *)kernel;
@@ -1573,18 +1575,15 @@ done:
 
 /* nbjit_synchronize(stream, message, size) -> status: cuStreamSynchronize, its error as a message. */
 static int nbjit_synchronize(void *stream, char *msg, long long msize) {
-    const char *name = NULL, *text = NULL;
+    char why[600];
     int err;
     if (p_stream_sync == NULL)
         return fail(msg, msize, ENTRY_LAUNCH, "nbjit: the driver's cuStreamSynchronize entry point is not set");
     err = p_stream_sync(stream);
     if (err == 0) return ENTRY_OK;
-    if (p_error_name && p_error_string && p_error_name(err, &name) == 0 && p_error_string(err, &text) == 0 && name &&
-        text)
-        return fail(msg, msize, ENTRY_LAUNCH, "synchronizing stream 0x%llx failed: %s (%d): %s",
-                    (unsigned long long)(uintptr_t)stream, name, err, text);
-    return fail(msg, msize, ENTRY_LAUNCH, "synchronizing stream 0x%llx failed: CUDA error %d",
-                (unsigned long long)(uintptr_t)stream, err);
+    error_text(err, why, sizeof why);
+    return fail(msg, msize, ENTRY_LAUNCH, "synchronizing stream 0x%llx failed: %s", (unsigned long long)(uintptr_t)stream,
+                why);
 }
 
 /* entry_points() -> {"launch": address, "pack": address, "synchronize": address}: the C entry

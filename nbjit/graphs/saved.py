@@ -28,6 +28,7 @@ from nbjit.gpu import graphs as _graphs
 from nbjit.gpu.driver import stream_handle
 from nbjit.graphs.file_format import BINDING_NAME, FORMAT, MEMBER, VERSION, check_description, extent, summary
 from nbjit.graphs.nodes import GraphNodes, KernelNode, parameter_layout, walk
+from nbjit.launch.arrays import c_strides
 from nbjit.records import record
 
 __all__ = ["save_graph", "load_graph", "LoadedGraph", "array_facts", "graph_summary"]
@@ -72,12 +73,7 @@ def array_facts(a: Any, name: str, src: str = "") -> ArrayFacts:
         shape = tuple(int(n) for n in cai["shape"])
         ptr = int(cai["data"][0] or 0)
         strides = cai.get("strides")
-        if strides is None:
-            strides, step = [], dtype.itemsize
-            for n in reversed(shape):
-                strides.insert(0, step)
-                step *= n
-        strides = tuple(int(x) for x in strides)
+        strides = tuple(int(x) for x in strides) if strides is not None else c_strides(shape, dtype.itemsize)
     except (KeyError, TypeError, ValueError, IndexError) as e:
         raise NbjitGraphError(f"{where}: its __cuda_array_interface__ does not read: {e!r}") from None
     if any(x < 0 for x in strides):

@@ -164,13 +164,16 @@ def array_layout(v) -> tuple[int, tuple[int, ...], tuple[int, ...], np.dtype]:
             raise ValueError(f"{type(v).__name__} is not a device array (pass a Numba device array or an object "
                              "with __cuda_array_interface__ or __dlpack__)") from None
         ptr, shape, strides, dt = dlpack_array(v)  # (its ValueError says what it is instead)
-    if strides is None:  # C-contiguous
-        out, step = [], dt.itemsize
-        for n in reversed(shape):
-            out.append(step)
-            step *= n
-        strides = tuple(reversed(out))
-    return ptr, shape, tuple(int(x) for x in strides), dt
+    return ptr, shape, tuple(int(x) for x in strides) if strides is not None else c_strides(shape, dt.itemsize), dt
+
+
+def c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    """The strides, in bytes, of a C-contiguous array (what an array interface's ``strides: None`` means)."""
+    out, step = [], itemsize
+    for n in reversed(shape):
+        out.append(step)
+        step *= n
+    return tuple(reversed(out))
 
 
 def array_element(v) -> tuple[str, int, str] | None:

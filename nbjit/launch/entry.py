@@ -73,10 +73,10 @@ class EntryArg:
     where: str = ""  # "parameter i (name, kind)", as argument errors name it
 
 
-def entry_args(info: KernelInfo, label: str, tail: int = 0) -> tuple[EntryArg, ...]:
+def entry_args(info: KernelInfo, label: str, tail: int = 0, packer: ArgPacker | None = None) -> tuple[EntryArg, ...]:
     """The arguments a kernel's C entry takes (all its parameters but ``tail`` trailing ones
-    that stay zero), by the launch rules' codes."""
-    packer = ArgPacker(info.signature, label)
+    that stay zero), by the launch rules' codes (``packer``'s where the kernel has one)."""
+    packer = packer or ArgPacker(info.signature, label)
     out = []
     for i, (p, rule) in enumerate(zip(info.params[:len(info.params) - tail], packer.rules)):
         code = rule.code[0]
@@ -106,14 +106,14 @@ class EntryFacts:
     sticky_hint: str
 
 
-def entry_facts(info: KernelInfo, label: str, limits: tuple[int, int, int, int], tail: int = 0) -> EntryFacts:
-    """The facts of a kernel's C entry: its messages rendered as the Python rules render them."""
-    args = entry_args(info, label, tail)
-    n = len(info.params)
-    rest = ("",) * (n - len(args))  # (the trailing parameters nobody passes)
-    packer = ArgPacker(info.signature, label)
+def entry_facts(info: KernelInfo, label: str, limits: tuple[int, int, int, int], tail: int = 0,
+                args: tuple[EntryArg, ...] | None = None) -> EntryFacts:
+    """The facts of a kernel's C entry (``args``: its ``entry_args``, where made already): its
+    messages rendered as the Python rules render them."""
+    args = args if args is not None else entry_args(info, label, tail)
+    rest = ("",) * (len(info.params) - len(args))  # (the trailing parameters nobody passes)
     return EntryFacts(
-        label=repr(label), signature=packer.signature_text(),
+        label=repr(label), signature=f"{label}{info.signature}",
         prefix=tuple(f"kernel {label!r}, {a.where}" for a in args) + rest,
         types=tuple(a.type for a in args) + rest, texts=tuple(a.text for a in args) + rest,
         sizes=tuple(p.size for p in info.params), limits=limits,
@@ -154,14 +154,14 @@ def kernel_entry(kernel: Kernel, tail: int = 0) -> CEntry:
     points = _driver.entry_points()
     attrs = _driver.launch_attributes(cooperative=False, cluster=None, pdl=True) if pdl else b""
     dev = _driver.device_info(s.device)
-    static = kernel.attributes.shared
+    fn = kernel.attributes
     if dev.max_shared_optin > dev.max_shared_default:  # opted in once: any size the device allows may come
-        kernel._shared(dev.max_shared_optin - static)
-    facts = entry_facts(s.info, s.label, (s.ctx_key, static, dev.max_shared_optin,
-                                          kernel.attributes.max_threads_per_block), tail)
+        kernel._shared(dev.max_shared_optin - fn.shared)
+    args = entry_args(s.info, s.label, tail, s.packer)
+    facts = entry_facts(s.info, s.label, (s.ctx_key, fn.shared, dev.max_shared_optin, fn.max_threads_per_block), tail,
+                        args)
     launcher = entry_launcher(s.info, s.packer, s.layout, _driver.as_int(s.func), facts, tail, attrs)
     with s.lock:
-        args = entry_args(s.info, s.label, tail)
         entry = s.entries.setdefault(key, CEntry(points["launch"], points["pack"], points["synchronize"],
                                                  id(launcher), s.info.param_size, args, s.label, launcher,
                                                  arguments_digest(args)))

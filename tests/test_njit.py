@@ -246,3 +246,20 @@ def test_a_kernel_unlike_its_typing_is_refused(mod, cpu_entry):
     cpu_entry["saxpy"] = replace(cpu_entry["saxpy"], digest=cpu_entry["saxpy"].digest ^ 1)
     with pytest.raises(nbjit.NbjitLaunchError, match="its loaded image takes other arguments than the njit code"):
         go(k, view())
+
+
+def test_a_uint64_too_big_for_a_parameter_of_unknown_type(cpu_entry):
+    """A cubin's 4-byte parameter of unknown type refuses a uint64 above 2**63 - 1 as the Python
+    rules refuse it (in bytes, not as an unsigned type)."""
+    from conftest import DATA
+    k = nbjit.load(DATA / "nvcc/kernels_sm_90.cubin", lazy=True)["k_basic"]
+
+    @numba.njit
+    def go(k, n):
+        k[1, 32](0, 0, 1, n)
+
+    with pytest.raises(nbjit.NbjitArgumentError) as py:
+        nbjit.launch.arguments.ArgPacker(k.info.signature, "k_basic").pack((0, 0, 1, 2 ** 63))
+    with pytest.raises(nbjit.NbjitArgumentError) as njit_err:
+        go(k, np.uint64(2 ** 63))
+    assert str(njit_err.value) == str(py.value)

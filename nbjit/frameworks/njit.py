@@ -684,13 +684,13 @@ def _integer(context, builder, k: KernelType, a: EntryArg, ty, v):
 def _too_big(a: EntryArg) -> str:
     """What the Python rules say of a value too big for parameter ``a`` (after the value)."""
     bits = a.size * 8
+    if a.type == "unknown":
+        return f" does not fit in {a.size} bytes"
     if a.type[0] == "s":
         return f" does not fit in .{a.type} ({-(1 << bits - 1)} to {(1 << bits - 1) - 1})"
     if a.type[0] == "u":
         return f" does not fit in .{a.type} (at most {(1 << bits) - 1})"
-    if a.type[0] == "b":
-        return f" does not fit in {bits} bits"
-    return f" does not fit in {a.size} bytes"
+    return f" does not fit in {bits} bits"  # (b8, b16, b32)
 
 
 @register_jitable

@@ -177,8 +177,8 @@ def test_stream_handles():
 def cpu_entry(monkeypatch, mod):
     """Kernels handed to njit code get a C entry made on this CPU (no driver: its launch refuses
     with a status, after the argument checks), as a loaded kernel gets its own."""
-    from nbjit.frameworks import njit
     from nbjit.gpu import extension
+    from nbjit.launch import entry as entry_module
     from nbjit.launch.arguments import ArgPacker
     from nbjit.launch.entry import CEntry, arguments_digest, entry_args, entry_facts, entry_launcher
     if extension.extension() is None:
@@ -195,7 +195,7 @@ def cpu_entry(monkeypatch, mod):
             made[k.name] = CEntry(points["launch"], points["pack"], points["synchronize"], id(launcher),
                                   info.param_size, args, k.name, launcher, arguments_digest(args))
         return made[k.name]
-    monkeypatch.setattr(njit, "kernel_entry", entry)
+    monkeypatch.setattr(entry_module, "kernel_entry", entry)
     return made
 
 
@@ -263,3 +263,39 @@ def test_a_uint64_too_big_for_a_parameter_of_unknown_type(cpu_entry):
     with pytest.raises(nbjit.NbjitArgumentError) as njit_err:
         go(k, np.uint64(2 ** 63))
     assert str(njit_err.value) == str(py.value)
+
+
+FRESH_PROCESS = r'''
+import sys
+import numba
+numba.njit(lambda x: x + 1)(1)  # Numba's first compile loads nbjit's extension
+assert "nbjit.frameworks.njit" in sys.modules, "the numba_extensions entry point was not loaded"
+stages = [m for m in ("nbjit.gpu.driver", "nbjit.read.ptx", "nbjit.launch.entry", "nbjit.loading.triton")
+          if m in sys.modules]
+assert not stages, stages
+import nbjit
+k = nbjit.compile(SRC, arch="sm_90", lazy=True)["saxpy"]
+
+@numba.njit
+def closed_over(y):
+    k[1, 32](y, y, 2.0)  # (one argument short)
+
+try:
+    closed_over(1)
+except numba.core.errors.TypingError as e:
+    assert "kernel 'saxpy' takes 4 arguments, got 3" in str(e), str(e)
+else:
+    raise AssertionError("no TypingError")
+print("ok")
+'''
+
+
+def test_numba_loads_the_extension_without_nbjits_stages():
+    """Numba loads nbjit's extension at its first compile in every process: that imports none
+    of nbjit's stages (the driver, PTX reading, the launch path) until njit code meets one of
+    nbjit's values, and a kernel met first as a closed-over global is typed as one passed in."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", f"SRC = {SRC!r}\n" + FRESH_PROCESS], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]

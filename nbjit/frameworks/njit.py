@@ -21,9 +21,12 @@ it compiles anything; nothing else imports it.
 """
 from __future__ import annotations
 
+import abc
 import functools
 import operator
+import sys
 import weakref
+from typing import TYPE_CHECKING
 
 import numpy as np
 from llvmlite import binding as llvm
@@ -37,13 +40,11 @@ from numba.core.imputils import lower_constant
 from numba.core.typing.templates import AbstractTemplate, infer_global, signature
 
 from nbjit.errors import NbjitArgumentError, NbjitLaunchError
-from nbjit.gpu import driver as _driver
 from nbjit.gpu import extension
-from nbjit.launch.arrays import describe_element, dtype_element, element_matches
-from nbjit.launch.entry import EntryArg, arguments_digest, entry_args, kernel_entry
-from nbjit.launch.kernel import Kernel
-from nbjit.launch.views import DeviceView, StreamHandle
-from nbjit.loading.triton import TritonKernel
+
+if TYPE_CHECKING:
+    from nbjit.launch.entry import EntryArg
+    from nbjit.launch.views import StreamHandle
 
 __all__ = ["KernelType", "LaunchType", "StreamType", "ViewType", "init"]
 
@@ -52,6 +53,42 @@ MESSAGE_BYTES = 1024  # the buffer the C entry point writes an error's message i
 
 def init() -> None:
     """Numba's ``numba_extensions`` entry point: importing this module registered everything."""
+
+
+# ------------------------------------------------------------------ typeof of nbjit's values
+#
+# Numba imports this module at its first compile in every process, whether or not the code it
+# compiles touches nbjit; nbjit's stages (the driver, PTX reading, the launch path) are imported
+# when njit code first meets one of nbjit's values, not then.
+
+_VALUE_CLASSES = (("nbjit.launch.kernel", "Kernel"), ("nbjit.loading.triton", "TritonKernel"),
+                  ("nbjit.launch.views", "DeviceView"), ("nbjit.launch.views", "StreamHandle"))
+
+
+class _NbjitValue(abc.ABC):  # noqa: B024 (an ABC for its __subclasshook__ alone)
+    """The classes of nbjit's values njit code takes (those of ``_VALUE_CLASSES`` and their
+    subclasses), named rather than imported: a value's class has its module imported already."""
+
+    @classmethod
+    def __subclasshook__(cls, c):
+        for module, name in _VALUE_CLASSES:
+            m = sys.modules.get(module)
+            if m is not None and issubclass(c, getattr(m, name)):
+                return True
+        return NotImplemented
+
+
+@typeof_impl.register(_NbjitValue)
+def _typeof_first(val, c):
+    """The first of nbjit's values njit code meets: typeof of nbjit's classes registered, and the value typed."""
+    from nbjit.launch.kernel import Kernel  # (deferred: see above)
+    from nbjit.launch.views import DeviceView, StreamHandle
+    from nbjit.loading.triton import TritonKernel
+    typeof_impl.register(DeviceView, _typeof_view)
+    typeof_impl.register(StreamHandle, _typeof_stream)
+    typeof_impl.register(Kernel, _typeof_kernel)
+    typeof_impl.register(TritonKernel, _typeof_triton)
+    return typeof_impl(val, c)
 
 
 # ------------------------------------------------------------------ device views and streams
@@ -82,7 +119,6 @@ for _field in ("data", "shape", "strides"):
     make_attribute_wrapper(ViewType, _field, _field)
 
 
-@typeof_impl.register(DeviceView)
 def _typeof_view(val, c):
     return _view_type(val.dtype, val.ndim)
 
@@ -219,7 +255,6 @@ class _StreamModel(models.StructModel):
 make_attribute_wrapper(StreamType, "handle", "handle")
 
 
-@typeof_impl.register(StreamHandle)
 def _typeof_stream(val, c):
     return _STREAM
 
@@ -232,8 +267,9 @@ def _stream_handle(stream: StreamHandle) -> int:
     cuStreamSynchronize handed to the C entry point first, where there is a driver)."""
     if not _DRIVER_ASKED[0]:
         _DRIVER_ASKED[0] = True
+        from nbjit.gpu import driver  # (deferred: see typeof above)
         try:
-            _driver.entry_points()
+            driver.entry_points()
         except Exception:  # no driver or no C extension: synchronize() then says which entry point is missing
             pass
     return stream.handle
@@ -346,6 +382,7 @@ class KernelType(types.Type):
     block, shared, why_not)``, ``k[grid, stream]`` (``why_not``: what keeps it from njit code)."""
 
     def __init__(self, label: str, args: tuple[EntryArg, ...], signature_text: str, form: tuple):
+        from nbjit.launch.entry import arguments_digest  # (deferred: see typeof above)
         self.label, self.args, self.signature_text, self.form = label, args, signature_text, form
         self.digest = arguments_digest(args)  # (what the kernel handed in at run time must match)
         super().__init__(name=f"nbjit.Kernel({signature_text})")
@@ -360,10 +397,10 @@ register_model(KernelType)(models.OpaqueModel)
 _TYPES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # kernel -> its KernelType (typeof: per call)
 
 
-@typeof_impl.register(Kernel)
 def _typeof_kernel(val, c):
     t = _TYPES.get(val)
     if t is None:
+        from nbjit.launch.entry import entry_args  # (deferred: see typeof above)
         s = val._s
         label = s.label if s is not None else val.name
         info = val.info
@@ -371,10 +408,10 @@ def _typeof_kernel(val, c):
     return t
 
 
-@typeof_impl.register(TritonKernel)
 def _typeof_triton(val, c):
     t = _TYPES.get(val)
     if t is None:
+        from nbjit.launch.entry import entry_args  # (deferred: see typeof above)
         m = val.meta
         why = ("it takes tensor descriptors (nbjit makes their tensor maps on the host)" if val._descs else
                "it runs several blocks per program (num_ctas > 1)" if m.num_ctas != 1 else
@@ -390,6 +427,8 @@ def _typeof_triton(val, c):
 def _entry_address(k, digest: int) -> int:
     """The address of a kernel's C entry (loaded into the current context first where it
     waits), whose arguments must be those the njit code was typed for (their ``digest``)."""
+    from nbjit.launch.entry import kernel_entry  # (deferred: see typeof above)
+    from nbjit.loading.triton import TritonKernel
     if isinstance(k, TritonKernel):
         if k.meta.pdl:  # Triton's launch_pdl, as its Python launch takes it
             k.kernel.default_pdl(True)
@@ -546,6 +585,7 @@ def _argument_problem(a: EntryArg, ty) -> str | None:
         return None
     if a.kind == "pointer":
         if isinstance(ty, ViewType):
+            from nbjit.launch.arrays import describe_element, dtype_element, element_matches  # (deferred: typeof)
             got = dtype_element(ty.dtype)
             if a.element[0] != "void" and not element_matches(a.element, got):
                 return (f"a {got[2]} device view was passed; the parameter is {a.ctype} and takes "

@@ -68,6 +68,7 @@ class Table:
 
     def __init__(self, batch: int, repeat: int):
         self.rows: dict[str, dict] = {}
+        self.samples: dict[str, list[float]] = {}  # every round's figure, per row (paired ratios)
         self.todo: list = []
         self.batch, self.repeat = batch, repeat
 
@@ -82,7 +83,7 @@ class Table:
         print(f"{name}: skipped ({why})", file=sys.stderr)
 
     def run(self) -> None:
-        best = {name: float("inf") for name, *_ in self.todo}
+        self.samples = {name: [] for name, *_ in self.todo}
         for _name, fn, sync, _group, launcher in self.todo:
             for _ in range(self.batch):  # warm up; the first sight of a dtype teaches the C path
                 if isinstance(fn, _Batch):
@@ -102,7 +103,8 @@ class Table:
                         fn()
                 t1 = time.perf_counter()
                 sync()
-                best[name] = min(best[name], (t1 - t0) / self.batch * 1e6)
+                self.samples[name].append((t1 - t0) / self.batch * 1e6)
+        best = {name: min(v) for name, v in self.samples.items()}
         for name, _fn, _sync, group, launcher in self.todo:
             path = "-"
             if launcher is not None:
@@ -129,6 +131,8 @@ def main() -> None:
     ap.add_argument("--compiled", choices=("yes", "no"), default="yes",
                     help="the rows of launches from compiled code (@njit, a C loop, kernel.c_entry) and the "
                          "nogil threads' launch rate")
+    ap.add_argument("--only", choices=("all", "compiled"), default="all",
+                    help="compiled: the floor and the compiled-code rows alone (more rounds in the same time)")
     ap.add_argument("--host", choices=("numba-cuda", "numba-cuda-mlir"), default="numba-cuda",
                     help="whose arrays, streams and @cuda.jit the rows use (nbjit serves it)")
     a = ap.parse_args()
@@ -172,6 +176,9 @@ def main() -> None:
     for label, h in (("default stream", cu.CUstream(0)), (f"{who} stream", stream_handle(s))):
         t.add(f"floor: cuLaunchKernel, pre-packed, {label}",
               lambda h=h: launch(func, GRID, 1, 1, BLOCK, 1, 1, 0, h, arr_addr, 0), sync, group="floor")
+
+    if a.only == "compiled":
+        return finish(a, t, cuda, compiled_rows(t, cuda, s, comp, x, y))
 
     # every route: Numba arrays + numpy scalars + a Numba stream
     routes = {
@@ -296,7 +303,12 @@ def main() -> None:
     else:
         t.skip("Triton launcher", "Triton or PyTorch is not installed")
 
-    njit = compiled_rows(t, cuda, s, comp, x, y) if a.compiled == "yes" else None
+    finish(a, t, cuda, compiled_rows(t, cuda, s, comp, x, y) if a.compiled == "yes" else None)
+
+
+def finish(a, t: Table, cuda, njit: dict | None) -> None:
+    """Time the rows, print the table (and the compiled rows' ratios, the threads section), write
+    --json and --plot."""
     t.run()
     base = min(r["us"] for r in t.rows.values() if r["group"] == "floor")
     width = max(len(k) for k in t.rows) + 2
@@ -304,7 +316,7 @@ def main() -> None:
     for name, r in t.rows.items():
         r["ratio"] = r["us"] / base
         print(f"{name:{width}}{r['us']:10.2f}{r['ratio']:9.2f}  {r['path']}")
-    compiled = compiled_ratios(t.rows) if njit is not None else {}
+    compiled = compiled_ratios(t) if njit is not None else {}
     threads = threads_section(cuda, njit) if njit is not None else None
     gpu = cuda.get_current_device().name
     gpu = gpu.decode() if isinstance(gpu, bytes) else str(gpu)
@@ -450,16 +462,20 @@ def entry_rows(t: Table, e, yv, xv, stream: int, s) -> None:
           group="compiled", whole_batch=True)
 
 
-def compiled_ratios(rows: dict) -> dict:
-    """Per argument count, the @njit row over the C loop's (printed)."""
+def compiled_ratios(t: Table) -> dict:
+    """Per argument count, the @njit row over the C loop's (printed): best over best, and the
+    median and quartiles of the rounds' own ratios (each round times both rows, one after the
+    other: the run-to-run spread)."""
     out = {}
     for n in (1, 4, 16):
         args = f"{n} argument{'s' * (n > 1)}"
-        c, j = rows.get(f"C loop: cuLaunchKernel, {args} packed once"), rows.get(f"nbjit from @njit: k[g, b, s](...), "
-                                                                                   f"{args}")
-        if c and j:
-            out[n] = j["us"] / c["us"]
-            print(f"@njit over the C loop, {args}: {out[n]:.3f}")
+        c, j = f"C loop: cuLaunchKernel, {args} packed once", f"nbjit from @njit: k[g, b, s](...), {args}"
+        if c in t.rows and j in t.rows:
+            pairs = sorted(x / y for x, y in zip(t.samples[j], t.samples[c]))
+            q = [pairs[int(f * (len(pairs) - 1))] for f in (0.25, 0.5, 0.75)]
+            out[n] = {"best": t.rows[j]["us"] / t.rows[c]["us"], "median": q[1], "quartiles": (q[0], q[2])}
+            print(f"@njit over the C loop, {args}: best/best {out[n]['best']:.3f}; rounds' ratios median {q[1]:.3f} "
+                  f"(quartiles {q[0]:.3f} to {q[2]:.3f}, {len(pairs)} rounds)")
     return out
 
 

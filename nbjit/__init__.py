@@ -193,7 +193,15 @@ if TYPE_CHECKING:  # what type checkers and the API reference read
     from nbjit.toolchain.sass import disassemble
 
 
+# the framework bridges, as modules: nbjit.torch.op(...), nbjit.jax.call(...)
+_MODULES = {"torch": "frameworks.torch", "jax": "frameworks.jax"}
+
+
 def __getattr__(name: str):
+    if name in _MODULES:
+        module = importlib.import_module(f".{_MODULES[name]}", __name__)
+        globals()[name] = module
+        return module
     home = _HOME_OF.get(name)
     if home is None:
         raise AttributeError(f"module 'nbjit' has no attribute {name!r}")
@@ -203,7 +211,7 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted((set(globals()) - _NOT_API) | set(_HOME_OF))
+    return sorted((set(globals()) - _NOT_API) | set(_HOME_OF) | set(_MODULES))
 
 
 _NOT_API = {"importlib", "TYPE_CHECKING"}  # (this module's own imports: dir(nbjit) showed them)

@@ -19,6 +19,7 @@ __all__ = [
     "NbjitArgumentError",
     "NbjitGraphError",
     "NbjitCacheError",
+    "NbjitOpError",
     "KernelNotFoundError",
     "BundleError",
     "NbjitWarning",
@@ -120,6 +121,12 @@ class NbjitGraphError(NbjitError):
 
 class NbjitArgumentError(NbjitError, TypeError):
     """A launch argument does not fit the kernel's parameter."""
+
+
+class NbjitOpError(NbjitError, ValueError):
+    """A kernel declared as a framework's operator (``nbjit.torch.op``, ``nbjit.jax.call``) in
+    a way that does not fit the kernel: an unknown or unnamed parameter, an output rule against
+    the parameter's element type, a pointer the kernel may write left undeclared."""
 
 
 class NbjitCacheError(NbjitError):

@@ -1,0 +1,380 @@
+"""nbjit kernels as PyTorch operators: ``nbjit.torch.op`` registers one ``torch.library``
+custom op per kernel, which ``torch.compile(fullgraph=True)``, its CUDA-graph mode
+(``mode="reduce-overhead"``), ``torch.library.opcheck`` and autograd take like torch's own.
+
+The op's schema comes from the kernel's signature: a pointer (or a ``@cuda.jit`` kernel's
+array) is a ``Tensor``, an integer an ``int``, a float a ``float``. The declarations say what
+the signature cannot:
+
+* ``outputs={"out": rule}``: parameters the op allocates and returns. ``rule``: the name of an
+  input tensor (an output like it: shape and dtype), or a function of the op's inputs, by name,
+  giving a shape or ``(shape, dtype)``; a shape alone takes the parameter's element type.
+* ``inplace=("y",)``: pointer parameters the kernel writes (the schema's ``Tensor(a!)``, which
+  functionalisation needs).
+* ``reads=("x",)``: pointer parameters without ``const`` that the kernel only reads. A pointer
+  input without ``const`` left out of all three is refused: were the kernel to write through it,
+  compiled graphs would be silently wrong.
+* ``fill={"n": fn}``: parameters computed from the op's inputs (``lambda x: x.numel()``).
+
+``grid``, ``block`` (and ``shared``): ints, tuples, or functions of the op's arguments by name
+(inputs, outputs, fills). The CUDA implementation launches through nbjit's launcher on torch's
+current stream of the first input tensor's device; read-only tensors are made contiguous, a
+non-contiguous tensor written in place is refused. The fake implementation (tracing,
+``torch.compile``) makes the outputs from their rules and checks every tensor's dtype against
+the kernel's signature, so a mistake is nbjit's error naming the op, the parameter and the rule.
+"""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import keyword
+from collections.abc import Callable, Mapping, Sequence
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import torch
+
+from nbjit.errors import NbjitArgumentError, NbjitOpError
+from nbjit.launch.arrays import array_element, describe_element, dtype_element, element_matches
+from nbjit.launch.entry import EntryArg, entry_args
+from nbjit.launch.kernel import Kernel
+from nbjit.loading.triton import TritonKernel
+
+__all__ = ["TorchOp", "op"]
+
+_LIBRARIES: dict[str, torch.library.Library] = {}  # namespace -> its library (ops live while it does)
+_OPS: dict[str, TorchOp] = {}  # "ns::name" -> the op's declaration
+
+
+def op(kernel: Kernel | TritonKernel, *, name: str, grid: Any, block: Any = None, shared: Any = 0,
+       outputs: Mapping[str, Any] | None = None, inplace: Sequence[str] = (), reads: Sequence[str] = (),
+       fill: Mapping[str, Callable] | None = None, names: Sequence[str] | None = None,
+       backward: Callable | None = None) -> Callable:
+    """Register ``kernel`` as the PyTorch operator ``name`` ("namespace::op") and return it
+    (``torch.ops.namespace.op``: call it with the op's inputs, the kernel's parameters but the
+    outputs and fills, in the kernel's order).
+
+    ``names``: the kernel's parameter names where its image has none worth using (PTX and
+    Triton kernels name them ``<kernel>_param_<i>``). ``backward(inputs, outputs, grads) ->
+    {input name: gradient}``: autograd's rule (it may launch other nbjit ops); ``inputs`` maps
+    the op's inputs by name, ``outputs`` and ``grads`` are tuples in the outputs' order.
+    Triton kernels take ``grid`` alone (their block is their ``num_warps``).
+
+    Raises
+    ------
+    NbjitOpError: a declaration that does not fit the kernel, naming the op and the parameter.
+    """
+    spec = TorchOp(kernel, name, grid=grid, block=block, shared=shared, outputs=outputs or {}, inplace=inplace,
+                   reads=reads, fill=fill or {}, names=names, backward=backward)
+    namespace, opname = name.split("::")
+    lib = _LIBRARIES.get(namespace)
+    if lib is None:
+        lib = _LIBRARIES[namespace] = torch.library.Library(namespace, "FRAGMENT")
+    try:
+        lib.define(opname + spec.schema)
+    except RuntimeError as e:
+        raise NbjitOpError(f"op {name!r}: torch refused its schema {spec.schema}: {e}") from None
+    lib.impl(opname, spec.run, "CUDA")
+    torch.library.register_fake(name, spec.fake, lib=lib)
+    if backward is not None:
+        torch.library.register_autograd(name, spec.backward, setup_context=spec.setup_context, lib=lib)
+    _OPS[name] = spec
+    return getattr(getattr(torch.ops, namespace), opname)
+
+
+class _ByName:
+    """A function of the op's arguments called with those it names (its parameters), or a
+    constant (an int, a tuple)."""
+
+    def __init__(self, value: Any, known: Sequence[str], what: str):
+        self.value, self.names = value, None
+        if callable(value):
+            params = inspect.signature(value).parameters.values()
+            if any(p.kind is p.VAR_KEYWORD for p in params):
+                self.names = tuple(known)
+            else:
+                self.names = tuple(p.name for p in params)
+                unknown = [n for n in self.names if n not in known]
+                if unknown:
+                    raise NbjitOpError(f"{what} takes {', '.join(unknown)}, which the op does not have (it has "
+                                       f"{', '.join(known)})")
+
+    def __call__(self, values: dict) -> Any:
+        if self.names is None:
+            return self.value
+        if len(self.names) == len(values):  # (**kwargs: every argument)
+            return self.value(**values)
+        return self.value(*[values[n] for n in self.names])
+
+
+class TorchOp:
+    """One kernel as a PyTorch operator: its schema, and the implementations ``op`` registers
+    (``run`` for CUDA tensors, ``fake`` for tracing, ``setup_context`` / ``backward``)."""
+
+    def __init__(self, kernel, name: str, *, grid, block, shared, outputs: Mapping, inplace: Sequence[str],
+                 reads: Sequence[str], fill: Mapping, names: Sequence[str] | None, backward: Callable | None):
+        if not isinstance(kernel, (Kernel, TritonKernel)):
+            raise NbjitOpError(f"op {name!r}: {type(kernel).__name__} is not an nbjit kernel (nbjit.compile, load, "
+                               "load_bundle, from_numba or load_triton gives one)")
+        if name.count("::") != 1 or not all(part.isidentifier() for part in name.split("::")):
+            raise NbjitOpError(f"op {name!r}: name it 'namespace::op_name' (two identifiers)")
+        self.name, self.kernel, self.triton = name, kernel, isinstance(kernel, TritonKernel)
+        self.params = self._parameters(kernel, names)
+        self.inplace, self.reads = tuple(inplace), tuple(reads)
+        self.output_names = tuple(outputs)
+        self._declare(outputs, fill)
+        known = self.input_names + self.output_names + tuple(self.fills)
+        self.grid = _ByName(grid, known, f"op {name!r}: grid")
+        if self.triton and block is not None:
+            raise NbjitOpError(f"op {name!r}: a Triton kernel's block is its num_warps: give grid alone")
+        if not self.triton and block is None:
+            raise NbjitOpError(f"op {name!r}: give block= (an int, a tuple, or a function of the op's arguments)")
+        self.block = _ByName(block, known, f"op {name!r}: block")
+        self.shared = _ByName(shared, known, f"op {name!r}: shared")
+        self.user_backward = backward
+        self.schema = self._schema()
+
+    # ------------------------------------------------------------ declaration
+    def _parameters(self, kernel, names: Sequence[str] | None) -> dict[str, EntryArg]:
+        """The kernel's parameters by name (``names`` given: those)."""
+        if self.triton:
+            info, label, tail = kernel.kernel.info, kernel.name, kernel.meta.scratch_params
+        else:
+            s = kernel._s
+            info, label, tail = kernel.info, s.label if s is not None else kernel.name, 0
+        args = entry_args(info, label, tail)
+        if names is not None:
+            if len(names) != len(args):
+                raise NbjitOpError(f"op {self.name!r}: names= gives {len(names)} names; kernel {label} has "
+                                   f"{len(args)} parameters")
+            args = tuple(dataclasses.replace(a, name=n, where=a.where.replace(f"({a.name},", f"({n},", 1))
+                         for a, n in zip(args, names))
+        out = {}
+        for a in args:
+            if not a.name.isidentifier() or keyword.iskeyword(a.name) or a.name in out:
+                raise NbjitOpError(f"op {self.name!r}: kernel {label}'s {a.where} has no name an op can use: "
+                                   "give the parameters' names with names=(...)")
+            out[a.name] = a
+        return out
+
+    def _declare(self, outputs: Mapping, fill: Mapping) -> None:
+        """Check the declarations against the kernel's parameters; the op's inputs are the rest."""
+        where = f"op {self.name!r}"
+        for group, declared in (("outputs", self.output_names), ("inplace", self.inplace), ("reads", self.reads),
+                                ("fill", tuple(fill))):
+            for n in declared:
+                if n not in self.params:
+                    raise NbjitOpError(f"{where}: {group} names {n!r}, which kernel {self.kernel.name} does not "
+                                       f"have (its parameters: {', '.join(self.params)})")
+                if group != "fill" and not _is_tensor(self.params[n]):
+                    raise NbjitOpError(f"{where}: {group} names {self.params[n].where}, which is not a pointer or "
+                                       "an array")
+        seen: dict[str, str] = {}
+        for group, declared in (("outputs", self.output_names), ("inplace", self.inplace), ("fill", tuple(fill))):
+            for n in declared:
+                if n in seen:
+                    raise NbjitOpError(f"{where}: {n!r} is declared in both {seen[n]} and {group}")
+                seen[n] = group
+        self.input_names = tuple(n for n in self.params if n not in self.output_names and n not in fill)
+        for n in self.input_names:
+            a = self.params[n]
+            if a.kind == "bytes":
+                raise NbjitOpError(f"{where}: {a.where} takes its own bytes ({a.ctype or '.' + a.type}), which no "
+                                   "op input is: compute it with fill={" + repr(n) + ": ...} (bytes)")
+            if _is_tensor(a) and n not in self.inplace and n not in self.reads and not _const(a):
+                raise NbjitOpError(f"{where}: {a.where} is {a.ctype or a.text}, not const, so the kernel may write "
+                                   f"it: declare it inplace=({n!r},) if it does, reads=({n!r},) if it only reads")
+        self.fills = {n: _ByName(f, self.input_names, f"{where}: fill {n!r}") for n, f in fill.items()}
+        self.dtypes = {n: _dtypes(a) for n, a in self.params.items() if _is_tensor(a)}
+        self.rules = {n: _OutputRule(where, self.params[n], rule, self.input_names, self.params)
+                      for n, rule in outputs.items()}
+
+    def _schema(self) -> str:
+        """The op's schema: ``(Tensor(a!) y, Tensor x, float a) -> Tensor``."""
+        parts, alias = [], iter("abcdefghijklmnopqrstuvwxyz")
+        for n in self.input_names:
+            a = self.params[n]
+            ty = "Tensor" if _is_tensor(a) else "float" if a.kind == "float" else "int"
+            if n in self.inplace:
+                ty = f"Tensor({next(alias)}!)"
+            parts.append(f"{ty} {n}")
+        outs = len(self.output_names)
+        result = "()" if outs == 0 else "Tensor" if outs == 1 else "(" + ", ".join(["Tensor"] * outs) + ")"
+        return f"({', '.join(parts)}) -> {result}"
+
+    # ------------------------------------------------------------ implementations
+    def _arguments(self, inputs: tuple, check: bool) -> tuple[dict, torch.Tensor]:
+        """The op's arguments by name, its inputs, its outputs (made by their rules) and its
+        fills; and its first input tensor (the device). ``check``: tensors' dtypes and
+        dimensions checked against the kernel's parameters (the CUDA implementation's)."""
+        values = dict(zip(self.input_names, inputs))
+        first = None
+        for n in self.input_names:
+            v = values[n]
+            if isinstance(v, torch.Tensor):
+                first = v if first is None else first
+                a = self.params[n]
+                if check:
+                    self._check(a, v, "")
+                if a.kind == "pointer" and not v.is_contiguous():
+                    if n in self.inplace:
+                        raise NbjitArgumentError(f"op {self.name!r}: {a.where}: a non-contiguous tensor (strides "
+                                                 f"{tuple(v.stride())}) cannot be written in place by a kernel that "
+                                                 "takes a pointer: pass a contiguous tensor")
+                    values[n] = v.contiguous()
+        if first is None:
+            raise NbjitArgumentError(f"op {self.name!r}: no tensor among its inputs tells the device to run on")
+        for n, rule in self.rules.items():
+            values[n] = out = rule.make(values, first)
+            if check:
+                self._check(self.params[n], out, f" (made by the output rule of {n!r})")
+        for n, f in self.fills.items():
+            values[n] = f(values)
+        return values, first
+
+    def _check(self, a: EntryArg, t: torch.Tensor, made: str) -> None:
+        """NbjitArgumentError, naming the op and the parameter, where tensor ``t`` cannot be
+        passed for ``a`` (a dtype looked up in the parameter's set: on every call)."""
+        allowed = self.dtypes[a.name]
+        if (allowed is not None and t.dtype not in allowed) or (a.ndim is not None and t.dim() != a.ndim):
+            _refuse_tensor(f"op {self.name!r}", a, t, made)
+
+    def _result(self, values: dict):
+        outs = self.output_names
+        if not outs:
+            return None
+        return values[outs[0]] if len(outs) == 1 else tuple(values[n] for n in outs)
+
+    def fake(self, *inputs):
+        """The fake (meta) implementation: the outputs as their rules make them, dtypes checked."""
+        return self._result(self._arguments(inputs, check=False)[0])
+
+    def run(self, *inputs):
+        """The CUDA implementation: the kernel launched on torch's current stream."""
+        values, first = self._arguments(inputs, check=True)
+        args = [values[n] for n in self.params]
+        grid = self.grid(values)
+        stream = torch._C._cuda_getCurrentRawStream(first.device.index)  # (what Inductor's own launches use)
+        if self.triton:
+            self.kernel[grid](*args, stream=stream)
+        else:
+            self.kernel[grid, self.block(values), stream, self.shared(values)](*args)
+        return self._result(values)
+
+    def setup_context(self, ctx, inputs: tuple, output) -> None:
+        """What autograd keeps for ``backward``: the inputs and the outputs."""
+        outs = () if output is None else (output,) if isinstance(output, torch.Tensor) else tuple(output)
+        tensors = [(i, v) for i, v in enumerate(inputs) if isinstance(v, torch.Tensor)]
+        ctx.save_for_backward(*[v for _, v in tensors], *outs)
+        ctx.layout = ([i for i, _ in tensors], len(outs), [None if isinstance(v, torch.Tensor) else v for v in inputs])
+
+    def backward(self, ctx, *grads):
+        """Autograd's rule: the user's ``backward``, its gradients in the op's inputs' order."""
+        at, n_outs, plain = ctx.layout
+        saved = ctx.saved_tensors
+        inputs = list(plain)
+        for i, v in zip(at, saved):
+            inputs[i] = v
+        named = dict(zip(self.input_names, inputs))
+        got = self.user_backward(named, tuple(saved[len(at):len(at) + n_outs]), grads) or {}
+        unknown = [n for n in got if n not in named]
+        if unknown:
+            raise NbjitOpError(f"op {self.name!r}: backward gave gradients for {', '.join(unknown)}, which are not "
+                               f"its inputs ({', '.join(self.input_names)})")
+        return tuple(got.get(n) for n in self.input_names)
+
+
+class _OutputRule:
+    """How an output is made: like an input tensor, or a shape (and dtype) from the inputs;
+    its dtype checked against the kernel's parameter."""
+
+    def __init__(self, where: str, a: EntryArg, rule: Any, inputs: Sequence[str], params: Mapping[str, EntryArg]):
+        self.where, self.a = f"{where}: output rule of {a.name!r}", a
+        if isinstance(rule, str):
+            if rule not in inputs or not _is_tensor(params[rule]):
+                raise NbjitOpError(f"{self.where}: {rule!r} is not one of the op's input tensors "
+                                   f"({', '.join(n for n in inputs if _is_tensor(params[n]))})")
+            other = params[rule]
+            if _typed(other) and _typed(a) and _element(other) != _element(a):
+                raise NbjitOpError(f"{self.where}: like {rule!r} ({other.ctype or other.text}) gives "
+                                   f"{_element(other)[2]} tensors; {a.where} is {a.ctype or a.text}")
+            self.like, self.fn = rule, None
+        elif callable(rule):
+            self.like, self.fn = None, _ByName(rule, inputs, self.where)
+        else:
+            raise NbjitOpError(f"{self.where}: give the name of an input tensor, or a function of the inputs "
+                               f"giving a shape or (shape, dtype), not {type(rule).__name__}")
+
+    def make(self, values: dict, first: torch.Tensor) -> torch.Tensor:
+        if self.like is not None:
+            out = torch.empty_like(values[self.like], memory_format=torch.contiguous_format)
+        else:
+            got = self.fn(values)
+            shape, dtype = got if isinstance(got, tuple) and len(got) == 2 and isinstance(got[1], torch.dtype) \
+                else (got, None)
+            dtype = dtype or self._dtype()
+            try:
+                out = first.new_empty(tuple(shape) if not isinstance(shape, int) else (shape,), dtype=dtype)
+            except (TypeError, RuntimeError) as e:
+                raise NbjitOpError(f"{self.where}: it gave {got!r}, not a shape or (shape, dtype): {e}") from None
+        return out
+
+    def _dtype(self) -> torch.dtype:
+        """The parameter's element type as a torch dtype (a rule that gives a shape alone)."""
+        if not _typed(self.a):
+            raise NbjitOpError(f"{self.where}: {self.a.where} is {self.a.ctype or self.a.text}, which has no element "
+                               "type: the rule must give (shape, dtype)")
+        name = _element(self.a)[2]
+        return getattr(torch, name)
+
+
+def _is_tensor(a: EntryArg) -> bool:
+    return a.kind == "array" or (a.kind == "pointer" and a.type == "ptr")
+
+
+def _const(a: EntryArg) -> bool:
+    return a.ctype is not None and a.ctype.replace(" ", "").startswith("const")
+
+
+def _typed(a: EntryArg) -> bool:
+    return a.kind == "array" and a.dtype is not None or a.kind == "pointer" and a.element[0] != "void"
+
+
+def _element(a: EntryArg) -> tuple:
+    """``(kind, item size, dtype name)`` a tensor for ``a`` must hold."""
+    if a.kind == "array":
+        return dtype_element(np.dtype(a.dtype))
+    kind, size = a.element[:2]
+    return (kind, size, {"bf": "bfloat16", "f": f"float{size * 8}", "i": f"int{size * 8}", "b": "bool",
+                         "c": f"complex{size * 8}"}.get(kind, "uint8"))
+
+
+_DTYPES = (torch.bool, torch.int8, torch.uint8, torch.int16, torch.uint16, torch.int32, torch.uint32, torch.int64,
+           torch.uint64, torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64,
+           torch.complex128)
+
+
+def _dtypes(a: EntryArg) -> frozenset | None:
+    """The torch dtypes a tensor for ``a`` may hold (None: any, an untyped pointer's)."""
+    if not _typed(a):
+        return None
+    want, out = _element(a), set()
+    for d in _DTYPES:
+        got = array_element(SimpleNamespace(dtype=d))  # (it reads the dtype alone)
+        if got is not None and (got == want if a.kind == "array" else element_matches(a.element, got)):
+            out.add(d)
+    return frozenset(out)
+
+
+def _refuse_tensor(where: str, a: EntryArg, t: torch.Tensor, made: str) -> None:
+    """NbjitArgumentError saying why tensor ``t`` cannot be passed for ``a`` (its dtype, its ndim)."""
+    got = array_element(t)
+    if a.kind == "array":
+        if a.ndim is not None and t.dim() != a.ndim:
+            raise NbjitArgumentError(f"{where}: {a.where}: a {t.dim()}-d tensor{made}; the parameter is {a.text}")
+        if a.dtype is not None and got is not None and got != dtype_element(np.dtype(a.dtype)):
+            raise NbjitArgumentError(f"{where}: {a.where}: a {got[2]} tensor{made}; the parameter is {a.text}")
+    elif a.element[0] != "void" and got is not None and not element_matches(a.element, got):
+        raise NbjitArgumentError(f"{where}: {a.where}: a {got[2]} tensor{made}; the parameter is {a.ctype} and "
+                                 f"takes {describe_element(a.element)} arrays")

@@ -88,6 +88,13 @@ Launching from compiled code (no Python, no GIL in the way):
     Kernel.c_entry -> CEntry            function addresses and an argument ABI for ctypes,
                                         cffi, a Numba cfunc, C (nbjit.launch.entry documents it)
 
+Kernels as framework operators (PyTorch installed; no GPU needed to register and trace):
+    torch.op(kernel, name="ns::op", grid=..., block=..., outputs={...}, inplace=(...),
+             reads=(...), fill={...}, backward=None)
+                                        nbjit.torch.op: a torch.library custom op read from the
+                                        kernel's signature, for torch.compile(fullgraph=True),
+                                        CUDA graphs, opcheck and autograd
+
 CUDA graphs for Numba users (stream capture of nbjit and @cuda.jit work alike):
     capture(stream) -> Capture          with nbjit.capture(s) as g: ...; g.launch() replays;
                                         with g.update(): ... re-captures new arguments in place
@@ -125,7 +132,7 @@ Errors: every error nbjit raises on bad input derives from NbjitError
 (PtxParseError, ImageFormatError, NbjitCompileError and its CompileFailure (NVRTC's log and
 the source lines it points at) and LinkFailure (nvJitLink's log), NbjitLoadError, NbjitHostError,
 NbjitLaunchError, NbjitArgumentError,
-NbjitGraphError, NbjitCacheError, KernelNotFoundError, BundleError); NbjitWarning says what nbjit did on the
+NbjitGraphError, NbjitOpError, NbjitCacheError, KernelNotFoundError, BundleError); NbjitWarning says what nbjit did on the
 user's behalf.
 """
 import importlib

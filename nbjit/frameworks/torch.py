@@ -32,11 +32,10 @@ from collections.abc import Callable, Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any
 
-import numpy as np
 import torch
 
 from nbjit.errors import NbjitArgumentError, NbjitOpError
-from nbjit.launch.arrays import array_element, describe_element, dtype_element, element_matches
+from nbjit.launch.arrays import array_element, describe_element, element_matches
 from nbjit.launch.entry import EntryArg, entry_args
 from nbjit.launch.kernel import Kernel
 from nbjit.loading.triton import TritonKernel
@@ -167,7 +166,7 @@ class TorchOp:
                 if n not in self.params:
                     raise NbjitOpError(f"{where}: {group} names {n!r}, which kernel {self.kernel.name} does not "
                                        f"have (its parameters: {', '.join(self.params)})")
-                if group != "fill" and not _is_tensor(self.params[n]):
+                if group != "fill" and not self.params[n].takes_array:
                     raise NbjitOpError(f"{where}: {group} names {self.params[n].where}, which is not a pointer or "
                                        "an array")
         seen: dict[str, str] = {}
@@ -182,11 +181,11 @@ class TorchOp:
             if a.kind == "bytes":
                 raise NbjitOpError(f"{where}: {a.where} takes its own bytes ({a.ctype or '.' + a.type}), which no "
                                    "op input is: compute it with fill={" + repr(n) + ": ...} (bytes)")
-            if _is_tensor(a) and n not in self.inplace and n not in self.reads and not _const(a):
+            if a.takes_array and n not in self.inplace and n not in self.reads and not a.const:
                 raise NbjitOpError(f"{where}: {a.where} is {a.ctype or a.text}, not const, so the kernel may write "
                                    f"it: declare it inplace=({n!r},) if it does, reads=({n!r},) if it only reads")
         self.fills = {n: _ByName(f, self.input_names, f"{where}: fill {n!r}") for n, f in fill.items()}
-        self.dtypes = {n: _dtypes(a) for n, a in self.params.items() if _is_tensor(a)}
+        self.dtypes = {n: _dtypes(a) for n, a in self.params.items() if a.takes_array}
         self.rules = {n: _OutputRule(where, self.params[n], rule, self.input_names, self.params)
                       for n, rule in outputs.items()}
 
@@ -195,7 +194,7 @@ class TorchOp:
         parts, alias = [], iter("abcdefghijklmnopqrstuvwxyz")
         for n in self.input_names:
             a = self.params[n]
-            ty = "Tensor" if _is_tensor(a) else "float" if a.kind == "float" else "int"
+            ty = "Tensor" if a.takes_array else "float" if a.kind == "float" else "int"
             if n in self.inplace:
                 ty = f"Tensor({next(alias)}!)"
             parts.append(f"{ty} {n}")
@@ -292,13 +291,13 @@ class _OutputRule:
     def __init__(self, where: str, a: EntryArg, rule: Any, inputs: Sequence[str], params: Mapping[str, EntryArg]):
         self.where, self.a = f"{where}: output rule of {a.name!r}", a
         if isinstance(rule, str):
-            if rule not in inputs or not _is_tensor(params[rule]):
+            if rule not in inputs or not params[rule].takes_array:
                 raise NbjitOpError(f"{self.where}: {rule!r} is not one of the op's input tensors "
-                                   f"({', '.join(n for n in inputs if _is_tensor(params[n]))})")
+                                   f"({', '.join(n for n in inputs if params[n].takes_array)})")
             other = params[rule]
-            if _typed(other) and _typed(a) and _element(other) != _element(a):
+            if other.element_dtype and a.element_dtype and other.element_dtype != a.element_dtype:
                 raise NbjitOpError(f"{self.where}: like {rule!r} ({other.ctype or other.text}) gives "
-                                   f"{_element(other)[2]} tensors; {a.where} is {a.ctype or a.text}")
+                                   f"{other.element_dtype} tensors; {a.where} is {a.ctype or a.text}")
             self.like, self.fn = rule, None
         elif callable(rule):
             self.like, self.fn = None, _ByName(rule, inputs, self.where)
@@ -322,32 +321,11 @@ class _OutputRule:
 
     def _dtype(self) -> torch.dtype:
         """The parameter's element type as a torch dtype (a rule that gives a shape alone)."""
-        if not _typed(self.a):
+        name = self.a.element_dtype
+        if name is None:
             raise NbjitOpError(f"{self.where}: {self.a.where} is {self.a.ctype or self.a.text}, which has no element "
                                "type: the rule must give (shape, dtype)")
-        name = _element(self.a)[2]
         return getattr(torch, name)
-
-
-def _is_tensor(a: EntryArg) -> bool:
-    return a.kind == "array" or (a.kind == "pointer" and a.type == "ptr")
-
-
-def _const(a: EntryArg) -> bool:
-    return a.ctype is not None and a.ctype.replace(" ", "").startswith("const")
-
-
-def _typed(a: EntryArg) -> bool:
-    return a.kind == "array" and a.dtype is not None or a.kind == "pointer" and a.element[0] != "void"
-
-
-def _element(a: EntryArg) -> tuple:
-    """``(kind, item size, dtype name)`` a tensor for ``a`` must hold."""
-    if a.kind == "array":
-        return dtype_element(np.dtype(a.dtype))
-    kind, size = a.element[:2]
-    return (kind, size, {"bf": "bfloat16", "f": f"float{size * 8}", "i": f"int{size * 8}", "b": "bool",
-                         "c": f"complex{size * 8}"}.get(kind, "uint8"))
 
 
 _DTYPES = (torch.bool, torch.int8, torch.uint8, torch.int16, torch.uint16, torch.int32, torch.uint32, torch.int64,
@@ -357,12 +335,12 @@ _DTYPES = (torch.bool, torch.int8, torch.uint8, torch.int16, torch.uint16, torch
 
 def _dtypes(a: EntryArg) -> frozenset | None:
     """The torch dtypes a tensor for ``a`` may hold (None: any, an untyped pointer's)."""
-    if not _typed(a):
+    if a.element_dtype is None:
         return None
-    want, out = _element(a), set()
+    out = set()
     for d in _DTYPES:
         got = array_element(SimpleNamespace(dtype=d))  # (it reads the dtype alone)
-        if got is not None and (got == want if a.kind == "array" else element_matches(a.element, got)):
+        if got is not None and (got[2] == a.element_dtype if a.kind == "array" else element_matches(a.element, got)):
             out.add(d)
     return frozenset(out)
 
@@ -373,7 +351,7 @@ def _refuse_tensor(where: str, a: EntryArg, t: torch.Tensor, made: str) -> None:
     if a.kind == "array":
         if a.ndim is not None and t.dim() != a.ndim:
             raise NbjitArgumentError(f"{where}: {a.where}: a {t.dim()}-d tensor{made}; the parameter is {a.text}")
-        if a.dtype is not None and got is not None and got != dtype_element(np.dtype(a.dtype)):
+        if a.element_dtype is not None and got is not None and got[2] != a.element_dtype:
             raise NbjitArgumentError(f"{where}: {a.where}: a {got[2]} tensor{made}; the parameter is {a.text}")
     elif a.element[0] != "void" and got is not None and not element_matches(a.element, got):
         raise NbjitArgumentError(f"{where}: {a.where}: a {got[2]} tensor{made}; the parameter is {a.ctype} and "

@@ -1594,6 +1594,167 @@ static PyObject *entry_points(PyObject *self, PyObject *unused) {
                          PyLong_FromVoidPtr((void *)(uintptr_t)&nbjit_synchronize));
 }
 
+/* ------------------------------------------------------------------ XLA's FFI (nbjit.jax.call)
+ *
+ * One handler for every kernel that JAX calls through its FFI (jax.ffi.ffi_call("nbjit_launch")):
+ * the kernel, its launch shape and where each of its arguments comes from travel as the call's
+ * attributes, so no kernel needs a C++ build of its own. The structs below are those of XLA's
+ * FFI C API (xla/ffi/api/c_api.h, API version 0.x) that the handler reads, by their documented
+ * layout; each starts with its own size, as that API's structs do.
+ *
+ * Attributes (nbjit/frameworks/jax.py writes them):
+ *   kernel  u64 scalar: a kernel's C entry (CEntry.kernel; kept alive by jax.py)
+ *   dims    s64[7]: grid x, y, z, block x, y, z, dynamic shared memory bytes
+ *   plan    s64[2 * parameters]: per parameter, where its argument is: (0, i) the call's i-th
+ *           input buffer, (1, i) its i-th result buffer, (2, i) ints[i], (3, i) floats[i]
+ *   ints    s64[], floats f64[]: the scalar arguments */
+
+typedef struct xla_ext { size_t struct_size; int type; struct xla_ext *next; } xla_ext;
+typedef struct { size_t struct_size; xla_ext *ext; int major, minor; } xla_version;
+typedef struct { size_t struct_size; xla_ext *ext; const char *message; int errc; } xla_error_args;
+typedef struct { size_t struct_size; xla_ext *ext; void *ctx; void *stream; } xla_stream_args;
+typedef struct { size_t struct_size; xla_ext *ext; int dtype; void *data; int64_t rank; int64_t *dims; } xla_buffer;
+typedef struct { size_t struct_size; xla_ext *ext; int64_t size; int *types; void **items; } xla_list;
+typedef struct { const char *ptr; size_t len; } xla_span;
+typedef struct { size_t struct_size; xla_ext *ext; int64_t size; int *types; xla_span **names; void **attrs; } xla_attrs;
+typedef struct { int dtype; void *value; } xla_scalar;
+typedef struct { int dtype; size_t size; void *data; } xla_array;
+typedef void *(*xla_fn)(void *);
+typedef struct {
+    size_t struct_size;
+    xla_ext *ext;
+    xla_version api_version;
+    const void *internal_api;
+    xla_fn error_create, error_get_message, error_destroy, handler_register, stream_get;
+} xla_api; /* (its first functions: those the handler calls) */
+typedef struct {
+    size_t struct_size;
+    xla_ext *ext;
+    const xla_api *api;
+    void *ctx;
+    int stage;
+    xla_list args, rets;
+    xla_attrs attrs;
+    void *future;
+} xla_frame;
+typedef struct { size_t struct_size; xla_version api_version; uint32_t traits; int64_t state_type_id; } xla_metadata;
+typedef struct { xla_ext base; xla_metadata *metadata; } xla_metadata_ext;
+
+enum { XLA_EXT_METADATA = 1, XLA_STAGE_EXECUTE = 3, XLA_ATTR_ARRAY = 1, XLA_ATTR_SCALAR = 3, XLA_S64 = 5,
+       XLA_U64 = 9, XLA_F64 = 12, XLA_INVALID_ARGUMENT = 3, XLA_INTERNAL = 13, XLA_COMMAND_BUFFER = 1 };
+
+static void *xla_error(const xla_frame *frame, int errc, const char *message) {
+    xla_error_args a = {sizeof(xla_error_args), NULL, message, errc};
+    return frame->api->error_create(&a);
+}
+
+/* Attribute `name` of `type` (and, for arrays, of element `dtype`), or NULL. */
+static void *xla_attr(const xla_frame *frame, const char *name, int type, int dtype) {
+    const xla_attrs *A = &frame->attrs;
+    size_t n = strlen(name);
+    for (int64_t k = 0; k < A->size; k++) {
+        const xla_span *s = A->names[k];
+        if (s->len != n || memcmp(s->ptr, name, n) != 0 || A->types[k] != type) continue;
+        if (type == XLA_ATTR_ARRAY && ((xla_array *)A->attrs[k])->dtype != dtype) return NULL;
+        if (type == XLA_ATTR_SCALAR && ((xla_scalar *)A->attrs[k])->dtype != dtype) return NULL;
+        return A->attrs[k];
+    }
+    return NULL;
+}
+
+/* Where parameter i's argument is (plan entry `where`, `index`) into args[i] (views into `space`);
+ * an error message, or NULL. */
+static const char *xla_argument(const xla_frame *frame, Launcher *self, Py_ssize_t i, const long long *plan,
+                                const xla_array *ints, const xla_array *floats, void **args, long long *space) {
+    long long where = plan[2 * i], index = plan[2 * i + 1];
+    const xla_list *list = where == 0 ? &frame->args : where == 1 ? &frame->rets : NULL;
+    if (list != NULL) {
+        if (index < 0 || index >= list->size) return "nbjit.jax.call: a plan entry names a buffer the call lacks";
+        const xla_buffer *b = list->items[index];
+        space[0] = (long long)(uintptr_t)b->data;
+        if (self->codes[i] == 'N' || self->codes[i] == 'M') { /* a @cuda.jit array: a C-contiguous view */
+            long long step = self->itemsize[i];
+            space[1] = b->rank;
+            for (int64_t k = b->rank - 1; k >= 0; k--) {
+                space[2 + k] = b->dims[k];
+                space[2 + b->rank + k] = step;
+                step *= b->dims[k];
+            }
+        }
+    } else if (where == 2 || where == 3) {
+        const xla_array *from = where == 2 ? ints : floats;
+        if (from == NULL || index < 0 || (size_t)index >= from->size)
+            return "nbjit.jax.call: a plan entry names a scalar the call lacks";
+        memcpy(space, (const char *)from->data + 8 * index, 8);
+    } else {
+        return "nbjit.jax.call: a plan entry of no known source";
+    }
+    args[i] = space;
+    return NULL;
+}
+
+/* The highest rank of a list's buffers (an array parameter's view: 2 + 2 * rank values). */
+static size_t xla_rank(const xla_list *list) {
+    size_t rank = 0;
+    for (int64_t k = 0; k < list->size; k++)
+        if ((size_t)((xla_buffer *)list->items[k])->rank > rank) rank = (size_t)((xla_buffer *)list->items[k])->rank;
+    return rank;
+}
+
+/* The handler: XLA's FFI calls it to learn its metadata, then once per execution. */
+static void *nbjit_xla_launch(xla_frame *frame) {
+    if (frame->ext != NULL && frame->ext->type == XLA_EXT_METADATA) {
+        xla_metadata *m = ((xla_metadata_ext *)frame->ext)->metadata;
+        m->api_version.major = 0;
+        m->api_version.minor = 1;
+        m->traits = XLA_COMMAND_BUFFER; /* it launches on the given stream alone: capturable */
+        return NULL;
+    }
+    if (frame->stage != XLA_STAGE_EXECUTE) return NULL;
+    const xla_scalar *kernel = xla_attr(frame, "kernel", XLA_ATTR_SCALAR, XLA_U64);
+    const xla_array *dims = xla_attr(frame, "dims", XLA_ATTR_ARRAY, XLA_S64);
+    const xla_array *plan = xla_attr(frame, "plan", XLA_ATTR_ARRAY, XLA_S64);
+    const xla_array *ints = xla_attr(frame, "ints", XLA_ATTR_ARRAY, XLA_S64);
+    const xla_array *floats = xla_attr(frame, "floats", XLA_ATTR_ARRAY, XLA_F64);
+    if (kernel == NULL || dims == NULL || dims->size != 7 || plan == NULL)
+        return xla_error(frame, XLA_INVALID_ARGUMENT, "nbjit.jax.call: the call's attributes are not nbjit's "
+                         "(kernel, dims[7], plan)");
+    Launcher *self = (Launcher *)(uintptr_t)*(const uint64_t *)kernel->value;
+    if (self == NULL || self->facts == NULL || plan->size != 2 * (size_t)self->nargs)
+        return xla_error(frame, XLA_INVALID_ARGUMENT, "nbjit.jax.call: the plan does not fit the kernel");
+    xla_stream_args st = {sizeof(xla_stream_args), NULL, frame->ctx, NULL};
+    void *err = frame->api->stream_get(&st);
+    if (err != NULL) return err;
+    long long stack_space[STACK_PARAMS], *space = stack_space;
+    void *stack_args[STACK_PARAMS], **args = stack_args;
+    size_t need = 0, rank = xla_rank(&frame->args) > xla_rank(&frame->rets) ? xla_rank(&frame->args)
+                                                                            : xla_rank(&frame->rets);
+    for (Py_ssize_t i = 0; i < self->nargs; i++) need += (self->codes[i] == 'N' || self->codes[i] == 'M') ? 2 + 2 * rank : 1;
+    if ((need > STACK_PARAMS && (space = malloc(need * sizeof(long long))) == NULL) ||
+        (self->nargs > STACK_PARAMS && (args = malloc(sizeof(void *) * (size_t)self->nargs)) == NULL)) {
+        if (space != stack_space) free(space);
+        return xla_error(frame, XLA_INTERNAL, "nbjit.jax.call: out of memory for the kernel's arguments");
+    }
+    const char *problem = NULL;
+    char msg[1024];
+    long long *at = space;
+    for (Py_ssize_t i = 0; i < self->nargs && problem == NULL; i++) {
+        problem = xla_argument(frame, self, i, (const long long *)plan->data, ints, floats, args, at);
+        at += (self->codes[i] == 'N' || self->codes[i] == 'M') ? 2 + 2 * at[1] : 1;
+    }
+    int r = problem ? ENTRY_ARGUMENT
+                    : nbjit_launch(self, (const long long *)dims->data, 0, st.stream, args, self->nargs, msg, sizeof msg);
+    if (space != stack_space) free(space);
+    if (args != stack_args) free(args);
+    if (r == ENTRY_OK) return NULL;
+    return xla_error(frame, r == ENTRY_ARGUMENT ? XLA_INVALID_ARGUMENT : XLA_INTERNAL, problem ? problem : msg);
+}
+
+/* xla_handler() -> a PyCapsule of the handler, as jax.ffi.register_ffi_target takes it. */
+static PyObject *xla_handler(PyObject *self, PyObject *unused) {
+    return PyCapsule_New((void *)(uintptr_t)&nbjit_xla_launch, NULL, NULL);
+}
+
 static PyMethodDef launcher_methods[] = {
     {"pack_fast", launcher_pack, METH_O, "pack_fast(args) -> bytes or None (the C rules alone)"},
     {"set_node", (PyCFunction)(void (*)(void))launcher_set_node, METH_FASTCALL,
@@ -1722,6 +1883,8 @@ static PyMethodDef methods[] = {
      "set_kernel_node(graph_exec, node, func, gx, gy, gz, bx, by, bz, shared, params) -> CUresult"},
     {"set_node_enabled", (PyCFunction)(void (*)(void))set_node_enabled, METH_FASTCALL,
      "set_node_enabled(graph_exec, node, on) -> CUresult"},
+    {"xla_handler", xla_handler, METH_NOARGS,
+     "xla_handler() -> PyCapsule: the XLA FFI handler of nbjit.jax.call, for jax.ffi.register_ffi_target"},
     {"entry_points", entry_points, METH_NOARGS,
      "entry_points() -> {'launch', 'pack', 'synchronize': address}: the C entry point's functions"},
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL,

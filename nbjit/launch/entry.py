@@ -36,6 +36,8 @@ from __future__ import annotations
 import zlib
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from nbjit.errors import NbjitLaunchError
 from nbjit.gpu import driver as _driver
 from nbjit.gpu import extension
@@ -71,6 +73,30 @@ class EntryArg:
     layout: str | None = None  # "C", "F" or "A"
     text: str = ""  # an array parameter's type as messages write it
     where: str = ""  # "parameter i (name, kind)", as argument errors name it
+
+    @property
+    def takes_array(self) -> bool:
+        """Whether an array goes here: a pointer parameter, or a ``@cuda.jit`` kernel's array."""
+        return self.kind == "array" or (self.kind == "pointer" and self.type == "ptr")
+
+    @property
+    def const(self) -> bool:
+        """Whether the source declares the pointer ``const`` (the kernel only reads through it)."""
+        return self.ctype is not None and self.ctype.replace(" ", "").startswith("const")
+
+    @property
+    def element_dtype(self) -> str | None:
+        """The numpy name of the dtype an array for it holds ("float32", "bfloat16"), None where
+        any goes (an untyped pointer) or it takes no array."""
+        if self.kind == "array":
+            return np.dtype(self.dtype).name if self.dtype is not None else None
+        if not self.takes_array or self.element[0] not in _DTYPE_OF_KIND:
+            return None
+        kind, size = self.element[:2]
+        return _DTYPE_OF_KIND[kind].format(bits=size * 8)
+
+
+_DTYPE_OF_KIND = {"f": "float{bits}", "i": "int{bits}", "b": "bool", "bf": "bfloat16", "c": "complex{bits}"}
 
 
 def entry_args(info: KernelInfo, label: str, tail: int = 0, packer: ArgPacker | None = None) -> tuple[EntryArg, ...]:

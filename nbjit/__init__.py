@@ -94,6 +94,9 @@ Kernels as framework operators (PyTorch installed; no GPU needed to register and
                                         nbjit.torch.op: a torch.library custom op read from the
                                         kernel's signature, for torch.compile(fullgraph=True),
                                         CUDA graphs, opcheck and autograd
+    jax.call(kernel, *args, grid=..., block=..., outputs={...}, inplace=(...), reads=(...))
+                                        nbjit.jax.call: the kernel inside jax.jit, through one
+                                        XLA FFI handler in nbjit's C extension
 
 CUDA graphs for Numba users (stream capture of nbjit and @cuda.jit work alike):
     capture(stream) -> Capture          with nbjit.capture(s) as g: ...; g.launch() replays;
@@ -131,9 +134,8 @@ Param, Directives.
 Errors: every error nbjit raises on bad input derives from NbjitError
 (PtxParseError, ImageFormatError, NbjitCompileError and its CompileFailure (NVRTC's log and
 the source lines it points at) and LinkFailure (nvJitLink's log), NbjitLoadError, NbjitHostError,
-NbjitLaunchError, NbjitArgumentError,
-NbjitGraphError, NbjitOpError, NbjitCacheError, KernelNotFoundError, BundleError); NbjitWarning says what nbjit did on the
-user's behalf.
+NbjitLaunchError, NbjitArgumentError, NbjitGraphError, NbjitOpError, NbjitCacheError,
+KernelNotFoundError, BundleError); NbjitWarning says what nbjit did on the user's behalf.
 """
 import importlib
 from typing import TYPE_CHECKING

@@ -155,6 +155,33 @@ def _private_cache(tmp_path_factory, monkeypatch):
 
 
 @pytest.fixture
+def cpu_entry(monkeypatch):
+    """Kernels handed to compiled callers (njit code, nbjit.jax.call) get a C entry made on this
+    CPU from their image (function handle 0; with no driver its launch refuses with a status,
+    after the argument checks), as a loaded kernel gets its own. Returns {name: CEntry}."""
+    from nbjit.gpu import extension
+    from nbjit.launch import entry as entry_module
+    from nbjit.launch.arguments import ArgPacker
+    from nbjit.launch.entry import CEntry, arguments_digest, entry_args, entry_facts, entry_launcher
+    if extension.extension() is None:
+        pytest.skip("nbjit's C extension is not built")
+    made = {}
+
+    def entry(k, tail=0):
+        if k.name not in made:
+            info = k.info
+            packer = ArgPacker(info.signature, k.name)
+            launcher = entry_launcher(info, packer, packer.c_layout, 0, entry_facts(info, k.name, (0, 0, 232448, 1024)))
+            args = entry_args(info, k.name)
+            points = extension.extension().entry_points()
+            made[k.name] = CEntry(points["launch"], points["pack"], points["synchronize"], id(launcher),
+                                  info.param_size, args, k.name, launcher, arguments_digest(args))
+        return made[k.name]
+    monkeypatch.setattr(entry_module, "kernel_entry", entry)
+    return made
+
+
+@pytest.fixture
 def no_zstd(monkeypatch):
     """As if zstandard were not installed."""
     _without(monkeypatch, "zstandard")

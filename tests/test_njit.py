@@ -173,32 +173,6 @@ def test_stream_handles():
     assert handle(StreamHandle(0x1234)) == 0x1234
 
 
-@pytest.fixture
-def cpu_entry(monkeypatch, mod):
-    """Kernels handed to njit code get a C entry made on this CPU (no driver: its launch refuses
-    with a status, after the argument checks), as a loaded kernel gets its own."""
-    from nbjit.gpu import extension
-    from nbjit.launch import entry as entry_module
-    from nbjit.launch.arguments import ArgPacker
-    from nbjit.launch.entry import CEntry, arguments_digest, entry_args, entry_facts, entry_launcher
-    if extension.extension() is None:
-        pytest.skip("nbjit's C extension is not built")
-    made = {}
-
-    def entry(k, tail=0):
-        if k.name not in made:
-            info = k.info
-            packer = ArgPacker(info.signature, k.name)
-            launcher = entry_launcher(info, packer, packer.c_layout, 0, entry_facts(info, k.name, (0, 0, 232448, 1024)))
-            args = entry_args(info, k.name)
-            points = extension.extension().entry_points()
-            made[k.name] = CEntry(points["launch"], points["pack"], points["synchronize"], id(launcher),
-                                  info.param_size, args, k.name, launcher, arguments_digest(args))
-        return made[k.name]
-    monkeypatch.setattr(entry_module, "kernel_entry", entry)
-    return made
-
-
 def test_errors_come_back_as_nbjit_errors_with_the_python_messages(mod, cpu_entry):
     k = mod["saxpy"]
     y = view()

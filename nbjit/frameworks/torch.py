@@ -25,9 +25,7 @@ the kernel's signature, so a mistake is nbjit's error naming the op, the paramet
 """
 from __future__ import annotations
 
-import dataclasses
 import inspect
-import keyword
 from collections.abc import Callable, Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any
@@ -36,7 +34,8 @@ import torch
 
 from nbjit.errors import NbjitArgumentError, NbjitOpError
 from nbjit.launch.arrays import array_element, describe_element, element_matches
-from nbjit.launch.entry import EntryArg, entry_args
+from nbjit.frameworks.declarations import declare, parameters
+from nbjit.launch.entry import EntryArg
 from nbjit.launch.kernel import Kernel
 from nbjit.loading.triton import TritonKernel
 
@@ -113,82 +112,29 @@ class TorchOp:
 
     def __init__(self, kernel, name: str, *, grid, block, shared, outputs: Mapping, inplace: Sequence[str],
                  reads: Sequence[str], fill: Mapping, names: Sequence[str] | None, backward: Callable | None):
-        if not isinstance(kernel, (Kernel, TritonKernel)):
-            raise NbjitOpError(f"op {name!r}: {type(kernel).__name__} is not an nbjit kernel (nbjit.compile, load, "
-                               "load_bundle, from_numba or load_triton gives one)")
         if name.count("::") != 1 or not all(part.isidentifier() for part in name.split("::")):
             raise NbjitOpError(f"op {name!r}: name it 'namespace::op_name' (two identifiers)")
+        where = f"op {name!r}"
         self.name, self.kernel, self.triton = name, kernel, isinstance(kernel, TritonKernel)
-        self.params = self._parameters(kernel, names)
-        self.inplace, self.reads = tuple(inplace), tuple(reads)
-        self.output_names = tuple(outputs)
-        self._declare(outputs, fill)
-        known = self.input_names + self.output_names + tuple(self.fills)
-        self.grid = _ByName(grid, known, f"op {name!r}: grid")
-        if self.triton and block is not None:
-            raise NbjitOpError(f"op {name!r}: a Triton kernel's block is its num_warps: give grid alone")
-        if not self.triton and block is None:
-            raise NbjitOpError(f"op {name!r}: give block= (an int, a tuple, or a function of the op's arguments)")
-        self.block = _ByName(block, known, f"op {name!r}: block")
-        self.shared = _ByName(shared, known, f"op {name!r}: shared")
-        self.user_backward = backward
-        self.schema = self._schema()
-
-    # ------------------------------------------------------------ declaration
-    def _parameters(self, kernel, names: Sequence[str] | None) -> dict[str, EntryArg]:
-        """The kernel's parameters by name (``names`` given: those)."""
-        if self.triton:
-            info, label, tail = kernel.kernel.info, kernel.name, kernel.meta.scratch_params
-        else:
-            s = kernel._s
-            info, label, tail = kernel.info, s.label if s is not None else kernel.name, 0
-        args = entry_args(info, label, tail)
-        if names is not None:
-            if len(names) != len(args):
-                raise NbjitOpError(f"op {self.name!r}: names= gives {len(names)} names; kernel {label} has "
-                                   f"{len(args)} parameters")
-            args = tuple(dataclasses.replace(a, name=n, where=a.where.replace(f"({a.name},", f"({n},", 1))
-                         for a, n in zip(args, names))
-        out = {}
-        for a in args:
-            if not a.name.isidentifier() or keyword.iskeyword(a.name) or a.name in out:
-                raise NbjitOpError(f"op {self.name!r}: kernel {label}'s {a.where} has no name an op can use: "
-                                   "give the parameters' names with names=(...)")
-            out[a.name] = a
-        return out
-
-    def _declare(self, outputs: Mapping, fill: Mapping) -> None:
-        """Check the declarations against the kernel's parameters; the op's inputs are the rest."""
-        where = f"op {self.name!r}"
-        for group, declared in (("outputs", self.output_names), ("inplace", self.inplace), ("reads", self.reads),
-                                ("fill", tuple(fill))):
-            for n in declared:
-                if n not in self.params:
-                    raise NbjitOpError(f"{where}: {group} names {n!r}, which kernel {self.kernel.name} does not "
-                                       f"have (its parameters: {', '.join(self.params)})")
-                if group != "fill" and not self.params[n].takes_array:
-                    raise NbjitOpError(f"{where}: {group} names {self.params[n].where}, which is not a pointer or "
-                                       "an array")
-        seen: dict[str, str] = {}
-        for group, declared in (("outputs", self.output_names), ("inplace", self.inplace), ("fill", tuple(fill))):
-            for n in declared:
-                if n in seen:
-                    raise NbjitOpError(f"{where}: {n!r} is declared in both {seen[n]} and {group}")
-                seen[n] = group
-        self.input_names = tuple(n for n in self.params if n not in self.output_names and n not in fill)
-        for n in self.input_names:
-            a = self.params[n]
-            if a.kind == "bytes":
-                raise NbjitOpError(f"{where}: {a.where} takes its own bytes ({a.ctype or '.' + a.type}), which no "
-                                   "op input is: compute it with fill={" + repr(n) + ": ...} (bytes)")
-            if a.takes_array and n not in self.inplace and n not in self.reads and not a.const:
-                raise NbjitOpError(f"{where}: {a.where} is {a.ctype or a.text}, not const, so the kernel may write "
-                                   f"it: declare it inplace=({n!r},) if it does, reads=({n!r},) if it only reads")
+        self.params = parameters(kernel, where, names)
+        d = declare(where, kernel.name, self.params, tuple(outputs), inplace, reads, tuple(fill))
+        self.input_names, self.output_names, self.inplace = d.inputs, d.outputs, d.inplace
         self.fills = {n: _ByName(f, self.input_names, f"{where}: fill {n!r}") for n, f in fill.items()}
         self.dtypes = {n: _dtypes(a) for n, a in self.params.items() if a.takes_array}
         self.rules = {n: _OutputRule(where, self.params[n], rule, self.input_names, self.params)
                       for n, rule in outputs.items()}
+        known = self.input_names + self.output_names + tuple(self.fills)
+        self.grid = _ByName(grid, known, f"{where}: grid")
+        if self.triton and block is not None:
+            raise NbjitOpError(f"{where}: a Triton kernel's block is its num_warps: give grid alone")
+        if not self.triton and block is None:
+            raise NbjitOpError(f"{where}: give block= (an int, a tuple, or a function of the op's arguments)")
+        self.block = _ByName(block, known, f"{where}: block")
+        self.shared = _ByName(shared, known, f"{where}: shared")
+        self.user_backward = backward
+        self.schema = self._schema()
 
+    # ------------------------------------------------------------ declaration
     def _schema(self) -> str:
         """The op's schema: ``(Tensor(a!) y, Tensor x, float a) -> Tensor``."""
         parts, alias = [], iter("abcdefghijklmnopqrstuvwxyz")

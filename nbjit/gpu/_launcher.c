@@ -1532,6 +1532,27 @@ static int entry_launch_error(Launcher *self, int err, const unsigned *d, char *
                 sticky ? F->sticky_hint : "", sticky ? ")" : "", shape);
 }
 
+/* The kernel launched with the checked configuration d[7] on `stream`, its parameters packed in
+ * `buf` (nbjit_pack's); in a thread with no current context, the kernel's made current. */
+static int entry_launch_packed(Launcher *self, const unsigned *d, void *stream, unsigned char *buf, char *msg,
+                               long long msize) {
+    void *stack_ptrs[STACK_PARAMS], **ptrs = stack_ptrs;
+    if (p_launch == NULL || (self->nattrs && p_launch_ex == NULL))
+        return fail(msg, msize, ENTRY_LAUNCH, "nbjit: the driver's launch entry points are not set (kernel.c_entry "
+                    "sets them)");
+    if (self->nparams > STACK_PARAMS && (ptrs = malloc(sizeof(void *) * (size_t)self->nparams)) == NULL)
+        return fail(msg, msize, ENTRY_LAUNCH, "nbjit: out of memory for kernel %s's parameters", self->facts->label);
+    point_into(self, buf, ptrs);
+    int err = launch_raw(self->func, d, stream, self->nparams ? ptrs : NULL, self->attrs, self->nattrs);
+    if (err == 201 /* CUDA_ERROR_INVALID_CONTEXT */ && p_ctx_current && p_ctx_set) {
+        void *cur = NULL;
+        if (p_ctx_current(&cur) == 0 && cur == NULL && p_ctx_set(self->facts->ctx) == 0)
+            err = launch_raw(self->func, d, stream, self->nparams ? ptrs : NULL, self->attrs, self->nattrs);
+    }
+    if (ptrs != stack_ptrs) free(ptrs);
+    return err ? entry_launch_error(self, err, d, msg, msize) : ENTRY_OK;
+}
+
 /* nbjit_launch(kernel, dims, forms, stream, args, nargs, message, size) -> status: the kernel
  * launched with grid dims[0:3], block dims[3:6] and dims[6] bytes of dynamic shared memory on
  * `stream`, its arguments packed by nbjit_pack; `forms`: how the caller wrote the grid (bits 0-2)
@@ -1542,34 +1563,16 @@ static int nbjit_launch(const void *kernel, const long long *dims, int forms, vo
                         long long nargs, char *msg, long long msize) {
     Launcher *self = (Launcher *)kernel;
     unsigned char stack_buf[STACK_BYTES], *buf = stack_buf;
-    void *stack_ptrs[STACK_PARAMS], **ptrs = stack_ptrs;
     unsigned d[7];
     int r;
     if (self == NULL || self->facts == NULL)
         return fail(msg, msize, ENTRY_LAUNCH, "nbjit: not a kernel's C entry (kernel.c_entry.kernel)");
     if ((r = entry_config(self, dims, forms, d, msg, msize)) != ENTRY_OK) return r;
-    if ((self->size > STACK_BYTES && (buf = malloc((size_t)self->size)) == NULL) ||
-        (self->nparams > STACK_PARAMS && (ptrs = malloc(sizeof(void *) * (size_t)self->nparams)) == NULL)) {
-        r = fail(msg, msize, ENTRY_LAUNCH, "nbjit: out of memory for kernel %s's parameters", self->facts->label);
-        goto done;
-    }
-    if ((r = nbjit_pack(kernel, args, nargs, buf, msg, msize)) != ENTRY_OK) goto done;
-    if (p_launch == NULL || (self->nattrs && p_launch_ex == NULL)) {
-        r = fail(msg, msize, ENTRY_LAUNCH, "nbjit: the driver's launch entry points are not set (kernel.c_entry "
-                 "sets them)");
-        goto done;
-    }
-    point_into(self, buf, ptrs);
-    int err = launch_raw(self->func, d, stream, self->nparams ? ptrs : NULL, self->attrs, self->nattrs);
-    if (err == 201 /* CUDA_ERROR_INVALID_CONTEXT */ && p_ctx_current && p_ctx_set) {
-        void *cur = NULL;
-        if (p_ctx_current(&cur) == 0 && cur == NULL && p_ctx_set(self->facts->ctx) == 0)
-            err = launch_raw(self->func, d, stream, self->nparams ? ptrs : NULL, self->attrs, self->nattrs);
-    }
-    r = err ? entry_launch_error(self, err, d, msg, msize) : ENTRY_OK;
-done:
+    if (self->size > STACK_BYTES && (buf = malloc((size_t)self->size)) == NULL)
+        return fail(msg, msize, ENTRY_LAUNCH, "nbjit: out of memory for kernel %s's parameters", self->facts->label);
+    if ((r = nbjit_pack(kernel, args, nargs, buf, msg, msize)) == ENTRY_OK)
+        r = entry_launch_packed(self, d, stream, buf, msg, msize);
     if (buf != stack_buf) free(buf);
-    if (ptrs != stack_ptrs) free(ptrs);
     return r;
 }
 
@@ -1701,7 +1704,38 @@ static size_t xla_rank(const xla_list *list) {
     return rank;
 }
 
-/* The handler: XLA's FFI calls it to learn its metadata, then once per execution. */
+/* The kernel's arguments decoded from the call (by `plan`), checked and packed into `buf`
+ * (nbjit_pack), the configuration into d[7]: a status, its message in `msg`. */
+static int xla_pack(const xla_frame *frame, Launcher *self, const xla_array *dims, const xla_array *plan,
+                    unsigned *d, unsigned char *buf, char *msg, long long msize) {
+    const xla_array *ints = xla_attr(frame, "ints", XLA_ATTR_ARRAY, XLA_S64);
+    const xla_array *floats = xla_attr(frame, "floats", XLA_ATTR_ARRAY, XLA_F64);
+    long long stack_space[STACK_PARAMS], *space = stack_space;
+    void *stack_args[STACK_PARAMS], **args = stack_args;
+    size_t need = 0, rank = xla_rank(&frame->args) > xla_rank(&frame->rets) ? xla_rank(&frame->args)
+                                                                            : xla_rank(&frame->rets);
+    for (Py_ssize_t i = 0; i < self->nargs; i++) need += (self->codes[i] == 'N' || self->codes[i] == 'M') ? 2 + 2 * rank : 1;
+    if ((need > STACK_PARAMS && (space = malloc(need * sizeof(long long))) == NULL) ||
+        (self->nargs > STACK_PARAMS && (args = malloc(sizeof(void *) * (size_t)self->nargs)) == NULL)) {
+        if (space != stack_space) free(space);
+        return fail(msg, msize, ENTRY_LAUNCH, "nbjit.jax.call: out of memory for the kernel's arguments");
+    }
+    const char *problem = NULL;
+    long long *at = space;
+    for (Py_ssize_t i = 0; i < self->nargs && problem == NULL; i++) {
+        problem = xla_argument(frame, self, i, (const long long *)plan->data, ints, floats, args, at);
+        at += (self->codes[i] == 'N' || self->codes[i] == 'M') ? 2 + 2 * at[1] : 1;
+    }
+    int r = problem ? fail(msg, msize, ENTRY_ARGUMENT, "%s", problem)
+                    : entry_config(self, (const long long *)dims->data, 0, d, msg, msize);
+    if (r == ENTRY_OK) r = nbjit_pack(self, args, self->nargs, buf, msg, msize);
+    if (space != stack_space) free(space);
+    if (args != stack_args) free(args);
+    return r;
+}
+
+/* The handler: XLA's FFI calls it to learn its metadata, then once per execution: the
+ * arguments packed and checked, then the kernel launched on XLA's stream. */
 static void *nbjit_xla_launch(xla_frame *frame) {
     if (frame->ext != NULL && frame->ext->type == XLA_EXT_METADATA) {
         xla_metadata *m = ((xla_metadata_ext *)frame->ext)->metadata;
@@ -1714,40 +1748,27 @@ static void *nbjit_xla_launch(xla_frame *frame) {
     const xla_scalar *kernel = xla_attr(frame, "kernel", XLA_ATTR_SCALAR, XLA_U64);
     const xla_array *dims = xla_attr(frame, "dims", XLA_ATTR_ARRAY, XLA_S64);
     const xla_array *plan = xla_attr(frame, "plan", XLA_ATTR_ARRAY, XLA_S64);
-    const xla_array *ints = xla_attr(frame, "ints", XLA_ATTR_ARRAY, XLA_S64);
-    const xla_array *floats = xla_attr(frame, "floats", XLA_ATTR_ARRAY, XLA_F64);
     if (kernel == NULL || dims == NULL || dims->size != 7 || plan == NULL)
         return xla_error(frame, XLA_INVALID_ARGUMENT, "nbjit.jax.call: the call's attributes are not nbjit's "
                          "(kernel, dims[7], plan)");
     Launcher *self = (Launcher *)(uintptr_t)*(const uint64_t *)kernel->value;
     if (self == NULL || self->facts == NULL || plan->size != 2 * (size_t)self->nargs)
         return xla_error(frame, XLA_INVALID_ARGUMENT, "nbjit.jax.call: the plan does not fit the kernel");
-    xla_stream_args st = {sizeof(xla_stream_args), NULL, frame->ctx, NULL};
-    void *err = frame->api->stream_get(&st);
-    if (err != NULL) return err;
-    long long stack_space[STACK_PARAMS], *space = stack_space;
-    void *stack_args[STACK_PARAMS], **args = stack_args;
-    size_t need = 0, rank = xla_rank(&frame->args) > xla_rank(&frame->rets) ? xla_rank(&frame->args)
-                                                                            : xla_rank(&frame->rets);
-    for (Py_ssize_t i = 0; i < self->nargs; i++) need += (self->codes[i] == 'N' || self->codes[i] == 'M') ? 2 + 2 * rank : 1;
-    if ((need > STACK_PARAMS && (space = malloc(need * sizeof(long long))) == NULL) ||
-        (self->nargs > STACK_PARAMS && (args = malloc(sizeof(void *) * (size_t)self->nargs)) == NULL)) {
-        if (space != stack_space) free(space);
-        return xla_error(frame, XLA_INTERNAL, "nbjit.jax.call: out of memory for the kernel's arguments");
-    }
-    const char *problem = NULL;
+    unsigned char stack_buf[STACK_BYTES], *buf = stack_buf;
+    unsigned d[7];
     char msg[1024];
-    long long *at = space;
-    for (Py_ssize_t i = 0; i < self->nargs && problem == NULL; i++) {
-        problem = xla_argument(frame, self, i, (const long long *)plan->data, ints, floats, args, at);
-        at += (self->codes[i] == 'N' || self->codes[i] == 'M') ? 2 + 2 * at[1] : 1;
+    if (self->size > STACK_BYTES && (buf = malloc((size_t)self->size)) == NULL)
+        return xla_error(frame, XLA_INTERNAL, "nbjit.jax.call: out of memory for the kernel's parameters");
+    int r = xla_pack(frame, self, dims, plan, d, buf, msg, sizeof msg);
+    void *err = NULL;
+    if (r == ENTRY_OK) {
+        xla_stream_args st = {sizeof(xla_stream_args), NULL, frame->ctx, NULL};
+        err = frame->api->stream_get(&st);
+        if (err == NULL) r = entry_launch_packed(self, d, st.stream, buf, msg, sizeof msg);
     }
-    int r = problem ? ENTRY_ARGUMENT
-                    : nbjit_launch(self, (const long long *)dims->data, 0, st.stream, args, self->nargs, msg, sizeof msg);
-    if (space != stack_space) free(space);
-    if (args != stack_args) free(args);
-    if (r == ENTRY_OK) return NULL;
-    return xla_error(frame, r == ENTRY_ARGUMENT ? XLA_INVALID_ARGUMENT : XLA_INTERNAL, problem ? problem : msg);
+    if (buf != stack_buf) free(buf);
+    if (err != NULL || r == ENTRY_OK) return err;
+    return xla_error(frame, r == ENTRY_ARGUMENT ? XLA_INVALID_ARGUMENT : XLA_INTERNAL, msg);
 }
 
 /* xla_handler() -> a PyCapsule of the handler, as jax.ffi.register_ffi_target takes it. */

@@ -8,12 +8,24 @@ place, and is checked against jax.numpy alone.
 
     python examples/jax_jit_call.py
 """
+import importlib.util
 from pathlib import Path
 
-import jax
-import jax.numpy as jnp
+from numba import cuda
 
-import nbjit
+if not cuda.is_available():
+    raise SystemExit("jax_jit_call.py needs a CUDA GPU and driver (examples/inspect_kernels.py runs without one)")
+if importlib.util.find_spec("jax") is None:
+    raise SystemExit("jax_jit_call.py needs JAX with its CUDA backend (pip install 'jax[cuda13]')")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+import nbjit  # noqa: E402
+
+if jax.default_backend() != "gpu":
+    raise SystemExit(f"jax_jit_call.py needs JAX's CUDA backend; this JAX runs on {jax.default_backend()} "
+                     "(pip install 'jax[cuda13]')")
 
 SOFTPLUS = r"""
 extern "C" __global__ void softplus(float *out, const float *x, float beta, int n) {

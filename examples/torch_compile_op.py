@@ -11,10 +11,18 @@ ops between them; the compiled model (and its CUDA-graph mode) gives eager's res
 
     python examples/torch_compile_op.py
 """
-import torch  # (before Numba makes its context)
+import importlib.util
+
 from numba import cuda, types
 
-import nbjit
+if not cuda.is_available():
+    raise SystemExit("torch_compile_op.py needs a CUDA GPU and driver (examples/inspect_kernels.py runs without one)")
+if importlib.util.find_spec("torch") is None:
+    raise SystemExit("torch_compile_op.py needs PyTorch (pip install torch)")
+
+import torch  # noqa: E402 (before Numba makes its context: a GPU and PyTorch are there)
+
+import nbjit  # noqa: E402
 
 GELU_BIAS = r"""
 extern "C" __global__ void gelu_bias(float *out, const float *x, const float *bias, int n, int cols) {

@@ -171,8 +171,9 @@ def cpu_entry(monkeypatch):
         if k.name not in made:
             info = k.info
             packer = ArgPacker(info.signature, k.name)
-            launcher = entry_launcher(info, packer, packer.c_layout, 0, entry_facts(info, k.name, (0, 0, 232448, 1024)))
-            args = entry_args(info, k.name)
+            facts = entry_facts(info, k.name, (0, 0, 232448, 1024), tail)
+            launcher = entry_launcher(info, packer, packer.c_layout, 0, facts, tail)
+            args = entry_args(info, k.name, tail)
             points = extension.extension().entry_points()
             made[k.name] = CEntry(points["launch"], points["pack"], points["synchronize"], id(launcher),
                                   info.param_size, args, k.name, launcher, arguments_digest(args))

@@ -76,6 +76,24 @@ def test_a_cuda_jit_kernels_arrays_are_decoded_as_views(on_cpu):
         jax.jit(lambda a, s: nbjit.jax.call(k, a, s, grid=1, block=32, inplace=("arg0",), reads=("arg1",)))(a, s)
 
 
+def test_a_triton_kernel_takes_its_own_block(on_cpu, tmp_path):
+    import warnings
+    bundle = tmp_path / "t.nbjit"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", nbjit.NbjitWarning)
+        nbjit.build_bundle({"add": "tests/data/triton/add_kernel"}, bundle)
+    k = nbjit.load_triton(bundle, name="add", lazy=True)  # add_kernel(x_ptr, y_ptr, out_ptr, n_elements, alpha)
+    x = jnp.ones(1000, jnp.float32)
+    call = lambda x, y: nbjit.jax.call(k, x, y, 1000, 0.5, grid=8, outputs={"out_ptr": "x_ptr"},  # noqa: E731
+                                       reads=("x_ptr", "y_ptr"))
+    text = jax.jit(call).lower(x, x).as_text()
+    assert "dims = dense<[8, 1, 1, 128, 1, 1, 0]>" in text  # (block: num_warps 4 x 32)
+    with pytest.raises(Exception, match=r"UNIMPLEMENTED: XLA FFI GPU context is not available"):
+        jax.jit(call)(x, x)
+    with pytest.raises(NbjitOpError, match=r"a Triton kernel's block is its num_warps"):
+        nbjit.jax.call(k, x, x, 1000, 0.5, grid=8, block=128, outputs={"out_ptr": "x_ptr"}, reads=("x_ptr", "y_ptr"))
+
+
 @pytest.mark.parametrize("call, error, message", [
     (lambda k, y, x: nbjit.jax.call(k, y, x, 2.0, 8, grid=1, block=1), NbjitOpError,
      r"parameter 0 \(y, pointer\) is float\*, not const, so the kernel may write it: declare it inplace=\('y',\)"),

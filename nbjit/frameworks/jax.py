@@ -21,9 +21,9 @@ from nbjit.errors import NbjitArgumentError, NbjitOpError
 from nbjit.frameworks.declarations import Declared, declare, parameters
 from nbjit.gpu import extension
 from nbjit.launch.arrays import array_element, describe_element, element_matches
-from nbjit.launch import entry as _entry
 from nbjit.launch.entry import CEntry, EntryArg
 from nbjit.launch.kernel import Kernel
+from nbjit.loading.triton import TritonKernel
 
 __all__ = ["TARGET", "call"]
 
@@ -32,9 +32,9 @@ _REGISTERED: set[str] = set()  # platforms the handler is registered for
 _ENTRIES: dict[int, CEntry] = {}  # C entries jitted code holds the address of: alive while the process
 
 
-def call(kernel: Kernel, *args: Any, grid: int | tuple, block: int | tuple, shared: int = 0,
-         outputs: Mapping[str, Any] | None = None, inplace: Sequence[str] = (), reads: Sequence[str] = (),
-         names: Sequence[str] | None = None, vmap_method: str | None = None):
+def call(kernel: Kernel | TritonKernel, *args: Any, grid: int | tuple, block: int | tuple | None = None,
+         shared: int = 0, outputs: Mapping[str, Any] | None = None, inplace: Sequence[str] = (),
+         reads: Sequence[str] = (), names: Sequence[str] | None = None, vmap_method: str | None = None):
     """Launch ``kernel`` from JAX code (``jax.jit`` included) and return its outputs.
 
     ``args``: the kernel's parameters in its order but the outputs: arrays for pointers and
@@ -44,7 +44,8 @@ def call(kernel: Kernel, *args: Any, grid: int | tuple, block: int | tuple, shar
     writes, returned updated (their buffers aliased). ``reads=``: pointers without ``const``
     that the kernel only reads (one left undeclared is refused). ``names``: the kernel's
     parameter names where its image has none worth using. Returns the outputs, then the
-    in-place arrays: one array alone, a tuple for several, None for none.
+    in-place arrays: one array alone, a tuple for several, None for none. A Triton kernel takes
+    ``grid`` alone: its block is its ``num_warps``, its shared memory its own.
 
     ``vmap_method``: how ``jax.vmap`` maps the call (``jax.ffi.ffi_call``'s: "sequential",
     "expand_dims", "broadcast_all"); None refuses ``vmap``, as JAX says.
@@ -65,10 +66,20 @@ def call(kernel: Kernel, *args: Any, grid: int | tuple, block: int | tuple, shar
     plan, results, scalars = _plan(where, d, values, outputs)
     arrays = [n for n in d.inputs if params[n].takes_array]  # (the call's operands, in order)
     aliases = {arrays.index(n): len(outputs) + j for j, n in enumerate(d.inplace)}
-    entry = _entry.kernel_entry(kernel)
+    if isinstance(kernel, TritonKernel):
+        if kernel.compiled_refusal:
+            raise NbjitOpError(f"{where}: a Triton kernel that cannot be launched from compiled code: "
+                               f"{kernel.compiled_refusal}")
+        if block is not None or shared:
+            raise NbjitOpError(f"{where}: a Triton kernel's block is its num_warps and its shared memory its own: "
+                               "give grid alone")
+        block, shared = tuple(kernel.meta.block), kernel.meta.shared
+    elif block is None:
+        raise NbjitOpError(f"{where}: give block= (an int or a tuple)")
+    dims = [*_three(grid, "grid", where), *_three(block, "block", where), _count(shared, "shared", where, 0)]
+    entry = kernel.c_entry
     _ENTRIES[entry.kernel] = entry
     _register(_platform(where))
-    dims = [*_three(grid, "grid", where), *_three(block, "block", where), _count(shared, "shared", where, 0)]
     ints = [v for kind, v in scalars if kind == "int"] or [0]
     floats = [v for kind, v in scalars if kind == "float"] or [0.0]
     f = jax.ffi.ffi_call(TARGET, results, input_output_aliases=aliases, vmap_method=vmap_method)

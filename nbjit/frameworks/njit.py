@@ -412,29 +412,17 @@ def _typeof_triton(val, c):
     t = _TYPES.get(val)
     if t is None:
         from nbjit.launch.entry import entry_args  # (deferred: see typeof above)
-        m = val.meta
-        why = ("it takes tensor descriptors (nbjit makes their tensor maps on the host)" if val._descs else
-               "it runs several blocks per program (num_ctas > 1)" if m.num_ctas != 1 else
-               "it is a cooperative launch" if m.cooperative else
-               "it needs scratch memory (nbjit allocates it per stream on the host)" if any(m.scratch_bytes((1, 1, 1)))
-               else None)
-        info = val.kernel.info
+        m, info = val.meta, val.kernel.info
         t = _TYPES[val] = KernelType(val.name, entry_args(info, val.name, m.scratch_params),
-                                     f"{val.name}{info.signature}", ("triton", tuple(m.block), m.shared, why))
+                                     f"{val.name}{info.signature}", ("triton", tuple(m.block), m.shared,
+                                                                     val.compiled_refusal))
     return t
 
 
 def _entry_address(k, digest: int) -> int:
     """The address of a kernel's C entry (loaded into the current context first where it
     waits), whose arguments must be those the njit code was typed for (their ``digest``)."""
-    from nbjit.launch.entry import kernel_entry  # (deferred: see typeof above)
-    from nbjit.loading.triton import TritonKernel
-    if isinstance(k, TritonKernel):
-        if k.meta.pdl:  # Triton's launch_pdl, as its Python launch takes it
-            k.kernel.default_pdl(True)
-        entry = kernel_entry(k.kernel, tail=k.meta.scratch_params)
-    else:
-        entry = kernel_entry(k)
+    entry = k.c_entry
     if entry.digest != digest:
         raise NbjitLaunchError(f"kernel {entry.label!r}: its loaded image takes other arguments than the njit code "
                                "was compiled for (typed from the image before it loaded): call the njit function "

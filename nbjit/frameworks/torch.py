@@ -82,26 +82,24 @@ def op(kernel: Kernel | TritonKernel, *, name: str, grid: Any, block: Any = None
 
 
 class _ByName:
-    """A function of the op's arguments called with those it names (its parameters), or a
-    constant (an int, a tuple)."""
+    """A function of the op's arguments called with those it names (its parameters; all of them
+    where it takes ``**kwargs``), or a constant (an int, a tuple)."""
 
     def __init__(self, value: Any, known: Sequence[str], what: str):
-        self.value, self.names = value, None
+        self.value, self.names, self.every = value, None, False
         if callable(value):
             params = inspect.signature(value).parameters.values()
-            if any(p.kind is p.VAR_KEYWORD for p in params):
-                self.names = tuple(known)
-            else:
-                self.names = tuple(p.name for p in params)
-                unknown = [n for n in self.names if n not in known]
-                if unknown:
-                    raise NbjitOpError(f"{what} takes {', '.join(unknown)}, which the op does not have (it has "
-                                       f"{', '.join(known)})")
+            self.every = any(p.kind is p.VAR_KEYWORD for p in params)
+            self.names = tuple(p.name for p in params if p.kind is not p.VAR_KEYWORD)
+            unknown = [n for n in self.names if n not in known]
+            if unknown:
+                raise NbjitOpError(f"{what} takes {', '.join(unknown)}, which the op does not have (it has "
+                                   f"{', '.join(known)})")
 
     def __call__(self, values: dict) -> Any:
         if self.names is None:
             return self.value
-        if len(self.names) == len(values):  # (**kwargs: every argument)
+        if self.every:
             return self.value(**values)
         return self.value(*[values[n] for n in self.names])
 

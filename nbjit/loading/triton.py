@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 if TYPE_CHECKING:
+    from nbjit.launch.entry import CEntry
     from nbjit.loading.module import Module
     from nbjit.params.signature import Param
 
@@ -503,6 +504,30 @@ class TritonKernel:
     def __repr__(self) -> str:
         return (f"<nbjit.TritonKernel {self.name}: {self._n} arguments, block {self.meta.block[0]}, "
                 f"{self.meta.shared} B shared, via {self.route or 'the route chosen at first use'}>")
+
+    @property
+    def compiled_refusal(self) -> str | None:
+        """What keeps this kernel from a launch by compiled code (``@njit``, ``nbjit.jax.call``,
+        ``c_entry``), which passes its arguments alone: None where nothing does."""
+        m = self.meta
+        if self._descs:
+            return "it takes tensor descriptors (nbjit makes their tensor maps on the host)"
+        if m.num_ctas != 1:
+            return "it runs several blocks per program (num_ctas > 1)"
+        if m.cooperative:
+            return "it is a cooperative launch"
+        if any(m.scratch_bytes((1, 1, 1))):
+            return "it needs scratch memory (nbjit allocates it per stream on the host)"
+        return None
+
+    @property
+    def c_entry(self) -> "CEntry":
+        """The kernel's C entry point (``Kernel.c_entry``'s, its trailing scratch pointers NULL),
+        with Triton's launch_pdl as its Python launch takes it."""
+        from nbjit.launch.entry import kernel_entry  # (a cold concern: compiled callers only)
+        if self.meta.pdl:
+            self.kernel.default_pdl(True)
+        return kernel_entry(self.kernel, tail=self.meta.scratch_params)
 
     def __getitem__(self, grid) -> "_TritonLaunch":
         try:

@@ -172,3 +172,17 @@ def test_the_op_launches_on_torchs_current_stream(ops):
         g.replay()
         torch.cuda.synchronize()
         torch.testing.assert_close(y, y0 + k * 6.0 * x)
+
+
+def test_a_triton_kernel_as_an_op(ops):
+    import warnings
+    from conftest import DATA
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", nbjit.NbjitWarning)
+        k = nbjit.load_triton(DATA / "triton" / "add_kernel")  # out = x * alpha + y, BLOCK 1024
+    add = nbjit.torch.op(k, name=fresh("tadd"), outputs={"out_ptr": "x_ptr"}, reads=("x_ptr", "y_ptr"),
+                         fill={"n_elements": lambda x_ptr: x_ptr.numel()}, grid=lambda n_elements: (n_elements + 1023)
+                         // 1024)
+    y, x = inputs()
+    torch.testing.assert_close(add(x, y, 0.5), x * 0.5 + y)
+    torch.testing.assert_close(torch.compile(lambda x, y: add(x, y, 0.5) * 2, fullgraph=True)(x, y), (x * 0.5 + y) * 2)

@@ -11,6 +11,7 @@ from nbjit.errors import NbjitOpError
 from nbjit.launch.entry import EntryArg, entry_args
 from nbjit.launch.kernel import Kernel
 from nbjit.loading.triton import TritonKernel
+from nbjit.records import record
 
 __all__ = ["Declared", "declare", "parameters"]
 
@@ -41,7 +42,7 @@ def parameters(kernel, where: str, names: Sequence[str] | None = None) -> dict[s
     return out
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class Declared:
     """What an operator's declarations make of a kernel's parameters."""
 

@@ -31,6 +31,19 @@ def skip_without_cccl(name: str) -> None:
             pytest.skip("no CCCL headers beside CUDA's (pip install nvidia-cuda-cccl; nbjit's cu13 extra brings them)")
 
 
+def skip_without_framework(name: str) -> None:
+    """The PyTorch example needs PyTorch; the JAX one, JAX with its CUDA backend."""
+    import importlib.util
+    if name == "torch_compile_op" and importlib.util.find_spec("torch") is None:
+        pytest.skip("PyTorch is not installed")
+    if name == "jax_jit_call":
+        if importlib.util.find_spec("jax") is None:
+            pytest.skip("JAX is not installed")
+        import jax
+        if jax.default_backend() != "gpu":
+            pytest.skip(f"JAX runs on {jax.default_backend()} here (its CUDA backend is not installed)")
+
+
 @pytest.mark.parametrize("script", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_example_runs(script, cuda, tmp_path):
     if script.stem == "tma_tiles" and cuda.get_current_device().compute_capability < (9, 0):
@@ -38,6 +51,7 @@ def test_example_runs(script, cuda, tmp_path):
     if script.stem == "triton_softmax" and cuda.get_current_device().compute_capability < (9, 0):
         pytest.skip("the Triton fixture is built for sm_90")
     skip_without_cccl(script.stem)
+    skip_without_framework(script.stem)
     env = {**_env(), "NBJIT_CACHE_DIR": str(tmp_path / "cache")}
     r = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env, capture_output=True, text=True,
                        timeout=240)

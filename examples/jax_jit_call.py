@@ -48,7 +48,7 @@ def main() -> None:
                            outputs={"out": "x"}).reshape(m.shape)
         h = h - h.mean()
         return nbjit.jax.call(scale_rows, h, factors, grid=(rows // 16, cols // 16), block=(16, 16),
-                              inplace=("arg0",), reads=("arg1",))
+                              inplace=("m",), reads=("factors",))
 
     m = jax.random.normal(jax.random.key(0), (rows, cols), jnp.float32)
     factors = jnp.linspace(0.5, 2.0, rows, dtype=jnp.float32)

@@ -61,5 +61,5 @@ def test_a_cuda_jit_kernels_arrays(mod):
     k = nbjit.load_bundle("examples/bundle_package/src/nbjit_demo_kernels/kernels.nbjit", name="scale_rows").scale_rows
     a = jnp.arange(12, dtype=jnp.float32).reshape(4, 3)
     s = jnp.array([1, 2, 3, 4], jnp.float32)
-    got = jax.jit(lambda a, s: nbjit.jax.call(k, a, s, grid=1, block=(4, 3), inplace=("arg0",), reads=("arg1",)))(a, s)
+    got = jax.jit(lambda a, s: nbjit.jax.call(k, a, s, grid=1, block=(4, 3), inplace=("m",), reads=("factors",)))(a, s)
     assert jnp.allclose(got, a * s[:, None])

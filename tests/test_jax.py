@@ -69,11 +69,11 @@ def test_xla_runs_the_handler_which_decodes_and_packs_every_argument(mod, on_cpu
 def test_a_cuda_jit_kernels_arrays_are_decoded_as_views(on_cpu):
     k = nbjit.load_bundle(BUNDLE, name="scale_rows", lazy=True).scale_rows  # scale_rows(float32[:, :], float32[::1])
     a, s = jnp.ones((4, 3), jnp.float32), jnp.ones(4, jnp.float32)
-    with pytest.raises(NbjitArgumentError, match=r"parameter 1 \(arg1, .*\): a 2-d array; the parameter is "
+    with pytest.raises(NbjitArgumentError, match=r"parameter 1 \(factors, .*\): a 2-d array; the parameter is "
                                                  r"array\(float32, 1d, C\)"):
-        nbjit.jax.call(k, a, a, grid=1, block=32, inplace=("arg0",), reads=("arg1",))
+        nbjit.jax.call(k, a, a, grid=1, block=32, inplace=("m",), reads=("factors",))
     with pytest.raises(Exception, match=r"UNIMPLEMENTED: XLA FFI GPU context is not available"):
-        jax.jit(lambda a, s: nbjit.jax.call(k, a, s, grid=1, block=32, inplace=("arg0",), reads=("arg1",)))(a, s)
+        jax.jit(lambda a, s: nbjit.jax.call(k, a, s, grid=1, block=32, inplace=("m",), reads=("factors",)))(a, s)
 
 
 def test_a_triton_kernel_takes_its_own_block(on_cpu, tmp_path):

@@ -83,8 +83,9 @@ def test_one_image_per_kernel_with_its_abi_its_numba_and_its_options(kernels, bu
     assert axpy.archs == ("sm_80", "sm_90", "compute_80")
     assert axpy.producer.startswith(kernels.HOST + " ")
     (name, args), = axpy.numba.items()
-    assert args == (NumbaArray(np.dtype("f4"), 1, "C", model=model), NumbaScalar(np.dtype("f4"), model),
-                    NumbaArray(np.dtype("f4"), 1, "C", model=model), NumbaArray(np.dtype("f4"), 1, "C", model=model))
+    f4 = np.dtype("f4")  # (named as the Python function names them: ops and framework calls declare by name)
+    assert args == (NumbaArray(f4, 1, "C", model=model, name="out"), NumbaScalar(f4, model, "a"),
+                    NumbaArray(f4, 1, "C", model=model, name="x"), NumbaArray(f4, 1, "C", model=model, name="y"))
     assert axpy.lowered_names == {"axpy": name}  # (module["axpy"] finds it)
     src, = axpy.sources
     assert src["kind"] == "numba" and src["name"] == f"{kernels.__name__}.axpy"
@@ -92,7 +93,7 @@ def test_one_image_per_kernel_with_its_abi_its_numba_and_its_options(kernels, bu
     assert "fastmath=False" in axpy.options
     rowsum = info.image("rowsum")
     assert "fastmath=True" in rowsum.options and "lineinfo=True" in rowsum.options
-    assert list(rowsum.numba.values())[0][0] == NumbaArray(np.dtype("f8"), 2, "A", model=model)
+    assert list(rowsum.numba.values())[0][0] == NumbaArray(np.dtype("f8"), 2, "A", model=model, name="m")
     weigh = list(info.image("weigh").numba.values())[0]
     assert weigh[0].dtype == kernels.POINT  # a record's fields, kept (its mangled name does not say them)
 
@@ -133,7 +134,8 @@ def test_the_manifest_records_the_abi_and_refuses_it_damaged(built, tmp_path):
         members = {n: zf.read(n) for n in zf.namelist() if n != "manifest.json"}
     img = next(i for i in manifest["images"] if i["name"] == "axpy")
     (kernel, args), = img["numba"].items()
-    assert args[0] == {"array": "<f4", "ndim": 1, "layout": "C", "readonly": False, "model": args[0]["model"]}
+    assert args[0] == {"array": "<f4", "ndim": 1, "layout": "C", "readonly": False, "model": args[0]["model"],
+                       "name": "out"}
     assert from_json(args) == from_json(json.loads(json.dumps(to_json(from_json(args)))))
     img["numba"][kernel][0]["ndim"] = 99
     bad = tmp_path / "bad.nbjit"
@@ -143,6 +145,13 @@ def test_the_manifest_records_the_abi_and_refuses_it_damaged(built, tmp_path):
             zf.writestr(n, data)
     with pytest.raises(BundleError, match=r"image 'axpy'.*numba: kernel '_Z.*': argument 0: an array needs ndim 0 to "
                                           r"64"):
+        inspect_bundle(bad)
+    img["numba"][kernel][0].update(ndim=1, name="not a name")
+    with zipfile.ZipFile(bad, "w") as zf:
+        zf.writestr("manifest.json", json.dumps(manifest))
+        for n, data in members.items():
+            zf.writestr(n, data)
+    with pytest.raises(BundleError, match=r"image 'axpy'.*argument 0: name 'not a name' is not a Python parameter"):
         inspect_bundle(bad)
 
 
@@ -276,7 +285,7 @@ def test_a_newcomers_command_lines(kernels, tmp_path):
     assert r.returncode == 2 and "given twice: a @cuda.jit kernel for two signatures is two images" in r.stderr
     r = cli("inspect", str(out))
     assert "  @cuda.jit signature: void(float32[::1], float32, float32[::1], float32[::1])" in r.stdout
-    assert re.search(r"^  0  arg0  array\(float32, 1d, C\)  (56|40) .*\n  1  arg1  float32 ", r.stdout, re.M), r.stdout
+    assert re.search(r"^  0  out   array\(float32, 1d, C\)  (56|40) .*\n  1  a     float32 ", r.stdout, re.M), r.stdout
     with pytest.raises(BundleError, match="instantiate templates of CUDA C\\+\\+ sources; the inputs hold none"):
         build_bundle((kernels.axpy, kernels.SIGNATURES["axpy"]), out, archs="sm_90", name_expressions=["x<int>"])
 

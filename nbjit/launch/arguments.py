@@ -312,6 +312,8 @@ def _kind(p: Param) -> str:
         return "pointer"
     if p.type == "unknown":
         return f"{p.size} bytes, type unknown"
+    if p.type == "numba_array":
+        return "a Numba array"
     if p.count is not None:
         return f".{p.type}[{p.count}]"
     return f".{p.type}"

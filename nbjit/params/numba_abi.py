@@ -52,13 +52,15 @@ class NumbaAbiError(NbjitLoadError):
 class NumbaArray:
     """An array argument: element ``dtype`` (None where a name does not say, e.g. records),
     ``ndim``, ``layout`` ("C", "F" or "A": any strides), whether it is read-only, and the
-    ``model`` of the compiler that passes it ("numba": numba-cuda's fields, "mlir": a memref)."""
+    ``model`` of the compiler that passes it ("numba": numba-cuda's fields, "mlir": a memref);
+    ``name`` the Python parameter's, where the kernel's function is known (``from_numba``)."""
 
     dtype: np.dtype | None
     ndim: int
     layout: str
     readonly: bool = False
     model: str = "numba"
+    name: str | None = None
 
     @property
     def text(self) -> str:
@@ -69,10 +71,11 @@ class NumbaArray:
 @record
 class NumbaScalar:
     """A scalar argument of ``dtype`` (complex ones take two parameters under numba-cuda's
-    ``model``, one under numba-cuda-mlir's)."""
+    ``model``, one under numba-cuda-mlir's); ``name`` the Python parameter's, where known."""
 
     dtype: np.dtype
     model: str = "numba"
+    name: str | None = None
 
     @property
     def text(self) -> str:
@@ -205,19 +208,21 @@ def _array(name: str, i: int, node, model: str = "numba") -> NumbaArray:
     return NumbaArray(_dtype_of(args[0]), int(text), layout, str(args[3]) == "readonly", model)
 
 
-def from_numba_types(argtypes: Iterable, describe: Callable[[Any], tuple | None], model: str = "numba") -> tuple:
+def from_numba_types(argtypes: Iterable, describe: Callable[[Any], tuple | None], model: str = "numba",
+                     names: Iterable[str] = ()) -> tuple:
     """The same, from Numba types (a dispatcher's signature), each read by ``describe``
     (the host's ``describe_type``: ``("array", dtype, ndim, layout, readonly)``,
-    ``("scalar", dtype)`` or None), passed as ``model`` says (the host's ``abi``)."""
+    ``("scalar", dtype)`` or None), passed as ``model`` says (the host's ``abi``), named by
+    ``names`` (the Python function's parameters) where given."""
     if model not in MODELS:
         raise ValueError(f"model {model!r} is not one of {MODELS}")
-    out = []
+    out, names = [], list(names)
     for i, t in enumerate(argtypes):
-        d = describe(t)
+        d, name = describe(t), names[i] if i < len(names) else None
         if d is not None and d[0] == "array":
-            out.append(NumbaArray(*d[1:], model=model))
+            out.append(NumbaArray(*d[1:], model=model, name=name))
         elif d is not None:
-            out.append(NumbaScalar(d[1], model))
+            out.append(NumbaScalar(d[1], model, name))
         else:
             raise NumbaAbiError(f"argument {i} is {t}: nbjit passes Numba arrays, integers, floats, booleans and "
                                 "complex numbers (not tuples, records by value or other types)")
@@ -231,6 +236,8 @@ def to_json(args: Iterable) -> list[dict]:
         d = {"array": _dtype_json(a.dtype), "ndim": a.ndim, "layout": a.layout, "readonly": a.readonly} \
             if isinstance(a, NumbaArray) else {"scalar": _dtype_json(a.dtype)}
         d["model"] = a.model
+        if a.name is not None:
+            d["name"] = a.name
         out.append(d)
     return out
 
@@ -244,6 +251,9 @@ def from_json(data: Any) -> tuple:
         try:
             if not isinstance(d, dict) or d.get("model") not in MODELS:
                 raise ValueError(f"not an argument of model {' or '.join(MODELS)}")
+            name = d.get("name")
+            if name is not None and not (isinstance(name, str) and name.isidentifier()):
+                raise ValueError(f"name {str(name)[:40]!r} is not a Python parameter's name")
             if "array" in d:
                 nd, layout, ro = d.get("ndim"), d.get("layout"), d.get("readonly")
                 if type(nd) is not int or not 0 <= nd <= MAX_NDIM or layout not in _LAYOUTS or type(ro) is not bool:
@@ -252,12 +262,12 @@ def from_json(data: Any) -> tuple:
                 dt = None if d["array"] is None else _dtype_from_json(d["array"])
                 if dt is not None and dt.kind not in _ARRAY_KINDS:
                     raise ValueError(f"an array of {dt} (nbjit passes numbers, booleans and records)")
-                out.append(NumbaArray(dt, nd, layout, ro, d["model"]))
+                out.append(NumbaArray(dt, nd, layout, ro, d["model"], name))
             elif "scalar" in d and d["scalar"] is not None:
                 dt = _dtype_from_json(d["scalar"])
                 if dt.kind not in _SCALAR_KINDS or dt.shape:
                     raise ValueError(f"a scalar of {dt} (nbjit passes integers, floats, booleans and complex numbers)")
-                out.append(NumbaScalar(dt, d["model"]))
+                out.append(NumbaScalar(dt, d["model"], name))
             else:
                 raise ValueError("neither an array nor a scalar")
         except (TypeError, ValueError, KeyError, RecursionError) as e:
@@ -323,17 +333,17 @@ def signature(name: str, image: KernelInfo, args, source: str) -> KernelInfo:
     out, i = [], 0
     for j, a in enumerate(args):
         n = len(fields(a))
-        first = image.params[i]
+        first, pname = image.params[i], a.name or f"arg{j}"
         origin = (("layout", "image"), ("type", source))
         if isinstance(a, NumbaArray):
-            out.append(Param(f"arg{j}", "numba_array", 8 * n, 8, first.offset, ctype=a.text, origin=origin, abi=a))
+            out.append(Param(pname, "numba_array", 8 * n, 8, first.offset, ctype=a.text, origin=origin, abi=a))
         elif a.dtype.kind == "c":
-            out.append(Param(f"arg{j}", f"c{a.dtype.itemsize}", a.dtype.itemsize, a.dtype.itemsize // 2,
+            out.append(Param(pname, f"c{a.dtype.itemsize}", a.dtype.itemsize, a.dtype.itemsize // 2,
                              first.offset, ctype=a.text, origin=origin))
         else:
             kind = a.dtype.kind
             typ = "u8" if kind == "b" else f"{_PTX_SCALAR[kind]}{a.dtype.itemsize * 8}"
-            out.append(Param(f"arg{j}", typ, a.dtype.itemsize, a.dtype.itemsize, first.offset, ctype=a.text,
+            out.append(Param(pname, typ, a.dtype.itemsize, a.dtype.itemsize, first.offset, ctype=a.text,
                              origin=origin))
         i += n
     return KernelInfo(name, KernelSignature(tuple(out), image.param_size), image.directives, image.linkage,

@@ -68,7 +68,9 @@ class NumbaKernel:
         if not self.host.returns_nothing(ret):
             raise NbjitLoadError(f"{self.what}: a kernel returns nothing; the signature says {ret}")
         try:
-            self.abi = numba_abi.from_numba_types(args, self.host.describe_type, self.host.abi)
+            code = getattr(self.py, "__code__", None)  # (the parameters' names, which ops and calls declare by)
+            names = code.co_varnames[:code.co_argcount] if code is not None else ()
+            self.abi = numba_abi.from_numba_types(args, self.host.describe_type, self.host.abi, names)
         except numba_abi.NumbaAbiError as e:
             raise numba_abi.NumbaAbiError(f"{self.what}: {e}") from None
         self.args = tuple(args)

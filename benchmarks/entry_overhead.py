@@ -27,9 +27,9 @@ import numba
 import numpy as np
 
 import nbjit
-from nbjit.frameworks import njit as njit_support
 from nbjit.gpu import extension
 from nbjit.launch.arguments import ArgPacker
+from nbjit.launch import entry as entry_module
 from nbjit.launch.entry import CEntry, arguments_digest, entry_args, entry_facts, entry_launcher
 
 from launch_overhead import C_LOOP, build_c  # (the same C loop, built the same way)
@@ -50,7 +50,8 @@ def stub_library():
     lib = build_c(STUB + C_LOOP)
     if lib is None:
         raise SystemExit("entry_overhead.py needs a C compiler (cc, gcc or clang)")
-    lib.launch_loop.argtypes = [C.c_void_p, C.c_void_p, C.c_uint, C.c_uint, C.c_void_p, C.c_void_p, C.c_long]
+    lib.launch_loop.argtypes = [C.c_void_p, C.c_void_p, C.c_uint, C.c_uint, C.c_void_p, C.c_void_p, C.c_long,
+                                C.c_void_p]
     return lib
 
 
@@ -88,7 +89,7 @@ def main() -> None:
     extension.extension().set_entry_point("cuLaunchKernel", stub)  # (what the driver would be)
     mod = nbjit.compile(SRC, arch="sm_90", lazy=True)
     entries = {name: cpu_entry(mod[name]) for name in ("four", "sixteen")}
-    njit_support.kernel_entry = lambda k, tail=0: entries[k.name]  # (kernels handed to njit code get these)
+    entry_module.kernel_entry = lambda k, tail=0: entries[k.name]  # (kernels handed to njit code get these)
     y = nbjit.DeviceView(0x7F0000000000, (1024,), (4,), np.float32)
     s = nbjit.StreamHandle(0)
 
@@ -111,7 +112,8 @@ def main() -> None:
     packed = [u64(y.data), u64(y.data), C.c_float(2.0), C.c_int32(1024)]
     params = (C.c_void_p * 4)(*[C.addressof(v) for v in packed])
     rows = {
-        "C loop: the stub launch, parameters packed once": lambda n: lib.launch_loop(stub, 0, 4, 256, 0, params, n),
+        "C loop: the stub launch, parameters packed once":
+            lambda n: lib.launch_loop(stub, 0, 4, 256, 0, params, n, None),
         "Numba cfunc: kernel.c_entry's nbjit_launch, 4 arguments": run_entry,
         "@njit: k[g, b, s](...), 4 arguments": lambda n: four(mod["four"], y, s, n),
         "@njit: k[g, b, s](...), 16 arguments": lambda n: sixteen(mod["sixteen"], y, s, n),

@@ -340,10 +340,14 @@ extern "C" __global__ void sixteen(float* y, int a1, int a2, int a3, int a4, int
 C_LOOP = r'''
 typedef int (*launch_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *,
                          void **, void **);
-/* n launches of f with the parameters packed once at params: a C program's loop */
-int launch_loop(void *launch, void *f, unsigned grid, unsigned block, void *stream, void **params, long n) {
+/* n launches of f with the parameters packed once at params: a C program's loop; where `vary` is
+   not NULL, the loop writes its counter there before each launch (an argument that changes, as
+   the @njit loops' last argument does) */
+int launch_loop(void *launch, void *f, unsigned grid, unsigned block, void *stream, void **params, long n,
+                int *vary) {
     launch_fn cuLaunchKernel = (launch_fn)launch;
     for (long i = 0; i < n; i++) {
+        if (vary) *(volatile int *)vary = (int)i;
         int r = cuLaunchKernel(f, grid, 1, 1, block, 1, 1, 0, stream, params, 0);
         if (r) return r;
     }
@@ -369,18 +373,19 @@ def build_c(source: str):
 
 def c_loop():
     """The C loop (C_LOOP) built with the system compiler, or None where there is no compiler:
-    ``launch_loop(cuLaunchKernel, f, grid, block, stream, params, n)``."""
+    ``launch_loop(cuLaunchKernel, f, grid, block, stream, params, n, vary)``."""
     lib = build_c(C_LOOP)
     if lib is None:
         return None
     lib.launch_loop.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p,
-                                ctypes.c_void_p, ctypes.c_long]
+                                ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p]
     return lib.launch_loop
 
 
 def compiled_rows(t: Table, cuda, s, comp, x, y) -> dict:
     """Launching from compiled code on the same stream: the C loop of cuLaunchKernel (1, 4 and 16
-    arguments, packed once), nbjit kernels from an @njit loop (the same argument counts), the
+    arguments, packed once; with 16 it rewrites the last per launch, as the @njit loop passes its
+    counter there), nbjit kernels from an @njit loop (the same argument counts), the
     C entry through ctypes (one Python call per launch) and through a Numba cfunc's loop. Returns
     the njit function and its arguments for the threads section."""
     import nbjit
@@ -401,9 +406,12 @@ def compiled_rows(t: Table, cuda, s, comp, x, y) -> dict:
         if loop is not None:
             f = as_int(k.handle)
             if n == 4:  # (the threads section runs this loop from threads too)
-                c_four = lambda st, m, f=f, params=params, vals=vals: loop(cu_launch, f, GRID, BLOCK, st, params, m)
+                c_four = lambda st, m, f=f, params=params, vals=vals: loop(cu_launch, f, GRID, BLOCK, st, params, m,
+                                                                            None)
+            vary = ctypes.addressof(vals[-1]) if n == 16 else None  # (the @njit loop's last argument is its counter)
             t.add(f"C loop: cuLaunchKernel, {n} argument{'s' * (n > 1)} packed once",
-                  lambda m, f=f, params=params, vals=vals: loop(cu_launch, f, GRID, BLOCK, stream, params, m),
+                  lambda m, f=f, params=params, vals=vals, vary=vary: loop(cu_launch, f, GRID, BLOCK, stream, params, m,
+                                                                           vary),
                   s.synchronize, group="compiled", whole_batch=True)
         t.add(f"nbjit from @njit: k[g, b, s](...), {n} argument{'s' * (n > 1)}",
               lambda m, k=k, fn=loops[n]: fn(k, yv, xv, sh, m), s.synchronize, group="compiled", whole_batch=True)

@@ -18,6 +18,34 @@ DATA = Path(__file__).resolve().parent / "data"
 # What a subprocess's code or a spawned worker runs for the host's `cuda` module (it inherits NBJIT_HOST)
 HOST_CUDA = "from nbjit.gpu.host import current_host as _host; cuda = _host().module('cuda')"
 
+# y += a x in place and out = a x: the two kernels the framework bridges' GPU tests make ops of
+AXPY_SCALE = r"""
+extern "C" __global__ void axpy(float *y, const float *x, float a, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] += a * x[i];
+}
+extern "C" __global__ void scale(float *out, const float *x, float a, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = a * x[i];
+}
+"""
+_OP_NUMBERS = iter(range(10**6))
+
+
+def fresh(stem: str) -> str:
+    """A PyTorch op name no test registered before (torch keeps ops for the life of the process)."""
+    return f"nbjit_test::{stem}_{next(_OP_NUMBERS)}"
+
+
+def numel(x):
+    """An op's ``fill`` rule: a tensor's element count."""
+    return x.numel()
+
+
+def blocks(n):
+    """An op's grid rule: 256-thread blocks covering ``n`` items."""
+    return (n + 255) // 256
+
 
 def host_cuda():
     """The ``cuda`` module of the Numba host nbjit serves (``numba.cuda`` or

@@ -10,24 +10,15 @@ import nbjit
 pytestmark = pytest.mark.gpu
 jax = pytest.importorskip("jax", reason="nbjit.jax needs JAX")
 jnp = pytest.importorskip("jax.numpy")
+from conftest import AXPY_SCALE  # noqa: E402
 
-SRC = r"""
-extern "C" __global__ void axpy(float *y, const float *x, float a, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) y[i] += a * x[i];
-}
-extern "C" __global__ void scale(float *out, const float *x, float a, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = a * x[i];
-}
-"""
 
 
 @pytest.fixture(scope="module")
 def mod():
     if jax.default_backend() != "gpu":
         pytest.skip(f"JAX runs on {jax.default_backend()} here (its CUDA backend is not installed)")
-    return nbjit.compile(SRC)
+    return nbjit.compile(AXPY_SCALE)
 
 
 def test_results_inside_jit(mod):

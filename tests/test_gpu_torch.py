@@ -13,37 +13,15 @@ from nbjit import NbjitArgumentError
 
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch", reason="nbjit.torch needs PyTorch")
+from conftest import AXPY_SCALE, blocks, fresh, numel  # noqa: E402
 
-SRC = r"""
-extern "C" __global__ void axpy(float *y, const float *x, float a, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) y[i] += a * x[i];
-}
-extern "C" __global__ void scale(float *out, const float *x, float a, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = a * x[i];
-}
-"""
-_COUNT = iter(range(10**6))
-
-
-def fresh(stem: str) -> str:
-    return f"nbjit_gpu::{stem}_{next(_COUNT)}"
-
-
-def numel(x):
-    return x.numel()
-
-
-def blocks(n):
-    return (n + 255) // 256
 
 
 @pytest.fixture(scope="module")
 def ops():
     if not torch.cuda.is_available():
         pytest.skip("PyTorch sees no CUDA device")
-    m = nbjit.compile(SRC)
+    m = nbjit.compile(AXPY_SCALE)
     axpy = nbjit.torch.op(m["axpy"], name=fresh("axpy"), inplace=("y",), fill={"n": numel}, grid=blocks, block=256)
 
     def scale_backward(inputs, outputs, grads):
@@ -152,7 +130,7 @@ def test_a_bundles_kernel_is_an_op_in_a_fresh_process(tmp_path):
         pytest.skip("PyTorch sees no CUDA device")
     cc = torch.cuda.get_device_capability()
     bundle = tmp_path / "k.nbjit"
-    nbjit.build_bundle({"k": SRC}, bundle, archs=f"sm_{cc[0]}{cc[1]}")
+    nbjit.build_bundle({"k": AXPY_SCALE}, bundle, archs=f"sm_{cc[0]}{cc[1]}")
     out = subprocess.run([sys.executable, "-c", BUNDLE_PROCESS, str(bundle)], capture_output=True, text=True,
                          timeout=600)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]

@@ -14,6 +14,7 @@ import nbjit
 from nbjit import NbjitArgumentError, NbjitOpError
 
 torch = pytest.importorskip("torch", reason="nbjit.torch needs PyTorch")
+from conftest import blocks, fresh, numel  # noqa: E402
 
 SRC = r"""
 extern "C" __global__ void axpy(float *y, const float *x, float a, int n) {}
@@ -30,20 +31,6 @@ def mod():
     return nbjit.compile(SRC, arch="sm_90", lazy=True)
 
 
-_COUNT = iter(range(10**6))
-
-
-def fresh(stem: str) -> str:
-    """An op name no test registered before (torch keeps ops for the life of the process)."""
-    return f"nbjit_test::{stem}_{next(_COUNT)}"
-
-
-def numel(x):
-    return x.numel()
-
-
-def blocks(n):
-    return (n + 255) // 256
 
 
 def test_the_schema_comes_from_the_signature(mod):

@@ -8,7 +8,9 @@ floor and the peers, in one process and one table:
 * per route (PTX file, nvcc cubin file, ``nbjit.compile`` default output, Triton ``add``):
   Numba arrays + numpy scalars + a Numba stream
 * on the ``nbjit.compile`` route: Python scalars; CuPy arrays; torch tensors on a torch
-  stream; int pointers; ``k[g, b, s](...)`` re-indexed per call; bound once
+  stream; int pointers; ``k[g, b, s](...)`` re-indexed per call; bound once; one launcher
+  configured with NVTX ranges off and one with them on (``nbjit.nvtx``, no NVTX tool attached;
+  their paired difference per round is printed), where the nvtx package is installed
 * peers on the same kernel and inputs: cuda.core ``launch``, CuPy ``RawKernel``, Numba
   ``@cuda.jit`` dispatch, Triton's own launcher (where Triton and torch are installed)
 * the same ``@cuda.jit`` kernel from a bundle on torch tensors (the route of a process without
@@ -221,6 +223,7 @@ def main() -> None:
               launcher=launched(True))
     else:
         t.skip("PDL row", "programmatic dependent launch needs sm_90")
+    nvtx_rows(t, comp, (y, x, a32, n32), s, sync)
     cp = None
     if importlib.util.find_spec("cupy"):
         import cupy as cp
@@ -306,6 +309,35 @@ def main() -> None:
     finish(a, t, cuda, compiled_rows(t, cuda, s, comp, x, y) if a.compiled == "yes" else None)
 
 
+def nvtx_rows(t: Table, comp, args: tuple, s, sync) -> None:
+    """The same launcher configured with NVTX ranges off (the default: nothing on the launch
+    path) and on (each launch a range; no NVTX tool attached here, so the nvtx package's
+    push and pop return at once)."""
+    if not importlib.util.find_spec("nvtx"):
+        t.skip("NVTX rows", "the nvtx package is not installed")
+        return
+    import nbjit
+    off = comp[GRID, BLOCK, s]
+    nbjit.nvtx(True)
+    on = comp[GRID, BLOCK, s]  # (configured while on: within a range; it stays so after the switch)
+    nbjit.nvtx(False)
+    t.add("nbjit.compile: k[g, b, s] configured once, NVTX ranges off", lambda: off(*args), sync, group="form",
+          launcher=off)
+    t.add("nbjit.compile: k[g, b, s] configured once, NVTX ranges on", lambda: on(*args), sync, group="form")
+
+
+def nvtx_cost(t: Table) -> dict:
+    """The NVTX rows' paired difference per round, µs per launch (printed): median and quartiles."""
+    off, on = (f"nbjit.compile: k[g, b, s] configured once, NVTX ranges {w}" for w in ("off", "on"))
+    if off not in t.rows or on not in t.rows:
+        return {}
+    d = sorted(b - a for a, b in zip(t.samples[off], t.samples[on]))
+    q = [d[int(f * (len(d) - 1))] for f in (0.25, 0.5, 0.75)]
+    print(f"NVTX ranges on minus off: median {q[1]:+.3f} us per launch (quartiles {q[0]:+.3f} to {q[2]:+.3f}, "
+          f"{len(d)} rounds)")
+    return {"median_us": q[1], "quartiles_us": (q[0], q[2])}
+
+
 def finish(a, t: Table, cuda, njit: dict | None) -> None:
     """Time the rows, print the table (and the compiled rows' ratios, the threads section), write
     --json and --plot."""
@@ -317,13 +349,15 @@ def finish(a, t: Table, cuda, njit: dict | None) -> None:
         r["ratio"] = r["us"] / base
         print(f"{name:{width}}{r['us']:10.2f}{r['ratio']:9.2f}  {r['path']}")
     compiled = compiled_ratios(t) if njit is not None else {}
+    nvtx = nvtx_cost(t)
     threads = threads_section(cuda, njit) if njit is not None else None
     gpu = cuda.get_current_device().name
     gpu = gpu.decode() if isinstance(gpu, bytes) else str(gpu)
     if a.json:
         Path(a.json).write_text(json.dumps({"rows": t.rows, "floor_us": base, "batch": a.batch, "repeat": a.repeat,
                                             "python": platform.python_version(), "gpu": gpu, "host": a.host,
-                                            "njit_over_c_loop": compiled, "threads": threads}, indent=2))
+                                            "njit_over_c_loop": compiled, "threads": threads,
+                                            "nvtx_on_minus_off": nvtx}, indent=2))
     if a.plot:
         plot(t.rows, base, gpu, a.plot)
 

@@ -23,6 +23,8 @@ Loading and launching (needs a GPU):
     Module.get_global(name) -> DeviceGlobal (.ptr, .size, .as_array(dtype, shape))
     Kernel[grid, block, stream, shared](*args), Kernel.launch(...), Kernel.bind(...),
     Kernel.params, Kernel.attributes, Kernel.max_active_blocks_per_sm, suggested_block_size
+    nvtx(on=None) -> bool               each launch from Python an NVTX range named for the
+                                        kernel, grid and block (Nsight Systems); also NBJIT_NVTX=1
 
 What the compiler made (no GPU):
     KernelInfo.frame / .spills / .barriers
@@ -161,6 +163,7 @@ _HOMES = {
     "launch.tma": ("TensorMap", "tensor_map"),
     "launch.views": ("DeviceView", "StreamHandle", "device_view"),
     "launch.entry": ("CEntry",),
+    "launch.nvtx": ("nvtx",),
     "graphs.capture": ("Capture", "Condition", "capture"),
     "graphs.saved": ("LoadedGraph", "load_graph"),
     "gpu.device_functions": ("set_condition",),
@@ -186,6 +189,7 @@ if TYPE_CHECKING:  # what type checkers and the API reference read
     from nbjit.launch.kernel import Kernel, KernelAttributes
     from nbjit.launch.launchers import BoundLaunch
     from nbjit.launch.entry import CEntry
+    from nbjit.launch.nvtx import nvtx
     from nbjit.launch.tma import TensorMap, tensor_map
     from nbjit.launch.views import DeviceView, StreamHandle, device_view
     from nbjit.loading.compiling import compile, compile_many, from_numba
@@ -268,6 +272,7 @@ __all__ = [
     "DeviceView",
     "StreamHandle",
     "CEntry",
+    "nvtx",
     "DeviceGlobal",
     "inspect_ptx",
     "strip_debug",

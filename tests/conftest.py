@@ -9,6 +9,11 @@ installed, else numba-cuda-mlir."""
 from __future__ import annotations
 
 import functools
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -65,8 +70,6 @@ def _run_cache(config) -> None:
     module-scoped fixtures compile before a test's own cache (``_private_cache``) is set, and a
     compile remembers the toolchain's identity in the default cache's directory
     (``toolchain-ids.json``) whichever cache it uses. Never the user's ``~/.cache/nbjit``."""
-    import os
-    import shutil
     import tempfile
     before = os.environ.get("NBJIT_CACHE_DIR")
     os.environ["NBJIT_CACHE_DIR"] = tempfile.mkdtemp(prefix="nbjit-test-cache-")
@@ -336,7 +339,6 @@ def endless_source(tag: int = 0) -> str:
 
 def cpu_seconds(pid: int) -> float:
     """CPU time process ``pid`` has used (Linux: /proc), all its threads."""
-    import os
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -362,7 +364,6 @@ def wait_compiling(cache_dir, locks: int, pids, timeout: float = 120.0) -> None:
 
 def children(pid: int) -> list[int]:
     """The processes whose parent is ``pid`` (Linux: /proc)."""
-    import os
     out = []
     for d in os.listdir("/proc"):
         if d.isdigit():
@@ -382,3 +383,28 @@ def alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
     except OSError:
         return False
+
+
+@pytest.fixture(scope="session")
+def nvtx_tool(tmp_path_factory):
+    """An NVTX tool that records ranges (tests/data/nvtx/record_ranges.c), built with the
+    system compiler; processes load it through NVTX_INJECTION64_PATH, as Nsight Systems' is."""
+    cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc") or shutil.which("clang")
+    if cc is None:
+        pytest.skip("no C compiler to build the NVTX tool")
+    lib = tmp_path_factory.mktemp("nvtx") / "librecord_ranges.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(lib), str(DATA / "nvtx/record_ranges.c")], check=True)
+    return lib
+
+
+def run_recorded(tool, tmp_path, code: str, **env) -> tuple[str, list[str]]:
+    """``code`` run in a fresh process under the NVTX ``tool``: (its output, the ranges it
+    recorded, "push DOMAIN MESSAGE" and "pop DOMAIN")."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    log = tmp_path / "ranges.log"
+    env = {**os.environ, "NVTX_INJECTION64_PATH": str(tool), "NVTX_RECORD": str(log), **env,
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(DATA.parent.parent), os.environ.get("PYTHONPATH")]))}
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True,
+                       timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r.stdout, log.read_text().splitlines() if log.exists() else []

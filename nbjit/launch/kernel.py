@@ -19,6 +19,7 @@ from nbjit.gpu import extension
 from nbjit.gpu.host import current_host
 from nbjit.launch.arguments import ArgPacker
 from nbjit.launch.config import LaunchConfig
+from nbjit.launch import nvtx
 from nbjit.launch.launchers import BoundLaunch, adopt_context, launcher_type, several_gpus
 from nbjit.params.signature import KernelInfo, KernelSignature, Param
 from nbjit.records import record
@@ -41,7 +42,7 @@ class Launchers(dict):
     changes (a group with the cache it came from). A dict, so that ``kernel[config]`` is one
     look-up (in C where nbjit's extension is built)."""
 
-    __slots__ = ("_parent", "_token")
+    __slots__ = ("_parent", "_token", "__weakref__")
 
     def __init__(self, parent: "Launchers | None" = None):
         super().__init__()
@@ -93,6 +94,7 @@ class _State:
         self.recipe = (name, None, ())  # what makes it again elsewhere: (name, signature, extra layouts)
         self.tls = threading.local()
         self.launchers = Launchers()
+        nvtx.watch(self.launchers)  # (emptied when NVTX ranges are switched on or off)
         # programmatic dependent launch by default: where the kernel waits for the grid before it
         self.pdl = info.waits_for_grid
         self.pdl_chosen = False  # set by kernel.pdl = ...: a producer's default no longer applies
@@ -345,7 +347,8 @@ class Kernel(_EXTENSION.KernelBase if _EXTENSION is not None else _PyIndexing): 
         if not isinstance(config, tuple) or not 2 <= len(config) <= 4:
             raise NbjitLaunchError(f"kernel {s.label!r}: launch as kernel[grid, block], kernel[grid, block, "
                                    f"stream] or kernel[grid, block, stream, shared_bytes], got [{config!r}]")
-        launcher = self.configure(LaunchConfig.make(*config, kernel=s.label))
+        cfg = LaunchConfig.make(*config, kernel=s.label)
+        launcher = nvtx.ranged(self.configure(cfg), s.label, cfg)
         s.launchers.keep(config, launcher)
         return launcher
 
@@ -385,8 +388,8 @@ class Kernel(_EXTENSION.KernelBase if _EXTENSION is not None else _PyIndexing): 
         if launcher is None or type(cooperative) is not bool or (pdl is not None and type(pdl) is not bool) or \
                 _inexact((grid, block, shared_mem, cluster)):
             # (a launcher for equal values of other types, 4.0 == 4, is not for these: they are checked)
-            launcher = self.configure(LaunchConfig.make(grid, block, stream, shared_mem, cluster, cooperative, pdl,
-                                                        kernel=s.label))
+            cfg = LaunchConfig.make(grid, block, stream, shared_mem, cluster, cooperative, pdl, kernel=s.label)
+            launcher = nvtx.ranged(self.configure(cfg), s.label, cfg)
             s.launchers.keep(key, launcher)
         launcher(*args)
 
@@ -394,7 +397,8 @@ class Kernel(_EXTENSION.KernelBase if _EXTENSION is not None else _PyIndexing): 
              shared_mem: int = 0) -> "BoundLaunch":
         """Pack ``args`` once; the returned object relaunches with them at the lowest cost."""
         label = self._loaded().label
-        return BoundLaunch(self.configure(LaunchConfig.make(grid, block, stream, shared_mem, kernel=label)), args)
+        cfg = LaunchConfig.make(grid, block, stream, shared_mem, kernel=label)
+        return nvtx.ranged(BoundLaunch(self.configure(cfg), args), label, cfg)
 
 
 _LAUNCH = object()  # marks kernel.launch(...)'s configurations among kernel[...]'s

@@ -30,6 +30,7 @@ from nbjit.errors import NbjitArgumentError, NbjitLoadError, NbjitWarning
 from nbjit.gpu import driver as _driver
 from nbjit.gpu.host import current_host
 from nbjit.launch.arrays import device_pointer
+from nbjit.launch import nvtx
 from nbjit.launch.config import LaunchConfig
 from nbjit.launch.tma import _SWIZZLE, TensorMap, plan_tiled, whole_numbers
 from nbjit.read.image import Image
@@ -637,6 +638,7 @@ class _TritonLaunch:
                 if len(args) != k._nk:
                     raise self.count_error(len(args))
                 launcher(*args, *self._tail(stream))
+        launch = nvtx.ranged(launch, k.name, cfg)
         if self.launchers is _NONE_YET:
             self.launchers = kernel.launcher_group()
         self.launchers.keep(stream, launch)

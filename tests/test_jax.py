@@ -60,10 +60,34 @@ def test_xla_runs_the_handler_which_decodes_and_packs_every_argument(mod, on_cpu
     with pytest.raises(Exception, match=r"INVALID_ARGUMENT: kernel 'axpy', parameter 3 \(n, .s32\): 1099511627776 "
                                         r"does not fit in .s32 \(-2147483648 to 2147483647\)"):
         jax.jit(lambda y, x: nbjit.jax.call(k, y, x, 2.0, 2**40, grid=1, block=256, inplace=("y",)))(y, x)
+    for n in (2**64 + 8, 2**63, -2**63 - 1):  # (beyond 64 bits, or a .s32's top bit: refused when traced)
+        with pytest.raises(NbjitArgumentError, match=rf"parameter 3 \(n, .s32\): {n} does not fit in .s32"):
+            nbjit.jax.call(k, y, x, 2.0, n, grid=1, block=256, inplace=("y",))
     with pytest.raises(Exception, match=r"INVALID_ARGUMENT: kernel 'axpy': dynamic shared memory plus|"
                                         r"kernel 'axpy': .* exceed"):
         jax.jit(lambda y, x: nbjit.jax.call(k, y, x, 2.0, 8, grid=1, block=256, shared=1 << 20,
                                             inplace=("y",)))(y, x)
+
+
+def test_a_plan_that_does_not_fit_the_kernel_is_refused_by_the_handler(mod, on_cpu):
+    """A call of nbjit's FFI target written by hand: each plan entry's source is checked
+    against its parameter's class before anything is read."""
+    import numpy as np
+
+    from nbjit.frameworks import jax as bridge
+    k = mod["axpy"]
+    jax.jit(lambda y, x: nbjit.jax.call(k, y, x, 2.0, 8, grid=1, block=256, inplace=("y",))).lower(*arrays())
+    # (that registered the target and made the kernel's entry)
+    y, x = arrays()
+    for plan in ([0, 0, 0, 1, 0, 0, 2, 0],    # a float parameter from a buffer
+                 [0, 0, 0, 1, 3, 0, 3, 0]):   # an integer from the floats
+        call = jax.ffi.ffi_call(bridge.TARGET, jax.ShapeDtypeStruct(y.shape, y.dtype), input_output_aliases={0: 0})
+        with pytest.raises(Exception, match=r"INVALID_ARGUMENT: nbjit.jax.call: a plan entry's source does not fit "
+                                            r"its parameter"):
+            jax.jit(lambda y, x, plan=plan: call(y, x, kernel=np.uint64(on_cpu["axpy"].kernel),
+                                                 dims=np.array([1, 1, 1, 256, 1, 1, 0], np.int64),
+                                                 plan=np.array(plan, np.int64), ints=np.array([8], np.int64),
+                                                 floats=np.array([2.0], np.float64)))(y, x)
 
 
 def test_a_cuda_jit_kernels_arrays_are_decoded_as_views(on_cpu):
@@ -140,6 +164,8 @@ def test_vmap_takes_the_declared_rule_or_is_refused(mod, on_cpu):
     text = jax.jit(jax.vmap(lambda x: nbjit.jax.call(k, x, 3.0, 8, grid=1, block=8, outputs={"out": "x"},
                                                      vmap_method="sequential"))).lower(xs).as_text()
     assert "@nbjit_launch" in text
+    with pytest.raises(NbjitOpError, match=r"vmap_method='expand_dims': .* its first element only"):
+        nbjit.jax.call(k, xs[0], 3.0, 8, grid=1, block=8, outputs={"out": "x"}, vmap_method="expand_dims")
 
 
 def test_jax_on_the_cpu_is_refused(mod, cpu_entry):

@@ -62,6 +62,9 @@ def test_the_schema_comes_from_the_signature(mod):
     (dict(outputs={"out": 3}, reads=("x",)), r"output rule of 'out': give the name of an input tensor"),
     (dict(outputs={"out": "x"}, inplace=("out",), reads=("x",)), r"'out' is declared in both outputs and inplace"),
     (dict(outputs={"out": "x"}, reads=("x",), block=None), r"give block="),
+    (dict(outputs={"out": "x"}, inplace=("x",), reads=("x", "out")), r"'x' is declared in both inplace and reads"),
+    (dict(inplace=("out", "x"), backward=lambda i, o, g: {}), r"backward= with inplace=\('out', 'x'\): torch's "
+                                                              r"autograd takes a formula for functional ops only"),
 ])
 def test_declarations_that_do_not_fit_are_refused(mod, kwargs, message):
     kw = dict(grid=1, block=256) | kwargs
@@ -94,9 +97,8 @@ def test_ptx_parameters_are_named_and_typed_as_the_image_says():
     from pathlib import Path
     ptx = Path(__file__).parent / "data" / "nvcc" / "kernels_sm90.ptx"
     k = nbjit.load(ptx, lazy=True)["k_basic"]  # (PTX: .u64 addresses, no pointer types, <kernel>_param_<i>)
-    op = nbjit.torch.op(k, name=fresh("ptx"), grid=1, block=1)
-    assert str(op.default._schema).endswith("(int k_basic_param_0, int k_basic_param_1, float k_basic_param_2, "
-                                            "int k_basic_param_3) -> ()")
+    with pytest.raises(NbjitOpError, match=r"none of its inputs is a tensor, which tells the device"):
+        nbjit.torch.op(k, name=fresh("ptx"), grid=1, block=1)  # (its .u64 addresses are ints to an op)
     typed = k.module.get_kernel("k_basic", signature="void(float *out, const float *x, float a, unsigned n)")
     op = nbjit.torch.op(typed, name=fresh("ptx"), inplace=("out",), grid=1, block=1)
     assert str(op.default._schema).endswith("(Tensor(a!) out, Tensor x, float a, int n) -> ()")
@@ -156,12 +158,30 @@ def test_the_cuda_implementation_checks_before_it_launches(mod):
     inplace = fresh("axpy")
     nbjit.torch.op(mod["axpy"], name=inplace, inplace=("y",), fill={"n": numel}, grid=1, block=1)
     y = torch.zeros(4, 4, device="meta").t()
-    with pytest.raises(NbjitArgumentError, match=r"parameter 0 \(y, pointer\): a non-contiguous tensor \(strides "
-                                                 r"\(1, 4\)\) cannot be written in place"):
+    with pytest.raises(NbjitArgumentError, match=r"parameter 0 \(y, pointer\): a tensor of strides "
+                                                 r"\(1, 4\) cannot be written in place"):
         _OPS[inplace]._arguments((y, torch.ones(4, 4, device="meta"), 1.0), check=True)
     values, _ = _OPS[inplace]._arguments((torch.zeros(16, device="meta"), torch.ones(4, 4, device="meta").t(), 1.0),
                                          check=True)
     assert values["x"].is_contiguous() and values["n"] == 16  # (a read-only input: made contiguous)
+
+
+def test_cuda_jit_arrays_are_laid_out_as_their_parameters_say():
+    """A @cuda.jit kernel's arrays: a C-layout parameter gets a C-contiguous tensor (a copy where
+    it is not), an "A" one any strides; named as the Python function names them, in messages too."""
+    from pathlib import Path
+
+    from nbjit.frameworks.torch import _OPS
+    bundle = Path(__file__).parent.parent / "examples/bundle_package/src/nbjit_demo_kernels/kernels.nbjit"
+    k = nbjit.load_bundle(bundle, name="scale_rows", lazy=True).scale_rows  # (m: float32 2-d "A"; factors: 1-d "C")
+    name = fresh("rows")
+    nbjit.torch.op(k, name=name, inplace=("m",), reads=("factors",), grid=1, block=(4, 3))
+    m, f = torch.zeros(8, 6, device="meta")[::2, ::2], torch.ones(8, device="meta")[::2]
+    values, _ = _OPS[name]._arguments((m, f), check=True)
+    assert values["m"] is m and values["factors"].is_contiguous() and values["factors"].shape == (4,)
+    with pytest.raises(NbjitOpError, match=r"outputs names 'out', which kernel numba_kernels.scale_rows does not "
+                                           r"have \(its parameters: m, factors\)"):
+        nbjit.torch.op(k, name=fresh("rows"), outputs={"out": "m"}, grid=1, block=(4, 3))
 
 
 BUNDLE_PROCESS = r'''

@@ -11,32 +11,42 @@ from nbjit.errors import NbjitOpError
 from nbjit.launch.entry import EntryArg, entry_args
 from nbjit.launch.kernel import Kernel
 from nbjit.loading.triton import TritonKernel
+from nbjit.params.numba_abi import is_mlir_name, is_numba_name, readable_name
 from nbjit.records import record
 
-__all__ = ["Declared", "declare", "parameters"]
+__all__ = ["Declared", "declare", "label", "parameters"]
+
+
+def label(kernel) -> str:
+    """What messages call ``kernel``: a ``@cuda.jit`` kernel's Python name, else its own."""
+    s = getattr(kernel, "_s", None)
+    if s is not None:
+        return s.label
+    name = str(getattr(kernel, "name", kernel))  # (a kernel not loaded yet: its name read here)
+    return readable_name(name) if is_numba_name(name) or is_mlir_name(name) else name
 
 
 def parameters(kernel, where: str, names: Sequence[str] | None = None) -> dict[str, EntryArg]:
     """The parameters of ``kernel`` (an nbjit kernel or Triton kernel) by name; ``names``
     given, named so. ``where`` begins the messages ("op 'ns::scale'")."""
     if isinstance(kernel, TritonKernel):
-        info, label, tail = kernel.kernel.info, kernel.name, kernel.meta.scratch_params
+        info, tail = kernel.kernel.info, kernel.meta.scratch_params
     elif isinstance(kernel, Kernel):
-        s = kernel._s
-        info, label, tail = kernel.info, s.label if s is not None else kernel.name, 0
+        info, tail = kernel.info, 0
     else:
         raise NbjitOpError(f"{where}: {type(kernel).__name__} is not an nbjit kernel (nbjit.compile, load, "
                            "load_bundle, from_numba or load_triton gives one)")
-    args = entry_args(info, label, tail)
+    args = entry_args(info, label(kernel), tail)
     if names is not None:
         if len(names) != len(args):
-            raise NbjitOpError(f"{where}: names= gives {len(names)} names; kernel {label} has {len(args)} parameters")
+            raise NbjitOpError(f"{where}: names= gives {len(names)} names; kernel {label(kernel)} has {len(args)} "
+                               "parameters")
         args = tuple(dataclasses.replace(a, name=n, where=a.where.replace(f"({a.name},", f"({n},", 1))
                      for a, n in zip(args, names))
     out: dict[str, EntryArg] = {}
     for a in args:
         if not a.name.isidentifier() or keyword.iskeyword(a.name) or a.name in out:
-            raise NbjitOpError(f"{where}: kernel {label}'s {a.where} has no name an op can use: give the "
+            raise NbjitOpError(f"{where}: kernel {label(kernel)}'s {a.where} has no name an op can use: give the "
                                "parameters' names with names=(...)")
         out[a.name] = a
     return out
@@ -69,7 +79,7 @@ def declare(where: str, kernel_name: str, params: dict[str, EntryArg], outputs: 
                                    f"parameters: {', '.join(params)})")
             if group != "fill" and not params[n].takes_array:
                 raise NbjitOpError(f"{where}: {group} names {params[n].where}, which is not a pointer or an array")
-            if n in seen and group != "reads":
+            if n in seen:
                 raise NbjitOpError(f"{where}: {n!r} is declared in both {seen[n]} and {group}")
             seen.setdefault(n, group)
     inputs = tuple(n for n in params if n not in groups["outputs"] and n not in groups["fill"])

@@ -18,7 +18,7 @@ import jax
 import numpy as np
 
 from nbjit.errors import NbjitArgumentError, NbjitOpError
-from nbjit.frameworks.declarations import Declared, declare, parameters
+from nbjit.frameworks.declarations import Declared, declare, label, parameters
 from nbjit.gpu import extension
 from nbjit.launch.arrays import array_element, describe_element, element_matches
 from nbjit.launch.entry import CEntry, EntryArg
@@ -29,7 +29,9 @@ __all__ = ["TARGET", "call"]
 
 TARGET = "nbjit_launch"  # the FFI target's name
 _REGISTERED: set[str] = set()  # platforms the handler is registered for
-_ENTRIES: dict[int, CEntry] = {}  # C entries jitted code holds the address of: alive while the process
+# the C entries jitted code holds the address of, with their kernels (which keep the module loaded):
+# alive while the process is, since a cached executable may launch them at any later call
+_ENTRIES: dict[int, tuple[CEntry, Any]] = {}
 
 
 def call(kernel: Kernel | TritonKernel, *args: Any, grid: int | tuple, block: int | tuple | None = None,
@@ -47,18 +49,22 @@ def call(kernel: Kernel | TritonKernel, *args: Any, grid: int | tuple, block: in
     in-place arrays: one array alone, a tuple for several, None for none. A Triton kernel takes
     ``grid`` alone: its block is its ``num_warps``, its shared memory its own.
 
-    ``vmap_method``: how ``jax.vmap`` maps the call (``jax.ffi.ffi_call``'s: "sequential",
-    "expand_dims", "broadcast_all"); None refuses ``vmap``, as JAX says.
+    ``vmap_method``: "sequential" lets ``jax.vmap`` map the call one batch element at a time
+    (the grid and the scalars were fixed for one); None refuses ``vmap``, as JAX says.
 
     Raises
     ------
     NbjitOpError: the declarations do not fit the kernel (naming the parameter).
     NbjitArgumentError: an argument does not fit its parameter (naming it).
     """
-    where = f"nbjit.jax.call of {getattr(kernel, 'name', kernel)!r}"
+    where = f"nbjit.jax.call of {label(kernel)!r}"
+    if vmap_method not in (None, "sequential"):
+        raise NbjitOpError(f"{where}: vmap_method={vmap_method!r}: the call's grid and scalars are fixed for one "
+                           "unbatched call, so a batched call would cover its first element only: give "
+                           "'sequential' (one call per element) or None (vmap refused)")
     outputs = dict(outputs or {})
     params = parameters(kernel, where, names)
-    d = declare(where, kernel.name, params, tuple(outputs), inplace, reads)
+    d = declare(where, label(kernel), params, tuple(outputs), inplace, reads)
     if len(args) != len(d.inputs):
         raise NbjitArgumentError(f"{where}: {len(args)} arguments for its {len(d.inputs)} inputs "
                                  f"({', '.join(d.inputs)})")
@@ -78,7 +84,7 @@ def call(kernel: Kernel | TritonKernel, *args: Any, grid: int | tuple, block: in
         raise NbjitOpError(f"{where}: give block= (an int or a tuple)")
     dims = [*_three(grid, "grid", where), *_three(block, "block", where), _count(shared, "shared", where, 0)]
     entry = kernel.c_entry
-    _ENTRIES[entry.kernel] = entry
+    _ENTRIES[entry.kernel] = (entry, kernel)
     _register(_platform(where))
     ints = [v for kind, v in scalars if kind == "int"] or [0]
     floats = [v for kind, v in scalars if kind == "float"] or [0.0]
@@ -154,7 +160,12 @@ def _scalar(where: str, a: EntryArg, v: Any, kind: str):
         if not isinstance(v, (int, np.integer)):
             raise NbjitArgumentError(f"{where}: {a.where}: a float ({v!r}) was passed; the parameter is an integer "
                                      f"(.{a.type})")
-        return int(v) if int(v) < 1 << 63 else int(v) - (1 << 64)  # (a .u64's bits, as the C entry reads them)
+        n = int(v)
+        if (1 << 63) <= n < (1 << 64) and a.type in ("u64", "b64"):
+            return n - (1 << 64)  # (a .u64's bits, as the C entry reads them)
+        if not -(1 << 63) <= n < (1 << 63):
+            raise NbjitArgumentError(f"{where}: {a.where}: {n} does not fit in .{a.type}")
+        return n
     return float(v)
 
 

@@ -72,8 +72,8 @@ class _NbjitValue(abc.ABC):  # noqa: B024 (an ABC for its __subclasshook__ alone
     @classmethod
     def __subclasshook__(cls, c):
         for module, name in _VALUE_CLASSES:
-            m = sys.modules.get(module)
-            if m is not None and issubclass(c, getattr(m, name)):
+            known = getattr(sys.modules.get(module), name, None)  # (None while another thread imports it)
+            if known is not None and issubclass(c, known):
                 return True
         return NotImplemented
 

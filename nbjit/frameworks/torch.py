@@ -20,8 +20,9 @@ the signature cannot:
 (inputs, outputs, fills). The CUDA implementation launches through nbjit's launcher on torch's
 current stream of the first input tensor's device; read-only tensors are made contiguous, a
 non-contiguous tensor written in place is refused. The fake implementation (tracing,
-``torch.compile``) makes the outputs from their rules and checks every tensor's dtype against
-the kernel's signature, so a mistake is nbjit's error naming the op, the parameter and the rule.
+``torch.compile``) makes the outputs from their rules; the CUDA implementation checks every
+tensor's dtype against the kernel's signature, so a mistake is nbjit's error naming the op,
+the parameter and the rule. One GPU: the kernel's (a tensor on another device is refused).
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ import torch
 
 from nbjit.errors import NbjitArgumentError, NbjitOpError
 from nbjit.launch.arrays import array_element, describe_element, element_matches
-from nbjit.frameworks.declarations import declare, parameters
+from nbjit.frameworks.declarations import declare, label, parameters
 from nbjit.launch.entry import EntryArg
 from nbjit.launch.kernel import Kernel
 from nbjit.loading.triton import TritonKernel
@@ -115,16 +116,23 @@ class TorchOp:
         where = f"op {name!r}"
         self.name, self.kernel, self.triton = name, kernel, isinstance(kernel, TritonKernel)
         self.params = parameters(kernel, where, names)
-        d = declare(where, kernel.name, self.params, tuple(outputs), inplace, reads, tuple(fill))
+        d = declare(where, label(kernel), self.params, tuple(outputs), inplace, reads, tuple(fill))
         self.input_names, self.output_names, self.inplace = d.inputs, d.outputs, d.inplace
+        if not any(self.params[n].takes_array for n in self.input_names):
+            raise NbjitOpError(f"{where}: none of its inputs is a tensor, which tells the device and stream to run "
+                               "on: make one of the kernel's arrays an input (inplace= or an input read)")
+        if backward is not None and self.inplace:
+            raise NbjitOpError(f"{where}: backward= with inplace=({', '.join(map(repr, self.inplace))}): torch's "
+                               "autograd takes a formula for functional ops only: make the written tensors outputs")
         self.fills = {n: _ByName(f, self.input_names, f"{where}: fill {n!r}") for n, f in fill.items()}
         self.dtypes = {n: _dtypes(a) for n, a in self.params.items() if a.takes_array}
         self.rules = {n: _OutputRule(where, self.params[n], rule, self.input_names, self.params)
                       for n, rule in outputs.items()}
         known = self.input_names + self.output_names + tuple(self.fills)
         self.grid = _ByName(grid, known, f"{where}: grid")
-        if self.triton and block is not None:
-            raise NbjitOpError(f"{where}: a Triton kernel's block is its num_warps: give grid alone")
+        if self.triton and (block is not None or shared):
+            raise NbjitOpError(f"{where}: a Triton kernel's block is its num_warps and its shared memory its own: "
+                               "give grid alone")
         if not self.triton and block is None:
             raise NbjitOpError(f"{where}: give block= (an int, a tuple, or a function of the op's arguments)")
         self.block = _ByName(block, known, f"{where}: block")
@@ -160,12 +168,13 @@ class TorchOp:
                 a = self.params[n]
                 if check:
                     self._check(a, v, "")
-                if a.kind == "pointer" and not v.is_contiguous():
+                dense = _dense(a, v)
+                if dense is not v:
                     if n in self.inplace:
-                        raise NbjitArgumentError(f"op {self.name!r}: {a.where}: a non-contiguous tensor (strides "
-                                                 f"{tuple(v.stride())}) cannot be written in place by a kernel that "
-                                                 "takes a pointer: pass a contiguous tensor")
-                    values[n] = v.contiguous()
+                        raise NbjitArgumentError(f"op {self.name!r}: {a.where}: a tensor of strides "
+                                                 f"{tuple(v.stride())} cannot be written in place by a kernel that "
+                                                 f"takes {a.ctype or a.text}: pass a contiguous tensor")
+                    values[n] = dense
         if first is None:
             raise NbjitArgumentError(f"op {self.name!r}: no tensor among its inputs tells the device to run on")
         for n, rule in self.rules.items():
@@ -190,7 +199,9 @@ class TorchOp:
         return values[outs[0]] if len(outs) == 1 else tuple(values[n] for n in outs)
 
     def fake(self, *inputs):
-        """The fake (meta) implementation: the outputs as their rules make them, dtypes checked."""
+        """The fake (meta) implementation: the outputs as their rules make them. Dtypes are
+        left to ``run``, so that a compiled graph given a wrong one raises nbjit's error from the
+        launch, not torch's tracing wrapper's."""
         return self._result(self._arguments(inputs, check=False)[0])
 
     def run(self, *inputs):
@@ -226,6 +237,19 @@ class TorchOp:
             raise NbjitOpError(f"op {self.name!r}: backward gave gradients for {', '.join(unknown)}, which are not "
                                f"its inputs ({', '.join(self.input_names)})")
         return tuple(got.get(n) for n in self.input_names)
+
+
+def _dense(a: EntryArg, t: torch.Tensor) -> torch.Tensor:
+    """``t`` laid out as parameter ``a`` takes it: C-contiguous for a pointer or a C-layout
+    ``@cuda.jit`` array, Fortran-contiguous for an F-layout one (a copy where it is not); any
+    strides for layout "A"."""
+    if a.kind == "pointer" or (a.kind == "array" and a.layout == "C"):
+        return t if t.is_contiguous() else t.contiguous()
+    if a.kind == "array" and a.layout == "F":
+        order = tuple(range(t.dim() - 1, -1, -1))
+        flipped = t.permute(order)
+        return t if flipped.is_contiguous() else flipped.contiguous().permute(order)
+    return t
 
 
 class _OutputRule:

@@ -1670,6 +1670,12 @@ static void *xla_attr(const xla_frame *frame, const char *name, int type, int dt
 static const char *xla_argument(const xla_frame *frame, Launcher *self, Py_ssize_t i, const long long *plan,
                                 const xla_array *ints, const xla_array *floats, void **args, long long *space) {
     long long where = plan[2 * i], index = plan[2 * i + 1];
+    char code = self->codes[i];
+    int buffer = code == 'P' || code == 'A' || code == 'N' || code == 'M', real = code == 'f' || code == 'd';
+    if (((where == 0 || where == 1) && !buffer) || (where == 2 && (real || code == 'N' || code == 'M' ||
+                                                                   code == 'X')) || (where == 3 && !real))
+        return "nbjit.jax.call: a plan entry's source does not fit its parameter (the call was not made by "
+               "nbjit.jax.call for this kernel)";
     const xla_list *list = where == 0 ? &frame->args : where == 1 ? &frame->rets : NULL;
     if (list != NULL) {
         if (index < 0 || index >= list->size) return "nbjit.jax.call: a plan entry names a buffer the call lacks";

@@ -79,9 +79,9 @@ def test_a_plan_that_does_not_fit_the_kernel_is_refused_by_the_handler(mod, on_c
     jax.jit(lambda y, x: nbjit.jax.call(k, y, x, 2.0, 8, grid=1, block=256, inplace=("y",))).lower(*arrays())
     # (that registered the target and made the kernel's entry)
     y, x = arrays()
+    call = jax.ffi.ffi_call(bridge.TARGET, jax.ShapeDtypeStruct(y.shape, y.dtype), input_output_aliases={0: 0})
     for plan in ([0, 0, 0, 1, 0, 0, 2, 0],    # a float parameter from a buffer
                  [0, 0, 0, 1, 3, 0, 3, 0]):   # an integer from the floats
-        call = jax.ffi.ffi_call(bridge.TARGET, jax.ShapeDtypeStruct(y.shape, y.dtype), input_output_aliases={0: 0})
         with pytest.raises(Exception, match=r"INVALID_ARGUMENT: nbjit.jax.call: a plan entry's source does not fit "
                                             r"its parameter"):
             jax.jit(lambda y, x, plan=plan: call(y, x, kernel=np.uint64(on_cpu["axpy"].kernel),

@@ -206,13 +206,20 @@ if TYPE_CHECKING:  # what type checkers and the API reference read
     from nbjit.toolchain.sass import disassemble
 
 
-# the framework bridges, as modules: nbjit.torch.op(...), nbjit.jax.call(...)
+# the framework bridges, as modules: nbjit.torch.op(...), nbjit.jax.call(...); what each needs
 _MODULES = {"torch": "frameworks.torch", "jax": "frameworks.jax"}
+_FRAMEWORKS = {"torch": "PyTorch (pip install torch)", "jax": "JAX (pip install 'jax[cuda13]')"}
 
 
 def __getattr__(name: str):
     if name in _MODULES:
-        module = importlib.import_module(f".{_MODULES[name]}", __name__)
+        try:
+            module = importlib.import_module(f".{_MODULES[name]}", __name__)
+        except ModuleNotFoundError as e:
+            if e.name != name:
+                raise
+            raise errors.NbjitError(f"nbjit.{name} needs {_FRAMEWORKS[name]}, which this environment lacks "
+                                    f"({e})") from None
         globals()[name] = module
         return module
     home = _HOME_OF.get(name)

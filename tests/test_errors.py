@@ -93,3 +93,14 @@ def test_a_warning_names_the_users_line_however_deep_nbjit_ran(tmp_path):
         line = __import__("inspect").currentframe().f_lineno - 1
     ours = [x for x in w if issubclass(x.category, nbjit.NbjitWarning)]
     assert ours and {(x.filename, x.lineno) for x in ours} == {(__file__, line)}, [str(x.message) for x in ours]
+
+
+@pytest.mark.parametrize("bridge, needs", [("torch", "PyTorch"), ("jax", "JAX")])
+def test_a_framework_bridge_without_its_framework_says_what_to_install(bridge, needs):
+    import subprocess
+    import sys
+    from pathlib import Path
+    code = f"import sys; sys.modules[{bridge!r}] = None\nimport nbjit\nnbjit.{bridge}"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       cwd=Path(__file__).parent.parent)
+    assert r.returncode == 1 and f"NbjitError: nbjit.{bridge} needs {needs} (pip install" in r.stderr, r.stderr

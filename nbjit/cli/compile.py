@@ -21,6 +21,7 @@ _QUOTED_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"', re.M)
 
 
 def run(args) -> int:
+    from nbjit.cache.sources import relocated
     from nbjit.toolchain.nvrtc import compile_image
 
     archs = parse_archs(args.arch, "--arch")  # what each compile is told it is for
@@ -56,7 +57,8 @@ def run(args) -> int:
             out = args.output or path.with_suffix("." + img.kind).name
         else:
             out = os.path.join(args.output or ".", f"{path.stem}.{arch}.{img.kind}")
-        write_result(str(out), img.data, args.file, in_place=False, in_place_option=False)
+        # (with --lineinfo or -G: the line table pointed at this user's copy of the source, as a load does)
+        write_result(str(out), relocated(img.data, img.sources), args.file, in_place=False, in_place_option=False)
         made[-1]["file"] = str(out)
         print(f"{args.file}: {img.kind} for {img.arch} -> {shown(str(out))} ({len(img.data)} bytes)",
               file=sys.stderr)

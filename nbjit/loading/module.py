@@ -203,7 +203,9 @@ class Module:
         prepared = carry_out(plan(img, current_host().context_cc(ctx), _driver.driver_version(), keep_debug=keep_debug,
                                   nvjitlink=_nvjitlink_version))
         what = f"{img.name} ({_describe(prepared)})"
-        loaded = _driver.load_module(prepared.data, what, prepared.kind)
+        from nbjit.cache.sources import relocated  # (deferred: a bundle's first kernel imports no cache stage)
+        # (line tables pointed at this user's copy of the sources they name)
+        loaded = _driver.load_module(relocated(prepared.data, img.sources), what, prepared.kind)
         mod = cls(img, keep_debug)
         mod._live = _Live(img, ctx, prepared, loaded, mod._facts)
         if prepared.note:

@@ -66,6 +66,9 @@ class Image:
     # order, where already known (a kernel bundle's image): loading picks the device's entry
     # without reading the container, and reads no cubin whose facts are listed
     entries: tuple = field(default=(), compare=False, repr=False)
+    # the CUDA C++ its line tables name, {placeholder path: text} (a compile with -lineinfo or -G;
+    # see cache.sources): written where the loader points them
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self):
         if self.kind not in IMAGE_KINDS:

@@ -18,6 +18,7 @@ from typing import Iterable, Mapping
 from nbjit.arch import Arch, existence_problem
 from nbjit.cache.entries import CacheEntry, cache_key
 from nbjit.cache.facts import Facts
+from nbjit.cache.sources import kept_sources, program_name, wants_sources
 from nbjit.cache.store import Cache, default_cache
 from nbjit.errors import CompileFailure, NbjitCompileError, NbjitWarning, install_hint, warn
 from nbjit.params.declarations import source_declarations
@@ -268,10 +269,17 @@ def _image(entry: CacheEntry, req: "CompileRequest") -> Image:
     else:  # (copies: the entry in the cache's memory is shared by every image made from it)
         decls, info, typed, resources = dict(f.declarations), f.info, dict(f.typed), dict(f.resources)
     img = Image(entry.payload, entry.kind, req.name, Arch.parse(entry.arch), dict(entry.lowered_names), entry.log,
-                decls, info, typed, resources)
+                decls, info, typed, resources, sources=_kept(entry.meta.get("sources")))
     if entry.payload_digest:  # hashed once already, checking the entry
         img.__dict__["digest"] = entry.payload_digest
     return img
+
+
+def _kept(sources) -> dict:
+    """An entry's kept sources ({program: text}), where they are what ``cache.sources`` keeps."""
+    if not isinstance(sources, dict):
+        return {}
+    return {k: v for k, v in sources.items() if isinstance(k, str) and isinstance(v, str)}
 
 
 def _no_kernels(img: Image) -> bool:
@@ -320,6 +328,8 @@ def _key(req: CompileRequest, walk: IncludeWalk | None = None) -> str:
         "options": _portable_options(req.options),
         "arch": str(req.arch), "output": req.output, "expressions": list(req.expressions),
         "includes": [list(f) for f in walk.files],
+        # a line table names the placeholder of cache.sources (entries made before named the file as given)
+        **({"program": "nbjit-sources/1"} if wants_sources(req.options) else {}),
     })
 
 
@@ -506,7 +516,9 @@ def _nvrtc_compile(N, req: CompileRequest, arch: Arch, full: list[str], plan):
     if _SET_CONDITIONAL in source and _DECLARES_IT not in headers:
         headers[_DECLARES_IT] = _SET_CONDITIONAL_DECL
         opts = opts + [f"--pre-include={_DECLARES_IT}"]
-    err, prog = N.nvrtcCreateProgram(source.encode(), name.encode(), len(headers),
+    # with line information, a placeholder path its loader points at the kept source (cache.sources)
+    program = program_name(source, name) if wants_sources(full) else name
+    err, prog = N.nvrtcCreateProgram(source.encode(), program.encode(), len(headers),
                                      [t.encode() for t in headers.values()], [k.encode() for k in headers])
     if err != ok:
         raise NbjitCompileError(f"{name}: nvrtcCreateProgram failed: {err}")
@@ -514,7 +526,7 @@ def _nvrtc_compile(N, req: CompileRequest, arch: Arch, full: list[str], plan):
         for e in exprs:
             N.nvrtcAddNameExpression(prog, e.encode())
         res = N.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])[0]
-        log = _nvrtc_log(N, prog)
+        log = _nvrtc_log(N, prog).replace(program, name)  # (diagnostics name the user's file)
         if pch_file is not None:
             log = _pch_outcome(N, prog, store, plan, pch_file, making, res == ok, log)
         if res != ok:
@@ -541,7 +553,8 @@ def _nvrtc_compile(N, req: CompileRequest, arch: Arch, full: list[str], plan):
             buf = bytearray(size)
             N.nvrtcGetPTX(prog, buf)
             kind, payload = "ptx", buf.rstrip(b"\0")
-        return CacheEntry(kind, str(arch), bytes(payload), names, log, f"NVRTC {major}.{minor}")
+        return CacheEntry(kind, str(arch), bytes(payload), names, log, f"NVRTC {major}.{minor}",
+                          meta=kept_sources(program, source) if program != name else {})
     finally:
         N.nvrtcDestroyProgram(prog)
 

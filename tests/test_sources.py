@@ -1,0 +1,116 @@
+"""Sources that survive the cache (nbjit.cache.sources), on a CPU: a kernel compiled with
+line information keeps its CUDA C++ with its cache entry; in a fresh process, the loader's
+rewrite points the line table at this user's copy, and nvdisasm's line information of the
+rewritten cubin names files that exist, whose lines are the source's."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import nbjit
+from nbjit.cache.sources import PREFIX_BYTES, program_name, relocated
+from nbjit.toolchain.sass import find_nvdisasm
+
+pytest.importorskip("cuda.bindings.nvrtc", reason="compiling needs NVRTC (cuda-bindings)")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+KERNEL = """#include "twice.h"
+extern "C" __global__ void k(float *y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = twice(y[i]);
+}
+"""
+HEADER = """__device__ float twice(float v) {
+    return v * 2.0f;
+}
+"""
+
+FRESH = """
+import sys
+import nbjit
+from nbjit.cache.sources import relocated
+from nbjit.toolchain import nvrtc
+
+def no_compile(req):
+    raise RuntimeError("this process compiled: the entry was not read from the cache")
+nvrtc._nvrtc_entry = no_compile  # (what compiles, where the cache has no entry)
+img = nbjit.compile_image(sys.argv[1], arch="sm_90", options=["-lineinfo"])
+open(sys.argv[2], "wb").write(relocated(img.data, img.sources))
+"""
+
+
+@pytest.fixture
+def project(tmp_path):
+    d = tmp_path / "project"
+    d.mkdir()
+    (d / "k.cu").write_text(KERNEL)
+    (d / "twice.h").write_text(HEADER)
+    return d
+
+
+def line_files(cubin: bytes, tmp_path) -> list[tuple[str, int]]:
+    """(file, line) of every line record nvdisasm reads from ``cubin``."""
+    exe = find_nvdisasm()
+    if exe is None:
+        pytest.skip("nvdisasm is not installed (the nvidia-cuda-nvdisasm wheel)")
+    path = tmp_path / "k.cubin"
+    path.write_bytes(cubin)
+    out = subprocess.run([exe, "-c", "--print-line-info", str(path)], capture_output=True, text=True, check=True)
+    return [(m[1], int(m[2])) for m in re.finditer(r'//## File "([^"]+)", line (\d+)', out.stdout)]
+
+
+def test_the_line_table_names_a_placeholder_and_the_entry_keeps_the_source(project, tmp_path):
+    cache = nbjit.Cache(tmp_path / "cache")
+    img = nbjit.compile_image(str(project / "k.cu"), arch="sm_90", options=["-lineinfo"], cache=cache)
+    program = program_name(KERNEL, "k.cu")
+    assert img.sources == {program: KERNEL}
+    assert program.startswith("/nbjit-sources/") and program.endswith("/k.cu") and len(program) > PREFIX_BYTES
+    files = {f for f, _ in line_files(img.data, tmp_path)}
+    assert files == {program, str(project / "twice.h")}  # (the header: where NVRTC read it)
+    plain = nbjit.compile_image(str(project / "k.cu"), arch="sm_90", cache=cache)
+    assert plain.sources == {} and b"/nbjit-sources" not in plain.data
+
+
+def test_a_fresh_process_resolves_every_line_from_the_cache(project, tmp_path):
+    """The entry made here, read in a fresh process with the same cache: the rewritten cubin's
+    line records name this user's copy of the source and the header, line for line."""
+    cache_dir = tmp_path / "cache"
+    nbjit.compile_image(str(project / "k.cu"), arch="sm_90", options=["-lineinfo"], cache=nbjit.Cache(cache_dir))
+    out = tmp_path / "loaded.cubin"
+    env = {**os.environ, "NBJIT_CACHE_DIR": str(cache_dir), "PYTHONPATH": ROOT}
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(FRESH), str(project / "k.cu"), str(out)], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    records = line_files(out.read_bytes(), tmp_path)
+    assert records
+    sources = {f for f, _ in records}
+    kept = [f for f in sources if f.startswith(str(cache_dir / "sources"))]
+    assert len(kept) == 1 and os.path.normpath(kept[0]).endswith("/k.cu"), sources
+    for f, line in records:
+        assert os.path.isfile(f), f
+        assert 1 <= line <= len(open(f).read().splitlines()), (f, line)
+    text = open(kept[0]).read().splitlines()
+    assert text == KERNEL.splitlines()
+    assert any(line == 4 for f, line in records if f == kept[0])  # (y[i] = twice(y[i]);)
+
+
+def test_diagnostics_name_the_users_file(tmp_path):
+    with pytest.raises(nbjit.CompileFailure) as e:
+        nbjit.compile_image("extern \"C\" __global__ void k() { undeclared(); }", name="mine.cu", arch="sm_90",
+                            options=["-lineinfo"], cache=nbjit.Cache(tmp_path / "cache"))
+    assert "mine.cu" in str(e.value) and "nbjit-sources" not in str(e.value)
+
+
+def test_relocation_leaves_what_it_cannot_point_alone(tmp_path):
+    data = b"\x7fELF..." + program_name("x", "x.cu").encode() + b"..."
+    assert relocated(b"no placeholder", {}, str(tmp_path)) == b"no placeholder"
+    assert relocated(data, {}, "/" + "r" * PREFIX_BYTES) == data  # (a directory longer than the placeholder)
+    moved = relocated(data, {program_name("x", "x.cu"): "x"}, str(tmp_path))
+    assert len(moved) == len(data) and str(tmp_path).encode() in moved and b"nbjit-sources" not in moved
+    digest = program_name("x", "x.cu").split("/")[-2]
+    assert (tmp_path / digest / "x.cu").read_text() == "x"

@@ -114,3 +114,27 @@ def test_relocation_leaves_what_it_cannot_point_alone(tmp_path):
     assert len(moved) == len(data) and str(tmp_path).encode() in moved and b"nbjit-sources" not in moved
     digest = program_name("x", "x.cu").split("/")[-2]
     assert (tmp_path / digest / "x.cu").read_text() == "x"
+
+
+def test_the_command_line_writes_and_shows_the_source_lines(project, tmp_path):
+    """nbjit compile --lineinfo -o: the cubin's line table points at this user's copy of the
+    source; nbjit inspect --sass --source puts each run of SASS under its source line."""
+    if find_nvdisasm() is None:
+        pytest.skip("nvdisasm is not installed (the nvidia-cuda-nvdisasm wheel)")
+    env = {**os.environ, "NBJIT_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": ROOT}
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "nbjit", *args], env=env, capture_output=True, text=True,
+                              timeout=300, cwd=project)
+    r = cli("compile", "k.cu", "--arch", "sm_90", "--lineinfo", "-o", "k.cubin")
+    assert r.returncode == 0, r.stderr
+    files = {f for f, _ in line_files((project / "k.cubin").read_bytes(), tmp_path)}
+    assert all(os.path.isfile(f) for f in files) and any(f.startswith(str(tmp_path / "cache")) for f in files)
+    r = cli("inspect", "k.cubin", "--sass", "--source")
+    assert r.returncode == 0, r.stderr
+    shown = re.findall(r"^\s*// (\S+):(\d+)  (.*)$", r.stdout, re.M)
+    assert ("if (i < n) y[i] = twice(y[i]);" in [t for _, _, t in shown]
+            and "return v * 2.0f;" in [t for _, _, t in shown]), r.stdout[:2000]
+    assert all("//" not in f for f, _, _ in shown)  # (the placeholder's run of slashes shown as one)
+    r = cli("inspect", "k.cubin", "--source")
+    assert r.returncode == 2 and "--source interleaves the SASS with source lines: give it with --sass" in r.stderr

@@ -19,7 +19,8 @@ import os
 import tempfile
 from collections.abc import Iterable, Mapping
 
-__all__ = ["PREFIX_BYTES", "kept_sources", "program_name", "relocated", "sources_root", "wants_sources"]
+__all__ = ["PREFIX_BYTES", "kept_sources", "local_path", "program_name", "relocated", "sources_root",
+           "wants_sources"]
 
 MARK = "/nbjit-sources"
 PREFIX_BYTES = 128  # the placeholder's prefix: MARK and slashes
@@ -51,6 +52,14 @@ def sources_root() -> str | None:
     from nbjit.cache.store import default_cache  # (deferred: a loader whose image names no source reads no cache)
     root = default_cache().path
     return None if root is None else os.path.join(str(root), "sources")
+
+
+def local_path(path: str) -> str:
+    """Where a line table's file is here: a placeholder's in this user's ``sources_root()``,
+    any other path as it is."""
+    prefix = _PREFIX.decode()
+    root = sources_root() if path.startswith(prefix) else None
+    return path if root is None else os.path.join(root, path[PREFIX_BYTES:].lstrip("/"))
 
 
 def relocated(data: bytes, sources: Mapping[str, str], root: str | None = None) -> bytes:

@@ -224,6 +224,8 @@ def run(args) -> int:
         except ValueError:
             raise Usage(f"--arch {args.arch!r}: not an architecture ({ARCH_EXAMPLES})") from None
         check_exists(args.arch, "--arch")
+    if args.source and not args.sass:
+        raise Usage("--source interleaves the SASS with source lines: give it with --sass")
     compiled = args.sass or args.occupancy or args.fail_on_spills
     what = "--sass, --occupancy and --fail-on-spills read one cubin, or PTX with --arch"
     if args.file != "-" and (Path(args.file).is_dir() or args.file.endswith(".json")):
@@ -344,7 +346,7 @@ def _inspect_compiled(args, img: Image) -> int:
     spilling = [e for e in entries if e.spills]
     out["spills"] = [{"kernel": e.name, "spills": e.spills, "frame": e.frame} for e in spilling]
     if args.sass:
-        out["sass"] = disassemble(data, name=img.name)
+        out["sass"] = disassemble(data, name=img.name, source=args.source)
     if args.json:
         print(json.dumps(out, indent=2))
     else:
@@ -462,6 +464,8 @@ def add_parser(sub) -> None:
     p.add_argument("--sass", action="store_true",
                    help="print the SASS (needs nvdisasm: nbjit-core's sass extra, "
                    "pip install -e '.[sass]' in a checkout)")
+    p.add_argument("--source", action="store_true", help="with --sass: each run of instructions under its source "
+                   "line (a kernel compiled with -lineinfo or -G; a kept source from nbjit's cache is found there)")
     p.add_argument("--occupancy", type=_occupancy_arg, metavar="BLOCK[,SMEM]", help="resident blocks per SM of each "
                    "kernel for this block size and dynamic shared memory (bytes), by CUDA's occupancy rules")
     p.add_argument("--fail-on-spills", action="store_true", help="exit 1 naming the kernels that spill registers "

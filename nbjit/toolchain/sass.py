@@ -33,8 +33,11 @@ def find_nvdisasm() -> str | None:
     return exe or shutil.which("nvdisasm")
 
 
-def disassemble(cubin: bytes, *, kernel: str | None = None, name: str = "<cubin>") -> str:
-    """The SASS of a cubin (of one function, ``kernel``, where given) as nvdisasm prints it.
+def disassemble(cubin: bytes, *, kernel: str | None = None, name: str = "<cubin>",
+                source: bool = False) -> str:
+    """The SASS of a cubin (of one function, ``kernel``, where given) as nvdisasm prints it;
+    ``source``: each run of instructions under the source line its line table gives them (a
+    cubin compiled with ``-lineinfo`` or ``-G``), as ``// file:line  text``.
 
     Raises
     ------
@@ -49,7 +52,8 @@ def disassemble(cubin: bytes, *, kernel: str | None = None, name: str = "<cubin>
         with os.fdopen(fd, "wb") as f:
             f.write(cubin)
         try:
-            run = subprocess.run([exe, "-c", path], capture_output=True, timeout=_TIMEOUT_S)
+            run = subprocess.run([exe, "-c", *(["--print-line-info"] if source else []), path], capture_output=True,
+                                 timeout=_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             raise NbjitError(f"{name}: nvdisasm took more than {_TIMEOUT_S} s") from None
         except OSError as e:
@@ -60,12 +64,43 @@ def disassemble(cubin: bytes, *, kernel: str | None = None, name: str = "<cubin>
     if run.returncode != 0:
         why = run.stderr.decode(errors="replace").strip().replace(path, name)
         raise NbjitError(f"{name}: nvdisasm could not disassemble it: {why}")
+    if source:
+        text = with_source(text)
     if kernel is None:
         return text
     functions = _split(text)
     if kernel not in functions:
         raise NbjitError(f"{name}: no function {kernel!r} in the cubin (it has {', '.join(functions) or 'none'})")
     return functions[kernel]
+
+
+# nvdisasm --print-line-info's record before the instructions of a source line
+_LINE = re.compile(r'^(\s*)//## File "([^"]+)", line (\d+)(.*)$', re.M)
+
+
+def with_source(text: str) -> str:
+    """nvdisasm's ``--print-line-info`` output with each line record followed by that line
+    of the source: read where the record names it, or from this user's copy of a kept source
+    (a record naming ``cache.sources``' placeholder); "(not found)" where neither has it."""
+    from nbjit.cache.sources import local_path  # (only for SASS with source lines)
+    files: dict[str, list[str] | None] = {}
+
+    def lines_of(path: str) -> list[str] | None:
+        if path not in files:
+            try:
+                with open(local_path(path), encoding="utf-8", errors="replace") as f:
+                    files[path] = f.read().splitlines()
+            except OSError:
+                files[path] = None
+        return files[path]
+
+    def shown(m: re.Match) -> str:
+        indent, path, line = m.group(1), m.group(2), int(m.group(3))
+        lines = lines_of(path)
+        text = lines[line - 1].strip() if lines is not None and 0 < line <= len(lines) else "(not found)"
+        short = re.sub(r"/{2,}", "/", path)
+        return f"{indent}// {short}:{line}{m.group(4)}  {text}"
+    return _LINE.sub(shown, text)
 
 
 def _split(text: str) -> dict[str, str]:

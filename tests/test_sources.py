@@ -138,3 +138,37 @@ def test_the_command_line_writes_and_shows_the_source_lines(project, tmp_path):
     assert all("//" not in f for f, _, _ in shown)  # (the placeholder's run of slashes shown as one)
     r = cli("inspect", "k.cubin", "--source")
     assert r.returncode == 2 and "--source interleaves the SASS with source lines: give it with --sass" in r.stderr
+
+
+def test_a_bundle_carries_the_source_to_a_process_that_never_had_it(project, tmp_path):
+    """A bundle built with -lineinfo keeps the source as a member of its own (listed with its
+    SHA-256); a fresh process with an empty cache loads it and resolves every line; a source
+    member altered is refused."""
+    import zipfile
+    bundle = tmp_path / "k.nbjit"
+    nbjit.build_bundle({"k": project / "k.cu"}, bundle, archs="sm_90", options=["-lineinfo"],
+                       cache=nbjit.Cache(tmp_path / "build-cache"))
+    rec, = nbjit.inspect_bundle(bundle).image("k").sources
+    assert rec["member"] == "k/source/k.cu" and rec["program"] == program_name(KERNEL, "k.cu")
+    code = f"""
+import sys
+import nbjit
+from nbjit.cache.sources import relocated
+img = nbjit.load_bundle({str(bundle)!r}, lazy=True).image
+cubin = img.entries[0]
+open(sys.argv[1], "wb").write(relocated(img.data[cubin[2]:cubin[2] + cubin[3]], img.sources))
+"""
+    out, cache = tmp_path / "loaded.cubin", tmp_path / "user-cache"
+    r = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "NBJIT_CACHE_DIR": str(cache), "PYTHONPATH": ROOT})
+    assert r.returncode == 0, r.stderr[-3000:]
+    records = line_files(out.read_bytes(), tmp_path)
+    mine = {f for f, _ in records if f.startswith(str(cache))}
+    assert len(mine) == 1 and open(mine.pop()).read() == KERNEL
+    altered = tmp_path / "altered.nbjit"
+    with zipfile.ZipFile(bundle) as src, zipfile.ZipFile(altered, "w") as dst:
+        for n in src.namelist():
+            dst.writestr(n, src.read(n).replace(b"twice(y[i])", b"twice(y[0])") if n == "k/source/k.cu"
+                         else src.read(n))
+    with pytest.raises(nbjit.BundleError, match=r"member 'k/source/k.cu' does not match its SHA-256"):
+        nbjit.load_bundle(altered, lazy=True)

@@ -17,6 +17,7 @@ them is loaded); ``read_bundle`` and ``nbjit inspect`` check every one.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -554,7 +555,21 @@ def image_of(archive: Archive, rec: dict) -> Image:
     typed = kernels(rec, archive.source)
     entries = [(kind, arch, payload(archive, rec, e), EntryFacts.of(arch, typed, res, glob))
                for e in rec["entries"] for _, kind, arch, _, _, res, glob in (e,)]
-    return fatbin_image(f"{archive.source}:{rec['name']}", entries, rec["name_expressions"], rec["declarations"], typed)
+    img = fatbin_image(f"{archive.source}:{rec['name']}", entries, rec["name_expressions"], rec["declarations"],
+                       typed)
+    kept = [s for s in rec["sources"] if "program" in s and "member" in s]
+    if kept:  # (an image compiled with line information: its source, which the loader writes where they point)
+        img = dataclasses.replace(img, sources={s["program"]: _source_text(archive, rec, s) for s in kept})
+    return img
+
+
+def _source_text(archive: Archive, rec: dict, s: dict) -> str:
+    """The CUDA C++ source an image keeps as member ``s["member"]``, checked."""
+    data = read_member(archive, s["member"])
+    if data is None or hashlib.sha256(data).hexdigest() != s.get("sha256"):
+        raise image_error(archive.source, rec["name"], f"source {s['member']!r} is not the member the manifest "
+                          "lists with its SHA-256")
+    return data.decode("utf-8", "surrogatepass")
 
 
 class EntryFacts:

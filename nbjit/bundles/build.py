@@ -422,6 +422,7 @@ class _Part:
     numba: dict = field(default_factory=dict)  # @cuda.jit kernels' arguments, {kernel: (NumbaArray, ...)}
     paths: list = field(default_factory=list)  # the input files (never overwritten)
     labels: dict = field(default_factory=dict)  # {(kind, Arch): what that entry was made from}, for messages
+    kept: dict = field(default_factory=dict)  # {placeholder: CUDA C++} its line tables name (cache.sources)
 
 
 def build_bundle(inputs: Any, dest: str | os.PathLike, *, archs: Iterable[str] | str = (),
@@ -498,7 +499,8 @@ def bundle_bytes(inputs: Any, dest: Path | None = None, members: Iterable[tuple[
         manifest["images"].append(img.to_json())
     # keys in the order they are made (the same inputs make them in the same order): a
     # parameter's origin keeps the order in which its facts were found, as kernel.params shows it
-    members = list(members)
+    members = list(members) + [(s["member"], p.kept[s["program"]].encode()) for p in parts for s in p.sources
+                               if "member" in s]
     if members:
         manifest["members"] = {name: {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
                                for name, data in members}
@@ -817,6 +819,7 @@ def _compile(part: _Part, source: Any, name: str | None, how: dict) -> None:
                 raise BundleError(f"{label}: name expression {k!r} is {part.lowered[k]} for one architecture and {v} "
                                   f"for {a}")
         part.decls.update(img.declarations)
+        part.kept.update(img.sources)
         _add_image(part, img.data, img.kind, f"{label}[{a}]", False)
         part.sources.pop()  # the source itself is recorded once, below
     major, minor = nvrtc_version()
@@ -824,8 +827,10 @@ def _compile(part: _Part, source: Any, name: str | None, how: dict) -> None:
     part.toolchain = _toolchain_fingerprint()
     opts = how["options"]
     part.options = (opts,) if isinstance(opts, str) else tuple(str(o) for o in opts)
-    part.sources.append({"name": os.path.basename(label), "kind": "cuda",
-                         "sha256": hashlib.sha256(text.encode()).hexdigest()})
+    record = {"name": os.path.basename(label), "kind": "cuda", "sha256": hashlib.sha256(text.encode()).hexdigest()}
+    for program in part.kept:  # (compiled with -lineinfo or -G: the source travels, as a member of its own)
+        record.update(program=program, member=f"{part.name}/source/{os.path.basename(label) or 'kernel.cu'}")
+    part.sources.append(record)
 
 
 def _add_triton(part: _Part, path: Path, naming: bool) -> None:

@@ -32,7 +32,7 @@ What the compiler made (no GPU):
     Image.resources, Kernel.attributes.spill_stores / .spill_loads
                                         stack frame and spill bytes as ptxas reported them
                                         (compile with options=["-Xptxas=-v"]; kept in the cache)
-    disassemble(cubin, kernel=None) -> str, Kernel.sass(arch=None)
+    disassemble(cubin, kernel=None, source=False) -> str, Kernel.sass(arch=None)
                                         SASS through nvdisasm (nbjit-core's sass extra)
     nbjit.read.occupancy.occupancy(kernel_info, arch, block, dynamic_shared=0) -> Occupancy
                                         resident blocks per SM by CUDA's occupancy rules

@@ -91,3 +91,16 @@ def test_refusals():
                        env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert r.returncode == 1 and "NVTX ranges around launches need the nvtx package" in r.stderr, r.stderr
     assert "pip install" in r.stderr
+
+
+def test_the_environment_switch_reads_off_words_and_needs_the_package():
+    code = "import nbjit; print(nbjit.nvtx())"
+    for value in ("off", "false", "no", "0", ""):
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "NBJIT_NVTX": value, "PYTHONPATH": str(ROOT)})
+        assert r.stdout.strip() == "False", (value, r.stderr)
+    missing = "import sys; sys.modules['nvtx'] = None\n" + code
+    r = subprocess.run([sys.executable, "-W", "always", "-c", missing], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "NBJIT_NVTX": "1", "PYTHONPATH": str(ROOT)})
+    assert r.stdout.strip() == "False" and "NBJIT_NVTX=1: NVTX ranges around launches need the nvtx package" \
+        in r.stderr, r.stderr

@@ -149,7 +149,7 @@ def test_a_bundle_carries_the_source_to_a_process_that_never_had_it(project, tmp
     nbjit.build_bundle({"k": project / "k.cu"}, bundle, archs="sm_90", options=["-lineinfo"],
                        cache=nbjit.Cache(tmp_path / "build-cache"))
     rec, = nbjit.inspect_bundle(bundle).image("k").sources
-    assert rec["member"] == "k/source/k.cu" and rec["program"] == program_name(KERNEL, "k.cu")
+    assert rec["member"].startswith("k/source/") and rec["member"].endswith("/k.cu") and rec["program"] == program_name(KERNEL, "k.cu")
     code = f"""
 import sys
 import nbjit
@@ -168,7 +168,48 @@ open(sys.argv[1], "wb").write(relocated(img.data[cubin[2]:cubin[2] + cubin[3]], 
     altered = tmp_path / "altered.nbjit"
     with zipfile.ZipFile(bundle) as src, zipfile.ZipFile(altered, "w") as dst:
         for n in src.namelist():
-            dst.writestr(n, src.read(n).replace(b"twice(y[i])", b"twice(y[0])") if n == "k/source/k.cu"
+            dst.writestr(n, src.read(n).replace(b"twice(y[i])", b"twice(y[0])") if n == rec["member"]
                          else src.read(n))
-    with pytest.raises(nbjit.BundleError, match=r"member 'k/source/k.cu' does not match its SHA-256"):
+    with pytest.raises(nbjit.BundleError, match=rf"member '{rec['member']}' does not match its SHA-256"):
         nbjit.load_bundle(altered, lazy=True)
+
+
+def test_nothing_is_written_but_a_placeholder_nbjit_makes_for_that_text(tmp_path):
+    """A crafted cache entry or bundle manifest cannot name a file outside the sources
+    directory, nor put other text under a digest: such entries are left unwritten."""
+    root, outside = tmp_path / "root", tmp_path / "outside.txt"
+    outside.write_text("mine")
+    good = program_name("text", "x.cu")
+    prefix = good[:PREFIX_BYTES]
+    data = b"..." + prefix.encode() + b"..."
+    crafted = {prefix + "/../outside.txt": "clobbered", prefix + "/" + good.split("/")[-2] + "/../../outside.txt": "x",
+               prefix + "/0123456789abcdef/x.cu": "text whose digest is another", good: "text"}
+    relocated(data, crafted, str(root))
+    assert outside.read_text() == "mine"
+    assert sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()) == [good[PREFIX_BYTES:].lstrip("/")]
+
+
+def test_a_kept_source_takes_the_mode_a_new_file_gets(tmp_path):
+    old = os.umask(0o002)
+    try:
+        relocated(program_name("t", "t.cu").encode(), {program_name("t", "t.cu"): "t"}, str(tmp_path))
+    finally:
+        os.umask(old)
+    f, = [p for p in tmp_path.rglob("t.cu")]
+    assert f.stat().st_mode & 0o777 == 0o664
+
+
+def test_quoted_includes_beside_a_named_text_source_are_found_with_line_information(tmp_path):
+    (tmp_path / "twice.h").write_text(HEADER)
+    for options in ([], ["-lineinfo"]):
+        img = nbjit.compile_image(KERNEL, name=str(tmp_path / "k.cu"), arch="sm_90", options=options,
+                                  cache=nbjit.Cache(tmp_path / "cache"))
+        assert img.kind == "cubin"
+
+
+def test_sass_with_source_reads_no_special_file(tmp_path):
+    from nbjit.toolchain.sass import with_source
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    text = f'\t//## File "{fifo}", line 1\n\t//## File "/dev/zero", line 1\n'
+    assert with_source(text).count("(not found)") == 2

@@ -482,6 +482,9 @@ def bundle_bytes(inputs: Any, dest: Path | None = None, members: Iterable[tuple[
     manifest = {"format": FORMAT, "version": VERSION, "nbjit": nbjit.__version__, "images": []}
     payloads: list[tuple[str, bytes]] = []
     for p in parts:
+        for s in p.sources:  # (a kept source's member, named for its image and digest)
+            if "program" in s:
+                s["member"] = f"{p.name}/source/{s['sha256'][:16]}/{s['name']}"
         entries = []
         for kind, a, payload in p.entries:
             file = f"{p.name}/{a}.{kind}"
@@ -499,8 +502,8 @@ def bundle_bytes(inputs: Any, dest: Path | None = None, members: Iterable[tuple[
         manifest["images"].append(img.to_json())
     # keys in the order they are made (the same inputs make them in the same order): a
     # parameter's origin keeps the order in which its facts were found, as kernel.params shows it
-    members = list(members) + [(s["member"], p.kept[s["program"]].encode()) for p in parts for s in p.sources
-                               if "member" in s]
+    members = list(members) + [(s["member"], p.kept[s["program"]].encode("utf-8", "surrogatepass"))
+                               for p in parts for s in p.sources if "member" in s]
     if members:
         manifest["members"] = {name: {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
                                for name, data in members}
@@ -652,6 +655,10 @@ def _add(part: _Part, item: Any, how: dict, naming: bool) -> bool:
         _add_image(part, item.data, item.kind, item.name, naming)
         part.lowered.update(item.lowered_names)
         part.decls.update(item.declarations)
+        for program, text in item.sources.items():  # (a compile's image with line information: its source)
+            part.kept[program] = text
+            part.sources.append({"name": os.path.basename(program), "kind": "cuda", "program": program,
+                                 "sha256": hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()})
         return False
     if isinstance(item, (bytes, bytearray, memoryview)):
         data = bytes(item)
@@ -829,7 +836,7 @@ def _compile(part: _Part, source: Any, name: str | None, how: dict) -> None:
     part.options = (opts,) if isinstance(opts, str) else tuple(str(o) for o in opts)
     record = {"name": os.path.basename(label), "kind": "cuda", "sha256": hashlib.sha256(text.encode()).hexdigest()}
     for program in part.kept:  # (compiled with -lineinfo or -G: the source travels, as a member of its own)
-        record.update(program=program, member=f"{part.name}/source/{os.path.basename(label) or 'kernel.cu'}")
+        record["program"] = program
     part.sources.append(record)
 
 

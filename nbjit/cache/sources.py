@@ -16,8 +16,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
+import re
+import secrets
 from collections.abc import Iterable, Mapping
+
+from nbjit.files import read_regular
 
 __all__ = ["PREFIX_BYTES", "kept_sources", "local_path", "program_name", "relocated", "sources_root",
            "wants_sources"]
@@ -26,6 +29,7 @@ MARK = "/nbjit-sources"
 PREFIX_BYTES = 128  # the placeholder's prefix: MARK and slashes
 _PREFIX = (MARK + "/" * (PREFIX_BYTES - len(MARK))).encode()
 _LINE_INFO = frozenset({"-lineinfo", "-G"})  # (as normalize_options spells them)
+_DIGEST = re.compile(r"[0-9a-f]{16}")
 
 
 def wants_sources(options: Iterable[str]) -> bool:
@@ -51,47 +55,70 @@ def sources_root() -> str | None:
     is in memory only."""
     from nbjit.cache.store import default_cache  # (deferred: a loader whose image names no source reads no cache)
     root = default_cache().path
-    return None if root is None else os.path.join(str(root), "sources")
+    return None if root is None else os.path.join(os.path.abspath(str(root)), "sources")
 
 
 def local_path(path: str) -> str:
     """Where a line table's file is here: a placeholder's in this user's ``sources_root()``,
     any other path as it is."""
+    rest = _kept_file(path)
+    root = sources_root() if rest is not None else None
+    return path if root is None else os.path.join(root, rest)
+
+
+def _kept_file(program: str, text: str | None = None) -> str | None:
+    """``<digest>/<file name>`` of a placeholder ``program`` (the digest the text's, where
+    ``text`` is given); None for anything else: a name with a directory in it, ``..``, a NUL,
+    another digest (what a crafted cache entry or bundle manifest could hold)."""
     prefix = _PREFIX.decode()
-    root = sources_root() if path.startswith(prefix) else None
-    return path if root is None else os.path.join(root, path[PREFIX_BYTES:].lstrip("/"))
+    if not program.startswith(prefix):
+        return None
+    digest, sep, name = program[PREFIX_BYTES:].lstrip("/").partition("/")
+    if not sep or not _DIGEST.fullmatch(digest) or not name or "/" in name or "\0" in name or name in (".", ".."):
+        return None
+    if text is not None and hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16] != digest:
+        return None
+    return f"{digest}/{name}"
 
 
 def relocated(data: bytes, sources: Mapping[str, str], root: str | None = None) -> bytes:
     """``data`` (a cubin, PTX or fatbin) with each placeholder prefix in its line tables
     pointing at ``root`` (default ``sources_root()``), and the texts of ``sources`` (an entry's
-    ``kept_sources``) written there. ``data`` as it is where it names no placeholder, or where
+    ``kept_sources``) written there: each under its own digest, and only where the placeholder
+    is one nbjit makes for that text. ``data`` as it is where it names no placeholder, or where
     ``root`` is None or longer than the prefix (the lines then stay unresolved)."""
     if _PREFIX not in data:
         return data
-    root = sources_root() if root is None else root
-    if root is None or len(root.encode()) > PREFIX_BYTES:
+    root = sources_root() if root is None else os.path.abspath(root)
+    target = None if root is None else os.fsencode(root)
+    if target is None or len(target) > PREFIX_BYTES:
         return data
     for program, text in sources.items():
-        if program.startswith(_PREFIX.decode()):
-            _write(os.path.join(root, program[PREFIX_BYTES:].lstrip("/")), text)
-    padded = root.encode() + b"/" * (PREFIX_BYTES - len(root.encode()))
-    return data.replace(_PREFIX, padded)
+        rest = _kept_file(program, text) if isinstance(program, str) and isinstance(text, str) else None
+        if rest is not None:
+            _write(root, rest, text)
+    return data.replace(_PREFIX, target + b"/" * (PREFIX_BYTES - len(target)))
 
 
-def _write(path: str, text: str) -> None:
-    """``text`` at ``path`` where it is not there already (written whole, then renamed, so a
-    reader never sees part of it); a directory that cannot be written leaves it unwritten."""
+def _write(root: str, rest: str, text: str) -> None:
+    """``text`` at ``root/rest`` where it is not there already: written whole under a name of
+    its own, then renamed (a reader never sees part of it), with the mode a new file gets (the
+    umask applies, as to a cache entry); never through a link that leads out of ``root``. A
+    directory that cannot be written leaves it unwritten."""
     data = text.encode("utf-8", "surrogatepass")
+    path = os.path.join(root, rest)
     try:
-        with open(path, "rb") as f:
-            if f.read(len(data) + 1) == data:
-                return
-    except OSError:
+        if read_regular(path, len(data) + 1) == data:
+            return
+    except (OSError, ValueError):
         pass
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
+        real_root = os.path.realpath(root)
+        if os.path.commonpath([real_root, os.path.realpath(os.path.dirname(path))]) != real_root:
+            return
+        tmp = os.path.join(os.path.dirname(path), f".tmp-{secrets.token_hex(8)}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
     except OSError:
         return
     try:

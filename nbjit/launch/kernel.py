@@ -67,7 +67,7 @@ class Launchers(dict):
 
     def clear(self) -> None:
         """Drop every launcher, those of the groups made from this cache included."""
-        for v in self.values():
+        for v in list(self.values()):  # (a copy: another thread may keep one meanwhile)
             if type(v) is Launchers:
                 v.clear()
         super().clear()
@@ -395,7 +395,9 @@ class Kernel(_EXTENSION.KernelBase if _EXTENSION is not None else _PyIndexing): 
 
     def bind(self, grid: int | tuple, block: int | tuple, *args: Any, stream: Any = None,
              shared_mem: int = 0) -> "BoundLaunch":
-        """Pack ``args`` once; the returned object relaunches with them at the lowest cost."""
+        """Pack ``args`` once; the returned object relaunches with them at the lowest cost
+        (with NVTX ranges on, ``nbjit.nvtx``, within a range: a ``BoundLaunch`` in a
+        ``RangedLauncher``)."""
         label = self._loaded().label
         cfg = LaunchConfig.make(grid, block, stream, shared_mem, kernel=label)
         return nvtx.ranged(BoundLaunch(self.configure(cfg), args), label, cfg)

@@ -10,16 +10,32 @@ configures anew. Launches from ``@njit`` code, ``kernel.c_entry`` and ``nbjit.ja
 in C and are not ranged."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import weakref
 from typing import Any, Callable
 
-from nbjit.errors import NbjitError, install_hint
+from nbjit.errors import NbjitError, install_hint, warn
 
 __all__ = ["RangedLauncher", "nvtx", "ranged", "watch"]
 
 DOMAIN = "nbjit"
-ON = [os.environ.get("NBJIT_NVTX", "").strip() not in ("", "0")]  # (read on every configure)
+
+
+def _from_environment() -> bool:
+    """``NBJIT_NVTX``: on unless unset, 0, false, no or off; where the nvtx package is missing,
+    off, with a warning saying what to install."""
+    value = os.environ.get("NBJIT_NVTX", "").strip()
+    if value.lower() in ("", "0", "false", "no", "off"):
+        return False
+    if importlib.util.find_spec("nvtx") is None:
+        warn(f"NBJIT_NVTX={value}: NVTX ranges around launches need the nvtx package ({install_hint('nvtx')}); "
+             "launches go without them")
+        return False
+    return True
+
+
+ON = [_from_environment()]  # (read on every configure)
 # every kernel's launcher cache (a dict: by its id), emptied on a switch
 _CACHES: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
 _DOMAIN: list = [None]  # the nvtx package's Domain for DOMAIN, made at the first ranged launcher
@@ -85,6 +101,8 @@ class RangedLauncher:
             self.launcher(*args)
         finally:
             self._domain.pop_range()
+
+    launch = __call__  # (as a BoundLaunch's)
 
     def __getattr__(self, attr: str) -> Any:
         return getattr(self.launcher, attr)

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Iterable, Mapping
 
 from nbjit.arch import Arch
+from nbjit.cache.sources import wants_sources
 from nbjit.errors import NbjitCompileError
 from nbjit.files import read_regular
 from nbjit.records import record
@@ -22,6 +23,7 @@ __all__ = ["CompileRequest", "normalize_options", "source_text", "SOURCE_SUFFIXE
 
 # patterns used on every call, compiled once at import
 _ARCH_NAME = re.compile(r"(sm|compute)_\d+[af]?", re.ASCII)
+_QUOTED_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"', re.M)
 
 
 _ALIASES = {"--std": "-std", "--device-debug": "-G", "--generate-line-info": "-lineinfo",
@@ -251,6 +253,11 @@ def _request(source: str, name: str | None, name_expressions, headers, include_p
     if output == "cubin" and a.virtual:
         raise NbjitCompileError(f"{label}: a cubin needs a real architecture (sm_XX), not {a}")
     opts = normalize_options([*(f"--include-path={p}" for p in include_paths), *options])
+    if wants_sources(opts) and _QUOTED_INCLUDE.search(source):
+        # NVRTC looks for "..." includes in its program's directory first; with line information the
+        # program is named by a placeholder (cache.sources), so the source's own directory is said
+        here = f"--include-path={os.path.abspath(os.path.dirname(label) or '.')}"
+        opts = opts if here in opts else [here, *opts]
     ours = [f"--include-path={d}" for d in (cuda_include_dir(), cccl_include_dir()) if d]
     user_dirs = tuple(o.split("=", 1)[1] for o in opts if o.startswith("--include-path=") and o not in ours)
     opts += [o for o in ours if o not in opts]  # CUDA's headers, then CCCL's (<cub/...>, <cuda/std/...>)

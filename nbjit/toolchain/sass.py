@@ -11,6 +11,7 @@ import subprocess
 import tempfile
 
 from nbjit.errors import NbjitError, install_hint
+from nbjit.files import read_regular
 
 __all__ = ["find_nvdisasm", "disassemble", "cubin_for"]
 
@@ -74,6 +75,7 @@ def disassemble(cubin: bytes, *, kernel: str | None = None, name: str = "<cubin>
     return functions[kernel]
 
 
+_MAX_SOURCE_BYTES = 64 << 20  # no source file a line table names is this large
 # nvdisasm --print-line-info's record before the instructions of a source line
 _LINE = re.compile(r'^(\s*)//## File "([^"]+)", line (\d+)(.*)$', re.M)
 
@@ -87,10 +89,9 @@ def with_source(text: str) -> str:
 
     def lines_of(path: str) -> list[str] | None:
         if path not in files:
-            try:
-                with open(local_path(path), encoding="utf-8", errors="replace") as f:
-                    files[path] = f.read().splitlines()
-            except OSError:
+            try:  # (a regular file within bounds: a FIFO or device a line table names is never read)
+                files[path] = read_regular(local_path(path), _MAX_SOURCE_BYTES).decode("utf-8", "replace").splitlines()
+            except (OSError, ValueError):
                 files[path] = None
         return files[path]
 

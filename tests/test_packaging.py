@@ -166,7 +166,7 @@ def test_metapackage_wheel(wheels):
     reqs = [_req(r) for r in md.get_all("Requires-Dist")]
     assert [r for r in reqs if r[3] is None] == [("nbjit-core", {"numba"}, f"=={v}", None)], reqs
     extras = set(md.get_all("Provides-Extra"))
-    assert extras == {"cu13", "cu12", "mlir", "dask", "sass", "remote", "test", "docs"}
+    assert extras == {"cu13", "cu12", "mlir", "dask", "sass", "remote", "nvtx", "test", "docs"}
     for extra in extras:
         assert [r for r in reqs if r[3] == extra] == [("nbjit-core", {extra}, f"=={v}", extra)], extra
 

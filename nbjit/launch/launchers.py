@@ -18,6 +18,7 @@ from nbjit.gpu import extension
 from nbjit.gpu.driver import stream_handle
 from nbjit.gpu.host import current_host
 from nbjit.launch.arrays import _EXTRACTORS, device_pointer
+from nbjit.launch.nvtx import RangedLauncher
 from nbjit.records import record
 
 if TYPE_CHECKING:
@@ -117,7 +118,8 @@ def _on_current_device(launcher):
         if adopt_context(s):
             return None
     twin = launcher.kernel.module.on_current_device()[s.name]
-    return twin[launcher.grid, launcher.block, launcher._stream_obj, launcher.shared]
+    other = twin[launcher.grid, launcher.block, launcher._stream_obj, launcher.shared]
+    return other.launcher if isinstance(other, RangedLauncher) else other  # (the caller's launch is the range)
 
 
 def _check_devices(launcher, args: tuple) -> None:

@@ -167,7 +167,7 @@ def test_from_numba_without_a_gpu(fake_device, no_device_cc):
     assert struct.unpack_from("<5q", raw, 0) == (0x1000, 0x1000, 0, 16, 1)
     assert struct.unpack_from("<7q", raw, 40) == (0x2000, 0x2000, 0, 4, 3, 6, 1)
     assert struct.unpack_from("<f", raw, 96) == (2.0,) and struct.unpack_from("<ff", raw, 100) == (1.0, 2.0)
-    with pytest.raises(NbjitArgumentError, match=r"parameter 0 \(arg0, .*a float64 array was passed"):
+    with pytest.raises(NbjitArgumentError, match=r"parameter 0 \(y, .*a float64 array was passed"):
         k._s.packer.pack((array(0x1000, (16,), np.float64), x, 2.0, 1j))
 
     @cuda.jit

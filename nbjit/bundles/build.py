@@ -791,6 +791,7 @@ def _put(part: _Part, kind: str, arch: Arch, payload: bytes, label: str) -> None
 
 def _compile(part: _Part, source: Any, name: str | None, how: dict) -> None:
     """A CUDA source compiled by NVRTC: a cubin for each of ``archs``, PTX for each of ``ptx``."""
+    from nbjit.cache.sources import program_name
     from nbjit.toolchain.identity import _toolchain_fingerprint
     from nbjit.toolchain.nvrtc import compile_image, nvrtc_version
     from nbjit.toolchain.request import source_text
@@ -835,8 +836,8 @@ def _compile(part: _Part, source: Any, name: str | None, how: dict) -> None:
     opts = how["options"]
     part.options = (opts,) if isinstance(opts, str) else tuple(str(o) for o in opts)
     record = {"name": os.path.basename(label), "kind": "cuda", "sha256": hashlib.sha256(text.encode()).hexdigest()}
-    for program in part.kept:  # (compiled with -lineinfo or -G: the source travels, as a member of its own)
-        record["program"] = program
+    if part.kept:  # (compiled with -lineinfo or -G: the source travels, as a member of its own)
+        record["program"] = program_name(text, label)
     part.sources.append(record)
 
 

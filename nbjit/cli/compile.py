@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,12 +16,10 @@ from nbjit.cli.common import (
 if TYPE_CHECKING:
     from nbjit.cache.store import Cache
 
-_QUOTED_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"', re.M)
-
-
 def run(args) -> int:
     from nbjit.cache.sources import relocated
     from nbjit.toolchain.nvrtc import compile_image
+    from nbjit.toolchain.request import QUOTED_INCLUDE
 
     archs = parse_archs(args.arch, "--arch")  # what each compile is told it is for
     cache = _check_arguments(args, archs)
@@ -32,7 +29,7 @@ def run(args) -> int:
     path = Path(args.file)
     # #include "..." found beside the source, as nvcc does (only where it has one: the key of a
     # source without one stays that of its text, which a program's nbjit.compile(text) finds)
-    here = (str(path.resolve().parent),) if args.file != "-" and _QUOTED_INCLUDE.search(source) else ()
+    here = (str(path.resolve().parent),) if args.file != "-" and QUOTED_INCLUDE.search(source) else ()
     opts = ([o for d in args.include for o in ("-I", d)] + [f"-D{d}" for d in args.define]
             + ([f"-std={args.std}"] if args.std else []) + (["-G"] if args.G else [])
             + (["-lineinfo"] if args.lineinfo else []) + list(args.option))

@@ -74,14 +74,10 @@ def _domain():
 
 def message(label: str, config: Any) -> str:
     """A range's name: the kernel, its grid and block, and its dynamic shared memory if any."""
-    dims = [f"grid={_dims(config.grid)}", f"block={_dims(config.block)}"]
+    dims = [f"grid={config.grid}", f"block={config.block}"]  # (tuples of three ints: "(4, 1, 1)")
     if config.shared:
         dims.append(f"shared={config.shared}")
     return f"{label} {' '.join(dims)}"
-
-
-def _dims(d: tuple) -> str:
-    return "(" + ", ".join(map(str, d)) + ")"
 
 
 class RangedLauncher:

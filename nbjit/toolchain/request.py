@@ -23,7 +23,8 @@ __all__ = ["CompileRequest", "normalize_options", "source_text", "SOURCE_SUFFIXE
 
 # patterns used on every call, compiled once at import
 _ARCH_NAME = re.compile(r"(sm|compute)_\d+[af]?", re.ASCII)
-_QUOTED_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"', re.M)
+# a source line that includes a file by "...", looked for beside the source first
+QUOTED_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"', re.M)
 
 
 _ALIASES = {"--std": "-std", "--device-debug": "-G", "--generate-line-info": "-lineinfo",
@@ -253,7 +254,7 @@ def _request(source: str, name: str | None, name_expressions, headers, include_p
     if output == "cubin" and a.virtual:
         raise NbjitCompileError(f"{label}: a cubin needs a real architecture (sm_XX), not {a}")
     opts = normalize_options([*(f"--include-path={p}" for p in include_paths), *options])
-    if wants_sources(opts) and _QUOTED_INCLUDE.search(source):
+    if wants_sources(opts) and QUOTED_INCLUDE.search(source):
         # NVRTC looks for "..." includes in its program's directory first; with line information the
         # program is named by a placeholder (cache.sources), so the source's own directory is said
         here = f"--include-path={os.path.abspath(os.path.dirname(label) or '.')}"

@@ -635,7 +635,7 @@ def plot(rows: dict, base: float, gpu: str, path: str) -> None:
     except ImportError:
         print("--plot: matplotlib is not installed", file=sys.stderr)
         return
-    colors = {"floor": "#888888", "route": "#1f77b4", "form": "#4fa3e0", "peer": "#d62728"}
+    colors = {"floor": "#888888", "route": "#1f77b4", "form": "#4fa3e0", "peer": "#d62728", "compiled": "#2ca02c"}
     names = list(rows)
     fig, ax = plt.subplots(figsize=(10, 0.38 * len(names) + 1.2))
     ax.barh(range(len(names)), [rows[n]["us"] for n in names], color=[colors[rows[n]["group"]] for n in names])
@@ -647,7 +647,7 @@ def plot(rows: dict, base: float, gpu: str, path: str) -> None:
     ax.invert_yaxis()
     ax.set_xscale("log")
     ax.set_xlabel("CPU microseconds per launch (log scale; lower is better)")
-    ax.set_title(f"Launch overhead on {gpu}: nbjit (blue) vs peers (red)", fontsize=10)
+    ax.set_title(f"Launch overhead on {gpu}:\nnbjit (blue; green: from compiled code), peers (red)", fontsize=10)
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

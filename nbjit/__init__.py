@@ -115,6 +115,16 @@ CUDA graphs for Numba users (stream capture of nbjit and @cuda.jit work alike):
                                         a graph as a file (kernels' images, topology, arguments;
                                         arrays as named bindings); .rebind(x=array) swaps one
 
+Tuning (answers kept in the cache, found again by any process on a GPU of the same model):
+    tune(target, space, args, key=..., grid=..., block=..., shared=...) -> Tuned
+                                        the fastest variant over space ({name: [choices]}) of
+                                        Template(source, "k<{BLOCK}, {ITEMS}>"), Defines(source,
+                                        "k") (choices as -D macros), a Kernel's launch settings,
+                                        or a launch function fn(*args, stream=h, **choices);
+                                        variants compiled at once, pruned by what the compiler
+                                        made, timed with CUDA events; tuned(*args, stream=s)
+    autotune(space, key=...)            a decorator: a launch function tuned per key on first use
+
 Kernel bundles (one file: cubins for several architectures, PTX, a manifest; loads with no
 NVRTC and no CUDA headers, also as package data through importlib.resources):
     build_bundle(inputs, dest, archs=..., ptx=..., ...) -> BundleInfo
@@ -174,6 +184,8 @@ _HOMES = {
     "loading.triton": ("TritonKernel", "TritonMeta"),
     "params.signature": ("Directives", "KernelInfo", "KernelSignature", "Param"),
     "gpu.host": ("use_host",),
+    "tuning.search": ("Tuned", "autotune", "tune"),
+    "tuning.targets": ("Defines", "Template"),
 }
 _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 
@@ -204,6 +216,8 @@ if TYPE_CHECKING:  # what type checkers and the API reference read
     from nbjit.toolchain.link import link_image
     from nbjit.toolchain.nvrtc import compile_image
     from nbjit.toolchain.sass import disassemble
+    from nbjit.tuning.search import Tuned, autotune, tune
+    from nbjit.tuning.targets import Defines, Template
 
 
 # the framework bridges, as modules: nbjit.torch.op(...), nbjit.jax.call(...); what each needs
@@ -264,6 +278,11 @@ __all__ = [
     "compile_image",
     "link_image",
     "disassemble",
+    "tune",
+    "autotune",
+    "Tuned",
+    "Template",
+    "Defines",
     "Occupancy",
     "Cache",
     "RemoteTier",

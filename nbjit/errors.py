@@ -22,6 +22,7 @@ __all__ = [
     "NbjitOpError",
     "KernelNotFoundError",
     "BundleError",
+    "NbjitTuneError",
     "NbjitWarning",
 ]
 
@@ -143,6 +144,11 @@ class KernelNotFoundError(NbjitError, KeyError):
 class BundleError(NbjitError, ValueError):
     """A kernel bundle that cannot be read (not one, damaged or altered, made by a newer
     nbjit) or built from the inputs given."""
+
+
+class NbjitTuneError(NbjitError, ValueError):
+    """A tuning search asked in a way nbjit cannot carry out (a space, a target, a key that
+    does not fit), or one in which no variant could be timed (each one's reason said)."""
 
 
 class NbjitWarning(UserWarning):

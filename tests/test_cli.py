@@ -716,7 +716,7 @@ def test_compile_options_that_start_with_a_dash(tmp_path, monkeypatch, capsys):
     (["cache", "lst"], "nbjit cache: error: argument ACTION: invalid choice: 'lst' (choose from 'info', 'list', "
                        "'clear', 'prune', 'export', 'import', 'push', 'pull'); did you mean 'list'?"),
     (["inspct", "k.ptx"], "nbjit: error: argument COMMAND: invalid choice: 'inspct' (choose from 'inspect', "
-                          "'strip', 'cache', 'compile', 'bundle'); did you mean 'inspect'?"),
+                          "'strip', 'cache', 'compile', 'bundle', 'tune'); did you mean 'inspect'?"),
     ([], "nbjit: error: give a command: inspect, strip, compile, bundle or cache (nbjit --help, nbjit COMMAND "
          "--help)"),
     (["--versoin"], "nbjit: error: unrecognized arguments: --versoin (did you mean --version?)"),

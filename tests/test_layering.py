@@ -3,7 +3,7 @@
 - a folder per stage, each standing only on the stages below it (lazy imports inside
   functions included; imports for type checkers only are not dependencies), and no import
   cycle among modules;
-- only ``gpu/`` calls the CUDA driver (``gpu/driver.py``, ``gpu/graphs.py`` and the C launcher) and
+- only ``gpu/`` calls the CUDA driver (``gpu/driver.py``, ``gpu/graphs.py``, ``gpu/timing.py`` and the C launcher) and
   imports Numba (``gpu/host.py``); one module decides whether the C extension is used;
 - one way to defer an import (in the function that needs it), no module-level ``__getattr__``
   but the package's own, no ``__module__`` rewrites, no classes made inside functions, no
@@ -36,7 +36,8 @@ TREES = {name: ast.parse(path.read_text()) for name, path in MODULES.items()}
 
 # the stages, each standing on those before it (errors, arch, records and files: the ground)
 GROUND = {"errors", "arch", "records", "files"}
-STAGES = ["params", "read", "gpu", "cache", "toolchain", "launch", "loading", "bundles", "graphs", "frameworks"]
+STAGES = ["params", "read", "gpu", "cache", "toolchain", "launch", "loading", "bundles", "graphs", "tuning",
+          "frameworks"]
 TOP = {"cli", "__init__", "__main__"}  # (the command line and the public face stand on all)
 
 
@@ -122,10 +123,10 @@ def test_no_import_cycles():
 
 def test_only_gpu_calls_the_driver():
     """cuda.bindings' driver API (cuLaunchKernel, cuModuleLoadDataEx, ...) is called from
-    gpu/driver.py and gpu/graphs.py alone (and the C launcher beside them); Numba's context
+    gpu/driver.py, gpu/graphs.py and gpu/timing.py alone (and the C launcher beside them); Numba's context
     and device objects through gpu/host.py, which asks them."""
     for name, tree in TREES.items():
-        if name in ("gpu.driver", "gpu.graphs"):
+        if name in ("gpu.driver", "gpu.graphs", "gpu.timing"):
             continue
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.module in ("cuda.bindings", "cuda.bindings.driver",

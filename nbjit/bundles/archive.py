@@ -78,7 +78,34 @@ def load_bundle(bundle: Any, *, name: str | None = None, lazy: bool = False, kee
     them). NbjitLoadError: no entry runs on this device, or the driver refused it.
     """
     archive = open_bundle(bundle)
-    return load_image(archive, pick(records(archive), name, archive.source), lazy=lazy, keep_debug=keep_debug)
+    module = load_image(archive, pick(records(archive), name, archive.source), lazy=lazy, keep_debug=keep_debug)
+    install_answers(archive)
+    return module
+
+
+def install_answers(archive: "Archive") -> int:
+    """Put the tuning answers a bundle ships (members ``tuning/<key>.nbjit``, cache entry
+    files of ``nbjit.tune``) in the default cache, where it has none under that key: in
+    memory and on disk, so that ``nbjit.tune`` finds them here and times nothing. How many
+    were put there."""
+    from nbjit.cache.entries import _KEY, _decode
+    from nbjit.cache.store import default_cache
+    n = 0
+    for name in _listed_members(archive):
+        if not name.startswith("tuning/"):
+            continue
+        key = name[len("tuning/"):-len(".nbjit")] if name.endswith(".nbjit") else ""
+        if not _KEY.fullmatch(key):
+            raise BundleError(f"{archive.source}: member {name!r}: a tuning answer is tuning/<64 hex digits>.nbjit")
+        entry, why = _decode(read_member(archive, name), key)
+        if entry is None or entry.kind != "tuning":
+            raise BundleError(f"{archive.source}: member {name!r} is not a tuning answer "
+                              f"({why or 'an entry of kind ' + entry.kind})")
+        cache = default_cache()
+        if cache.lookup(key, warn=False) is None:
+            cache.write(key, entry, refresh=True)
+            n += 1
+    return n
 
 
 def load_image(archive: "Archive", rec: dict, *, lazy: bool = False, keep_debug: bool = False) -> "Module":

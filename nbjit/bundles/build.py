@@ -428,7 +428,8 @@ class _Part:
 def build_bundle(inputs: Any, dest: str | os.PathLike, *, archs: Iterable[str] | str = (),
                  ptx: Iterable[str] | str = (), options: Iterable[str] | str = (),
                  name_expressions: Iterable[str] | str = (), include_paths: Iterable[str] = (),
-                 headers: Mapping[str, str] | None = None, cache: Any = None) -> BundleInfo:
+                 headers: Mapping[str, str] | None = None, cache: Any = None, tuning: Iterable[Any] = ()
+                 ) -> BundleInfo:
     """Build a bundle file at ``dest`` (written whole, then moved into place).
 
     Parameters
@@ -445,6 +446,9 @@ def build_bundle(inputs: Any, dest: str | os.PathLike, *, archs: Iterable[str] |
     ptx: the virtual architecture(s) to compile each CUDA source to PTX for (``"compute_80"``).
     options, name_expressions, include_paths, headers, cache: for each CUDA source, as
         ``nbjit.compile_image`` takes them.
+    tuning: answers of ``nbjit.tune`` to ship (each a ``Tuned`` or its cache key), read from
+        ``cache`` (default: the default cache); a process that loads the bundle finds them
+        and times nothing.
 
     Returns the ``BundleInfo`` of what was written.
 
@@ -457,10 +461,36 @@ def build_bundle(inputs: Any, dest: str | os.PathLike, *, archs: Iterable[str] |
     if not isinstance(dest, (str, os.PathLike)):
         raise BundleError(f"dest must be the bundle file's path (str or os.PathLike), not {type(dest).__name__}")
     dest = Path(dest)
-    data, info = bundle_bytes(inputs, dest, archs=archs, ptx=ptx, options=options, name_expressions=name_expressions,
-                              include_paths=include_paths, headers=headers, cache=cache)
+    data, info = bundle_bytes(inputs, dest, _answers(tuning, cache), archs=archs, ptx=ptx, options=options,
+                              name_expressions=name_expressions, include_paths=include_paths, headers=headers,
+                              cache=cache)
     _write_atomic(dest, data)
     return dataclasses.replace(info, source=str(dest))
+
+
+TUNING_DIR = "tuning"  # answers of nbjit.tune: members tuning/<cache key>.nbjit, each an entry file
+
+
+def _answers(tuning: Iterable[Any], cache: Any) -> list[tuple[str, bytes]]:
+    """The members that ship ``tuning``'s answers: each answer's cache entry file, as the
+    cache keeps it (self-checking: the loader verifies it again)."""
+    if isinstance(tuning, (str, bytes)) or not hasattr(tuning, "__iter__"):
+        tuning = (tuning,)
+    from nbjit.cache.entries import _encode
+    from nbjit.cache.store import default_cache
+    c = default_cache() if cache is None else cache
+    out = []
+    for item in tuning:
+        key = getattr(item, "key", item)
+        try:
+            entry = c.lookup(key, remote=True)
+        except NbjitError as e:
+            raise BundleError(f"tuning: {e}") from None
+        if entry is None or entry.kind != "tuning":
+            raise BundleError(f"tuning: no answer of nbjit.tune under key {key} in {c.path or 'the cache'} "
+                              "(nbjit tune --list shows the answers kept)")
+        out.append((f"{TUNING_DIR}/{key}.nbjit", _encode(key, entry)))
+    return out
 
 
 def bundle_bytes(inputs: Any, dest: Path | None = None, members: Iterable[tuple[str, bytes]] = (),

@@ -45,7 +45,7 @@ _KEY = re.compile(r"[0-9a-f]{64}")
 _MAX_ENTRY_BYTES = 1 << 30  # far past any cubin: a bigger file is not an entry
 
 
-_KINDS = ("cubin", "ptx", "ltoir")  # (LTO-IR: what nbjit.link_image links)
+_KINDS = ("cubin", "ptx", "ltoir", "tuning")  # (LTO-IR: what nbjit.link_image links; tuning: an answer, JSON)
 
 
 _MAX_DESC_BYTES = 16 << 20  # an entry's JSON description (one kernel's: ~2 KB)
@@ -55,7 +55,7 @@ _MAX_DESC_BYTES = 16 << 20  # an entry's JSON description (one kernel's: ~2 KB)
 class CacheEntry:
     """What a cache entry holds: the produced image and what came with it."""
 
-    kind: str  # "cubin", "ptx" or "ltoir"
+    kind: str  # "cubin", "ptx", "ltoir" or "tuning" (nbjit.tune's answer: JSON, tuning/answers.py)
     arch: str
     payload: bytes
     lowered_names: dict = field(default_factory=dict)
@@ -201,7 +201,7 @@ def _describe(desc_bytes: bytes, key: str, payload_bytes: int) -> tuple[dict | N
     names, log, producer = desc.get("lowered_names") or {}, desc.get("log", ""), desc.get("producer", "")
     facts = desc.get("facts", {})
     if desc.get("kind") not in _KINDS or not isinstance(desc.get("arch"), str):
-        return None, f"kind {desc.get('kind')!r} / arch {desc.get('arch')!r} is not an image nbjit makes"
+        return None, f"kind {desc.get('kind')!r} / arch {desc.get('arch')!r} is not an entry nbjit makes"
     if not (isinstance(names, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in names.items())
             and isinstance(log, str) and isinstance(producer, str) and isinstance(facts, dict)):
         return None, "malformed description"

@@ -159,11 +159,11 @@ class Cache:
         return self._settle(key, entry, derive)
 
     def lookup(self, key: str, derive: "Callable[[CacheEntry], Facts | None] | None" = None,
-               warn: bool = True) -> CacheEntry | None:
+               warn: bool = True, *, remote: bool = False) -> CacheEntry | None:
         """``get_or_create``'s look-up without a make: the entry for ``key`` in memory or on
-        disk (with its facts, as ``get_or_create`` keeps them), or None (the remote tier is
-        not asked). ``warn=False``: a corrupt entry is a miss without a warning (the look-up
-        that follows warns)."""
+        disk (with its facts, as ``get_or_create`` keeps them), or None. ``remote=True``: on a
+        miss, the remote tier's entry (kept on disk), where there is a tier. ``warn=False``: a
+        corrupt entry is a miss without a warning (the look-up that follows warns)."""
         with self._lock:
             hit = self._mem.get(key)
             if hit is not None:
@@ -171,6 +171,8 @@ class Cache:
         if hit is not None:
             return hit if hit.facts is not None or derive is None else self._with_facts(key, hit, derive)
         entry = self.read(key, warn)
+        if entry is None and remote and self.remote is not None:
+            entry = self._from_remote(key)
         return None if entry is None else self._settle(key, entry, derive)
 
     def adopt(self, key: str, written: "Written", derive: "Callable[[CacheEntry], Facts | None] | None" = None
@@ -280,6 +282,32 @@ class Cache:
         if refresh:
             self._remember(key, entry)
         self._store(key, _encode(key, entry), refresh=refresh)
+
+    def put(self, key: str, entry: CacheEntry, *, replace: bool = False) -> None:
+        """Keep ``entry`` for ``key`` here (in memory and on disk, over an entry there) and
+        give it to the remote tier where there is one that is written to (``replace``: over
+        the object there; a tier that refuses is warned about, and the entry stays here)."""
+        self.write(key, entry, refresh=True)
+        if self.remote is None or not self.remote.write:
+            return
+        data = _encode(key, entry)
+        if not replace:
+            self.remote.put(key, data)
+            return
+        try:
+            self.remote.publish(key, data, overwrite=True)
+        except NbjitCacheError as e:
+            errors.warn(f"nbjit cache: {e}; the entry is kept in {self.path or 'memory'} only")
+
+    def forget(self, keys: "set[str] | None" = None) -> None:
+        """Drop ``keys`` (all: None) from this process's memory of entries (their files stay:
+        after removing files, so that no look-up finds them in memory)."""
+        with self._lock:
+            if keys is None:
+                self._mem.clear()
+            else:
+                for k in keys:
+                    self._mem.pop(k, None)
 
     def _store(self, key: str, data: bytes, *, refresh: bool = False) -> bytes | None:
         """Write the entry file ``data`` for ``key`` (``write``); returns ``data``, or None

@@ -73,8 +73,8 @@ def run(args) -> int:
     with warnings.catch_warnings():
         # (a source that compiles to no kernel: the error below says so, with what to do)
         warnings.filterwarnings("ignore", "(?s).*NVRTC compiled no kernel", NbjitWarning)
-        data, info = bundle_bytes(inputs, None if to_stdout else Path(args.output), archs=archs, ptx=ptx,
-                                  options=opts, name_expressions=_expressions(args, sources))
+        data, info = bundle_bytes(inputs, None if to_stdout else Path(args.output), _answers(args.tuning),
+                                  archs=archs, ptx=ptx, options=opts, name_expressions=_expressions(args, sources))
     for img in info.images:
         if not img.kernels:
             names = ", ".join(str(s.get("name")) for s in img.sources)
@@ -90,6 +90,20 @@ def run(args) -> int:
         for e, m in img.lowered_names.items():
             print(f"  {e} -> {m}", file=sys.stderr)
     return 0
+
+
+def _answers(given: list[str]) -> list[tuple[str, bytes]]:
+    """The members that ship the tuning answers --tuning names (key prefixes, or all)."""
+    if not given:
+        return []
+    from nbjit.bundles.build import _answers as members
+    from nbjit.cache.store import default_cache
+    from nbjit.tuning.answers import listed, named
+    c = default_cache()
+    keys = [k for k, _, _ in listed(c)] if "all" in given else [named(c, p)[0] for p in given]
+    if not keys:
+        raise Usage(f"--tuning all: no tuning answers in {c.path} (nbjit.tune keeps them there)")
+    return members(keys, c)
 
 
 def _targets(args) -> tuple[list, list]:
@@ -223,4 +237,7 @@ def add_parser(sub) -> None:
                    help="a name expression to instantiate ('scale<float>'), in every CUDA source, or with IMAGE= "
                         "in that image's only (axpy='scale<float>')")
     p.add_argument("--option", action="append", default=[], help="another NVRTC option")
+    p.add_argument("--tuning", action="append", default=[], metavar="KEY",
+                   help="ship a tuning answer of nbjit.tune from the cache: its key's first hex digits, as nbjit tune "
+                        "--list shows them, or all (repeatable)")
     p.set_defaults(func=run)

@@ -1,5 +1,5 @@
 """The ``nbjit`` command: its parser (each verb adds its own arguments: ``inspect.py``,
-``strip.py``, ``cache.py``, ``compile.py``, ``bundle.py``), and ``main``, which runs a verb with
+``strip.py``, ``cache.py``, ``compile.py``, ``bundle.py``, ``tune.py``), and ``main``, which runs a verb with
 nbjit's errors as one line and status 2, Ctrl-C as status 130, and closed or full standard
 streams handled."""
 from __future__ import annotations
@@ -18,6 +18,7 @@ from nbjit.cli import cache as cache_verb
 from nbjit.cli import compile as compile_verb
 from nbjit.cli import inspect as inspect_verb
 from nbjit.cli import strip as strip_verb
+from nbjit.cli import tune as tune_verb
 from nbjit.cli.common import NO_OUTPUT, Usage
 from nbjit.errors import NbjitError
 
@@ -78,6 +79,7 @@ def _parser() -> argparse.ArgumentParser:
     cache_verb.add_parser(sub)
     compile_verb.add_parser(sub)
     bundle_verb.add_parser(sub)
+    tune_verb.add_parser(sub)
     return p
 
 

@@ -133,8 +133,9 @@ def main() -> None:
     ap.add_argument("--compiled", choices=("yes", "no"), default="yes",
                     help="the rows of launches from compiled code (@njit, a C loop, kernel.c_entry) and the "
                          "nogil threads' launch rate")
-    ap.add_argument("--only", choices=("all", "compiled"), default="all",
-                    help="compiled: the floor and the compiled-code rows alone (more rounds in the same time)")
+    ap.add_argument("--only", choices=("all", "compiled", "nvtx"), default="all",
+                    help="compiled: the floor and the compiled-code rows alone (more rounds in the same time); "
+                         "nvtx: the floor and the NVTX rows alone")
     ap.add_argument("--host", choices=("numba-cuda", "numba-cuda-mlir"), default="numba-cuda",
                     help="whose arrays, streams and @cuda.jit the rows use (nbjit serves it)")
     a = ap.parse_args()
@@ -181,6 +182,9 @@ def main() -> None:
 
     if a.only == "compiled":
         return finish(a, t, cuda, compiled_rows(t, cuda, s, comp, x, y))
+    if a.only == "nvtx":
+        nvtx_rows(t, comp, (y, x, a32, n32), s, sync)
+        return finish(a, t, cuda, None)
 
     # every route: Numba arrays + numpy scalars + a Numba stream
     routes = {
@@ -317,6 +321,10 @@ def nvtx_rows(t: Table, comp, args: tuple, s, sync) -> None:
         t.skip("NVTX rows", "the nvtx package is not installed")
         return
     import nbjit
+    before = comp[GRID, BLOCK, s]  # (configured before any switch: the launcher nbjit has without NVTX)
+    t.add("nbjit.compile: k[g, b, s] configured once, before any NVTX switch", lambda: before(*args), sync,
+          group="form", launcher=before)
+    nbjit.nvtx(False)  # (the switch empties the launcher caches: what follows is configured afresh)
     off = comp[GRID, BLOCK, s]
     nbjit.nvtx(True)
     on = comp[GRID, BLOCK, s]  # (configured while on: within a range; it stays so after the switch)
@@ -327,15 +335,20 @@ def nvtx_rows(t: Table, comp, args: tuple, s, sync) -> None:
 
 
 def nvtx_cost(t: Table) -> dict:
-    """The NVTX rows' paired difference per round, µs per launch (printed): median and quartiles."""
-    off, on = (f"nbjit.compile: k[g, b, s] configured once, NVTX ranges {w}" for w in ("off", "on"))
+    """The NVTX rows' paired differences per round, µs per launch (printed): ranges off minus
+    the launcher configured before any switch, and on minus off; medians and quartiles."""
+    before, off, on = ("nbjit.compile: k[g, b, s] configured once, before any NVTX switch",
+                       *(f"nbjit.compile: k[g, b, s] configured once, NVTX ranges {w}" for w in ("off", "on")))
     if off not in t.rows or on not in t.rows:
         return {}
-    d = sorted(b - a for a, b in zip(t.samples[off], t.samples[on]))
-    q = [d[int(f * (len(d) - 1))] for f in (0.25, 0.5, 0.75)]
-    print(f"NVTX ranges on minus off: median {q[1]:+.3f} us per launch (quartiles {q[0]:+.3f} to {q[2]:+.3f}, "
-          f"{len(d)} rounds)")
-    return {"median_us": q[1], "quartiles_us": (q[0], q[2])}
+    out = {}
+    for what, a, b in (("off_minus_before", before, off), ("on_minus_off", off, on)):
+        d = sorted(y - x for x, y in zip(t.samples[a], t.samples[b]))
+        q = [d[int(f * (len(d) - 1))] for f in (0.25, 0.5, 0.75)]
+        print(f"NVTX ranges {what.replace('_', ' ')}: median {q[1]:+.3f} us per launch (quartiles {q[0]:+.3f} to "
+              f"{q[2]:+.3f}, {len(d)} rounds)")
+        out[what] = {"median_us": q[1], "quartiles_us": (q[0], q[2])}
+    return out
 
 
 def finish(a, t: Table, cuda, njit: dict | None) -> None:

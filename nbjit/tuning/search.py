@@ -363,7 +363,7 @@ def _time_all(t: Any, trials: list[Trial], args: tuple, restore: Any, **how: Any
         return
     synchronize_context()  # (the caller's work on its inputs)
     stream = TimingStream()
-    saved = None
+    saved, left = None, False  # left: a variant's kernel may still run (it passed its deadline)
     try:
         saved = SavedInputs(args, _restored(t, todo, args, restore), stream)
         for x in todo:
@@ -377,23 +377,25 @@ def _time_all(t: Any, trials: list[Trial], args: tuple, restore: Any, **how: Any
                 x.status, x.why = "failed", "launch failed: " + str(e).splitlines()[0][:300]
                 continue
             if tm.ms is None:
-                x.status, x.why = "failed", tm.why
+                x.status, x.why, left = "failed", tm.why, True
                 stream.close()
                 stream = TimingStream()
                 continue
             x.status, x.ms, x.spread = "timed", tm.ms, tm.spread
     finally:
-        _finish(saved, stream, how["timeout"])
+        _finish(saved, stream, how["timeout"], left)
 
 
-def _finish(saved: Any, stream: Any, timeout: float) -> None:
-    """Put the inputs back and free their copies, once the stream has done it."""
+def _finish(saved: Any, stream: Any, timeout: float, left: bool) -> None:
+    """Put the inputs back, and free their copies once the stream has done it. Where a
+    variant's kernel may still run, the copies stay allocated (a free could wait for it)."""
     if saved is not None:
         saved.restore(stream)
-        if stream.settle(time.monotonic() + timeout):
+        if stream.settle(time.monotonic() + timeout) and not left:
             saved.free()
-        else:
-            warn("nbjit.tune: a variant is still running; the saved copies of the inputs stay allocated")
+        elif saved.parts:
+            warn("nbjit.tune: a variant that passed its deadline may still run; the search's copies of the inputs "
+                 f"({sum(n for _, _, n in saved.parts)} bytes) stay allocated until the process ends")
     stream.close()
 
 

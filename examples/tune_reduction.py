@@ -21,7 +21,7 @@ from numba import cuda
 import nbjit
 
 if not cuda.is_available():
-    raise SystemExit("tune_reduction.py needs a CUDA GPU and driver")
+    raise SystemExit("tune_reduction.py needs a CUDA GPU and driver (examples/inspect_kernels.py runs without one)")
 
 SUM = r"""
 #include <cub/block/block_reduce.cuh>

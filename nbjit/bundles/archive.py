@@ -88,12 +88,12 @@ def install_answers(archive: "Archive") -> int:
     files of ``nbjit.tune``) in the default cache, where it has none under that key: in
     memory and on disk, so that ``nbjit.tune`` finds them here and times nothing. How many
     were put there."""
-    from nbjit.cache.entries import _KEY, _decode
-    from nbjit.cache.store import default_cache
     n = 0
     for name in _listed_members(archive):
         if not name.startswith("tuning/"):
             continue
+        from nbjit.cache.entries import _KEY, _decode  # (a bundle without answers needs no cache)
+        from nbjit.cache.store import default_cache
         key = name[len("tuning/"):-len(".nbjit")] if name.endswith(".nbjit") else ""
         if not _KEY.fullmatch(key):
             raise BundleError(f"{archive.source}: member {name!r}: a tuning answer is tuning/<64 hex digits>.nbjit")

@@ -197,6 +197,17 @@ def test_an_answers_key_names_the_gpu_the_driver_the_target_the_space_and_the_us
     assert "/" not in json.dumps(target)  # no path of this machine: portable
 
 
+def test_a_file_sources_key_holds_its_headers_contents_and_no_path(tmp_path):
+    for where in ("a", "b"):
+        (tmp_path / where).mkdir()
+        (tmp_path / where / "k.cu").write_text('#include "ops.cuh"\n' + HUNGRY)
+        (tmp_path / where / "ops.cuh").write_text("#define SCALE 2\n")
+    a, b = (Defines(tmp_path / w / "k.cu", "hungry").key_fields() for w in ("a", "b"))
+    assert a == b and str(tmp_path) not in json.dumps(a) and len(a["read"]) == 1
+    (tmp_path / "b" / "ops.cuh").write_text("#define SCALE 3\n")
+    assert Defines(tmp_path / "b" / "k.cu", "hungry").key_fields()["read"] != a["read"]
+
+
 def test_a_users_key_is_json_data():
     assert user_key((1024, "f32", {"a": (1, 2.5)})) == [1024, "f32", {"a": [1, 2.5]}]
     for bad in (object(), {1: 2}, float("inf"), b"x"):

@@ -79,6 +79,10 @@ class TimingStream:
             if now - began > 1e-3:
                 time.sleep(2e-4)
 
+    def done(self) -> bool:
+        """Whether the work queued before the last recorded event has ended (no waiting)."""
+        return _cu().cuEventQuery(self._end)[0] == 0
+
     def settle(self, deadline: float) -> bool:
         """Record the end event after whatever was queued (copies) and wait for it."""
         check(_cu().cuEventRecord(self._end, self._stream), "cuEventRecord", NbjitLaunchError)

@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
+import threading
 import time
 from typing import Any, Callable, Mapping, Sequence
 
@@ -237,7 +239,13 @@ def _target_fields(t: Any) -> dict:
         return t.key_fields()
     from nbjit.read.image import content_digest
     img = t.module.image
-    return {"kind": "kernel", "name": t.name, "image": content_digest(img.data)}
+    # (a @cuda.jit kernel's mangled names carry an ABI tag, B2v1, that counts Numba's compiles in
+    # the process: the same kernel is B2v1 in one process and B2v7 in another)
+    data = _NUMBA_TAG.sub(b"", img.data) if img.kind == "ptx" else img.data
+    return {"kind": "kernel", "name": _NUMBA_TAG.sub(b"", t.name.encode()).decode(), "image": content_digest(data)}
+
+
+_NUMBA_TAG = re.compile(rb"B\d+v\d+")
 
 
 def prepare(t: Any, space: Space, rule: _Settings, arch: str, *, workers: int | None = None,
@@ -352,51 +360,87 @@ def _reasons(trials: list[Trial], most: int = 12) -> str:
     return "\n".join(lines[:most]) + more
 
 
+# streams a search left behind with a variant still running past its deadline, and the
+# variant: a later search first waits for the caller's work, which would wait for them too
+_LEFT: list = []
+
+
 def _time_all(t: Any, trials: list[Trial], args: tuple, restore: Any, **how: Any) -> None:
     """Time each trial that is neither pruned nor failed, one after another."""
-    from nbjit.gpu import driver
     from nbjit.gpu.timing import TimingStream, synchronize_context
     from nbjit.tuning.inputs import SavedInputs
     from nbjit.tuning.timing import time_variant
     todo = [x for x in trials if x.status == "waiting"]
     if not todo:
         return
+    _check_left(t)
     synchronize_context()  # (the caller's work on its inputs)
+    for x in todo:
+        if not isinstance(t, LaunchFunction):
+            _kernel_of(x)._loaded()  # (each module loaded now: not inside a timed launch, past no deadline)
     stream = TimingStream()
-    saved, left = None, False  # left: a variant's kernel may still run (it passed its deadline)
+    saved, dead = None, False  # dead: a variant faulted, and CUDA is unusable in this process
     try:
         saved = SavedInputs(args, _restored(t, todo, args, restore), stream)
         for x in todo:
             saved.restore(stream)
-            run = _runner(t, x, args)
             try:
-                tm = time_variant(stream, run, **how)
-            except NbjitError as e:
-                if driver.STICKY_HINT in str(e):
-                    raise NbjitTuneError(f"tune {t.label()}: variant {x.label} faulted: {e}") from e
-                x.status, x.why = "failed", "launch failed: " + str(e).splitlines()[0][:300]
+                tm = time_variant(stream, _runner(t, x, args), **how)
+            except Exception as e:
+                dead = _launch_failed(t, x, e)
                 continue
             if tm.ms is None:
-                x.status, x.why, left = "failed", tm.why, True
-                stream.close()
+                x.status, x.why = "failed", tm.why
+                _LEFT.append((stream, f"{t.label()}: {x.label}"))
                 stream = TimingStream()
                 continue
             x.status, x.ms, x.spread = "timed", tm.ms, tm.spread
     finally:
-        _finish(saved, stream, how["timeout"], left)
+        if not dead:
+            _finish(saved, stream, how["timeout"])
 
 
-def _finish(saved: Any, stream: Any, timeout: float, left: bool) -> None:
+def _launch_failed(t: Any, x: Trial, e: Exception) -> bool:
+    """Record a variant whose launch raised; raise where it faulted (the process cannot use
+    CUDA any more), and re-raise what is no launch's error of a kernel target."""
+    from nbjit.gpu import driver
+    from nbjit.gpu.host import error_code
+    sticky = driver.STICKY_HINT in str(e) or error_code(e) in driver.STICKY_ERRORS
+    if sticky:
+        raise NbjitTuneError(f"tune {t.label()}: variant {x.label} faulted, and this process cannot use CUDA any "
+                             f"more: {e}") from e
+    if not isinstance(e, NbjitError) and not isinstance(t, LaunchFunction):
+        raise e
+    x.status, x.why = "failed", f"launch failed: {type(e).__name__}: " + (str(e).splitlines() or [""])[0][:300]
+    return False
+
+
+def _check_left(t: Any) -> None:
+    """Refuse to search while a variant an earlier search left behind still runs (waiting for
+    the caller's work would wait for it); forget those that ended."""
+    for stream, label in list(_LEFT):
+        if stream.done():
+            stream.close()
+            _LEFT.remove((stream, label))
+    if _LEFT:
+        raise NbjitTuneError(f"tune {t.label()}: variant {_LEFT[0][1]} of an earlier search still runs past its "
+                             "deadline; no search can wait for this GPU's work until it ends (a kernel cannot be "
+                             "stopped from the host: start a new process)")
+
+
+def _finish(saved: Any, stream: Any, timeout: float) -> None:
     """Put the inputs back, and free their copies once the stream has done it. Where a
     variant's kernel may still run, the copies stay allocated (a free could wait for it)."""
-    if saved is not None:
-        saved.restore(stream)
-        if stream.settle(time.monotonic() + timeout) and not left:
-            saved.free()
-        elif saved.parts:
-            warn("nbjit.tune: a variant that passed its deadline may still run; the search's copies of the inputs "
-                 f"({sum(n for _, _, n in saved.parts)} bytes) stay allocated until the process ends")
-    stream.close()
+    try:
+        if saved is not None:
+            saved.restore(stream)
+            if stream.settle(time.monotonic() + timeout) and not _LEFT:
+                saved.free()
+            elif saved.parts:
+                warn("nbjit.tune: a variant that passed its deadline may still run; the search's copies of the "
+                     f"inputs ({sum(n for _, _, n in saved.parts)} bytes) stay allocated until the process ends")
+    finally:
+        stream.close()
 
 
 def _runner(t: Any, x: Trial, args: tuple) -> Callable[[int], None]:
@@ -449,16 +493,20 @@ class Autotuned:
     def __init__(self, fn: Callable, space: Space, key: Any, options: dict) -> None:
         self.target = LaunchFunction(fn)
         self.fn, self.space, self.key, self.options = fn, space, key, options
-        self.answers: dict = {}
+        self.answers: dict = {}  # (device, the key as JSON) -> the answer's choices
+        self.lock = threading.Lock()  # one search per key at once
 
     def __call__(self, *args: Any, stream: Any = None) -> Any:
-        k = self.key(*args) if callable(self.key) else self.key
         from nbjit.gpu.driver import current_device
-        memo = (current_device(), json.dumps(user_key(k), sort_keys=True))
-        config = self.answers.get(memo)
+        k = self.key(*args) if callable(self.key) else self.key
+        memo = json.dumps(user_key(k), sort_keys=True)
+        config = self.answers.get((current_device(), memo))
         if config is None:
-            config = self.answers[memo] = tune(self.target.fn, self.space.choices, args, key=k,
-                                               **self.options).config
+            with self.lock:
+                config = self.answers.get((current_device(), memo))
+                if config is None:
+                    config = tune(self.target.fn, self.space.choices, args, key=k, **self.options).config
+                    self.answers[(current_device(), memo)] = config  # (the device the search ran on)
         return self.fn(*args, stream=stream, **config)
 
     def tuned(self, *args: Any) -> Tuned:

@@ -57,11 +57,19 @@ class _Source:
                 "headers": dict(self.headers), "include_paths": list(self.include_paths)}
 
     def key_fields(self) -> dict:
-        """What identifies the target in an answer's key (the source's and headers' digests,
-        the options, the kernel's name or pattern)."""
+        """What identifies the target in an answer's key: the source's digest, the digests of
+        the headers it reads (given, or found in the user's include directories: by content,
+        not where they are), the options, the kernel's name or pattern. No path of this
+        machine: the answer holds wherever the same source is tuned."""
+        from nbjit.toolchain.identity import cccl_include_dir, cuda_include_dir
+        from nbjit.toolchain.includes import walk_includes
+        ours = [d for d in (cuda_include_dir(), cccl_include_dir()) if d]
+        walk = walk_includes(self.text, self.program or "kernel.cu", dict(self.headers), self.include_paths, ours,
+                             self.options)
         return {"kind": type(self).__name__, "name": self.name, "source": content_digest(self.text.encode()),
-                "program": self.program, "options": list(self.options), "include_paths": list(self.include_paths),
-                "headers": {k: content_digest(v.encode()) for k, v in sorted(self.headers.items())}}
+                "program": os.path.basename(self.program or "kernel.cu"), "options": list(self.options),
+                "headers": {k: content_digest(v.encode()) for k, v in sorted(self.headers.items())},
+                "read": sorted(digest for _, digest in walk.files)}
 
     def label(self) -> str:
         """How messages and answers name it: ``block_sum<{BLOCK}> in reduce.cu``."""

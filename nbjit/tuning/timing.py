@@ -49,5 +49,5 @@ def time_variant(stream: TimingStream, launch: Callable[[int], None], *, timeout
             return Timing(None, why=f"did not finish within timeout={timeout} s ({len(reps)} of {repeat} repetitions "
                                     "done)")
         reps.append(ms / n)
-    q = statistics.quantiles(reps, n=4) if len(reps) > 1 else [reps[0]] * 3
+    q = statistics.quantiles(reps, n=4, method="inclusive") if len(reps) > 1 else [reps[0]] * 3
     return Timing(statistics.median(reps), (q[0], q[2]))

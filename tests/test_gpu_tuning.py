@@ -15,31 +15,11 @@ import pytest
 
 import nbjit
 from nbjit import NbjitTuneError
+from test_tuning import SUM
 
 pytestmark = pytest.mark.gpu
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-SUM = textwrap.dedent(r"""
-    template <int BLOCK, int ITEMS>
-    __global__ void block_sum(const float* x, float* out, int n) {
-      static_assert(BLOCK != 96, "96 is refused, to test a variant that does not compile");
-      __shared__ float s[BLOCK];
-      float acc = 0;
-      int base = blockIdx.x * BLOCK * ITEMS + threadIdx.x;
-      for (int i = 0; i < ITEMS; ++i) { int j = base + i * BLOCK; if (j < n) acc += x[j]; }
-      s[threadIdx.x] = acc;
-      __syncthreads();
-      for (int w = BLOCK / 2; w > 0; w /= 2) {
-        if (threadIdx.x < w) s[threadIdx.x] += s[threadIdx.x + w];
-        __syncthreads();
-      }
-      if (threadIdx.x == 0) atomicAdd(out, s[0]);
-      if (SPIN && blockIdx.x == 0 && threadIdx.x == 0 && BLOCK == 64) {  // a variant that takes ~2 s
-        long long t0 = clock64();
-        while (clock64() - t0 < 4000000000LL) {}
-      }
-    }
-""")
 SPACE = {"BLOCK": [64, 96, 128, 256], "ITEMS": [1, 4]}
 
 
@@ -132,7 +112,7 @@ def test_autotune_searches_once_per_key(cuda):
     @nbjit.autotune({"BLOCK": [128, 256]}, key=lambda x, out, n: n, repeat=2)
     def total(x, out, n, *, stream, BLOCK):
         calls.append(BLOCK)
-        nbjit.compile(SUM.replace("SPIN", "0"), name_expressions=[f"block_sum<{BLOCK}, 1>"])[
+        nbjit.compile(SUM, name_expressions=[f"block_sum<{BLOCK}, 1>"])[
             f"block_sum<{BLOCK}, 1>"][-(-n // BLOCK), BLOCK, stream](x, out, n)
 
     n = 4096

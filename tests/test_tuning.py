@@ -23,7 +23,11 @@ from nbjit.tuning.targets import Defines, Template, choice_text
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+# (SPIN=1: the variants of 64 threads spin ~2 s, for the GPU tests of a variant past its deadline)
 SUM = textwrap.dedent(r"""
+    #ifndef SPIN
+    #define SPIN 0
+    #endif
     template <int BLOCK, int ITEMS>
     __global__ void block_sum(const float* x, float* out, int n) {
       static_assert(BLOCK != 96, "96 is refused, to test a variant that does not compile");
@@ -38,6 +42,10 @@ SUM = textwrap.dedent(r"""
         __syncthreads();
       }
       if (threadIdx.x == 0) atomicAdd(out, s[0]);
+      if (SPIN && blockIdx.x == 0 && threadIdx.x == 0 && BLOCK == 64) {
+        long long t0 = clock64();
+        while (clock64() - t0 < 4000000000LL) {}
+      }
     }
 """)
 

@@ -387,7 +387,8 @@ def _time_all(t: Any, trials: list[Trial], args: tuple, restore: Any, **how: Any
             try:
                 tm = time_variant(stream, _runner(t, x, args), **how)
             except Exception as e:
-                dead = _launch_failed(t, x, e)
+                dead = _faulted(e)
+                _launch_failed(t, x, e, dead)
                 continue
             if tm.ms is None:
                 x.status, x.why = "failed", tm.why
@@ -400,19 +401,22 @@ def _time_all(t: Any, trials: list[Trial], args: tuple, restore: Any, **how: Any
             _finish(saved, stream, how["timeout"])
 
 
-def _launch_failed(t: Any, x: Trial, e: Exception) -> bool:
-    """Record a variant whose launch raised; raise where it faulted (the process cannot use
-    CUDA any more), and re-raise what is no launch's error of a kernel target."""
+def _faulted(e: Exception) -> bool:
+    """Whether a launch's error is a fault after which the process cannot use CUDA."""
     from nbjit.gpu import driver
     from nbjit.gpu.host import error_code
-    sticky = driver.STICKY_HINT in str(e) or error_code(e) in driver.STICKY_ERRORS
-    if sticky:
+    return driver.STICKY_HINT in str(e) or error_code(e) in driver.STICKY_ERRORS
+
+
+def _launch_failed(t: Any, x: Trial, e: Exception, faulted: bool) -> None:
+    """Record a variant whose launch raised; raise where it faulted, and re-raise what is no
+    launch's error of a kernel target."""
+    if faulted:
         raise NbjitTuneError(f"tune {t.label()}: variant {x.label} faulted, and this process cannot use CUDA any "
                              f"more: {e}") from e
     if not isinstance(e, NbjitError) and not isinstance(t, LaunchFunction):
         raise e
     x.status, x.why = "failed", f"launch failed: {type(e).__name__}: " + (str(e).splitlines() or [""])[0][:300]
-    return False
 
 
 def _check_left(t: Any) -> None:

@@ -23,11 +23,12 @@ def run(args) -> int:
 
 def _list(c, args) -> int:
     from nbjit.tuning.answers import listed
+    from nbjit.tuning.space import variant_label
     found = listed(c)
     if args.json:
         print(json.dumps([{"cache_key": k, **a.to_json()} for k, a, _ in found], indent=2))
         return 0
-    rows = [[k[:16], a.device.get("name", "?"), a.target, json.dumps(a.key), _config(a.config), f"{a.ms:.4g}"]
+    rows = [[k[:16], a.device.get("name", "?"), a.target, json.dumps(a.key), variant_label(a.config), f"{a.ms:.4g}"]
             for k, a, _ in found]
     if not rows:
         print(f"no tuning answers in {c.path}")
@@ -37,12 +38,9 @@ def _list(c, args) -> int:
     return 0
 
 
-def _config(config: dict) -> str:
-    return " ".join(f"{k}={v}" for k, v in config.items())
-
-
 def _show(c, args) -> int:
     from nbjit.tuning.answers import named
+    from nbjit.tuning.space import variant_label
     key, a = named(c, args.show)
     if args.json:
         print(json.dumps({"cache_key": key, **a.to_json()}, indent=2))
@@ -52,7 +50,7 @@ def _show(c, args) -> int:
     print(f"target:   {a.target}")
     print(f"user key: {json.dumps(a.key)}")
     print(f"GPU:      {d.get('name', '?')} ({d.get('arch', '?')}, driver {d.get('driver', '?')})")
-    print(f"answer:   {_config(a.config)}: {a.ms:.4g} ms a launch")
+    print(f"answer:   {variant_label(a.config)}: {a.ms:.4g} ms a launch")
     n = a.counts
     print(f"searched: {n.get('variants', '?')} variants, {n.get('timed', '?')} timed, {n.get('pruned', '?')} pruned, "
           f"{n.get('failed', '?')} failed, {a.made or 'at an unknown time'}")

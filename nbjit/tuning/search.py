@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Any, Callable, Mapping, Sequence
 
-from nbjit.errors import NbjitError, NbjitTuneError, warn
+from nbjit.errors import NbjitError, NbjitLaunchError, NbjitTuneError, warn
 from nbjit.records import field, record
 from nbjit.tuning.answers import Answer, answer_key, find, now, store, user_key
 from nbjit.tuning.space import Space, variant_label
@@ -56,11 +56,11 @@ class Tuned:
     tuned.block, s, tuned.shared](*args)``."""
 
     def __init__(self, target: Any, answer: Answer, key: str, trials: list[Trial], from_cache: bool,
-                 settings: tuple, kernel: Any = None) -> None:
+                 settings: tuple, kernel: Any = None, seconds: dict | None = None) -> None:
         self.target, self.answer, self.key, self.trials, self.from_cache = target, answer, key, trials, from_cache
         self.grid, self.block, self.shared = settings
         self._kernel = kernel
-        self.seconds: dict = {}  # where a search's time went: {"compile": s, "timing": s} ({} from the cache)
+        self.seconds = seconds or {}  # where a search's time went: {"compile": s, "timing": s} ({} from the cache)
 
     @property
     def config(self) -> dict:
@@ -137,7 +137,8 @@ def tune(target: Any, space: Mapping[str, Sequence], args: Sequence = (), *, key
     from nbjit.cache.store import default_cache
     cache = default_cache() if cache is None else cache
     device = _device()
-    akey = answer_key(device, _target_fields(t), sp.to_json(), metric, user_key(key))
+    ukey = user_key(key)
+    akey = answer_key(device, _target_fields(t), sp.to_json(), metric, ukey)
     if not retune:
         answer = find(cache, akey)
         if answer is not None and sp.holds(answer.config):
@@ -152,16 +153,14 @@ def tune(target: Any, space: Mapping[str, Sequence], args: Sequence = (), *, key
     if not timed:
         raise NbjitTuneError(f"tune {t.label()}: no variant could be timed:\n" + _reasons(trials))
     best = min(timed, key=lambda x: x.ms)
-    answer = Answer(dict(best.config), best.ms, device, t.label(), user_key(key), sp.to_json(),
+    answer = Answer(dict(best.config), best.ms, device, t.label(), ukey, sp.to_json(),
                     {s: sum(x.status == s for x in trials) for s in ("timed", "pruned", "failed")} | {
                         "variants": len(trials)}, now(),
                     {"name_expressions": list(best.program.args["name_expressions"])}
                     if isinstance(t, Template) else {}, {x.label: round(x.ms, 6) for x in timed})
     store(cache, akey, answer, replace=retune)
     kernel = t if not isinstance(t, (Template, Defines, LaunchFunction)) else _kernel_of(best)
-    tuned = Tuned(t, answer, akey, trials, False, (best.grid, best.block, best.shared), kernel)
-    tuned.seconds = seconds
-    return tuned
+    return Tuned(t, answer, akey, trials, False, (best.grid, best.block, best.shared), kernel, seconds)
 
 
 def _check_numbers(timeout, repeat, rep_ms, min_occupancy) -> None:
@@ -209,11 +208,13 @@ class _Settings:
 
     @staticmethod
     def _dims(v: Any, what: str, config) -> tuple:
-        dims = v if isinstance(v, tuple) else tuple(v) if isinstance(v, list) else (v,)
-        if not 1 <= len(dims) <= 3 or any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in dims):
+        """``v`` checked as a launch checks it (``launch.config``), kept as given (1-3 ints)."""
+        from nbjit.launch.config import _dims
+        try:
+            return _dims(v, what, "tune")[:len(v) if isinstance(v, (tuple, list)) else 1]
+        except NbjitLaunchError:
             raise NbjitTuneError(f"tune: {what} for {variant_label(config)} is {v!r}; it must be an int >= 1 or a "
-                                 "tuple of 1-3 of them")
-        return dims
+                                 "tuple of 1-3 of them") from None
 
     @staticmethod
     def _shared(v: Any, config) -> int:
@@ -342,14 +343,9 @@ def _winner_kernel(t: Any, answer: Answer) -> Any:
     """The winning variant's kernel in a process that found the answer: its program compiled
     as the search compiled it (a cache hit), or the loaded kernel the search was over."""
     from nbjit.loading.compiling import compile
-    if isinstance(t, Template):
-        expr = t.expression(answer.config)
-        exprs = answer.program.get("name_expressions") or [expr]
-        program = Program({**t._common(), "name_expressions": list(exprs) if expr in exprs else [expr]}, [0], [expr])
-    elif isinstance(t, Defines):
-        program = t.alone(answer.config)
-    else:
+    if not isinstance(t, (Template, Defines)):
         return t
+    program = t.alone(answer.config, answer.program.get("name_expressions", ()))
     module = compile(program.args.pop("source"), **program.args)
     return module[program.kernels[0]]
 

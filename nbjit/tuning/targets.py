@@ -117,10 +117,13 @@ class Template(_Source):
             out.append(Program({**self._common(), "name_expressions": chunk}, members, [exprs[i] for i in members]))
         return out
 
-    def alone(self, config: Mapping[str, Any]) -> Program:
-        """The program of one variant alone (to say which of a failed program's variants fail)."""
+    def alone(self, config: Mapping[str, Any], together: Sequence[str] = ()) -> Program:
+        """The program of one variant: alone (to say which of a failed program's variants
+        fail), or in ``together``, the expressions of the program a search compiled it in,
+        where those hold it (that compile is then a cache hit)."""
         e = self.expression(config)
-        return Program({**self._common(), "name_expressions": [e]}, [0], [e])
+        exprs = list(together) if e in together else [e]
+        return Program({**self._common(), "name_expressions": exprs}, [0], [e])
 
 
 class Defines(_Source):
@@ -163,8 +166,8 @@ class Defines(_Source):
                                 "name_expressions": [self.name] if "<" in self.name else []}, [i], [self.name]))
         return out
 
-    def alone(self, config: Mapping[str, Any]) -> Program:
-        """The program of one variant."""
+    def alone(self, config: Mapping[str, Any], together: Sequence[str] = ()) -> Program:
+        """The program of one variant (each variant is a program alone: ``together`` is not used)."""
         return self.programs([dict(config)], 1)[0]
 
 

@@ -68,10 +68,14 @@ def test_the_line_table_names_a_placeholder_and_the_entry_keeps_the_source(proje
     cache = nbjit.Cache(tmp_path / "cache")
     img = nbjit.compile_image(str(project / "k.cu"), arch="sm_90", options=["-lineinfo"], cache=cache)
     program = program_name(KERNEL, "k.cu")
-    assert img.sources == {program: KERNEL}
+    header, = set(img.sources) - {program}
+    assert img.sources == {program: KERNEL, header: HEADER}
     assert program.startswith("/nbjit-sources/") and program.endswith("/k.cu") and len(program) > PREFIX_BYTES
+    assert header[:PREFIX_BYTES] == program[:PREFIX_BYTES] and re.fullmatch(r"/[0-9a-f]{16}/twice\.h",
+                                                                             header[PREFIX_BYTES:])
     files = {f for f, _ in line_files(img.data, tmp_path)}
-    assert files == {program, str(project / "twice.h")}  # (the header: where NVRTC read it)
+    assert files == {program, header}  # (the header too: nothing of this machine's paths)
+    assert str(project).encode() not in img.data
     plain = nbjit.compile_image(str(project / "k.cu"), arch="sm_90", cache=cache)
     assert plain.sources == {} and b"/nbjit-sources" not in plain.data
 
@@ -89,14 +93,14 @@ def test_a_fresh_process_resolves_every_line_from_the_cache(project, tmp_path):
     records = line_files(out.read_bytes(), tmp_path)
     assert records
     sources = {f for f, _ in records}
-    kept = [f for f in sources if f.startswith(str(cache_dir / "sources"))]
-    assert len(kept) == 1 and os.path.normpath(kept[0]).endswith("/k.cu"), sources
+    kept = {os.path.basename(f): f for f in sources if f.startswith(str(cache_dir / "sources"))}
+    assert sorted(kept) == ["k.cu", "twice.h"] and len(sources) == 2, sources
     for f, line in records:
         assert os.path.isfile(f), f
         assert 1 <= line <= len(open(f).read().splitlines()), (f, line)
-    text = open(kept[0]).read().splitlines()
-    assert text == KERNEL.splitlines()
-    assert any(line == 4 for f, line in records if f == kept[0])  # (y[i] = twice(y[i]);)
+    assert open(kept["k.cu"]).read() == KERNEL and open(kept["twice.h"]).read() == HEADER
+    assert any(line == 4 for f, line in records if f == kept["k.cu"])  # (y[i] = twice(y[i]);)
+    assert any(line == 2 for f, line in records if f == kept["twice.h"])  # (return v * 2.0f;)
 
 
 def test_diagnostics_name_the_users_file(tmp_path):
@@ -148,9 +152,11 @@ def test_a_bundle_carries_the_source_to_a_process_that_never_had_it(project, tmp
     bundle = tmp_path / "k.nbjit"
     nbjit.build_bundle({"k": project / "k.cu"}, bundle, archs="sm_90", options=["-lineinfo"],
                        cache=nbjit.Cache(tmp_path / "build-cache"))
-    rec, = nbjit.inspect_bundle(bundle).image("k").sources
+    rec, hrec = nbjit.inspect_bundle(bundle).image("k").sources
     assert rec["program"] == program_name(KERNEL, "k.cu")
     assert rec["member"] == f"k/source/{rec['sha256'][:16]}/k.cu"
+    assert hrec["kind"] == "header" and hrec["program"].endswith("/twice.h")
+    assert hrec["member"] == f"k/source/{hrec['sha256'][:16]}/twice.h"
     code = f"""
 import sys
 import nbjit
@@ -164,8 +170,8 @@ open(sys.argv[1], "wb").write(relocated(img.data[cubin[2]:cubin[2] + cubin[3]], 
                        env={**os.environ, "NBJIT_CACHE_DIR": str(cache), "PYTHONPATH": ROOT})
     assert r.returncode == 0, r.stderr[-3000:]
     records = line_files(out.read_bytes(), tmp_path)
-    mine = {f for f, _ in records if f.startswith(str(cache))}
-    assert len(mine) == 1 and open(mine.pop()).read() == KERNEL
+    mine = {os.path.basename(f): open(f).read() for f, _ in records if f.startswith(str(cache))}
+    assert mine == {"k.cu": KERNEL, "twice.h": HEADER}
     altered = tmp_path / "altered.nbjit"
     with zipfile.ZipFile(bundle) as src, zipfile.ZipFile(altered, "w") as dst:
         for n in src.namelist():
@@ -214,3 +220,90 @@ def test_sass_with_source_reads_no_special_file(tmp_path):
     os.mkfifo(fifo)
     text = f'\t//## File "{fifo}", line 1\n\t//## File "/dev/zero", line 1\n'
     assert with_source(text).count("(not found)") == 2
+
+
+INCLUDING = """#include <ops/scale.h>
+extern "C" __global__ void k(float *y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = scale(y[i]);
+}
+"""
+SCALE = """#pragma once
+#include "detail/factor.h"
+__device__ float scale(float v) {
+    return factor(v) * v;
+}
+"""
+FACTOR = """#pragma once
+__device__ float factor(float v) {
+    return v > 1.0f ? sqrtf(v) : 3.0f;
+}
+"""
+
+
+def test_headers_in_include_directories_resolve_in_a_fresh_process_on_another_tree(tmp_path):
+    """Headers found through -I, one including another beside it in a subdirectory: the image
+    names none of the compiling machine's paths; a fresh process whose cache is a copy of the
+    entry (the project gone) writes each header under its directory's digest, and every line
+    record names a file that exists, with the source's and headers' text."""
+    import shutil
+    inc = tmp_path / "project" / "include"
+    (inc / "ops" / "detail").mkdir(parents=True)
+    (inc / "ops" / "scale.h").write_text(SCALE)
+    (inc / "ops" / "detail" / "factor.h").write_text(FACTOR)
+    img = nbjit.compile_image(INCLUDING, name="k.cu", arch="sm_90", options=["-lineinfo"], include_paths=[str(inc)],
+                              cache=nbjit.Cache(tmp_path / "made"))
+    assert str(tmp_path).encode() not in img.data
+    kept = {p[PREFIX_BYTES:].lstrip("/").split("/", 1)[1]: t for p, t in img.sources.items()}
+    assert kept == {"k.cu": INCLUDING, "ops/scale.h": SCALE, "ops/detail/factor.h": FACTOR}
+    root = tmp_path / "elsewhere" / "sources"
+    shutil.rmtree(tmp_path / "project")
+    records = line_files(relocated(img.data, img.sources, str(root)), tmp_path)
+
+    def kept(f: str) -> str:  # (a file's name below its digest's directory)
+        return os.path.relpath(os.path.normpath(f), root).split("/", 1)[1]
+    texts = {kept(f): open(f).read().splitlines() for f, _ in records}
+    assert set(texts) == {"k.cu", "ops/scale.h", "ops/detail/factor.h"}, texts
+    said = {(kept(f), texts[kept(f)][line - 1].strip()) for f, line in records}
+    assert ("ops/detail/factor.h", "return v > 1.0f ? sqrtf(v) : 3.0f;") in said
+    assert ("k.cu", "if (i < n) y[i] = scale(y[i]);") in said
+
+
+def test_a_header_altered_under_its_directory_digest_writes_nothing_of_that_directory(tmp_path):
+    """A crafted entry that keeps other text under a header directory's digest: none of that
+    directory's headers is written (the digest is of all of them), the source still is."""
+    inc = tmp_path / "include"
+    (inc / "ops" / "detail").mkdir(parents=True)
+    (inc / "ops" / "scale.h").write_text(SCALE)
+    (inc / "ops" / "detail" / "factor.h").write_text(FACTOR)
+    img = nbjit.compile_image(INCLUDING, name="k.cu", arch="sm_90", options=["-lineinfo"], include_paths=[str(inc)],
+                              cache=nbjit.Cache(tmp_path / "made"))
+    crafted = {p: (t.replace("3.0f", "4.0f") if p.endswith("factor.h") else t) for p, t in img.sources.items()}
+    root = tmp_path / "root"
+    relocated(img.data, crafted, str(root))
+    assert sorted(p.name for p in root.rglob("*") if p.is_file()) == ["k.cu"]
+    relocated(img.data, img.sources, str(root))
+    assert sorted(p.name for p in root.rglob("*") if p.is_file()) == ["factor.h", "k.cu", "scale.h"]
+
+
+def test_diagnostics_in_a_header_name_its_directory_as_given(tmp_path):
+    inc = tmp_path / "include"
+    (inc / "ops" / "detail").mkdir(parents=True)
+    (inc / "ops" / "scale.h").write_text(SCALE.replace("factor(v)", "undeclared(v)"))
+    (inc / "ops" / "detail" / "factor.h").write_text(FACTOR)
+    with pytest.raises(nbjit.CompileFailure) as e:
+        nbjit.compile_image(INCLUDING, name="k.cu", arch="sm_90", options=["-lineinfo"], include_paths=[str(inc)],
+                            cache=nbjit.Cache(tmp_path / "cache"))
+    assert f"{inc}/ops/scale.h(4)" in e.value.log and "//" not in e.value.log.split("scale.h")[0][-200:]
+
+
+def test_an_include_directory_too_long_to_pad_keeps_its_path(tmp_path):
+    from nbjit.cache.sources import HEADER_DIR_BYTES
+    inc = tmp_path / ("d" * max(1, HEADER_DIR_BYTES - len(str(tmp_path)))) / "include"
+    (inc / "ops" / "detail").mkdir(parents=True)
+    (inc / "ops" / "scale.h").write_text(SCALE)
+    (inc / "ops" / "detail" / "factor.h").write_text(FACTOR)
+    img = nbjit.compile_image(INCLUDING, name="k.cu", arch="sm_90", options=["-lineinfo"], include_paths=[str(inc)],
+                              cache=nbjit.Cache(tmp_path / "cache"))
+    assert [p.rsplit("/", 1)[1] for p in img.sources] == ["k.cu"]
+    assert str(inc / "ops" / "scale.h") in {os.path.normpath(f) for f, _ in line_files(img.data, tmp_path)}

@@ -532,8 +532,9 @@ def bundle_bytes(inputs: Any, dest: Path | None = None, members: Iterable[tuple[
         manifest["images"].append(img.to_json())
     # keys in the order they are made (the same inputs make them in the same order): a
     # parameter's origin keeps the order in which its facts were found, as kernel.params shows it
-    members = list(members) + [(s["member"], p.kept[s["program"]].encode("utf-8", "surrogatepass"))
-                               for p in parts for s in p.sources if "member" in s]
+    # (a header kept under two directories is one member)
+    members = list(members) + list({s["member"]: p.kept[s["program"]].encode("utf-8", "surrogatepass")
+                                    for p in parts for s in p.sources if "member" in s}.items())
     if members:
         manifest["members"] = {name: {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
                                for name, data in members}
@@ -685,10 +686,7 @@ def _add(part: _Part, item: Any, how: dict, naming: bool) -> bool:
         _add_image(part, item.data, item.kind, item.name, naming)
         part.lowered.update(item.lowered_names)
         part.decls.update(item.declarations)
-        for program, text in item.sources.items():  # (a compile's image with line information: its source)
-            part.kept[program] = text
-            part.sources.append({"name": os.path.basename(program), "kind": "cuda", "program": program,
-                                 "sha256": hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()})
+        _keep(part, item.sources)  # (a compile's image with line information: its source and headers)
         return False
     if isinstance(item, (bytes, bytearray, memoryview)):
         data = bytes(item)
@@ -869,6 +867,21 @@ def _compile(part: _Part, source: Any, name: str | None, how: dict) -> None:
     if part.kept:  # (compiled with -lineinfo or -G: the source travels, as a member of its own)
         record["program"] = program_name(text, label)
     part.sources.append(record)
+    _keep(part, {})  # (its headers: members of their own too)
+
+
+def _keep(part: _Part, sources: Mapping[str, str]) -> None:
+    """``sources`` (an image's, ``{placeholder: text}``) kept in ``part``, and a record in its
+    manifest for each source and header kept that has none yet."""
+    from nbjit.cache.sources import kept_kind
+
+    part.kept.update(sources)
+    recorded = {s.get("program") for s in part.sources}
+    for program, text in part.kept.items():
+        if program not in recorded:
+            part.sources.append({"name": os.path.basename(program), "kind": kept_kind(program, text),
+                                 "program": program,
+                                 "sha256": hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()})
 
 
 def _add_triton(part: _Part, path: Path, naming: bool) -> None:

@@ -11,7 +11,13 @@ the cache, padded with slashes to the same length (a path reads the same with an
 slashes). Every offset in the image stays where it was. The source is written there under its
 digest.
 
-Headers the source includes keep the paths NVRTC read them from."""
+The headers it reads from the user's include directories are kept too. NVRTC is given each
+such directory padded with slashes and a final ``/.`` to ``HEADER_DIR_BYTES`` (it names a
+header as the directory it was given, then the name it was included by). After the compile, each padded directory in
+the image is replaced, in place, by ``<placeholder prefix>/<digest>``, where ``<digest>`` is
+that of the headers kept from that directory (their names and contents): the image then names
+nothing of the machine that compiled it. The loader writes them under that digest, each at its
+name in the directory."""
 from __future__ import annotations
 
 import hashlib
@@ -22,12 +28,14 @@ from collections.abc import Iterable, Mapping
 
 from nbjit.files import read_regular
 
-__all__ = ["PREFIX_BYTES", "kept_sources", "local_path", "program_name", "relocated", "sources_root",
-           "wants_sources"]
+__all__ = ["HEADER_DIR_BYTES", "PREFIX_BYTES", "header_dirs", "kept_kind", "kept_sources", "local_path", "portable",
+           "program_name", "relocated", "sources_root", "wants_sources"]
 
 MARK = "/nbjit-sources"
 PREFIX_BYTES = 128  # the placeholder's prefix: MARK and slashes
 _PREFIX = (MARK + "/" * (PREFIX_BYTES - len(MARK))).encode()
+HEADER_DIR_BYTES = PREFIX_BYTES + 17  # a kept header directory's placeholder: the prefix, then /<16 hex digits>
+MAX_HEADER_BYTES = 16 << 20  # a header larger than this is not kept (its lines stay where NVRTC read it)
 _LINE_INFO = frozenset({"-lineinfo", "-G"})  # (as normalize_options spells them)
 _DIGEST = re.compile(r"[0-9a-f]{16}")
 
@@ -40,13 +48,84 @@ def wants_sources(options: Iterable[str]) -> bool:
 def program_name(source: str, name: str) -> str:
     """The program name NVRTC is given for ``source`` (named ``name``) compiled with line
     information: the placeholder path its line table will hold."""
-    digest = hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-    return f"{_PREFIX.decode()}/{digest}/{os.path.basename(name) or 'kernel.cu'}"
+    return f"{_PREFIX.decode()}/{_digest(source)}/{os.path.basename(name) or 'kernel.cu'}"
 
 
-def kept_sources(program: str, source: str) -> dict:
-    """What a cache entry keeps of its source (its ``meta``): ``{"sources": {program: text}}``."""
-    return {"sources": {program: source}}
+def kept_sources(program: str, source: str, headers: Mapping[str, str] | None = None) -> dict:
+    """What a cache entry keeps of its source and of the ``headers`` kept with it (their
+    placeholder paths and texts, ``header_dirs``): its ``meta``, ``{"sources": {program: text}}``."""
+    return {"sources": {program: source, **(headers or {})}}
+
+
+def kept_kind(program: str, text: str) -> str:
+    """``"cuda"`` where ``program`` is the placeholder of the source ``text`` itself,
+    ``"header"`` where it is a header kept with one (``header_dirs``)."""
+    parts = _kept_file(program)
+    return "cuda" if parts is not None and "/" not in parts[1] and parts[0] == _digest(text) else "header"
+
+
+def header_dirs(dirs: Iterable[str], files: Iterable[str]) -> tuple[dict[str, tuple[str, str]], dict[str, str]]:
+    """For a compile with line information whose user include directories are ``dirs`` and
+    which reads the headers ``files`` (as ``walk_includes`` found them): ``{directory: (what
+    NVRTC is given instead, its placeholder)}`` for each directory that holds any of them, and
+    ``{placeholder path: text}`` of each header kept. A header is kept under every one of
+    ``dirs`` that holds it (the image names it under the first NVRTC found it in). A directory
+    longer than ``HEADER_DIR_BYTES`` and a header that is not UTF-8 text are left out (their
+    lines stay where NVRTC read them)."""
+    found = [os.path.abspath(f) for f in files]
+    swaps, kept = {}, {}
+    for d in dict.fromkeys(dirs):
+        where = _absolute(d)
+        given = os.fsencode(where)
+        if len(given) > HEADER_DIR_BYTES - 2:
+            continue
+        texts = {}
+        for f in found:
+            rel = f[len(where):].lstrip("/") if f.startswith(where.rstrip("/") + "/") else None
+            if rel and _relative_name(rel) and rel not in texts:
+                try:
+                    texts[rel] = read_regular(f, MAX_HEADER_BYTES).decode()
+                except (OSError, ValueError):  # (not readable, not a regular file, not UTF-8, too large)
+                    pass
+        if texts:
+            placeholder = f"{_PREFIX.decode()}/{_set_digest(texts)}"
+            # (ending in "/.": NVRTC drops an include directory's trailing slash before adding its own)
+            swaps[d] = (where + "/" * (HEADER_DIR_BYTES - 1 - len(given)) + ".", placeholder)
+            kept.update({f"{placeholder}/{rel}": text for rel, text in texts.items()})
+    return swaps, kept
+
+
+def portable(data: bytes, swaps: Mapping[str, tuple[str, str]]) -> bytes:
+    """``data`` (what NVRTC made with the directories ``header_dirs`` gave it) naming each
+    directory's placeholder instead: the same length, every offset where it was. (PTX names
+    a header's whole path; a cubin's line table its directory, ended by a NUL, and its name.)"""
+    for given, placeholder in swaps.values():
+        data = re.sub(re.escape(given.encode()) + rb'(?=[/\0"])', placeholder.encode(), data)
+    return data
+
+
+def _absolute(d: str) -> str:
+    """``d`` as an absolute path with one leading slash (``abspath`` keeps two)."""
+    a = os.path.abspath(d)
+    return "/" + a.lstrip("/") if a.startswith("//") else a
+
+
+def _relative_name(rel: str) -> bool:
+    """Whether ``rel`` names a file below a directory: no empty part, ``.``, ``..`` or NUL."""
+    return "\0" not in rel and all(p not in ("", ".", "..") for p in rel.split("/"))
+
+
+def _set_digest(texts: Mapping[str, str]) -> str:
+    """The first 16 hex digits of the SHA-256 of the headers ``{name: text}``."""
+    h = hashlib.sha256()
+    for rel in sorted(texts):
+        h.update(f"{rel}\0{_digest(texts[rel], 64)}\n".encode("utf-8", "surrogatepass"))
+    return h.hexdigest()[:16]
+
+
+def _digest(text: str, n: int = 16) -> str:
+    """The first ``n`` hex digits of ``text``'s SHA-256."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:n]
 
 
 def sources_root() -> str | None:
@@ -61,30 +140,44 @@ def sources_root() -> str | None:
 def local_path(path: str) -> str:
     """Where a line table's file is here: a placeholder's in this user's ``sources_root()``,
     any other path as it is."""
-    rest = _kept_file(path)
-    root = sources_root() if rest is not None else None
-    return path if root is None else os.path.join(root, rest)
+    parts = _kept_file(path)
+    root = sources_root() if parts is not None else None
+    return path if root is None else os.path.join(root, *parts)
 
 
-def _kept_file(program: str, text: str | None = None) -> str | None:
-    """``<digest>/<file name>`` of a placeholder ``program`` (the digest the text's, where
-    ``text`` is given); None for anything else: a name with a directory in it, ``..``, a NUL,
-    another digest (what a crafted cache entry or bundle manifest could hold)."""
+def _kept_file(program: str) -> tuple[str, str] | None:
+    """(digest, name below it) of a placeholder ``program``; None for anything else: a name
+    with ``..``, ``.``, an empty part or a NUL in it (what a crafted cache entry or bundle
+    manifest could hold)."""
     prefix = _PREFIX.decode()
     if not program.startswith(prefix):
         return None
     digest, sep, name = program[PREFIX_BYTES:].lstrip("/").partition("/")
-    if not sep or not _DIGEST.fullmatch(digest) or not name or "/" in name or "\0" in name or name in (".", ".."):
+    if not sep or not _DIGEST.fullmatch(digest) or not _relative_name(name):
         return None
-    if text is not None and hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16] != digest:
-        return None
-    return f"{digest}/{name}"
+    return digest, name
+
+
+def _verified(sources: Mapping[str, str]) -> list[tuple[str, str]]:
+    """(``<digest>/<name>``, text) of each of ``sources`` that nbjit made for that text: a
+    source alone under its own text's digest, or headers under the digest of all of them."""
+    groups: dict[str, dict[str, str]] = {}
+    for program, text in sources.items():
+        parts = _kept_file(program) if isinstance(program, str) and isinstance(text, str) else None
+        if parts is not None:
+            groups.setdefault(parts[0], {})[parts[1]] = text
+    out = []
+    for digest, files in groups.items():
+        (name, text), *more = files.items()
+        if (not more and "/" not in name and _digest(text) == digest) or _set_digest(files) == digest:
+            out += [(f"{digest}/{n}", t) for n, t in files.items()]
+    return out
 
 
 def relocated(data: bytes, sources: Mapping[str, str], root: str | None = None) -> bytes:
     """``data`` (a cubin, PTX or fatbin) with each placeholder prefix in its line tables
     pointing at ``root`` (default ``sources_root()``), and the texts of ``sources`` (an entry's
-    ``kept_sources``) written there: each under its own digest, and only where the placeholder
+    ``kept_sources``) written there: each under its digest, and only where the placeholder
     is one nbjit makes for that text. ``data`` as it is where it names no placeholder, or where
     ``root`` is None or longer than the prefix (the lines then stay unresolved)."""
     if _PREFIX not in data:
@@ -93,10 +186,8 @@ def relocated(data: bytes, sources: Mapping[str, str], root: str | None = None) 
     target = None if root is None else os.fsencode(root)
     if target is None or len(target) > PREFIX_BYTES:
         return data
-    for program, text in sources.items():
-        rest = _kept_file(program, text) if isinstance(program, str) and isinstance(text, str) else None
-        if rest is not None:
-            _write(root, rest, text)
+    for rest, text in _verified(sources):
+        _write(root, rest, text)
     return data.replace(_PREFIX, target + b"/" * (PREFIX_BYTES - len(target)))
 
 

@@ -18,7 +18,7 @@ from typing import Iterable, Mapping
 from nbjit.arch import Arch, existence_problem
 from nbjit.cache.entries import CacheEntry, cache_key
 from nbjit.cache.facts import Facts
-from nbjit.cache.sources import kept_sources, program_name, wants_sources
+from nbjit.cache.sources import header_dirs, kept_sources, portable, program_name, wants_sources
 from nbjit.cache.store import Cache, default_cache
 from nbjit.errors import CompileFailure, NbjitCompileError, NbjitWarning, install_hint, warn
 from nbjit.params.declarations import source_declarations
@@ -328,8 +328,9 @@ def _key(req: CompileRequest, walk: IncludeWalk | None = None) -> str:
         "options": _portable_options(req.options),
         "arch": str(req.arch), "output": req.output, "expressions": list(req.expressions),
         "includes": [list(f) for f in walk.files],
-        # a line table names the placeholder of cache.sources (entries made before named the file as given)
-        **({"program": "nbjit-sources/1"} if wants_sources(req.options) else {}),
+        # line tables name the placeholders of cache.sources (entries made before named the source's
+        # file as given, then its headers as given)
+        **({"program": "nbjit-sources/2"} if wants_sources(req.options) else {}),
     })
 
 
@@ -516,8 +517,13 @@ def _nvrtc_compile(N, req: CompileRequest, arch: Arch, full: list[str], plan):
     if _SET_CONDITIONAL in source and _DECLARES_IT not in headers:
         headers[_DECLARES_IT] = _SET_CONDITIONAL_DECL
         opts = opts + [f"--pre-include={_DECLARES_IT}"]
-    # with line information, a placeholder path its loader points at the kept source (cache.sources)
-    program = program_name(source, name) if wants_sources(full) else name
+    # with line information, placeholder paths its loader points at the kept source and headers (cache.sources)
+    program, swaps, kept = name, {}, {}
+    if wants_sources(full):
+        program = program_name(source, name)
+        swaps, kept = header_dirs(req.user_dirs, [f for f, _ in includes_of(req).files])
+        given = {f"--include-path={d}": f"--include-path={padded}" for d, (padded, _) in swaps.items()}
+        opts = [given.get(o, o) for o in opts]
     err, prog = N.nvrtcCreateProgram(source.encode(), program.encode(), len(headers),
                                      [t.encode() for t in headers.values()], [k.encode() for k in headers])
     if err != ok:
@@ -526,7 +532,9 @@ def _nvrtc_compile(N, req: CompileRequest, arch: Arch, full: list[str], plan):
         for e in exprs:
             N.nvrtcAddNameExpression(prog, e.encode())
         res = N.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])[0]
-        log = _nvrtc_log(N, prog).replace(program, name)  # (diagnostics name the user's file)
+        log = _nvrtc_log(N, prog).replace(program, name)  # (diagnostics name the user's files)
+        for d, (padded, _) in swaps.items():
+            log = log.replace(padded, d)
         if pch_file is not None:
             log = _pch_outcome(N, prog, store, plan, pch_file, making, res == ok, log)
         if res != ok:
@@ -553,8 +561,8 @@ def _nvrtc_compile(N, req: CompileRequest, arch: Arch, full: list[str], plan):
             buf = bytearray(size)
             N.nvrtcGetPTX(prog, buf)
             kind, payload = "ptx", buf.rstrip(b"\0")
-        return CacheEntry(kind, str(arch), bytes(payload), names, log, f"NVRTC {major}.{minor}",
-                          meta=kept_sources(program, source) if program != name else {})
+        return CacheEntry(kind, str(arch), portable(bytes(payload), swaps), names, log, f"NVRTC {major}.{minor}",
+                          meta=kept_sources(program, source, kept) if program != name else {})
     finally:
         N.nvrtcDestroyProgram(prog)
 

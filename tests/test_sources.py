@@ -307,3 +307,26 @@ def test_an_include_directory_too_long_to_pad_keeps_its_path(tmp_path):
                               cache=nbjit.Cache(tmp_path / "cache"))
     assert [p.rsplit("/", 1)[1] for p in img.sources] == ["k.cu"]
     assert str(inc / "ops" / "scale.h") in {os.path.normpath(f) for f, _ in line_files(img.data, tmp_path)}
+
+
+def test_a_kernel_linked_from_lto_ir_keeps_its_sources_and_headers(tmp_path):
+    """nbjit.link_image with line information: the linked cubin names the placeholders of the
+    main source, of a second source and of the headers (replaced after the link: LTO-IR's
+    strings are not plain bytes), and keeps their texts; relocated, every line resolves."""
+    inc = tmp_path / "include"
+    (inc / "ops" / "detail").mkdir(parents=True)
+    (inc / "ops" / "scale.h").write_text(SCALE)
+    (inc / "ops" / "detail" / "factor.h").write_text(FACTOR)
+    other = tmp_path / "other.cu"
+    other.write_text('extern "C" __device__ float other(float v) {\n    return v + 1.0f;\n}\n')
+    main = ('#include <ops/scale.h>\nextern "C" __device__ float other(float);\n'
+            'extern "C" __global__ void k(float *y) {\n    y[0] = other(scale(y[0]));\n}\n')
+    img = nbjit.link_image(main, [str(other)], name="main.cu", options=["-lineinfo"], include_paths=[str(inc)],
+                           arch="sm_90", cache=nbjit.Cache(tmp_path / "cache"))
+    assert str(tmp_path).encode() not in img.data
+    assert sorted(p.rsplit("/", 1)[1] for p in img.sources) == ["factor.h", "main.cu", "other.cu", "scale.h"]
+    root = tmp_path / "sources"
+    records = line_files(relocated(img.data, img.sources, str(root)), tmp_path)
+    assert {os.path.basename(f) for f, _ in records} >= {"main.cu", "other.cu", "factor.h"}
+    for f, line in records:
+        assert os.path.isfile(f) and 1 <= line <= len(open(f).read().splitlines()), (f, line)

@@ -51,10 +51,14 @@ def program_name(source: str, name: str) -> str:
     return f"{_PREFIX.decode()}/{_digest(source)}/{os.path.basename(name) or 'kernel.cu'}"
 
 
-def kept_sources(program: str, source: str, headers: Mapping[str, str] | None = None) -> dict:
+def kept_sources(program: str, source: str, headers: Mapping[str, str] | None = None,
+                 swaps: Iterable[tuple[str, str]] = ()) -> dict:
     """What a cache entry keeps of its source and of the ``headers`` kept with it (their
-    placeholder paths and texts, ``header_dirs``): its ``meta``, ``{"sources": {program: text}}``."""
-    return {"sources": {program: source, **(headers or {})}}
+    placeholder paths and texts, ``header_dirs``): its ``meta``, ``{"sources": {program: text}}``;
+    for LTO-IR (whose paths nbjit cannot replace), also ``"swaps"``: the pairs ``portable``
+    replaces in the linked cubin."""
+    swaps = [list(s) for s in swaps]
+    return {"sources": {program: source, **(headers or {})}, **({"swaps": swaps} if swaps else {})}
 
 
 def kept_kind(program: str, text: str) -> str:
@@ -95,11 +99,16 @@ def header_dirs(dirs: Iterable[str], files: Iterable[str]) -> tuple[dict[str, tu
     return swaps, kept
 
 
-def portable(data: bytes, swaps: Mapping[str, tuple[str, str]]) -> bytes:
-    """``data`` (what NVRTC made with the directories ``header_dirs`` gave it) naming each
-    directory's placeholder instead: the same length, every offset where it was. (PTX names
-    a header's whole path; a cubin's line table its directory, ended by a NUL, and its name.)"""
-    for given, placeholder in swaps.values():
+def portable(data: bytes, swaps: Iterable[tuple[str, str]]) -> bytes:
+    """``data`` (what NVRTC, or nvJitLink from NVRTC's LTO-IR, made with the directories
+    ``header_dirs`` gave it) naming each directory's placeholder instead: ``swaps`` are
+    (directory as given, placeholder). The same length, every offset where it was. (PTX
+    names a header's whole path; a cubin's line table its directory, ended by a NUL, and its
+    name.) A pair that is not one ``header_dirs`` makes is skipped."""
+    for given, placeholder in swaps:
+        if not (len(given) == len(placeholder) == HEADER_DIR_BYTES and given.endswith("/.")
+                and _kept_file(placeholder + "/x") is not None):
+            continue
         data = re.sub(re.escape(given.encode()) + rb'(?=[/\0"])', placeholder.encode(), data)
     return data
 

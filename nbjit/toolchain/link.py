@@ -18,6 +18,7 @@ from typing import Any, Iterable, Mapping
 from nbjit.files import read_file
 from nbjit.arch import Arch
 from nbjit.cache.entries import CacheEntry, cache_key
+from nbjit.cache.sources import portable
 from nbjit.cache.store import Cache, default_cache
 from nbjit.errors import LinkFailure, NbjitCompileError, NbjitError, install_hint, warn
 from nbjit.params.cdecl import CParam, scalar_facts, shown_name
@@ -520,7 +521,7 @@ def _link(call, text, name, exprs, headers, include_paths, options, target, link
     source read a header on disk."""
     pch_mode = _pch.pch_mode(pch)
     main, req, again = _nvrtc_ltoir(text, name, exprs, headers, include_paths, options, target, pch_mode, cache)
-    parts, decls, producers, pythons, same = _lto_parts(
+    parts, decls, producers, pythons, same, kept = _lto_parts(
         main, req, text, inputs, headers, include_paths, options, target, pch_mode, cache)
     again = again and same
     _check_declarations(pythons, decls)
@@ -530,6 +531,8 @@ def _link(call, text, name, exprs, headers, include_paths, options, target, link
         "numba": _numba_versions() if pythons else None, "arch": str(target), "options": list(link_opts),
         "inputs": [[kind, content_digest(data)] for kind, data, _ in parts],
         "lowered_names": sorted(main.lowered_names.items()),
+        # (line tables that name cache.sources' placeholders: the entry keeps their texts)
+        **({"sources": "nbjit-sources/2"} if kept["sources"] else {}),
     })
 
     def make() -> CacheEntry:
@@ -538,8 +541,9 @@ def _link(call, text, name, exprs, headers, include_paths, options, target, link
         except LinkFailure as e:
             raise _explain(e, pythons, decls, producers) from None
         made = ", ".join(dict.fromkeys(p for p in producers.values() if p))
-        return CacheEntry("cubin", str(target), out.data, dict(main.lowered_names), out.log,
-                          f"nvJitLink {_version_text()} -lto ({made})")
+        return CacheEntry("cubin", str(target), portable(out.data, kept["swaps"]), dict(main.lowered_names), out.log,
+                          f"nvJitLink {_version_text()} -lto ({made})",
+                          meta={"sources": kept["sources"]} if kept["sources"] else {})
 
     entry = cache.get_or_create(key, make, lambda e: nvrtc._derive_facts(e, req))
     img = nvrtc._image(entry, req)
@@ -552,8 +556,12 @@ def _lto_parts(main, req, text, inputs, headers, include_paths, options, target,
     """The link's parts as ``(kind, data, label)``: the main source's LTO-IR, then each input's
     (a source compiled by NVRTC as the main one is, a Python function by Numba, the rest as
     given); with each source's ``extern "C"`` declarations, each part's producer, the Python
-    inputs with their types, and whether no source read a header on disk."""
+    inputs with their types, whether no source read a header on disk, and what the sources
+    compiled with line information keep (``{"sources": {placeholder: text}, "swaps": [...]}``,
+    ``cache.sources``)."""
     parts = [("ltoir", main.payload, req.name)]
+    kept: dict = {"sources": {}, "swaps": []}
+    _keep(kept, main)
     decls = {req.name: device_declarations(text)}
     producers = {req.name: main.producer}
     pythons, again = [], True
@@ -562,6 +570,7 @@ def _lto_parts(main, req, text, inputs, headers, include_paths, options, target,
             dirs = (*inp.dirs, *request._text_items(include_paths, "include_paths", paths=True))
             entry, _, same = _nvrtc_ltoir(inp.text, inp.label, (), headers, dirs, options, target, pch_mode, cache)
             again = again and same
+            _keep(kept, entry)
             parts.append(("ltoir", entry.payload, inp.label))
             decls[inp.label] = device_declarations(inp.text)
             producers[inp.label] = entry.producer
@@ -572,7 +581,17 @@ def _lto_parts(main, req, text, inputs, headers, include_paths, options, target,
             producers[inp.label] = f"numba-cuda {_numba_versions()['numba-cuda']}"
         else:
             parts.append((inp.kind, inp.data, inp.label))
-    return parts, decls, producers, pythons, again
+    return parts, decls, producers, pythons, again, kept
+
+
+def _keep(kept: dict, entry: CacheEntry) -> None:
+    """What NVRTC's LTO-IR ``entry`` keeps of its source and headers, added to ``kept``."""
+    meta = entry.meta if isinstance(entry.meta, dict) else {}
+    kept["sources"].update(nvrtc._kept(meta.get("sources")))
+    swaps = meta.get("swaps")
+    if isinstance(swaps, list):
+        kept["swaps"] += [tuple(s) for s in swaps
+                          if isinstance(s, list) and len(s) == 2 and all(isinstance(v, str) for v in s)]
 
 
 def _memo_key(text, name, exprs, headers, include_paths, options, target, link_opts, inputs) -> tuple | None:

@@ -517,13 +517,7 @@ def _nvrtc_compile(N, req: CompileRequest, arch: Arch, full: list[str], plan):
     if _SET_CONDITIONAL in source and _DECLARES_IT not in headers:
         headers[_DECLARES_IT] = _SET_CONDITIONAL_DECL
         opts = opts + [f"--pre-include={_DECLARES_IT}"]
-    # with line information, placeholder paths its loader points at the kept source and headers (cache.sources)
-    program, swaps, kept = name, {}, {}
-    if wants_sources(full):
-        program = program_name(source, name)
-        swaps, kept = header_dirs(req.user_dirs, [f for f, _ in includes_of(req).files])
-        given = {f"--include-path={d}": f"--include-path={padded}" for d, (padded, _) in swaps.items()}
-        opts = [given.get(o, o) for o in opts]
+    program, swaps, kept, opts = _line_table_names(req, full, opts)
     err, prog = N.nvrtcCreateProgram(source.encode(), program.encode(), len(headers),
                                      [t.encode() for t in headers.values()], [k.encode() for k in headers])
     if err != ok:
@@ -561,10 +555,25 @@ def _nvrtc_compile(N, req: CompileRequest, arch: Arch, full: list[str], plan):
             buf = bytearray(size)
             N.nvrtcGetPTX(prog, buf)
             kind, payload = "ptx", buf.rstrip(b"\0")
-        return CacheEntry(kind, str(arch), portable(bytes(payload), swaps), names, log, f"NVRTC {major}.{minor}",
-                          meta=kept_sources(program, source, kept) if program != name else {})
+        # (LTO-IR's strings are not plain bytes: the linked cubin's are replaced, nbjit.toolchain.link)
+        later = list(swaps.values()) if kind == "ltoir" else []
+        meta = kept_sources(program, source, kept, later) if program != name else {}
+        return CacheEntry(kind, str(arch), portable(bytes(payload), swaps.values()), names, log,
+                          f"NVRTC {major}.{minor}", meta=meta)
     finally:
         N.nvrtcDestroyProgram(prog)
+
+
+def _line_table_names(req: CompileRequest, full: list[str], opts: list[str]):
+    """For a compile with line information (``full``): the program's placeholder name, the
+    user's include directories NVRTC is given padded with their placeholders and the headers
+    kept from them (``cache.sources.header_dirs``), and ``opts`` naming the padded directories.
+    Otherwise the program's own name, nothing kept and ``opts`` as they are."""
+    if not wants_sources(full):
+        return req.name, {}, {}, opts
+    swaps, kept = header_dirs(req.user_dirs, [f for f, _ in includes_of(req).files])
+    given = {f"--include-path={d}": f"--include-path={padded}" for d, (padded, _) in swaps.items()}
+    return program_name(req.source, req.name), swaps, kept, [given.get(o, o) for o in opts]
 
 
 def _pch_heap(N, store) -> None:

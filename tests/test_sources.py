@@ -330,3 +330,19 @@ def test_a_kernel_linked_from_lto_ir_keeps_its_sources_and_headers(tmp_path):
     assert {os.path.basename(f) for f, _ in records} >= {"main.cu", "other.cu", "factor.h"}
     for f, line in records:
         assert os.path.isfile(f) and 1 <= line <= len(open(f).read().splitlines()), (f, line)
+
+
+def test_headers_past_the_kept_limit_keep_their_paths(tmp_path, monkeypatch):
+    """One compile keeps at most MAX_KEPT_BYTES of headers: a directory that would pass it is
+    not padded, and its headers are named where NVRTC read them."""
+    from nbjit.cache import sources
+    small, big = tmp_path / "small", tmp_path / "big"
+    (small / "ops" / "detail").mkdir(parents=True)
+    (small / "ops" / "scale.h").write_text(SCALE.replace('#include "detail/factor.h"', "#include <big.h>"))
+    big.mkdir()
+    (big / "big.h").write_text(FACTOR + "// " + "x" * 400 + "\n")
+    monkeypatch.setattr(sources, "MAX_KEPT_BYTES", len(SCALE) + 100)
+    img = nbjit.compile_image(INCLUDING, name="k.cu", arch="sm_90", options=["-lineinfo"],
+                              include_paths=[str(small), str(big)], cache=nbjit.Cache(tmp_path / "cache"))
+    assert sorted(p.rsplit("/", 1)[1] for p in img.sources) == ["k.cu", "scale.h"]
+    assert str(big / "big.h") in {os.path.normpath(f) for f, _ in line_files(img.data, tmp_path)}

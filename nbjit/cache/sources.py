@@ -35,7 +35,7 @@ MARK = "/nbjit-sources"
 PREFIX_BYTES = 128  # the placeholder's prefix: MARK and slashes
 _PREFIX = (MARK + "/" * (PREFIX_BYTES - len(MARK))).encode()
 HEADER_DIR_BYTES = PREFIX_BYTES + 17  # a kept header directory's placeholder: the prefix, then /<16 hex digits>
-MAX_HEADER_BYTES = 16 << 20  # a header larger than this is not kept (its lines stay where NVRTC read it)
+MAX_KEPT_BYTES = 16 << 20  # the headers kept with one compile, at most (a directory past it is not kept)
 _LINE_INFO = frozenset({"-lineinfo", "-G"})  # (as normalize_options spells them)
 _DIGEST = re.compile(r"[0-9a-f]{16}")
 
@@ -74,10 +74,11 @@ def header_dirs(dirs: Iterable[str], files: Iterable[str]) -> tuple[dict[str, tu
     NVRTC is given instead, its placeholder)}`` for each directory that holds any of them, and
     ``{placeholder path: text}`` of each header kept. A header is kept under every one of
     ``dirs`` that holds it (the image names it under the first NVRTC found it in). A directory
-    longer than ``HEADER_DIR_BYTES`` and a header that is not UTF-8 text are left out (their
-    lines stay where NVRTC read them)."""
+    longer than ``HEADER_DIR_BYTES - 2``, one whose headers would take the compile's past
+    ``MAX_KEPT_BYTES``, and a header that is not UTF-8 text are left out (their lines stay
+    where NVRTC read them)."""
     found = [os.path.abspath(f) for f in files]
-    swaps, kept = {}, {}
+    swaps, kept, size = {}, {}, 0
     for d in dict.fromkeys(dirs):
         where = _absolute(d)
         given = os.fsencode(where)
@@ -88,10 +89,12 @@ def header_dirs(dirs: Iterable[str], files: Iterable[str]) -> tuple[dict[str, tu
             rel = f[len(where):].lstrip("/") if f.startswith(where.rstrip("/") + "/") else None
             if rel and _relative_name(rel) and rel not in texts:
                 try:
-                    texts[rel] = read_regular(f, MAX_HEADER_BYTES).decode()
+                    texts[rel] = read_regular(f, MAX_KEPT_BYTES).decode()
                 except (OSError, ValueError):  # (not readable, not a regular file, not UTF-8, too large)
                     pass
-        if texts:
+        more = sum(len(t) for t in texts.values())
+        if texts and size + more <= MAX_KEPT_BYTES:
+            size += more
             placeholder = f"{_PREFIX.decode()}/{_set_digest(texts)}"
             # (ending in "/.": NVRTC drops an include directory's trailing slash before adding its own)
             swaps[d] = (where + "/" * (HEADER_DIR_BYTES - 1 - len(given)) + ".", placeholder)

@@ -647,3 +647,32 @@ def test_a_source_that_sets_a_graph_condition_compiles_as_with_nvcc(tmp_path):
     assert [(p.type, p.ctype) for p in m["stop"].params] == [("u64", "const float*"), ("u64", "unsigned long long")]
     declared = 'extern "C" __device__ void cudaGraphSetConditional(cudaGraphConditionalHandle, unsigned int);\n'
     assert compile_image(declared + src, name="stop2.cu", arch="sm_90", cache=Cache(tmp_path / "c")).kind == "cubin"
+
+
+def test_cccl_installed_to_a_directory_of_its_own_is_found(tmp_path, monkeypatch):
+    """``pip install --target`` puts the CCCL wheel's nvidia/cu13/include/cccl in another
+    ``nvidia`` directory than CUDA's headers: found there, where none is beside them."""
+    import shutil
+    import sys
+    if not identity.cuda_include_dir() or "/nvidia/" not in identity.cuda_include_dir():
+        pytest.skip("CUDA's headers do not come from a pip wheel here")
+    cuda = tmp_path / "a" / "nvidia" / "cu13" / "include"
+    cuda.mkdir(parents=True)
+    shutil.copyfile(f"{identity.cuda_include_dir()}/cuda_runtime_api.h", cuda / "cuda_runtime_api.h")
+    version = tmp_path / "b" / "nvidia" / "cu13" / "include" / "cccl" / "cuda" / "std" / "__cccl" / "version.h"
+    version.parent.mkdir(parents=True)
+    version.write_text("#define CCCL_VERSION 3003005\n")
+    monkeypatch.setattr(sys, "path", [str(tmp_path / "a"), str(tmp_path / "b")])
+    caches = (identity._nvidia_dirs, identity._cuda_headers, identity._cccl)
+    try:
+        for c in caches:
+            c.cache_clear()
+        assert identity.cuda_include_dir() == str(cuda)
+        assert identity.cccl_include_dir() == str(version.parents[3])
+        version.unlink()
+        identity._cccl.cache_clear()
+        assert identity.cccl_include_dir() is None
+    finally:
+        monkeypatch.undo()
+        for c in caches:
+            c.cache_clear()

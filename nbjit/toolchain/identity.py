@@ -311,19 +311,22 @@ _NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # (a FIFO of a toolchain file's name i
 
 @functools.lru_cache(maxsize=None)
 def _cccl() -> tuple[str, str] | None:
-    """CCCL's headers beside CUDA's (the CUDA wheel's include/cccl) and the identity of its
-    version: a digest of its version header (a few hundred bytes; no path, no file time;
-    remembered: ``_remembered``)."""
+    """CCCL's headers beside CUDA's (the CUDA wheel's include/cccl; else, where the wheels were
+    installed to directories of their own, ``pip install --target``, the same CUDA major's
+    include/cccl in another ``nvidia`` directory on sys.path) and the identity of its version:
+    a digest of its version header (a few hundred bytes; no path, no file time; remembered:
+    ``_remembered``)."""
     inc = cuda_include_dir()
     if not inc:
         return None
-    d = f"{inc}/cccl"
-    f = f"{d}/cuda/std/__cccl/version.h"
-    st = _stat(f)
-    if st is None:
-        return None
-    ident = _remembered(f, st, _version_digest) if stat.S_ISREG(st.st_mode) else None
-    return (d, ident) if ident is not None else None
+    tail = inc.rsplit("/nvidia/", 1)[1] if "/nvidia/" in inc else None  # (cu13/include)
+    for d in (f"{inc}/cccl", *(f"{n}/{tail}/cccl" for n in (_nvidia_dirs() if tail else ()))):
+        f = f"{d}/cuda/std/__cccl/version.h"
+        st = _stat(f)
+        if st is not None:
+            ident = _remembered(f, st, _version_digest) if stat.S_ISREG(st.st_mode) else None
+            return (d, ident) if ident is not None else None
+    return None
 
 
 def _version_digest(path: str) -> str | None:

@@ -35,7 +35,8 @@ print(y.copy_to_host()[0], sorted(os.path.basename(f) for f in
 
 
 def test_a_loaded_kernels_source_is_where_its_line_table_points(tmp_path):
-    env = {**os.environ, "NBJIT_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": ROOT}
+    env = {**os.environ, "NBJIT_CACHE_DIR": str(tmp_path / "cache"),
+           "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
     (tmp_path / "include").mkdir()
     (tmp_path / "include" / "doubled.h").write_text("__device__ float doubled(float v) {\n    return v * 2.0f;\n}\n")
     for run in range(2):  # (compiled, then read from the cache in a fresh process, its sources gone)

@@ -151,9 +151,9 @@ def tune(target: Any, space: Mapping[str, Sequence], args: Sequence = (), *, key
     seconds = {"compile": compiled - began, "timing": time.perf_counter() - compiled}
     timed = [x for x in trials if x.status == "timed"]
     if not timed:
-        raise NbjitTuneError(f"tune {t.label()}: no variant could be timed:\n" + _reasons(trials))
+        raise NbjitTuneError(f"tune {_label(t)}: no variant could be timed:\n" + _reasons(trials))
     best = min(timed, key=lambda x: x.ms)
-    answer = Answer(dict(best.config), best.ms, device, t.label(), ukey, sp.to_json(),
+    answer = Answer(dict(best.config), best.ms, device, _label(t), ukey, sp.to_json(),
                     {s: sum(x.status == s for x in trials) for s in ("timed", "pruned", "failed")} | {
                         "variants": len(trials)}, now(),
                     {"name_expressions": list(best.program.args["name_expressions"])}
@@ -233,6 +233,13 @@ def _device() -> dict:
     ctx = host.current_context()
     return {"name": device_name(host.context_ordinal(ctx)), "arch": str(Arch.parse(host.context_cc(ctx))),
             "driver": driver_version()}
+
+
+def _label(t: Any) -> str:
+    """How messages and answers name the target: its own label, or a loaded kernel's name."""
+    if isinstance(t, (Template, Defines, LaunchFunction)):
+        return t.label()
+    return f"kernel {_NUMBA_TAG.sub(b'', t.name.encode()).decode()}"
 
 
 def _target_fields(t: Any) -> dict:
@@ -388,7 +395,7 @@ def _time_all(t: Any, trials: list[Trial], args: tuple, restore: Any, **how: Any
                 continue
             if tm.ms is None:
                 x.status, x.why = "failed", tm.why
-                _LEFT.append((stream, f"{t.label()}: {x.label}"))
+                _LEFT.append((stream, f"{_label(t)}: {x.label}"))
                 stream = TimingStream()
                 continue
             x.status, x.ms, x.spread = "timed", tm.ms, tm.spread
@@ -408,7 +415,7 @@ def _launch_failed(t: Any, x: Trial, e: Exception, faulted: bool) -> None:
     """Record a variant whose launch raised; raise where it faulted, and re-raise what is no
     launch's error of a kernel target."""
     if faulted:
-        raise NbjitTuneError(f"tune {t.label()}: variant {x.label} faulted, and this process cannot use CUDA any "
+        raise NbjitTuneError(f"tune {_label(t)}: variant {x.label} faulted, and this process cannot use CUDA any "
                              f"more: {e}") from e
     if not isinstance(e, NbjitError) and not isinstance(t, LaunchFunction):
         raise e
@@ -423,7 +430,7 @@ def _check_left(t: Any) -> None:
             stream.close()
             _LEFT.remove((stream, label))
     if _LEFT:
-        raise NbjitTuneError(f"tune {t.label()}: variant {_LEFT[0][1]} of an earlier search still runs past its "
+        raise NbjitTuneError(f"tune {_label(t)}: variant {_LEFT[0][1]} of an earlier search still runs past its "
                              "deadline; no search can wait for this GPU's work until it ends (a kernel cannot be "
                              "stopped from the host: start a new process)")
 

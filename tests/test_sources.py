@@ -346,3 +346,18 @@ def test_headers_past_the_kept_limit_keep_their_paths(tmp_path, monkeypatch):
                               include_paths=[str(small), str(big)], cache=nbjit.Cache(tmp_path / "cache"))
     assert sorted(p.rsplit("/", 1)[1] for p in img.sources) == ["k.cu", "scale.h"]
     assert str(big / "big.h") in {os.path.normpath(f) for f, _ in line_files(img.data, tmp_path)}
+
+
+def test_a_header_is_kept_once_under_the_directory_nvrtc_finds_it_through(tmp_path):
+    """Include directories inside one another (the project's, then its include/): each header
+    is kept under the one it is found through, and the line table names it there."""
+    inc = tmp_path / "include"
+    (inc / "ops" / "detail").mkdir(parents=True)
+    (inc / "ops" / "scale.h").write_text(SCALE)
+    (inc / "ops" / "detail" / "factor.h").write_text(FACTOR)
+    img = nbjit.compile_image(INCLUDING, name="k.cu", arch="sm_90", options=["-lineinfo"],
+                              include_paths=[str(tmp_path), str(inc)], cache=nbjit.Cache(tmp_path / "cache"))
+    kept = sorted(p[PREFIX_BYTES:].lstrip("/").split("/", 1)[1] for p in img.sources)
+    assert kept == ["k.cu", "ops/detail/factor.h", "ops/scale.h"]
+    headers = {p for p in img.sources if p.endswith(".h")}
+    assert {f for f, _ in line_files(img.data, tmp_path) if f.endswith(".h")} <= headers

@@ -68,16 +68,17 @@ def kept_kind(program: str, text: str) -> str:
     return "cuda" if parts is not None and "/" not in parts[1] and parts[0] == _digest(text) else "header"
 
 
-def header_dirs(dirs: Iterable[str], files: Iterable[str]) -> tuple[dict[str, tuple[str, str]], dict[str, str]]:
+def header_dirs(dirs: Iterable[str], found: Iterable[tuple[str, str]]) -> tuple[dict[str, tuple[str, str]],
+                                                                                dict[str, str]]:
     """For a compile with line information whose user include directories are ``dirs`` and
-    which reads the headers ``files`` (as ``walk_includes`` found them): ``{directory: (what
-    NVRTC is given instead, its placeholder)}`` for each directory that holds any of them, and
-    ``{placeholder path: text}`` of each header kept. A header is kept under every one of
-    ``dirs`` that holds it (the image names it under the first NVRTC found it in). A directory
+    which reads the headers ``found``, (path, the directory NVRTC finds it through) as
+    ``walk_includes`` found them: ``{directory: (what NVRTC is given instead, its
+    placeholder)}`` for each directory that headers are found through, and ``{placeholder
+    path: text}`` of each header kept, under its name below that directory. A directory
     longer than ``HEADER_DIR_BYTES - 2``, one whose headers would take the compile's past
     ``MAX_KEPT_BYTES``, and a header that is not UTF-8 text are left out (their lines stay
     where NVRTC read them)."""
-    found = [os.path.abspath(f) for f in files]
+    found = [(os.path.abspath(f), _absolute(through)) for f, through in found if through]
     swaps, kept, size = {}, {}, 0
     for d in dict.fromkeys(dirs):
         where = _absolute(d)
@@ -85,8 +86,9 @@ def header_dirs(dirs: Iterable[str], files: Iterable[str]) -> tuple[dict[str, tu
         if len(given) > HEADER_DIR_BYTES - 2:
             continue
         texts = {}
-        for f in found:
-            rel = f[len(where):].lstrip("/") if f.startswith(where.rstrip("/") + "/") else None
+        for f, through in found:
+            inside = through == where and f.startswith(where.rstrip("/") + "/")
+            rel = f[len(where):].lstrip("/") if inside else None
             if rel and _relative_name(rel) and rel not in texts:
                 try:
                     texts[rel] = read_regular(f, MAX_KEPT_BYTES).decode()

@@ -54,12 +54,16 @@ class IncludeWalk:
         file there may appear, change or go between two calls with the same arguments).
     unknown: the first include whose file cannot be named from the text, or None.
     size: bytes read.
+    found_in: (path as NVRTC opens it, the directory NVRTC finds it through) of each file read:
+        the ``-I`` directory it was looked for in, or the one its including file was found
+        through (for the source, its own directory); "" for an in-memory header's includes.
     """
 
     files: tuple[tuple[str, str], ...] = ()
     reaches_disk: bool = False
     unknown: str | None = None
     size: int = 0
+    found_in: tuple[tuple[str, str], ...] = ()
 
     @property
     def repeatable(self) -> bool:
@@ -98,20 +102,22 @@ class _Walk:
         self.dirs = [(d, False) for d in user_dirs] + [(d, True) for d in toolchain_dirs]
         self.read: dict[str, str] = {}  # path as opened -> digest
         self.real: dict[str, str] = {}  # resolved path -> digest (one read per file, however spelled)
-        self.todo: list[tuple[str, str]] = []  # (text, its directory)
+        self.found_in: dict[str, str] = {}  # path as opened -> the directory it was found through
+        self.todo: list[tuple[str, str, str]] = []  # (text, its directory, the directory it was found through)
         self.reaches_disk = False
         self.unknown: str | None = None
         self.size = 0
 
-    def candidates(self, quoted: bool, spelled: str, here: str) -> list[tuple[str, bool]]:
-        """(path, whether it is in the toolchain's directories) in NVRTC's search order."""
+    def candidates(self, quoted: bool, spelled: str, here: str, base: str) -> list[tuple[str, bool, str]]:
+        """(path, whether it is in the toolchain's directories, the directory it is found
+        through) in NVRTC's search order."""
         if os.path.isabs(spelled):
-            return [(spelled, False)]
-        dirs = [(os.path.join(d, spelled), ours) for d, ours in self.dirs]
-        return [(os.path.join(here, spelled), False), *dirs] if quoted else dirs
+            return [(spelled, False, "")]
+        dirs = [(os.path.join(d, spelled), ours, d) for d, ours in self.dirs]
+        return [(os.path.join(here, spelled), False, base), *dirs] if quoted else dirs
 
-    def include(self, kind: str, rest: str, here: str) -> None:
-        """Follow one directive from a file in directory ``here``."""
+    def include(self, kind: str, rest: str, here: str, base: str = "") -> None:
+        """Follow one directive from a file in directory ``here``, found through ``base``."""
         m = _NAMED.match(rest.strip())
         if m is None:
             if self.unknown is None:
@@ -120,18 +126,20 @@ class _Walk:
         spelled, quoted = (m[1], True) if m[1] is not None else (m[2], False)
         if spelled in self.headers:  # (an in-memory header, whatever else has that name)
             return
-        for path, ours in self.candidates(quoted, spelled, here):
+        for path, ours, through in self.candidates(quoted, spelled, here, base):
             self.reaches_disk |= not ours
             if os.path.exists(path) and not os.path.isdir(path):
                 if not ours:  # (one in the toolchain's directories is named by its identity)
-                    self.read_file(path, spelled)
+                    self.read_file(path, spelled, through)
                 if kind != "include_next":  # (#include_next: any later one may be the one read)
                     return
 
-    def read_file(self, path: str, spelled: str) -> None:
-        """Read the header at ``path`` (once), count it, and queue its own includes."""
+    def read_file(self, path: str, spelled: str, through: str = "") -> None:
+        """Read the header at ``path`` (found through the directory ``through``) once, count
+        it, and queue its own includes."""
         if path in self.read:
             return
+        self.found_in[path] = through
         real = os.path.realpath(path)
         if real in self.real:
             self.read[path] = self.real[real]
@@ -149,7 +157,7 @@ class _Walk:
             raise NbjitCompileError(f"{self.name}: its #includes reach more than {MAX_INCLUDED_FILES} files or "
                                     f"{MAX_INCLUDED_BYTES >> 20} MiB")
         self.read[path] = self.real[real] = content_digest(data)
-        self.todo.append((data.decode(errors="replace"), os.path.dirname(path)))
+        self.todo.append((data.decode(errors="replace"), os.path.dirname(path), through))
 
 
 def walk_includes(source: str, name: str, headers: Mapping[str, str], user_dirs: Iterable[str],
@@ -161,10 +169,11 @@ def walk_includes(source: str, name: str, headers: Mapping[str, str], user_dirs:
     w = _Walk(headers, list(user_dirs), list(toolchain_dirs), name)
     for spelled in pre_includes(options):
         w.include("include", f'"{spelled}"', "")
-    w.todo.append((source, os.path.dirname(name)))
-    w.todo += [(text, os.path.dirname(h)) for h, text in headers.items()]
+    w.todo.append((source, os.path.dirname(name), os.path.dirname(name) or "."))
+    w.todo += [(text, os.path.dirname(h), "") for h, text in headers.items()]
     while w.todo:
-        text, here = w.todo.pop()
+        text, here, base = w.todo.pop()
         for kind, rest in _directives(text):
-            w.include(kind, rest, here)
-    return IncludeWalk(tuple(sorted(w.read.items())), w.reaches_disk, w.unknown, w.size)
+            w.include(kind, rest, here, base)
+    return IncludeWalk(tuple(sorted(w.read.items())), w.reaches_disk, w.unknown, w.size,
+                       tuple(sorted(w.found_in.items())))

@@ -45,6 +45,7 @@ def test_a_search_times_the_variants_keeps_the_winner_and_puts_the_output_back(c
     assert np.isclose(out.copy_to_host()[0], xh.sum(dtype=np.float64), rtol=1e-4)
     again = search(x, out, n)
     assert again.from_cache and again.timed == 0 and again.config == best.config and again.key == best.key
+    assert list(again.config) == list(best.config) == ["BLOCK", "ITEMS"]  # (the space's order, found or searched)
     assert search(x, out, n, retune=True).timed == 6
 
 

@@ -11,6 +11,7 @@ process that asks the same question of a GPU of the same model finds the answer 
 nothing."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -142,6 +143,8 @@ def tune(target: Any, space: Mapping[str, Sequence], args: Sequence = (), *, key
     if not retune:
         answer = find(cache, akey)
         if answer is not None and sp.holds(answer.config):
+            # (in the space's order, as a search gives it: the entry keeps its names sorted)
+            answer = dataclasses.replace(answer, config={k: answer.config[k] for k in sp.choices})
             return Tuned(t, answer, akey, [], True, rule.of(answer.config))
     began = time.perf_counter()
     trials = prepare(t, sp, rule, device["arch"], workers=workers, min_occupancy=min_occupancy,

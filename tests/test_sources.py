@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import pytest
 
@@ -156,7 +157,7 @@ def test_a_bundle_carries_the_source_to_a_process_that_never_had_it(project, tmp
     assert rec["program"] == program_name(KERNEL, "k.cu")
     assert rec["member"] == f"k/source/{rec['sha256'][:16]}/k.cu"
     assert hrec["kind"] == "header" and hrec["program"].endswith("/twice.h")
-    assert hrec["member"] == f"k/source/{hrec['sha256'][:16]}/twice.h"
+    assert hrec["member"] == f"headers/{hrec['sha256'][:16]}/twice.h"
     code = f"""
 import sys
 import nbjit
@@ -361,3 +362,93 @@ def test_a_header_is_kept_once_under_the_directory_nvrtc_finds_it_through(tmp_pa
     assert kept == ["k.cu", "ops/detail/factor.h", "ops/scale.h"]
     headers = {p for p in img.sources if p.endswith(".h")}
     assert {f for f, _ in line_files(img.data, tmp_path) if f.endswith(".h")} <= headers
+
+
+def resolves(img, tmp_path) -> set[str]:
+    """The files the image's line records name once relocated to ``tmp_path/sources``, each
+    checked to exist and to hold the line."""
+    records = line_files(relocated(img.data, img.sources, str(tmp_path / "sources")), tmp_path)
+    for f, line in records:
+        assert os.path.isfile(f) and 1 <= line <= len(open(f).read().splitlines()), (f, line)
+    return {os.path.basename(f) for f, _ in records}
+
+
+NOINLINE = '#pragma once\n{more}static __noinline__ __device__ float {name}(float v) {{\n    return {body};\n}}\n'
+
+
+def test_two_linked_sources_that_read_one_include_directory_name_one_placeholder_for_it(tmp_path):
+    """main.cu reads a.h and other.cu reads b.h, both through -I inc: the linked cubin names
+    that directory once, so its placeholder keeps both headers."""
+    inc = tmp_path / "inc"
+    inc.mkdir()
+    (inc / "a.h").write_text(NOINLINE.format(more="", name="fa", body="v * 2.0f"))
+    (inc / "b.h").write_text(NOINLINE.format(more="", name="fb", body="v * 7.0f"))
+    other = tmp_path / "other.cu"
+    other.write_text('#include <b.h>\nextern "C" __device__ float other(float v) {\n    return fb(v) + 1.0f;\n}\n')
+    main = ('#include <a.h>\nextern "C" __device__ float other(float);\n'
+            'extern "C" __global__ void k(float *y) {\n    y[0] = other(fa(y[0]));\n}\n')
+    img = nbjit.link_image(main, [str(other)], name="main.cu", options=["-lineinfo"], include_paths=[str(inc)],
+                           arch="sm_90", cache=nbjit.Cache(tmp_path / "cache"))
+    dirs = {p.rsplit("/", 2)[1] for p in img.sources if p.endswith(".h")}
+    assert len(dirs) == 1 and str(tmp_path).encode() not in img.data
+    assert resolves(img, tmp_path) >= {"a.h", "b.h", "main.cu", "other.cu"}
+
+
+def test_a_header_reached_through_two_directories_is_kept_under_each(tmp_path):
+    """-I p -I p/include; the source reads include/y.h through p, and x.h through p/include;
+    y.h reads "x.h" beside it (through p): NVRTC names x.h the first way it meets it."""
+    p, inc = tmp_path / "p", tmp_path / "p" / "include"
+    inc.mkdir(parents=True)
+    (inc / "y.h").write_text(NOINLINE.format(more='#include "x.h"\n', name="fy", body="fx(v) * 2.0f"))
+    (inc / "x.h").write_text(NOINLINE.format(more="", name="fx", body="v * 7.0f"))
+    src = ('#include <include/y.h>\n#include <x.h>\n'
+           'extern "C" __global__ void k(float *y) {\n    y[0] = fy(y[0]) + fx(y[1]);\n}\n')
+    img = nbjit.compile_image(src, name="k.cu", arch="sm_90", options=["-lineinfo"], include_paths=[str(p), str(inc)],
+                              cache=nbjit.Cache(tmp_path / "cache"))
+    assert sorted(q[PREFIX_BYTES:].lstrip("/").split("/", 1)[1] for q in img.sources) == \
+        ["include/x.h", "include/y.h", "k.cu", "x.h"]
+    assert resolves(img, tmp_path) >= {"x.h", "y.h", "k.cu"}
+
+
+@pytest.mark.parametrize("source, why", [
+    ('#define H <m.h>\n#include H\n', "a header named by a macro"),
+    ('#include <sub/../m.h>\n', "a header named with .."),
+])
+def test_a_directory_nbjit_cannot_follow_keeps_its_paths(tmp_path, source, why):
+    inc = tmp_path / "inc"
+    (inc / "sub").mkdir(parents=True)
+    (inc / "m.h").write_text(NOINLINE.format(more="", name="fm", body="v * 3.0f"))
+    src = source + 'extern "C" __global__ void k(float *y) {\n    y[0] = fm(y[0]);\n}\n'
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (the macro's: that source is never cached)
+        img = nbjit.compile_image(src, name="k.cu", arch="sm_90", options=["-lineinfo"], include_paths=[str(inc)],
+                                  cache=nbjit.Cache(tmp_path / "cache"))
+    assert [p.rsplit("/", 1)[1] for p in img.sources] == ["k.cu"], why
+    names = {os.path.normpath(f) for f, _ in line_files(img.data, tmp_path)}
+    assert str(inc / "m.h") in names and resolves(img, tmp_path) >= {"m.h", "k.cu"}, why
+
+
+def test_a_crafted_name_that_is_no_file_name_writes_nothing(tmp_path):
+    good = program_name("text", "x.cu")
+    crafted = {good[:PREFIX_BYTES] + "/0123456789abcdef/\ud800.h": "x", good: "text"}
+    relocated(good.encode(), crafted, str(tmp_path))
+    assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == ["x.cu"]
+
+
+def test_images_that_read_one_header_share_its_member_and_too_many_are_left_out(project, tmp_path, monkeypatch):
+    """Two images compiled from sources that read twice.h: one member holds it. Where the
+    headers would take the bundle past MAX_MEMBERS, they are left out with a warning, and the
+    bundle still loads."""
+    import zipfile
+    from nbjit.bundles import build
+    (project / "k2.cu").write_text(KERNEL.replace("void k(", "void k2("))
+    inputs = {"k": project / "k.cu", "k2": project / "k2.cu"}
+    how = dict(archs="sm_90", options=["-lineinfo"], cache=nbjit.Cache(tmp_path / "cache"))
+    nbjit.build_bundle(inputs, tmp_path / "two.nbjit", **how)
+    names = zipfile.ZipFile(tmp_path / "two.nbjit").namelist()
+    assert sum(n.startswith("headers/") for n in names) == 1 and sum("/source/" in n for n in names) == 2
+    monkeypatch.setattr(build, "MAX_MEMBERS", 5)  # (the manifest, two cubins, two sources)
+    with pytest.warns(nbjit.NbjitWarning, match="more than 5 members with the 1 headers"):
+        nbjit.build_bundle(inputs, tmp_path / "few.nbjit", **how)
+    assert not any(n.startswith("headers/") for n in zipfile.ZipFile(tmp_path / "few.nbjit").namelist())
+    assert nbjit.load_bundle(tmp_path / "few.nbjit", name="k2", lazy=True) is not None

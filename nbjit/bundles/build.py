@@ -30,7 +30,7 @@ from nbjit.bundles import archive as bundle_archive
 from nbjit.bundles.archive import (
     FORMAT, MANIFEST, MAX_BUNDLE_BYTES, MAX_IMAGES, MAX_MANIFEST_BYTES, MAX_MEMBERS, VERSION, image_error,
     is_image_name, load_bundle, open_bundle, records)
-from nbjit.errors import BundleError, CompileFailure, ImageFormatError, NbjitError, NbjitLoadError
+from nbjit.errors import BundleError, CompileFailure, ImageFormatError, NbjitError, NbjitLoadError, warn
 from nbjit.read.image import Image, sniff
 from nbjit.records import field, record
 
@@ -511,10 +511,9 @@ def bundle_bytes(inputs: Any, dest: Path | None = None, members: Iterable[tuple[
                 raise BundleError(f"{dest}: is an input ({path}); write the bundle elsewhere")
     manifest = {"format": FORMAT, "version": VERSION, "nbjit": nbjit.__version__, "images": []}
     payloads: list[tuple[str, bytes]] = []
+    members = list(members)
+    _kept_members(parts, 1 + len(members) + sum(len(p.entries) for p in parts))
     for p in parts:
-        for s in p.sources:  # (a kept source's member, named for its image and digest)
-            if "program" in s:
-                s["member"] = f"{p.name}/source/{s['sha256'][:16]}/{s['name']}"
         entries = []
         for kind, a, payload in p.entries:
             file = f"{p.name}/{a}.{kind}"
@@ -533,14 +532,32 @@ def bundle_bytes(inputs: Any, dest: Path | None = None, members: Iterable[tuple[
     # keys in the order they are made (the same inputs make them in the same order): a
     # parameter's origin keeps the order in which its facts were found, as kernel.params shows it
     # (a header kept under two directories is one member)
-    members = list(members) + list({s["member"]: p.kept[s["program"]].encode("utf-8", "surrogatepass")
-                                    for p in parts for s in p.sources if "member" in s}.items())
+    members += list({s["member"]: p.kept[s["program"]].encode("utf-8", "surrogatepass")
+                     for p in parts for s in p.sources if "member" in s}.items())
     if members:
         manifest["members"] = {name: {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
                                for name, data in members}
     raw = json.dumps(manifest, indent=1).encode() + b"\n"
     data = _zip([(MANIFEST, raw), *payloads, *members])
     return data, read_bundle(data)  # what a reader will find: checked before it is written
+
+
+def _kept_members(parts: list[_Part], others: int) -> None:
+    """Name the member of each kept source (``<image>/source/<digest>/<file>``) and header
+    (``headers/<digest>/<file>``: once in the bundle, however many images read it). Where the
+    headers would take the bundle past ``MAX_MEMBERS`` with the ``others`` members, they are
+    left out, with a warning: their lines stay unresolved where the bundle is loaded."""
+    kept = [(p, s) for p in parts for s in p.sources if "program" in s]
+    headers = {(s["sha256"], s["name"]) for _, s in kept if s.get("kind") == "header"}
+    with_headers = others + len(kept) - sum(s.get("kind") == "header" for _, s in kept) + len(headers) <= MAX_MEMBERS
+    if headers and not with_headers:
+        warn(f"the bundle would hold more than {MAX_MEMBERS} members with the {len(headers)} headers its images were "
+             "compiled with line information from: they are left out (debuggers show their lines unresolved)")
+    for p, s in kept:
+        if s.get("kind") != "header":
+            s["member"] = f"{p.name}/source/{s['sha256'][:16]}/{s['name']}"
+        elif with_headers:
+            s["member"] = f"headers/{s['sha256'][:16]}/{s['name']}"
 
 
 def _zip(members: list[tuple[str, bytes]]) -> bytes:

@@ -13,14 +13,15 @@ digest.
 
 The headers it reads from the user's include directories are kept too. NVRTC is given each
 such directory padded with slashes and a final ``/.`` to ``HEADER_DIR_BYTES`` (it names a
-header as the directory it was given, then the name it was included by). After the compile, each padded directory in
-the image is replaced, in place, by ``<placeholder prefix>/<digest>``, where ``<digest>`` is
-that of the headers kept from that directory (their names and contents): the image then names
-nothing of the machine that compiled it. The loader writes them under that digest, each at its
-name in the directory."""
+header as the directory it was given, then the name it was included by). After the compile,
+each padded directory in the image is replaced, in place, by ``<placeholder prefix>/<digest>``,
+where ``<digest>`` is that of the headers kept from that directory (their names and contents):
+the line table then names none of the user's directories. The loader writes them under that
+digest, each at its name in the directory."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import secrets
@@ -28,14 +29,14 @@ from collections.abc import Iterable, Mapping
 
 from nbjit.files import read_regular
 
-__all__ = ["HEADER_DIR_BYTES", "PREFIX_BYTES", "header_dirs", "kept_kind", "kept_sources", "local_path", "portable",
-           "program_name", "relocated", "sources_root", "wants_sources"]
+__all__ = ["HEADER_DIR_BYTES", "PREFIX_BYTES", "header_dirs", "kept_kind", "kept_sources", "local_path", "merged",
+           "portable", "program_name", "relocated", "sources_root", "wants_sources"]
 
 MARK = "/nbjit-sources"
 PREFIX_BYTES = 128  # the placeholder's prefix: MARK and slashes
 _PREFIX = (MARK + "/" * (PREFIX_BYTES - len(MARK))).encode()
 HEADER_DIR_BYTES = PREFIX_BYTES + 17  # a kept header directory's placeholder: the prefix, then /<16 hex digits>
-MAX_KEPT_BYTES = 16 << 20  # the headers kept with one compile, at most (a directory past it is not kept)
+MAX_KEPT_BYTES = 4 << 20  # the headers kept with one compile, at most, as JSON (a directory past it is not kept)
 _LINE_INFO = frozenset({"-lineinfo", "-G"})  # (as normalize_options spells them)
 _DIGEST = re.compile(r"[0-9a-f]{16}")
 
@@ -71,37 +72,70 @@ def kept_kind(program: str, text: str) -> str:
 def header_dirs(dirs: Iterable[str], found: Iterable[tuple[str, str]]) -> tuple[dict[str, tuple[str, str]],
                                                                                 dict[str, str]]:
     """For a compile with line information whose user include directories are ``dirs`` and
-    which reads the headers ``found``, (path, the directory NVRTC finds it through) as
+    which reads the headers ``found``, (path as opened, a directory NVRTC finds it through) as
     ``walk_includes`` found them: ``{directory: (what NVRTC is given instead, its
     placeholder)}`` for each directory that headers are found through, and ``{placeholder
-    path: text}`` of each header kept, under its name below that directory. A directory
-    longer than ``HEADER_DIR_BYTES - 2``, one whose headers would take the compile's past
-    ``MAX_KEPT_BYTES``, and a header that is not UTF-8 text are left out (their lines stay
-    where NVRTC read them)."""
-    found = [(os.path.abspath(f), _absolute(through)) for f, through in found if through]
+    path: text}`` of each header kept, under its name below that directory. Left as they are
+    (their lines name where NVRTC read them): a directory that is not ASCII or is longer than
+    ``HEADER_DIR_BYTES - 2`` bytes; one through which a header is named with ``..``, ``.`` or
+    a name that is not ASCII (NVRTC escapes it), or that is not UTF-8 text; and one whose
+    headers would take the compile's past ``MAX_KEPT_BYTES`` (as JSON, as the entry keeps them)."""
+    found = [(f, through, _absolute(through)) for f, through in found if through]
     swaps, kept, size = {}, {}, 0
     for d in dict.fromkeys(dirs):
         where = _absolute(d)
-        given = os.fsencode(where)
-        if len(given) > HEADER_DIR_BYTES - 2:
+        texts = _headers_through([(f, through) for f, through, a in found if a == where])
+        more = sum(len(json.dumps(t)) for t in texts.values()) if texts else 0
+        if not texts or not where.isascii() or len(where) > HEADER_DIR_BYTES - 2 or size + more > MAX_KEPT_BYTES:
             continue
-        texts = {}
-        for f, through in found:
-            inside = through == where and f.startswith(where.rstrip("/") + "/")
-            rel = f[len(where):].lstrip("/") if inside else None
-            if rel and _relative_name(rel) and rel not in texts:
-                try:
-                    texts[rel] = read_regular(f, MAX_KEPT_BYTES).decode()
-                except (OSError, ValueError):  # (not readable, not a regular file, not UTF-8, too large)
-                    pass
-        more = sum(len(t) for t in texts.values())
-        if texts and size + more <= MAX_KEPT_BYTES:
-            size += more
-            placeholder = f"{_PREFIX.decode()}/{_set_digest(texts)}"
-            # (ending in "/.": NVRTC drops an include directory's trailing slash before adding its own)
-            swaps[d] = (where + "/" * (HEADER_DIR_BYTES - 1 - len(given)) + ".", placeholder)
-            kept.update({f"{placeholder}/{rel}": text for rel, text in texts.items()})
+        size += more
+        placeholder = f"{_PREFIX.decode()}/{_set_digest(texts)}"
+        # (ending in "/.": NVRTC drops an include directory's trailing slash before adding its own)
+        swaps[d] = (where + "/" * (HEADER_DIR_BYTES - 1 - len(where)) + ".", placeholder)
+        kept.update({f"{placeholder}/{rel}": text for rel, text in texts.items()})
     return swaps, kept
+
+
+def _headers_through(paths: list[tuple[str, str]]) -> dict[str, str] | None:
+    """``{name below the directory: text}`` of the headers (path as the walk opened it, the
+    directory it was found through, as spelled); None where any cannot be kept."""
+    texts = {}
+    for f, through in paths:
+        base = through.rstrip("/")
+        if base in ("", "."):  # (the source's own directory, the working directory)
+            rel = f[2:] if f.startswith("./") else (None if os.path.isabs(f) else f)
+        else:
+            rel = f[len(base) + 1:] if f.startswith(base + "/") else None
+        if rel is None or not rel.isascii() or not _relative_name(rel):  # (as NVRTC names it: no .., no escapes)
+            return None
+        try:
+            texts[rel] = read_regular(f, MAX_KEPT_BYTES).decode()
+        except (OSError, ValueError):  # (not readable, not a regular file, not UTF-8, too large)
+            return None
+    return texts
+
+
+def merged(sources: Mapping[str, str], swaps: Iterable[tuple[str, str]]) -> tuple[dict[str, str],
+                                                                                list[tuple[str, str]]]:
+    """The kept sources and swaps of compiles linked into one image. Where two of them padded
+    the same directory, each kept the headers it read through it under a placeholder of its
+    own, but the linked image names that directory once: one placeholder for it, whose headers
+    are all of theirs, the texts moved under it. Where the headers would pass
+    ``MAX_KEPT_BYTES``, none is kept and no swap made (the image's paths stay as NVRTC read them)."""
+    out, by_given = dict(sources), {}
+    for given, placeholder in swaps:
+        files = by_given.setdefault(given, {})
+        for k in [k for k in out if k.startswith(placeholder + "/")]:
+            files[k[len(placeholder) + 1:]] = out.pop(k)
+    if sum(len(json.dumps(t)) for files in by_given.values() for t in files.values()) > MAX_KEPT_BYTES:
+        return out, []
+    pairs = []
+    for given, files in by_given.items():
+        if files:
+            placeholder = f"{_PREFIX.decode()}/{_set_digest(files)}"
+            pairs.append((given, placeholder))
+            out.update({f"{placeholder}/{rel}": text for rel, text in files.items()})
+    return out, pairs
 
 
 def portable(data: bytes, swaps: Iterable[tuple[str, str]]) -> bytes:
@@ -111,7 +145,7 @@ def portable(data: bytes, swaps: Iterable[tuple[str, str]]) -> bytes:
     names a header's whole path; a cubin's line table its directory, ended by a NUL, and its
     name.) A pair that is not one ``header_dirs`` makes is skipped."""
     for given, placeholder in swaps:
-        if not (len(given) == len(placeholder) == HEADER_DIR_BYTES and given.endswith("/.")
+        if not (len(given.encode()) == len(placeholder.encode()) == HEADER_DIR_BYTES and given.endswith("/.")
                 and _kept_file(placeholder + "/x") is not None):
             continue
         data = re.sub(re.escape(given.encode()) + rb'(?=[/\0"])', placeholder.encode(), data)
@@ -125,7 +159,11 @@ def _absolute(d: str) -> str:
 
 
 def _relative_name(rel: str) -> bool:
-    """Whether ``rel`` names a file below a directory: no empty part, ``.``, ``..`` or NUL."""
+    """Whether ``rel`` names a file below a directory: UTF-8, no empty part, ``.``, ``..`` or NUL."""
+    try:
+        rel.encode()
+    except UnicodeEncodeError:  # (a lone surrogate, from a crafted entry: no file can be named by it)
+        return False
     return "\0" not in rel and all(p not in ("", ".", "..") for p in rel.split("/"))
 
 
@@ -224,13 +262,13 @@ def _write(root: str, rest: str, text: str) -> None:
             return
         tmp = os.path.join(os.path.dirname(path), f".tmp-{secrets.token_hex(8)}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
-    except OSError:
+    except (OSError, ValueError):  # (ValueError: a name the file system cannot take)
         return
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, path)
-    except OSError:
+    except (OSError, ValueError):
         try:
             os.unlink(tmp)
         except OSError:

@@ -54,9 +54,10 @@ class IncludeWalk:
         file there may appear, change or go between two calls with the same arguments).
     unknown: the first include whose file cannot be named from the text, or None.
     size: bytes read.
-    found_in: (path as NVRTC opens it, the directory NVRTC finds it through) of each file read:
-        the ``-I`` directory it was looked for in, or the one its including file was found
-        through (for the source, its own directory); "" for an in-memory header's includes.
+    found_in: (path as NVRTC opens it, a directory NVRTC finds it through) for each way a file
+        is reached: the ``-I`` directory it was looked for in, or the one its including file
+        was found through (for the source, its own directory); "" for an in-memory header's
+        includes. (The walk is not in NVRTC's order: a file reached two ways is listed twice.)
     """
 
     files: tuple[tuple[str, str], ...] = ()
@@ -102,7 +103,7 @@ class _Walk:
         self.dirs = [(d, False) for d in user_dirs] + [(d, True) for d in toolchain_dirs]
         self.read: dict[str, str] = {}  # path as opened -> digest
         self.real: dict[str, str] = {}  # resolved path -> digest (one read per file, however spelled)
-        self.found_in: dict[str, str] = {}  # path as opened -> the directory it was found through
+        self.found_in: set[tuple[str, str]] = set()  # (path as opened, a directory it was found through)
         self.todo: list[tuple[str, str, str]] = []  # (text, its directory, the directory it was found through)
         self.reaches_disk = False
         self.unknown: str | None = None
@@ -137,9 +138,9 @@ class _Walk:
     def read_file(self, path: str, spelled: str, through: str = "") -> None:
         """Read the header at ``path`` (found through the directory ``through``) once, count
         it, and queue its own includes."""
+        self.found_in.add((path, through))  # (every one: NVRTC names the file through the first it meets)
         if path in self.read:
             return
-        self.found_in[path] = through
         real = os.path.realpath(path)
         if real in self.real:
             self.read[path] = self.real[real]
@@ -176,4 +177,4 @@ def walk_includes(source: str, name: str, headers: Mapping[str, str], user_dirs:
         for kind, rest in _directives(text):
             w.include(kind, rest, here, base)
     return IncludeWalk(tuple(sorted(w.read.items())), w.reaches_disk, w.unknown, w.size,
-                       tuple(sorted(w.found_in.items())))
+                       tuple(sorted(w.found_in)))

@@ -18,7 +18,7 @@ from typing import Any, Iterable, Mapping
 from nbjit.files import read_file
 from nbjit.arch import Arch
 from nbjit.cache.entries import CacheEntry, cache_key
-from nbjit.cache.sources import portable
+from nbjit.cache.sources import merged, portable
 from nbjit.cache.store import Cache, default_cache
 from nbjit.errors import LinkFailure, NbjitCompileError, NbjitError, install_hint, warn
 from nbjit.params.cdecl import CParam, scalar_facts, shown_name
@@ -524,6 +524,7 @@ def _link(call, text, name, exprs, headers, include_paths, options, target, link
     parts, decls, producers, pythons, same, kept = _lto_parts(
         main, req, text, inputs, headers, include_paths, options, target, pch_mode, cache)
     again = again and same
+    kept["sources"], kept["swaps"] = merged(kept["sources"], kept["swaps"])
     _check_declarations(pythons, decls)
     key = cache_key({
         "producer": "nvjitlink-lto", "toolchain": identity._toolchain_fingerprint("nvJitLink"),
@@ -532,7 +533,8 @@ def _link(call, text, name, exprs, headers, include_paths, options, target, link
         "inputs": [[kind, content_digest(data)] for kind, data, _ in parts],
         "lowered_names": sorted(main.lowered_names.items()),
         # (line tables that name cache.sources' placeholders: the entry keeps their texts)
-        **({"sources": "nbjit-sources/2"} if kept["sources"] else {}),
+        **({"sources": ["nbjit-sources/2", sorted((k, content_digest(v.encode("utf-8", "surrogatepass")))
+                                                   for k, v in kept["sources"].items())]} if kept["sources"] else {}),
     })
 
     def make() -> CacheEntry:

@@ -571,7 +571,10 @@ def _line_table_names(req: CompileRequest, full: list[str], opts: list[str]):
     Otherwise the program's own name, nothing kept and ``opts`` as they are."""
     if not wants_sources(full):
         return req.name, {}, {}, opts
-    swaps, kept = header_dirs(req.user_dirs, includes_of(req).found_in)
+    walk = includes_of(req)
+    if walk.unknown is not None:  # (a header named by a macro: which directory it is found through is unknown)
+        return program_name(req.source, req.name), {}, {}, opts
+    swaps, kept = header_dirs(req.user_dirs, walk.found_in)
     given = {f"--include-path={d}": f"--include-path={padded}" for d, (padded, _) in swaps.items()}
     return program_name(req.source, req.name), swaps, kept, [given.get(o, o) for o in opts]
 

@@ -25,7 +25,7 @@ def _env() -> dict:
 
 def skip_without_cccl(name: str) -> None:
     """The examples that include CUB need CCCL's headers beside CUDA's."""
-    if name in ("python_operator_in_cub", "cg_solver_graph"):
+    if name in ("python_operator_in_cub", "cg_solver_graph", "tune_reduction"):
         from nbjit.toolchain.identity import cccl_include_dir
         if cccl_include_dir() is None:
             pytest.skip("no CCCL headers beside CUDA's (pip install nvidia-cuda-cccl; nbjit's cu13 extra brings them)")

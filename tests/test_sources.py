@@ -310,6 +310,17 @@ def test_an_include_directory_too_long_to_pad_keeps_its_path(tmp_path):
     assert str(inc / "ops" / "scale.h") in {os.path.normpath(f) for f, _ in line_files(img.data, tmp_path)}
 
 
+def linked(tmp_path, inc, include: str, call: str, other_head: str, other_body: str):
+    """main.cu (``#include`` ``include``, calling ``call``) linked with -lineinfo to other.cu
+    (``other_head``, then ``other(v)`` returning ``other_body``), both reading -I ``inc``."""
+    other = tmp_path / "other.cu"
+    other.write_text(f'{other_head}extern "C" __device__ float other(float v) {{\n    return {other_body};\n}}\n')
+    main = (f'#include {include}\nextern "C" __device__ float other(float);\n'
+            f'extern "C" __global__ void k(float *y) {{\n    y[0] = other({call}(y[0]));\n}}\n')
+    return nbjit.link_image(main, [str(other)], name="main.cu", options=["-lineinfo"], include_paths=[str(inc)],
+                            arch="sm_90", cache=nbjit.Cache(tmp_path / "cache"))
+
+
 def test_a_kernel_linked_from_lto_ir_keeps_its_sources_and_headers(tmp_path):
     """nbjit.link_image with line information: the linked cubin names the placeholders of the
     main source, of a second source and of the headers (replaced after the link: LTO-IR's
@@ -318,12 +329,7 @@ def test_a_kernel_linked_from_lto_ir_keeps_its_sources_and_headers(tmp_path):
     (inc / "ops" / "detail").mkdir(parents=True)
     (inc / "ops" / "scale.h").write_text(SCALE)
     (inc / "ops" / "detail" / "factor.h").write_text(FACTOR)
-    other = tmp_path / "other.cu"
-    other.write_text('extern "C" __device__ float other(float v) {\n    return v + 1.0f;\n}\n')
-    main = ('#include <ops/scale.h>\nextern "C" __device__ float other(float);\n'
-            'extern "C" __global__ void k(float *y) {\n    y[0] = other(scale(y[0]));\n}\n')
-    img = nbjit.link_image(main, [str(other)], name="main.cu", options=["-lineinfo"], include_paths=[str(inc)],
-                           arch="sm_90", cache=nbjit.Cache(tmp_path / "cache"))
+    img = linked(tmp_path, inc, "<ops/scale.h>", "scale", "", "v + 1.0f")
     assert str(tmp_path).encode() not in img.data
     assert sorted(p.rsplit("/", 1)[1] for p in img.sources) == ["factor.h", "main.cu", "other.cu", "scale.h"]
     root = tmp_path / "sources"
@@ -383,12 +389,7 @@ def test_two_linked_sources_that_read_one_include_directory_name_one_placeholder
     inc.mkdir()
     (inc / "a.h").write_text(NOINLINE.format(more="", name="fa", body="v * 2.0f"))
     (inc / "b.h").write_text(NOINLINE.format(more="", name="fb", body="v * 7.0f"))
-    other = tmp_path / "other.cu"
-    other.write_text('#include <b.h>\nextern "C" __device__ float other(float v) {\n    return fb(v) + 1.0f;\n}\n')
-    main = ('#include <a.h>\nextern "C" __device__ float other(float);\n'
-            'extern "C" __global__ void k(float *y) {\n    y[0] = other(fa(y[0]));\n}\n')
-    img = nbjit.link_image(main, [str(other)], name="main.cu", options=["-lineinfo"], include_paths=[str(inc)],
-                           arch="sm_90", cache=nbjit.Cache(tmp_path / "cache"))
+    img = linked(tmp_path, inc, "<a.h>", "fa", "#include <b.h>\n", "fb(v) + 1.0f")
     dirs = {p.rsplit("/", 2)[1] for p in img.sources if p.endswith(".h")}
     assert len(dirs) == 1 and str(tmp_path).encode() not in img.data
     assert resolves(img, tmp_path) >= {"a.h", "b.h", "main.cu", "other.cu"}

@@ -84,15 +84,17 @@ def header_dirs(dirs: Iterable[str], found: Iterable[tuple[str, str]]) -> tuple[
     swaps, kept, size = {}, {}, 0
     for d in dict.fromkeys(dirs):
         where = _absolute(d)
+        if not where.isascii() or len(where) > HEADER_DIR_BYTES - 2:
+            continue
         texts = _headers_through([(f, through) for f, through, a in found if a == where])
-        more = sum(len(json.dumps(t)) for t in texts.values()) if texts else 0
-        if not texts or not where.isascii() or len(where) > HEADER_DIR_BYTES - 2 or size + more > MAX_KEPT_BYTES:
+        more = _json_bytes(texts) if texts else 0
+        if not texts or size + more > MAX_KEPT_BYTES:
             continue
         size += more
-        placeholder = f"{_PREFIX.decode()}/{_set_digest(texts)}"
+        placeholder, placed = _placed(texts)
         # (ending in "/.": NVRTC drops an include directory's trailing slash before adding its own)
         swaps[d] = (where + "/" * (HEADER_DIR_BYTES - 1 - len(where)) + ".", placeholder)
-        kept.update({f"{placeholder}/{rel}": text for rel, text in texts.items()})
+        kept.update(placed)
     return swaps, kept
 
 
@@ -127,15 +129,27 @@ def merged(sources: Mapping[str, str], swaps: Iterable[tuple[str, str]]) -> tupl
         files = by_given.setdefault(given, {})
         for k in [k for k in out if k.startswith(placeholder + "/")]:
             files[k[len(placeholder) + 1:]] = out.pop(k)
-    if sum(len(json.dumps(t)) for files in by_given.values() for t in files.values()) > MAX_KEPT_BYTES:
+    if sum(_json_bytes(files) for files in by_given.values()) > MAX_KEPT_BYTES:
         return out, []
     pairs = []
     for given, files in by_given.items():
         if files:
-            placeholder = f"{_PREFIX.decode()}/{_set_digest(files)}"
+            placeholder, placed = _placed(files)
             pairs.append((given, placeholder))
-            out.update({f"{placeholder}/{rel}": text for rel, text in files.items()})
+            out.update(placed)
     return out, pairs
+
+
+def _placed(texts: Mapping[str, str]) -> tuple[str, dict[str, str]]:
+    """The placeholder directory of the headers ``{name: text}`` (their digest's), and each
+    header's placeholder path with its text."""
+    placeholder = f"{_PREFIX.decode()}/{_set_digest(texts)}"
+    return placeholder, {f"{placeholder}/{rel}": text for rel, text in texts.items()}
+
+
+def _json_bytes(texts: Mapping[str, str]) -> int:
+    """What the texts take in an entry's JSON description."""
+    return sum(len(json.dumps(t)) for t in texts.values())
 
 
 def portable(data: bytes, swaps: Iterable[tuple[str, str]]) -> bytes:

@@ -242,7 +242,7 @@ def _label(t: Any) -> str:
     """How messages and answers name the target: its own label, or a loaded kernel's name."""
     if isinstance(t, (Template, Defines, LaunchFunction)):
         return t.label()
-    return f"kernel {_NUMBA_TAG.sub(b'', t.name.encode()).decode()}"
+    return f"kernel {_kernel_name(t)}"
 
 
 def _target_fields(t: Any) -> dict:
@@ -253,7 +253,12 @@ def _target_fields(t: Any) -> dict:
     # (a @cuda.jit kernel's mangled names carry an ABI tag, B2v1, that counts Numba's compiles in
     # the process: the same kernel is B2v1 in one process and B2v7 in another)
     data = _NUMBA_TAG.sub(b"", img.data) if img.kind == "ptx" else img.data
-    return {"kind": "kernel", "name": _NUMBA_TAG.sub(b"", t.name.encode()).decode(), "image": content_digest(data)}
+    return {"kind": "kernel", "name": _kernel_name(t), "image": content_digest(data)}
+
+
+def _kernel_name(kernel: Any) -> str:
+    """A loaded kernel's name without Numba's per-process ABI tag."""
+    return _NUMBA_TAG.sub(b"", kernel.name.encode()).decode()
 
 
 _NUMBA_TAG = re.compile(rb"B\d+v\d+")
